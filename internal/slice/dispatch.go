@@ -1,0 +1,104 @@
+package slice
+
+import "time"
+
+// dispatch picks the next holder when the GPU is free: a pending online
+// preempter first, else the next tenant in round-robin order that has work.
+// Tenants passed over for lack of work bank their whole slice (no idle slot).
+func (s *Scheduler) dispatch(now time.Time) []Action {
+	if s.hold != nil {
+		return nil
+	}
+	if p := s.preempter; p != nil {
+		s.preempter = nil
+		if p.waiting {
+			return s.grant(p, now, true)
+		}
+	}
+	n := len(s.ring)
+	if n == 0 {
+		return nil
+	}
+	start := s.cursor + 1
+	// Two rounds: a tenant that forfeited its turn is skipped in the first only.
+	for step := 0; step < 2*n; step++ {
+		t := s.ring[(start+step)%n]
+		if !t.waiting {
+			continue
+		}
+		if t.forfeit {
+			t.forfeit = false
+			continue
+		}
+		s.bankPassed(start, step, now)
+		s.cursor = (start + step) % n
+		return s.grant(t, now, false)
+	}
+	return nil
+}
+
+// bankPassed deposits a whole slice for each tenant without work among the
+// first steps tenants from ring index start (at most one round).
+func (s *Scheduler) bankPassed(start, steps int, now time.Time) {
+	n := len(s.ring)
+	for i := 0; i < min(steps, n); i++ {
+		t := s.ring[(start+i)%n]
+		switch {
+		case t.waiting:
+		case t.forfeit: // its turn was taken early
+			t.forfeit = false
+		default:
+			s.deposit(t, s.cfg.SliceOf(t.params), now)
+		}
+	}
+}
+
+// grant gives t the GPU: its slice (less debt repaid) plus its banked time.
+func (s *Scheduler) grant(t *tenant, now time.Time, preempt bool) []Action {
+	own := s.cfg.SliceOf(t.params)
+	if repay := min(t.debt, own-s.cfg.MinSlice); repay > 0 {
+		t.debt -= repay
+		own -= repay
+	}
+	end := now.Add(own)
+	if s.cfg.Burst {
+		end = end.Add(t.bank.total(now, s.cfg.BankMaxAge))
+	}
+	s.seq++
+	t.grants++
+	t.forfeit = t.forfeit || preempt
+	g := Grant{Tenant: t.id, Seq: s.seq, Start: now, SliceEnd: now.Add(own), End: end, Preempt: preempt}
+	s.hold = &hold{t: t, g: g}
+	return []Action{{Kind: ActGrant, Tenant: t.id, Grant: g}}
+}
+
+// TenantStats is a read-back of one tenant's state.
+type TenantStats struct {
+	ID       ID
+	Params   Params
+	Slice    time.Duration // current slice length (before debt)
+	Banked   time.Duration // usable burst-buffer time
+	Debt     time.Duration
+	Achieved time.Duration // total time held, including the running grant
+	Grants   uint64
+	Waiting  bool
+	Holding  bool
+}
+
+// Stats returns every tenant's state at now, in round-robin order.
+func (s *Scheduler) Stats(now time.Time) []TenantStats {
+	out := make([]TenantStats, 0, len(s.ring))
+	for _, t := range s.ring {
+		st := TenantStats{
+			ID: t.id, Params: t.params, Slice: s.cfg.SliceOf(t.params),
+			Banked: t.bank.total(now, s.cfg.BankMaxAge), Debt: t.debt,
+			Achieved: t.achieved, Grants: t.grants, Waiting: t.waiting,
+		}
+		if s.hold != nil && s.hold.t == t {
+			st.Holding = true
+			st.Achieved += max(now.Sub(s.hold.g.Start), 0)
+		}
+		out = append(out, st)
+	}
+	return out
+}
