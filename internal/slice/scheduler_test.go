@@ -121,7 +121,7 @@ func TestSchedulerSequences(t *testing.T) {
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{4 * ms, "rel", 1, nil}, // 6ms banked at 4ms
 			{50 * ms, "acq", 1, []string{"grant 1 10ms/16ms"}},
-			{51 * ms, "rel", 1, nil}, // used 1ms: 6ms still banked (from 4ms) + 9ms (at 51ms)
+			{51 * ms, "rel", 1, nil},                            // used 1ms: 6ms still banked (from 4ms) + 9ms (at 51ms)
 			{104 * ms, "acq", 1, []string{"grant 1 10ms/19ms"}}, // the 6ms deposit has expired
 		}},
 		{"bank capped at max slices", testConfig(), three, []step{
@@ -135,7 +135,7 @@ func TestSchedulerSequences(t *testing.T) {
 		}},
 		{"burst spends bank, overrun beyond it becomes debt", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{2 * ms, "rel", 1, nil}, // banks 8ms
+			{2 * ms, "rel", 1, nil},                           // banks 8ms
 			{5 * ms, "acq", 1, []string{"grant 1 10ms/18ms"}}, // 2 and 3 passed: bank 10ms
 			{5 * ms, "acq", 2, nil},
 			{26 * ms, "more", 1, []string{"grant 2 10ms/20ms"}}, // used 21: 8 banked, 3 debt
@@ -156,8 +156,8 @@ func TestSchedulerSequences(t *testing.T) {
 			{10 * ms, "tick", 0, []string{"revoke 1"}},
 			{11 * ms, "tick", 0, nil},
 			{12 * ms, "tick", 0, []string{"expire 1", "grant 2 10ms/10ms"}}, // 1 owes 2ms
-			{13 * ms, "rel", 1, nil}, // late release of the void grant: ignored
-			{22 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // 3 banks 10ms, 1 repays 2 and banks 8
+			{13 * ms, "rel", 1, nil},                                        // late release of the void grant: ignored
+			{22 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},             // 3 banks 10ms, 1 repays 2 and banks 8
 			{23 * ms, "acq", 1, nil},
 			{32 * ms, "more", 2, []string{"grant 1 10ms/18ms"}},
 		}},
@@ -168,8 +168,8 @@ func TestSchedulerSequences(t *testing.T) {
 				{20 * ms, "more", 3, []string{"grant 2 10ms/10ms"}}, // 1 banks 20ms
 				{22 * ms, "acq", 1, []string{"revoke 2"}},
 				{23 * ms, "more", 2, []string{"grant 1 20ms/60ms!"}}, // 2 banks its 7ms left
-				{63 * ms, "more", 1, []string{"grant 3 10ms/10ms"}}, // 1 spent 20ms of 40ms banked
-				{73 * ms, "more", 3, []string{"grant 2 10ms/17ms"}}, // 1 forfeited this turn
+				{63 * ms, "more", 1, []string{"grant 3 10ms/10ms"}},  // 1 spent 20ms of 40ms banked
+				{73 * ms, "more", 3, []string{"grant 2 10ms/17ms"}},  // 1 forfeited this turn
 				{90 * ms, "more", 2, []string{"grant 3 10ms/10ms"}},
 				{100 * ms, "more", 3, []string{"grant 1 20ms/40ms"}},
 			}},
