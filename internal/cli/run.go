@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/runner"
+	"github.com/gpuslice/gpuslice/internal/units"
+)
+
+func runCommand() Command {
+	return Command{Name: "run", Summary: "run a command with GPU limits: gpuslice run [--gpu N] --memory 6GiB -- CMD...", Run: runRun}
+}
+
+type runFlags struct {
+	gpus, memory, group, driver string
+}
+
+func runRun(ctx context.Context, env *Env, args []string) error {
+	var f runFlags
+	fs := newFlagSet(env, "run", "[--gpu N[,M...]] [--memory SIZE] [--group NAME] -- CMD [ARGS...]")
+	fs.StringVar(&f.gpus, "gpu", "", "GPU(s) the command may use: indices or UUIDs, comma-separated (default: all)")
+	fs.StringVar(&f.memory, "memory", "", "GPU memory limit per GPU for the command and every process it starts, e.g. 6GiB")
+	fs.StringVar(&f.group, "group", "", "group name; processes of one group share its limits (default: a new group per run)")
+	fs.StringVar(&f.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return usagef("run: no command given (gpuslice run --memory 6GiB -- CMD...)")
+	}
+	spec, err := buildRunSpec(env, &f)
+	if err != nil {
+		return err
+	}
+	spec.Command = fs.Args()
+	code, err := runner.Run(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return &ExitError{Code: code}
+	}
+	return nil
+}
+
+// buildRunSpec validates the flags against the GPUs present and prepares the run.
+func buildRunSpec(env *Env, f *runFlags) (*runner.Spec, error) {
+	var limit uint64
+	if f.memory != "" {
+		v, err := units.ParseSize(f.memory)
+		if err != nil {
+			return nil, usagef("--memory: %w", err)
+		}
+		if v == 0 {
+			return nil, usagef("--memory must be larger than 0")
+		}
+		limit = v
+	}
+	group := f.group
+	if group == "" {
+		group = "run-" + strconv.Itoa(os.Getpid())
+	} else if err := paths.ValidateGroup(group); err != nil {
+		return nil, usagef("--group: %w", err)
+	}
+	drv, err := openDriver(env, f.driver)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := gpu.Devices(drv.NVML)
+	if shutdownErr := drv.NVML.Shutdown(); err == nil {
+		err = shutdownErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list GPUs: %w", err)
+	}
+	chosen, err := selectGPUs(devs, f.gpus)
+	if err != nil {
+		return nil, usagef("--gpu: %w", err)
+	}
+	for _, d := range chosen {
+		if limit > d.MemoryTotal {
+			return nil, usagef("--memory %s is larger than GPU %d (%s, %s)", f.memory, d.Index, d.Name, units.FormatSize(d.MemoryTotal))
+		}
+	}
+	spec := &runner.Spec{
+		Group: group, KeepGroup: f.group != "", MemoryLimit: limit,
+		RunDir:  paths.RunDir(env.Getenv),
+		Library: filepath.Join(env.BinDir, "libgpuslice.so"),
+		Env:     os.Environ(),
+		Stdin:   env.Stdin, Stdout: env.Stdout, Stderr: env.Stderr,
+	}
+	if f.gpus != "" {
+		for _, d := range chosen {
+			spec.VisibleGPUs = append(spec.VisibleGPUs, d.UUID)
+		}
+	}
+	if drv.Simulated {
+		spec.SimLibDir = drv.LibDir
+	}
+	return spec, nil
+}
+
+// openDriver opens the real driver or the simulator and says so when it is the simulator.
+func openDriver(env *Env, mode string) (*gpu.Driver, error) {
+	m, err := gpu.ParseMode(mode)
+	if err != nil {
+		return nil, usagef("--driver: %w", err)
+	}
+	drv, err := gpu.OpenDriver(m, filepath.Join(env.BinDir, "sim"))
+	if err != nil {
+		return nil, err
+	}
+	if drv.Simulated {
+		devs, err := gpu.Devices(drv.NVML)
+		if err != nil {
+			return nil, fmt.Errorf("simulated GPU: %w", err)
+		}
+		desc := "no devices"
+		if len(devs) > 0 {
+			desc = fmt.Sprintf("%d x %s, %s", len(devs), devs[0].Name, units.FormatSize(devs[0].MemoryTotal))
+		}
+		fmt.Fprintf(env.Stderr, "gpuslice: no NVIDIA driver found; using the simulated GPU (%s) from %s\n", desc, drv.LibDir)
+	}
+	return drv, nil
+}
+
+// selectGPUs picks devices by comma-separated indices or UUIDs ("" = all).
+func selectGPUs(devs []gpu.Device, spec string) ([]gpu.Device, error) {
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("no GPU found")
+	}
+	if spec == "" {
+		return devs, nil
+	}
+	var out []gpu.Device
+	seen := map[int]bool{}
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		d, err := findGPU(devs, item)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[d.Index] {
+			seen[d.Index] = true
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func findGPU(devs []gpu.Device, item string) (gpu.Device, error) {
+	if i, err := strconv.Atoi(item); err == nil {
+		if i < 0 || i >= len(devs) {
+			return gpu.Device{}, fmt.Errorf("GPU %d does not exist (this machine has %d: 0..%d)", i, len(devs), len(devs)-1)
+		}
+		return devs[i], nil
+	}
+	for _, d := range devs {
+		if strings.EqualFold(d.UUID, item) {
+			return d, nil
+		}
+	}
+	return gpu.Device{}, fmt.Errorf("no GPU %q (want an index or a UUID)", item)
+}

@@ -1,0 +1,167 @@
+// Package runner starts a command as one gpuslice group: the interception
+// library preloaded, the group's limits in its environment, and the group's
+// state cleaned up when the command ends.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// Spec is one command to run in a group.
+type Spec struct {
+	Command []string
+	// Group names the group; KeepGroup leaves its directory behind at exit.
+	Group     string
+	KeepGroup bool
+	// MemoryLimit is the per-GPU limit in bytes (0: none).
+	MemoryLimit uint64
+	// VisibleGPUs are the UUIDs the command may use (empty: all).
+	VisibleGPUs []string
+	RunDir      string
+	// Library is the path of libgpuslice.so.
+	Library string
+	// SimLibDir, when set, is put first on LD_LIBRARY_PATH (simulated GPU).
+	SimLibDir string
+	// ExtraEnv is added last (KEY=VALUE), e.g. by the node-side options.
+	ExtraEnv []string
+	Env      []string
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
+}
+
+// Environ is the command's environment: base plus gpuslice's variables,
+// replacing any earlier value of the same key.
+func Environ(s *Spec) []string {
+	set := map[string]string{
+		"GPUSLICE_GROUP":      s.Group,
+		"GPUSLICE_GROUP_FILE": paths.GroupStateFile(s.RunDir, s.Group),
+		"GPUSLICE_RUN_DIR":    s.RunDir,
+		"LD_PRELOAD":          prependList(lookup(s.Env, "LD_PRELOAD"), s.Library, " "),
+	}
+	if s.MemoryLimit > 0 {
+		set["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatUint(s.MemoryLimit, 10)
+	}
+	if len(s.VisibleGPUs) > 0 {
+		set["CUDA_VISIBLE_DEVICES"] = strings.Join(s.VisibleGPUs, ",")
+	}
+	if s.SimLibDir != "" {
+		set["LD_LIBRARY_PATH"] = prependList(lookup(s.Env, "LD_LIBRARY_PATH"), s.SimLibDir, ":")
+	}
+	out := make([]string, 0, len(s.Env)+len(set)+len(s.ExtraEnv))
+	for _, kv := range s.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, replaced := set[k]; !replaced && k != "GPUSLICE_MEMORY_LIMIT" {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range sortedKeys(set) {
+		out = append(out, k+"="+set[k])
+	}
+	return append(out, s.ExtraEnv...)
+}
+
+// Run starts the command, waits for it, and returns its exit code (128+signal
+// if it was killed). Cancelling ctx sends SIGTERM to the command and keeps waiting.
+func Run(ctx context.Context, s *Spec) (int, error) {
+	if len(s.Command) == 0 {
+		return 0, errors.New("no command to run")
+	}
+	logger := klog.FromContext(ctx).WithValues("group", s.Group)
+	dir := paths.GroupDir(s.RunDir, s.Group)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("create group directory: %w", err)
+	}
+	if !s.KeepGroup {
+		defer func() {
+			if err := os.RemoveAll(dir); err != nil {
+				logger.Error(err, "remove group directory", "dir", dir)
+			}
+		}()
+	}
+	path, err := exec.LookPath(s.Command[0])
+	if err != nil {
+		return 0, fmt.Errorf("command %q: %w", s.Command[0], err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: Environ(s), Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr}
+	// The terminal delivers Ctrl-C to the command itself; gpuslice stays to clean up.
+	interrupts := make(chan os.Signal, 1)
+	signal.Notify(interrupts, os.Interrupt)
+	defer signal.Stop(interrupts)
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %q: %w", s.Command[0], err)
+	}
+	logger.V(2).Info("started", "pid", cmd.Process.Pid, "limit", s.MemoryLimit)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case <-interrupts:
+		case <-ctx.Done():
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				logger.Error(err, "forward SIGTERM")
+			}
+			ctx = context.Background()
+		case err := <-done:
+			return exitStatus(err)
+		}
+	}
+}
+
+func exitStatus(err error) (int, error) {
+	if err == nil {
+		return 0, nil
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return 0, fmt.Errorf("wait: %w", err)
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return exit.ExitCode(), nil
+}
+
+func lookup(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// prependList puts item first in a sep-separated list, dropping duplicates of it.
+func prependList(list, item, sep string) string {
+	out := []string{item}
+	for _, e := range strings.Split(list, sep) {
+		if e != "" && filepath.Clean(e) != filepath.Clean(item) {
+			out = append(out, e)
+		}
+	}
+	return strings.Join(out, sep)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
