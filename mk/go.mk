@@ -24,3 +24,8 @@ fuzz-smoke:
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 10s $$pkg || exit 1; \
 	  done; done
+
+.PHONY: demo
+# The demo on the real GPU if a driver is present, else on the simulated one.
+demo: all
+	$(BIN)/gpuslice demo
