@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes binaries gpuslice tests against, from source
+# through the Go module proxy, into a cache keyed by version:
+#   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/<version>/{kube-apiserver,kube-scheduler,kubectl,etcd,kwok}
+# Idempotent: a complete cache (stamp file present) is reused as is.
+# Prints the cache directory on stdout as its last line.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+cache="${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/${K8S_VERSION}"
+stamp="$cache/.complete-kwok-${KWOK_VERSION}"
+GO="${GO:-go}"
+if ! command -v "$GO" >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+
+if [ -f "$stamp" ]; then
+	echo "$cache"
+	exit 0
+fi
+mkdir -p "$cache"
+minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
+ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION}"
+
+echo "gpuslice: building kube-apiserver, kube-scheduler, kubectl, etcd ${K8S_VERSION} into $cache (cold: ~5 min)" >&2
+tmp="$(mktemp -d "$cache/.build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+(cd "$here" && GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+	k8s.io/kubernetes/cmd/kube-apiserver \
+	k8s.io/kubernetes/cmd/kube-scheduler \
+	k8s.io/kubernetes/cmd/kubectl \
+	go.etcd.io/etcd/server/v3)
+mv "$tmp/v3" "$tmp/etcd"
+echo "gpuslice: building kwok ${KWOK_VERSION}" >&2
+GOBIN="$tmp" GOFLAGS= "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+for b in kube-apiserver kube-scheduler kubectl etcd kwok; do mv -f "$tmp/$b" "$cache/$b"; done
+touch "$stamp"
+echo "$cache"
