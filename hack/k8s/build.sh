@@ -32,7 +32,7 @@ trap 'rm -rf "$tmp"' EXIT
 	k8s.io/kubernetes/cmd/kube-scheduler \
 	k8s.io/kubernetes/cmd/kubectl \
 	go.etcd.io/etcd/server/v3)
-mv "$tmp/v3" "$tmp/etcd"
+for n in server v3; do if [ -f "$tmp/$n" ]; then mv "$tmp/$n" "$tmp/etcd"; fi; done
 echo "gpuslice: building kwok ${KWOK_VERSION}" >&2
 GOBIN="$tmp" GOFLAGS= "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
 for b in kube-apiserver kube-scheduler kubectl etcd kwok; do mv -f "$tmp/$b" "$cache/$b"; done

@@ -1,0 +1,225 @@
+// Package alloc is gpuslice's pure GPU allocator: it keeps the books of which
+// pod holds how much of which GPU, filters GPUs by free capacity, health and
+// measured utilization, chooses GPUs and scores nodes by placement policy.
+// It does no I/O and reads no clock: callers pass the time and the data.
+package alloc
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// GPU is one device as the resource table reports it.
+type GPU struct {
+	Index                int32
+	UUID                 string
+	UnitsTotal           int64
+	MemoryBytes          int64
+	Healthy              bool
+	UtilizationPercent   int32
+	UnscheduledProcesses int32
+}
+
+// Node is one node's row of the resource table.
+type Node struct {
+	Name      string
+	State     api.NodeState
+	Heartbeat time.Time
+	GPUs      []GPU
+}
+
+// NodeFromAPI converts a GPUNode to the allocator's form.
+func NodeFromAPI(n *api.GPUNode) Node {
+	out := Node{Name: n.Name, State: n.Status.State, Heartbeat: n.Status.Heartbeat.Time}
+	for _, g := range n.Status.GPUs {
+		out.GPUs = append(out.GPUs, GPU{
+			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes,
+			Healthy: g.Health == api.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
+			UnscheduledProcesses: g.UnscheduledProcesses,
+		})
+	}
+	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].Index < out.GPUs[j].Index })
+	return out
+}
+
+// Usage is what pods hold of one GPU.
+type Usage struct {
+	Units       int64
+	MemoryBytes int64
+	// Pods counts the pods holding a share, ExclusivePods those holding
+	// the whole GPU.
+	Pods          int
+	ExclusivePods int
+}
+
+type nodeState struct {
+	table *Node // nil: no table row (yet)
+	used  map[int32]*Usage
+}
+
+// Books is the allocation state: the table rows and the holdings of pods,
+// keyed by pod UID. Not safe for concurrent use; callers lock.
+type Books struct {
+	cfg   Config
+	nodes map[string]*nodeState
+	pods  map[string]*api.Assignment
+}
+
+// NewBooks returns empty books. cfg must be valid (see Config.Validate).
+func NewBooks(cfg Config) *Books {
+	return &Books{cfg: cfg, nodes: map[string]*nodeState{}, pods: map[string]*api.Assignment{}}
+}
+
+func (b *Books) node(name string) *nodeState {
+	ns := b.nodes[name]
+	if ns == nil {
+		ns = &nodeState{used: map[int32]*Usage{}}
+		b.nodes[name] = ns
+	}
+	return ns
+}
+
+// SetNode records or replaces a node's table row.
+func (b *Books) SetNode(n Node) {
+	b.node(n.Name).table = &n
+}
+
+// RemoveNode forgets a node's table row; holdings on it stay booked until
+// their pods are released.
+func (b *Books) RemoveNode(name string) {
+	ns := b.nodes[name]
+	if ns == nil {
+		return
+	}
+	ns.table = nil
+	if len(ns.used) == 0 {
+		delete(b.nodes, name)
+	}
+}
+
+// Holding returns the assignment booked for a pod, or nil.
+func (b *Books) Holding(uid string) *api.Assignment { return b.pods[uid] }
+
+// Add books an assignment that already exists in the cluster (a pod's
+// annotation), whether or not it fits: the API server is the truth. Adding
+// the same pod again replaces its previous holding.
+func (b *Books) Add(uid string, a *api.Assignment) {
+	b.Release(uid)
+	ns := b.node(a.Node)
+	for idx, t := range a.Totals() {
+		u := ns.used[idx]
+		if u == nil {
+			u = &Usage{}
+			ns.used[idx] = u
+		}
+		u.Units += t.Units
+		u.MemoryBytes += t.MemoryBytes
+		if t.Exclusive {
+			u.ExclusivePods++
+		}
+		u.Pods++
+	}
+	b.pods[uid] = a
+}
+
+// Reserve books a new assignment only if it still fits the free capacity of
+// its GPUs; a pod that holds something already is an error.
+func (b *Books) Reserve(uid string, a *api.Assignment) error {
+	if old := b.pods[uid]; old != nil {
+		return fmt.Errorf("pod %s already holds GPUs on node %s", uid, old.Node)
+	}
+	ns := b.nodes[a.Node]
+	if ns == nil || ns.table == nil {
+		return fmt.Errorf("node %s has no GPUNode entry", a.Node)
+	}
+	for idx, t := range a.Totals() {
+		g := ns.table.gpu(idx)
+		if g == nil {
+			return fmt.Errorf("node %s has no GPU %d", a.Node, idx)
+		}
+		u := ns.usage(idx)
+		if u.ExclusivePods > 0 || (t.Exclusive && u.Pods > 0) ||
+			u.Units+t.Units > g.UnitsTotal || u.MemoryBytes+t.MemoryBytes > g.MemoryBytes {
+			return fmt.Errorf("node %s GPU %d: no longer has %d units and %d bytes free", a.Node, idx, t.Units, t.MemoryBytes)
+		}
+	}
+	b.Add(uid, a)
+	return nil
+}
+
+// Release returns a pod's holding; releasing an unknown pod does nothing.
+func (b *Books) Release(uid string) {
+	a := b.pods[uid]
+	if a == nil {
+		return
+	}
+	delete(b.pods, uid)
+	ns := b.nodes[a.Node]
+	for idx, t := range a.Totals() {
+		u := ns.used[idx]
+		u.Units -= t.Units
+		u.MemoryBytes -= t.MemoryBytes
+		u.Pods--
+		if t.Exclusive {
+			u.ExclusivePods--
+		}
+		if u.Pods == 0 {
+			delete(ns.used, idx)
+		}
+	}
+	if ns.table == nil && len(ns.used) == 0 {
+		delete(b.nodes, a.Node)
+	}
+}
+
+// Usage returns what pods hold of each GPU of a node, by index.
+func (b *Books) Usage(node string) map[int32]Usage {
+	out := map[int32]Usage{}
+	if ns := b.nodes[node]; ns != nil {
+		for idx, u := range ns.used {
+			out[idx] = *u
+		}
+	}
+	return out
+}
+
+// Pods returns the number of pods holding GPUs.
+func (b *Books) Pods() int { return len(b.pods) }
+
+// Overcommitted lists "node/gpu" entries whose holdings exceed capacity or
+// share an exclusive GPU (possible only through Add of outside assignments).
+func (b *Books) Overcommitted() []string {
+	var out []string
+	for name, ns := range b.nodes {
+		for idx, u := range ns.used {
+			var g *GPU
+			if ns.table != nil {
+				g = ns.table.gpu(idx)
+			}
+			if g == nil || u.Units > g.UnitsTotal || u.MemoryBytes > g.MemoryBytes || (u.ExclusivePods > 0 && u.Pods > 1) {
+				out = append(out, fmt.Sprintf("%s/%d", name, idx))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (n *Node) gpu(idx int32) *GPU {
+	for i := range n.GPUs {
+		if n.GPUs[i].Index == idx {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
+}
+
+func (ns *nodeState) usage(idx int32) Usage {
+	if u := ns.used[idx]; u != nil {
+		return *u
+	}
+	return Usage{}
+}
