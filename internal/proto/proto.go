@@ -1,0 +1,258 @@
+// Package proto is the socket protocol between libgpuslice (the client in every
+// GPU process) and the node daemon, defined once: these Go definitions, and the
+// C header include/gpuslice/proto.h generated from them (`go generate`).
+//
+// Every frame is FrameSize bytes: a Header, then one message, zero-padded.
+// Integers are little-endian. A frame with a wrong magic, version, type, length,
+// non-zero reserved or padding bytes, or unknown flag bits is rejected.
+package proto
+
+//go:generate go run ./gen -o ../../include/gpuslice/proto.h
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Wire constants.
+const (
+	Magic      uint32 = 0x52505347 // "GSPR" in little-endian byte order
+	Version    uint16 = 1
+	FrameSize         = 128
+	HeaderSize        = 16
+	// MaxPayload is the most a message may occupy after the header.
+	MaxPayload = FrameSize - HeaderSize
+)
+
+// Type is a message type code.
+type Type uint16
+
+// The message types.
+const (
+	TypeHello   Type = 1
+	TypeWelcome Type = 2
+	TypeAcquire Type = 3
+	TypeGrant   Type = 4
+	TypeRelease Type = 5
+	TypeRevoke  Type = 6
+	TypeError   Type = 7
+)
+
+// Flag bits and codes (copied into the C header by Constants).
+const (
+	FeatureRevoke  uint32 = 1 << 0 // the client honours Revoke at its next kernel boundary
+	GrantPreempt   uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
+	ReleaseMore    uint32 = 1 << 0 // the client still has work: queue it for the next grant
+	RevokeSliceEnd uint32 = 1      // the grant reached its end
+	RevokePreempt  uint32 = 2      // an online group takes over at the next kernel boundary
+	RevokeExpired  uint32 = 3      // the holder did not hand over in time: the grant is void
+	ErrVersion     uint32 = 1      // unsupported protocol version
+	ErrProtocol    uint32 = 2      // malformed or unexpected frame
+	ErrIdentity    uint32 = 3      // the daemon could not identify the caller
+	ErrLimit       uint32 = 4      // too many GPUs or connections
+)
+
+// Header starts every frame.
+type Header struct {
+	Magic    uint32 `doc:"GS_PROTO_MAGIC"`
+	Version  uint16 `doc:"GS_PROTO_VERSION"`
+	Type     uint16 `doc:"GS_MSG_* value"`
+	Len      uint32 `doc:"size of the message after the header"`
+	Reserved uint32 `doc:"zero"`
+}
+
+// Message is one of the message structs.
+type Message interface {
+	Type() Type
+}
+
+// Spec describes one message type (the generator's input).
+type Spec struct {
+	Type Type
+	Name string // lower-case C name: gs_msg_<name>, GS_MSG_<NAME>
+	Doc  string
+	New  func() Message
+}
+
+// Messages lists every message type.
+func Messages() []Spec {
+	return []Spec{
+		{TypeHello, "hello", "client -> daemon, first frame on a connection", func() Message { return new(Hello) }},
+		{TypeWelcome, "welcome", "daemon -> client, answers hello", func() Message { return new(Welcome) }},
+		{TypeAcquire, "acquire", "client -> daemon: has work for a GPU", func() Message { return new(Acquire) }},
+		{TypeGrant, "grant", "daemon -> client: holds the GPU until valid_ns after sending", func() Message { return new(Grant) }},
+		{TypeRelease, "release", "client -> daemon: outstanding work done, GPU handed back", func() Message { return new(Release) }},
+		{TypeRevoke, "revoke", "daemon -> client: finish outstanding work and release now", func() Message { return new(Revoke) }},
+		{TypeError, "error", "daemon -> client: request refused; the connection closes", func() Message { return new(Error) }},
+	}
+}
+
+// Const is a named constant of the protocol.
+type Const struct {
+	Name  string
+	Value uint32
+	Doc   string
+}
+
+// Constants lists the flag bits and codes for the C header.
+func Constants() []Const {
+	return []Const{
+		{"GS_FEATURE_REVOKE", FeatureRevoke, "client honours revoke at its next kernel boundary"},
+		{"GS_GRANT_PREEMPT", GrantPreempt, "an online group's turn pulled ahead of offline work"},
+		{"GS_RELEASE_MORE", ReleaseMore, "the client still has work: queue it for the next grant"},
+		{"GS_REVOKE_SLICE_END", RevokeSliceEnd, "the grant reached its end"},
+		{"GS_REVOKE_PREEMPT", RevokePreempt, "an online group takes over at the next kernel boundary"},
+		{"GS_REVOKE_EXPIRED", RevokeExpired, "the holder did not hand over in time: the grant is void"},
+		{"GS_ERR_VERSION", ErrVersion, "unsupported protocol version"},
+		{"GS_ERR_PROTOCOL", ErrProtocol, "malformed or unexpected frame"},
+		{"GS_ERR_IDENTITY", ErrIdentity, "the daemon could not identify the caller"},
+		{"GS_ERR_LIMIT", ErrLimit, "too many GPUs or connections"},
+	}
+}
+
+func spec(t Type) (Spec, bool) {
+	for _, s := range Messages() {
+		if s.Type == t {
+			return s, true
+		}
+	}
+	return Spec{}, false
+}
+
+// ErrFrame is wrapped by every decoding error.
+var ErrFrame = errors.New("bad frame")
+
+// Encode writes m as one frame into buf, which must hold FrameSize bytes.
+func Encode(buf []byte, m Message) error {
+	if len(buf) < FrameSize {
+		return fmt.Errorf("encode: buffer of %d bytes, need %d", len(buf), FrameSize)
+	}
+	if err := validate(m); err != nil {
+		return fmt.Errorf("encode %T: %w", m, err)
+	}
+	size := binary.Size(m)
+	h := Header{Magic: Magic, Version: Version, Type: uint16(m.Type()), Len: uint32(size)}
+	clear(buf[:FrameSize])
+	if _, err := binary.Encode(buf, binary.LittleEndian, &h); err != nil {
+		return fmt.Errorf("encode header: %w", err)
+	}
+	if _, err := binary.Encode(buf[HeaderSize:], binary.LittleEndian, m); err != nil {
+		return fmt.Errorf("encode %T: %w", m, err)
+	}
+	return nil
+}
+
+// Decode parses one frame.
+func Decode(frame []byte) (Message, error) {
+	if len(frame) != FrameSize {
+		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(frame), FrameSize)
+	}
+	var h Header
+	if _, err := binary.Decode(frame, binary.LittleEndian, &h); err != nil {
+		return nil, fmt.Errorf("%w: header: %w", ErrFrame, err)
+	}
+	switch {
+	case h.Magic != Magic:
+		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrFrame, h.Magic, Magic)
+	case h.Version != Version:
+		return nil, fmt.Errorf("%w: protocol version %d, this side speaks %d", ErrFrame, h.Version, Version)
+	case h.Reserved != 0:
+		return nil, fmt.Errorf("%w: reserved header field %#x", ErrFrame, h.Reserved)
+	}
+	s, ok := spec(Type(h.Type))
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown message type %d", ErrFrame, h.Type)
+	}
+	m := s.New()
+	size := binary.Size(m)
+	if h.Len != uint32(size) {
+		return nil, fmt.Errorf("%w: %s of %d bytes, want %d", ErrFrame, s.Name, h.Len, size)
+	}
+	if _, err := binary.Decode(frame[HeaderSize:], binary.LittleEndian, m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrFrame, s.Name, err)
+	}
+	if bytes.ContainsFunc(frame[HeaderSize+size:], func(r rune) bool { return r != 0 }) {
+		return nil, fmt.Errorf("%w: %s: non-zero padding", ErrFrame, s.Name)
+	}
+	if err := validate(m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrFrame, s.Name, err)
+	}
+	return m, nil
+}
+
+func validate(m Message) error {
+	check := func(reserved, flags, known uint32) error {
+		if reserved != 0 {
+			return fmt.Errorf("reserved field %#x", reserved)
+		}
+		if flags&^known != 0 {
+			return fmt.Errorf("unknown flags %#x", flags&^known)
+		}
+		return nil
+	}
+	switch m := m.(type) {
+	case *Hello:
+		return check(m.Reserved, 0, 0)
+	case *Welcome:
+		if err := checkString(m.Group[:]); err != nil {
+			return fmt.Errorf("group: %w", err)
+		}
+		return check(m.Reserved, m.Features, FeatureRevoke)
+	case *Acquire:
+		return check(m.Reserved, m.Flags, 0)
+	case *Grant:
+		return check(m.Reserved, m.Flags, GrantPreempt)
+	case *Release:
+		return check(m.Reserved, m.Flags, ReleaseMore)
+	case *Revoke:
+		if m.Reason < RevokeSliceEnd || m.Reason > RevokeExpired {
+			return fmt.Errorf("unknown revoke reason %d", m.Reason)
+		}
+		return check(m.Reserved, 0, 0)
+	case *Error:
+		if err := checkString(m.Message[:]); err != nil {
+			return fmt.Errorf("message: %w", err)
+		}
+		return check(m.Reserved, 0, 0)
+	}
+	return fmt.Errorf("unknown message %T", m)
+}
+
+// checkString accepts printable UTF-8 followed by NUL padding.
+func checkString(b []byte) error {
+	n := bytes.IndexByte(b, 0)
+	if n < 0 {
+		return errors.New("not NUL-terminated")
+	}
+	if bytes.ContainsFunc(b[n:], func(r rune) bool { return r != 0 }) {
+		return errors.New("bytes after the terminating NUL")
+	}
+	if !utf8.Valid(b[:n]) || bytes.ContainsFunc(b[:n], func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return errors.New("not printable UTF-8")
+	}
+	return nil
+}
+
+// SetString copies s into a NUL-padded field, cutting it at a UTF-8 boundary to
+// leave room for the terminating NUL.
+func SetString(dst []byte, s string) {
+	clear(dst)
+	if len(s) >= len(dst) {
+		s = s[:len(dst)-1]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	copy(dst, s)
+}
+
+// String returns the text of a NUL-padded field.
+func String(b []byte) string {
+	if n := bytes.IndexByte(b, 0); n >= 0 {
+		b = b[:n]
+	}
+	return string(b)
+}
