@@ -1,0 +1,177 @@
+// Package group is the operator's interface to process groups: a cgroup-like
+// file tree, one directory per group under <run dir>/groups/<name>/, with
+// writable settings (memory.max, slice, share, priority) and read-back files the
+// node daemon keeps current (memory.current, gpu_time.achieved, burst.banked).
+// See docs/node.md.
+package group
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/internal/units"
+)
+
+// The writable setting files.
+const (
+	FileMemoryMax = "memory.max"
+	FileSlice     = "slice"
+	FileShare     = "share"
+	FilePriority  = "priority"
+)
+
+// The read-back files written by the node daemon.
+const (
+	FileMemoryCurrent = "memory.current"
+	FileAchieved      = "gpu_time.achieved"
+	FileBanked        = "burst.banked"
+)
+
+// SettingFiles lists the writable files in a fixed order.
+func SettingFiles() []string { return []string{FileMemoryMax, FileSlice, FileShare, FilePriority} }
+
+// ReadbackFiles lists the read-back files.
+func ReadbackFiles() []string { return []string{FileMemoryCurrent, FileAchieved, FileBanked} }
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid setting")
+
+// Settings are one group's writable settings. Zero values mean "default".
+type Settings struct {
+	MemoryMax uint64 // bytes per GPU; 0 = no limit ("max")
+	Slice     time.Duration
+	Share     float64 // fraction of the period, (0, 1]
+	Priority  slice.Priority
+}
+
+// Params converts the settings to policy params.
+func (s Settings) Params() slice.Params {
+	return slice.Params{Slice: s.Slice, Share: s.Share, Priority: s.Priority}
+}
+
+// Validate checks the combination.
+func (s Settings) Validate() error {
+	if err := s.Params().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Format renders one setting the way its file holds it.
+func (s Settings) Format(file string) (string, error) {
+	switch file {
+	case FileMemoryMax:
+		if s.MemoryMax == 0 {
+			return "max", nil
+		}
+		return strconv.FormatUint(s.MemoryMax, 10), nil
+	case FileSlice:
+		if s.Slice == 0 {
+			return "default", nil
+		}
+		return s.Slice.String(), nil
+	case FileShare:
+		if s.Share == 0 {
+			return "default", nil
+		}
+		return strconv.FormatFloat(s.Share*100, 'f', -1, 64) + "%", nil
+	case FilePriority:
+		return s.Priority.String(), nil
+	}
+	return "", fmt.Errorf("%w: unknown setting %q (want one of %s)", ErrInvalid, file, strings.Join(SettingFiles(), ", "))
+}
+
+// Apply parses value into the setting named file; s is unchanged on error.
+// Setting a slice clears the share and vice versa (a group has one or the other).
+func (s *Settings) Apply(file, value string) error {
+	v := strings.TrimSpace(value)
+	n := *s
+	var err error
+	switch file {
+	case FileMemoryMax:
+		n.MemoryMax, err = parseMemory(v)
+	case FileSlice:
+		n.Slice, err = ParseSlice(v)
+		if n.Slice != 0 {
+			n.Share = 0
+		}
+	case FileShare:
+		n.Share, err = ParseShare(v)
+		if n.Share != 0 {
+			n.Slice = 0
+		}
+	case FilePriority:
+		n.Priority, err = slice.ParsePriority(v)
+	default:
+		_, err = s.Format(file)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, file, err)
+	}
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	*s = n
+	return nil
+}
+
+func parseMemory(v string) (uint64, error) {
+	if v == "max" || v == "" {
+		return 0, nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("want bytes, a size such as 6GiB, or max: %w", err)
+	}
+	if n == 0 {
+		return 0, errors.New("a zero limit would refuse every allocation; use max for no limit")
+	}
+	return n, nil
+}
+
+// ParseSlice parses a slice length: a duration such as "20ms" or "200us", a
+// plain number of microseconds, or "default".
+func ParseSlice(v string) (time.Duration, error) {
+	if v == "default" || v == "" {
+		return 0, nil
+	}
+	var d time.Duration
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		d = time.Duration(n) * time.Microsecond
+	} else if d, err = time.ParseDuration(v); err != nil {
+		return 0, fmt.Errorf("invalid duration %q: want e.g. 20ms, 200us, or default", v)
+	}
+	if d < 100*time.Microsecond || d > slice.MaxSlice {
+		return 0, fmt.Errorf("slice %v out of range [100µs, %v]", d, slice.MaxSlice)
+	}
+	return d, nil
+}
+
+// ParseShare parses a share of the period: a percentage ("30%"), a fraction
+// ("0.3"), or "default".
+func ParseShare(v string) (float64, error) {
+	if v == "default" || v == "" {
+		return 0, nil
+	}
+	num, pct := strings.CutSuffix(v, "%")
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("invalid share %q: want a percentage such as 30%%", v)
+	}
+	switch {
+	case pct:
+		f /= 100
+	case f > 1:
+		return 0, fmt.Errorf("share %q: write a percentage (30%%) or a fraction (0.3)", v)
+	}
+	if f <= 0 || f > 1 {
+		return 0, fmt.Errorf("share %q out of range (0%%, 100%%]", v)
+	}
+	return f, nil
+}

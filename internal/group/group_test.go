@@ -1,0 +1,216 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+func TestApply(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		file, value string
+		want        Settings
+		err         string
+	}{
+		{FileSlice, "20ms", Settings{Slice: 20 * ms}, ""},
+		{FileSlice, "200us", Settings{Slice: 200 * time.Microsecond}, ""},
+		{FileSlice, "5000\n", Settings{Slice: 5 * ms}, ""},
+		{FileSlice, "default", Settings{}, ""},
+		{FileSlice, "50us", Settings{}, "out of range"},
+		{FileSlice, "1h", Settings{}, "out of range"},
+		{FileSlice, "fast", Settings{}, `invalid duration "fast"`},
+		{FileShare, "30%", Settings{Share: 0.3}, ""},
+		{FileShare, "0.25", Settings{Share: 0.25}, ""},
+		{FileShare, "30", Settings{}, "write a percentage"},
+		{FileShare, "0%", Settings{}, "out of range"},
+		{FileShare, "150%", Settings{}, "out of range"},
+		{FileShare, "NaN", Settings{}, "invalid share"},
+		{FilePriority, "high", Settings{Priority: slice.High}, ""},
+		{FilePriority, "urgent", Settings{}, "invalid priority"},
+		{FileMemoryMax, "6GiB", Settings{MemoryMax: 6 << 30}, ""},
+		{FileMemoryMax, "max", Settings{}, ""},
+		{FileMemoryMax, "0", Settings{}, "zero limit"},
+		{FileMemoryMax, "lots", Settings{}, "invalid size"},
+		{"memory.current", "1", Settings{}, "unknown setting"},
+	}
+	for _, tc := range tests {
+		var s Settings
+		err := s.Apply(tc.file, tc.value)
+		if tc.err != "" {
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s=%q: error %v, want %q", tc.file, tc.value, err, tc.err)
+			}
+			if s != (Settings{}) {
+				t.Errorf("%s=%q: failed apply changed settings to %+v", tc.file, tc.value, s)
+			}
+			continue
+		}
+		if err != nil || s != tc.want {
+			t.Errorf("%s=%q: got %+v, %v; want %+v", tc.file, tc.value, s, err, tc.want)
+		}
+	}
+}
+
+func TestSliceAndShareExclusive(t *testing.T) {
+	s := Settings{Slice: time.Millisecond}
+	if err := s.Apply(FileShare, "40%"); err != nil || s.Slice != 0 || s.Share != 0.4 {
+		t.Fatalf("share did not replace slice: %+v %v", s, err)
+	}
+	if err := s.Apply(FileSlice, "2ms"); err != nil || s.Share != 0 || s.Slice != 2*time.Millisecond {
+		t.Fatalf("slice did not replace share: %+v %v", s, err)
+	}
+}
+
+func TestTreeSetReadList(t *testing.T) {
+	tr := Tree{Dir: t.TempDir()}
+	s, err := tr.Set("train", []Change{{FileSlice, "20ms"}, {FilePriority, "high"}, {FileMemoryMax, "1GiB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tr.Read("train")
+	if err != nil || got != s || got.Slice != 20*time.Millisecond || got.Priority != slice.High {
+		t.Fatalf("read back %+v %v, want %+v", got, err, s)
+	}
+	if v, _ := tr.ReadFile("train", FileMemoryMax); v != "1073741824" {
+		t.Fatalf("memory.max file %q", v)
+	}
+	before := snapshot(t, tr.Path("train"))
+	// One bad change among good ones: nothing is written.
+	if _, err := tr.Set("train", []Change{{FileShare, "10%"}, {FilePriority, "urgent"}}); err == nil {
+		t.Fatal("bad priority accepted")
+	}
+	if after := snapshot(t, tr.Path("train")); !slices.Equal(before, after) {
+		t.Fatalf("failed set changed files:\n%v\n%v", before, after)
+	}
+	if _, err := tr.Set("Bad Name", nil); err == nil {
+		t.Fatal("bad group name accepted")
+	}
+	if _, err := tr.Set("infer", nil); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := tr.List(); err != nil || !slices.Equal(names, []string{"infer", "train"}) {
+		t.Fatalf("list %v %v", names, err)
+	}
+	// A hand-edited bad file is reported by Read, with the file named.
+	if err := os.WriteFile(filepath.Join(tr.Path("infer"), FileSlice), []byte("soon"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Read("infer"); err == nil || !strings.Contains(err.Error(), "slice") {
+		t.Fatalf("bad file read: %v", err)
+	}
+	if _, err := tr.Read("missing"); err == nil {
+		t.Fatal("missing group read")
+	}
+	if err := tr.Remove("infer"); err != nil || tr.Exists("infer") {
+		t.Fatalf("remove: %v", err)
+	}
+}
+
+func snapshot(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e.Name()+"="+string(b))
+	}
+	return out
+}
+
+func TestWatch(t *testing.T) {
+	tr := Tree{Dir: t.TempDir()}
+	if _, err := tr.Set("old", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() { done <- tr.Watch(ctx, func(n string) { seen <- n }) }()
+	expect := func(name string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case n := <-seen:
+				if n == name {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no change reported for %s", name)
+			}
+		}
+	}
+	expect("old") // reported at start
+	if _, err := tr.Set("new", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect("new")
+	if _, err := tr.Set("old", []Change{{FileSlice, "3ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("old")
+	drain := time.After(300 * time.Millisecond) // one set writes several files
+	for draining := true; draining; {
+		select {
+		case <-seen:
+		case <-drain:
+			draining = false
+		}
+	}
+	// Read-back files do not count as changes.
+	if err := tr.WriteFile("old", FileAchieved, "1\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-seen:
+		t.Fatalf("read-back write reported as a change of %s", n)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzApply: any value either applies (and formats back to a value that parses
+// to the same settings) or fails with ErrInvalid leaving the settings untouched.
+func FuzzApply(f *testing.F) {
+	for _, seed := range []string{"20ms", "30%", "0.3", "high", "6GiB", "max", "default", "-1", "1e400%"} {
+		for i := range SettingFiles() {
+			f.Add(uint8(i), seed)
+		}
+	}
+	f.Fuzz(func(t *testing.T, which uint8, value string) {
+		file := SettingFiles()[int(which)%len(SettingFiles())]
+		var s Settings
+		if err := s.Apply(file, value); err != nil {
+			if !errors.Is(err, ErrInvalid) || s != (Settings{}) {
+				t.Fatalf("%s=%q: %v, settings %+v", file, value, err, s)
+			}
+			return
+		}
+		text, err := s.Format(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again Settings
+		if err := again.Apply(file, text); err != nil || again != s {
+			t.Fatalf("%s=%q formats as %q which parses to %+v, %v; want %+v", file, value, text, again, err, s)
+		}
+	})
+}

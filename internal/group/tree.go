@@ -1,0 +1,187 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// FileCgroup optionally binds a group to a cgroup: processes whose cgroup path
+// (from /proc/<pid>/cgroup) starts with its content belong to the group. The
+// node agent writes it for containers.
+const FileCgroup = "cgroup"
+
+// Tree is the group directory tree rooted at Dir (<run dir>/groups).
+type Tree struct {
+	Dir string
+}
+
+// NewTree returns the tree of a run directory.
+func NewTree(runDir string) Tree { return Tree{Dir: filepath.Join(runDir, "groups")} }
+
+// Path is the directory of group name.
+func (t Tree) Path(name string) string { return filepath.Join(t.Dir, name) }
+
+// Create makes the group's directory (and the tree) if missing.
+func (t Tree) Create(name string) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := os.MkdirAll(t.Path(name), 0o755); err != nil {
+		return fmt.Errorf("create group %s: %w", name, err)
+	}
+	return nil
+}
+
+// Exists reports whether the group's directory exists.
+func (t Tree) Exists(name string) bool {
+	st, err := os.Stat(t.Path(name))
+	return err == nil && st.IsDir()
+}
+
+// List returns the group names, sorted.
+func (t Tree) List() ([]string, error) {
+	ents, err := os.ReadDir(t.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() && paths.ValidateGroup(e.Name()) == nil {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Read returns a group's settings; missing files mean defaults.
+func (t Tree) Read(name string) (Settings, error) {
+	var s Settings
+	if err := paths.ValidateGroup(name); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !t.Exists(name) {
+		return s, fmt.Errorf("group %s does not exist (no %s)", name, t.Path(name))
+	}
+	for _, f := range SettingFiles() {
+		b, err := os.ReadFile(filepath.Join(t.Path(name), f))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return Settings{}, fmt.Errorf("group %s: %w", name, err)
+		}
+		if err := s.Apply(f, string(b)); err != nil {
+			return Settings{}, fmt.Errorf("group %s: %w", name, err)
+		}
+	}
+	return s, nil
+}
+
+// Change is one setting to write.
+type Change struct{ File, Value string }
+
+// ParseChange parses "file=value" (e.g. "slice=20ms").
+func ParseChange(s string) (Change, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return Change{}, fmt.Errorf("%w: %q: want setting=value, e.g. slice=20ms", ErrInvalid, s)
+	}
+	return Change{File: k, Value: v}, nil
+}
+
+// Set applies changes to a group, creating it if needed. Every change is
+// validated first: on any error nothing is written.
+func (t Tree) Set(name string, changes []Change) (Settings, error) {
+	if err := paths.ValidateGroup(name); err != nil {
+		return Settings{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var s Settings
+	if t.Exists(name) {
+		var err error
+		if s, err = t.Read(name); err != nil {
+			return Settings{}, err
+		}
+	}
+	n := s
+	for _, c := range changes {
+		if err := n.Apply(c.File, c.Value); err != nil {
+			return s, err
+		}
+	}
+	if err := t.Create(name); err != nil {
+		return s, err
+	}
+	return n, t.Write(name, n)
+}
+
+// Write stores every setting of s in the group's files (each replaced atomically).
+func (t Tree) Write(name string, s Settings) error {
+	for _, f := range SettingFiles() {
+		v, err := s.Format(f)
+		if err != nil {
+			return err
+		}
+		if err := t.WriteFile(name, f, v+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteFile replaces one file of a group atomically (write, then rename).
+func (t Tree) WriteFile(name, file, content string) error {
+	dir := t.Path(name)
+	tmp, err := os.CreateTemp(dir, "."+file+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	_, werr := tmp.WriteString(content)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644)); err != nil {
+		return errors.Join(fmt.Errorf("group %s: write %s: %w", name, file, err), os.Remove(tmp.Name()))
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {
+		return errors.Join(fmt.Errorf("group %s: %w", name, err), os.Remove(tmp.Name()))
+	}
+	return nil
+}
+
+// ReadFile returns one file of a group, trimmed.
+func (t Tree) ReadFile(name, file string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(t.Path(name), file))
+	if err != nil {
+		return "", fmt.Errorf("group %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Remove deletes a group's directory.
+func (t Tree) Remove(name string) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := os.RemoveAll(t.Path(name)); err != nil {
+		return fmt.Errorf("remove group %s: %w", name, err)
+	}
+	return nil
+}
+
+// Cgroup returns the group's cgroup binding ("" if none).
+func (t Tree) Cgroup(name string) string {
+	b, err := os.ReadFile(filepath.Join(t.Path(name), FileCgroup))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
