@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <string.h>
+
+#include "account.h"
+#include "log.h"
+
+GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err,
+					  size_t errlen)
+{
+	if (file_size == 0)
+		return GS_SHM_EMPTY;
+	if (h == NULL || file_size < sizeof(*h)) {
+		gs_fmt(err, errlen, "too small (%llu bytes) to be a gpuslice group file",
+		       (unsigned long long)file_size);
+		return GS_SHM_BAD;
+	}
+	uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+	if (magic == 0 && file_size == GS_SHM_FILE_SIZE)
+		return GS_SHM_EMPTY;
+	if (magic != GS_SHM_MAGIC) {
+		gs_fmt(err, errlen, "bad magic 0x%016llx (not a gpuslice group file)", (unsigned long long)magic);
+		return GS_SHM_BAD;
+	}
+	if (h->version != GS_SHM_VERSION) {
+		gs_fmt(err, errlen, "layout version %u, this library reads version %u", h->version, GS_SHM_VERSION);
+		return GS_SHM_BAD;
+	}
+	if (h->header_size != sizeof(*h) || h->file_size != GS_SHM_FILE_SIZE || file_size != GS_SHM_FILE_SIZE ||
+	    h->max_gpus != GS_SHM_MAX_GPUS || h->max_procs != GS_SHM_MAX_PROCS ||
+	    h->gpu_size != sizeof(struct gs_shm_gpu) || h->proc_size != sizeof(struct gs_shm_proc) ||
+	    h->gpu_offset != offsetof(struct gs_shm_file, gpu) ||
+	    h->proc_offset != offsetof(struct gs_shm_file, proc)) {
+		gs_fmt(err, errlen, "layout mismatch (file %llu bytes, header says %llu, expected %llu)",
+		       (unsigned long long)file_size, (unsigned long long)h->file_size,
+		       (unsigned long long)GS_SHM_FILE_SIZE);
+		return GS_SHM_BAD;
+	}
+	return GS_SHM_OK;
+}
+
+GS_HIDDEN void gs_shm_init(struct gs_shm_file *f, uint64_t host_pidns, const char *group)
+{
+	memset(f, 0, sizeof(*f));
+	struct gs_shm_header *h = &f->hdr;
+	h->version = GS_SHM_VERSION;
+	h->header_size = sizeof(*h);
+	h->file_size = GS_SHM_FILE_SIZE;
+	h->max_gpus = GS_SHM_MAX_GPUS;
+	h->max_procs = GS_SHM_MAX_PROCS;
+	h->gpu_size = sizeof(struct gs_shm_gpu);
+	h->proc_size = sizeof(struct gs_shm_proc);
+	h->gpu_offset = offsetof(struct gs_shm_file, gpu);
+	h->proc_offset = offsetof(struct gs_shm_file, proc);
+	h->host_pidns = host_pidns;
+	if (group != NULL) {
+		size_t n = strnlen(group, sizeof(h->group) - 1);
+		memcpy(h->group, group, n);
+	}
+	__atomic_store_n(&h->magic, GS_SHM_MAGIC, __ATOMIC_RELEASE);
+}
+
+GS_HIDDEN int gs_shm_find_gpu(const struct gs_shm_file *f, const char *uuid)
+{
+	for (int i = 0; i < GS_SHM_MAX_GPUS; i++) {
+		uint32_t st = gs_ld32(&f->gpu[i].state);
+		if (st == GS_SLOT_FREE)
+			return -1; /* slots are claimed in order */
+		if (st == GS_SLOT_READY && strncmp(f->gpu[i].uuid, uuid, GS_SHM_UUID_LEN) == 0)
+			return i;
+	}
+	return -1;
+}
+
+GS_HIDDEN int gs_shm_claim_gpu(struct gs_shm_file *f, const char *uuid, uint64_t limit)
+{
+	int i = gs_shm_find_gpu(f, uuid);
+	if (i >= 0)
+		return i;
+	for (i = 0; i < GS_SHM_MAX_GPUS; i++) {
+		struct gs_shm_gpu *g = &f->gpu[i];
+		if (gs_ld32(&g->state) != GS_SLOT_FREE)
+			continue;
+		memset(g->uuid, 0, sizeof(g->uuid));
+		memcpy(g->uuid, uuid, strnlen(uuid, sizeof(g->uuid) - 1));
+		__atomic_store_n(&g->limit, limit, __ATOMIC_RELAXED);
+		__atomic_store_n(&g->used, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&g->peak, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&g->state, GS_SLOT_READY, __ATOMIC_RELEASE);
+		return i;
+	}
+	return -1;
+}
+
+static int same_process(const struct gs_shm_proc *a, const struct gs_shm_proc *b)
+{
+	return a->pid == b->pid && a->pidns == b->pidns && a->start_time == b->start_time;
+}
+
+GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who)
+{
+	struct gs_shm_proc *free_entry = NULL;
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &f->proc[i];
+		if (gs_ld32(&p->state) == GS_PROC_LIVE && same_process(p, who))
+			gs_shm_reap_proc(f, p);
+		if (free_entry == NULL && gs_ld32(&p->state) == GS_PROC_FREE)
+			free_entry = p;
+	}
+	if (free_entry == NULL)
+		return NULL;
+	free_entry->pid = who->pid;
+	free_entry->host_pid = who->host_pid;
+	free_entry->start_time = who->start_time;
+	free_entry->pidns = who->pidns;
+	for (int g = 0; g < GS_SHM_MAX_GPUS; g++)
+		__atomic_store_n(&free_entry->used[g], 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&free_entry->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
+	return free_entry;
+}
+
+GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p)
+{
+	for (int g = 0; g < GS_SHM_MAX_GPUS; g++) {
+		uint64_t held = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
+		if (held != 0)
+			gs_acct_release(&f->gpu[g], held);
+	}
+	__atomic_store_n(&p->state, GS_PROC_FREE, __ATOMIC_RELEASE);
+}
+
+static void raise_peak(uint64_t *peak, uint64_t v)
+{
+	uint64_t old = __atomic_load_n(peak, __ATOMIC_RELAXED);
+	while (old < v && !__atomic_compare_exchange_n(peak, &old, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+GS_HIDDEN int gs_acct_reserve(struct gs_shm_gpu *gpu, uint64_t size)
+{
+	uint64_t limit = __atomic_load_n(&gpu->limit, __ATOMIC_ACQUIRE);
+	uint64_t old = __atomic_load_n(&gpu->used, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		if (limit != 0 && (size > limit || old > limit - size))
+			return -1;
+		if (old > UINT64_MAX - size)
+			return -1;
+		next = old + size;
+	} while (!__atomic_compare_exchange_n(&gpu->used, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+	raise_peak(&gpu->peak, next);
+	return 0;
+}
+
+static void sub_saturating(uint64_t *v, uint64_t size)
+{
+	uint64_t old = __atomic_load_n(v, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		next = old > size ? old - size : 0;
+	} while (!__atomic_compare_exchange_n(v, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+}
+
+GS_HIDDEN void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size)
+{
+	sub_saturating(&gpu->used, size);
+}
+
+GS_HIDDEN void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size)
+{
+	__atomic_fetch_add(&p->used[slot], size, __ATOMIC_ACQ_REL);
+}
+
+GS_HIDDEN void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size)
+{
+	sub_saturating(&p->used[slot], size);
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+	if (a != 0 && b > UINT64_MAX / a)
+		return UINT64_MAX;
+	return a * b;
+}
+
+static uint64_t format_bytes(int format)
+{
+	switch (format) {
+	case CU_AD_FORMAT_UNSIGNED_INT8:
+	case CU_AD_FORMAT_SIGNED_INT8:
+		return 1;
+	case CU_AD_FORMAT_UNSIGNED_INT16:
+	case CU_AD_FORMAT_SIGNED_INT16:
+	case CU_AD_FORMAT_HALF:
+		return 2;
+	default:
+		return 4; /* 32-bit formats; an upper bound for the packed/compressed ones */
+	}
+}
+
+GS_HIDDEN uint64_t gs_array_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels)
+{
+	uint64_t v = mul_sat(w, h ? h : 1);
+	v = mul_sat(v, d ? d : 1);
+	v = mul_sat(v, channels ? channels : 1);
+	return mul_sat(v, format_bytes(format));
+}
+
+GS_HIDDEN uint64_t gs_mipmap_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels,
+				   unsigned int levels)
+{
+	uint64_t total = 0;
+	for (unsigned int l = 0; l < (levels ? levels : 1) && l < 64; l++) {
+		uint64_t b = gs_array_bytes(w, h, d, format, channels);
+		total = total > UINT64_MAX - b ? UINT64_MAX : total + b;
+		w = w > 1 ? w / 2 : w;
+		h = h > 1 ? h / 2 : h;
+		d = d > 1 ? d / 2 : d;
+	}
+	return total;
+}

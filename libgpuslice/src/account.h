@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Pure accounting logic on a mapped group file (no syscalls): header checks,
+ * GPU slots, process entries, and the lock-free reservation. Unit-tested on a
+ * plain in-memory struct gs_shm_file.
+ */
+#ifndef GS_ACCOUNT_H
+#define GS_ACCOUNT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gpuslice/shm.h>
+
+#include "internal.h"
+
+enum gs_shm_status { GS_SHM_OK = 0, GS_SHM_EMPTY = 1, GS_SHM_BAD = -1 };
+
+/* Classifies a file of file_size bytes whose first bytes are h (h may be NULL
+ * when file_size < sizeof(*h)). GS_SHM_EMPTY: size 0, or exactly the expected
+ * size with magic 0 (creation interrupted): safe to initialise. GS_SHM_BAD
+ * comes with a one-line reason in err. */
+GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err,
+					  size_t errlen);
+/* Fills a zeroed file; magic is stored last (release). */
+GS_HIDDEN void gs_shm_init(struct gs_shm_file *f, uint64_t host_pidns, const char *group);
+
+/* Lock-free lookup of a published GPU slot by UUID: index or -1. */
+GS_HIDDEN int gs_shm_find_gpu(const struct gs_shm_file *f, const char *uuid);
+/* Under the file lock: existing slot, or a new one with this limit; -1 if full. */
+GS_HIDDEN int gs_shm_claim_gpu(struct gs_shm_file *f, const char *uuid, uint64_t limit);
+
+/* Under the file lock: frees entries with the same identity as *who (a former
+ * image of this process, before exec), then claims a free entry filled from
+ * *who. NULL if the table is full. */
+GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who);
+/* Releases everything a (dead) entry holds and frees it. */
+GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p);
+
+/* Reserves size bytes on gpu: 0, or -1 if that would exceed its limit (0 =
+ * no limit) or overflow. Atomic across threads and processes. */
+GS_HIDDEN int gs_acct_reserve(struct gs_shm_gpu *gpu, uint64_t size);
+/* Returns size bytes; saturates at 0 (never wraps). */
+GS_HIDDEN void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size);
+GS_HIDDEN void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size);
+GS_HIDDEN void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size);
+
+/* Byte sizes of CUDA arrays (saturating; unknown formats count 4 bytes per
+ * channel, an upper bound). */
+GS_HIDDEN uint64_t gs_array_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels);
+GS_HIDDEN uint64_t gs_mipmap_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels,
+				   unsigned int levels);
+
+static inline uint64_t gs_ld64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline uint32_t gs_ld32(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+#endif /* GS_ACCOUNT_H */

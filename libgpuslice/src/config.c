@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+GS_HIDDEN int gs_parse_u64(const char *s, uint64_t *out)
+{
+	if (s == NULL || *s == '\0')
+		return -1;
+	uint64_t v = 0;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		uint64_t d = (uint64_t)(*s - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+static void copy_env(char *dst, size_t n, const char *name)
+{
+	const char *v = getenv(name);
+	dst[0] = '\0';
+	if (v != NULL) {
+		strncpy(dst, v, n - 1);
+		dst[n - 1] = '\0';
+	}
+}
+
+static struct {
+	pthread_once_t once;
+	struct gs_config cfg;
+} cs = {.once = PTHREAD_ONCE_INIT};
+
+static void config_init(void)
+{
+	struct gs_config *c = &cs.cfg;
+	const char *log = getenv("GPUSLICE_LOG");
+	c->log = !(log != NULL && strcmp(log, "0") == 0);
+	copy_env(c->group, sizeof(c->group), "GPUSLICE_GROUP");
+	copy_env(c->group_file, sizeof(c->group_file), "GPUSLICE_GROUP_FILE");
+	copy_env(c->limit_raw, sizeof(c->limit_raw), "GPUSLICE_MEMORY_LIMIT");
+	const char *limit = getenv("GPUSLICE_MEMORY_LIMIT");
+	if (limit != NULL && *limit != '\0' && gs_parse_u64(limit, &c->limit) != 0) {
+		c->limit_bad = 1;
+		c->limit = 0;
+	}
+}
+
+GS_HIDDEN const struct gs_config *gs_config(void)
+{
+	pthread_once(&cs.once, config_init);
+	return &cs.cfg;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * The environment contract (docs/contracts.md), read once on first use. */
+#ifndef GS_CONFIG_H
+#define GS_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include <gpuslice/shm.h>
+
+#include "internal.h"
+
+struct gs_config {
+	int log;                        /* GPUSLICE_LOG != "0" */
+	int limit_bad;                  /* GPUSLICE_MEMORY_LIMIT is malformed */
+	uint64_t limit;                 /* GPUSLICE_MEMORY_LIMIT, bytes; 0 = none */
+	char limit_raw[64];             /* for the error message */
+	char group[GS_SHM_NAME_LEN];    /* GPUSLICE_GROUP */
+	char group_file[PATH_MAX];      /* GPUSLICE_GROUP_FILE; "" = private group */
+};
+
+GS_HIDDEN const struct gs_config *gs_config(void);
+
+/* Parses a decimal byte count ("0".."18446744073709551615", no sign, no
+ * suffix, no spaces). Returns 0, or -1 for anything else. */
+GS_HIDDEN int gs_parse_u64(const char *s, uint64_t *out);
+
+#endif /* GS_CONFIG_H */

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Devices -> group GPU slots, by UUID ("GPU-..."), for CUDA ordinals and NVML
+ * handles alike. */
+#ifndef GS_DEVICE_H
+#define GS_DEVICE_H
+
+#include <gpuslice/shm.h>
+
+#include "group.h"
+#include "internal.h"
+
+enum { GS_SLOT_UNKNOWN_DEVICE = -1, GS_SLOT_TABLE_FULL = -2 };
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower case) from 16 bytes. */
+GS_HIDDEN void gs_uuid_format(const unsigned char b[16], char out[GS_SHM_UUID_LEN]);
+/* Lower-cases the hex digits of an NVML UUID string in place. */
+GS_HIDDEN void gs_uuid_normalize(char *s);
+/* The device of the calling thread's current context: 0, or -1 if none. */
+GS_HIDDEN int gs_current_device(CUdevice *dev);
+/* Slot of a CUDA device (cached per ordinal), or GS_SLOT_*. */
+GS_HIDDEN int gs_slot_cuda(struct gs_group *g, CUdevice dev);
+/* Slot of an NVML device handle, or GS_SLOT_*. */
+GS_HIDDEN int gs_slot_nvml(struct gs_group *g, nvmlDevice_t dev);
+
+#endif /* GS_DEVICE_H */

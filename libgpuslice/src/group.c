@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "account.h"
+#include "config.h"
+#include "group.h"
+#include "log.h"
+#include "procfs.h"
+#include "ptrtab.h"
+
+struct gs_group {
+	struct gs_shm_file *f;
+	int fd; /* -1: private anonymous mapping */
+	uint64_t pidns;
+	pthread_mutex_t mu; /* threads; fcntl locks exclude processes */
+	struct gs_shm_proc *_Atomic self;
+	_Atomic uint64_t last_reap_ns;
+	_Atomic int said_full_procs, said_full_gpus;
+};
+
+static struct {
+	pthread_once_t once;
+	struct gs_group g;
+	struct gs_group *ok; /* &g once usable, else NULL */
+} gs = {.once = PTHREAD_ONCE_INIT, .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now, uint64_t interval_ns)
+{
+	return last_ns == 0 || now < last_ns || now - last_ns >= interval_ns;
+}
+
+static int file_lock(int fd, short type)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+	int r;
+	do {
+		r = fcntl(fd, F_SETLKW, &fl);
+	} while (r < 0 && errno == EINTR);
+	return r;
+}
+
+static void group_lock(struct gs_group *g)
+{
+	pthread_mutex_lock(&g->mu);
+	if (g->fd >= 0)
+		(void)file_lock(g->fd, F_WRLCK); /* on failure: still thread-safe, best effort across processes */
+}
+
+static void group_unlock(struct gs_group *g)
+{
+	if (g->fd >= 0)
+		(void)file_lock(g->fd, F_UNLCK);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Opens, initialises if empty, validates and maps the group file. */
+static int open_file(struct gs_group *g, const char *path, const char *name, char *err, size_t n)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return gs_fmt(err, n, "cannot open group file %s: %s", path, strerror(errno)), -1;
+	int rc = -1;
+	struct stat st;
+	struct gs_shm_header h;
+	if (file_lock(fd, F_WRLCK) != 0 || fstat(fd, &st) != 0) {
+		gs_fmt(err, n, "cannot lock group file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	memset(&h, 0, sizeof(h));
+	if (st.st_size >= (off_t)sizeof(h) && pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		gs_fmt(err, n, "cannot read group file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	char why[200];
+	enum gs_shm_status s = gs_shm_check(st.st_size >= (off_t)sizeof(h) ? &h : NULL, (uint64_t)st.st_size,
+					    why, sizeof(why));
+	if (s == GS_SHM_BAD) {
+		gs_fmt(err, n, "group file %s: %s", path, why);
+		goto out;
+	}
+	if (s == GS_SHM_EMPTY && ftruncate(fd, (off_t)GS_SHM_FILE_SIZE) != 0) {
+		gs_fmt(err, n, "cannot size group file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	void *m = mmap(NULL, GS_SHM_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		gs_fmt(err, n, "cannot map group file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (s == GS_SHM_EMPTY)
+		gs_shm_init(m, g->pidns, name);
+	g->f = m;
+	g->fd = fd;
+	rc = 0;
+out:
+	(void)file_lock(fd, F_UNLCK);
+	if (rc != 0)
+		close(fd);
+	return rc;
+}
+
+static int open_private(struct gs_group *g, const char *name, char *err, size_t n)
+{
+	void *m = mmap(NULL, GS_SHM_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return gs_fmt(err, n, "cannot map private group state: %s", strerror(errno)), -1;
+	gs_shm_init(m, g->pidns, name);
+	g->f = m;
+	return 0;
+}
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&gs.g.mu);
+	gs_ptrtab_fork_prepare();
+}
+
+static void atfork_parent(void)
+{
+	gs_ptrtab_fork_parent();
+	pthread_mutex_unlock(&gs.g.mu);
+}
+
+/* The child is a new process: it attaches its own entry when it allocates
+ * (fcntl locks are per process, so the inherited fd stays usable). */
+static void atfork_child(void)
+{
+	struct gs_group *g = &gs.g;
+	atomic_store(&g->self, NULL);
+	atomic_store(&g->last_reap_ns, 0);
+	if (g->fd < 0 && g->f != NULL) { /* a private copy: the parent's usage is not ours */
+		for (int i = 0; i < GS_SHM_MAX_GPUS; i++)
+			g->f->gpu[i].used = g->f->gpu[i].peak = g->f->gpu[i].refused = 0;
+		memset(g->f->proc, 0, sizeof(g->f->proc));
+	}
+	gs_ptrtab_fork_child();
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void group_init(void)
+{
+	int saved = errno;
+	const struct gs_config *c = gs_config();
+	struct gs_group *g = &gs.g;
+	char err[PATH_MAX + 200];
+	g->pidns = gs_pidns_self();
+	int rc;
+	if (c->limit_bad)
+		rc = (gs_fmt(err, sizeof(err), "GPUSLICE_MEMORY_LIMIT=\"%s\" is not a decimal byte count", c->limit_raw),
+		      -1);
+	else if (c->group_file[0] != '\0')
+		rc = open_file(g, c->group_file, c->group, err, sizeof(err));
+	else
+		rc = open_private(g, c->group, err, sizeof(err));
+	if (rc == 0) {
+		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		gs.ok = g;
+	} else {
+		gs_log("%s; refusing GPU memory allocations", err);
+	}
+	errno = saved;
+}
+
+GS_HIDDEN struct gs_group *gs_group_get(void)
+{
+	pthread_once(&gs.once, group_init);
+	return gs.ok;
+}
+
+GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g)
+{
+	return g->f;
+}
+
+GS_HIDDEN int gs_group_shared(struct gs_group *g)
+{
+	return g->fd >= 0;
+}
+
+GS_HIDDEN const char *gs_group_name(struct gs_group *g)
+{
+	const char *env = gs_config()->group;
+	return env[0] != '\0' ? env : g->f->hdr.group;
+}
+
+GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
+{
+	return g->pidns;
+}
+
+static void reap_locked(struct gs_group *g)
+{
+	struct gs_shm_proc *self = atomic_load(&g->self);
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &g->f->proc[i];
+		if (p == self || gs_ld32(&p->state) != GS_PROC_LIVE || p->pidns != g->pidns)
+			continue;
+		if (gs_proc_liveness(p->pid, p->start_time) == GS_DEAD)
+			gs_shm_reap_proc(g->f, p);
+	}
+	atomic_store(&g->last_reap_ns, now_ns());
+}
+
+GS_HIDDEN void gs_group_reap(struct gs_group *g, int force)
+{
+	if (g->fd < 0)
+		return; /* a private group has one member: us */
+	if (!force && !gs_due(atomic_load(&g->last_reap_ns), now_ns(), 100000000ull))
+		return;
+	int saved = errno;
+	group_lock(g);
+	reap_locked(g);
+	group_unlock(g);
+	errno = saved;
+}
+
+GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
+{
+	struct gs_shm_proc *self = atomic_load_explicit(&g->self, memory_order_acquire);
+	if (self != NULL)
+		return self;
+	int saved = errno;
+	group_lock(g);
+	self = atomic_load(&g->self);
+	if (self == NULL) {
+		if (g->fd >= 0)
+			reap_locked(g);
+		struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
+		who.start_time = gs_proc_start(who.pid);
+		if (g->pidns != 0 && g->pidns == g->f->hdr.host_pidns)
+			who.host_pid = who.pid;
+		self = gs_shm_claim_proc(g->f, &who);
+		atomic_store_explicit(&g->self, self, memory_order_release);
+	}
+	group_unlock(g);
+	if (self == NULL)
+		gs_log_once(&g->said_full_procs, "group \"%s\" has %d processes already; refusing GPU memory allocations",
+			    gs_group_name(g), GS_SHM_MAX_PROCS);
+	errno = saved;
+	return self;
+}
+
+GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
+{
+	int i = gs_shm_find_gpu(g->f, uuid);
+	if (i >= 0)
+		return i;
+	int saved = errno;
+	group_lock(g);
+	i = gs_shm_claim_gpu(g->f, uuid, gs_config()->limit);
+	group_unlock(g);
+	if (i < 0)
+		gs_log_once(&g->said_full_gpus, "group \"%s\" uses %d GPUs already; refusing allocations on %s",
+			    gs_group_name(g), GS_SHM_MAX_GPUS, uuid);
+	errno = saved;
+	return i;
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * This process's view of its group: the mapped group file (or a private
+ * anonymous one when GPUSLICE_GROUP_FILE is unset), its entry in the process
+ * table, GPU slots by UUID, and reaping of dead members. All of it is lazy
+ * (first use) and thread-safe; forked children attach on their own.
+ */
+#ifndef GS_GROUP_H
+#define GS_GROUP_H
+
+#include <gpuslice/shm.h>
+
+#include "internal.h"
+
+struct gs_group;
+
+/* The group, opened once. Returns NULL if it cannot be used (bad file, bad
+ * GPUSLICE_MEMORY_LIMIT, ...): a one-line reason was printed once. */
+GS_HIDDEN struct gs_group *gs_group_get(void);
+GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g);
+/* 1 if backed by GPUSLICE_GROUP_FILE (shared with other processes). */
+GS_HIDDEN int gs_group_shared(struct gs_group *g);
+/* The group's name for messages ("" if none). */
+GS_HIDDEN const char *gs_group_name(struct gs_group *g);
+/* Our pid namespace inode. */
+GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g);
+
+/* Our process entry, attached on first use (reaps dead members first).
+ * NULL if the process table is full (a message was printed once). */
+GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g);
+/* The GPU slot for a UUID, claimed with GPUSLICE_MEMORY_LIMIT if new; -1 if
+ * the GPU table is full (message printed once). */
+GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid);
+/* Releases the memory of dead members in our pid namespace. Unless force,
+ * at most every 100 ms. */
+GS_HIDDEN void gs_group_reap(struct gs_group *g, int force);
+
+/* Pure: is a rate-limited action due at now_ns (last_ns = 0: never ran)? */
+GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now_ns, uint64_t interval_ns);
+
+#endif /* GS_GROUP_H */

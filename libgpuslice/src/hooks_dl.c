@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Symbol lookup hooks. dlsym/dlvsym: a hooked name whose real lookup yields
+ * the driver's function gets our hook instead; every other lookup is a tail
+ * call into libc's dlsym, so libc still sees the original caller (RTLD_NEXT
+ * and RTLD_DEFAULT keep their meaning). cuGetProcAddress(_v2): the driver
+ * resolves the name and version itself; a result that is the real pointer of
+ * any hooked export is swapped for our hook (pointer identity).
+ */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "internal.h"
+
+
+/* cu[A-Z]* or nvml[A-Z]*: the only names we may hook (no lookup otherwise). */
+static int maybe_hooked(const char *n)
+{
+	if (n == NULL)
+		return 0;
+	if (n[0] == 'c' && n[1] == 'u')
+		return n[2] >= 'A' && n[2] <= 'Z';
+	return n[0] == 'n' && n[1] == 'v' && n[2] == 'm' && n[3] == 'l' && n[4] >= 'A' && n[4] <= 'Z';
+}
+
+static void *hooked_lookup(int id, void *handle, const char *name, const char *version)
+{
+	void *hook = gs_hook_addr((enum gs_id)id);
+	if (handle == RTLD_NEXT) {
+		/* Asking libc from here would search after us, not after the
+		 * caller. The next definition of a driver symbol is the driver's,
+		 * which callers reach through our hook. */
+		return gs_real_peek((enum gs_id)id) != NULL ? hook : NULL;
+	}
+	void *p = version != NULL ? gs_libc_dlvsym()(handle, name, version) : gs_libc_dlsym()(handle, name);
+	if (p == NULL || p == hook)
+		return p;
+	return p == gs_real_peek((enum gs_id)id) ? hook : p;
+}
+
+__attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlsym(void *handle, const char *name)
+{
+	gs_dlsym_fn real = gs_libc_dlsym();
+	int id;
+	if (!maybe_hooked(name) || (id = gs_hook_id_by_name(name)) < 0)
+		return real(handle, name);
+	return hooked_lookup(id, handle, name, NULL);
+}
+
+__attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlvsym(void *handle, const char *name,
+									    const char *version)
+{
+	gs_dlvsym_fn real = gs_libc_dlvsym();
+	int id;
+	if (!maybe_hooked(name) || (id = gs_hook_id_by_name(name)) < 0)
+		return real(handle, name, version);
+	return hooked_lookup(id, handle, name, version);
+}
+
+static void map_result(const char *symbol, void **pfn, int cudaVersion)
+{
+	void *hook = gs_hook_for_real(*pfn);
+	if (hook != NULL) {
+		*pfn = hook;
+	} else if (*pfn != NULL && symbol != NULL && strcmp(symbol, "cuGetProcAddress") == 0) {
+		/* Never hand out a lookup function that bypasses us. */
+		*pfn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+	}
+}
+
+GS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	gs_fn_cuGetProcAddress fn = GS_REAL(cuGetProcAddress);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = fn(symbol, pfn, cudaVersion, flags);
+	if (rc == CUDA_SUCCESS && pfn != NULL)
+		map_result(symbol, pfn, cudaVersion);
+	return rc;
+}
+
+GS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+				       CUdriverProcAddressQueryResult *symbolStatus)
+{
+	gs_fn_cuGetProcAddress_v2 fn = GS_REAL(cuGetProcAddress_v2);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = fn(symbol, pfn, cudaVersion, flags, symbolStatus);
+	if (rc == CUDA_SUCCESS && pfn != NULL)
+		map_result(symbol, pfn, cudaVersion);
+	return rc;
+}

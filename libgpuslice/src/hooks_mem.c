@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Allocation hooks: every path that takes device memory reserves it on the
+ * group before calling the driver and records it for the matching release.
+ * Device: the current context's (cuMemCreate: prop->location).
+ */
+#include <errno.h>
+
+#include "account.h"
+#include "memcore.h"
+
+GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	GS_ALLOC_BODY(cuMemAlloc_v2, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize));
+}
+
+GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	GS_ALLOC_BODY(cuMemAllocManaged, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
+		      (dptr, bytesize, flags));
+}
+
+GS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	GS_ALLOC_BODY(cuMemAllocAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
+		      (dptr, bytesize, hStream));
+}
+
+GS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	GS_ALLOC_BODY(cuMemAllocAsync_ptsz, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
+		      (dptr, bytesize, hStream));
+}
+
+GS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					   CUstream hStream)
+{
+	GS_ALLOC_BODY(cuMemAllocFromPoolAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
+		      (dptr, bytesize, pool, hStream));
+}
+
+GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+						CUstream hStream)
+{
+	GS_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
+		      (dptr, bytesize, pool, hStream));
+}
+
+/* The pitch is known only after the call: reserve the unpadded size, then
+ * settle on pitch * Height (freeing the allocation if that is refused). */
+GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+				      unsigned int ElementSizeBytes)
+{
+	gs_fn_cuMemAllocPitch_v2 fn = GS_REAL(cuMemAllocPitch_v2);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	int e = errno;
+	struct gs_resv r;
+	uint64_t want = gs_array_bytes(WidthInBytes, Height, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+	CUresult rc = gs_resv_current(want, &r);
+	if (rc == CUDA_SUCCESS) {
+		errno = e;
+		rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+		e = errno;
+		if (rc == CUDA_SUCCESS && r.active &&
+		    gs_resv_adjust(&r, gs_array_bytes(*pPitch, Height, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1)) != 0) {
+			gs_fn_cuMemFree_v2 free_fn = GS_REAL(cuMemFree_v2);
+			if (free_fn != NULL)
+				(void)free_fn(*dptr);
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		gs_resv_finish(&r, rc, GS_KIND_PTR, rc == CUDA_SUCCESS ? *dptr : 0);
+	}
+	errno = e;
+	return rc;
+}
+
+GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	GS_FREE_BODY(cuMemFree_v2, GS_KIND_PTR, dptr, (dptr));
+}
+
+GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	GS_FREE_BODY(cuMemFreeAsync, GS_KIND_PTR, dptr, (dptr, hStream));
+}
+
+GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	GS_FREE_BODY(cuMemFreeAsync_ptsz, GS_KIND_PTR, dptr, (dptr, hStream));
+}
+
+/* Physical memory of the VMM API: counted at create, uncounted at release.
+ * Only device-located allocations take GPU memory. */
+static CUresult resv_create(const CUmemAllocationProp *prop, uint64_t size, struct gs_resv *r)
+{
+	if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		return gs_resv_dev(prop->location.id, size, r);
+	r->active = 0;
+	return CUDA_SUCCESS;
+}
+
+GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			       unsigned long long flags)
+{
+	GS_ALLOC_BODY(cuMemCreate, resv_create(prop, size, &r_), GS_KIND_HANDLE, *handle,
+		      (handle, size, prop, flags));
+}
+
+GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	GS_FREE_BODY(cuMemRelease, GS_KIND_HANDLE, handle, (handle));
+}
+
+static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	return d ? gs_array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
+}
+
+static uint64_t array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	return d ? gs_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+}
+
+GS_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
+{
+	GS_ALLOC_BODY(cuArrayCreate_v2, gs_resv_current(array2d_bytes(pAllocateArray), &r_), GS_KIND_ARRAY,
+		      (uintptr_t)*pHandle, (pHandle, pAllocateArray));
+}
+
+GS_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+	GS_ALLOC_BODY(cuArray3DCreate_v2, gs_resv_current(array3d_bytes(pAllocateArray), &r_), GS_KIND_ARRAY,
+		      (uintptr_t)*pHandle, (pHandle, pAllocateArray));
+}
+
+GS_EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+	GS_FREE_BODY(cuArrayDestroy, GS_KIND_ARRAY, (uintptr_t)hArray, (hArray));
+}
+
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+	return d ? gs_mipmap_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, levels) : 0;
+}
+
+GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+					  unsigned int numMipmapLevels)
+{
+	GS_ALLOC_BODY(cuMipmappedArrayCreate, gs_resv_current(mipmap_bytes(pMipmappedArrayDesc, numMipmapLevels), &r_),
+		      GS_KIND_MIPMAP, (uintptr_t)*pHandle, (pHandle, pMipmappedArrayDesc, numMipmapLevels));
+}
+
+GS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+	GS_FREE_BODY(cuMipmappedArrayDestroy, GS_KIND_MIPMAP, (uintptr_t)hMipmappedArray, (hMipmappedArray));
+}

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * The virtualized view: with a limit, CUDA and NVML report the limit as the
+ * total and the group's usage as used. NVML lists only the group's processes,
+ * with the pids the caller sees.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "account.h"
+#include "device.h"
+#include "memcore.h"
+#include "view.h"
+
+/* The group's GPU slot of a CUDA device or NVML handle, with usage fresh
+ * (dead members reaped). -1 when the view stays the real one. */
+static struct gs_shm_gpu *view_gpu(struct gs_group *g, int slot)
+{
+	if (slot < 0)
+		return NULL;
+	gs_group_reap(g, 0);
+	return &gs_group_file(g)->gpu[slot];
+}
+
+GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	gs_fn_cuMemGetInfo_v2 fn = GS_REAL(cuMemGetInfo_v2);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = fn(free, total);
+	if (rc != CUDA_SUCCESS || free == NULL || total == NULL)
+		return rc;
+	int e = errno;
+	CUdevice dev;
+	struct gs_group *g = gs_group_get();
+	if (g == NULL) {
+		rc = GS_BROKEN_RC;
+	} else if (gs_current_device(&dev) == 0) {
+		(void)gs_group_self(g); /* a process with a context is listed by NVML */
+		struct gs_shm_gpu *gpu = view_gpu(g, gs_slot_cuda(g, dev));
+		if (gpu != NULL) {
+			struct gs_memview v = gs_view(gs_ld64(&gpu->limit), gs_ld64(&gpu->used), *total, *free);
+			*total = v.total;
+			*free = v.free;
+		}
+	}
+	errno = e;
+	return rc;
+}
+
+GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	gs_fn_cuDeviceTotalMem_v2 fn = GS_REAL(cuDeviceTotalMem_v2);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = fn(bytes, dev);
+	if (rc != CUDA_SUCCESS || bytes == NULL)
+		return rc;
+	int e = errno;
+	struct gs_group *g = gs_group_get();
+	if (g == NULL) {
+		rc = GS_BROKEN_RC;
+	} else {
+		int slot = gs_slot_cuda(g, dev);
+		if (slot >= 0) {
+			uint64_t limit = gs_ld64(&gs_group_file(g)->gpu[slot].limit);
+			if (limit != 0 && limit < *bytes)
+				*bytes = limit;
+		}
+	}
+	errno = e;
+	return rc;
+}
+
+/* NVML: returns the view for device, or 0 (real numbers stay) / -1 (broken). */
+static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *used,
+		     unsigned long long *free)
+{
+	struct gs_group *g = gs_group_get();
+	if (g == NULL)
+		return -1;
+	struct gs_shm_gpu *gpu = view_gpu(g, gs_slot_nvml(g, device));
+	if (gpu == NULL || gs_ld64(&gpu->limit) == 0)
+		return 0;
+	struct gs_memview v = gs_view(gs_ld64(&gpu->limit), gs_ld64(&gpu->used), *total, *free);
+	*total = v.total;
+	*used = v.used;
+	*free = v.total - v.used;
+	return 1;
+}
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	gs_fn_nvmlDeviceGetMemoryInfo fn = GS_REAL(nvmlDeviceGetMemoryInfo);
+	if (fn == NULL)
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	nvmlReturn_t rc = fn(device, memory);
+	if (rc != NVML_SUCCESS || memory == NULL)
+		return rc;
+	int e = errno;
+	if (nvml_view(device, &memory->total, &memory->used, &memory->free) < 0)
+		rc = NVML_ERROR_UNKNOWN;
+	errno = e;
+	return rc;
+}
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+	gs_fn_nvmlDeviceGetMemoryInfo_v2 fn = GS_REAL(nvmlDeviceGetMemoryInfo_v2);
+	if (fn == NULL)
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	nvmlReturn_t rc = fn(device, memory);
+	if (rc != NVML_SUCCESS || memory == NULL)
+		return rc;
+	int e = errno;
+	int r = nvml_view(device, &memory->total, &memory->used, &memory->free);
+	if (r < 0)
+		rc = NVML_ERROR_UNKNOWN;
+	else if (r > 0)
+		memory->reserved = 0; /* inside the limit, nothing is set aside */
+	errno = e;
+	return rc;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <string.h>
+
+#include "account.h"
+#include "device.h"
+#include "log.h"
+#include "memcore.h"
+
+static CUresult refuse(struct gs_group *g, int slot, uint64_t size)
+{
+	static _Atomic int said;
+	struct gs_shm_gpu *gpu = &gs_group_file(g)->gpu[slot];
+	__atomic_fetch_add(&gpu->refused, 1, __ATOMIC_RELAXED);
+	if (atomic_load_explicit(&said, memory_order_relaxed))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	char want[32], used[32], limit[32], who[GS_SHM_NAME_LEN + 16];
+	const char *name = gs_group_name(g);
+	gs_fmt_size(want, sizeof(want), size);
+	gs_fmt_size(used, sizeof(used), gs_ld64(&gpu->used));
+	gs_fmt_size(limit, sizeof(limit), gs_ld64(&gpu->limit));
+	if (name[0] != '\0')
+		gs_fmt(who, sizeof(who), "group \"%s\"", name);
+	else
+		gs_fmt(who, sizeof(who), "the group");
+	gs_log_once(&said, "allocation of %s refused on %s: %s uses %s of its %s limit", want, gpu->uuid, who, used,
+		    limit);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult reserve(struct gs_resv *r, uint64_t size)
+{
+	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
+	if (gs_acct_reserve(gpu, size) != 0) {
+		gs_group_reap(r->g, 1); /* a dead member may hold what we need */
+		if (gs_acct_reserve(gpu, size) != 0)
+			return refuse(r->g, r->slot, size);
+	}
+	gs_acct_proc_add(r->self, r->slot, size);
+	return CUDA_SUCCESS;
+}
+
+GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->g = gs_group_get();
+	if (r->g == NULL)
+		return GS_BROKEN_RC;
+	r->slot = gs_slot_cuda(r->g, dev);
+	if (r->slot == GS_SLOT_UNKNOWN_DEVICE)
+		return CUDA_SUCCESS; /* not a device: the driver answers */
+	if (r->slot < 0)
+		return GS_BROKEN_RC;
+	r->self = gs_group_self(r->g);
+	if (r->self == NULL)
+		return GS_BROKEN_RC;
+	CUresult rc = reserve(r, size);
+	if (rc == CUDA_SUCCESS) {
+		r->active = 1;
+		r->size = size;
+	}
+	return rc;
+}
+
+GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
+{
+	CUdevice dev;
+	if (gs_current_device(&dev) != 0) {
+		memset(r, 0, sizeof(*r)); /* no context: the driver fails the call */
+		return CUDA_SUCCESS;
+	}
+	return gs_resv_dev(dev, size, r);
+}
+
+static void unreserve(struct gs_group *g, struct gs_shm_proc *self, int slot, uint64_t size)
+{
+	gs_acct_proc_sub(self, slot, size);
+	gs_acct_release(&gs_group_file(g)->gpu[slot], size);
+}
+
+GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind, uint64_t key)
+{
+	if (!r->active)
+		return;
+	if (rc != CUDA_SUCCESS) {
+		unreserve(r->g, r->self, r->slot, r->size);
+		return;
+	}
+	if (gs_ptrtab_put(gs_ptrtab_proc(), kind, key, r->size, r->slot) != 0) {
+		static _Atomic int said;
+		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");
+	}
+}
+
+GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size)
+{
+	if (!r->active || new_size == r->size)
+		return 0;
+	if (new_size < r->size) {
+		unreserve(r->g, r->self, r->slot, r->size - new_size);
+	} else if (reserve(r, new_size - r->size) != CUDA_SUCCESS) {
+		return -1;
+	}
+	r->size = new_size;
+	return 0;
+}
+
+GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)
+{
+	struct gs_group *g = gs_group_get();
+	struct gs_shm_proc *self = g != NULL ? gs_group_self(g) : NULL;
+	if (self != NULL)
+		unreserve(g, self, e->slot, e->size);
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Reservation protocol shared by every allocation hook:
+ *   begin (reserve on the group, refuse at the limit) -> real call ->
+ *   finish (record in the pointer table, or roll back if the call failed);
+ *   release: take from the pointer table -> real call -> uncount on success
+ *   (put back on failure), so each allocation is counted and uncounted once.
+ */
+#ifndef GS_MEMCORE_H
+#define GS_MEMCORE_H
+
+#include "group.h"
+#include "internal.h"
+#include "ptrtab.h"
+
+struct gs_resv {
+	struct gs_group *g;
+	struct gs_shm_proc *self;
+	int slot;
+	int active; /* 0: nothing reserved (uncounted pass-through) */
+	uint64_t size;
+};
+
+/* CUresult returned when the group state cannot be used (message printed). */
+#define GS_BROKEN_RC CUDA_ERROR_OPERATING_SYSTEM
+
+/* Reserve size bytes on dev / on the current context's device. CUDA_SUCCESS
+ * (r->active tells whether anything was reserved) or the error to return
+ * without calling the driver. */
+GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r);
+GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
+/* After the real call: keep (rc == CUDA_SUCCESS, key recorded) or roll back. */
+GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind, uint64_t key);
+/* Grow (or shrink) an active reservation by delta bytes: 0 or -1 (refused,
+ * message printed, reservation unchanged). */
+GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size);
+/* Uncount an entry taken from the pointer table. */
+GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
+
+
+/* Bodies of the simple allocation / release hooks. */
+#define GS_ALLOC_BODY(name, resv_expr, kind, key_expr, args)                                     \
+	gs_fn_##name fn_ = GS_REAL(name);                                                         \
+	if (fn_ == NULL)                                                                          \
+		return CUDA_ERROR_NOT_FOUND;                                                      \
+	int errno_ = errno;                                                                       \
+	struct gs_resv r_;                                                                        \
+	CUresult rc_ = (resv_expr);                                                               \
+	if (rc_ == CUDA_SUCCESS) {                                                                \
+		errno = errno_;                                                                   \
+		rc_ = fn_ args;                                                                   \
+		errno_ = errno;                                                                   \
+		gs_resv_finish(&r_, rc_, kind, rc_ == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0);   \
+	}                                                                                         \
+	errno = errno_;                                                                           \
+	return rc_
+
+#define GS_FREE_BODY(name, kind, key_arg, args)                                                      \
+	gs_fn_##name fn_ = GS_REAL(name);                                                         \
+	if (fn_ == NULL)                                                                          \
+		return CUDA_ERROR_NOT_FOUND;                                                      \
+	int errno_ = errno;                                                                       \
+	struct gs_ptrent e_;                                                                      \
+	int had_ = gs_ptrtab_take(gs_ptrtab_proc(), kind, (uint64_t)(key_arg), &e_);                 \
+	errno = errno_;                                                                           \
+	CUresult rc_ = fn_ args;                                                                  \
+	errno_ = errno;                                                                           \
+	if (had_ && rc_ == CUDA_SUCCESS)                                                          \
+		gs_release_entry(&e_);                                                            \
+	else if (had_)                                                                            \
+		(void)gs_ptrtab_put(gs_ptrtab_proc(), kind, e_.key, e_.size, e_.slot);            \
+	errno = errno_;                                                                           \
+	return rc_
+
+#endif /* GS_MEMCORE_H */

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Process identity from /proc: start time (detects pid reuse), liveness, pid
+ * namespace. The parser is pure and fuzzed. */
+#ifndef GS_PROCFS_H
+#define GS_PROCFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "internal.h"
+
+/* Parses the content of /proc/<pid>/stat: state (field 3) and starttime
+ * (field 22). Returns 0, or -1 if malformed. */
+GS_HIDDEN int gs_parse_stat(const char *buf, size_t len, char *state, uint64_t *start);
+
+enum gs_liveness { GS_DEAD = 0, GS_ALIVE = 1, GS_UNKNOWN = -1 };
+/* Dead: no such pid, a zombie, or a different start time (pid reused). */
+GS_HIDDEN enum gs_liveness gs_proc_liveness(pid_t pid, uint64_t start);
+/* Start time of pid, 0 if unknown. */
+GS_HIDDEN uint64_t gs_proc_start(pid_t pid);
+/* Inode of /proc/self/ns/pid, 0 if unknown. */
+GS_HIDDEN uint64_t gs_pidns_self(void);
+
+#endif /* GS_PROCFS_H */
