@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Unit tests of the pure parsers and formatters, with a seeded fuzz loop
+ * (random and mutated inputs must never crash or read out of bounds under
+ * ASan, and must either parse or be refused). */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/account.h"
+#include "../src/config.h"
+#include "../src/group.h"
+#include "../src/log.h"
+#include "../src/procfs.h"
+#include "check.h"
+
+static void test_parse_u64(void)
+{
+	static const struct {
+		const char *in;
+		int ok;
+		uint64_t want;
+	} cases[] = {
+		{"0", 1, 0},
+		{"1073741824", 1, 1073741824ull},
+		{"18446744073709551615", 1, UINT64_MAX},
+		{"18446744073709551616", 0, 0},
+		{"99999999999999999999", 0, 0},
+		{"", 0, 0},
+		{"-1", 0, 0},
+		{"+1", 0, 0},
+		{" 1", 0, 0},
+		{"1 ", 0, 0},
+		{"1GiB", 0, 0},
+		{"0x10", 0, 0},
+		{"6e9", 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t v = 12345;
+		int rc = gs_parse_u64(cases[i].in, &v);
+		CHECK_EQ(rc == 0, cases[i].ok);
+		CHECK_EQ(v, cases[i].ok ? cases[i].want : 12345);
+	}
+	uint64_t v;
+	CHECK(gs_parse_u64(NULL, &v) == -1);
+}
+
+static void test_fmt_size(void)
+{
+	static const struct {
+		uint64_t in;
+		const char *want;
+	} cases[] = {
+		{0, "0 B"},
+		{1023, "1023 B"},
+		{1024, "1.0 KiB"},
+		{512ull << 20, "512.0 MiB"},
+		{(11ull << 29), "5.5 GiB"},
+		{6ull << 30, "6.0 GiB"},
+		{UINT64_MAX, "16.0 EiB"},
+	};
+	char buf[32];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		gs_fmt_size(buf, sizeof(buf), cases[i].in);
+		if (strcmp(buf, cases[i].want) != 0) {
+			fprintf(stderr, "fmt_size(%llu) = %s, want %s\n", (unsigned long long)cases[i].in, buf,
+				cases[i].want);
+			exit(1);
+		}
+	}
+}
+
+static void test_parse_stat(void)
+{
+	static const struct {
+		const char *in;
+		int ok;
+		char state;
+		uint64_t start;
+	} cases[] = {
+		{"42 (sleep) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200 18446744073709551615\n", 1,
+		 'S', 7654321},
+		{"42 (a b) c) Z 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 99 0", 1, 'Z', 99},
+		{"42 ()) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123", 1, 'R', 123},
+		{"42 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18", 0, 0, 0},
+		{"42 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 12a3", 0, 0, 0},
+		{"42 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 99999999999999999999999", 0, 0, 0},
+		{"no paren at all", 0, 0, 0},
+		{"", 0, 0, 0},
+		{")", 0, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char st = 0;
+		uint64_t start = 0;
+		int rc = gs_parse_stat(cases[i].in, strlen(cases[i].in), &st, &start);
+		if ((rc == 0) != cases[i].ok) {
+			fprintf(stderr, "parse_stat case %zu: rc %d\n", i, rc);
+			exit(1);
+		}
+		if (cases[i].ok) {
+			CHECK_EQ(st, cases[i].state);
+			CHECK_EQ(start, cases[i].start);
+		}
+	}
+	/* Our own process: alive with its start time; a bogus start time means pid reuse. */
+	uint64_t me = gs_proc_start(getpid());
+	CHECK(me != 0);
+	CHECK(gs_proc_liveness(getpid(), me) == GS_ALIVE);
+	CHECK(gs_proc_liveness(getpid(), me + 1) == GS_DEAD);
+	CHECK(gs_proc_liveness(0x7ffffff0, 1) == GS_DEAD);
+	CHECK(gs_pidns_self() != 0);
+}
+
+static void valid_header(struct gs_shm_file *f)
+{
+	gs_shm_init(f, 7, "grp");
+}
+
+static void test_shm_check(void)
+{
+	static struct gs_shm_file f;
+	char err[200];
+	valid_header(&f);
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err)) == GS_SHM_OK);
+	CHECK(gs_shm_check(NULL, 0, err, sizeof(err)) == GS_SHM_EMPTY);
+	CHECK(gs_shm_check(NULL, 10, err, sizeof(err)) == GS_SHM_BAD);
+	CHECK(strstr(err, "too small") != NULL);
+	f.hdr.magic = 0;
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err)) == GS_SHM_EMPTY);
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE + 1, err, sizeof(err)) == GS_SHM_BAD);
+	f.hdr.magic = 0x1234;
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err)) == GS_SHM_BAD);
+	CHECK(strstr(err, "bad magic") != NULL);
+	valid_header(&f);
+	f.hdr.version = GS_SHM_VERSION + 1;
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err)) == GS_SHM_BAD);
+	CHECK(strstr(err, "version") != NULL);
+	valid_header(&f);
+	f.hdr.max_procs = 3;
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err)) == GS_SHM_BAD);
+	CHECK(strstr(err, "layout") != NULL);
+	valid_header(&f);
+	CHECK(gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE - 8, err, sizeof(err)) == GS_SHM_BAD);
+	CHECK(strcmp(f.hdr.group, "grp") == 0);
+	CHECK_EQ(f.hdr.host_pidns, 7);
+}
+
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+	rnd_state ^= rnd_state << 13;
+	rnd_state ^= rnd_state >> 7;
+	rnd_state ^= rnd_state << 17;
+	return rnd_state;
+}
+
+/* Seeded fuzzing of every parser: random bytes, and mutations of valid input. */
+static void test_fuzz_parsers(void)
+{
+	static const char seed[] = "42 (sl ee)p) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200\n";
+	static const char alphabet[] = "0123456789 ()SZx-+\n\0";
+	static struct gs_shm_file f;
+	char err[200];
+	for (int iter = 0; iter < 200000; iter++) {
+		char buf[128];
+		size_t len = rnd() % sizeof(buf);
+		if (iter % 2 == 0) {
+			for (size_t i = 0; i < len; i++)
+				buf[i] = alphabet[rnd() % (sizeof(alphabet) - 1)];
+		} else {
+			len = sizeof(seed) - 1;
+			memcpy(buf, seed, len);
+			for (int m = 0; m < 3; m++)
+				buf[rnd() % len] = (char)(rnd() & 0xff);
+			len = rnd() % (len + 1);
+		}
+		char st;
+		uint64_t start;
+		(void)gs_parse_stat(buf, len, &st, &start);
+		char *s = malloc(len + 1);
+		CHECK(s != NULL);
+		memcpy(s, buf, len);
+		s[len] = '\0';
+		uint64_t v;
+		if (gs_parse_u64(s, &v) == 0) {
+			char back[32];
+			gs_fmt(back, sizeof(back), "%llu", (unsigned long long)v);
+			CHECK(strlen(back) <= strlen(s)); /* leading zeros only ever shorten */
+		}
+		free(s);
+		/* A damaged header is classified, never read out of bounds. */
+		unsigned char *raw = (unsigned char *)&f.hdr;
+		valid_header(&f);
+		raw[rnd() % sizeof(f.hdr)] ^= (unsigned char)(1u << (rnd() % 8));
+		enum gs_shm_status r = gs_shm_check(&f.hdr, GS_SHM_FILE_SIZE, err, sizeof(err));
+		CHECK(r == GS_SHM_BAD || r == GS_SHM_OK || r == GS_SHM_EMPTY);
+	}
+}
+
+static void test_array_bytes(void)
+{
+	CHECK_EQ(gs_array_bytes(1024, 0, 0, CU_AD_FORMAT_FLOAT, 1), 4096);
+	CHECK_EQ(gs_array_bytes(1024, 768, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4), 1024 * 768 * 4);
+	CHECK_EQ(gs_array_bytes(64, 64, 64, CU_AD_FORMAT_HALF, 2), 64 * 64 * 64 * 4);
+	CHECK_EQ(gs_array_bytes(SIZE_MAX, SIZE_MAX, 2, CU_AD_FORMAT_FLOAT, 4), UINT64_MAX);
+	/* 8x8 float: 256 + 64 + 16 + 4 bytes over 4 levels. */
+	CHECK_EQ(gs_mipmap_bytes(8, 8, 0, CU_AD_FORMAT_FLOAT, 1, 4), 256 + 64 + 16 + 4);
+	CHECK_EQ(gs_mipmap_bytes(8, 0, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0), 8);
+	CHECK_EQ(gs_mipmap_bytes(1, 1, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1, 1000), 64);
+}
+
+static void test_due(void)
+{
+	CHECK(gs_due(0, 5, 100));
+	CHECK(!gs_due(1000, 1050, 100));
+	CHECK(gs_due(1000, 1100, 100));
+	CHECK(gs_due(1000, 500, 100)); /* clock went backwards (other boot): run */
+}
+
+static void test_libc_lookup(void)
+{
+	void *mine = gs_elf_lookup_libc("dlsym", "GLIBC_2.34");
+	void *theirs = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+	CHECK(mine != NULL);
+	CHECK(mine == theirs);
+	CHECK(gs_elf_lookup_libc("dlvsym", NULL) == dlsym(RTLD_DEFAULT, "dlvsym"));
+	CHECK(gs_elf_lookup_libc("no_such_symbol_gpuslice", NULL) == NULL);
+	CHECK(gs_elf_lookup_libc("dlsym", "GLIBC_0.0") == NULL);
+	CHECK(gs_libc_dlsym() != NULL && gs_libc_dlvsym() != NULL);
+}
+
+int main(void)
+{
+	RUN(test_parse_u64);
+	RUN(test_fmt_size);
+	RUN(test_parse_stat);
+	RUN(test_shm_check);
+	RUN(test_fuzz_parsers);
+	RUN(test_array_bytes);
+	RUN(test_due);
+	RUN(test_libc_lookup);
+	fprintf(stderr, "unit_parse_test: ok\n");
+	return 0;
+}
