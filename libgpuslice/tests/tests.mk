@@ -4,10 +4,10 @@
 LIB_TEST_BIN := $(BUILD)/asan/libgpuslice-tests
 LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
 LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c libc_sym.c log.c procfs.c ptrtab.c view.c)
-LIB_UNIT_TESTS := unit_parse_test unit_acct_test
+LIB_UNIT_TESTS := unit_parse_test unit_acct_test group_test
 LIB_TEST_DEPS := $(LIB_DEPS) $(LIB_DIR)/tests/check.h
 
-$(LIB_TEST_BIN)/unit_%: $(LIB_DIR)/tests/unit_%.c $(LIB_TEST_DEPS)
+$(LIB_TEST_BIN)/%_test: $(LIB_DIR)/tests/%_test.c $(LIB_TEST_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_UNIT_SRCS) -ldl -lpthread
 
