@@ -241,6 +241,134 @@ enum { CU_STREAM_DEFAULT = 0x0, CU_STREAM_NON_BLOCKING = 0x1 };
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
+
+/* ---- Added by test/simgpu (append-only; values from NVIDIA's public cuda.h docs) ---- */
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef int CUlibraryOption;
+typedef int CUlimit;
+typedef int CUfunc_cache;
+typedef int CUsharedconfig;
+typedef int CUpointer_attribute;
+typedef int CUfunction_attribute;
+typedef int CUmemPool_attribute;
+typedef int CUdevice_P2PAttribute;
+typedef int CUmoduleLoadingMode;
+
+typedef struct CUexecAffinityParam_st {
+	int type;
+	union {
+		struct {
+			unsigned int val;
+		} smCount;
+	} param;
+} CUexecAffinityParam;
+
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
+
+typedef struct CUgraphEdgeData_st {
+	unsigned char from_port;
+	unsigned char to_port;
+	unsigned char type;
+	unsigned char reserved[5];
+} CUgraphEdgeData;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+	cuuint64_t flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+typedef enum CUmemorytype_enum {
+	CU_MEMORYTYPE_HOST = 0x01,
+	CU_MEMORYTYPE_DEVICE = 0x02,
+	CU_MEMORYTYPE_ARRAY = 0x03,
+	CU_MEMORYTYPE_UNIFIED = 0x04,
+} CUmemorytype;
+
+typedef struct CUDA_MEMCPY2D_st {
+	size_t srcXInBytes;
+	size_t srcY;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes;
+	size_t dstY;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes;
+	size_t Height;
+} CUDA_MEMCPY2D;
+
+/* cuLaunchKernel "extra" keys */
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+
+enum {
+	CU_CTX_SCHED_MASK = 0x07,
+	CU_CTX_MAP_HOST = 0x08,
+	CU_CTX_LMEM_RESIZE_TO_MAX = 0x10,
+	CU_CTX_FLAGS_MASK = 0xff,
+};
+enum { CU_MEMHOSTALLOC_PORTABLE = 0x01, CU_MEMHOSTALLOC_DEVICEMAP = 0x02, CU_MEMHOSTALLOC_WRITECOMBINED = 0x04 };
+enum { CU_MODULE_EAGER_LOADING = 0x1, CU_MODULE_LAZY_LOADING = 0x2 };
+enum {
+	CU_LIMIT_STACK_SIZE = 0x00,
+	CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+	CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+	CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+	CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+	CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 0x05,
+	CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06,
+};
+enum {
+	CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+	CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+	CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
+	CU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
+	CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+	CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+	CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+	CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
+	CU_POINTER_ATTRIBUTE_MAPPED = 13,
+	CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17,
+};
+enum {
+	CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+	CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+	CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2,
+	CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+	CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+	CU_FUNC_ATTRIBUTE_PTX_VERSION = 5,
+	CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6,
+	CU_FUNC_ATTRIBUTE_CACHE_MODE_CA = 7,
+	CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+	CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
+};
+enum {
+	CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+	CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+	CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+	CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+};
+enum {
+	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+};
+/* ---- end of test/simgpu additions ---- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Process-local table of device address ranges (fake addresses, no host
+ * backing except managed and host memory), sorted by base address. */
+#ifndef GPUSLICE_SIM_ALLOC_H
+#define GPUSLICE_SIM_ALLOC_H
+
+#include "sim.h"
+
+enum sim_alloc_kind {
+	SIM_AK_DEVICE,   /* cuMemAlloc*, pitch, async: charged */
+	SIM_AK_MANAGED,  /* host-backed (mmap NORESERVE): charged */
+	SIM_AK_HOST,     /* pinned host memory: not charged */
+	SIM_AK_RESERVED, /* cuMemAddressReserve VA range: not charged */
+};
+
+struct sim_alloc {
+	CUdeviceptr base;
+	size_t size;
+	int dev; /* simulator device, -1 for host */
+	enum sim_alloc_kind kind;
+	struct sim_ctx *ctx;
+	void *pool;
+	unsigned flags;
+};
+
+/* Charges size on dev (unless host/reserved), assigns an address (or uses
+ * a->base for host-backed kinds) and records it. */
+SIM_HIDDEN CUresult sim_alloc_add(struct sim_alloc *a, size_t align);
+/* Removes the allocation starting exactly at base, if its kind is in
+ * kinds_mask (1 << kind); releases the charge. *out gets the record. */
+SIM_HIDDEN CUresult sim_alloc_remove(CUdeviceptr base, unsigned kinds_mask, struct sim_alloc *out);
+/* Finds the allocation containing p. */
+SIM_HIDDEN bool sim_alloc_find(CUdeviceptr p, struct sim_alloc *out);
+/* Charges / uncharges without an address (VMM handles, arrays). */
+SIM_HIDDEN CUresult sim_charge(int dev, size_t size);
+SIM_HIDDEN void sim_uncharge(int dev, size_t size);
+
+/* Pool accounting (pool.c): delta bytes in use from pool. */
+SIM_HIDDEN void sim_pool_note(void *pool, int64_t delta);
+
+#endif

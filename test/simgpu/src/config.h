@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Simulator device configuration: pure parsing, no global state. */
+#ifndef GPUSLICE_SIM_CONFIG_H
+#define GPUSLICE_SIM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simstate.h"
+
+#define SIM_DEFAULT_MEMORY (24ull << 30)
+#define SIM_DEFAULT_SMS 108u
+#define SIM_DEFAULT_NAME "gpuslice simulated GPU"
+#define SIM_CONFIG_MAX_BYTES (64u << 10)
+#define SIM_ERR_LEN 256
+
+struct sim_dev_config {
+	char name[SIM_NAME_LEN];
+	unsigned char uuid[16];
+	uint64_t memory;
+	uint32_t sms;
+};
+
+struct sim_config {
+	int ndev;
+	struct sim_dev_config dev[SIM_MAX_DEVICES];
+};
+
+/* Parses a device file (one device per line, see README.md). Returns 0, or -1
+ * with a one-line message in err. Never reads past len. */
+int sim_config_parse(const char *text, size_t len, struct sim_config *out, char *err, size_t errlen);
+
+/* Builds the configuration from GPUSLICE_SIM_CONFIG or the GPUSLICE_SIM_GPUS /
+ * _MEMORY / _NAME / _SMS variables. Returns 0, or -1 with a message in err. */
+int sim_config_from_env(struct sim_config *out, char *err, size_t errlen);
+
+/* "24GiB", "512MiB", "1.5GiB" is rejected; "1000000" bytes; KB/MB/GB/TB decimal. */
+int sim_parse_size(const char *s, uint64_t *out);
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" -> 16 bytes. */
+int sim_parse_uuid(const char *s, unsigned char out[16]);
+/* Writes "GPU-..." (41 bytes with NUL); buf must hold at least 41 bytes. */
+void sim_format_uuid(const unsigned char u[16], char *buf, size_t len);
+void sim_default_uuid(int index, unsigned char out[16]);
+
+#endif

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * cuInit, process-wide state, device enumeration and CUDA_VISIBLE_DEVICES. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuapi.h"
+#include "sim.h"
+
+struct sim_global sim_g = {.mu = PTHREAD_MUTEX_INITIALIZER, .slot = -1};
+
+static void on_fork_child(void)
+{
+	/* Like the real driver: CUDA is unusable in a forked child. */
+	sim_g.forked = true;
+}
+
+/* The one place that decides which simulator devices this process may use.
+ * Issue 5 adds the /dev/nvidiaN access check here. */
+bool sim_device_accessible(const struct sim_state *st, int index)
+{
+	return index >= 0 && (uint32_t)index < st->ndev;
+}
+
+static int match_uuid(const struct sim_state *st, const int *cand, int n, const char *tok)
+{
+	char buf[64];
+	int found = -1;
+
+	for (int i = 0; i < n; i++) {
+		sim_format_uuid(st->dev[cand[i]].uuid, buf, sizeof(buf));
+		if (strncmp(buf, tok, strlen(tok)) != 0)
+			continue;
+		if (found >= 0)
+			return -1; /* ambiguous prefix */
+		found = i;
+	}
+	return found;
+}
+
+static int parse_token(const struct sim_state *st, const int *cand, int n, const char *tok)
+{
+	char *end;
+	long v;
+
+	if (strncmp(tok, "GPU-", 4) == 0)
+		return strlen(tok) > 4 ? match_uuid(st, cand, n, tok) : -1;
+	if (*tok < '0' || *tok > '9')
+		return -1;
+	v = strtol(tok, &end, 10);
+	return (*end != '\0' || v >= n) ? -1 : (int)v;
+}
+
+/* Applies CUDA_VISIBLE_DEVICES like the real driver: indices or UUID
+ * (prefixes), comma separated; parsing stops at the first invalid or
+ * repeated entry. Returns the number of visible devices. */
+static int visible_devices(const struct sim_state *st, const int *cand, int n, int *vis)
+{
+	const char *env = getenv("CUDA_VISIBLE_DEVICES");
+	char buf[1024], *save = NULL, *tok;
+	int nvis = 0;
+	bool used[SIM_MAX_DEVICES] = {false};
+
+	if (env == NULL) {
+		memcpy(vis, cand, sizeof(int) * (size_t)n);
+		return n;
+	}
+	snprintf(buf, sizeof(buf), "%s", env);
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		tok += strspn(tok, " \t");
+		tok[strcspn(tok, " \t")] = '\0';
+		int i = parse_token(st, cand, n, tok);
+		if (i < 0 || used[i])
+			break;
+		used[i] = true;
+		vis[nvis++] = cand[i];
+	}
+	return nvis;
+}
+
+static CUresult do_init(void)
+{
+	struct sim_config *cfg = calloc(1, sizeof(*cfg));
+	char err[SIM_ERR_LEN + 64];
+	int cand[SIM_MAX_DEVICES], n = 0;
+	CUresult rc = CUDA_ERROR_NO_DEVICE;
+
+	if (cfg == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (sim_config_from_env(cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "gpuslice: simulated GPU: bad configuration: %s\n", err);
+		goto out;
+	}
+	sim_g.st = sim_state_open(cfg, err, sizeof(err));
+	if (sim_g.st == NULL) {
+		fprintf(stderr, "gpuslice: simulated GPU: %s\n", err);
+		goto out;
+	}
+	sim_g.pid = (int32_t)getpid();
+	sim_g.start = sim_proc_start_time(sim_g.pid);
+	for (int i = 0; i < (int)sim_g.st->ndev; i++)
+		if (sim_device_accessible(sim_g.st, i))
+			cand[n++] = i;
+	sim_g.nvis = visible_devices(sim_g.st, cand, n, sim_g.vis);
+	if (sim_g.nvis > 0) {
+		pthread_atfork(NULL, NULL, on_fork_child);
+		rc = CUDA_SUCCESS;
+	}
+out:
+	free(cfg);
+	return rc;
+}
+
+SIM_API CUresult cuInit(unsigned int flags)
+{
+	CUresult rc;
+
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (sim_g.forked)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	pthread_mutex_lock(&sim_g.mu);
+	if (!sim_g.inited) {
+		sim_g.init_rc = do_init();
+		atomic_store(&sim_g.inited, true);
+	}
+	rc = sim_g.init_rc;
+	pthread_mutex_unlock(&sim_g.mu);
+	return rc;
+}
+
+CUresult sim_check_init(void)
+{
+	if (!atomic_load(&sim_g.inited) || sim_g.forked)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return sim_g.init_rc;
+}
+
+int sim_device(CUdevice ordinal)
+{
+	if (ordinal < 0 || ordinal >= sim_g.nvis)
+		return -1;
+	return sim_g.vis[ordinal];
+}
+
+__attribute__((destructor)) static void sim_fini(void)
+{
+	/* The real driver frees a process's memory at exit. */
+	if (sim_g.inited && sim_g.st != NULL && sim_g.slot >= 0 && sim_g.pid == (int32_t)getpid())
+		sim_proc_release(sim_g.st, sim_g.slot, sim_g.pid);
+}
+
+SIM_API CUresult cuDriverGetVersion(int *v)
+{
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = SIM_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+	(void)id;
+	if (table != NULL)
+		*table = NULL;
+	return CUDA_ERROR_NOT_SUPPORTED; /* undocumented tables: see README.md */
+}
+
+SIM_API CUresult cuProfilerStart(void)
+{
+	return sim_check_init();
+}
+
+SIM_API CUresult cuProfilerStop(void)
+{
+	return sim_check_init();
+}

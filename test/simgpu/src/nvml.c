@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Simulated NVML: init/shutdown, system queries, error strings. NVML sees
+ * every simulator device the process may access (it ignores
+ * CUDA_VISIBLE_DEVICES, like the real NVML), in the same order as CUDA. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "nvml.h"
+
+#define SIM_NVML_DRIVER_VERSION "550.00-gpuslice-sim"
+#define SIM_NVML_VERSION "12.550.00-gpuslice-sim"
+
+struct sim_nvml sim_nvml = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Same rule as libcuda's sim_device_accessible: issue 5 adds the
+ * /dev/nvidiaN check to both in one shared place. */
+static bool accessible(const struct sim_state *st, int index)
+{
+	return index >= 0 && (uint32_t)index < st->ndev;
+}
+
+static nvmlReturn_t open_state(void)
+{
+	struct sim_config *cfg = calloc(1, sizeof(*cfg));
+	char err[SIM_ERR_LEN + 64];
+	nvmlReturn_t rc = NVML_ERROR_DRIVER_NOT_LOADED;
+
+	if (cfg == NULL)
+		return NVML_ERROR_MEMORY;
+	if (sim_config_from_env(cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "gpuslice: simulated GPU: bad configuration: %s\n", err);
+	} else if ((sim_nvml.st = sim_state_open(cfg, err, sizeof(err))) == NULL) {
+		fprintf(stderr, "gpuslice: simulated GPU: %s\n", err);
+	} else {
+		sim_nvml.ndev = 0;
+		for (int i = 0; i < (int)sim_nvml.st->ndev; i++)
+			if (accessible(sim_nvml.st, i))
+				sim_nvml.dev[sim_nvml.ndev++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i};
+		rc = NVML_SUCCESS;
+	}
+	free(cfg);
+	return rc;
+}
+
+static nvmlReturn_t init(unsigned flags)
+{
+	nvmlReturn_t rc = NVML_SUCCESS;
+
+	if (flags & ~3u) /* NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH */
+		return NVML_ERROR_INVALID_ARGUMENT;
+	pthread_mutex_lock(&sim_nvml.mu);
+	if (sim_nvml.st == NULL)
+		rc = open_state();
+	if (rc == NVML_SUCCESS)
+		sim_nvml.refs++;
+	pthread_mutex_unlock(&sim_nvml.mu);
+	return rc;
+}
+
+NVML_API nvmlReturn_t nvmlInit(void)
+{
+	return init(0);
+}
+
+NVML_API nvmlReturn_t nvmlInit_v2(void)
+{
+	return init(0);
+}
+
+NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+	return init(flags);
+}
+
+NVML_API nvmlReturn_t nvmlShutdown(void)
+{
+	nvmlReturn_t rc = NVML_SUCCESS;
+
+	pthread_mutex_lock(&sim_nvml.mu);
+	if (sim_nvml.refs == 0)
+		rc = NVML_ERROR_UNINITIALIZED;
+	else
+		sim_nvml.refs--; /* the mapping stays: handles remain cheap to revalidate */
+	pthread_mutex_unlock(&sim_nvml.mu);
+	return rc;
+}
+
+nvmlReturn_t sim_nvml_check(void)
+{
+	int refs;
+
+	pthread_mutex_lock(&sim_nvml.mu);
+	refs = sim_nvml.refs;
+	pthread_mutex_unlock(&sim_nvml.mu);
+	return refs > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
+
+NVML_API const char *nvmlErrorString(nvmlReturn_t r)
+{
+	switch (r) {
+	case NVML_SUCCESS: return "Success";
+	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+	case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+	case NVML_ERROR_NOT_FOUND: return "Not Found";
+	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+	case NVML_ERROR_MEMORY: return "Insufficient Memory";
+	case NVML_ERROR_NO_DATA: return "No data";
+	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+	default: return "Unknown Error";
+	}
+}
+
+static nvmlReturn_t put_string(char *buf, unsigned len, const char *s)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (buf == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (len < strlen(s) + 1)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(buf, s, strlen(s) + 1);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int len)
+{
+	return put_string(v, len, SIM_NVML_DRIVER_VERSION);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int len)
+{
+	return put_string(v, len, SIM_NVML_VERSION);
+}
+
+static nvmlReturn_t cuda_version(int *v)
+{
+	if (v == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*v = 12040;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+	return cuda_version(v);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+	return cuda_version(v);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int len)
+{
+	char path[64], buf[256];
+	nvmlReturn_t rc = sim_nvml_check();
+	ssize_t n;
+	int fd;
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (name == NULL || len == 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return NVML_ERROR_NOT_FOUND;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return NVML_ERROR_NOT_FOUND;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	snprintf(name, len, "%s", buf);
+	return NVML_SUCCESS;
+}

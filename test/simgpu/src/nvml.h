@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Process-local state of the simulated libnvidia-ml.so.1. */
+#ifndef GPUSLICE_SIM_NVML_H
+#define GPUSLICE_SIM_NVML_H
+
+#include <pthread.h>
+
+#include "gpuslice/nvml_abi.h"
+#include "state.h"
+
+#define NVML_API __attribute__((visibility("default")))
+#define SIM_NVML_DEV_MAGIC 0x4e564d4cu
+
+struct sim_nvml_dev {
+	unsigned magic;
+	int index; /* simulator device index */
+};
+
+struct sim_nvml {
+	pthread_mutex_t mu;
+	int refs; /* nvmlInit / nvmlShutdown nesting */
+	struct sim_state *st;
+	int ndev;
+	struct sim_nvml_dev dev[SIM_MAX_DEVICES];
+};
+
+extern struct sim_nvml sim_nvml SIM_HIDDEN;
+
+/* NVML_SUCCESS if initialized; the device for a handle or NULL. */
+SIM_HIDDEN nvmlReturn_t sim_nvml_check(void);
+SIM_HIDDEN struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index);
+
+#endif

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Simulated NVML device queries: handles, UUID, name, memory, utilization
+ * (from the shared engine's busy time) and running compute processes (host
+ * PIDs from the shared process table, dead processes reaped first). */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "nvml.h"
+
+struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
+{
+	struct sim_nvml_dev *d = (struct sim_nvml_dev *)h;
+
+	if (d < &sim_nvml.dev[0] || d >= &sim_nvml.dev[sim_nvml.ndev] || d->magic != SIM_NVML_DEV_MAGIC)
+		return NULL;
+	if (index != NULL)
+		*index = d->index;
+	return &sim_nvml.st->dev[d->index];
+}
+
+#define DEV_OR_RETURN(h, d, idx)                              \
+	do {                                                  \
+		nvmlReturn_t rc_ = sim_nvml_check();          \
+		if (rc_ != NVML_SUCCESS)                      \
+			return rc_;                           \
+		if (((d) = sim_nvml_dev((h), &(idx))) == NULL) \
+			return NVML_ERROR_INVALID_ARGUMENT;   \
+	} while (0)
+
+static nvmlReturn_t get_count(unsigned int *n)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (n == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*n = (unsigned)sim_nvml.ndev;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return get_count(n); }
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return get_count(n); }
+
+static nvmlReturn_t by_index(unsigned int i, nvmlDevice_t *h)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (h == NULL || i >= (unsigned)sim_nvml.ndev)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*h = (nvmlDevice_t)&sim_nvml.dev[i];
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *h) { return by_index(i, h); }
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h) { return by_index(i, h); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h)
+{
+	char buf[64];
+	nvmlReturn_t rc = sim_nvml_check();
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (uuid == NULL || h == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < sim_nvml.ndev; i++) {
+		sim_format_uuid(sim_nvml.st->dev[sim_nvml.dev[i].index].uuid, buf, sizeof(buf));
+		if (strcmp(buf, uuid) == 0) {
+			*h = (nvmlDevice_t)&sim_nvml.dev[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *i)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	(void)d;
+	if (i == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*i = (unsigned)((struct sim_nvml_dev *)h - sim_nvml.dev);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *minor)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	(void)d;
+	if (minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*minor = (unsigned)idx; /* /dev/nvidia<minor> */
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t put(char *buf, unsigned len, const char *s)
+{
+	if (buf == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (len < strlen(s) + 1)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(buf, s, strlen(s) + 1);
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *name, unsigned int len)
+{
+	struct sim_dev_state *d;
+	char buf[SIM_NAME_LEN];
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	snprintf(buf, sizeof(buf), "%s", d->name);
+	return put(name, len, buf);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int len)
+{
+	struct sim_dev_state *d;
+	char buf[64];
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	sim_format_uuid(d->uuid, buf, sizeof(buf));
+	return put(uuid, len, buf);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t h, int *major, int *minor)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	(void)d;
+	if (major == NULL || minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*major = 9;
+	*minor = 0;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	(void)d;
+	if (pci == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(pci, 0, sizeof(*pci));
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02x:00.0", idx + 1);
+	snprintf(pci->busId, sizeof(pci->busId), "00000000:%02x:00.0", idx + 1);
+	pci->bus = (unsigned)idx + 1;
+	pci->pciDeviceId = 0x233010deu;
+	pci->pciSubSystemId = 0x16c110deu;
+	return NVML_SUCCESS;
+}
+
+static void mem_numbers(struct sim_dev_state *d, unsigned long long *total, unsigned long long *used)
+{
+	sim_reap(sim_nvml.st);
+	*total = d->total;
+	*used = atomic_load(&d->used);
+	if (*used > *total)
+		*used = *total;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	if (m == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	mem_numbers(d, &m->total, &m->used);
+	m->free = m->total - m->used;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	if (m == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (m->version != nvmlMemory_v2)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	mem_numbers(d, &m->total, &m->used);
+	m->reserved = 0;
+	m->free = m->total - m->used;
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	if (u == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	u->gpu = sim_engine_utilization(&d->engine, sim_now_ns());
+	u->memory = u->gpu / 2;
+	return NVML_SUCCESS;
+}

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses in their v1,
+ * v2 and v3 struct layouts. */
+#include <string.h>
+
+#include "nvml.h"
+
+struct proc_row {
+	unsigned pid;
+	unsigned long long mem;
+};
+
+/* Live processes with a context or memory on device idx. */
+static unsigned collect(int idx, struct proc_row *rows, unsigned cap)
+{
+	struct sim_state *st = sim_nvml.st;
+	unsigned n = 0;
+
+	sim_reap(st);
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		struct sim_proc_state *p = &st->proc[i];
+		int32_t pid = atomic_load(&p->pid);
+		unsigned long long mem = atomic_load(&p->used[idx]);
+		if (pid == 0 || (!(p->dev_mask & (1u << idx)) && mem == 0))
+			continue;
+		if (n < cap)
+			rows[n] = (struct proc_row){(unsigned)pid, mem};
+		n++;
+	}
+	return n;
+}
+
+/* v: 1, 2 or 3 (v2 and v3 share nvmlProcessInfo_v2_t's layout). */
+static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v, bool none)
+{
+	struct proc_row rows[SIM_MAX_PROCS];
+	nvmlReturn_t rc = sim_nvml_check();
+	unsigned n;
+	int idx;
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (sim_nvml_dev(h, &idx) == NULL || count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	n = none ? 0 : collect(idx, rows, SIM_MAX_PROCS);
+	if (n > *count || (infos == NULL && n > 0)) {
+		*count = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	*count = n;
+	for (unsigned i = 0; i < n; i++) {
+		if (v == 1) {
+			nvmlProcessInfo_v1_t *o = (nvmlProcessInfo_v1_t *)infos + i;
+			o->pid = rows[i].pid;
+			o->usedGpuMemory = rows[i].mem;
+		} else {
+			nvmlProcessInfo_v2_t *o = (nvmlProcessInfo_v2_t *)infos + i;
+			memset(o, 0, sizeof(*o));
+			o->pid = rows[i].pid;
+			o->usedGpuMemory = rows[i].mem;
+			o->gpuInstanceId = 0xffffffffu; /* no MIG */
+			o->computeInstanceId = 0xffffffffu;
+		}
+	}
+	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
+{
+	return running(h, n, p, 1, false);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
+{
+	return running(h, n, p, 2, false);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
+{
+	return running(h, n, p, 3, false);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
+{
+	return running(h, n, p, 1, true);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
+{
+	return running(h, n, p, 2, true);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
+{
+	return running(h, n, p, 3, true);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
+{
+	return running(h, n, p, 3, true);
+}

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Process-local state of the simulated libcuda.so.1. Internal: hidden symbols. */
+#ifndef GPUSLICE_SIM_H
+#define GPUSLICE_SIM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpuslice/cuda_abi.h"
+#include "state.h"
+
+#define SIM_API __attribute__((visibility("default")))
+#define SIM_DRIVER_VERSION 12040
+#define SIM_QUEUE_LEN 1024
+#define SIM_CTX_STACK 32
+#define SIM_MAX_BUSY_US (3600ull * 1000000ull)
+#define SIM_GRANULARITY (2ull << 20)
+
+enum sim_magic {
+	SIM_MAGIC_CTX = 0x43545853,
+	SIM_MAGIC_STREAM = 0x53545253,
+	SIM_MAGIC_EVENT = 0x45564e53,
+	SIM_MAGIC_MODULE = 0x4d4f4453,
+	SIM_MAGIC_FUNC = 0x46554e53,
+	SIM_MAGIC_GRAPH = 0x47525053,
+	SIM_MAGIC_EXEC = 0x47455853,
+	SIM_MAGIC_POOL = 0x504f4f53,
+	SIM_MAGIC_ARRAY = 0x41525253,
+	SIM_MAGIC_LIB = 0x4c494253,
+};
+
+enum sim_item_kind { SIM_ITEM_KERNEL, SIM_ITEM_EVENT, SIM_ITEM_HOSTFN, SIM_ITEM_WAIT, SIM_ITEM_NOP };
+
+struct sim_event;
+struct sim_queue;
+
+struct sim_item {
+	enum sim_item_kind kind;
+	uint64_t busy_ns;
+	struct sim_event *ev;     /* EVENT: holds a reference */
+	void (*fn)(void *);       /* HOSTFN */
+	void *arg;
+	struct sim_queue *wait_q; /* WAIT: until wait_q has completed wait_upto */
+	uint64_t wait_upto;
+};
+
+/* One in-order work queue and worker thread per context. Sequence numbers:
+ * push returns n (1-based); the item is complete once done >= n. */
+struct sim_queue {
+	pthread_mutex_t mu;
+	pthread_cond_t cv_work, cv_space, cv_done;
+	struct sim_item ring[SIM_QUEUE_LEN];
+	uint64_t tail;          /* items pushed */
+	uint64_t head;          /* items taken by the worker */
+	_Atomic uint64_t done;  /* items completed */
+	int space_waiters, done_waiters;
+	bool worker_idle, stop, started;
+	int dev;
+	pthread_t thread;
+};
+
+struct sim_stream;
+
+struct sim_ctx {
+	uint32_t magic;
+	int dev;     /* simulator device index */
+	int ordinal; /* CUDA ordinal as seen by this process */
+	unsigned flags;
+	bool primary, active;
+	int refs; /* primary: retain count */
+	unsigned long long id;
+	size_t limits[7];
+	struct sim_queue q;
+	struct sim_stream *def; /* the NULL / legacy / per-thread stream */
+	struct sim_ctx *next;   /* registry */
+};
+
+struct sim_node {
+	enum sim_item_kind kind; /* KERNEL, NOP or HOSTFN */
+	uint64_t busy_ns;
+	void (*fn)(void *);
+	void *arg;
+};
+
+struct sim_graph {
+	uint32_t magic;
+	size_t n, cap;
+	struct sim_node *nodes;
+};
+
+struct sim_stream {
+	uint32_t magic;
+	struct sim_ctx *ctx;
+	unsigned flags;
+	int prio;
+	unsigned long long id;
+	_Atomic uint64_t last; /* sequence of the last item pushed for this stream */
+	pthread_mutex_t cap_mu;
+	_Atomic bool capturing;
+	struct sim_graph *capture; /* non-NULL while capturing, under cap_mu */
+	bool cap_invalid;
+	int cap_mode;
+	unsigned long long cap_id;
+};
+
+struct sim_event {
+	uint32_t magic;
+	unsigned flags;
+	_Atomic int refs;
+	pthread_mutex_t mu;
+	struct sim_queue *q; /* last record: queue and sequence (0: never) */
+	uint64_t seq;
+	uint64_t time_ns;  /* when the record completed */
+	uint64_t time_seq; /* the sequence time_ns belongs to */
+};
+
+struct sim_func {
+	uint32_t magic;
+	bool busy; /* gpuslice_sim_busy */
+	int max_dyn_smem;
+	void *owner; /* module or library */
+	char name[128];
+	struct sim_func *next;
+};
+
+struct sim_module {
+	uint32_t magic;
+	pthread_mutex_t mu;
+	struct sim_func *funcs;
+	void *lib; /* owning library, if any */
+};
+
+/* Process-wide state (one instance, sim_g). */
+struct sim_global {
+	pthread_mutex_t mu;
+	_Atomic bool inited;
+	bool forked;
+	CUresult init_rc;
+	int32_t pid;
+	uint64_t start;
+	struct sim_state *st;
+	int slot; /* process table slot, -1 until the first context */
+	int nvis;
+	int vis[SIM_MAX_DEVICES]; /* CUDA ordinal -> simulator device */
+	struct sim_ctx *primary[SIM_MAX_DEVICES];
+	struct sim_ctx *ctxs; /* registry of live explicit + primary contexts */
+	_Atomic unsigned long long next_id;
+};
+
+extern struct sim_global sim_g SIM_HIDDEN;
+
+/* Common checks. */
+SIM_HIDDEN CUresult sim_check_init(void);
+SIM_HIDDEN int sim_device(CUdevice ordinal); /* simulator index or -1 */
+SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, int index);
+
+/* Contexts (ctx.c). */
+SIM_HIDDEN struct sim_ctx *sim_current_ctx(void);
+SIM_HIDDEN CUresult sim_ctx_get(struct sim_ctx **out);
+SIM_HIDDEN bool sim_ctx_valid(struct sim_ctx *c);
+SIM_HIDDEN CUresult sim_register_process(int dev);
+/* op 0 push, 1 pop, 2 set current. */
+SIM_HIDDEN CUresult sim_ctx_stack_op(int op, struct sim_ctx *in, struct sim_ctx **out);
+
+/* Queue (queue.c). */
+SIM_HIDDEN int sim_queue_start(struct sim_queue *q, int dev);
+SIM_HIDDEN void sim_queue_stop(struct sim_queue *q);
+/* Pushes it (blocking while the queue is full); stores the sequence in *last
+ * and calls hook(arg, q, seq), both under the queue lock before the worker can
+ * run it. Returns the sequence. */
+typedef void (*sim_seq_hook)(void *arg, struct sim_queue *q, uint64_t seq);
+SIM_HIDDEN uint64_t sim_queue_push(struct sim_queue *q, const struct sim_item *it, _Atomic uint64_t *last,
+				   sim_seq_hook hook, void *arg);
+SIM_HIDDEN void sim_queue_wait(struct sim_queue *q, uint64_t upto);
+SIM_HIDDEN uint64_t sim_queue_tail(struct sim_queue *q);
+
+/* Streams (stream.c). per_thread: NULL means the per-thread default stream. */
+SIM_HIDDEN CUresult sim_stream_resolve(CUstream h, struct sim_stream **out);
+SIM_HIDDEN CUresult sim_stream_submit(struct sim_stream *s, const struct sim_item *it);
+SIM_HIDDEN CUresult sim_stream_submit_hook(struct sim_stream *s, const struct sim_item *it, sim_seq_hook hook,
+					   void *arg);
+SIM_HIDDEN struct sim_stream *sim_stream_new(struct sim_ctx *c, unsigned flags, int prio);
+SIM_HIDDEN void sim_stream_free(struct sim_stream *s);
+SIM_HIDDEN void sim_event_put(struct sim_event *e);
+SIM_HIDDEN void sim_event_complete(struct sim_event *e, struct sim_queue *q, uint64_t seq);
+
+/* Graph capture (graph.c). Returns true if the item was captured (or the
+ * capture is invalid, *rc set), false to run it now. */
+SIM_HIDDEN bool sim_capture_item(struct sim_stream *s, const struct sim_item *it, CUresult *rc);
+SIM_HIDDEN bool sim_stream_capturing(struct sim_stream *s);
+
+/* Memory (mem.c). */
+SIM_HIDDEN void sim_mem_free_ctx(struct sim_ctx *c);
+SIM_HIDDEN bool sim_mem_lookup(CUdeviceptr p, CUdeviceptr *base, size_t *size, int *dev, bool *managed,
+			       struct sim_ctx **ctx);
+
+#endif

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Layout of the simulator's shared state file (GPUSLICE_SIM_STATE). Every
+ * process that uses the same file sees the same devices: memory capacity,
+ * the execution engine, utilization and the process table.
+ *
+ * Versioned: readers check magic, version and size and refuse anything else.
+ * Bump SIM_STATE_VERSION on any layout change.
+ */
+#ifndef GPUSLICE_SIM_STATE_H
+#define GPUSLICE_SIM_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
+#define SIM_STATE_VERSION 1u
+#define SIM_MAX_DEVICES 16
+#define SIM_MAX_PROCS 256
+#define SIM_NAME_LEN 96
+#define SIM_UTIL_BUCKETS 32
+#define SIM_UTIL_BUCKET_NS 50000000ull /* 50 ms; the NVML window is 20 buckets */
+#define SIM_UTIL_WINDOW_BUCKETS 20
+#define SIM_TICKET_SLOTS 1024
+
+/* Fair FIFO engine lock (ticket lock) that survives a holder's or a waiter's
+ * death: each ticket's owner publishes its pid and start time in a slot, and
+ * waiters that time out skip a ticket whose owner is dead. */
+struct sim_engine_slot {
+	_Atomic uint32_t ticket; /* ticket + 1 when published, 0 when free */
+	_Atomic int32_t pid;
+	_Atomic uint64_t start; /* /proc/<pid>/stat starttime */
+};
+
+struct sim_engine {
+	_Atomic uint32_t next_ticket;
+	_Atomic uint32_t serving; /* futex word */
+	_Atomic uint32_t waiters;
+	uint32_t pad0;
+	_Atomic uint64_t busy_since; /* CLOCK_MONOTONIC ns the running kernel started; 0 idle */
+	_Atomic uint64_t busy_total_ns;
+	_Atomic uint64_t kernels;
+	struct {
+		_Atomic uint64_t epoch; /* bucket number (time / SIM_UTIL_BUCKET_NS) */
+		_Atomic uint64_t busy_ns;
+	} util[SIM_UTIL_BUCKETS];
+	struct sim_engine_slot slot[SIM_TICKET_SLOTS];
+};
+
+struct sim_dev_state {
+	char name[SIM_NAME_LEN];
+	unsigned char uuid[16];
+	uint64_t total;    /* bytes */
+	uint32_t sms;
+	uint32_t pad0;
+	_Atomic uint64_t used; /* bytes; changed only under sim_state.lock */
+	struct sim_engine engine;
+};
+
+struct sim_proc_state {
+	_Atomic int32_t pid; /* 0: free slot */
+	uint32_t dev_mask;   /* devices this process has a context on */
+	uint64_t start;      /* /proc/<pid>/stat starttime, detects pid reuse */
+	_Atomic uint64_t used[SIM_MAX_DEVICES];
+};
+
+struct sim_state {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t size; /* sizeof(struct sim_state) */
+	_Atomic uint32_t ready;
+	uint32_t ndev;
+	/* Robust, process-shared: guards memory accounting and the process table. */
+	pthread_mutex_t lock;
+	struct sim_dev_state dev[SIM_MAX_DEVICES];
+	struct sim_proc_state proc[SIM_MAX_PROCS];
+};
+
+#endif /* GPUSLICE_SIM_STATE_H */

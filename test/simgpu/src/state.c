@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Shared state file: creation, process table and memory accounting. */
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t sim_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sim_proc_start_time(int32_t pid)
+{
+	char path[64], buf[1024];
+	int saved = errno, fd;
+	ssize_t n;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		errno = saved;
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	errno = saved;
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (p == NULL)
+		return 0;
+	/* Field 3 starts at p + 2; starttime is field 22. */
+	p += 2;
+	for (int i = 0; i < 19 && p != NULL; i++) {
+		p = strchr(p, ' ');
+		if (p != NULL)
+			p++;
+	}
+	return p == NULL ? 0 : strtoull(p, NULL, 10);
+}
+
+bool sim_proc_alive(int32_t pid, uint64_t start)
+{
+	int saved = errno;
+	bool alive;
+
+	if (pid <= 0)
+		return false;
+	alive = kill(pid, 0) == 0 || errno == EPERM;
+	errno = saved;
+	if (alive && start != 0) {
+		uint64_t now = sim_proc_start_time(pid);
+		/* 0: /proc unreadable; then trust kill(). A zombie still reads fine. */
+		alive = now == 0 || now == start;
+	}
+	return alive;
+}
+
+static void reap_locked(struct sim_state *st)
+{
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		struct sim_proc_state *p = &st->proc[i];
+		int32_t pid = atomic_load(&p->pid);
+
+		if (pid == 0 || sim_proc_alive(pid, p->start))
+			continue;
+		for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+			uint64_t u = atomic_exchange(&p->used[d], 0);
+			uint64_t cur = atomic_load(&st->dev[d].used);
+			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
+		}
+		p->dev_mask = 0;
+		atomic_store(&p->pid, 0);
+	}
+}
+
+/* After a holder died inside the lock: drop dead entries and recompute each
+ * device's usage from the live entries. */
+static void recover_locked(struct sim_state *st)
+{
+	reap_locked(st);
+	for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+		uint64_t sum = 0;
+		for (int i = 0; i < SIM_MAX_PROCS; i++)
+			if (atomic_load(&st->proc[i].pid) != 0)
+				sum += atomic_load(&st->proc[i].used[d]);
+		atomic_store(&st->dev[d].used, sum);
+	}
+}
+
+static int state_lock(struct sim_state *st)
+{
+	int saved = errno;
+	int rc = pthread_mutex_lock(&st->lock);
+
+	if (rc == EOWNERDEAD) {
+		recover_locked(st);
+		pthread_mutex_consistent(&st->lock);
+		rc = 0;
+	}
+	errno = saved;
+	return rc == 0 ? 0 : -1;
+}
+
+static void state_unlock(struct sim_state *st)
+{
+	pthread_mutex_unlock(&st->lock);
+}
+
+void sim_reap(struct sim_state *st)
+{
+	if (state_lock(st) != 0)
+		return;
+	reap_locked(st);
+	state_unlock(st);
+}
+
+static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
+{
+	for (int i = 0; i < SIM_MAX_PROCS; i++)
+		if (atomic_load(&st->proc[i].pid) == pid && st->proc[i].start == start)
+			return i;
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		struct sim_proc_state *p = &st->proc[i];
+		if (atomic_load(&p->pid) != 0)
+			continue;
+		p->start = start;
+		p->dev_mask = 0;
+		for (int d = 0; d < SIM_MAX_DEVICES; d++)
+			atomic_store(&p->used[d], 0);
+		atomic_store(&p->pid, pid);
+		return i;
+	}
+	return -1;
+}
+
+int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev)
+{
+	int slot;
+
+	if (state_lock(st) != 0)
+		return -1;
+	slot = find_slot(st, pid, start);
+	if (slot < 0) {
+		reap_locked(st);
+		slot = find_slot(st, pid, start);
+	}
+	if (slot >= 0 && dev >= 0 && dev < SIM_MAX_DEVICES)
+		st->proc[slot].dev_mask |= 1u << dev;
+	state_unlock(st);
+	return slot;
+}
+
+void sim_proc_release(struct sim_state *st, int slot, int32_t pid)
+{
+	struct sim_proc_state *p;
+
+	if (slot < 0 || slot >= SIM_MAX_PROCS || state_lock(st) != 0)
+		return;
+	p = &st->proc[slot];
+	if (atomic_load(&p->pid) == pid) {
+		for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+			uint64_t u = atomic_exchange(&p->used[d], 0);
+			uint64_t cur = atomic_load(&st->dev[d].used);
+			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
+		}
+		p->dev_mask = 0;
+		atomic_store(&p->pid, 0);
+	}
+	state_unlock(st);
+}
+
+static int try_reserve_locked(struct sim_state *st, int slot, int dev, uint64_t bytes)
+{
+	struct sim_dev_state *d = &st->dev[dev];
+	uint64_t used = atomic_load(&d->used);
+
+	if (bytes > d->total || used > d->total - bytes)
+		return -1;
+	atomic_store(&d->used, used + bytes);
+	atomic_fetch_add(&st->proc[slot].used[dev], bytes);
+	return 0;
+}
+
+int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes)
+{
+	int rc;
+
+	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev)
+		return -1;
+	if (state_lock(st) != 0)
+		return -1;
+	rc = try_reserve_locked(st, slot, dev, bytes);
+	if (rc != 0) {
+		reap_locked(st);
+		rc = try_reserve_locked(st, slot, dev, bytes);
+	}
+	state_unlock(st);
+	return rc;
+}
+
+void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes)
+{
+	struct sim_proc_state *p;
+	uint64_t mine, cur;
+
+	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev ||
+	    state_lock(st) != 0)
+		return;
+	p = &st->proc[slot];
+	mine = atomic_load(&p->used[dev]);
+	if (bytes > mine) /* never underflow: release at most what we hold */
+		bytes = mine;
+	atomic_store(&p->used[dev], mine - bytes);
+	cur = atomic_load(&st->dev[dev].used);
+	atomic_store(&st->dev[dev].used, bytes > cur ? 0 : cur - bytes);
+	state_unlock(st);
+}

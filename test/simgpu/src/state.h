@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * The shared state file: creation, the process table, memory accounting and
+ * the execution engine. Used by both libcuda.so.1 and libnvidia-ml.so.1. */
+#ifndef GPUSLICE_SIM_STATE_API_H
+#define GPUSLICE_SIM_STATE_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "simstate.h"
+
+#define SIM_HIDDEN __attribute__((visibility("hidden")))
+
+/* Opens (creating race-free if needed) the state file named by
+ * GPUSLICE_SIM_STATE or /dev/shm/gpuslice-sim-<uid>, checking magic, version
+ * and size, and the device table against cfg. Returns the mapping or NULL with
+ * a one-line message in err. */
+SIM_HIDDEN struct sim_state *sim_state_open(const struct sim_config *cfg, char *err, size_t errlen);
+SIM_HIDDEN void sim_state_close(struct sim_state *st);
+
+/* Process identity: pid and /proc start time (0 if unknown). */
+SIM_HIDDEN uint64_t sim_proc_start_time(int32_t pid);
+SIM_HIDDEN bool sim_proc_alive(int32_t pid, uint64_t start);
+
+/* Process table. register returns the slot (existing or new) or -1 if full. */
+SIM_HIDDEN int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev);
+/* Frees everything the slot holds (normal process exit). */
+SIM_HIDDEN void sim_proc_release(struct sim_state *st, int slot, int32_t pid);
+/* Reaps entries of dead processes, returning their memory. */
+SIM_HIDDEN void sim_reap(struct sim_state *st);
+
+/* Reserves bytes on dev for the slot; reaps dead processes before giving up.
+ * Returns 0 or -1 (out of memory). */
+SIM_HIDDEN int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes);
+SIM_HIDDEN void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes);
+
+/* Engine: one kernel at a time per device across every process, FIFO. */
+SIM_HIDDEN uint32_t sim_engine_acquire(struct sim_engine *e, int32_t pid, uint64_t start);
+SIM_HIDDEN void sim_engine_release(struct sim_engine *e, uint32_t ticket);
+/* Runs one kernel: holds the engine for busy_ns nanoseconds (0: zero-time). */
+SIM_HIDDEN void sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_t start);
+/* Percent of the last ~1 s the engine was busy. */
+SIM_HIDDEN unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now_ns);
+
+SIM_HIDDEN uint64_t sim_now_ns(void);
+
+#endif
