@@ -125,14 +125,31 @@ func (t Tree) Set(name string, changes []Change) (Settings, error) {
 	return n, t.Write(name, n)
 }
 
-// Write stores every setting of s in the group's files (each replaced atomically).
+// Write stores every setting of s in the group's files (each replaced
+// atomically). Settings going back to their default are written first, so a
+// watcher never sees a slice and a share set at once in between.
 func (t Tree) Write(name string, s Settings) error {
-	for _, f := range SettingFiles() {
+	files := SettingFiles()
+	vals := map[string]string{}
+	for _, f := range files {
 		v, err := s.Format(f)
 		if err != nil {
 			return err
 		}
-		if err := t.WriteFile(name, f, v+"\n"); err != nil {
+		vals[f] = v
+	}
+	slices.SortStableFunc(files, func(a, b string) int {
+		isDef := func(f string) bool { return vals[f] == "default" }
+		switch {
+		case isDef(a) && !isDef(b):
+			return -1
+		case !isDef(a) && isDef(b):
+			return 1
+		}
+		return 0
+	})
+	for _, f := range files {
+		if err := t.WriteFile(name, f, vals[f]+"\n"); err != nil {
 			return err
 		}
 	}

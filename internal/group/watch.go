@@ -1,80 +1,117 @@
 package group
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
-// Watch calls changed(name) whenever a group appears, disappears, or one of its
-// setting files (or cgroup binding) is written, until ctx ends. It calls
-// changed for every existing group once at the start.
+// Watch calls changed(name) whenever a group appears or disappears, or one of
+// its setting files (or cgroup binding) is written and closed or renamed into
+// place, until ctx ends. It calls changed for every existing group once at the
+// start. Only completed writes count (inotify IN_CLOSE_WRITE / IN_MOVED_TO), so
+// `echo 20ms > slice` is seen once, with its final content.
 func (t Tree) Watch(ctx context.Context, changed func(name string)) error {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return fmt.Errorf("create group tree: %w", err)
 	}
-	w, err := fsnotify.NewWatcher()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("watch group tree: %w", err)
 	}
-	defer func() {
-		if err := w.Close(); err != nil {
+	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: Close interrupts Read
+	w := &watcher{t: t, f: f, fd: fd, wds: map[int32]string{}}
+	stop := context.AfterFunc(ctx, func() {
+		if err := f.Close(); err != nil {
 			klog.FromContext(ctx).Error(err, "close group watcher")
 		}
-	}()
-	if err := w.Add(t.Dir); err != nil {
-		return fmt.Errorf("watch %s: %w", t.Dir, err)
+	})
+	defer stop()
+	if err := w.add(t.Dir, "", unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_TO|unix.IN_MOVED_FROM|unix.IN_ONLYDIR); err != nil {
+		return err
 	}
 	names, err := t.List()
 	if err != nil {
 		return err
 	}
 	for _, n := range names {
-		t.watchGroup(ctx, w, n)
+		w.addGroup(ctx, n)
 		changed(n)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-w.Errors:
-			klog.FromContext(ctx).Error(err, "group watcher")
-		case ev := <-w.Events:
-			if name, ok := t.relevant(ev); ok {
-				if ev.Has(fsnotify.Create) && filepath.Dir(ev.Name) == t.Dir {
-					t.watchGroup(ctx, w, name)
-				}
-				changed(name)
-			}
-		}
-	}
+	return w.loop(ctx, changed)
 }
 
-func (t Tree) watchGroup(ctx context.Context, w *fsnotify.Watcher, name string) {
-	if err := w.Add(t.Path(name)); err != nil {
+type watcher struct {
+	t   Tree
+	f   *os.File
+	fd  int
+	wds map[int32]string // watch descriptor -> group ("" for the tree)
+}
+
+const groupEvents = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_ONLYDIR
+
+func (w *watcher) add(path, name string, mask uint32) error {
+	wd, err := unix.InotifyAddWatch(w.fd, path, mask)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
+	}
+	w.wds[int32(wd)] = name
+	return nil
+}
+
+func (w *watcher) addGroup(ctx context.Context, name string) {
+	if err := w.add(w.t.Path(name), name, groupEvents); err != nil {
 		klog.FromContext(ctx).V(2).Info("cannot watch group", "group", name, "err", err)
 	}
 }
 
-// relevant maps an event to the group it concerns; read-back files and
-// temporary files are ignored.
-func (t Tree) relevant(ev fsnotify.Event) (string, bool) {
-	rel, err := filepath.Rel(t.Dir, ev.Name)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return "", false
+func (w *watcher) loop(ctx context.Context, changed func(name string)) error {
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := w.f.Read(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read group watcher: %w", err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			start := off + unix.SizeofInotifyEvent
+			if start+nameLen > n {
+				break
+			}
+			file := string(bytes.TrimRight(buf[start:start+nameLen], "\x00"))
+			off = start + nameLen
+			w.event(ctx, wd, mask, file, changed)
+		}
 	}
-	parts := strings.Split(rel, string(filepath.Separator))
-	switch len(parts) {
-	case 1:
-		return parts[0], !strings.HasPrefix(parts[0], ".")
-	case 2:
-		return parts[0], slices.Contains(SettingFiles(), parts[1]) || parts[1] == FileCgroup
+}
+
+func (w *watcher) event(ctx context.Context, wd int32, mask uint32, file string, changed func(string)) {
+	grp, ok := w.wds[wd]
+	switch {
+	case !ok || mask&unix.IN_IGNORED != 0:
+		delete(w.wds, wd)
+	case grp == "": // the tree: a group directory came or went
+		if strings.HasPrefix(file, ".") || mask&unix.IN_ISDIR == 0 {
+			return
+		}
+		if mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
+			w.addGroup(ctx, file)
+		}
+		changed(file)
+	case slices.Contains(SettingFiles(), file) || file == FileCgroup:
+		changed(grp)
 	}
-	return "", false
 }

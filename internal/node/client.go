@@ -1,0 +1,112 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
+)
+
+// Client is a minimal Go client of the daemon (tests, benchmarks, tools); the
+// production client is libgpuslice's gate (C).
+type Client struct {
+	nc    *net.UnixConn
+	Group string // the group the daemon placed this process in
+	rbuf  [proto.FrameSize]byte
+	wbuf  [proto.FrameSize]byte
+}
+
+// Dial connects and says hello.
+func Dial(ctx context.Context, socket string) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("connect to node daemon: %w", err)
+	}
+	c := &Client{nc: nc.(*net.UnixConn)}
+	if err := c.Send(&proto.Hello{Features: proto.FeatureRevoke}); err != nil {
+		return nil, c.closeWith(err)
+	}
+	m, err := c.Next()
+	if err != nil {
+		return nil, c.closeWith(err)
+	}
+	w, ok := m.(*proto.Welcome)
+	if !ok {
+		return nil, c.closeWith(fmt.Errorf("node daemon answered hello with %T", m))
+	}
+	c.Group = proto.String(w.Group[:])
+	return c, nil
+}
+
+func (c *Client) closeWith(err error) error {
+	if cerr := c.nc.Close(); cerr != nil {
+		return fmt.Errorf("%w (close: %w)", err, cerr)
+	}
+	return err
+}
+
+// Close closes the connection; the daemon releases whatever it held.
+func (c *Client) Close() error { return c.nc.Close() }
+
+// Send writes one message.
+func (c *Client) Send(m proto.Message) error {
+	if err := proto.Encode(c.wbuf[:], m); err != nil {
+		return err
+	}
+	if _, err := c.nc.Write(c.wbuf[:]); err != nil {
+		return fmt.Errorf("send %T: %w", m, err)
+	}
+	return nil
+}
+
+// Next reads one message; an Error message becomes an error.
+func (c *Client) Next() (proto.Message, error) {
+	if _, err := io.ReadFull(c.nc, c.rbuf[:]); err != nil {
+		return nil, fmt.Errorf("read from node daemon: %w", err)
+	}
+	m, err := proto.Decode(c.rbuf[:])
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := m.(*proto.Error); ok {
+		return nil, fmt.Errorf("node daemon refused: code %d: %s", e.Code, proto.String(e.Message[:]))
+	}
+	return m, nil
+}
+
+// SetDeadline bounds the next reads and writes.
+func (c *Client) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
+
+// Acquire asks for gpu and waits for its grant (revokes of older grants are skipped).
+func (c *Client) Acquire(gpu proto.UUID) (*proto.Grant, error) {
+	if err := c.Send(&proto.Acquire{GPU: gpu}); err != nil {
+		return nil, err
+	}
+	return c.WaitGrant()
+}
+
+// WaitGrant reads until the next grant.
+func (c *Client) WaitGrant() (*proto.Grant, error) {
+	for {
+		m, err := c.Next()
+		if err != nil {
+			return nil, err
+		}
+		if g, ok := m.(*proto.Grant); ok {
+			return g, nil
+		}
+	}
+}
+
+// Release hands grant seq back; more asks for the next grant at once.
+func (c *Client) Release(gpu proto.UUID, seq uint64, more bool) error {
+	var flags uint32
+	if more {
+		flags = proto.ReleaseMore
+	}
+	return c.Send(&proto.Release{GPU: gpu, Seq: seq, Flags: flags})
+}

@@ -1,0 +1,77 @@
+// Package node is the node daemon (`gpuslice node`): it owns GPU time. Client
+// libraries connect over a unix socket (internal/proto), the daemon identifies
+// each caller through the kernel (SO_PEERCRED, /proc/<pid>/cgroup and the
+// group file it was started with), runs one time-slice policy (internal/slice)
+// per GPU with one tenant per group, and applies the group tree
+// (internal/group) to running processes. See docs/node.md.
+package node
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+// EnvSocket overrides the socket path.
+const EnvSocket = "GPUSLICE_NODE_SOCKET"
+
+// Config is the daemon's configuration.
+type Config struct {
+	// Socket is the unix socket path; the lock file is Socket + ".lock".
+	Socket string
+	// RunDir holds the group tree (RunDir/groups) and status.json.
+	RunDir string
+	Policy slice.Config
+	// StatusEvery is how often read-back files and status.json are refreshed.
+	StatusEvery time.Duration
+	// HelloTimeout bounds how long a new connection may take to say hello.
+	HelloTimeout time.Duration
+	// MaxGPUs bounds the number of distinct GPUs (policy instances).
+	MaxGPUs int
+	// ProcRoot is where /proc is mounted (tests may point elsewhere).
+	ProcRoot string
+}
+
+// SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else
+// <run dir>/node.sock (/run/gpuslice/node.sock for root).
+func SocketPath(getenv func(string) string) string {
+	if s := getenv(EnvSocket); s != "" {
+		return s
+	}
+	return filepath.Join(paths.RunDir(getenv), "node.sock")
+}
+
+// DefaultConfig returns the defaults for this environment.
+func DefaultConfig(getenv func(string) string) Config {
+	return Config{
+		Socket:       SocketPath(getenv),
+		RunDir:       paths.RunDir(getenv),
+		Policy:       slice.DefaultConfig(),
+		StatusEvery:  250 * time.Millisecond,
+		HelloTimeout: 5 * time.Second,
+		MaxGPUs:      64,
+		ProcRoot:     "/proc",
+	}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	switch {
+	case c.Socket == "":
+		return fmt.Errorf("no socket path")
+	case c.RunDir == "":
+		return fmt.Errorf("no run directory")
+	case c.StatusEvery <= 0 || c.HelloTimeout <= 0 || c.MaxGPUs <= 0:
+		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return nil
+}
+
+// StatusPath is where the daemon publishes its status (status.json).
+func StatusPath(runDir string) string { return filepath.Join(runDir, "status.json") }

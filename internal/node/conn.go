@@ -1,0 +1,212 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+// conn is one client connection (one process, any number of GPUs).
+type conn struct {
+	s    *Server
+	nc   *net.UnixConn
+	raw  syscall.RawConn
+	peer Peer
+	log  klog.Logger
+	gpus map[proto.UUID]*gpuState // touched only by the connection's goroutine
+
+	wmu    sync.Mutex
+	broken bool
+}
+
+// serve runs one connection until it closes; every grant it held is released.
+func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
+	log := klog.FromContext(ctx)
+	c := &conn{s: s, nc: nc, gpus: map[proto.UUID]*gpuState{}}
+	defer func() {
+		for _, g := range c.gpus {
+			g.disconnect(c)
+		}
+		if err := nc.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.V(4).Info("close", "err", err)
+		}
+	}()
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		log.Error(err, "raw connection")
+		return
+	}
+	c.raw = raw
+	if err := c.handshake(); err != nil {
+		log.V(1).Info("connection refused", "err", err)
+		return
+	}
+	c.log = log.WithValues("pid", c.peer.PID, "group", c.peer.Group)
+	c.log.V(2).Info("client connected", "uid", c.peer.UID, "via", c.peer.Via)
+	err = c.loop()
+	c.log.V(2).Info("client gone", "err", err)
+}
+
+// handshake identifies the caller through the kernel and answers its hello.
+func (c *conn) handshake() error {
+	cred, err := peerCred(c.nc)
+	if err != nil {
+		return err
+	}
+	if c.peer, err = identify(c.s.cfg.ProcRoot, c.s.tree, cred); err != nil {
+		c.sendError(proto.ErrIdentity, err.Error())
+		return err
+	}
+	if err := c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HelloTimeout)); err != nil {
+		return fmt.Errorf("deadline: %w", err)
+	}
+	m, err := c.read()
+	if err != nil {
+		return err
+	}
+	if _, ok := m.(*proto.Hello); !ok {
+		c.sendError(proto.ErrProtocol, fmt.Sprintf("expected hello, got %T", m))
+		return fmt.Errorf("expected hello, got %T", m)
+	}
+	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("deadline: %w", err)
+	}
+	c.s.groupSeen(c.peer)
+	w := &proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(c.s.cfg.Policy.Period)}
+	proto.SetString(w.Group[:], c.peer.Group)
+	c.send(w)
+	return nil
+}
+
+// read returns the next frame's message.
+func (c *conn) read() (proto.Message, error) {
+	var buf [proto.FrameSize]byte
+	if _, err := io.ReadFull(c.nc, buf[:]); err != nil {
+		return nil, err
+	}
+	m, err := proto.Decode(buf[:])
+	if err != nil {
+		code := proto.ErrProtocol
+		if binary.LittleEndian.Uint16(buf[4:]) != proto.Version {
+			code = proto.ErrVersion
+		}
+		c.sendError(code, err.Error())
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *conn) loop() error {
+	for {
+		m, err := c.read()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		switch m := m.(type) {
+		case *proto.Acquire:
+			g, err := c.gpu(m.GPU)
+			if err != nil {
+				c.sendError(proto.ErrLimit, err.Error())
+				return err
+			}
+			if err := g.acquire(c, c.s.params(c.peer.Group)); err != nil {
+				c.sendError(proto.ErrProtocol, err.Error())
+				return err
+			}
+		case *proto.Release:
+			if g := c.gpus[m.GPU]; g != nil {
+				g.release(c, m.Seq, m.Flags&proto.ReleaseMore != 0)
+			}
+		default:
+			c.sendError(proto.ErrProtocol, fmt.Sprintf("unexpected %T", m))
+			return fmt.Errorf("unexpected %T", m)
+		}
+	}
+}
+
+func (c *conn) gpu(u proto.UUID) (*gpuState, error) {
+	if g := c.gpus[u]; g != nil {
+		return g, nil
+	}
+	g, err := c.s.gpu(u)
+	if err != nil {
+		return nil, err
+	}
+	c.gpus[u] = g
+	return g, nil
+}
+
+func (c *conn) sendGrant(u proto.UUID, g slice.Grant, now time.Time) {
+	var flags uint32
+	if g.Preempt {
+		flags = proto.GrantPreempt
+	}
+	c.send(&proto.Grant{GPU: u, Seq: g.Seq, SliceNs: uint64(g.SliceEnd.Sub(g.Start)),
+		ValidNs: uint64(max(g.End.Sub(now), 0)), Flags: flags})
+}
+
+func (c *conn) sendRevoke(u proto.UUID, seq uint64, reason uint32) {
+	c.send(&proto.Revoke{GPU: u, Seq: seq, Reason: reason})
+}
+
+func (c *conn) sendError(code uint32, msg string) {
+	e := &proto.Error{Code: code}
+	proto.SetString(e.Message[:], sanitize(msg))
+	c.send(e)
+}
+
+// send writes one frame without blocking: a client that does not read its
+// socket (its buffer is full) is disconnected rather than stalling others.
+func (c *conn) send(m proto.Message) {
+	var buf [proto.FrameSize]byte
+	if err := proto.Encode(buf[:], m); err != nil {
+		c.s.log.Error(err, "encode", "type", fmt.Sprintf("%T", m))
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.broken || c.raw == nil {
+		return
+	}
+	var n int
+	var werr error
+	if err := c.raw.Write(func(fd uintptr) bool {
+		n, werr = unix.Write(int(fd), buf[:])
+		return true
+	}); err != nil {
+		werr = err
+	}
+	if werr != nil || n != len(buf) {
+		c.broken = true
+		if err := c.nc.Close(); err != nil {
+			c.s.log.V(4).Info("close", "err", err)
+		}
+	}
+}
+
+// sanitize keeps a message printable for the wire.
+func sanitize(s string) string {
+	b := []byte(strings.ToValidUTF8(s, "?"))
+	for i, ch := range b {
+		if ch < 0x20 || ch == 0x7f {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

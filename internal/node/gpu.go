@@ -1,0 +1,243 @@
+package node
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+// gpuState is one GPU: its policy instance and the groups (tenants) using it.
+// A group's grant is shared by its member connections: every member that
+// asks while the group holds the GPU gets the same grant, and the group hands
+// the GPU back when its last holding member releases (or disconnects).
+type gpuState struct {
+	mu     sync.Mutex
+	uuid   proto.UUID
+	sched  *slice.Scheduler
+	groups map[string]*tenant
+	byID   map[slice.ID]*tenant
+	nextID slice.ID
+	timer  *time.Timer
+	log    klog.Logger
+}
+
+type tenant struct {
+	id      slice.ID
+	group   string
+	members map[*conn]*member
+	grant   slice.Grant
+	holding bool
+}
+
+type member struct{ waiting, holding bool }
+
+func (t *tenant) any(f func(*member) bool) bool {
+	for _, m := range t.members {
+		if f(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func isWaiting(m *member) bool { return m.waiting }
+func isHolding(m *member) bool { return m.holding }
+
+func newGPU(uuid proto.UUID, cfg slice.Config, log klog.Logger) (*gpuState, error) {
+	s, err := slice.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &gpuState{uuid: uuid, sched: s, groups: map[string]*tenant{}, byID: map[slice.ID]*tenant{},
+		log: log.WithValues("gpu", uuid.String())}
+	g.timer = time.AfterFunc(time.Hour, g.tick)
+	g.timer.Stop()
+	return g, nil
+}
+
+// acquire: member c of its group has work.
+func (g *gpuState) acquire(c *conn, p slice.Params) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	t := g.groups[c.peer.Group]
+	if t == nil {
+		g.nextID++
+		if err := g.sched.Add(g.nextID, p); err != nil {
+			return err
+		}
+		t = &tenant{id: g.nextID, group: c.peer.Group, members: map[*conn]*member{}}
+		g.groups[t.group], g.byID[t.id] = t, t
+	}
+	m := t.members[c]
+	if m == nil {
+		m = &member{}
+		t.members[c] = m
+	}
+	g.join(t, m, c, now)
+	return nil
+}
+
+// release: member c finished grant seq; more says it still has work.
+func (g *gpuState) release(c *conn, seq uint64, more bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.groups[c.peer.Group]
+	if t == nil || t.members[c] == nil {
+		return
+	}
+	m := t.members[c]
+	now := time.Now()
+	if !m.holding || !t.holding || t.grant.Seq != seq { // stale: that grant is over
+		if more {
+			g.join(t, m, c, now)
+		}
+		return
+	}
+	m.holding, m.waiting = false, more
+	if t.any(isHolding) {
+		return
+	}
+	g.groupRelease(t, now)
+}
+
+// join makes member m wait for the GPU, or share its group's running grant.
+func (g *gpuState) join(t *tenant, m *member, c *conn, now time.Time) {
+	if t.holding {
+		m.holding, m.waiting = true, false
+		c.sendGrant(g.uuid, t.grant, now)
+		return
+	}
+	m.waiting = true
+	acts, err := g.sched.Acquire(t.id, now)
+	if err != nil {
+		g.log.Error(err, "acquire", "group", t.group)
+	}
+	g.apply(acts, now)
+}
+
+// groupRelease hands the group's grant back to the policy.
+func (g *gpuState) groupRelease(t *tenant, now time.Time) {
+	t.holding = false
+	acts, err := g.sched.Release(t.id, t.grant.Seq, now, t.any(isWaiting))
+	if err != nil {
+		g.log.Error(err, "release", "group", t.group)
+	}
+	g.apply(acts, now)
+}
+
+// disconnect drops member c: a holder loses its grant at once.
+func (g *gpuState) disconnect(c *conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	t := g.groups[c.peer.Group]
+	if t == nil || t.members[c] == nil {
+		return
+	}
+	delete(t.members, c)
+	if len(t.members) == 0 {
+		delete(g.groups, t.group)
+		delete(g.byID, t.id)
+		g.apply(g.sched.Remove(t.id, now), now)
+		return
+	}
+	if t.holding && !t.any(isHolding) {
+		g.groupRelease(t, now)
+	}
+}
+
+// update applies new settings of a group.
+func (g *gpuState) update(groupName string, p slice.Params) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.groups[groupName]; t != nil {
+		return g.sched.Update(t.id, p)
+	}
+	return nil
+}
+
+func (g *gpuState) tick() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	g.apply(g.sched.Tick(now), now)
+}
+
+// apply carries out the policy's actions, then re-arms the deadline timer.
+func (g *gpuState) apply(acts []slice.Action, now time.Time) {
+	for _, a := range acts {
+		t := g.byID[a.Tenant]
+		if t == nil {
+			continue
+		}
+		switch a.Kind {
+		case slice.ActGrant:
+			g.grant(t, a.Grant, now)
+		case slice.ActRevoke:
+			reason := proto.RevokeSliceEnd
+			if now.Before(a.Grant.End) {
+				reason = proto.RevokePreempt
+			}
+			for c, m := range t.members {
+				if m.holding {
+					c.sendRevoke(g.uuid, a.Grant.Seq, reason)
+				}
+			}
+		case slice.ActExpire:
+			t.holding = false
+			for c, m := range t.members {
+				if m.holding {
+					m.holding = false
+					c.sendRevoke(g.uuid, a.Grant.Seq, proto.RevokeExpired)
+				}
+			}
+			g.log.V(2).Info("grant expired", "group", t.group, "seq", a.Grant.Seq)
+		}
+	}
+	if at, ok := g.sched.NextDeadline(); ok {
+		g.timer.Reset(at.Sub(time.Now()))
+	} else {
+		g.timer.Stop()
+	}
+}
+
+// grant gives the group's waiting members the GPU; a group with no one
+// waiting any more hands it straight back.
+func (g *gpuState) grant(t *tenant, gr slice.Grant, now time.Time) {
+	t.grant, t.holding = gr, true
+	sent := false
+	for c, m := range t.members {
+		if m.waiting {
+			m.waiting, m.holding = false, true
+			c.sendGrant(g.uuid, gr, now)
+			sent = true
+		}
+	}
+	if !sent {
+		g.groupRelease(t, now)
+	}
+}
+
+// snapshot returns the policy's view of every group on this GPU.
+func (g *gpuState) snapshot(now time.Time) []groupStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []groupStats
+	for _, st := range g.sched.Stats(now) {
+		if t := g.byID[st.ID]; t != nil {
+			out = append(out, groupStats{Group: t.group, Members: len(t.members), TenantStats: st})
+		}
+	}
+	return out
+}
+
+type groupStats struct {
+	Group   string
+	Members int
+	slice.TenantStats
+}

@@ -1,0 +1,87 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// groupChanged applies a group's settings after its files changed. Invalid
+// settings change nothing: the last valid ones stay in force and are written
+// back to the files.
+func (s *Server) groupChanged(ctx context.Context, name string) {
+	log := klog.FromContext(ctx).WithValues("group", name)
+	if !s.tree.Exists(name) {
+		s.mu.Lock()
+		delete(s.settings, name)
+		s.mu.Unlock()
+		return
+	}
+	st, err := s.tree.Read(name)
+	s.mu.Lock()
+	old, known := s.settings[name]
+	if err == nil {
+		s.settings[name] = st
+	}
+	gpus := make([]*gpuState, 0, len(s.gpus))
+	for _, g := range s.gpus {
+		gpus = append(gpus, g)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		log.Error(err, "invalid group settings ignored; restoring the last valid ones")
+		if werr := s.tree.Write(name, old); werr != nil {
+			log.Error(werr, "restore group settings")
+		}
+		return
+	}
+	if known && old == st {
+		return
+	}
+	for _, g := range gpus {
+		if err := g.update(name, st.Params()); err != nil {
+			log.Error(err, "apply group settings", "gpu", g.uuid.String())
+		}
+	}
+	if !known || old.MemoryMax != st.MemoryMax {
+		s.applyMemoryLimit(log, name, st.MemoryMax)
+	}
+	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority, "memoryMax", st.MemoryMax)
+}
+
+// applyMemoryLimit writes a new limit into the group's state file so its
+// running processes enforce it from their next allocation.
+func (s *Server) applyMemoryLimit(log klog.Logger, name string, limit uint64) {
+	n, err := setMemoryLimit(paths.GroupStateFile(s.cfg.RunDir, name), limit)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		log.Error(err, "apply memory limit")
+	case n > 0:
+		log.V(1).Info("memory limit applied to running processes", "limit", limit, "gpus", n)
+	}
+}
+
+// memoryOf sums a group's GPU memory use from its state file.
+func (s *Server) memoryOf(name string) (used uint64, ok bool) {
+	gpus, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+	if err != nil {
+		return 0, false
+	}
+	for _, g := range gpus {
+		used += g.Used
+	}
+	return used, true
+}
+
+// settingsOf returns the last valid settings of a group.
+func (s *Server) settingsOf(name string) group.Settings {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settings[name]
+}

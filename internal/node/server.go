@@ -1,0 +1,181 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+// ErrRunning is returned by Run when another daemon holds the lock.
+var ErrRunning = errors.New("another gpuslice node daemon is running")
+
+// Server is a running daemon.
+type Server struct {
+	cfg  Config
+	tree group.Tree
+	log  klog.Logger
+
+	mu       sync.Mutex
+	gpus     map[proto.UUID]*gpuState
+	settings map[string]group.Settings // last valid settings of each group
+	conns    map[*net.UnixConn]struct{}
+}
+
+// Run serves until ctx ends. It returns ErrRunning at once if another daemon
+// holds the lock on cfg.Socket + ".lock".
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("node config: %w", err)
+	}
+	log := klog.FromContext(ctx)
+	for _, d := range []string{cfg.RunDir, filepath.Dir(cfg.Socket)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	unlock, err := lock(cfg.Socket + ".lock")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := unlock(); err != nil {
+			log.Error(err, "release lock")
+		}
+	}()
+	// Holding the lock, any socket file left behind is stale.
+	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Socket, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	// Any local process (containers included) may connect: callers are
+	// identified by the kernel, not by what they send.
+	if err := os.Chmod(cfg.Socket, 0o666); err != nil {
+		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
+	}
+	s := &Server{cfg: cfg, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
+		settings: map[string]group.Settings{}, conns: map[*net.UnixConn]struct{}{}}
+	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
+	return s.serveAll(ctx, ln)
+}
+
+func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.tree.Watch(ctx, func(name string) { s.groupChanged(ctx, name) }); err != nil {
+			s.log.Error(err, "group tree watcher stopped")
+		}
+	})
+	wg.Go(func() { s.publish(ctx) })
+	wg.Go(func() {
+		<-ctx.Done()
+		if err := ln.Close(); err != nil {
+			s.log.V(2).Info("close listener", "err", err)
+		}
+		s.mu.Lock()
+		for c := range s.conns {
+			if err := c.Close(); err != nil {
+				s.log.V(4).Info("close", "err", err)
+			}
+		}
+		s.mu.Unlock()
+	})
+	var err error
+	for {
+		nc, aerr := ln.AcceptUnix()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("accept: %w", aerr)
+			}
+			break
+		}
+		s.mu.Lock()
+		s.conns[nc] = struct{}{}
+		s.mu.Unlock()
+		wg.Go(func() {
+			s.serve(ctx, nc)
+			s.mu.Lock()
+			delete(s.conns, nc)
+			s.mu.Unlock()
+		})
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// lock takes the single-instance lock (flock, released when the process dies).
+func lock(path string) (func() error, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		cerr := f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, errors.Join(fmt.Errorf("%w (lock %s is held)", ErrRunning, path), cerr)
+		}
+		return nil, errors.Join(fmt.Errorf("lock %s: %w", path, err), cerr)
+	}
+	return f.Close, nil
+}
+
+// gpu returns the policy instance of a GPU, creating it on first use.
+func (s *Server) gpu(u proto.UUID) (*gpuState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.gpus[u]; g != nil {
+		return g, nil
+	}
+	if len(s.gpus) >= s.cfg.MaxGPUs {
+		return nil, fmt.Errorf("too many GPUs (%d)", len(s.gpus))
+	}
+	g, err := newGPU(u, s.cfg.Policy, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.gpus[u] = g
+	return g, nil
+}
+
+// params returns a group's policy params (defaults for unknown groups).
+func (s *Server) params(name string) slice.Params {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settings[name].Params()
+}
+
+// groupSeen loads the settings of a caller's group when it first shows up.
+func (s *Server) groupSeen(p Peer) {
+	if p.Via == "default" {
+		return
+	}
+	s.mu.Lock()
+	_, ok := s.settings[p.Group]
+	s.mu.Unlock()
+	if ok {
+		return
+	}
+	if st, err := s.tree.Read(p.Group); err == nil {
+		s.mu.Lock()
+		s.settings[p.Group] = st
+		s.mu.Unlock()
+	}
+}

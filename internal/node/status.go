@@ -1,0 +1,198 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// StatusVersion is the version of status.json's schema.
+const StatusVersion = 1
+
+// Status is what the daemon publishes in <run dir>/status.json.
+type Status struct {
+	Version  int         `json:"version"`
+	Time     time.Time   `json:"time"`
+	PID      int         `json:"pid"`
+	Socket   string      `json:"socket"`
+	PeriodNs int64       `json:"periodNs"`
+	Burst    bool        `json:"burst"`
+	GPUs     []GPUStatus `json:"gpus"`
+}
+
+// GPUStatus is one GPU's groups.
+type GPUStatus struct {
+	UUID   string           `json:"uuid"`
+	Holder string           `json:"holder,omitempty"`
+	Groups []GroupGPUStatus `json:"groups"`
+}
+
+// GroupGPUStatus is one group on one GPU.
+type GroupGPUStatus struct {
+	Group    string  `json:"group"`
+	Priority string  `json:"priority"`
+	SliceNs  int64   `json:"sliceNs"`
+	Share    float64 `json:"share,omitempty"` // configured share of the period, if set
+	// Expected is the share of GPU time the group gets when every group here is busy.
+	Expected      float64 `json:"expected"`
+	AchievedNs    int64   `json:"achievedNs"`
+	AchievedShare float64 `json:"achievedShare"` // over the last status interval window
+	BankedNs      int64   `json:"bankedNs"`
+	DebtNs        int64   `json:"debtNs,omitempty"`
+	Members       int     `json:"members"`
+	Waiting       bool    `json:"waiting,omitempty"`
+	Holding       bool    `json:"holding,omitempty"`
+	Grants        uint64  `json:"grants"`
+	MemoryMax     uint64  `json:"memoryMax,omitempty"`
+	MemoryUsed    uint64  `json:"memoryUsed,omitempty"`
+}
+
+// ReadStatus reads a daemon's status.json.
+func ReadStatus(runDir string) (*Status, error) {
+	b, err := os.ReadFile(StatusPath(runDir))
+	if err != nil {
+		return nil, fmt.Errorf("read node status: %w", err)
+	}
+	var st Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", StatusPath(runDir), err)
+	}
+	if st.Version != StatusVersion {
+		return nil, fmt.Errorf("%s: status version %d, this gpuslice reads %d", StatusPath(runDir), st.Version, StatusVersion)
+	}
+	return &st, nil
+}
+
+// shareWindow is the averaging window of AchievedShare.
+const shareWindow = time.Second
+
+type sample struct {
+	at       time.Time
+	achieved time.Duration
+}
+
+// publish refreshes status.json and the groups' read-back files until ctx ends.
+func (s *Server) publish(ctx context.Context) {
+	hist := map[string][]sample{} // per gpu/group: samples over the last window
+	tk := time.NewTicker(s.cfg.StatusEvery)
+	defer tk.Stop()
+	for {
+		st := s.status(hist)
+		if err := writeJSON(StatusPath(s.cfg.RunDir), st); err != nil {
+			s.log.Error(err, "write status")
+		}
+		s.writeReadback(st)
+		select {
+		case <-ctx.Done():
+			if err := os.Remove(StatusPath(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Error(err, "remove status")
+			}
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+func (s *Server) status(hist map[string][]sample) *Status {
+	now := time.Now()
+	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket,
+		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
+	s.mu.Lock()
+	gpus := make([]*gpuState, 0, len(s.gpus))
+	for _, g := range s.gpus {
+		gpus = append(gpus, g)
+	}
+	s.mu.Unlock()
+	for _, g := range gpus {
+		gs := GPUStatus{UUID: g.uuid.String()}
+		snap := g.snapshot(now)
+		var total time.Duration
+		for _, t := range snap {
+			total += t.Slice
+		}
+		for _, t := range snap {
+			key := gs.UUID + "/" + t.Group
+			h := append(hist[key], sample{now, t.Achieved})
+			for len(h) > 1 && now.Sub(h[1].at) >= shareWindow {
+				h = h[1:]
+			}
+			hist[key] = h
+			e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
+				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
+				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants,
+				MemoryMax: s.settingsOf(t.Group).MemoryMax}
+			if total > 0 {
+				e.Expected = float64(t.Slice) / float64(total)
+			}
+			if dt := now.Sub(h[0].at); dt > 0 {
+				e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
+			}
+			e.MemoryUsed, _ = s.memoryOf(t.Group)
+			if t.Holding {
+				gs.Holder = t.Group
+			}
+			gs.Groups = append(gs.Groups, e)
+		}
+		st.GPUs = append(st.GPUs, gs)
+	}
+	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	return st
+}
+
+// writeReadback refreshes gpu_time.achieved, burst.banked and memory.current
+// of every group that has a directory.
+func (s *Server) writeReadback(st *Status) {
+	achieved, banked := map[string]*strings.Builder{}, map[string]*strings.Builder{}
+	for _, g := range st.GPUs {
+		for _, e := range g.Groups {
+			if achieved[e.Group] == nil {
+				achieved[e.Group], banked[e.Group] = &strings.Builder{}, &strings.Builder{}
+			}
+			fmt.Fprintf(achieved[e.Group], "%s usec=%d share=%.2f%%\n", g.UUID, e.AchievedNs/1000, e.AchievedShare*100)
+			fmt.Fprintf(banked[e.Group], "%s usec=%d\n", g.UUID, e.BankedNs/1000)
+		}
+	}
+	names, err := s.tree.List()
+	if err != nil {
+		s.log.Error(err, "list groups")
+		return
+	}
+	for _, n := range names {
+		mem, _ := s.memoryOf(n)
+		files := map[string]string{"memory.current": fmt.Sprintf("%d\n", mem), "gpu_time.achieved": "", "burst.banked": ""}
+		if b := achieved[n]; b != nil {
+			files["gpu_time.achieved"], files["burst.banked"] = b.String(), banked[n].String()
+		}
+		for f, v := range files {
+			if err := s.tree.WriteFile(n, f, v); err != nil && s.tree.Exists(n) {
+				s.log.Error(err, "write read-back file", "group", n, "file", f)
+			}
+		}
+	}
+}
+
+// writeJSON replaces path atomically.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".status-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	if err := errors.Join(werr, tmp.Close(), os.Chmod(tmp.Name(), 0o644)); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
+	}
+	return nil
+}
