@@ -14,7 +14,7 @@
 
 
 /* cu[A-Z]* or nvml[A-Z]*: the only names we may hook (no lookup otherwise). */
-static int maybe_hooked(const char *n)
+GS_NOSAN static int maybe_hooked(const char *n)
 {
 	if (n == NULL)
 		return 0;
@@ -38,7 +38,7 @@ static void *hooked_lookup(int id, void *handle, const char *name, const char *v
 	return p == gs_real_peek((enum gs_id)id) ? hook : p;
 }
 
-__attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlsym(void *handle, const char *name)
+GS_NOSAN __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlsym(void *handle, const char *name)
 {
 	gs_dlsym_fn real = gs_libc_dlsym();
 	int id;
@@ -47,7 +47,7 @@ __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlsym(void *
 	return hooked_lookup(id, handle, name, NULL);
 }
 
-__attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlvsym(void *handle, const char *name,
+GS_NOSAN __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlvsym(void *handle, const char *name,
 									    const char *version)
 {
 	gs_dlvsym_fn real = gs_libc_dlvsym();

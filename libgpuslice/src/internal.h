@@ -12,6 +12,8 @@
 #define GS_HIDDEN __attribute__((visibility("hidden")))
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Code that runs before a sanitizer runtime is initialised (it calls dlsym). */
+#define GS_NOSAN __attribute__((no_sanitize("address", "undefined")))
 
 enum gs_lib { GS_LIB_CU = 0, GS_LIB_NVML = 1, GS_LIB_COUNT };
 

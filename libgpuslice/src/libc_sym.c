@@ -4,8 +4,10 @@
  * table in memory (GNU hash, or SysV hash as a fallback). We interpose both
  * dlsym and dlvsym, so asking either of them (even dlvsym(RTLD_NEXT, ...))
  * would land back in our own hooks; this lookup never goes through the global
- * symbol scope, allocates nothing and is safe to run before the sanitizer
- * runtime or anything else is initialised.
+ * symbol scope. It walks the loader's list of objects (_r_debug) and calls no
+ * function at all, because a sanitizer runtime calls dlsym while it is still
+ * initialising (before any interceptor or shadow memory works); for the same
+ * reason nothing here is instrumented (GS_NOSAN).
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -26,7 +28,7 @@ struct gs_elf {
 	const ElfW(Verdef) *verdef;
 };
 
-static int str_eq(const char *a, const char *b)
+GS_NOSAN static int str_eq(const char *a, const char *b)
 {
 	while (*a && *a == *b) {
 		a++;
@@ -35,7 +37,7 @@ static int str_eq(const char *a, const char *b)
 	return *a == *b;
 }
 
-static int is_libc_name(const char *path)
+GS_NOSAN static int is_libc_name(const char *path)
 {
 	const char *base = path;
 	for (const char *p = path; *p; p++)
@@ -45,23 +47,18 @@ static int is_libc_name(const char *path)
 }
 
 /* glibc relocates d_ptr in place on most architectures, not on all. */
-static const void *dyn_ptr(ElfW(Addr) base, ElfW(Addr) v)
+GS_NOSAN static const void *dyn_ptr(ElfW(Addr) base, ElfW(Addr) v)
 {
 	return (const void *)(v < base ? base + v : v);
 }
 
-static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
+GS_NOSAN static int find_libc(struct gs_elf *e)
 {
-	struct gs_elf *e = data;
-	(void)size;
-	if (info->dlpi_name == NULL || !is_libc_name(info->dlpi_name))
-		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+	for (const struct link_map *l = _r_debug.r_map; l != NULL; l = l->l_next) {
+		if (l->l_name == NULL || !is_libc_name(l->l_name) || l->l_ld == NULL)
 			continue;
-		const ElfW(Dyn) *d = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-		e->base = info->dlpi_addr;
-		for (; d->d_tag != DT_NULL; d++) {
+		e->base = l->l_addr;
+		for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
 			const void *p = dyn_ptr(e->base, d->d_un.d_ptr);
 			switch (d->d_tag) {
 			case DT_SYMTAB: e->symtab = p; break;
@@ -78,7 +75,7 @@ static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
 	return 0;
 }
 
-static int version_matches(const struct gs_elf *e, uint32_t idx, const char *version)
+GS_NOSAN static int version_matches(const struct gs_elf *e, uint32_t idx, const char *version)
 {
 	if (e->versym == NULL)
 		return version == NULL;
@@ -98,14 +95,14 @@ static int version_matches(const struct gs_elf *e, uint32_t idx, const char *ver
 	return 0;
 }
 
-static int sym_matches(const struct gs_elf *e, uint32_t i, const char *name, const char *version)
+GS_NOSAN static int sym_matches(const struct gs_elf *e, uint32_t i, const char *name, const char *version)
 {
 	const ElfW(Sym) *s = &e->symtab[i];
 	return s->st_value != 0 && s->st_shndx != SHN_UNDEF && str_eq(e->strtab + s->st_name, name) &&
 	       version_matches(e, i, version);
 }
 
-static void *lookup_gnu(const struct gs_elf *e, const char *name, const char *version)
+GS_NOSAN static void *lookup_gnu(const struct gs_elf *e, const char *name, const char *version)
 {
 	const uint32_t *h = e->gnu_hash;
 	uint32_t nbuckets = h[0], symoffset = h[1], bloom_size = h[2];
@@ -129,7 +126,7 @@ static void *lookup_gnu(const struct gs_elf *e, const char *name, const char *ve
 	}
 }
 
-static void *lookup_sysv(const struct gs_elf *e, const char *name, const char *version)
+GS_NOSAN static void *lookup_sysv(const struct gs_elf *e, const char *name, const char *version)
 {
 	uint32_t nchain = e->sysv_hash[1];
 	for (uint32_t i = 1; i < nchain; i++)
@@ -138,10 +135,10 @@ static void *lookup_sysv(const struct gs_elf *e, const char *name, const char *v
 	return NULL;
 }
 
-GS_HIDDEN void *gs_elf_lookup_libc(const char *name, const char *version)
+GS_NOSAN GS_HIDDEN void *gs_elf_lookup_libc(const char *name, const char *version)
 {
 	struct gs_elf e = {0};
-	if (!dl_iterate_phdr(find_libc, &e) || e.symtab == NULL || e.strtab == NULL)
+	if (!find_libc(&e) || e.symtab == NULL || e.strtab == NULL)
 		return NULL;
 	if (e.gnu_hash != NULL)
 		return lookup_gnu(&e, name, version);
@@ -152,7 +149,7 @@ GS_HIDDEN void *gs_elf_lookup_libc(const char *name, const char *version)
 
 /* Versions tried in order: glibc >= 2.34 (libc), then the original x86-64 and
  * aarch64 versions, then whatever is the default. */
-static void *lookup_any(const char *name)
+GS_NOSAN static void *lookup_any(const char *name)
 {
 	static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
 	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
@@ -169,19 +166,19 @@ static struct {
 	gs_dlvsym_fn dlvsym;
 } libc_fns = {.once = PTHREAD_ONCE_INIT};
 
-static void libc_init(void)
+GS_NOSAN static void libc_init(void)
 {
 	libc_fns.dlsym = (gs_dlsym_fn)lookup_any("dlsym");
 	libc_fns.dlvsym = (gs_dlvsym_fn)lookup_any("dlvsym");
 }
 
-GS_HIDDEN gs_dlsym_fn gs_libc_dlsym(void)
+GS_NOSAN GS_HIDDEN gs_dlsym_fn gs_libc_dlsym(void)
 {
 	pthread_once(&libc_fns.once, libc_init);
 	return libc_fns.dlsym;
 }
 
-GS_HIDDEN gs_dlvsym_fn gs_libc_dlvsym(void)
+GS_NOSAN GS_HIDDEN gs_dlvsym_fn gs_libc_dlvsym(void)
 {
 	pthread_once(&libc_fns.once, libc_init);
 	return libc_fns.dlvsym;

@@ -1,18 +1,51 @@
 # Tests of libgpuslice (included by mk/libgpuslice.mk). Everything runs under
-# ASan/UBSan: unit tests link the pure sources directly; the hook tests use
-# $(LIB_ASAN) against the simulated GPU in $(BIN)/sim.
+# ASan/UBSan: unit tests link the pure sources directly; the hook tests link
+# $(LIB_ASAN) and run against the simulated GPU in $(BIN)/sim.
 LIB_TEST_BIN := $(BUILD)/asan/libgpuslice-tests
 LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
 LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c libc_sym.c log.c procfs.c ptrtab.c view.c)
-LIB_UNIT_TESTS := unit_parse_test unit_acct_test group_test
-LIB_TEST_DEPS := $(LIB_DEPS) $(LIB_DIR)/tests/check.h
+LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test group_test)
+LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_group_test)
+LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h)
+LIB_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
+LIB_LINK_ASAN := -L$(BUILD)/asan -Wl,-rpath,$(abspath $(BUILD)/asan) -Wl,--no-as-needed -lgpuslice
+LIB_TEST_ENV := LD_LIBRARY_PATH=$(abspath $(BIN)/sim) ASAN_OPTIONS=detect_leaks=1
 
-$(LIB_TEST_BIN)/%_test: $(LIB_DIR)/tests/%_test.c $(LIB_TEST_DEPS)
+$(LIB_UNIT_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_UNIT_SRCS) -ldl -lpthread
 
-.PHONY: test-lib test-lib-unit
-test-lib-unit: $(addprefix $(LIB_TEST_BIN)/,$(LIB_UNIT_TESTS))
+$(LIB_HOOK_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS) $(LIB_ASAN)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_LINK_ASAN) -ldl -lpthread
+
+$(LIB_TEST_BIN)/libgsnext_%.so: $(LIB_DIR)/tests/dlnext_lib.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_TEST_CFLAGS) -shared -DWHICH="'$(shell echo $* | tr a-z A-Z)'" -o $@ $<
+
+$(LIB_TEST_BIN)/dlnext_test: $(LIB_DIR)/tests/dlnext_test.c $(LIB_ASAN) $(LIB_TEST_BIN)/libgsnext_a.so \
+		$(LIB_TEST_BIN)/libgsnext_b.so $(LIB_TEST_DEPS)
+	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_LINK_ASAN) -L$(LIB_TEST_BIN) -Wl,-rpath,$(abspath $(LIB_TEST_BIN)) \
+		-lgsnext_a -lgsnext_b -ldl
+
+# The probe twice: plain (for the release library) and under ASan.
+$(LIB_TEST_BIN)/preload_probe: $(LIB_DIR)/tests/preload_probe.c include/gpuslice/cuda_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
+$(LIB_TEST_BIN)/preload_probe_asan: $(LIB_DIR)/tests/preload_probe.c include/gpuslice/cuda_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< -ldl
+
+.PHONY: test-lib test-lib-unit test-lib-hooks test-lib-preload
+test-lib-unit: $(LIB_UNIT_TESTS)
 	@set -e; for t in $^; do echo "  $$t"; $$t; done
 
-test-lib: test-lib-unit
+test-lib-hooks: $(LIB_HOOK_TESTS) $(LIB_TEST_BIN)/dlnext_test $(LIB_SIM)
+	@set -e; for t in $(LIB_HOOK_TESTS) $(LIB_TEST_BIN)/dlnext_test; do echo "  $$t"; $(LIB_TEST_ENV) $$t; done
+
+test-lib-preload: $(LIB_TEST_BIN)/preload_probe $(LIB_TEST_BIN)/preload_probe_asan $(BIN)/libgpuslice.so $(LIB_ASAN) $(LIB_SIM)
+	$(LIB_TEST_ENV) $(LIB_DIR)/tests/preload_test.sh $(LIB_TEST_BIN)/preload_probe $(abspath $(BIN)/libgpuslice.so)
+	$(LIB_TEST_ENV) $(LIB_DIR)/tests/preload_test.sh $(LIB_TEST_BIN)/preload_probe_asan $(abspath $(LIB_ASAN)) \
+		$(shell $(CC) -print-file-name=libasan.so)
+
+test-lib: test-lib-unit test-lib-hooks test-lib-preload
