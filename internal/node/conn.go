@@ -51,7 +51,9 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	}
 	c.raw = raw
 	if err := c.handshake(); err != nil {
-		log.V(1).Info("connection refused", "err", err)
+		if !errors.Is(err, io.EOF) { // EOF: a liveness probe (Reachable)
+			log.V(1).Info("connection refused", "err", err)
+		}
 		return
 	}
 	c.log = log.WithValues("pid", c.peer.PID, "group", c.peer.Group)

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+func groupCommand() Command {
+	return Command{Name: "group", Summary: "show or change group settings: gpuslice group set|get|ls|rm", Run: runGroup}
+}
+
+const groupUsage = `set NAME SETTING=VALUE...   e.g. set train slice=20ms priority=high memory.max=6GiB
+       gpuslice group get NAME [FILE...]
+       gpuslice group ls
+       gpuslice group rm NAME
+
+Settings: memory.max (bytes, a size such as 6GiB, or max), slice (e.g. 20ms, 200us, default),
+share (e.g. 30%, default; replaces slice), priority (high or low).
+Read-back: memory.current, gpu_time.achieved, burst.banked.`
+
+func runGroup(_ context.Context, env *Env, args []string) error {
+	fs := newFlagSet(env, "group", groupUsage)
+	runDir := fs.String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tree := group.NewTree(*runDir)
+	a := fs.Args()
+	if len(a) == 0 {
+		fs.Usage()
+		return usagef("group: want set, get, ls or rm")
+	}
+	switch {
+	case a[0] == "ls" && len(a) == 1:
+		return groupList(env, tree)
+	case a[0] == "get" && len(a) >= 2:
+		return groupGet(env, tree, a[1], a[2:])
+	case a[0] == "set" && len(a) >= 3:
+		return groupSet(env, tree, a[1], a[2:])
+	case a[0] == "rm" && len(a) == 2:
+		if !tree.Exists(a[1]) {
+			return usagef("group rm: no group %q", a[1])
+		}
+		return tree.Remove(a[1])
+	}
+	fs.Usage()
+	return usagef("group: bad arguments %q", a)
+}
+
+func groupSet(env *Env, tree group.Tree, name string, kvs []string) error {
+	var changes []group.Change
+	for _, kv := range kvs {
+		c, err := group.ParseChange(kv)
+		if err != nil {
+			return usagef("group set: %w", err)
+		}
+		changes = append(changes, c)
+	}
+	s, err := tree.Set(name, changes)
+	if errors.Is(err, group.ErrInvalid) {
+		return usagef("group set %s: %w (nothing changed)", name, err)
+	}
+	if err != nil {
+		return err
+	}
+	return printSettings(env, s)
+}
+
+func printSettings(env *Env, s group.Settings) error {
+	for _, f := range group.SettingFiles() {
+		v, err := s.Format(f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%s %s\n", f, v)
+	}
+	return nil
+}
+
+func groupGet(env *Env, tree group.Tree, name string, files []string) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return usagef("group get: %w", err)
+	}
+	if !tree.Exists(name) {
+		return usagef("group get: no group %q", name)
+	}
+	if len(files) == 0 {
+		s, err := tree.Read(name)
+		if err != nil {
+			return err
+		}
+		if err := printSettings(env, s); err != nil {
+			return err
+		}
+		files = group.ReadbackFiles()
+	}
+	for _, f := range files {
+		if strings.ContainsAny(f, "/\\") || strings.HasPrefix(f, ".") {
+			return usagef("group get: bad file name %q", f)
+		}
+		v, err := tree.ReadFile(name, f)
+		if errors.Is(err, os.ErrNotExist) {
+			v = "-"
+		} else if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(v, "\n") {
+			fmt.Fprintf(env.Stdout, "%s %s\n", f, line)
+		}
+	}
+	return nil
+}
+
+func groupList(env *Env, tree group.Tree) error {
+	names, err := tree.List()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tPRIORITY\tSLICE\tSHARE\tMEMORY.MAX\tMEMORY.CURRENT")
+	for _, n := range names {
+		s, err := tree.Read(n)
+		if err != nil {
+			fmt.Fprintf(tw, "%s\t(%v)\n", n, err)
+			continue
+		}
+		cur, rerr := tree.ReadFile(n, group.FileMemoryCurrent)
+		if rerr != nil {
+			cur = "-"
+		}
+		vals := []string{n}
+		for _, f := range []string{group.FilePriority, group.FileSlice, group.FileShare, group.FileMemoryMax} {
+			v, err := s.Format(f)
+			if err != nil {
+				return err
+			}
+			vals = append(vals, v)
+		}
+		fmt.Fprintln(tw, strings.Join(append(vals, cur), "\t"))
+	}
+	return tw.Flush()
+}

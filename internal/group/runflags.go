@@ -1,0 +1,44 @@
+package group
+
+import (
+	"flag"
+	"fmt"
+)
+
+// RunFlags are the time-slice flags of `gpuslice run`: --slice, --share and
+// --priority. Register them on run's flag set, then call Changes.
+type RunFlags struct {
+	Slice, Share, Priority string
+}
+
+// Register adds the flags to fs.
+func (f *RunFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Slice, "slice", "", "GPU time slice per scheduling turn, e.g. 20ms or 200us (default: by priority)")
+	fs.StringVar(&f.Share, "share", "", "GPU time as a share of the scheduling period, e.g. 30% (instead of --slice)")
+	fs.StringVar(&f.Priority, "priority", "", "high (online work: larger slices, may spend banked time first) or low")
+}
+
+// Set reports whether any time-slice flag was given.
+func (f *RunFlags) Set() bool { return f.Slice != "" || f.Share != "" || f.Priority != "" }
+
+// Changes validates the flags and returns them as group setting changes. The
+// error names the flag (callers report it as a usage error, exit code 2).
+func (f *RunFlags) Changes() ([]Change, error) {
+	if f.Slice != "" && f.Share != "" {
+		return nil, fmt.Errorf("%w: --slice and --share exclude each other", ErrInvalid)
+	}
+	var s Settings
+	var out []Change
+	for _, c := range []struct{ flag, file, value string }{
+		{"--slice", FileSlice, f.Slice}, {"--share", FileShare, f.Share}, {"--priority", FilePriority, f.Priority},
+	} {
+		if c.value == "" {
+			continue
+		}
+		if err := s.Apply(c.file, c.value); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.flag, err)
+		}
+		out = append(out, Change{File: c.file, Value: c.value})
+	}
+	return out, nil
+}

@@ -1,0 +1,55 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// ErrNoDaemon wraps a failure to reach or start the node daemon; a run can go
+// on without one (the library then runs ungated and says so once).
+var ErrNoDaemon = errors.New("node daemon unavailable")
+
+// RunSetup is what `gpuslice run` asks of the node side.
+type RunSetup struct {
+	Group     string         // the run's group (a --group NAME, or run-<pid>)
+	Flags     group.RunFlags // --slice, --share, --priority
+	MemoryMax uint64         // --memory in bytes, recorded as memory.max (0: leave as is)
+	NoDaemon  bool           // do not start a daemon if none runs
+	Start     StartOptions   // how to start one (default: this executable)
+}
+
+// PrepareRun validates the time-slice flags, writes the group's settings to
+// the group tree, and makes sure a node daemon is running (starting one if
+// needed; concurrent runs end up with one). It returns the environment entries
+// the command needs. Flag errors wrap group.ErrInvalid (a usage error: exit 2);
+// a daemon that cannot be started gives ErrNoDaemon after the settings are written.
+func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]string, error) {
+	changes, err := s.Flags.Changes()
+	if err != nil {
+		return nil, err
+	}
+	if err := paths.ValidateGroup(s.Group); err != nil {
+		return nil, fmt.Errorf("%w: %w", group.ErrInvalid, err)
+	}
+	if s.MemoryMax > 0 {
+		changes = append(changes, group.Change{File: group.FileMemoryMax, Value: strconv.FormatUint(s.MemoryMax, 10)})
+	}
+	tree := group.NewTree(paths.RunDir(getenv))
+	if _, err := tree.Set(s.Group, changes); err != nil {
+		return nil, err
+	}
+	socket := SocketPath(getenv)
+	env := []string{EnvSocket + "=" + socket}
+	if s.NoDaemon {
+		return env, nil
+	}
+	if err := EnsureRunning(ctx, socket, s.Start); err != nil {
+		return env, fmt.Errorf("%w: %w", ErrNoDaemon, err)
+	}
+	return env, nil
+}
