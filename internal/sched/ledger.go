@@ -1,0 +1,139 @@
+package sched
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// Allocator is what the plugin needs from the allocation state.
+type Allocator interface {
+	// Fit chooses GPUs on node for req, or says why it cannot.
+	Fit(node string, req *api.PodRequest) (*api.Assignment, error)
+	// Score rates an assignment from Fit in [0, alloc.MaxScore].
+	Score(a *api.Assignment, req *api.PodRequest) int64
+	// Reserve fits req on node again and books the result for pod uid, atomically.
+	Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error)
+	// Release returns what pod uid holds; unknown pods are ignored.
+	Release(uid string)
+}
+
+// Ledger is the thread-safe Allocator the plugin uses, fed by informers:
+// GPUNode rows and the assignments of bound pods.
+type Ledger struct {
+	clock clock.PassiveClock
+	mu    sync.RWMutex
+	books *alloc.Books
+}
+
+var _ Allocator = &Ledger{}
+
+// NewLedger returns an empty ledger.
+func NewLedger(cfg alloc.Config, clk clock.PassiveClock) *Ledger {
+	return &Ledger{clock: clk, books: alloc.NewBooks(cfg)}
+}
+
+// Fit implements Allocator.
+func (l *Ledger) Fit(node string, req *api.PodRequest) (*api.Assignment, error) {
+	now := l.clock.Now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Fit(node, req, now)
+}
+
+// Score implements Allocator.
+func (l *Ledger) Score(a *api.Assignment, req *api.PodRequest) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Score(a, req)
+}
+
+// Reserve implements Allocator.
+func (l *Ledger) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old := l.books.Holding(uid); old != nil {
+		l.books.Release(uid) // a retried pod: its previous attempt's holding goes
+	}
+	a, err := l.books.Fit(node, req, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.books.Reserve(uid, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Release implements Allocator.
+func (l *Ledger) Release(uid string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.books.Release(uid)
+}
+
+// SetGPUNode records a table row; an invalid row removes the node from
+// placement and returns the validation error.
+func (l *Ledger) SetGPUNode(n *api.GPUNode) error {
+	if err := n.Validate(); err != nil {
+		l.RemoveGPUNode(n.Name)
+		return err
+	}
+	row := alloc.NodeFromAPI(n)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.books.SetNode(row)
+	return nil
+}
+
+// RemoveGPUNode forgets a table row.
+func (l *Ledger) RemoveGPUNode(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.books.RemoveNode(name)
+}
+
+// ObservePod books the assignment of a bound, running pod and releases a
+// terminated one. Pods that are not bound yet are left to the scheduling
+// cycle. A malformed annotation, or one naming another node, is returned as
+// an error and books nothing.
+func (l *Ledger) ObservePod(pod *corev1.Pod) error {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		l.Release(string(pod.UID))
+		return nil
+	}
+	raw, ok := pod.Annotations[api.AnnotationAssignment]
+	if !ok || pod.Spec.NodeName == "" {
+		return nil
+	}
+	a, err := api.ParseAssignment(raw)
+	if err != nil {
+		return err
+	}
+	if a.Node != pod.Spec.NodeName {
+		return fmt.Errorf("%w: assignment names node %q, pod is bound to %q", api.ErrInvalidAssignment, a.Node, pod.Spec.NodeName)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.books.Add(string(pod.UID), a)
+	return nil
+}
+
+// Quality reports the placement quality of the current holdings.
+func (l *Ledger) Quality() alloc.Quality {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Quality()
+}
+
+// Usage returns the holdings on a node's GPUs.
+func (l *Ledger) Usage(node string) map[int32]alloc.Usage {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Usage(node)
+}

@@ -1,0 +1,136 @@
+package sched
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func gpuNode(name string, gpus int, beat time.Time) *api.GPUNode {
+	n := &api.GPUNode{Status: api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.NewTime(beat)}}
+	n.Name = name
+	for i := 0; i < gpus; i++ {
+		n.Status.GPUs = append(n.Status.GPUs, api.GPU{Index: int32(i), UUID: name + "-" + string(rune('a'+i)), MemoryBytes: 1 << 34, UnitsTotal: 100, UnitsFree: 100, MemoryFreeBytes: 1 << 34, Health: api.GPUHealthy})
+	}
+	return n
+}
+
+func newLedger(t *testing.T) (*Ledger, *clocktesting.FakePassiveClock) {
+	t.Helper()
+	clk := clocktesting.NewFakePassiveClock(t0)
+	return NewLedger(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Minute, DefaultPlacement: api.PlacementBinpack}, clk), clk
+}
+
+func TestLedgerHeartbeatUsesClock(t *testing.T) {
+	l, clk := newLedger(t)
+	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
+	if _, err := l.Fit("n1", req); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(t0.Add(61 * time.Second))
+	if _, err := l.Fit("n1", req); err == nil || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("stale heartbeat: %v", err)
+	}
+	if _, err := l.Reserve("p", "n1", req); err == nil {
+		t.Fatal("reserved on a stale node")
+	}
+}
+
+func TestLedgerInvalidGPUNodeRemovesNode(t *testing.T) {
+	l, _ := newLedger(t)
+	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	bad := gpuNode("n1", 2, t0)
+	bad.Status.GPUs[1].UUID = bad.Status.GPUs[0].UUID
+	if err := l.SetGPUNode(bad); !errors.Is(err, api.ErrInvalidGPUNode) {
+		t.Fatalf("err = %v", err)
+	}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
+	if _, err := l.Fit("n1", req); err == nil {
+		t.Fatal("fit on a node whose row is invalid")
+	}
+}
+
+func boundPod(uid, node, annotation string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID("uid-" + uid), Name: uid, Namespace: "default"}}
+	p.Spec.NodeName = node
+	if annotation != "" {
+		p.Annotations = map[string]string{api.AnnotationAssignment: annotation}
+	}
+	return p
+}
+
+func TestLedgerObservePod(t *testing.T) {
+	l, _ := newLedger(t)
+	if err := l.SetGPUNode(gpuNode("n1", 2, t0)); err != nil {
+		t.Fatal(err)
+	}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 40}}}
+	a, err := l.Reserve("uid-p1", "n1", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := a.Marshal()
+	// The bound pod comes back through the informer: same holding, not twice.
+	if err := l.ObservePod(boundPod("p1", "n1", string(raw))); err != nil {
+		t.Fatal(err)
+	}
+	if u := l.Usage("n1"); u[0].Units != 40 || u[0].Pods != 1 {
+		t.Fatalf("usage after observe: %+v", u)
+	}
+	// Unbound pods and pods without annotation book nothing.
+	for _, p := range []*corev1.Pod{boundPod("p2", "", string(raw)), boundPod("p3", "n1", "")} {
+		if err := l.ObservePod(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Malformed or mismatched annotations are errors and book nothing.
+	if err := l.ObservePod(boundPod("p4", "n1", "{garbage")); !errors.Is(err, api.ErrInvalidAssignment) {
+		t.Fatalf("garbage: %v", err)
+	}
+	if err := l.ObservePod(boundPod("p5", "n2", string(raw))); err == nil || !strings.Contains(err.Error(), "bound to") {
+		t.Fatalf("mismatch: %v", err)
+	}
+	if u := l.Usage("n1"); u[0].Units != 40 || u[0].Pods != 1 || len(u) != 1 {
+		t.Fatalf("usage changed by bad input: %+v", u)
+	}
+	done := boundPod("p1", "n1", string(raw))
+	done.Status.Phase = corev1.PodSucceeded
+	if err := l.ObservePod(done); err != nil {
+		t.Fatal(err)
+	}
+	if u := l.Usage("n1"); len(u) != 0 {
+		t.Fatalf("terminated pod still holds: %+v", u)
+	}
+}
+
+func TestLedgerReserveRetryReplacesHolding(t *testing.T) {
+	l, _ := newLedger(t)
+	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 60}}}
+	if _, err := l.Reserve("u", "n1", req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve("u", "n1", req); err != nil {
+		t.Fatalf("retry of the same pod: %v", err)
+	}
+	if _, err := l.Reserve("v", "n1", req); err == nil {
+		t.Fatal("second pod over-committed the GPU")
+	}
+}

@@ -1,0 +1,160 @@
+// Package sched is gpuslice's kube-scheduler framework plugin: it filters
+// nodes and GPUs by free capacity, health and measured utilization, scores by
+// placement policy, reserves GPUs and writes the assignment annotation on the
+// pod before it is bound. The decisions are made by internal/alloc; this
+// package adapts them to the framework and keeps the books in step with the
+// API server.
+package sched
+
+import (
+	"context"
+	"sync"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GPUSlice"
+
+const stateKey fwk.StateKey = Name
+
+var (
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+)
+
+// Plugin is the framework plugin. Its state lives behind Allocator.
+type Plugin struct {
+	alloc  Allocator
+	writer AssignmentWriter
+	events Events
+}
+
+// cycle is the per-pod scheduling-cycle state.
+type cycle struct {
+	req  *api.PodRequest
+	fits sync.Map // node name -> *api.Assignment, written by Filter
+	got  *api.Assignment
+}
+
+func (c *cycle) Clone() fwk.StateData { return c }
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+func readCycle(state fwk.CycleState) (*cycle, bool) {
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	c, ok := d.(*cycle)
+	return c, ok
+}
+
+// PreFilter parses the pod's gpuslice request; pods without one skip the
+// plugin, malformed ones are unschedulable with an Event saying why.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	req, err := api.ParseRequest(pod)
+	if err != nil {
+		p.events.InvalidRequest(ctx, pod, err)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if req.Empty() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, &cycle{req: req})
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter admits nodes with enough healthy, idle-enough GPU capacity.
+func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return fwk.AsStatus(errNoState)
+	}
+	name := ni.Node().Name
+	a, err := p.alloc.Fit(name, c.req)
+	if err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	c.fits.Store(name, a)
+	return nil
+}
+
+// Score rates the fit found by Filter by placement policy.
+func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	c, ok := readCycle(state)
+	if !ok {
+		return 0, nil
+	}
+	a, ok := c.fits.Load(ni.Node().Name)
+	if !ok {
+		return 0, nil
+	}
+	return p.alloc.Score(a.(*api.Assignment), c.req), nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve books GPUs on the chosen node; a race lost since Filter makes the
+// pod retry.
+func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return nil
+	}
+	a, err := p.alloc.Reserve(string(pod.UID), node, c.req)
+	if err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	c.got = a
+	return nil
+}
+
+// Unreserve returns the pod's GPUs when a later step fails.
+func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
+	if _, ok := readCycle(state); ok {
+		p.alloc.Release(string(pod.UID))
+	}
+}
+
+// PreBindPreFlight says whether PreBind has work for this pod.
+func (p *Plugin) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) *fwk.Status {
+	if c, ok := readCycle(state); ok && c.got != nil {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Skip)
+}
+
+// PreBind writes the assignment annotation on the pod before it is bound.
+func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok || c.got == nil {
+		return nil
+	}
+	if err := p.writer.WriteAssignment(ctx, pod, c.got); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
+}
+
+// EventsToRegister: pods rejected for lack of GPUs may fit after a GPUNode
+// changes, a pod goes away, a node appears, or the pod itself is updated.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	gpuNodes := fwk.EventResource(api.GPUNodeResource + "." + api.GPUNodeVersion + "." + api.Group)
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
+	}, nil
+}

@@ -1,0 +1,176 @@
+package sched
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+)
+
+// AssignmentWriter stores an assignment on its pod.
+type AssignmentWriter interface {
+	WriteAssignment(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error
+}
+
+// Events reports bad input on the objects concerned.
+type Events interface {
+	InvalidRequest(ctx context.Context, pod *corev1.Pod, err error)
+	InvalidAssignment(ctx context.Context, pod *corev1.Pod, err error)
+}
+
+// Event reasons.
+const (
+	ReasonInvalidRequest    = "InvalidGPURequest"
+	ReasonInvalidAssignment = "InvalidGPUAssignment"
+)
+
+// New is the plugin factory for app.WithPlugin.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	cfg, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s: dynamic client: %w", Name, err)
+	}
+	ledger := NewLedger(cfg, clock.RealClock{})
+	ev := recorderEvents{rec: h.EventRecorder()}
+	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev}
+	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev)); err != nil {
+		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
+	}
+	if err := watchGPUNodes(ctx, dyn, ledger); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
+		"utilizationThreshold", cfg.UtilizationThreshold, "heartbeatTimeout", cfg.HeartbeatTimeout,
+		"allowUnscheduledProcesses", cfg.AllowUnscheduledProcesses)
+	return p, nil
+}
+
+// podHandler keeps the ledger in step with bound pods.
+func podHandler(ctx context.Context, l *Ledger, ev Events) cache.ResourceEventHandler {
+	observe := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		if err := l.ObservePod(pod); err != nil {
+			ev.InvalidAssignment(ctx, pod, err)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				l.Release(string(pod.UID))
+			}
+		},
+	}
+}
+
+// watchGPUNodes feeds GPUNode rows into the ledger and waits for the first list.
+func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger) error {
+	logger := klog.FromContext(ctx)
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	inf := f.ForResource(api.GPUNodeGVR).Informer()
+	set := func(obj any) {
+		n, err := GPUNodeFromUnstructured(obj)
+		if err == nil {
+			err = l.SetGPUNode(n)
+		}
+		if err != nil {
+			logger.Error(err, "ignoring GPUNode")
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				l.RemoveGPUNode(u.GetName())
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: GPUNode handler: %w", Name, err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("%s: GPUNode informer did not sync: %w", Name, ctx.Err())
+	}
+	return nil
+}
+
+// GPUNodeFromUnstructured converts a dynamic-client object to a GPUNode.
+func GPUNodeFromUnstructured(obj any) (*api.GPUNode, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected object %T", api.ErrInvalidGPUNode, obj)
+	}
+	var n api.GPUNode
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
+		return nil, fmt.Errorf("%w %q: %w", api.ErrInvalidGPUNode, u.GetName(), err)
+	}
+	return &n, nil
+}
+
+type podPatcher struct{ client kubernetes.Interface }
+
+// WriteAssignment merge-patches the annotation, conditioned on the pod's UID
+// so a recreated pod of the same name is never annotated.
+func (w podPatcher) WriteAssignment(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error {
+	raw, err := a.Marshal()
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
+		"annotations": map[string]string{api.AnnotationAssignment: string(raw)},
+	}})
+	if err != nil {
+		return fmt.Errorf("assignment patch: %w", err)
+	}
+	_, err = w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("write assignment on pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+type recorderEvents struct{ rec events.EventRecorder }
+
+func (e recorderEvents) InvalidRequest(ctx context.Context, pod *corev1.Pod, err error) {
+	klog.FromContext(ctx).V(2).Info("invalid gpuslice request", "pod", klog.KObj(pod), "err", err)
+	e.rec.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidRequest, "Scheduling", "%s", err.Error())
+}
+
+func (e recorderEvents) InvalidAssignment(ctx context.Context, pod *corev1.Pod, err error) {
+	klog.FromContext(ctx).Error(err, "ignoring gpuslice assignment", "pod", klog.KObj(pod))
+	e.rec.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAssignment, "Scheduling", "%s", err.Error())
+}
+
+var errNoState = errors.New("gpuslice: no PreFilter state")
