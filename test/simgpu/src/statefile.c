@@ -160,8 +160,10 @@ struct sim_state *sim_state_open(const struct sim_config *cfg, char *err, size_t
 		st = NULL;
 	}
 out:
-	if (fd >= 0)
-		close(fd); /* also drops the flock */
+	if (fd >= 0) {
+		flock(fd, LOCK_UN); /* explicit: the mapping keeps the open file (and a flock) alive */
+		close(fd);
+	}
 	errno = saved;
 	return st;
 }
