@@ -9,10 +9,12 @@
 #include "cuapi.h"
 
 struct phys {
+	struct phys *next; /* registry: handles are validated without dereferencing */
 	uint32_t magic;
 	int dev;
 	size_t size;
 	int refs; /* 1 for the handle until cuMemRelease, +1 per mapping */
+	bool released;
 	CUmemAllocationProp prop;
 };
 
@@ -28,12 +30,18 @@ struct mapping {
 static struct {
 	pthread_mutex_t mu;
 	struct mapping *maps;
+	struct phys *handles;
 } vmm = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Called with vmm.mu held. */
 static void phys_put(struct phys *p)
 {
 	if (--p->refs == 0) {
+		for (struct phys **pp = &vmm.handles; *pp != NULL; pp = &(*pp)->next)
+			if (*pp == p) {
+				*pp = p->next;
+				break;
+			}
 		sim_uncharge(p->dev, p->size);
 		p->magic = 0;
 		free(p);
@@ -117,16 +125,21 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CU
 		free(p);
 		return rc;
 	}
-	*p = (struct phys){.magic = PHYS_MAGIC, .dev = dev, .size = n, .refs = 1, .prop = *prop};
+	pthread_mutex_lock(&vmm.mu);
+	*p = (struct phys){.next = vmm.handles, .magic = PHYS_MAGIC, .dev = dev, .size = n, .refs = 1, .prop = *prop};
+	vmm.handles = p;
+	pthread_mutex_unlock(&vmm.mu);
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 
+/* Called with vmm.mu held: a live, unreleased handle or NULL. */
 static struct phys *phys_get(CUmemGenericAllocationHandle h)
 {
-	struct phys *p = (struct phys *)(uintptr_t)h;
-
-	return p != NULL && p->magic == PHYS_MAGIC ? p : NULL;
+	for (struct phys *p = vmm.handles; p != NULL; p = p->next)
+		if ((CUmemGenericAllocationHandle)(uintptr_t)p == h)
+			return p->released ? NULL : p;
+	return NULL;
 }
 
 SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
@@ -138,8 +151,10 @@ SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 		return rc;
 	pthread_mutex_lock(&vmm.mu);
 	p = phys_get(h);
-	if (p != NULL)
+	if (p != NULL) {
+		p->released = true;
 		phys_put(p);
+	}
 	pthread_mutex_unlock(&vmm.mu);
 	return p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -205,21 +220,31 @@ SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t n)
 	return found > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Called with vmm.mu held: the mapping containing p, or NULL. */
+static struct mapping *mapping_at(CUdeviceptr p)
+{
+	for (struct mapping *m = vmm.maps; m != NULL; m = m->next)
+		if (p >= m->ptr && p - m->ptr < m->size)
+			return m;
+	return NULL;
+}
+
+/* Is [ptr, ptr+n) entirely mapped (possibly by several mappings)? With ph,
+ * retains and returns the handle mapped at ptr. */
 static bool mapped(CUdeviceptr ptr, size_t n, struct phys **ph)
 {
-	bool ok = false;
+	CUdeviceptr cur = ptr, end = ptr + n;
+	struct mapping *m = NULL;
 
 	pthread_mutex_lock(&vmm.mu);
-	for (struct mapping *m = vmm.maps; m != NULL && !ok; m = m->next)
-		if (ptr >= m->ptr && ptr - m->ptr < m->size && n <= m->size - (ptr - m->ptr)) {
-			ok = true;
-			if (ph != NULL) {
-				*ph = m->ph;
-				m->ph->refs++;
-			}
-		}
+	while (cur < end && (m = mapping_at(cur)) != NULL)
+		cur = m->ptr + m->size;
+	if (cur >= end && ph != NULL && (m = mapping_at(ptr)) != NULL) {
+		*ph = m->ph;
+		m->ph->refs++;
+	}
 	pthread_mutex_unlock(&vmm.mu);
-	return ok;
+	return n > 0 && cur >= end;
 }
 
 SIM_API CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count)
