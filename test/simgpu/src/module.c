@@ -13,6 +13,12 @@
 
 #define BUSY_KERNEL "gpuslice_sim_busy"
 
+/* Every loaded module (the real driver owns them until unload or exit). */
+static struct {
+	pthread_mutex_t mu;
+	struct sim_module *head;
+} mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
 static CUresult module_new(CUmodule *out, const void *image, bool need_ctx)
 {
 	struct sim_ctx *c;
@@ -28,6 +34,10 @@ static CUresult module_new(CUmodule *out, const void *image, bool need_ctx)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	m->magic = SIM_MAGIC_MODULE;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_lock(&mods.mu);
+	m->next = mods.head;
+	mods.head = m;
+	pthread_mutex_unlock(&mods.mu);
 	*out = (CUmodule)m;
 	return CUDA_SUCCESS;
 }
@@ -53,6 +63,13 @@ static CUresult module_free(CUmodule h)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	m->magic = 0;
+	pthread_mutex_lock(&mods.mu);
+	for (struct sim_module **pp = &mods.head; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	pthread_mutex_unlock(&mods.mu);
 	for (struct sim_func *f = m->funcs, *n; f != NULL; f = n) {
 		n = f->next;
 		f->magic = 0;

@@ -129,7 +129,7 @@ struct sim_module {
 	uint32_t magic;
 	pthread_mutex_t mu;
 	struct sim_func *funcs;
-	void *lib; /* owning library, if any */
+	struct sim_module *next;
 };
 
 /* Process-wide state (one instance, sim_g). */
