@@ -1,19 +1,54 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Launch gate: every kernel/graph launch hook calls gs_gate_launch(stream)
- * before forwarding to the driver. Today it is an inline no-op (the compiler
- * removes it); the time-slice issue fills it in. Contract for the filled-in
- * version: the fast path stays a relaxed atomic load and a branch; a non-zero
- * CUresult is returned to the caller instead of launching.
+ * before forwarding to the driver. A launch passes at once while the process
+ * holds an unexpired grant from the node daemon (fast path: one relaxed atomic
+ * load and a clock read, no round trip), or while it runs ungated (gate off:
+ * one load and a branch). Otherwise gs_gate_slow (gate.c) hands the GPU over at
+ * the end of a slice and asks for the next grant. A non-zero CUresult is
+ * returned to the caller instead of launching. See docs/node.md.
  */
 #ifndef GS_GATE_H
 #define GS_GATE_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
 #include <gpuslice/cuda_abi.h>
+
+#include "internal.h"
+
+/* GS_GATE_OPEN in `until`: ungated for good (GPUSLICE_GATE=off). */
+#define GS_GATE_OPEN UINT64_MAX
+
+struct gs_gate_fast {
+	_Atomic uint64_t until; /* CLOCK_MONOTONIC ns until which launches pass; 0: ask */
+	_Atomic uint64_t last;  /* CLOCK_MONOTONIC ns of the last launch under a grant */
+	_Atomic int track;      /* bound outstanding launches (gs_gate_track) */
+};
+GS_HIDDEN extern struct gs_gate_fast gs_gate_fast;
+GS_HIDDEN CUresult gs_gate_slow(CUstream stream);
+GS_HIDDEN void gs_gate_track(CUstream stream);
+
+static inline uint64_t gs_gate_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static inline CUresult gs_gate_launch(CUstream stream)
 {
-	(void)stream;
+	uint64_t until = atomic_load_explicit(&gs_gate_fast.until, memory_order_relaxed);
+	if (until == GS_GATE_OPEN)
+		return CUDA_SUCCESS;
+	uint64_t now = gs_gate_now();
+	if (GS_UNLIKELY(now >= until))
+		return gs_gate_slow(stream);
+	atomic_store_explicit(&gs_gate_fast.last, now, memory_order_relaxed);
+	if (atomic_load_explicit(&gs_gate_fast.track, memory_order_relaxed))
+		gs_gate_track(stream);
 	return CUDA_SUCCESS;
 }
 

@@ -61,8 +61,11 @@ static inline pid_t ht_spawn(int (*fn)(void *), void *arg)
 	fflush(NULL);
 	pid_t pid = fork();
 	CHECK(pid >= 0);
-	if (pid == 0)
-		_exit(fn(arg));
+	if (pid == 0) {
+		int rc = fn(arg);
+		fflush(NULL);
+		_exit(rc);
+	}
 	return pid;
 }
 

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * The launch gate's slow path: taking the first grant, handing the GPU over at
+ * the end of a slice (after the outstanding work finished) and waiting for the
+ * next grant. With no daemon (or one too slow) launches go on ungated, as
+ * configured, and the gate reconnects when the daemon returns.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gate_int.h"
+#include "log.h"
+
+GS_HIDDEN struct gs_gate_fast gs_gate_fast;
+GS_HIDDEN struct gs_gate gs_gate = {
+	.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1, .st = GS_GATE_DOWN};
+
+static struct gs_gate_cfg cfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+static uint64_t env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max)
+{
+	const char *v = getenv(name);
+	char *end;
+	if (v == NULL || *v == '\0')
+		return def;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (errno != 0 || *end != '\0' || v[0] == '-' || n < min || n > max) {
+		gs_log("%s=%s is not a number in [%llu, %llu]; using %llu", name, v, (unsigned long long)min,
+		       (unsigned long long)max, (unsigned long long)def);
+		return def;
+	}
+	return n;
+}
+
+/* The socket: GPUSLICE_NODE_SOCKET, else <run dir>/node.sock with the run
+ * directory chosen as gpuslice's Go side does (internal/paths). */
+static void default_socket(char *out, size_t n)
+{
+	const char *s = getenv("GPUSLICE_NODE_SOCKET");
+	const char *run = getenv("GPUSLICE_RUN_DIR");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (s != NULL && *s != '\0')
+		gs_fmt(out, n, "%s", s);
+	else if (run != NULL && *run != '\0')
+		gs_fmt(out, n, "%s/node.sock", run);
+	else if (geteuid() == 0)
+		gs_fmt(out, n, "/run/gpuslice/node.sock");
+	else if (xdg != NULL && *xdg != '\0')
+		gs_fmt(out, n, "%s/gpuslice/node.sock", xdg);
+	else
+		gs_fmt(out, n, "/tmp/gpuslice-%u/node.sock", (unsigned)geteuid());
+}
+
+static void after_fork_child(void)
+{
+	/* The child is a new caller: it connects with its own identity. */
+	pthread_mutex_init(&gs_gate.mu, NULL);
+	pthread_cond_init(&gs_gate.cv, NULL);
+	if (gs_gate.fd >= 0)
+		close(gs_gate.fd);
+	gs_gate.fd = -1;
+	gs_gate.gen++;
+	gs_gate.st = GS_GATE_DOWN;
+	gs_gate.retry_at = 0;
+	gs_gate.ctx = NULL;
+	gs_gate_track_reset();
+	atomic_store(&gs_gate_fast.track, 0);
+	atomic_store(&gs_gate_fast.until, cfg.off ? GS_GATE_OPEN : 0);
+}
+
+static void cfg_init(void)
+{
+	const char *gate = getenv("GPUSLICE_GATE");
+	const char *loss = getenv("GPUSLICE_GATE_ON_LOSS");
+	cfg.off = gate != NULL && (strcmp(gate, "off") == 0 || strcmp(gate, "0") == 0);
+	cfg.wait_on_loss = loss != NULL && strcmp(loss, "wait") == 0;
+	if (loss != NULL && *loss != '\0' && !cfg.wait_on_loss && strcmp(loss, "run") != 0)
+		gs_log("GPUSLICE_GATE_ON_LOSS=%s: want run or wait; using run", loss);
+	cfg.explicit_socket = getenv("GPUSLICE_NODE_SOCKET") != NULL;
+	cfg.depth = (unsigned)env_u64("GPUSLICE_GATE_DEPTH", 2, 0, 64);
+	cfg.idle_ns = env_u64("GPUSLICE_GATE_IDLE_US", 500, 10, 10000000) * 1000u;
+	cfg.timeout_ns = env_u64("GPUSLICE_GATE_TIMEOUT_MS", 5000, 1, 3600000) * 1000000u;
+	cfg.retry_ns = 1000000000u;
+	default_socket(cfg.socket, sizeof(cfg.socket));
+	pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+GS_HIDDEN const struct gs_gate_cfg *gs_gate_cfg(void)
+{
+	pthread_once(&cfg_once, cfg_init);
+	return &cfg;
+}
+
+/* Publishes the fast-path view of the current state. */
+GS_HIDDEN void gs_gate_publish_locked(uint64_t now)
+{
+	struct gs_gate *g = &gs_gate;
+	uint64_t until = 0;
+	int track = 0;
+	if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
+		until = g->grant_end;
+		track = cfg.depth > 0;
+	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss) {
+		until = g->retry_at; /* ungated until the next attempt */
+	}
+	atomic_store_explicit(&gs_gate_fast.track, track, memory_order_relaxed);
+	atomic_store_explicit(&gs_gate_fast.until, until, memory_order_release);
+}
+
+GS_HIDDEN void gs_gate_sync(CUcontext ctx)
+{
+	if (ctx != NULL) {
+		gs_fn_cuCtxSetCurrent set = GS_REAL(cuCtxSetCurrent);
+		if (set == NULL || set(ctx) != CUDA_SUCCESS)
+			return;
+	}
+	gs_fn_cuCtxSynchronize sync = GS_REAL(cuCtxSynchronize);
+	if (sync != NULL)
+		(void)sync(); /* an error here is the application's to see on its next call */
+}
+
+/* The GPU of the calling thread's context, once. */
+static int find_gpu_locked(void)
+{
+	struct gs_gate *g = &gs_gate;
+	CUdevice dev;
+	CUuuid uuid;
+	gs_fn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
+	gs_fn_cuDeviceGetUuid getuuid = GS_REAL(cuDeviceGetUuid);
+	if (g->have_gpu)
+		return 0;
+	if (getdev == NULL || getuuid == NULL || getdev(&dev) != CUDA_SUCCESS || getuuid(&uuid, dev) != CUDA_SUCCESS)
+		return -1;
+	memcpy(g->gpu, uuid.bytes, sizeof(g->gpu));
+	g->have_gpu = 1;
+	return 0;
+}
+
+/* Waits on the condition until deadline (CLOCK_MONOTONIC ns is not the
+ * condition's clock: wait in short steps). Returns 0, or ETIMEDOUT. */
+static int wait_until(uint64_t deadline)
+{
+	uint64_t now = gs_gate_now();
+	if (now >= deadline)
+		return ETIMEDOUT;
+	uint64_t step = deadline - now < 100000000u ? deadline - now : 100000000u;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)(step % 1000000000u);
+	ts.tv_sec += (time_t)(step / 1000000000u) + ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	int rc = pthread_cond_timedwait(&gs_gate.cv, &gs_gate.mu, &ts);
+	return rc == ETIMEDOUT && gs_gate_now() < deadline ? 0 : rc;
+}
+
+/* Hands over at the end of a slice: outstanding work first (unlocked). */
+static void hand_over_locked(void)
+{
+	struct gs_gate *g = &gs_gate;
+	uint64_t seq = g->seq;
+	g->st = GS_GATE_RELEASING;
+	gs_gate_publish_locked(gs_gate_now());
+	pthread_mutex_unlock(&g->mu);
+	gs_gate_sync(NULL);
+	pthread_mutex_lock(&g->mu);
+	if (g->st == GS_GATE_RELEASING && g->seq == seq && gs_gate_release_locked(seq, 1) == 0)
+		g->st = GS_GATE_WAITING;
+	pthread_cond_broadcast(&g->cv);
+}
+
+/* One step of the slow path; returns 1 when the launch may go. */
+static int step_locked(uint64_t *wait_start)
+{
+	struct gs_gate *g = &gs_gate;
+	uint64_t now = gs_gate_now();
+	switch (g->st) {
+	case GS_GATE_DOWN:
+		if (now >= g->retry_at && gs_gate_connect_locked(now) == 0)
+			return 0;
+		if (!cfg.wait_on_loss) {
+			gs_gate_publish_locked(now);
+			return 1;
+		}
+		wait_until(now + 100000000u);
+		return 0;
+	case GS_GATE_HOLDING:
+		if (!g->revoked && now < g->grant_end) {
+			gs_gate_publish_locked(now);
+			return 1;
+		}
+		hand_over_locked();
+		*wait_start = gs_gate_now();
+		return 0;
+	case GS_GATE_IDLE:
+		if (find_gpu_locked() != 0)
+			return 1; /* no context yet: the driver will refuse the launch itself */
+		if (gs_gate_acquire_locked() == 0)
+			g->st = GS_GATE_WAITING;
+		*wait_start = now;
+		return 0;
+	case GS_GATE_WAITING:
+	case GS_GATE_RELEASING:
+		if (g->slow) { /* keep running until the daemon answers */
+			atomic_store(&gs_gate_fast.until, now + cfg.retry_ns);
+			return 1;
+		}
+		if (*wait_start == 0)
+			*wait_start = now;
+		if (wait_until(*wait_start + cfg.timeout_ns) == ETIMEDOUT) {
+			gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; running "
+				    "without waiting for it until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
+			g->slow = 1;
+		}
+		return 0;
+	}
+	return 1;
+}
+
+GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
+{
+	int saved = errno;
+	(void)stream;
+	const struct gs_gate_cfg *c = gs_gate_cfg();
+	if (c->off) {
+		atomic_store(&gs_gate_fast.until, GS_GATE_OPEN);
+		errno = saved;
+		return CUDA_SUCCESS;
+	}
+	struct gs_gate *g = &gs_gate;
+	uint64_t wait_start = 0;
+	pthread_mutex_lock(&g->mu);
+	while (!step_locked(&wait_start))
+		;
+	if (g->st == GS_GATE_HOLDING && g->ctx == NULL) {
+		gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
+		if (cur != NULL && cur(&g->ctx) != CUDA_SUCCESS)
+			g->ctx = NULL;
+	}
+	atomic_store_explicit(&gs_gate_fast.last, gs_gate_now(), memory_order_relaxed);
+	pthread_mutex_unlock(&g->mu);
+	if (atomic_load_explicit(&gs_gate_fast.track, memory_order_relaxed))
+		gs_gate_track(stream);
+	errno = saved;
+	return CUDA_SUCCESS;
+}

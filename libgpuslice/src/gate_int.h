@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Internals of the launch gate shared by gate.c (slow path), gate_conn.c (the
+ * daemon connection and its reader thread) and gate_track.c (in-flight bound). */
+#ifndef GS_GATE_INT_H
+#define GS_GATE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <gpuslice/proto.h>
+
+#include "gate.h"
+
+/* Configuration, read once from the environment (docs/node.md). */
+struct gs_gate_cfg {
+	int off;              /* GPUSLICE_GATE=off */
+	int wait_on_loss;     /* GPUSLICE_GATE_ON_LOSS=wait (default: run) */
+	int explicit_socket;  /* GPUSLICE_NODE_SOCKET was set: say when it is not reachable */
+	unsigned depth;       /* GPUSLICE_GATE_DEPTH: outstanding launches (0 = unbounded) */
+	uint64_t idle_ns;     /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
+	uint64_t timeout_ns;  /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
+	uint64_t retry_ns;    /* reconnect interval */
+	char socket[108];
+};
+
+enum gs_gate_state {
+	GS_GATE_DOWN,      /* no daemon connection */
+	GS_GATE_IDLE,      /* connected, no grant, not asking */
+	GS_GATE_WAITING,   /* asked (acquire or release with more work) */
+	GS_GATE_HOLDING,   /* holds grant seq until grant_end */
+	GS_GATE_RELEASING, /* finishing outstanding work before handing over */
+};
+
+struct gs_gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* state changes */
+	int fd;            /* -1 when down */
+	unsigned gen;      /* connection generation: a stale reader exits */
+	enum gs_gate_state st;
+	uint64_t seq;
+	uint64_t grant_end;
+	int revoked;
+	int slow;          /* a grant took longer than timeout_ns: run until one comes */
+	int have_gpu;
+	uint8_t gpu[16];
+	CUcontext ctx;     /* the holder's context, for the reader's idle release */
+	uint64_t retry_at; /* next connection attempt */
+	_Atomic int said_down, said_slow, said_proto;
+};
+
+GS_HIDDEN extern struct gs_gate gs_gate;
+GS_HIDDEN const struct gs_gate_cfg *gs_gate_cfg(void);
+
+/* With gs_gate.mu held. */
+GS_HIDDEN int gs_gate_connect_locked(uint64_t now);
+GS_HIDDEN void gs_gate_down_locked(const char *why);
+GS_HIDDEN int gs_gate_acquire_locked(void);
+GS_HIDDEN int gs_gate_release_locked(uint64_t seq, int more);
+GS_HIDDEN void gs_gate_publish_locked(uint64_t now);
+
+/* Finishes the outstanding work of ctx (NULL: the calling thread's). */
+GS_HIDDEN void gs_gate_sync(CUcontext ctx);
+/* Forgets the in-flight ring (after fork). */
+GS_HIDDEN void gs_gate_track_reset(void);
+
+#endif /* GS_GATE_INT_H */
