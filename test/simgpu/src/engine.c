@@ -134,6 +134,23 @@ void sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_
 	sim_engine_release(e, t);
 }
 
+/* A holder killed while running a kernel leaves busy_since set and its
+ * ticket served; with no waiter to notice, readers clean it up. */
+static void reap_dead_holder(struct sim_engine *e)
+{
+	uint32_t s = atomic_load(&e->serving);
+	struct sim_engine_slot *sl = &e->slot[s % SIM_TICKET_SLOTS];
+
+	if (atomic_load(&e->busy_since) == 0 || atomic_load(&sl->ticket) != s + 1 ||
+	    sim_proc_alive(atomic_load(&sl->pid), atomic_load(&sl->start)))
+		return;
+	if (atomic_compare_exchange_strong(&e->serving, &s, s + 1)) {
+		atomic_store(&sl->ticket, 0);
+		atomic_store(&e->busy_since, 0);
+		futex_wake_all(&e->serving);
+	}
+}
+
 unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now)
 {
 	uint64_t nb = now / SIM_UTIL_BUCKET_NS;
@@ -145,6 +162,7 @@ unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now)
 		if (atomic_load(&e->util[i].epoch) == b)
 			busy += atomic_load(&e->util[i].busy_ns);
 	}
+	reap_dead_holder(e);
 	since = atomic_load(&e->busy_since);
 	if (since != 0 && since < now)
 		busy += now - (since > ws ? since : ws);

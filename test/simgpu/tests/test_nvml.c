@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * NVML: memory info, running compute processes (host PIDs and their memory,
+ * v1/v2/v3 layouts), utilization from the engine's busy time. */
+#include "testutil.h"
+
+#define GiB (1ull << 30)
+
+/* Child: primary context, allocate arg GiB, report, wait to be killed. */
+static int child_hold(const char *arg)
+{
+	CUdeviceptr p;
+	CUfunction f;
+
+	t_primary(0);
+	if (cuMemAlloc_v2(&p, strtoull(arg, NULL, 10) * GiB) != CUDA_SUCCESS)
+		return 2;
+	f = t_busy_fn();
+	for (int i = 0; i < 20; i++) /* 1 s of device time */
+		t_busy(f, 50000, NULL);
+	if (cuCtxSynchronize() != CUDA_SUCCESS || write(1, "R", 1) != 1)
+		return 3;
+	for (;;)
+		pause();
+}
+
+static pid_t spawn_hold(const char *gib)
+{
+	int fds[2];
+	char c;
+	pid_t pid;
+
+	MUST(pipe(fds) == 0);
+	pid = fork();
+	MUST(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		setenv("SIM_TEST_CHILD", "1", 1);
+		execl("/proc/self/exe", "simtest-child", "child", "hold", gib, (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	MUST(read(fds[0], &c, 1) == 1 && c == 'R');
+	close(fds[0]);
+	return pid;
+}
+
+static unsigned long long proc_mem(nvmlProcessInfo_t *v, unsigned n, pid_t pid)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (v[i].pid == (unsigned)pid)
+			return v[i].usedGpuMemory;
+	return ~0ull;
+}
+
+static void test_processes(nvmlDevice_t h, pid_t a, pid_t b)
+{
+	nvmlProcessInfo_t v3[8];
+	nvmlProcessInfo_v1_t v1[8];
+	unsigned n = 0;
+
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, 2);
+	n = 1;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v3), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, 2);
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v3), NVML_SUCCESS);
+	CHECK_EQ(n, 2);
+	CHECK_EQ(proc_mem(v3, n, a), 1 * GiB);
+	CHECK_EQ(proc_mem(v3, n, b), 2 * GiB);
+	CHECK_EQ(v3[0].gpuInstanceId, 0xffffffffu);
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v2(h, &n, (nvmlProcessInfo_v2_t *)v3), NVML_SUCCESS);
+	CHECK_EQ(n, 2);
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(h, &n, v1), NVML_SUCCESS);
+	CHECK_EQ(n, 2);
+	CHECK(v1[0].pid == (unsigned)a || v1[1].pid == (unsigned)a);
+	CHECK(v1[0].usedGpuMemory + v1[1].usedGpuMemory == 3 * GiB);
+}
+
+static void test_nvml(void)
+{
+	nvmlDevice_t h;
+	nvmlMemory_t m;
+	nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+	nvmlUtilization_t u;
+	unsigned n = 0;
+	pid_t a, b;
+
+	MUST(nvmlInit_v2() == NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &h), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(1, &h), NVML_ERROR_INVALID_ARGUMENT);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &h), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h, &m), NVML_SUCCESS);
+	CHECK(m.total == 8 * GiB && m.used == 0 && m.free == 8 * GiB);
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_SUCCESS);
+	CHECK_EQ(n, 0);
+	a = spawn_hold("1");
+	b = spawn_hold("2");
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h, &m), NVML_SUCCESS);
+	CHECK(m.used == 3 * GiB && m.free == 5 * GiB);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(h, &m2), NVML_SUCCESS);
+	CHECK(m2.total == 8 * GiB && m2.used == 3 * GiB && m2.free == 5 * GiB);
+	m2.version = 1;
+	CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(h, &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+	test_processes(h, a, b);
+	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_SUCCESS);
+	CHECK(u.gpu >= 50); /* the children kept the engine busy for the last second */
+	kill(a, SIGKILL);
+	CHECK_EQ(t_wait(a), 128 + SIGKILL);
+	n = 0;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, 1); /* the dead one is reaped on query */
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h, &m), NVML_SUCCESS);
+	CHECK_EQ(m.used, 2 * GiB);
+	kill(b, SIGTERM);
+	CHECK_EQ(t_wait(b), 128 + SIGTERM);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h, &m), NVML_SUCCESS);
+	CHECK_EQ(m.used, 0);
+	usleep(1100 * 1000);
+	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_SUCCESS);
+	CHECK_EQ(u.gpu, 0); /* idle for a full window */
+	CHECK_EQ(nvmlShutdown(), NVML_SUCCESS);
+	CHECK_EQ(nvmlShutdown(), NVML_ERROR_UNINITIALIZED);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "child") == 0)
+		return child_hold(argv[3]);
+	t_private_state("nvml");
+	setenv("GPUSLICE_SIM_MEMORY", "8GiB", 1);
+	test_nvml();
+	return t_done("NVML memory, processes, utilization");
+}
