@@ -44,6 +44,7 @@ $(SIM_ASAN)/%.so: $(SIM_ASAN)/%.so.1
 
 SIM_TESTS := $(patsubst $(SIM_DIR)/tests/%.c,$(SIM_ASAN)/%,$(wildcard $(SIM_DIR)/tests/test_*.c))
 SIM_TEST_LIBS := $(SIM_ASAN)/libcuda.so $(SIM_ASAN)/libnvidia-ml.so
+.SECONDARY: $(SIM_TEST_LIBS) $(SIM_TESTS)
 
 $(SIM_ASAN)/test_%: $(SIM_DIR)/tests/test_%.c $(SIM_DIR)/tests/testutil.h $(SIM_HDRS) $(SIM_TEST_LIBS)
 	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(SIM_DIR)/src -o $@ $< $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON)) \

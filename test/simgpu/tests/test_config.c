@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Device file and env parsing (tables + a seeded mutation fuzz over a corpus),
+ * and end to end: a bad configuration or state file gives one clear line on
+ * stderr and cuInit CUDA_ERROR_NO_DEVICE, never a crash. */
+#include <fcntl.h>
+
+#include "config.h"
+#include "testutil.h"
+
+struct parse_case {
+	const char *text;
+	int ndev; /* -1: must fail */
+	const char *err_has;
+};
+
+static const struct parse_case cases[] = {
+	{"name=A memory=1GiB\n", 1, NULL},
+	{"name=\"NVIDIA H100 80GB HBM3\" uuid=GPU-11111111-2222-3333-4444-555555555555 memory=80GiB sms=132", 1, NULL},
+	{"# comment\n\n  name=A\r\nname=B memory=2048MiB\n", 2, NULL},
+	{"memory=24000000000\n", 1, NULL},
+	{"memory=1GB sms=1\n", 1, NULL},
+	{"", -1, "no devices"},
+	{"# only comments\n", -1, "no devices"},
+	{"name=A colour=red\n", -1, "unknown key \"colour\""},
+	{"name=A name=B\n", -1, "given twice"},
+	{"name=A memory=lots\n", -1, "bad value for memory"},
+	{"name=A memory=1.5GiB\n", -1, "bad value for memory"},
+	{"name=A memory=99999999999999999999\n", -1, "bad value for memory"},
+	{"name=A memory=17179869184GiB\n", -1, "bad value for memory"},
+	{"name=A memory=1KiB\n", -1, "bad value for memory"},
+	{"name=A sms=0\n", -1, "bad value for sms"},
+	{"name=A sms=-3\n", -1, "bad value for sms"},
+	{"name=A sms=12x\n", -1, "bad value for sms"},
+	{"uuid=GPU-1234\n", -1, "bad value for uuid"},
+	{"uuid=GPU-11111111-2222-3333-4444-55555555555g\n", -1, "bad value for uuid"},
+	{"uuid=11111111-2222-3333-4444-555555555555\n", -1, "bad value for uuid"},
+	{"name=\"unterminated\n", -1, "unterminated quote"},
+	{"name=\"x\"y\n", -1, "garbage after quoted value"},
+	{"name\n", -1, "expected key=value"},
+	{"=x\n", -1, "expected key=value"},
+	{"name=\"\"\n", -1, "bad value for name"},
+	{"uuid=GPU-11111111-2222-3333-4444-555555555555\nuuid=GPU-11111111-2222-3333-4444-555555555555\n", -1,
+	 "same uuid"},
+	{"name=a\nname=b\nname=c\nname=d\nname=e\nname=f\nname=g\nname=h\nname=i\nname=j\nname=k\nname=l\n"
+	 "name=m\nname=n\nname=o\nname=p\nname=q\n",
+	 -1, "more than 16 devices"},
+};
+
+static void test_parse_table(void)
+{
+	struct sim_config c;
+	char err[SIM_ERR_LEN];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		err[0] = '\0';
+		int rc = sim_config_parse(cases[i].text, strlen(cases[i].text), &c, err, sizeof(err));
+		int got = rc == 0 ? c.ndev : -1;
+		if (got != cases[i].ndev || (cases[i].err_has && strstr(err, cases[i].err_has) == NULL) ||
+		    strchr(err, '\n') != NULL) {
+			fprintf(stderr, "case %zu %.30s: got %d \"%s\", want %d \"%s\"\n", i, cases[i].text, got, err,
+				cases[i].ndev, cases[i].err_has ? cases[i].err_has : "");
+			t_failures++;
+		}
+	}
+	MUST(sim_config_parse(cases[1].text, strlen(cases[1].text), &c, err, sizeof(err)) == 0);
+	CHECK(strcmp(c.dev[0].name, "NVIDIA H100 80GB HBM3") == 0);
+	CHECK_EQ(c.dev[0].memory, 80ull << 30);
+	CHECK_EQ(c.dev[0].sms, 132);
+	CHECK_EQ(c.dev[0].uuid[0], 0x11);
+	CHECK_EQ(c.dev[0].uuid[15], 0x55);
+	MUST(sim_config_parse(cases[0].text, strlen(cases[0].text), &c, err, sizeof(err)) == 0);
+	CHECK_EQ(c.dev[0].sms, SIM_DEFAULT_SMS); /* omitted keys take defaults */
+	/* A NUL inside the text is rejected, never read past len. */
+	CHECK(sim_config_parse("name=A\0x", 8, &c, err, sizeof(err)) != 0);
+	CHECK(sim_config_parse("name=ABCDEF", 6, &c, err, sizeof(err)) == 0 && strcmp(c.dev[0].name, "A") == 0);
+}
+
+static void test_sizes_and_uuids(void)
+{
+	uint64_t v = 0;
+	unsigned char u[16];
+	char s[64];
+
+	CHECK(sim_parse_size("24GiB", &v) == 0 && v == 24ull << 30);
+	CHECK(sim_parse_size("512Mi", &v) == 0 && v == 512ull << 20);
+	CHECK(sim_parse_size("3GB", &v) == 0 && v == 3000000000ull);
+	CHECK(sim_parse_size("18446744073709551615", &v) == 0 && v == UINT64_MAX);
+	CHECK(sim_parse_size("18446744073709551616", &v) != 0);
+	CHECK(sim_parse_size("16777216TiB", &v) != 0);
+	CHECK(sim_parse_size("", &v) != 0);
+	CHECK(sim_parse_size("GiB", &v) != 0);
+	CHECK(sim_parse_size(" 1GiB", &v) != 0);
+	CHECK(sim_parse_size("1gib", &v) != 0);
+	for (int i = 0; i < 3; i++) {
+		unsigned char back[16];
+		sim_default_uuid(i, u);
+		sim_format_uuid(u, s, sizeof(s));
+		CHECK(strlen(s) == 40 && sim_parse_uuid(s, back) == 0 && memcmp(u, back, 16) == 0);
+	}
+}
+
+/* Seeded mutation fuzzing over the table's texts: the parser must return 0
+ * or -1 with a one-line message, never crash or read out of bounds (ASan). */
+static void test_fuzz(void)
+{
+	struct sim_config c;
+	char buf[512], err[SIM_ERR_LEN];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	const char alphabet[] = "=\" \n#\tGPU-0123456789abcdefKMGTiBnameuuidmemorysms\r\0\xff";
+
+	for (int it = 0; it < 100000; it++) {
+		const char *seed = cases[it % (sizeof(cases) / sizeof(cases[0]))].text;
+		size_t n = strlen(seed);
+		memcpy(buf, seed, n);
+		for (int k = 0; k < 1 + it % 4; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			size_t pos = n ? x % (n + 1) : 0;
+			char ch = alphabet[(x >> 32) % (sizeof(alphabet) - 1)];
+			if ((x >> 60) & 1 && n < sizeof(buf) - 1)
+				memmove(buf + pos + 1, buf + pos, n++ - pos), buf[pos] = ch;
+			else if (pos < n)
+				buf[pos] = ch;
+		}
+		err[0] = '\0';
+		int rc = sim_config_parse(buf, n, &c, err, sizeof(err));
+		if (rc == 0)
+			CHECK(c.ndev >= 1 && c.ndev <= SIM_MAX_DEVICES && c.dev[0].memory >= (1u << 20));
+		else
+			CHECK(err[0] != '\0' && strchr(err, '\n') == NULL);
+	}
+}
+
+/* Child: cuInit and nvmlInit must fail cleanly (exit 0), stderr captured by the parent. */
+static int child_bad(void)
+{
+	int n;
+
+	if (cuInit(0) != CUDA_ERROR_NO_DEVICE || cuDeviceGetCount(&n) != CUDA_ERROR_NO_DEVICE)
+		return 1;
+	if (nvmlInit_v2() != NVML_ERROR_DRIVER_NOT_LOADED)
+		return 2;
+	return 0;
+}
+
+/* Runs child_bad with stderr to a file; checks the one line it printed. */
+static void expect_bad(const char *want)
+{
+	char path[128], out[1024] = {0};
+	pid_t pid;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/gpuslice-simtest-stderr-%d", (int)getpid());
+	pid = fork();
+	MUST(pid >= 0);
+	if (pid == 0) {
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		setenv("SIM_TEST_CHILD", "1", 1);
+		execl("/proc/self/exe", "simtest-child", "child", "bad", "-", (char *)NULL);
+		_exit(127);
+	}
+	CHECK_EQ(t_wait(pid), 0);
+	fd = open(path, O_RDONLY);
+	MUST(fd >= 0);
+	CHECK(read(fd, out, sizeof(out) - 1) > 0);
+	close(fd);
+	unlink(path);
+	/* One line per library (CUDA, NVML), each naming the problem. */
+	char *nl = strchr(out, '\n');
+	CHECK(strncmp(out, "gpuslice: simulated GPU: ", 25) == 0);
+	CHECK(strstr(out, want) != NULL);
+	CHECK(nl != NULL && strchr(nl + 1, '\n') != NULL && strchr(strchr(nl + 1, '\n') + 1, '\n') == NULL);
+	if (strstr(out, want) == NULL)
+		fprintf(stderr, "stderr was: %s", out);
+}
+
+static void test_bad_config_end_to_end(void)
+{
+	char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/gpuslice-simtest-bad-%d.conf", (int)getpid());
+	f = fopen(path, "w");
+	MUST(f != NULL);
+	fputs("name=A memory=24GiB\nname=B memroy=1GiB\n", f);
+	fclose(f);
+	setenv("GPUSLICE_SIM_CONFIG", path, 1);
+	expect_bad("line 2: unknown key \"memroy\"");
+	unlink(path);
+	expect_bad("No such file or directory");
+	unsetenv("GPUSLICE_SIM_CONFIG");
+	setenv("GPUSLICE_SIM_MEMORY", "a lot", 1);
+	expect_bad("GPUSLICE_SIM_MEMORY=\"a lot\"");
+	unsetenv("GPUSLICE_SIM_MEMORY");
+	setenv("GPUSLICE_SIM_GPUS", "17", 1);
+	expect_bad("GPUSLICE_SIM_GPUS=\"17\"");
+	unsetenv("GPUSLICE_SIM_GPUS");
+}
+
+static void test_bad_state_file(void)
+{
+	int fd = open(t_state, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	MUST(fd >= 0);
+	CHECK(write(fd, "not a state file", 16) == 16);
+	close(fd);
+	expect_bad("not a simulator state file");
+	unlink(t_state);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "child") == 0)
+		return child_bad();
+	t_private_state("config");
+	test_parse_table();
+	test_sizes_and_uuids();
+	test_fuzz();
+	test_bad_config_end_to_end();
+	test_bad_state_file();
+	return t_done("configuration parsing, fuzz, bad config and state file");
+}
