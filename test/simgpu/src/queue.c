@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  * Per-context in-order work queue executed by a worker thread, like the real
- * driver's pushbuffer: bounded (a launch blocks when it is full), asynchronous. */
+ * driver's pushbuffer: bounded (a launch blocks when it is full), asynchronous.
+ * The launch path takes one uncontended mutex; the worker runs lock-free
+ * unless it sleeps or must wake a blocked producer or waiter. */
 #include <errno.h>
 #include <sys/prctl.h>
 
@@ -27,33 +29,53 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 	}
 }
 
+/* Sleeps until an item is pushed at position h. Returns false once stopped
+ * and drained. */
+static bool wait_work(struct sim_queue *q, uint64_t h)
+{
+	bool more = true;
+
+	atomic_store(&q->worker_idle, true);
+	if (atomic_load(&q->tail) == h) {
+		pthread_mutex_lock(&q->mu);
+		while (atomic_load(&q->tail) == h && !q->stop)
+			pthread_cond_wait(&q->cv_work, &q->mu);
+		more = atomic_load(&q->tail) != h;
+		pthread_mutex_unlock(&q->mu);
+	}
+	atomic_store(&q->worker_idle, false);
+	return more;
+}
+
+static void wake(struct sim_queue *q, pthread_cond_t *cv, bool all)
+{
+	pthread_mutex_lock(&q->mu);
+	if (all)
+		pthread_cond_broadcast(cv);
+	else
+		pthread_cond_signal(cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
 static void *worker(void *arg)
 {
 	struct sim_queue *q = arg;
 	struct sim_item it;
 
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-	pthread_mutex_lock(&q->mu);
 	for (;;) {
-		while (q->head == q->tail && !q->stop) {
-			q->worker_idle = true;
-			pthread_cond_wait(&q->cv_work, &q->mu);
-			q->worker_idle = false;
-		}
-		if (q->head == q->tail)
-			break; /* stopped and drained */
-		it = q->ring[q->head % SIM_QUEUE_LEN];
-		uint64_t seq = ++q->head;
-		if (q->space_waiters > 0)
-			pthread_cond_signal(&q->cv_space);
-		pthread_mutex_unlock(&q->mu);
-		run_item(q, &it, seq);
-		pthread_mutex_lock(&q->mu);
-		atomic_store(&q->done, seq);
-		if (q->done_waiters > 0)
-			pthread_cond_broadcast(&q->cv_done);
+		uint64_t h = atomic_load(&q->head);
+		if (atomic_load(&q->tail) == h && !wait_work(q, h))
+			break;
+		it = q->ring[h % SIM_QUEUE_LEN];
+		atomic_store(&q->head, h + 1); /* frees the slot */
+		if (atomic_load(&q->space_waiters) > 0)
+			wake(q, &q->cv_space, false);
+		run_item(q, &it, h + 1);
+		atomic_store(&q->done, h + 1);
+		if (atomic_load(&q->done_waiters) > 0)
+			wake(q, &q->cv_done, true);
 	}
-	pthread_mutex_unlock(&q->mu);
 	return NULL;
 }
 
@@ -62,10 +84,13 @@ int sim_queue_start(struct sim_queue *q, int dev)
 	pthread_condattr_t ca;
 	int rc;
 
-	q->tail = q->head = 0;
+	atomic_store(&q->tail, 0);
+	atomic_store(&q->head, 0);
 	atomic_store(&q->done, 0);
-	q->space_waiters = q->done_waiters = 0;
-	q->worker_idle = q->stop = false;
+	atomic_store(&q->space_waiters, 0);
+	atomic_store(&q->done_waiters, 0);
+	atomic_store(&q->worker_idle, false);
+	q->stop = false;
 	q->dev = dev;
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -87,7 +112,7 @@ void sim_queue_stop(struct sim_queue *q)
 	q->stop = true;
 	pthread_cond_signal(&q->cv_work);
 	pthread_mutex_unlock(&q->mu);
-	pthread_join(q->thread, NULL);
+	pthread_join(q->thread, NULL); /* drains first */
 	q->started = false;
 	pthread_cond_destroy(&q->cv_work);
 	pthread_cond_destroy(&q->cv_space);
@@ -101,18 +126,21 @@ uint64_t sim_queue_push(struct sim_queue *q, const struct sim_item *it, _Atomic 
 	uint64_t seq;
 
 	pthread_mutex_lock(&q->mu);
-	while (q->tail - q->head >= SIM_QUEUE_LEN) {
-		q->space_waiters++;
-		pthread_cond_wait(&q->cv_space, &q->mu);
-		q->space_waiters--;
+	while (atomic_load(&q->tail) - atomic_load(&q->head) >= SIM_QUEUE_LEN) {
+		atomic_fetch_add(&q->space_waiters, 1);
+		if (atomic_load(&q->tail) - atomic_load(&q->head) >= SIM_QUEUE_LEN)
+			pthread_cond_wait(&q->cv_space, &q->mu);
+		atomic_fetch_sub(&q->space_waiters, 1);
 	}
-	q->ring[q->tail % SIM_QUEUE_LEN] = *it;
-	seq = ++q->tail;
+	seq = atomic_load(&q->tail);
+	q->ring[seq % SIM_QUEUE_LEN] = *it;
+	seq++;
 	if (last != NULL)
 		atomic_store(last, seq);
 	if (hook != NULL)
-		hook(arg, q, seq);
-	if (q->worker_idle)
+		hook(arg, q, seq); /* before the worker can see the item */
+	atomic_store(&q->tail, seq);
+	if (atomic_load(&q->worker_idle))
 		pthread_cond_signal(&q->cv_work);
 	pthread_mutex_unlock(&q->mu);
 	return seq;
@@ -123,20 +151,14 @@ void sim_queue_wait(struct sim_queue *q, uint64_t upto)
 	if (atomic_load(&q->done) >= upto)
 		return;
 	pthread_mutex_lock(&q->mu);
-	while (atomic_load(&q->done) < upto) {
-		q->done_waiters++;
+	atomic_fetch_add(&q->done_waiters, 1);
+	while (atomic_load(&q->done) < upto)
 		pthread_cond_wait(&q->cv_done, &q->mu);
-		q->done_waiters--;
-	}
+	atomic_fetch_sub(&q->done_waiters, 1);
 	pthread_mutex_unlock(&q->mu);
 }
 
 uint64_t sim_queue_tail(struct sim_queue *q)
 {
-	uint64_t t;
-
-	pthread_mutex_lock(&q->mu);
-	t = q->tail;
-	pthread_mutex_unlock(&q->mu);
-	return t;
+	return atomic_load(&q->tail);
 }

@@ -47,16 +47,19 @@ struct sim_item {
 };
 
 /* One in-order work queue and worker thread per context. Sequence numbers:
- * push returns n (1-based); the item is complete once done >= n. */
+ * push returns n (1-based); the item is complete once done >= n. Producers
+ * serialize on mu; the worker reads the ring without it and takes mu only to
+ * sleep or to wake someone (the *_waiters / worker_idle flags, seq_cst). */
 struct sim_queue {
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work, cv_space, cv_done;
 	struct sim_item ring[SIM_QUEUE_LEN];
-	uint64_t tail;          /* items pushed */
-	uint64_t head;          /* items taken by the worker */
-	_Atomic uint64_t done;  /* items completed */
-	int space_waiters, done_waiters;
-	bool worker_idle, stop, started;
+	_Atomic uint64_t tail; /* items pushed (written under mu) */
+	_Atomic uint64_t head; /* items taken by the worker */
+	_Atomic uint64_t done; /* items completed */
+	_Atomic int space_waiters, done_waiters;
+	_Atomic bool worker_idle;
+	bool stop, started; /* stop: under mu */
 	int dev;
 	pthread_t thread;
 };
