@@ -177,8 +177,6 @@ static void test_engine_across_processes(void)
 	const double one = KERNELS * KERNEL_US / 1000.0; /* ms of device time per process */
 	double t0 = t_now_ms(), t1, t2;
 	pid_t a, b;
-	nvmlDevice_t h;
-	nvmlUtilization_t u;
 
 	CHECK_EQ(t_run("busy", "-"), 0);
 	t1 = t_now_ms() - t0;
@@ -192,10 +190,20 @@ static void test_engine_across_processes(void)
 	CHECK(t1 >= one * 0.98);
 	CHECK(t2 >= 2 * one * 0.98); /* the two could only overlap if the engine were not shared */
 	CHECK(t2 < 2 * one + 5000);
+}
+
+static void test_utilization(CUfunction f)
+{
+	nvmlDevice_t h;
+	nvmlUtilization_t u;
+
 	MUST(nvmlInit_v2() == NVML_SUCCESS);
 	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &h), NVML_SUCCESS);
+	for (int i = 0; i < 12; i++)
+		CU_OK(t_busy(f, 100000, NULL));
+	CU_OK(cuCtxSynchronize());
 	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_SUCCESS);
-	CHECK(u.gpu >= 20 && u.gpu <= 100); /* the last second was mostly busy */
+	CHECK(u.gpu >= 75 && u.gpu <= 100); /* the last second was busy */
 	CHECK_EQ(nvmlShutdown(), NVML_SUCCESS);
 }
 
@@ -243,6 +251,49 @@ static void test_engine_across_contexts(CUfunction f)
 	CU_OK(cuCtxSetCurrent(prev));
 }
 
+/* Child: holds the engine with a 10 s kernel, then reports (and gets killed). */
+static int child_hog(void)
+{
+	CUfunction f;
+
+	t_primary(0);
+	f = t_busy_fn();
+	if (t_busy(f, 10000000, NULL) != CUDA_SUCCESS)
+		return 1;
+	usleep(200 * 1000); /* the worker has started it */
+	if (write(1, "R", 1) != 1)
+		return 2;
+	for (;;)
+		pause();
+}
+
+static void test_engine_holder_killed(CUfunction f)
+{
+	int fds[2];
+	char c;
+	pid_t pid;
+	double t0;
+
+	MUST(pipe(fds) == 0);
+	pid = fork();
+	MUST(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		setenv("SIM_TEST_CHILD", "1", 1);
+		execl("/proc/self/exe", "simtest-child", "child", "hog", "-", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	MUST(read(fds[0], &c, 1) == 1);
+	close(fds[0]);
+	kill(pid, SIGKILL); /* dies holding the engine */
+	CHECK_EQ(t_wait(pid), 128 + SIGKILL);
+	t0 = t_now_ms();
+	CU_OK(t_busy(f, 10000, NULL));
+	CU_OK(cuCtxSynchronize());
+	CHECK(t_now_ms() - t0 < 5000); /* not the 10 s the dead holder had asked for */
+}
+
 static int child_after_fork(void)
 {
 	pid_t pid = fork();
@@ -259,7 +310,7 @@ int main(int argc, char **argv)
 	CUfunction f;
 
 	if (argc == 4 && strcmp(argv[1], "child") == 0)
-		return child_busy();
+		return strcmp(argv[2], "hog") == 0 ? child_hog() : child_busy();
 	t_private_state("exec");
 	t_primary(0);
 	f = t_busy_fn();
@@ -268,7 +319,9 @@ int main(int argc, char **argv)
 	test_launch_validation(f);
 	test_graph(f);
 	test_engine_across_processes();
+	test_utilization(f);
 	test_engine_across_contexts(f);
+	test_engine_holder_killed(f);
 	CHECK_EQ(child_after_fork(), 0); /* CUDA is unusable in a forked child, as on the real driver */
 	return t_done("launches, events, stream order, shared engine, graphs");
 }
