@@ -49,3 +49,14 @@ test-lib-preload: $(LIB_TEST_BIN)/preload_probe $(LIB_TEST_BIN)/preload_probe_as
 		$(shell $(CC) -print-file-name=libasan.so)
 
 test-lib: test-lib-unit test-lib-hooks test-lib-preload
+
+# libFuzzer over the parsers (optional: needs clang; not part of `make test`).
+LIB_FUZZ_CC ?= $(firstword $(shell command -v clang clang-16 clang-15 clang-14 2>/dev/null))
+LIB_FUZZ_SECONDS ?= 30
+.PHONY: fuzz-lib
+fuzz-lib:
+	@test -n "$(LIB_FUZZ_CC)" || { echo "fuzz-lib needs clang (apt-get install clang)"; exit 1; }
+	@mkdir -p $(LIB_TEST_BIN)/fuzz-corpus
+	$(LIB_FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I$(LIB_DIR)/include \
+		-o $(LIB_TEST_BIN)/fuzz_parsers $(LIB_DIR)/tests/fuzz_parsers.c $(LIB_UNIT_SRCS) -ldl -lpthread
+	$(LIB_TEST_BIN)/fuzz_parsers -max_total_time=$(LIB_FUZZ_SECONDS) $(LIB_TEST_BIN)/fuzz-corpus
