@@ -16,13 +16,6 @@ static void on_fork_child(void)
 	sim_g.forked = true;
 }
 
-/* The one place that decides which simulator devices this process may use.
- * Issue 5 adds the /dev/nvidiaN access check here. */
-bool sim_device_accessible(const struct sim_state *st, int index)
-{
-	return index >= 0 && (uint32_t)index < st->ndev;
-}
-
 static int match_uuid(const struct sim_state *st, const int *cand, int n, const char *tok)
 {
 	char buf[64];

@@ -2,6 +2,7 @@
  * Device, managed and host memory entry points. Device memory is charged
  * against the shared per-device capacity; an allocation over it fails with
  * CUDA_ERROR_OUT_OF_MEMORY like the real card. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -140,7 +141,9 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (n > sim_g.st->dev[c->dev].total)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	int saved = errno;
 	host = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	errno = saved;
 	if (host == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	a.base = (CUdeviceptr)(uintptr_t)host;

@@ -2,6 +2,7 @@
  * Modules and libraries: any image is accepted and any function name
  * resolves; "gpuslice_sim_busy" is the kernel that takes time. CUkernel and
  * CUfunction are the same object here. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,15 +108,15 @@ static CUresult module_func(struct sim_module *m, const char *name, struct sim_f
 
 static CUresult readable_file(const char *path)
 {
-	int fd;
+	int fd, saved = errno;
 
 	if (path == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return CUDA_ERROR_FILE_NOT_FOUND;
-	close(fd);
-	return CUDA_SUCCESS;
+	if (fd >= 0)
+		close(fd);
+	errno = saved;
+	return fd < 0 ? CUDA_ERROR_FILE_NOT_FOUND : CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuModuleLoad(CUmodule *m, const char *path)

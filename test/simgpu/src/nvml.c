@@ -16,13 +16,6 @@
 
 struct sim_nvml sim_nvml = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* Same rule as libcuda's sim_device_accessible: issue 5 adds the
- * /dev/nvidiaN check to both in one shared place. */
-static bool accessible(const struct sim_state *st, int index)
-{
-	return index >= 0 && (uint32_t)index < st->ndev;
-}
-
 static nvmlReturn_t open_state(void)
 {
 	struct sim_config *cfg = calloc(1, sizeof(*cfg));
@@ -38,7 +31,7 @@ static nvmlReturn_t open_state(void)
 	} else {
 		sim_nvml.ndev = 0;
 		for (int i = 0; i < (int)sim_nvml.st->ndev; i++)
-			if (accessible(sim_nvml.st, i))
+			if (sim_device_accessible(sim_nvml.st, i))
 				sim_nvml.dev[sim_nvml.ndev++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i};
 		rc = NVML_SUCCESS;
 	}

@@ -157,7 +157,6 @@ extern struct sim_global sim_g SIM_HIDDEN;
 /* Common checks. */
 SIM_HIDDEN CUresult sim_check_init(void);
 SIM_HIDDEN int sim_device(CUdevice ordinal); /* simulator index or -1 */
-SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, int index);
 
 /* Contexts (ctx.c). */
 SIM_HIDDEN struct sim_ctx *sim_current_ctx(void);

@@ -231,3 +231,10 @@ void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes)
 	atomic_store(&st->dev[dev].used, bytes > cur ? 0 : cur - bytes);
 	state_unlock(st);
 }
+
+/* The one place that decides which simulator devices this process may use,
+ * for CUDA and NVML alike. Issue 5 adds the /dev/nvidiaN access check here. */
+bool sim_device_accessible(const struct sim_state *st, int index)
+{
+	return index >= 0 && (uint32_t)index < st->ndev;
+}

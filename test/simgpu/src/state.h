@@ -46,4 +46,7 @@ SIM_HIDDEN unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now_ns
 
 SIM_HIDDEN uint64_t sim_now_ns(void);
 
+/* Device enumeration filter shared by libcuda and libnvidia-ml. */
+SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, int index);
+
 #endif
