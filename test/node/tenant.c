@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * gs-tenant: a synthetic GPU tenant for the time-slice end-to-end tests and
+ * benchmarks (internal/node/e2e_test.go). It runs the busy kernel through the
+ * hooked launch path (dlsym of libcuda.so.1, as apps/ do) in one of three modes
+ * from --t0 (CLOCK_REALTIME ns) for --seconds:
+ *   busy      launch kernels back to back, never synchronizing
+ *   sync      launch one kernel, synchronize, repeat
+ *   requests  every --gap-ms (+ up to --jitter-ms) a request of --n kernels,
+ *             then synchronize; prints "lat <ns>" per request
+ * busy and sync print "win <second> <kernels launched>" per 1 s window.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../apps/cuapi.h"
+
+struct opts {
+	const char *mode;
+	unsigned long long kernel_us, t0, n, gap_ms, jitter_ms;
+	double seconds;
+};
+
+static unsigned long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void sleep_until(unsigned long long t)
+{
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+	while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) != 0)
+		;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	for (int i = 1; i + 1 < argc; i += 2) {
+		const char *k = argv[i], *v = argv[i + 1];
+		if (strcmp(k, "--mode") == 0)
+			o->mode = v;
+		else if (strcmp(k, "--kernel-us") == 0)
+			o->kernel_us = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--t0") == 0)
+			o->t0 = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--seconds") == 0)
+			o->seconds = strtod(v, NULL);
+		else if (strcmp(k, "--n") == 0)
+			o->n = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--gap-ms") == 0)
+			o->gap_ms = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--jitter-ms") == 0)
+			o->jitter_ms = strtoull(v, NULL, 10);
+		else
+			return -1;
+	}
+	return o->kernel_us > 0 && o->seconds > 0 ? 0 : -1;
+}
+
+static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts *o, int sync)
+{
+	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), count = 0;
+	long win = 0;
+	for (unsigned long long t = now_ns(); t < end; t = now_ns()) {
+		long w = (long)((t - o->t0) / 1000000000ull);
+		if (w != win) {
+			printf("win %ld %llu\n", win, count);
+			win = w;
+			count = 0;
+		}
+		if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS || (sync && api->CtxSynchronize() != CUDA_SUCCESS))
+			return 1;
+		count++;
+	}
+	return api->CtxSynchronize() == CUDA_SUCCESS ? 0 : 1;
+}
+
+static int run_requests(const struct cuapi *api, CUfunction fn, const struct opts *o)
+{
+	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), arrival = o->t0;
+	unsigned seed = 12345;
+	while (arrival < end) {
+		sleep_until(arrival);
+		for (unsigned long long i = 0; i < o->n; i++)
+			if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS)
+				return 1;
+		if (api->CtxSynchronize() != CUDA_SUCCESS)
+			return 1;
+		printf("lat %llu\n", now_ns() - arrival);
+		seed = seed * 1103515245u + 12345u;
+		arrival += (o->gap_ms + (o->jitter_ms ? (seed >> 8) % o->jitter_ms : 0)) * 1000000ull;
+		if (arrival < now_ns())
+			arrival = now_ns();
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.mode = "busy", .kernel_us = 500, .seconds = 1, .n = 1, .gap_ms = 100};
+	struct cuapi api;
+	char err[256];
+	CUdevice dev;
+	CUfunction fn;
+	if (parse(argc, argv, &o) != 0) {
+		fprintf(stderr, "usage: gs-tenant --mode busy|sync|requests --kernel-us N --seconds S [--t0 NS] "
+				"[--n N --gap-ms MS --jitter-ms MS]\n");
+		return 2;
+	}
+	if (cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) != 0) {
+		fprintf(stderr, "gs-tenant: %s\n", err);
+		return 1;
+	}
+	if (cuapi_open_device0(&api, &dev) != CUDA_SUCCESS || cuapi_busy_kernel(&api, &fn) != CUDA_SUCCESS) {
+		fprintf(stderr, "gs-tenant: cannot open the GPU\n");
+		return 1;
+	}
+	if (o.t0 == 0)
+		o.t0 = now_ns();
+	sleep_until(o.t0);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int rc = strcmp(o.mode, "requests") == 0 ? run_requests(&api, fn, &o)
+						 : run_windows(&api, fn, &o, strcmp(o.mode, "sync") == 0);
+	if (rc != 0)
+		fprintf(stderr, "gs-tenant: a launch failed\n");
+	return rc;
+}
