@@ -208,15 +208,66 @@ static void test_bad_state_file(void)
 	unlink(t_state);
 }
 
+/* Child "hold": keeps a context on the state file until killed. */
+static int child_hold(void)
+{
+	t_primary(0);
+	if (write(1, "R", 1) != 1)
+		return 3;
+	for (;;)
+		pause();
+}
+
+/* Child "ok": cuInit works and the device has 2 GiB. */
+static int child_ok(void)
+{
+	size_t total = 0;
+
+	if (cuInit(0) != CUDA_SUCCESS || cuDeviceTotalMem_v2(&total, 0) != CUDA_SUCCESS)
+		return 1;
+	return total == (2ull << 30) ? 0 : 2;
+}
+
+static void test_config_mismatch(void)
+{
+	int fds[2];
+	char c;
+	pid_t pid;
+
+	MUST(pipe(fds) == 0);
+	pid = fork();
+	MUST(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		setenv("SIM_TEST_CHILD", "1", 1);
+		execl("/proc/self/exe", "simtest-child", "child", "hold", "-", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	MUST(read(fds[0], &c, 1) == 1);
+	close(fds[0]);
+	setenv("GPUSLICE_SIM_MEMORY", "2GiB", 1);
+	expect_bad("with a different device configuration"); /* the holder uses 24 GiB */
+	kill(pid, SIGKILL);
+	CHECK_EQ(t_wait(pid), 128 + SIGKILL);
+	CHECK_EQ(t_run("ok", "-"), 0); /* nobody left: the devices are rewritten */
+	unsetenv("GPUSLICE_SIM_MEMORY");
+	unlink(t_state);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc == 4 && strcmp(argv[1], "child") == 0)
-		return child_bad();
+	if (argc == 4 && strcmp(argv[1], "child") == 0) {
+		if (strcmp(argv[2], "hold") == 0)
+			return child_hold();
+		return strcmp(argv[2], "ok") == 0 ? child_ok() : child_bad();
+	}
 	t_private_state("config");
 	test_parse_table();
 	test_sizes_and_uuids();
 	test_fuzz();
 	test_bad_config_end_to_end();
 	test_bad_state_file();
+	test_config_mismatch();
 	return t_done("configuration parsing, fuzz, bad config and state file");
 }
