@@ -6,7 +6,9 @@
  * each step. Prints one JSON line with what happened.
  *
  *   gs-trainer [--name T] [--steps N] [--kernels K] [--kernel-us U]
- *              [--fraction F] [--chunk SIZE] [--via dlsym|procaddr|procaddr_v2]
+ *              [--fraction F] [--chunk SIZE] [--init-ms MS] [--via dlsym|procaddr|procaddr_v2]
+ * --init-ms is the framework's start-up time between sizing and allocating (building
+ * the model): tasks started together all size themselves before any allocates.
  * Exit status: 0 finished, 3 out of memory, 1 other CUDA error, 2 bad flags.
  */
 #include <stdio.h>
@@ -22,6 +24,7 @@ struct opts {
 	unsigned long long kernel_us;
 	double fraction;
 	size_t chunk;
+	long init_ms;
 	enum cuapi_via via;
 };
 
@@ -60,6 +63,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->fraction = atof(v);
 		else if (strcmp(a, "--chunk") == 0)
 			o->chunk = cuapi_parse_size(v);
+		else if (strcmp(a, "--init-ms") == 0)
+			o->init_ms = atol(v);
 		else if (strcmp(a, "--via") == 0 && cuapi_parse_via(v) >= 0)
 			o->via = (enum cuapi_via)cuapi_parse_via(v);
 		else {
@@ -86,6 +91,10 @@ static void grow_pool(const struct cuapi *api, const struct opts *o, struct resu
 	if (res->err != CUDA_SUCCESS)
 		return;
 	target = (size_t)((double)res->free_start * o->fraction);
+	if (o->init_ms > 0) {
+		struct timespec ts = {o->init_ms / 1000, (o->init_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	res->phase = "allocating";
 	while (res->peak < target) {
 		size_t n = target - res->peak < o->chunk ? target - res->peak : o->chunk;

@@ -75,7 +75,7 @@ func Scenarios(c *Config) []Scenario {
 func (c *Config) trainer(i int) []string {
 	return []string{
 		filepath.Join(c.BinDir, "gs-trainer"), "--name", fmt.Sprintf("task-%d", i+1),
-		"--steps", strconv.Itoa(c.Steps), "--kernels", strconv.Itoa(c.Kernels), "--kernel-us", strconv.Itoa(c.KernelUS),
+		"--init-ms", "500", "--steps", strconv.Itoa(c.Steps), "--kernels", strconv.Itoa(c.Kernels), "--kernel-us", strconv.Itoa(c.KernelUS),
 	}
 }
 
