@@ -14,7 +14,24 @@ stamp="$cache/.complete-kwok-${KWOK_VERSION}"
 GO="${GO:-go}"
 if ! command -v "$GO" >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
 
+# KWOK's stage files (node initialization, pod ready and delete) from its
+# module, concatenated into one --config file.
+stages() {
+	[ -f "$cache/kwok-stages.yaml" ] && return 0
+	local dir
+	dir="$(cd "$here" && GOFLAGS= "$GO" mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+	local s="$dir/kustomize/stage"
+	{
+		for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml; do
+			echo "---"
+			cat "$s/$f"
+		done
+	} > "$cache/kwok-stages.yaml.tmp"
+	mv "$cache/kwok-stages.yaml.tmp" "$cache/kwok-stages.yaml"
+}
+
 if [ -f "$stamp" ]; then
+	stages
 	echo "$cache"
 	exit 0
 fi
@@ -36,5 +53,6 @@ for n in server v3; do if [ -f "$tmp/$n" ]; then mv "$tmp/$n" "$tmp/etcd"; fi; d
 echo "gpuslice: building kwok ${KWOK_VERSION}" >&2
 GOBIN="$tmp" GOFLAGS= "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
 for b in kube-apiserver kube-scheduler kubectl etcd kwok; do mv -f "$tmp/$b" "$cache/$b"; done
+stages
 touch "$stamp"
 echo "$cache"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -34,6 +35,9 @@ type Plugin struct {
 	alloc  Allocator
 	writer AssignmentWriter
 	events Events
+	// synced reports whether the pod handler has seen the initial list,
+	// so the books hold every bound pod's assignment; nil: always.
+	synced func() bool
 }
 
 // cycle is the per-pod scheduling-cycle state.
@@ -60,6 +64,9 @@ func readCycle(state fwk.CycleState) (*cycle, bool) {
 // PreFilter parses the pod's gpuslice request; pods without one skip the
 // plugin, malformed ones are unschedulable with an Event saying why.
 func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if p.synced != nil && !p.synced() && !cache.WaitForCacheSync(ctx.Done(), p.synced) {
+		return nil, fwk.AsStatus(errNotSynced)
+	}
 	req, err := api.ParseRequest(pod)
 	if err != nil {
 		p.events.InvalidRequest(ctx, pod, err)

@@ -51,10 +51,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	ledger := NewLedger(cfg, clock.RealClock{})
 	ev := recorderEvents{rec: h.EventRecorder()}
-	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev}
-	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev)); err != nil {
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev))
+	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
+	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced}
 	if err := watchGPUNodes(ctx, dyn, ledger); err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger) error 
 			logger.Error(err, "ignoring GPUNode")
 		}
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
@@ -119,7 +120,7 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger) error 
 		return fmt.Errorf("%s: GPUNode handler: %w", Name, err)
 	}
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return fmt.Errorf("%s: GPUNode informer did not sync: %w", Name, ctx.Err())
 	}
 	return nil
@@ -173,4 +174,7 @@ func (e recorderEvents) InvalidAssignment(ctx context.Context, pod *corev1.Pod, 
 	e.rec.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAssignment, "Scheduling", "%s", err.Error())
 }
 
-var errNoState = errors.New("gpuslice: no PreFilter state")
+var (
+	errNoState   = errors.New("gpuslice: no PreFilter state")
+	errNotSynced = errors.New("gpuslice: pod informer not synced")
+)

@@ -1,0 +1,115 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+)
+
+// GiB is 2^30 bytes.
+const GiB = int64(1) << 30
+
+// NodeSpec describes a fake GPU node.
+type NodeSpec struct {
+	Name      string
+	GPUs      int
+	GPUMemory int64 // bytes per GPU
+	Kwok      bool  // managed by KWOK (annotation + taint)
+	// Extended advertises the gpuslice resources as plain extended
+	// resources in node capacity (for the stock scheduler).
+	Extended bool
+	// Labels are added to the Node.
+	Labels map[string]string
+}
+
+// Node builds the Node object: Ready, schedulable, 64 CPUs.
+func (s NodeSpec) Node() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: map[string]string{"kubernetes.io/hostname": s.Name}}}
+	for k, v := range s.Labels {
+		n.Labels[k] = v
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods: resource.MustParse("250"),
+	}
+	if s.Extended {
+		capacity[api.ResourceGPU] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)
+		capacity[api.ResourceUnits] = *resource.NewQuantity(int64(s.GPUs)*api.DefaultUnitsPerGPU, resource.DecimalSI)
+		capacity[api.ResourceMemory] = *resource.NewQuantity(int64(s.GPUs)*s.GPUMemory, resource.BinarySI)
+	}
+	n.Status.Capacity, n.Status.Allocatable = capacity, capacity
+	if s.Kwok {
+		n.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
+		n.Spec.Taints = []corev1.Taint{{Key: "kwok.x-k8s.io/node", Value: "fake", Effect: corev1.TaintEffectNoSchedule}}
+	} else {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	}
+	return n
+}
+
+// GPUNode builds the node's table row as a fresh, healthy, idle publisher would.
+func (s NodeSpec) GPUNode(now time.Time) *api.GPUNode {
+	g := &api.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + api.GPUNodeVersion, Kind: api.GPUNodeKind},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name}}
+	g.Status = api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.NewTime(now), PeriodSeconds: 10}
+	for i := 0; i < s.GPUs; i++ {
+		g.Status.GPUs = append(g.Status.GPUs, api.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: "gpuslice simulated GPU",
+			MemoryBytes: s.GPUMemory, UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: s.GPUMemory, Health: api.GPUHealthy})
+	}
+	g.Status.Summary = api.Summarize(g.Status.GPUs)
+	return g
+}
+
+// CreateNode creates the Node (with status) and, unless Extended, its GPUNode.
+func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Time) error {
+	n := s.Node()
+	status := n.Status
+	created, err := cp.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", s.Name, err)
+	}
+	created.Status = status
+	if _, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", s.Name, err)
+	}
+	if s.Extended {
+		return nil
+	}
+	return PutGPUNode(ctx, cp.Dynamic, s.GPUNode(now))
+}
+
+// PutGPUNode creates or replaces a GPUNode row.
+func PutGPUNode(ctx context.Context, dyn dynamic.Interface, g *api.GPUNode) error {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
+	if err != nil {
+		return fmt.Errorf("GPUNode %s: %w", g.Name, err)
+	}
+	u := toUnstructured(obj)
+	rc := dyn.Resource(api.GPUNodeGVR)
+	cur, err := rc.Get(ctx, g.Name, metav1.GetOptions{})
+	if err != nil {
+		if _, err := rc.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create GPUNode %s: %w", g.Name, err)
+		}
+		return nil
+	}
+	u.SetResourceVersion(cur.GetResourceVersion())
+	if _, err := rc.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update GPUNode %s: %w", g.Name, err)
+	}
+	return nil
+}
+
+func fromUnstructured(obj map[string]any, into *api.GPUNode) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, into); err != nil {
+		return fmt.Errorf("decode GPUNode: %w", err)
+	}
+	return nil
+}

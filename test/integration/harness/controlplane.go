@@ -1,0 +1,182 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+const token = "gpuslice-test-token"
+
+// ControlPlane is a running etcd and kube-apiserver on loopback.
+type ControlPlane struct {
+	Dir        string
+	Kubeconfig string
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	Dynamic    dynamic.Interface
+	etcd, api  *Process
+}
+
+// StartControlPlane starts etcd and kube-apiserver with state under dir and
+// waits until the API server is ready.
+func StartControlPlane(ctx context.Context, bins Binaries, dir string) (*ControlPlane, error) {
+	cp := &ControlPlane{Dir: dir}
+	ok := false
+	defer func() {
+		if !ok {
+			cp.Stop()
+		}
+	}()
+	etcdPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdURL := "http://127.0.0.1:" + itoa(etcdPort)
+	cp.etcd, err = Start(dir, "etcd", bins.Path("etcd"), "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", "http://127.0.0.1:"+itoa(peerPort), "--initial-advertise-peer-urls", "http://127.0.0.1:"+itoa(peerPort),
+		"--initial-cluster", "default=http://127.0.0.1:"+itoa(peerPort),
+		"--unsafe-no-fsync", "--quota-backend-bytes", "8589934592", "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	apiPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args, err := apiserverArgs(dir, etcdURL, apiPort)
+	if err != nil {
+		return nil, err
+	}
+	if cp.api, err = Start(dir, "kube-apiserver", bins.Path("kube-apiserver"), args...); err != nil {
+		return nil, err
+	}
+	host := "https://127.0.0.1:" + itoa(apiPort)
+	cp.Config = &rest.Config{Host: host, BearerToken: token, QPS: 5000, Burst: 10000,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if cp.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if cp.Dynamic, err = dynamic.NewForConfig(cp.Config); err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfig(cp.Kubeconfig, host); err != nil {
+		return nil, err
+	}
+	if err := cp.waitReady(ctx, host); err != nil {
+		return nil, err
+	}
+	ok = true
+	return cp, nil
+}
+
+func apiserverArgs(dir, etcdURL string, port int) ([]string, error) {
+	pub, key := filepath.Join(dir, "sa.pub"), filepath.Join(dir, "sa.key")
+	if err := writeServiceAccountKeys(pub, key); err != nil {
+		return nil, err
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	return []string{
+		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", itoa(port), "--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
+		"--authorization-mode", "AlwaysAllow", "--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", pub, "--service-account-signing-key-file", key,
+		"--service-cluster-ip-range", "10.96.0.0/16", "--endpoint-reconciler-type", "none",
+		"--disable-admission-plugins", "ServiceAccount,TaintNodesByCondition,Priority",
+		"--enable-priority-and-fairness=false", "--max-requests-inflight", "3000", "--max-mutating-requests-inflight", "1500",
+		"--event-ttl", "30m",
+	}, nil
+}
+
+func writeServiceAccountKeys(pub, key string) error {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("service account key: %w", err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return fmt.Errorf("service account key: %w", err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
+		return fmt.Errorf("service account key: %w", err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+		return fmt.Errorf("service account key: %w", err)
+	}
+	return nil
+}
+
+func writeKubeconfig(path, host string) error {
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {token: %q}
+contexts:
+- name: local
+  context: {cluster: local, user: admin}
+current-context: local
+`, host, token)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	return nil
+}
+
+func (cp *ControlPlane) waitReady(ctx context.Context, host string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	err := WaitFor(ctx, 200*time.Millisecond, func() (bool, error) {
+		for _, p := range []*Process{cp.etcd, cp.api} {
+			if err := exitedErr(p); err != nil {
+				return false, err
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+"/readyz", nil)
+		if err != nil {
+			return false, fmt.Errorf("readyz: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver not ready: %w\n%s", err, cp.api.Tail())
+	}
+	return nil
+}
+
+// Stop stops the API server, then etcd.
+func (cp *ControlPlane) Stop() {
+	cp.api.Stop()
+	cp.etcd.Stop()
+}

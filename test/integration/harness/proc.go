@@ -1,0 +1,159 @@
+// Package harness starts real Kubernetes parts for gpuslice's integration
+// tests and benchmarks: etcd, kube-apiserver, kube-scheduler (stock or
+// gpuslice), and KWOK, built from source by hack/k8s/build.sh. Everything
+// listens on loopback only and is stopped by the caller.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// K8sVersion is the version hack/k8s/build.sh builds by default.
+const K8sVersion = "v1.35.4"
+
+// Binaries locates the built Kubernetes binaries.
+type Binaries struct{ Dir string }
+
+// FindBinaries returns the binaries from $GPUSLICE_K8S_BIN, else from the
+// build cache, or an error saying how to build them.
+func FindBinaries() (Binaries, error) {
+	dir := os.Getenv("GPUSLICE_K8S_BIN")
+	if dir == "" {
+		cache := os.Getenv("GPUSLICE_CACHE")
+		if cache == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return Binaries{}, fmt.Errorf("no home directory: %w", err)
+			}
+			cache = filepath.Join(home, ".cache", "gpuslice")
+		}
+		dir = filepath.Join(cache, "k8s", K8sVersion)
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kwok"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return Binaries{}, fmt.Errorf("%s not built (run hack/k8s/build.sh or make k8s-bins): %w", b, err)
+		}
+	}
+	return Binaries{Dir: dir}, nil
+}
+
+// Path returns the path of one binary.
+func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+// Process is a started child process whose output goes to a log file.
+type Process struct {
+	Name string
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has been waited for
+	err  error         // its exit status, valid once done is closed
+}
+
+// Start runs bin with args, logging to dir/name.log.
+func Start(dir, name, bin string, args ...string) (*Process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM, then SIGKILL after a grace period, and waits.
+func (p *Process) Stop() {
+	if p == nil {
+		return
+	}
+	if exited, _ := p.Exited(); exited {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Tail returns the end of the process log, for failure messages.
+func (p *Process) Tail() string {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitFor polls cond every interval until it returns true, an error, or ctx ends.
+func WaitFor(ctx context.Context, interval time.Duration, cond func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+var errExited = errors.New("process exited")
+
+func exitedErr(p *Process) error {
+	if exited, err := p.Exited(); exited {
+		return fmt.Errorf("%s: %w (%v):\n%s", p.Name, errExited, err, p.Tail())
+	}
+	return nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

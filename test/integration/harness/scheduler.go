@@ -1,0 +1,60 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// SchedulerOptions describe one scheduler profile.
+type SchedulerOptions struct {
+	// SchedulerName is the profile's name; pods select it by spec.schedulerName.
+	SchedulerName string
+	// GPUSlice enables the plugin with Args (YAML/JSON object body, may be
+	// empty) and makes NodeResourcesFit ignore the gpuslice.io resources.
+	GPUSlice bool
+	Args     string
+	// Parallelism of the scheduling framework (0: default 16).
+	Parallelism int
+}
+
+// SchedulerConfig renders a KubeSchedulerConfiguration.
+func SchedulerConfig(kubeconfig string, o SchedulerOptions) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
+	fmt.Fprintf(&b, "clientConnection: {kubeconfig: %q, qps: 5000, burst: 10000}\n", kubeconfig)
+	fmt.Fprintf(&b, "leaderElection: {leaderElect: false}\n")
+	if o.Parallelism > 0 {
+		fmt.Fprintf(&b, "parallelism: %d\n", o.Parallelism)
+	}
+	fmt.Fprintf(&b, "profiles:\n- schedulerName: %s\n", o.SchedulerName)
+	if o.GPUSlice {
+		args := o.Args
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n      - {name: GPUSlice, weight: 10}\n")
+		fmt.Fprintf(&b, "  pluginConfig:\n  - name: GPUSlice\n    args: %s\n", args)
+		fmt.Fprintf(&b, "  - name: NodeResourcesFit\n    args: {ignoredResourceGroups: [gpuslice.io]}\n")
+	}
+	return b.String()
+}
+
+// StartScheduler writes the configuration and starts bin (kube-scheduler or
+// gpuslice-scheduler) against the control plane, without serving HTTPS.
+func (cp *ControlPlane) StartScheduler(ctx context.Context, bin, logName string, o SchedulerOptions) (*Process, error) {
+	cfgPath := filepath.Join(cp.Dir, logName+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(SchedulerConfig(cp.Kubeconfig, o)), 0o600); err != nil {
+		return nil, fmt.Errorf("scheduler config: %w", err)
+	}
+	return Start(cp.Dir, logName, bin, "--config", cfgPath, "--secure-port", "0", "-v", "1")
+}
+
+// StartKwok starts KWOK managing the nodes annotated kwok.x-k8s.io/node=fake.
+func (cp *ControlPlane) StartKwok(bins Binaries) (*Process, error) {
+	return Start(cp.Dir, "kwok", bins.Path("kwok"), "--kubeconfig", cp.Kubeconfig,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+		"--config", bins.Path("kwok-stages.yaml"), "--node-ip", "127.0.0.1")
+}

@@ -1,0 +1,129 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func (e *env) createPod(t *testing.T, ns, name, sched string, r harness.GPURequest, mut ...func(*corev1.Pod)) {
+	t.Helper()
+	p := harness.Pod(ns, name, sched, r)
+	p.Spec.NodeSelector = map[string]string{groupLabel: ns}
+	for _, m := range mut {
+		m(p)
+	}
+	if _, err := e.cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitBound waits until the named pods are bound and returns them.
+func (e *env) waitBound(t *testing.T, ns string, names ...string) map[string]*corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := map[string]*corev1.Pod{}
+	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		for _, n := range names {
+			p, err := e.cp.Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName == "" {
+				return false, nil
+			}
+			out[n] = p
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("pods %v not bound: %v", names, err)
+	}
+	return out
+}
+
+// assignment parses a bound pod's annotation.
+func assignment(t *testing.T, p *corev1.Pod) *api.Assignment {
+	t.Helper()
+	a, err := api.ParseAssignment(p.Annotations[api.AnnotationAssignment])
+	if err != nil {
+		t.Fatalf("pod %s: %v", p.Name, err)
+	}
+	if a.Node != p.Spec.NodeName {
+		t.Fatalf("pod %s bound to %s, assignment says %s", p.Name, p.Spec.NodeName, a.Node)
+	}
+	return a
+}
+
+// waitEvent waits for an event with reason on the pod and returns its note.
+func (e *env) waitEvent(t *testing.T, ns, pod, reason string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var note string
+	err := harness.WaitFor(ctx, 200*time.Millisecond, func() (bool, error) {
+		evs, err := e.cp.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if ev.Regarding.Name == pod && ev.Reason == reason {
+				note = ev.Note
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on pod %s: %v", reason, pod, err)
+	}
+	return note
+}
+
+// stayPending checks the pod is still unbound after d.
+func (e *env) stayPending(t *testing.T, ns, name string, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	p, err := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" {
+		t.Fatalf("pod %s was bound to %s, want pending", name, p.Spec.NodeName)
+	}
+}
+
+func (e *env) checkBooks(t *testing.T, ns, prefix string) *harness.Books {
+	t.Helper()
+	b, err := harness.ReadBooks(context.Background(), e.cp, ns, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Problems) > 0 {
+		t.Fatalf("books from the API server:\n%s", strings.Join(b.Problems, "\n"))
+	}
+	return b
+}
+
+func (e *env) deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	zero := int64(0)
+	if err := e.cp.Client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
