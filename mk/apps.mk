@@ -13,6 +13,6 @@ $(BIN)/gs-bench-hooks: apps/bench_hooks.c $(APPS_COMMON)
 
 .PHONY: bench-hooks
 # Hooked vs direct driver calls, side by side in one run (simulated GPU unless a driver is present).
-bench-hooks: $(BIN)/gs-bench-hooks $(BIN)/libgpuslice.so $(SIM_LIBS)
+bench-hooks: $(BIN)/gs-bench-hooks $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1
 	LD_LIBRARY_PATH=$(if $(wildcard /usr/lib/x86_64-linux-gnu/libcuda.so.1),,$(abspath $(BIN)/sim)) \
 		$(BIN)/gs-bench-hooks $(abspath $(BIN)/libgpuslice.so) 2000
