@@ -57,3 +57,11 @@ test-sim: $(SIM_LIBS) $(SIM_TESTS)
 	@set -e; for t in $(SIM_TESTS); do echo "--- $$t"; \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
 		SIM_RELEASE_LIB_DIR=$(abspath $(SIM_BIN)) $$t; done
+
+# Not a test: prints the simulator's own per-call costs (the baseline for hook overheads).
+.PHONY: bench-sim
+$(BUILD)/sim/bench_sim: $(SIM_DIR)/bench/bench_sim.c $(SIM_HDRS) $(SIM_BIN)/libcuda.so
+	mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -I$(SIM_DIR)/src -o $@ $< -L$(SIM_BIN) -Wl,-rpath,'$$ORIGIN/../../$(SIM_BIN)' -lcuda -pthread
+bench-sim: $(BUILD)/sim/bench_sim
+	$(BUILD)/sim/bench_sim
