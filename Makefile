@@ -17,9 +17,12 @@ include $(sort $(wildcard mk/*.mk))
 .PHONY: all test clean
 all: $(ALL_TARGETS)
 
-# Every test, in order (one failing target stops the run).
+# Every test target runs, even after a failure; the run fails if any target failed.
 test: all
-	@set -e; for t in $(TEST_TARGETS); do echo "==> $$t"; $(MAKE) --no-print-directory $$t; done
+	@failed=""; for t in $(TEST_TARGETS); do echo "==> $$t"; \
+	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; done; \
+	if [ -n "$$failed" ]; then echo "FAILED test targets:$$failed"; exit 1; fi; \
+	echo "all test targets passed: $(TEST_TARGETS)"
 
 clean:
 	rm -rf $(BIN) $(BUILD)
