@@ -64,6 +64,7 @@ func commands() []Command {
 		runCommand(),
 		demoCommand(),
 		versionCommand(),
+		smiCommand(),
 	}
 	cmds = append(cmds, extraCommands()...)
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
