@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,33 +23,42 @@ import (
 type conn struct {
 	s    *Server
 	nc   *net.UnixConn
-	raw  syscall.RawConn
+	fd   int       // the socket, for non-blocking sends
+	in   io.Reader // nc, buffered after the handshake
 	peer Peer
 	log  klog.Logger
 	gpus map[proto.UUID]*gpuState // touched only by the connection's goroutine
 
 	wmu    sync.Mutex
 	broken bool
+	closed bool // fd is closed (or about to be): no more sends
 }
 
 // serve runs one connection until it closes; every grant it held is released.
 func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	log := klog.FromContext(ctx)
-	c := &conn{s: s, nc: nc, gpus: map[proto.UUID]*gpuState{}}
+	c := &conn{s: s, nc: nc, in: nc, fd: -1, gpus: map[proto.UUID]*gpuState{}}
+	s.track(c, true)
 	defer func() {
 		for _, g := range c.gpus {
 			g.disconnect(c)
 		}
+		s.track(c, false)
+		c.wmu.Lock()
+		c.closed = true
+		c.wmu.Unlock()
 		if err := nc.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			log.V(4).Info("close", "err", err)
 		}
 	}()
 	raw, err := nc.SyscallConn()
+	if err == nil {
+		err = raw.Control(func(fd uintptr) { c.fd = int(fd) })
+	}
 	if err != nil {
 		log.Error(err, "raw connection")
 		return
 	}
-	c.raw = raw
 	if err := c.handshake(); err != nil {
 		if !errors.Is(err, io.EOF) { // EOF: a liveness probe (Reachable)
 			log.V(1).Info("connection refused", "err", err)
@@ -58,8 +67,22 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	}
 	c.log = log.WithValues("pid", c.peer.PID, "group", c.peer.Group)
 	c.log.V(2).Info("client connected", "uid", c.peer.UID, "via", c.peer.Via)
+	// Buffered: frames that arrive together (a release and the next
+	// acquire) are read with one system call.
+	c.in = bufio.NewReaderSize(nc, 16*proto.FrameSize)
 	err = c.loop()
 	c.log.V(2).Info("client gone", "err", err)
+}
+
+// kill shuts the socket down: a blocked read returns, sends stop.
+func (c *conn) kill() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if !c.closed && c.fd >= 0 {
+		if err := unix.Shutdown(c.fd, unix.SHUT_RDWR); err != nil {
+			c.s.log.V(4).Info("shutdown", "err", err)
+		}
+	}
 }
 
 // handshake identifies the caller through the kernel and answers its hello.
@@ -96,7 +119,7 @@ func (c *conn) handshake() error {
 // read returns the next frame's message.
 func (c *conn) read() (proto.Message, error) {
 	var buf [proto.FrameSize]byte
-	if _, err := io.ReadFull(c.nc, buf[:]); err != nil {
+	if _, err := io.ReadFull(c.in, buf[:]); err != nil {
 		return nil, err
 	}
 	m, err := proto.Decode(buf[:])
@@ -183,21 +206,14 @@ func (c *conn) send(m proto.Message) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.broken || c.raw == nil {
+	if c.broken || c.closed || c.fd < 0 {
 		return
 	}
-	var n int
-	var werr error
-	if err := c.raw.Write(func(fd uintptr) bool {
-		n, werr = unix.Write(int(fd), buf[:])
-		return true
-	}); err != nil {
-		werr = err
-	}
-	if werr != nil || n != len(buf) {
+	if err := unix.Sendto(c.fd, buf[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil); err != nil {
 		c.broken = true
-		if err := c.nc.Close(); err != nil {
-			c.s.log.V(4).Info("close", "err", err)
+		c.s.log.V(2).Info("client not reading its socket: disconnecting", "pid", c.peer.PID, "err", err)
+		if err := unix.Shutdown(c.fd, unix.SHUT_RDWR); err != nil {
+			c.s.log.V(4).Info("shutdown", "err", err)
 		}
 	}
 }

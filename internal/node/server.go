@@ -30,7 +30,7 @@ type Server struct {
 	mu       sync.Mutex
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
-	conns    map[*net.UnixConn]struct{}
+	conns    map[*conn]struct{}
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
 	}
 	s := &Server{cfg: cfg, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
-		settings: map[string]group.Settings{}, conns: map[*net.UnixConn]struct{}{}}
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
 	return s.serveAll(ctx, ln)
 }
@@ -90,12 +90,14 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 			s.log.V(2).Info("close listener", "err", err)
 		}
 		s.mu.Lock()
+		conns := make([]*conn, 0, len(s.conns))
 		for c := range s.conns {
-			if err := c.Close(); err != nil {
-				s.log.V(4).Info("close", "err", err)
-			}
+			conns = append(conns, c)
 		}
 		s.mu.Unlock()
+		for _, c := range conns {
+			c.kill()
+		}
 	})
 	var err error
 	for {
@@ -106,15 +108,7 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 			}
 			break
 		}
-		s.mu.Lock()
-		s.conns[nc] = struct{}{}
-		s.mu.Unlock()
-		wg.Go(func() {
-			s.serve(ctx, nc)
-			s.mu.Lock()
-			delete(s.conns, nc)
-			s.mu.Unlock()
-		})
+		wg.Go(func() { s.serve(ctx, nc) })
 	}
 	cancel()
 	wg.Wait()
@@ -177,5 +171,16 @@ func (s *Server) groupSeen(p Peer) {
 		s.mu.Lock()
 		s.settings[p.Group] = st
 		s.mu.Unlock()
+	}
+}
+
+// track adds or removes a connection (shut down when the daemon stops).
+func (s *Server) track(c *conn, add bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
 	}
 }

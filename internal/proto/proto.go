@@ -133,9 +133,12 @@ func Encode(buf []byte, m Message) error {
 	if err := validate(m); err != nil {
 		return fmt.Errorf("encode %T: %w", m, err)
 	}
+	clear(buf[:FrameSize])
+	if encodeFast(buf, m) {
+		return nil
+	}
 	size := binary.Size(m)
 	h := Header{Magic: Magic, Version: Version, Type: uint16(m.Type()), Len: uint32(size)}
-	clear(buf[:FrameSize])
 	if _, err := binary.Encode(buf, binary.LittleEndian, &h); err != nil {
 		return fmt.Errorf("encode header: %w", err)
 	}
@@ -150,10 +153,9 @@ func Decode(frame []byte) (Message, error) {
 	if len(frame) != FrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(frame), FrameSize)
 	}
-	var h Header
-	if _, err := binary.Decode(frame, binary.LittleEndian, &h); err != nil {
-		return nil, fmt.Errorf("%w: header: %w", ErrFrame, err)
-	}
+	le := binary.LittleEndian
+	h := Header{Magic: le.Uint32(frame), Version: le.Uint16(frame[4:]), Type: le.Uint16(frame[6:]),
+		Len: le.Uint32(frame[8:]), Reserved: le.Uint32(frame[12:])}
 	switch {
 	case h.Magic != Magic:
 		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrFrame, h.Magic, Magic)
@@ -162,25 +164,47 @@ func Decode(frame []byte) (Message, error) {
 	case h.Reserved != 0:
 		return nil, fmt.Errorf("%w: reserved header field %#x", ErrFrame, h.Reserved)
 	}
-	s, ok := spec(Type(h.Type))
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown message type %d", ErrFrame, h.Type)
+	m, size, err := decodePayload(Type(h.Type), h.Len, frame[HeaderSize:])
+	if err != nil {
+		return nil, err
 	}
-	m := s.New()
-	size := binary.Size(m)
-	if h.Len != uint32(size) {
-		return nil, fmt.Errorf("%w: %s of %d bytes, want %d", ErrFrame, s.Name, h.Len, size)
-	}
-	if _, err := binary.Decode(frame[HeaderSize:], binary.LittleEndian, m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrFrame, s.Name, err)
-	}
-	if bytes.ContainsFunc(frame[HeaderSize+size:], func(r rune) bool { return r != 0 }) {
-		return nil, fmt.Errorf("%w: %s: non-zero padding", ErrFrame, s.Name)
+	for _, b := range frame[HeaderSize+size:] {
+		if b != 0 {
+			return nil, fmt.Errorf("%w: %s: non-zero padding", ErrFrame, nameOf(m))
+		}
 	}
 	if err := validate(m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrFrame, s.Name, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrFrame, nameOf(m), err)
 	}
 	return m, nil
+}
+
+func nameOf(m Message) string {
+	s, _ := spec(m.Type())
+	return s.Name
+}
+
+// decodePayload decodes a message of type t whose header says it is n bytes.
+func decodePayload(t Type, n uint32, p []byte) (m Message, size int, err error) {
+	if m = decodeFast(t, p); m != nil {
+		size = binary.Size(m)
+	} else {
+		s, ok := spec(t)
+		if !ok {
+			return nil, 0, fmt.Errorf("%w: unknown message type %d", ErrFrame, t)
+		}
+		m = s.New()
+		size = binary.Size(m)
+		if n == uint32(size) {
+			if _, err := binary.Decode(p, binary.LittleEndian, m); err != nil {
+				return nil, 0, fmt.Errorf("%w: %s: %w", ErrFrame, s.Name, err)
+			}
+		}
+	}
+	if n != uint32(size) {
+		return nil, 0, fmt.Errorf("%w: %s of %d bytes, want %d", ErrFrame, nameOf(m), n, size)
+	}
+	return m, size, nil
 }
 
 func validate(m Message) error {
