@@ -12,7 +12,9 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func (e *env) createPod(t *testing.T, ns, name, sched string, r harness.GPURequest, mut ...func(*corev1.Pod)) {
@@ -126,4 +128,14 @@ func names(prefix string, n int) []string {
 		out[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return out
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+func gpuNodeOf(obj map[string]any) (*api.GPUNode, error) {
+	var g api.GPUNode
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
 }

@@ -1,0 +1,48 @@
+// Command gpuslice-publisher publishes this node's row of the gpuslice
+// resource table (GPUNode) from NVML, the real driver's or the simulated
+// GPU's. The node agent runs the same library (internal/table) in-process.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	host, _ := os.Hostname()
+	var c table.Config
+	var driver, state string
+	fs := flag.NewFlagSet("gpuslice-publisher", flag.ExitOnError)
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster or $KUBECONFIG)")
+	fs.StringVar(&c.Node, "node", host, "node name (the GPUNode's name)")
+	fs.DurationVar(&c.Period, "period", 10*time.Second, "publishing period")
+	fs.StringVar(&driver, "driver", "auto", "GPU driver: auto, real or sim")
+	fs.StringVar(&c.SimDir, "sim-dir", "bin/sim", "directory of the simulated libnvidia-ml.so.1")
+	fs.StringVar(&state, "state", string(api.NodeWorking), "node state to publish: Working, Draining or NotReady")
+	fs.BoolVar(&c.Once, "once", false, "publish once and exit")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError
+	mode, err := gpu.ParseMode(driver)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
+		os.Exit(2)
+	}
+	c.Driver, c.State = mode, api.NodeState(state)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := table.Run(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
+		os.Exit(1)
+	}
+}

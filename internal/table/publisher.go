@@ -1,0 +1,114 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// conflictBackoff spreads retries of concurrent writers of one object.
+func conflictBackoff() wait.Backoff {
+	return wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 1.3, Jitter: 1, Cap: time.Second}
+}
+
+// StateFunc tells the node's working state and an optional message.
+type StateFunc func() (api.NodeState, string)
+
+// Publisher writes one node's GPUNode row.
+type Publisher struct {
+	Client dynamic.Interface
+	Node   string
+	GPUs   GPUReader
+	Held   AllocationReader
+	State  StateFunc // nil: always Working
+	Clock  clock.PassiveClock
+	Period time.Duration
+}
+
+// PublishOnce measures and writes the row: create if absent, else an update
+// conditioned on the resourceVersion just read, retried on conflict. Fields
+// it does not own (labels, annotations, ...) are kept.
+func (p *Publisher) PublishOnce(ctx context.Context) error {
+	devs, err := p.GPUs.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("read GPUs: %w", err)
+	}
+	held, err := p.Held.Held(ctx)
+	if err != nil {
+		return fmt.Errorf("read holdings: %w", err)
+	}
+	state, msg := api.NodeWorking, ""
+	if p.State != nil {
+		state, msg = p.State()
+	}
+	st, err := Status(devs, held, state, msg)
+	if err != nil {
+		return err
+	}
+	st.Heartbeat = metav1.NewTime(p.Clock.Now())
+	st.PeriodSeconds = int32(p.Period / time.Second)
+	return p.write(ctx, st)
+}
+
+func (p *Publisher) write(ctx context.Context, st api.GPUNodeStatus) error {
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	if err != nil {
+		return fmt.Errorf("encode status: %w", err)
+	}
+	rc := p.Client.Resource(api.GPUNodeGVR)
+	err = retry.RetryOnConflict(conflictBackoff(), func() error {
+		cur, err := rc.Get(ctx, p.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			obj := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+			obj.SetAPIVersion(api.Group + "/" + api.GPUNodeVersion)
+			obj.SetKind(api.GPUNodeKind)
+			obj.SetName(p.Node)
+			_, err = rc.Create(ctx, obj, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(api.GPUNodeGVR.GroupResource(), p.Node, err)
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cur.Object["status"] = status // cur carries the resourceVersion read
+		_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write GPUNode %s: %w", p.Node, err)
+	}
+	return nil
+}
+
+// Run publishes every Period until ctx ends; failures are logged and retried
+// at the next period.
+func (p *Publisher) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", p.Node)
+	t := time.NewTicker(p.Period)
+	defer t.Stop()
+	for {
+		if err := p.PublishOnce(ctx); err != nil {
+			logger.Error(err, "publishing GPUNode")
+		} else {
+			logger.V(4).Info("published GPUNode")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Config configures a standalone publisher (gpuslice-publisher).
+type Config struct {
+	Kubeconfig string // "" : in-cluster or $KUBECONFIG
+	Node       string
+	Period     time.Duration
+	Driver     gpu.Mode
+	SimDir     string // directory of the simulated libnvidia-ml.so.1
+	State      api.NodeState
+	Once       bool // publish once and exit
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Node == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if c.Period < time.Second {
+		errs = append(errs, fmt.Errorf("period %s: want at least 1s", c.Period))
+	}
+	switch c.State {
+	case api.NodeWorking, api.NodeDraining, api.NodeNotReady:
+	default:
+		errs = append(errs, fmt.Errorf("state %q: want Working, Draining or NotReady", c.State))
+	}
+	return errors.Join(errs...)
+}
+
+// Run opens the GPU driver (real or simulated) and publishes the node's row
+// every period until ctx ends, or once.
+func Run(ctx context.Context, c Config) (err error) {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.Kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	drv, err := gpu.OpenDriver(c.Driver, c.SimDir)
+	if err != nil {
+		return fmt.Errorf("GPU driver: %w", err)
+	}
+	defer func() {
+		if serr := drv.NVML.Shutdown(); serr != nil && err == nil {
+			err = fmt.Errorf("close NVML: %w", serr)
+		}
+	}()
+	klog.FromContext(ctx).Info("publishing GPUNode", "node", c.Node, "period", c.Period, "simulated", drv.Simulated, "driver", drv.Version)
+	p := &Publisher{Client: dyn, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node},
+		State: func() (api.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
+	if c.Once {
+		return p.PublishOnce(ctx)
+	}
+	return p.Run(ctx)
+}

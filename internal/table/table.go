@@ -1,0 +1,74 @@
+// Package table publishes a node's row of the gpuslice resource table (the
+// GPUNode object): its GPUs as measured, what pods hold of them, the node's
+// working state and a heartbeat. Every write is conditioned on the
+// resourceVersion it read and retried on conflict, so concurrent writers
+// never lose each other's changes or tear an object.
+package table
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// Device is one GPU as the node measures it.
+type Device struct {
+	Index       int32
+	UUID        string
+	Model       string
+	MemoryBytes int64
+	// UnitsTotal is the GPU's logical units (0: api.DefaultUnitsPerGPU).
+	UnitsTotal         int64
+	Healthy            bool
+	UtilizationPercent int32
+	// UnscheduledProcesses counts processes on the GPU that belong to no
+	// pod scheduled there.
+	UnscheduledProcesses int32
+}
+
+// GPUReader reads the node's GPUs. The node agent implements it with NVML.
+type GPUReader interface {
+	Devices(ctx context.Context) ([]Device, error)
+}
+
+// Held is what pods hold of one GPU.
+type Held struct {
+	Units, MemoryBytes int64
+}
+
+// AllocationReader reports, per GPU index, what the pods on the node hold.
+type AllocationReader interface {
+	Held(ctx context.Context) (map[int32]Held, error)
+}
+
+// Status builds the GPUNode status from measured devices and holdings.
+func Status(devs []Device, held map[int32]Held, state api.NodeState, message string) (api.GPUNodeStatus, error) {
+	st := api.GPUNodeStatus{State: state, Message: message}
+	sorted := append([]Device(nil), devs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	for _, d := range sorted {
+		units := d.UnitsTotal
+		if units == 0 {
+			units = api.DefaultUnitsPerGPU
+		}
+		h := held[d.Index]
+		g := api.GPU{
+			Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryBytes: d.MemoryBytes, UnitsTotal: units,
+			UnitsFree: max(units-h.Units, 0), MemoryFreeBytes: max(d.MemoryBytes-h.MemoryBytes, 0),
+			Health: api.GPUUnhealthy, UtilizationPercent: min(max(d.UtilizationPercent, 0), 100),
+			UnscheduledProcesses: max(d.UnscheduledProcesses, 0),
+		}
+		if d.Healthy {
+			g.Health = api.GPUHealthy
+		}
+		st.GPUs = append(st.GPUs, g)
+	}
+	st.Summary = api.Summarize(st.GPUs)
+	probe := api.GPUNode{Status: st}
+	if err := probe.Validate(); err != nil {
+		return api.GPUNodeStatus{}, fmt.Errorf("measured GPUs: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,91 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestStatus(t *testing.T) {
+	devs := []Device{
+		{Index: 1, UUID: "b", Model: "m", MemoryBytes: 100, Healthy: false, UtilizationPercent: 120},
+		{Index: 0, UUID: "a", Model: "m", MemoryBytes: 100, UnitsTotal: 200, Healthy: true, UtilizationPercent: 30, UnscheduledProcesses: 2},
+	}
+	st, err := Status(devs, map[int32]Held{0: {Units: 50, MemoryBytes: 40}, 1: {Units: 500, MemoryBytes: 1}}, api.NodeDraining, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g0, g1 := st.GPUs[0], st.GPUs[1]
+	if g0.Index != 0 || g0.UnitsTotal != 200 || g0.UnitsFree != 150 || g0.MemoryFreeBytes != 60 || g0.Health != api.GPUHealthy || g0.UnscheduledProcesses != 2 {
+		t.Fatalf("gpu0 %+v", g0)
+	}
+	if g1.UnitsTotal != api.DefaultUnitsPerGPU || g1.UnitsFree != 0 || g1.Health != api.GPUUnhealthy || g1.UtilizationPercent != 100 {
+		t.Fatalf("gpu1 %+v", g1)
+	}
+	if st.State != api.NodeDraining || st.Message != "maintenance" || st.Summary.GPUs != 2 || st.Summary.HealthyGPUs != 1 || st.Summary.UnitsFree != 150 {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := Status([]Device{{Index: 0, UUID: "a", MemoryBytes: 1}, {Index: 0, UUID: "b", MemoryBytes: 1}}, nil, api.NodeWorking, ""); !errors.Is(err, api.ErrInvalidGPUNode) {
+		t.Fatalf("duplicate index: %v", err)
+	}
+}
+
+func TestSum(t *testing.T) {
+	a := &api.Assignment{Version: api.AssignmentVersion, Node: "n1", Containers: []api.ContainerAssignment{
+		{Name: "c", GPUs: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30, MemoryBytes: 5}, {Index: 1, UUID: "b", Units: 100, MemoryBytes: 9, Exclusive: true}}},
+	}}
+	raw, err := a.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, ann string, phase corev1.PodPhase) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{api.AnnotationAssignment: ann}}}
+		p.Status.Phase = phase
+		return p
+	}
+	other := strings.Replace(string(raw), `"node":"n1"`, `"node":"n2"`, 1)
+	got := Sum(context.Background(), "n1", []corev1.Pod{
+		pod("a", string(raw), corev1.PodRunning), pod("b", string(raw), corev1.PodPending),
+		pod("done", string(raw), corev1.PodSucceeded), pod("bad", "{", corev1.PodRunning), pod("moved", other, corev1.PodRunning),
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
+	})
+	if got[0] != (Held{Units: 60, MemoryBytes: 10}) || got[1] != (Held{Units: 200, MemoryBytes: 18}) || len(got) != 2 {
+		t.Fatalf("sum = %+v", got)
+	}
+}
+
+// nvmlDouble is a test double at the GPU boundary: two devices, the second
+// failing its utilization query.
+type nvmlDouble struct{ gpu.NVML }
+
+func (nvmlDouble) Count() (int, error) { return 2, nil }
+func (nvmlDouble) Device(i int) (gpu.Device, error) {
+	return gpu.Device{Index: i, UUID: []string{"GPU-a", "GPU-b"}[i], Name: "sim", MemoryTotal: 1 << 30}, nil
+}
+func (nvmlDouble) Memory(int) (gpu.Memory, error) { return gpu.Memory{Total: 1 << 30}, nil }
+func (nvmlDouble) Utilization(i int) (gpu.Utilization, error) {
+	if i == 1 {
+		return gpu.Utilization{}, gpu.ErrNVML
+	}
+	return gpu.Utilization{GPU: 42}, nil
+}
+func (nvmlDouble) Processes(int) ([]gpu.Process, error) {
+	return []gpu.Process{{PID: 10}, {PID: 11}, {PID: 12}}, nil
+}
+
+func TestNVMLReader(t *testing.T) {
+	r := NVMLReader{NVML: nvmlDouble{}, Owned: func(_ int, pid uint32) bool { return pid == 10 }}
+	devs, err := r.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 2 || devs[0].UtilizationPercent != 42 || !devs[0].Healthy || devs[0].UnscheduledProcesses != 2 || devs[1].Healthy || devs[0].MemoryBytes != 1<<30 {
+		t.Fatalf("devices %+v", devs)
+	}
+}

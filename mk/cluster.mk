@@ -1,0 +1,35 @@
+# Cluster scheduling: gpuslice-scheduler, gpuslice-publisher, the real
+# Kubernetes binaries they are tested against, integration tests, benchmark.
+CLUSTER_GO_SOURCES := $(shell find cmd/gpuslice-scheduler cmd/gpuslice-publisher internal/alloc internal/sched internal/table pkg/api -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
+K8S_BIN_DIR := $(or $(GPUSLICE_CACHE),$(HOME)/.cache/gpuslice)/k8s/v1.35.4
+ALL_TARGETS += $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher
+TEST_TARGETS += test-cluster
+
+$(BIN)/gpuslice-scheduler: $(CLUSTER_GO_SOURCES)
+	@mkdir -p $(BIN)
+	$(GO) build -o $@ ./cmd/gpuslice-scheduler
+
+$(BIN)/gpuslice-publisher: $(CLUSTER_GO_SOURCES)
+	@mkdir -p $(BIN)
+	$(GO) build -o $@ ./cmd/gpuslice-publisher
+
+.PHONY: k8s-bins test-cluster test-cluster-unit bench-scheduler
+# kube-apiserver, etcd, kube-scheduler, kubectl, kwok built from source, cached by version.
+k8s-bins:
+	hack/k8s/build.sh
+
+test-cluster-unit:
+	$(GO) test -count=1 ./pkg/api/... ./internal/alloc/... ./internal/sched/... ./internal/table/...
+
+# Integration tests on a real apiserver/etcd/scheduler (modest scale, a few minutes).
+test-cluster: k8s-bins $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher test-cluster-unit
+	$(GO) vet -tags integration ./test/integration/...
+	GPUSLICE_K8S_BIN=$(K8S_BIN_DIR) GPUSLICE_SCHEDULER=$(abspath $(BIN)/gpuslice-scheduler) GPUSLICE_PUBLISHER=$(abspath $(BIN)/gpuslice-publisher) GPUSLICE_INTEGRATION_REQUIRED=1 \
+	  $(GO) test -tags integration -count=1 -timeout 20m ./test/integration/...
+
+# Ours vs stock kube-scheduler on KWOK nodes; the last line is the summary.
+BENCH_SCALES ?= 1000 5000
+BENCH_PODS ?= 3000
+bench-scheduler: k8s-bins $(BIN)/gpuslice-scheduler
+	GPUSLICE_K8S_BIN=$(K8S_BIN_DIR) $(GO) run ./test/integration/bench \
+	  -scheduler $(abspath $(BIN)/gpuslice-scheduler) -nodes "$(BENCH_SCALES)" -pods $(BENCH_PODS)
