@@ -6,7 +6,7 @@
  * from --t0 (CLOCK_REALTIME ns) for --seconds:
  *   busy      launch kernels back to back, never synchronizing
  *   sync      launch one kernel, synchronize, repeat
- *   requests  every --gap-ms (+ up to --jitter-ms) a request of --n kernels,
+ *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
  * busy and sync print "win <second> <kernels launched>" per 1 s window.
  */
@@ -76,12 +76,14 @@ static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts
 			return 1;
 		count++;
 	}
+	printf("win %ld %llu\n", win, count); /* the last, partial window */
 	return api->CtxSynchronize() == CUDA_SUCCESS ? 0 : 1;
 }
 
 static int run_requests(const struct cuapi *api, CUfunction fn, const struct opts *o)
 {
-	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), arrival = o->t0;
+	/* The first request comes one gap after t0, as later ones do. */
+	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), arrival = o->t0 + o->gap_ms * 1000000ull;
 	unsigned seed = 12345;
 	while (arrival < end) {
 		sleep_until(arrival);

@@ -1,0 +1,114 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/slice"
+)
+
+// BenchmarkE2EShares: 2, 4 and 8 tenants (half synchronizing after every
+// kernel) on the simulated GPU; reports the worst share error per 1 s window
+// (kernels run and time granted) and the least GPU busy fraction.
+func BenchmarkE2EShares(b *testing.B) {
+	e := setupE2E(b)
+	requireSharedSim(b, e)
+	for _, n := range []int{2, 4, 8} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				r := sharesRun(b, e, n, 6)
+				b.ReportMetric(r.worstWork, "worst-pp-run")
+				b.ReportMetric(r.worstHeld, "worst-pp-granted")
+				b.ReportMetric(r.minBusy*100, "min-busy-%")
+			}
+		})
+	}
+}
+
+// burstRun: an online tenant (priority high, 10 ms slices) whose requests need
+// 3x its slice (60 kernels of 500 µs) every 400-600 ms, beside `offline` busy
+// tenants with 10 ms slices; returns its request latencies.
+func burstRun(b *testing.B, e *e2e, burst bool, offline int, secs int) []time.Duration {
+	cfg := testCfg(b)
+	cfg.Policy = slice.DefaultConfig()
+	cfg.Policy.Burst = burst
+	startDaemon(b, cfg)
+	setGroup(b, cfg, "online", group.Change{File: "slice", Value: "10ms"}, group.Change{File: "priority", Value: "high"})
+	specs := []tenantSpec{{"online", []string{"--mode", "requests", "--kernel-us", "500", "--n", "60",
+		"--gap-ms", "400", "--jitter-ms", "200", "--seconds", strconv.Itoa(secs)}}}
+	for i := range offline {
+		name := fmt.Sprintf("off%d", i)
+		setGroup(b, cfg, name, group.Change{File: "slice", Value: "10ms"})
+		specs = append(specs, tenantSpec{name, []string{"--mode", "busy", "--kernel-us", "500", "--seconds", strconv.Itoa(secs)}})
+	}
+	outs := e.run(b, cfg, filepath.Join(cfg.RunDir, "sim.state"), specs, time.Now().Add(1500*time.Millisecond))
+	var lat []time.Duration
+	for _, l := range outs[0] {
+		var ns int64
+		if n, _ := fmt.Sscanf(l, "lat %d", &ns); n == 1 {
+			lat = append(lat, time.Duration(ns))
+		}
+	}
+	return lat
+}
+
+// BenchmarkE2EBurst: the burst buffer's effect on the online tenant's request
+// latency among 7 busy offline tenants, with and without burst buffers, and alone.
+func BenchmarkE2EBurst(b *testing.B) {
+	e := setupE2E(b)
+	requireSharedSim(b, e)
+	for b.Loop() {
+		with := burstRun(b, e, true, 7, 20)
+		without := burstRun(b, e, false, 7, 20)
+		alone := burstRun(b, e, true, 0, 20)
+		w50, w99 := percentiles(with)
+		o50, o99 := percentiles(without)
+		a50, a99 := percentiles(alone)
+		b.Logf("online requests (3x slice) among 7 busy offline tenants: p50/p99 with burst buffers %v/%v, "+
+			"without %v/%v, alone %v/%v (%d/%d/%d requests): p99 %.1fx lower with buffers, %.2fx alone",
+			w50.Round(10*time.Microsecond), w99.Round(10*time.Microsecond), o50.Round(10*time.Microsecond),
+			o99.Round(10*time.Microsecond), a50.Round(10*time.Microsecond), a99.Round(10*time.Microsecond),
+			len(with), len(without), len(alone), float64(o99)/float64(w99), float64(w99)/float64(a99))
+		b.ReportMetric(float64(w99.Microseconds())/1e3, "p99-ms-burst")
+		b.ReportMetric(float64(o99.Microseconds())/1e3, "p99-ms-noburst")
+		b.ReportMetric(float64(a99.Microseconds())/1e3, "p99-ms-alone")
+	}
+}
+
+// BenchmarkGrantC: grant round trips from the C client (gs-grantbench, blocking
+// send/recv as libgpuslice's gate does) over the real socket, 1 and 2 processes.
+func BenchmarkGrantC(b *testing.B) {
+	bench := os.Getenv("GPUSLICE_NODE_GRANTBENCH")
+	if bench == "" {
+		b.Skip("set GPUSLICE_NODE_GRANTBENCH to build/node/gs-grantbench (make bench-node does)")
+	}
+	for _, procs := range []int{1, 2} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			cfg := testCfg(b)
+			startDaemon(b, cfg)
+			for b.Loop() {
+				out, err := exec.Command(bench, cfg.Socket, "100000", strconv.Itoa(procs)).CombinedOutput()
+				if err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					var p50, p99 int64
+					var rate, total float64
+					if n, _ := fmt.Sscanf(l, "rtt %d %d %f", &p50, &p99, &rate); n == 3 {
+						b.ReportMetric(float64(p50)/1e3, "p50-µs")
+						b.ReportMetric(float64(p99)/1e3, "p99-µs")
+					} else if n, _ := fmt.Sscanf(l, "total %f", &total); n == 1 {
+						b.ReportMetric(total, "grants/s")
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,29 @@
+# Node time slicing (issue 3): internal/slice, internal/proto, internal/node, internal/group and the
+# launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
+# adds the end-to-end tests under ASan/UBSan and the benchmarks. Owner: node.
+NODE_BUILD := $(BUILD)/node
+NODE_GRANTBENCH := $(NODE_BUILD)/gs-grantbench
+NODE_LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+NODE_E2E_ENV = GPUSLICE_BIN=$(abspath $(BIN))
+TEST_TARGETS += test-node
+
+$(NODE_GRANTBENCH): test/node/grantbench.c include/gpuslice/proto.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $<
+
+.PHONY: test-node bench-node proto-generate
+# The protocol header is generated from the Go definitions (a Go test fails when it is stale).
+proto-generate:
+	$(GO) generate ./internal/proto
+
+# End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first).
+test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(SIM_LIBS)
+	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
+		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' ./internal/node/
+
+# Figures for docs/node.md: grant round trips (Go and C clients), policy simulation, end to end.
+bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(SIM_LIBS)
+	$(GO) test -run '^$$' -bench 'Grant' -benchtime 3s ./internal/node/
+	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
+		$(GO) test -run '^$$' -bench 'E2E|GrantC' -benchtime 1x -timeout 30m -v ./internal/node/ | grep -v '^[IE][0-9]'
+	$(GO) test -count=1 -v -run 'Sim' ./internal/slice/ | grep -E 'tenants|latency|ok'
