@@ -59,11 +59,15 @@ func childDaemon(args []string) int {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	socket := fs.String("socket", "", "")
 	ifNot := fs.Bool("if-not-running", false, "")
+	runDir := fs.String("run-dir", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg := DefaultConfig(os.Getenv)
 	cfg.Socket = *socket
+	if *runDir != "" {
+		cfg.RunDir = *runDir
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err := Run(ctx, cfg)

@@ -315,3 +315,39 @@ func dialNoHello(socket string) (*Client, error) {
 	}
 	return &Client{nc: nc.(*net.UnixConn)}, nil
 }
+
+// PrepareRun validates the run flags (changing nothing on error), writes the
+// group's settings, and starts a daemon that the run can reach.
+func TestPrepareRun(t *testing.T) {
+	cfg := testCfg(t)
+	getenv := func(k string) string {
+		return map[string]string{"GPUSLICE_RUN_DIR": cfg.RunDir, EnvSocket: cfg.Socket}[k]
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := RunSetup{Group: "job", Flags: group.RunFlags{Slice: "20ms", Share: "30%"}}
+	if _, err := PrepareRun(context.Background(), getenv, bad); !errors.Is(err, group.ErrInvalid) {
+		t.Fatalf("slice and share together: %v", err)
+	}
+	if group.NewTree(cfg.RunDir).Exists("job") {
+		t.Fatal("a refused run created its group")
+	}
+	env, err := PrepareRun(context.Background(), getenv, RunSetup{Group: "job", MemoryMax: 1 << 30,
+		Flags: group.RunFlags{Slice: "20ms", Priority: "high"}, Start: StartOptions{Exe: exe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(env, []string{EnvSocket + "=" + cfg.Socket}) {
+		t.Fatalf("env %q", env)
+	}
+	s, err := group.NewTree(cfg.RunDir).Read("job")
+	if err != nil || s.Slice != 20*time.Millisecond || s.MemoryMax != 1<<30 || s.Priority.String() != "high" {
+		t.Fatalf("group settings %+v %v", s, err)
+	}
+	st := waitStatus(t, cfg)
+	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+}

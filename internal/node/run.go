@@ -39,7 +39,8 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if s.MemoryMax > 0 {
 		changes = append(changes, group.Change{File: group.FileMemoryMax, Value: strconv.FormatUint(s.MemoryMax, 10)})
 	}
-	tree := group.NewTree(paths.RunDir(getenv))
+	runDir := paths.RunDir(getenv)
+	tree := group.NewTree(runDir)
 	if _, err := tree.Set(s.Group, changes); err != nil {
 		return nil, err
 	}
@@ -48,6 +49,7 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if s.NoDaemon {
 		return env, nil
 	}
+	s.Start.Args = append([]string{"--run-dir", runDir}, s.Start.Args...)
 	if err := EnsureRunning(ctx, socket, s.Start); err != nil {
 		return env, fmt.Errorf("%w: %w", ErrNoDaemon, err)
 	}
