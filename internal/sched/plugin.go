@@ -13,6 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -26,7 +27,8 @@ var (
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
-	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.BindPlugin        = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
@@ -45,6 +47,8 @@ type cycle struct {
 	req  *api.PodRequest
 	fits sync.Map // node name -> *api.Assignment, written by Filter
 	got  *api.Assignment
+	// boundByUs: our Bind wrote the assignment with the binding.
+	boundByUs bool
 }
 
 func (c *cycle) Clone() fwk.StateData { return c }
@@ -135,24 +139,34 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.
 	}
 }
 
-// PreBindPreFlight says whether PreBind has work for this pod.
-func (p *Plugin) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) *fwk.Status {
-	if c, ok := readCycle(state); ok && c.got != nil {
-		return nil
-	}
-	return fwk.NewStatus(fwk.Skip)
-}
-
-// PreBind writes the assignment annotation on the pod before it is bound.
-func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) *fwk.Status {
+// Bind binds the pod and writes its assignment annotation in one API call
+// (the Binding's annotations are merged into the pod atomically), so no pod
+// is ever bound without its assignment. Pods without GPUs are left to the
+// next binder (DefaultBinder).
+func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	c, ok := readCycle(state)
 	if !ok || c.got == nil {
-		return nil
+		return fwk.NewStatus(fwk.Skip)
 	}
-	if err := p.writer.WriteAssignment(ctx, pod, c.got); err != nil {
+	if err := p.writer.Bind(ctx, pod, node, c.got); err != nil {
 		return fwk.AsStatus(err)
 	}
+	c.boundByUs = true
 	return nil
+}
+
+// PostBind is the safety net for profiles where another binder ran before
+// ours: it writes the assignment right after binding.
+func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
+	c, ok := readCycle(state)
+	if !ok || c.got == nil || c.boundByUs {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("another bind plugin bound a GPU pod; writing its assignment after binding (put GPUSlice first among bind plugins)", "pod", klog.KObj(pod))
+	if err := p.writer.Annotate(ctx, pod, c.got); err != nil {
+		logger.Error(err, "writing assignment after binding", "pod", klog.KObj(pod))
+	}
 }
 
 // EventsToRegister: pods rejected for lack of GPUs may fit after a GPUNode

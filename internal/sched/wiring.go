@@ -24,7 +24,10 @@ import (
 
 // AssignmentWriter stores an assignment on its pod.
 type AssignmentWriter interface {
-	WriteAssignment(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error
+	// Bind binds pod to node with the assignment annotation, atomically.
+	Bind(ctx context.Context, pod *corev1.Pod, node string, a *api.Assignment) error
+	// Annotate writes the annotation on an already bound pod.
+	Annotate(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error
 }
 
 // Events reports bad input on the objects concerned.
@@ -141,9 +144,26 @@ func GPUNodeFromUnstructured(obj any) (*api.GPUNode, error) {
 
 type podPatcher struct{ client kubernetes.Interface }
 
-// WriteAssignment merge-patches the annotation, conditioned on the pod's UID
-// so a recreated pod of the same name is never annotated.
-func (w podPatcher) WriteAssignment(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error {
+// Bind posts a Binding carrying the annotation, conditioned on the pod's UID.
+func (w podPatcher) Bind(ctx context.Context, pod *corev1.Pod, node string, a *api.Assignment) error {
+	raw, err := a.Marshal()
+	if err != nil {
+		return err
+	}
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Annotations: map[string]string{api.AnnotationAssignment: string(raw)}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := w.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	return nil
+}
+
+// Annotate merge-patches the annotation, conditioned on the pod's UID so a
+// recreated pod of the same name is never annotated.
+func (w podPatcher) Annotate(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error {
 	raw, err := a.Marshal()
 	if err != nil {
 		return err

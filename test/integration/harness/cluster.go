@@ -7,10 +7,12 @@ import (
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 )
 
 // GiB is 2^30 bytes.
@@ -75,8 +77,21 @@ func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Tim
 	if err != nil {
 		return fmt.Errorf("create node %s: %w", s.Name, err)
 	}
-	created.Status = status
-	if _, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		// KWOK may initialize the node concurrently; it keeps our capacity.
+		created.Status.Capacity, created.Status.Allocatable = status.Capacity, status.Allocatable
+		if len(status.Conditions) > 0 {
+			created.Status.Conditions = status.Conditions
+		}
+		_, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if cur, gerr := cp.Client.CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{}); gerr == nil {
+				created = cur
+			}
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("node %s status: %w", s.Name, err)
 	}
 	if s.Extended {

@@ -36,6 +36,8 @@ func SchedulerConfig(kubeconfig string, o SchedulerOptions) string {
 			args = "{}"
 		}
 		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n      - {name: GPUSlice, weight: 10}\n")
+		// GPUSlice binds GPU pods (with their assignment), DefaultBinder the rest.
+		fmt.Fprintf(&b, "    bind:\n      disabled: [{name: DefaultBinder}]\n      enabled: [{name: GPUSlice}, {name: DefaultBinder}]\n")
 		fmt.Fprintf(&b, "  pluginConfig:\n  - name: GPUSlice\n    args: %s\n", args)
 		fmt.Fprintf(&b, "  - name: NodeResourcesFit\n    args: {ignoredResourceGroups: [gpuslice.io]}\n")
 	}

@@ -1,0 +1,48 @@
+// Command bench schedules the same GPU pods on the same KWOK cluster with the
+// stock kube-scheduler and with gpuslice-scheduler and prints throughput,
+// latency and placement quality (see README.md). Run it with make
+// bench-scheduler.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	var o options
+	var scales string
+	flag.StringVar(&o.scheduler, "scheduler", "bin/gpuslice-scheduler", "gpuslice-scheduler binary")
+	flag.StringVar(&scales, "nodes", "1000 5000", "node counts to run, space separated")
+	flag.IntVar(&o.pods, "pods", 3000, "pods per run")
+	flag.IntVar(&o.gpus, "gpus", 8, "GPUs per node")
+	flag.IntVar(&o.clients, "clients", 16, "concurrent pod creators")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	ctx = klog.NewContext(ctx, klog.Background())
+	var last string
+	for _, f := range strings.Fields(scales) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: bad node count %q\n", f)
+			os.Exit(2)
+		}
+		o.nodes = n
+		line, err := runScale(ctx, o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %d nodes: %v\n", n, err)
+			os.Exit(1)
+		}
+		last = line
+	}
+	fmt.Println(last)
+}

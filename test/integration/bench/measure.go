@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podMix returns the i-th pod's request: the same sequence for every run.
+func podMix(seed uint64, n int) []harness.GPURequest {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]harness.GPURequest, n)
+	for i := range out {
+		switch x := r.IntN(20); {
+		case x < 3:
+			out[i] = harness.GPURequest{GPUs: 1}
+		case x < 4:
+			out[i] = harness.GPURequest{GPUs: 2}
+		default:
+			out[i] = harness.GPURequest{Units: int64(10 * (1 + r.IntN(5))), Memory: int64(1+r.IntN(8)) * 4 * harness.GiB}
+		}
+	}
+	return out
+}
+
+// runOne starts one scheduler, creates the pods in a fresh namespace, waits
+// until all are bound, and reads the books back.
+func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name string, so harness.SchedulerOptions) (result, error) {
+	res := result{name: name}
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("namespace: %w", err)
+	}
+	sched, err := cp.StartScheduler(ctx, bin, name, so)
+	if err != nil {
+		return res, err
+	}
+	defer sched.Stop()
+	time.Sleep(3 * time.Second) // informers synced: measure scheduling, not start-up
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen, err := watchBound(ictx, cp, name)
+	if err != nil {
+		return res, err
+	}
+	mix := podMix(7, o.pods)
+	created := make([]time.Time, o.pods)
+	var mu sync.Mutex
+	t0 := time.Now()
+	go func() {
+		_ = parallel(o.clients, o.pods, func(i int) error {
+			p := harness.Pod(name, fmt.Sprintf("p-%05d", i), so.SchedulerName, mix[i])
+			mu.Lock()
+			created[i] = time.Now()
+			mu.Unlock()
+			_, err := cp.Client.CoreV1().Pods(name).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		})
+	}()
+	bound, err := waitBound(ctx, seen, o.pods, sched)
+	if err != nil {
+		return res, err
+	}
+	mu.Lock()
+	lat := make([]time.Duration, 0, len(bound))
+	var last time.Time
+	for i, t := range bound {
+		lat = append(lat, t.Sub(created[i]))
+		if t.After(last) {
+			last = t
+		}
+	}
+	mu.Unlock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	res.bound = len(bound)
+	res.podsPerSec = float64(len(bound)) / last.Sub(t0).Seconds()
+	res.p50, res.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	if so.GPUSlice {
+		if res.books, err = harness.ReadBooks(ctx, cp, name, "kwok-"); err != nil {
+			return res, err
+		}
+	}
+	return res, clearPods(ctx, cp, name)
+}
+
+// clear deletes the run's pods so the next run starts from empty GPUs.
+func clearPods(ctx context.Context, cp *harness.ControlPlane, ns string) error {
+	zero := int64(0)
+	pods := cp.Client.CoreV1().Pods(ns)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete pods: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	return harness.WaitFor(wctx, time.Second, func() (bool, error) {
+		l, err := pods.List(wctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	})
+}
+
+// boundTimes records, per pod index, when the informer first saw the pod bound.
+type boundTimes struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+func (b *boundTimes) see(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return
+	}
+	var i int
+	if _, err := fmt.Sscanf(p.Name, "p-%d", &i); err != nil {
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, seen := b.at[i]; !seen {
+		b.at[i] = now
+	}
+}
+
+func (b *boundTimes) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.at)
+}
+
+// watchBound starts an informer on the namespace's pods recording bindings.
+func watchBound(ctx context.Context, cp *harness.ControlPlane, ns string) (*boundTimes, error) {
+	b := &boundTimes{at: map[int]time.Time{}}
+	f := informers.NewSharedInformerFactoryWithOptions(cp.Client, 0, informers.WithNamespace(ns))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    b.see,
+		UpdateFunc: func(_, obj any) { b.see(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("pod informer: %w", err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("pod informer did not sync")
+	}
+	return b, nil
+}
+
+// waitBound waits until n pods are bound and returns the binding times.
+func waitBound(ctx context.Context, b *boundTimes, n int, sched *harness.Process) (map[int]time.Time, error) {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := harness.WaitFor(wctx, 50*time.Millisecond, func() (bool, error) { return b.count() >= n, nil }); err != nil {
+		return nil, fmt.Errorf("only %d of %d pods bound: %w; scheduler log:\n%s", b.count(), n, err, sched.Tail())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[int]time.Time, len(b.at))
+	for k, v := range b.at {
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+type options struct {
+	scheduler         string
+	nodes, pods, gpus int
+	clients           int
+	keep              bool
+}
+
+// result is one scheduler's run.
+type result struct {
+	name       string
+	bound      int
+	podsPerSec float64
+	p50, p99   time.Duration
+	books      *harness.Books
+}
+
+// runScale brings up a cluster of o.nodes KWOK nodes and runs stock, ours
+// (binpack) and ours (spread) on the same pods; it returns the summary line.
+func runScale(ctx context.Context, o options) (string, error) {
+	bins, err := harness.FindBinaries()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "gpuslice-bench-")
+	if err != nil {
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	if !o.keep {
+		defer os.RemoveAll(dir)
+	}
+	cp, err := harness.StartControlPlane(ctx, bins, dir)
+	if err != nil {
+		return "", err
+	}
+	defer cp.Stop()
+	if err := cp.InstallCRDs(ctx); err != nil {
+		return "", err
+	}
+	kwok, err := cp.StartKwok(bins)
+	if err != nil {
+		return "", err
+	}
+	defer kwok.Stop()
+	start := time.Now()
+	if err := createNodes(ctx, cp, o); err != nil {
+		return "", err
+	}
+	fmt.Printf("== %d nodes x %d GPUs ready in %.1fs (KWOK), %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.pods)
+	stock, err := runOne(ctx, cp, o, bins.Path("kube-scheduler"), "stock", harness.SchedulerOptions{SchedulerName: "stock"})
+	if err != nil {
+		return "", err
+	}
+	ours, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-binpack", harness.SchedulerOptions{SchedulerName: "gpuslice-binpack", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}"})
+	if err != nil {
+		return "", err
+	}
+	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, Args: "{placement: spread, heartbeatTimeout: 1h}"})
+	if err != nil {
+		return "", err
+	}
+	for _, r := range []result{stock, ours, spread} {
+		printResult(r)
+	}
+	ratio := ours.podsPerSec / stock.podsPerSec
+	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
+		ours.podsPerSec, stock.podsPerSec, ratio, o.nodes, o.pods, ours.p99.Milliseconds()), nil
+}
+
+func printResult(r result) {
+	fmt.Printf("%-17s %7.1f pods/s  bound %d  latency p50 %5d ms p99 %5d ms", r.name, r.podsPerSec, r.bound, r.p50.Milliseconds(), r.p99.Milliseconds())
+	if r.books != nil {
+		fmt.Printf("  | GPUs used %d, partly used %d (fragmentation %.3f), node load stddev %.3f, over-committed %d",
+			r.books.UsedGPUs, r.books.PartialGPUs, r.books.Fragmentation(), r.books.LoadStddev(), len(r.books.Problems))
+	} else {
+		fmt.Printf("  | no per-GPU books (plain extended resources)")
+	}
+	fmt.Println()
+}
+
+// createNodes creates KWOK-managed nodes advertising the resources as plain
+// extended resources (for the stock scheduler) plus their GPUNode rows, and
+// waits until KWOK has made them Ready.
+func createNodes(ctx context.Context, cp *harness.ControlPlane, o options) error {
+	now := time.Now()
+	err := parallel(32, o.nodes, func(i int) error {
+		s := harness.NodeSpec{Name: fmt.Sprintf("kwok-%05d", i), GPUs: o.gpus, GPUMemory: 80 * harness.GiB, Kwok: true, Extended: true}
+		if err := cp.CreateNode(ctx, s, now); err != nil {
+			return err
+		}
+		return harness.PutGPUNode(ctx, cp.Dynamic, s.GPUNode(now))
+	})
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	return harness.WaitFor(wctx, time.Second, func() (bool, error) {
+		nodes, err := cp.Client.CoreV1().Nodes().List(wctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		klog.FromContext(ctx).V(1).Info("waiting for KWOK", "ready", ready, "nodes", o.nodes)
+		return ready >= o.nodes, nil
+	})
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(workers, n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var first error
+loop:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case first = <-errs:
+			break loop
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if first == nil {
+		first = <-errs
+	}
+	return first
+}
