@@ -1,0 +1,60 @@
+package hotplug
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/devices"
+)
+
+// BenchmarkApply: one hot swap of a GPU (deny one, allow another, move the
+// nodes) in a live process's cgroup and mount namespace.
+func BenchmarkApply(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	for _, v2 := range []bool{false, true} {
+		name := "v1"
+		if v2 {
+			name = "v2-ebpf"
+		}
+		b.Run(name, func(b *testing.B) { benchApply(b, v2) })
+	}
+}
+
+func benchApply(b *testing.B, v2 bool) {
+	m, err := FindMounts("/proc")
+	if err != nil || (v2 && m.V2 == "") || (!v2 && m.V1Devices == "") {
+		b.Skipf("hierarchy missing: %+v %v", m, err)
+	}
+	h := startHelper(b)
+	pid := h.cmd.Process.Pid
+	parent := m.V1Devices
+	if v2 {
+		parent = m.V2
+	}
+	dir := newCgroup(b, parent, pid)
+	base := []devices.Rule{{Type: devices.TypeChar, Major: 1, Minor: 3, Perms: devices.PermsAll, Allow: true}}
+	if !v2 {
+		if err := writeCgroupFile(dir+"/devices.deny", "a"); err != nil {
+			b.Fatal(err)
+		}
+		if err := writeCgroupFile(dir+"/devices.allow", "c 1:3 rwm"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := Container{PID: pid, Cgroup: Cgroup{V2: v2, Dir: dir}, Base: base}
+	nodes := gpuNodes(4)
+	wants := []map[string]bool{wantSet("/dev/nvidia1"), wantSet("/dev/nvidia2")}
+	rw := devices.Read | devices.Write
+	for i := 0; b.Loop(); i++ {
+		if _, err := Apply("/proc", c, nodes, wants[i%2], rw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if v2 {
+		if err := DetachV2(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
