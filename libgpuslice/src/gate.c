@@ -82,7 +82,7 @@ static void cfg_init(void)
 	if (loss != NULL && *loss != '\0' && !cfg.wait_on_loss && strcmp(loss, "run") != 0)
 		gs_log("GPUSLICE_GATE_ON_LOSS=%s: want run or wait; using run", loss);
 	cfg.explicit_socket = getenv("GPUSLICE_NODE_SOCKET") != NULL;
-	cfg.depth = (unsigned)env_u64("GPUSLICE_GATE_DEPTH", 2, 0, 64);
+	cfg.depth = (unsigned)env_u64("GPUSLICE_GATE_DEPTH", 4, 0, 64);
 	cfg.idle_ns = env_u64("GPUSLICE_GATE_IDLE_US", 500, 10, 10000000) * 1000u;
 	cfg.timeout_ns = env_u64("GPUSLICE_GATE_TIMEOUT_MS", 5000, 1, 3600000) * 1000000u;
 	cfg.retry_ns = 1000000000u;
