@@ -1,0 +1,247 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+)
+
+const nsEnv = "GPUSLICE_DEVICEPLUGIN_PRIVATE_NS"
+
+// peer is the kubelet's device manager with the pods the "kubelet" works on.
+type peer struct {
+	m    *devicemanager.ManagerImpl
+	mu   sync.Mutex
+	pods []*corev1.Pod
+}
+
+func (p *peer) active() []*corev1.Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.pods)
+}
+
+func (p *peer) setPods(pods ...*corev1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = pods
+}
+
+// dmBackend answers Pending from the device manager's own records, the way
+// the agent answers it from the kubelet's pod-resources API.
+type dmBackend struct {
+	peer   *peer
+	inject Inject
+}
+
+func (b *dmBackend) Pending(context.Context) ([]Candidate, error) {
+	m := b.peer.m
+	return Candidates(b.peer.active(), res, func(p *corev1.Pod, c string) bool {
+		return m.GetDevices(string(p.UID), c)[string(res)] != nil
+	}), nil
+}
+
+func (b *dmBackend) Prepare(_ context.Context, c Candidate, gpus map[string]GPU) (*pluginapi.ContainerAllocateResponse, error) {
+	return b.inject.Response(c, gpus, GroupName(c))
+}
+
+func startManager(t *testing.T, p *peer) {
+	t.Helper()
+	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	if err := m.Start(klog.Background(), p.active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		t.Fatal(err)
+	}
+	p.m = m
+}
+
+func waitCapacity(t *testing.T, m *devicemanager.ManagerImpl, healthy int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		capacity, alloc, _ := m.GetCapacity()
+		q, ok := alloc[res]
+		if _, okc := capacity[res]; okc && ok && q.Value() == healthy {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, alloc, _ := m.GetCapacity()
+	t.Fatalf("device manager never saw %d healthy slots: %v", healthy, alloc)
+}
+
+func fourGPUs(healthy ...bool) []GPU {
+	var out []GPU
+	for i := range int32(4) {
+		out = append(out, GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: len(healthy) == 0 || healthy[i]})
+	}
+	return out
+}
+
+// TestDeviceManagerPeer runs the plugin against the kubelet's own device
+// manager (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager), whose socket
+// directory is fixed: the test re-executes itself in a private mount
+// namespace with a tmpfs on /var/lib.
+func TestDeviceManagerPeer(t *testing.T) {
+	if os.Getenv(nsEnv) == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: the kubelet's device manager listens in /var/lib/kubelet (private mount namespace)")
+		}
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^TestDeviceManagerPeer$", "-test.v")
+		cmd.Env = append(os.Environ(), nsEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("in a private mount namespace:\n%s", out)
+		if err != nil {
+			t.Fatalf("re-executed test: %v", err)
+		}
+		if !strings.Contains(string(out), "--- PASS: TestDeviceManagerPeer") {
+			t.Fatal("re-executed test did not pass")
+		}
+		return
+	}
+	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatalf("tmpfs on /var/lib: %v", err)
+	}
+	if err := os.MkdirAll(pluginapi.DevicePluginPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runPeerScenario(t)
+}
+
+func runPeerScenario(t *testing.T) {
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
+	defer cancel()
+	p := &peer{}
+	startManager(t, p)
+	be := &dmBackend{peer: p, inject: Inject{DevRoot: "/dev", RunDir: "/run/gpuslice"}}
+	cfg := Config{ResourceName: string(res), PluginDir: pluginapi.DevicePluginPath, SocketName: "gpuslice.sock", SlotsPerGPU: 4, CheckEvery: 50 * time.Millisecond}
+	plug, err := New(cfg, be, fourGPUs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- plug.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitCapacity(t, p.m, 16)
+
+	a := pod("a", []int64{2}, [][]int32{{1, 3}})
+	p.setPods(a)
+	if err := p.m.Allocate(a, &a.Spec.Containers[0]); err != nil {
+		t.Fatalf("allocate a: %v", err)
+	}
+	expectDevices(t, p.m, a, "/dev/nvidia1", "/dev/nvidia3")
+	slots := p.m.GetDevices(string(a.UID), "c0")[string(res)]
+	var onGPU []string
+	for id := range slots {
+		u, _, _ := ParseSlotID(id)
+		onGPU = append(onGPU, u)
+	}
+	slices.Sort(onGPU)
+	if !slices.Equal(onGPU, []string{uuid(1), uuid(3)}) {
+		t.Fatalf("kubelet recorded slots %v", slots)
+	}
+
+	// Two containers waiting at once: refuse rather than guess.
+	b, c := pod("b", []int64{1}, [][]int32{{0}}), pod("c", []int64{1}, [][]int32{{2}})
+	p.setPods(a, b, c)
+	if err := p.m.Allocate(b, &b.Spec.Containers[0]); err == nil || !strings.Contains(err.Error(), "refusing to guess") {
+		t.Fatalf("ambiguous allocation: err = %v", err)
+	}
+	p.setPods(a, b)
+	if err := p.m.Allocate(b, &b.Spec.Containers[0]); err != nil {
+		t.Fatalf("allocate b: %v", err)
+	}
+	expectDevices(t, p.m, b, "/dev/nvidia0")
+
+	// No assignment: no devices.
+	bare := pod("bare", []int64{1}, nil)
+	p.setPods(a, b, bare)
+	if err := p.m.Allocate(bare, &bare.Spec.Containers[0]); err == nil || !strings.Contains(err.Error(), "no gpuslice assignment") {
+		t.Fatalf("pod without assignment: err = %v", err)
+	}
+
+	// An unhealthy assigned GPU has no slot to give.
+	plug.SetGPUs(fourGPUs(true, true, false, true))
+	waitCapacity(t, p.m, 12)
+	d := pod("d", []int64{1}, [][]int32{{2}})
+	p.setPods(a, b, d)
+	if err := p.m.Allocate(d, &d.Spec.Containers[0]); err == nil {
+		t.Fatal("allocated on an unhealthy GPU")
+	}
+	plug.SetGPUs(fourGPUs())
+	waitCapacity(t, p.m, 16)
+
+	// The kubelet restarts (new manager, plugin directory wiped): the
+	// plugin registers again.
+	if err := p.m.Stop(klog.Background()); err != nil {
+		t.Fatal(err)
+	}
+	startManager(t, p)
+	waitCapacity(t, p.m, 16)
+	e := pod("e", []int64{1}, [][]int32{{2}})
+	p.setPods(e)
+	if err := p.m.Allocate(e, &e.Spec.Containers[0]); err != nil {
+		t.Fatalf("allocate after kubelet restart: %v", err)
+	}
+	expectDevices(t, p.m, e, "/dev/nvidia2")
+	if err := p.m.Stop(klog.Background()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pluginapi.DevicePluginPath, "gpuslice.sock")); err != nil {
+		t.Fatalf("plugin socket: %v", err)
+	}
+}
+
+func expectDevices(t *testing.T, m *devicemanager.ManagerImpl, p *corev1.Pod, want ...string) {
+	t.Helper()
+	opts, err := m.GetDeviceRunContainerOptions(context.Background(), p, &p.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range opts.Devices {
+		got = append(got, d.PathInContainer)
+		if d.PathOnHost != d.PathInContainer || d.Permissions != "rw" {
+			t.Errorf("device %+v", d)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s gets devices %v, want %v", p.Name, got, want)
+	}
+	var limit string
+	for _, e := range opts.Envs {
+		if e.Name == "GPUSLICE_MEMORY_LIMIT" {
+			limit = e.Value
+		}
+	}
+	if limit == "" {
+		t.Fatalf("%s: no memory limit in %v", p.Name, opts.Envs)
+	}
+}

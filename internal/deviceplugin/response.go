@@ -1,0 +1,130 @@
+package deviceplugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// Paths inside the container.
+const (
+	ContainerLibDir = "/usr/local/gpuslice/lib"
+	ContainerSimDir = "/usr/local/gpuslice/sim"
+)
+
+// Inject says what a container gets besides its GPU device nodes.
+type Inject struct {
+	// DevRoot is the host directory holding the nvidia<minor> nodes (/dev).
+	DevRoot string
+	// ControlDevices are host paths of driver-wide nodes every GPU
+	// container needs (nvidiactl, nvidia-uvm), mounted at the same path.
+	ControlDevices []string
+	// Library is the host path of libgpuslice.so ("" = not injected).
+	Library string
+	// RunDir is the node daemon's run directory: the container's group
+	// directory and the daemon socket are mounted at their host paths, so
+	// the daemon recognises the group file a process names.
+	RunDir string
+	Socket string
+	// SimDir is the simulated driver's library directory ("" on a real
+	// driver); SimState its shared state file.
+	SimDir, SimState string
+	// Env is added to every container (e.g. GPUSLICE_SIM_GPUS).
+	Env map[string]string
+}
+
+var groupUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// GroupName is the node-daemon group of one container: readable, unique by
+// pod UID and container, within the group name rules.
+func GroupName(c Candidate) string {
+	sum := sha256.Sum256([]byte(string(c.UID) + "/" + c.Container))
+	name := strings.Trim(groupUnsafe.ReplaceAllString(strings.ToLower(c.Name+"-"+c.Container), "-"), "-")
+	if len(name) > 40 {
+		name = strings.Trim(name[:40], "-")
+	}
+	out := "k8s-" + name + "-" + hex.EncodeToString(sum[:6])
+	if paths.ValidateGroup(out) != nil {
+		return "k8s-" + hex.EncodeToString(sum[:12])
+	}
+	return out
+}
+
+// MemoryLimit is the per-GPU memory limit of a container: the smallest share
+// of memory among its GPUs (0 = no limit when no share names memory).
+func MemoryLimit(c Candidate) int64 {
+	var lim int64
+	for _, g := range c.GPUs {
+		if g.MemoryBytes > 0 && (lim == 0 || g.MemoryBytes < lim) {
+			lim = g.MemoryBytes
+		}
+	}
+	return lim
+}
+
+// Response builds the Allocate answer for c: its assigned GPUs' nodes (gpus
+// maps UUID to the GPU), control devices, the library, its group directory,
+// the daemon socket and the environment the library reads.
+func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*pluginapi.ContainerAllocateResponse, error) {
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	minors := make([]uint32, 0, len(c.GPUs))
+	for _, a := range c.GPUs {
+		g, ok := gpus[a.UUID]
+		if !ok {
+			return nil, fmt.Errorf("%s: assigned GPU %s is not on this node", c, a.UUID)
+		}
+		if !g.Healthy {
+			return nil, fmt.Errorf("%s: assigned GPU %s is unhealthy", c, a.UUID)
+		}
+		minors = append(minors, g.Minor)
+	}
+	slices.Sort(minors)
+	for _, m := range minors {
+		p := "/dev/nvidia" + strconv.FormatUint(uint64(m), 10)
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(in.DevRoot, filepath.Base(p)), Permissions: "rw"})
+	}
+	for _, d := range in.ControlDevices {
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: d, HostPath: d, Permissions: "rw"})
+	}
+	if in.Library != "" {
+		lib := ContainerLibDir + "/" + filepath.Base(in.Library)
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Library, ContainerPath: lib, ReadOnly: true})
+		r.Envs["LD_PRELOAD"] = lib
+	}
+	if in.RunDir != "" {
+		dir := filepath.Join(in.RunDir, "groups", group)
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir})
+		r.Envs["GPUSLICE_GROUP"] = group
+		r.Envs["GPUSLICE_GROUP_FILE"] = filepath.Join(dir, "gpu.state")
+	}
+	if in.Socket != "" {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Socket, ContainerPath: in.Socket})
+		r.Envs["GPUSLICE_NODE_SOCKET"] = in.Socket
+	}
+	if lim := MemoryLimit(c); lim > 0 {
+		r.Envs["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatInt(lim, 10)
+	}
+	if in.SimDir != "" {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimDir, ContainerPath: ContainerSimDir, ReadOnly: true})
+		r.Envs["LD_LIBRARY_PATH"] = ContainerSimDir
+		r.Envs["GPUSLICE_LIBCUDA"] = ContainerSimDir + "/libcuda.so.1"
+		r.Envs["GPUSLICE_LIBNVML"] = ContainerSimDir + "/libnvidia-ml.so.1"
+	}
+	if in.SimState != "" {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimState, ContainerPath: in.SimState})
+		r.Envs["GPUSLICE_SIM_STATE"] = in.SimState
+	}
+	for k, v := range in.Env {
+		r.Envs[k] = v
+	}
+	return r, nil
+}
