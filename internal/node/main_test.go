@@ -117,6 +117,21 @@ func childClient(mode string) error {
 		}
 		fmt.Println("granted", g.Seq)
 		time.Sleep(time.Hour)
+	case "online": // bank a slice, then ask again while someone else holds the GPU
+		g, err := c.Acquire(testGPU)
+		if err != nil {
+			return err
+		}
+		if err := c.Release(testGPU, g.Seq, false); err != nil {
+			return err
+		}
+		fmt.Println("banked")
+		time.Sleep(300 * time.Millisecond)
+		if g, err = c.Acquire(testGPU); err != nil {
+			return err
+		}
+		fmt.Println("grant", g.Flags&proto.GrantPreempt != 0, time.Duration(g.ValidNs) > time.Duration(g.SliceNs))
+		return c.Close()
 	case "cycle":
 		var n int
 		if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {

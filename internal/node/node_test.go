@@ -351,3 +351,43 @@ func TestPrepareRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An online group with banked time makes an offline holder hand over at once
+// (revoke with reason preempt), and gets a preempt grant with its bank.
+func TestOnlinePreemptsOffline(t *testing.T) {
+	cfg := testCfg(t)
+	cfg.Policy.DefaultSlice = time.Second // the offline holder would hold for a second
+	setGroup(t, cfg, "on", group.Change{File: "priority", Value: "high"})
+	startDaemon(t, cfg)
+	on := startChild(t, cfg, "online", "on")
+	on.expect(t, "banked", 5*time.Second)
+	off, err := Dial(context.Background(), cfg.Socket) // its own pid group, low priority
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close() //nolint:errcheck // test
+	g, err := off.Acquire(testGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := off.SetDeadline(time.Now().Add(3 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := off.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := m.(*proto.Revoke); !ok || r.Seq != g.Seq || r.Reason != proto.RevokePreempt {
+		t.Fatalf("got %+v, want a preempt revoke of grant %d", m, g.Seq)
+	}
+	if err := off.Release(testGPU, g.Seq, true); err != nil {
+		t.Fatal(err)
+	}
+	if l := on.expect(t, "grant", 3*time.Second); l != "grant true true" {
+		t.Fatalf("online grant %q, want a preempt grant longer than its slice", l)
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("preemption took %v", d)
+	}
+}
