@@ -5,6 +5,8 @@ NODE_BUILD := $(BUILD)/node
 NODE_GRANTBENCH := $(NODE_BUILD)/gs-grantbench
 NODE_LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 NODE_E2E_ENV = GPUSLICE_BIN=$(abspath $(BIN))
+# (mk/simgpu.mk is read after this file: name the simulator's outputs here.)
+NODE_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 TEST_TARGETS += test-node
 
 $(NODE_GRANTBENCH): test/node/grantbench.c include/gpuslice/proto.h
@@ -17,12 +19,12 @@ proto-generate:
 	$(GO) generate ./internal/proto
 
 # End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first).
-test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(SIM_LIBS)
+test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
 		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' ./internal/node/
 
 # Figures for docs/node.md: grant round trips (Go and C clients), policy simulation, end to end.
-bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(SIM_LIBS)
+bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(NODE_SIM)
 	$(GO) test -run '^$$' -bench 'Grant' -benchtime 3s ./internal/node/
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
 		$(GO) test -run '^$$' -bench 'E2E|GrantC' -benchtime 1x -timeout 30m -v ./internal/node/ | grep -v '^[IE][0-9]'
