@@ -69,7 +69,7 @@ static void after_fork_child(void)
 	gs_gate.retry_at = 0;
 	gs_gate.ctx = NULL;
 	gs_gate_track_reset();
-	atomic_store(&gs_gate_fast.track, 0);
+	atomic_store(&gs_gate_fast.mode, GS_GATE_MODE_FREE);
 	atomic_store(&gs_gate_fast.until, cfg.off ? GS_GATE_OPEN : 0);
 }
 
@@ -101,14 +101,14 @@ GS_HIDDEN void gs_gate_publish_locked(uint64_t now)
 {
 	struct gs_gate *g = &gs_gate;
 	uint64_t until = 0;
-	int track = 0;
+	int mode = GS_GATE_MODE_FREE;
 	if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
 		until = g->grant_end;
-		track = cfg.depth > 0;
+		mode = cfg.depth > 0 ? GS_GATE_MODE_TRACK : GS_GATE_MODE_HELD;
 	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss) {
 		until = g->retry_at; /* ungated until the next attempt */
 	}
-	atomic_store_explicit(&gs_gate_fast.track, track, memory_order_relaxed);
+	atomic_store_explicit(&gs_gate_fast.mode, mode, memory_order_relaxed);
 	atomic_store_explicit(&gs_gate_fast.until, until, memory_order_release);
 }
 
@@ -243,7 +243,7 @@ GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
 	}
 	atomic_store_explicit(&gs_gate_fast.last, gs_gate_now(), memory_order_relaxed);
 	pthread_mutex_unlock(&g->mu);
-	if (atomic_load_explicit(&gs_gate_fast.track, memory_order_relaxed))
+	if (atomic_load_explicit(&gs_gate_fast.mode, memory_order_relaxed) == GS_GATE_MODE_TRACK)
 		gs_gate_track(stream);
 	errno = saved;
 	return CUDA_SUCCESS;

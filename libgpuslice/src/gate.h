@@ -21,11 +21,14 @@
 
 /* GS_GATE_OPEN in `until`: ungated for good (GPUSLICE_GATE=off). */
 #define GS_GATE_OPEN UINT64_MAX
+/* mode: ungated for now; holding a grant (note the launch time); and also
+ * bounding outstanding launches (gs_gate_track). */
+enum { GS_GATE_MODE_FREE = 0, GS_GATE_MODE_HELD = 1, GS_GATE_MODE_TRACK = 2 };
 
 struct gs_gate_fast {
 	_Atomic uint64_t until; /* CLOCK_MONOTONIC ns until which launches pass; 0: ask */
 	_Atomic uint64_t last;  /* CLOCK_MONOTONIC ns of the last launch under a grant */
-	_Atomic int track;      /* bound outstanding launches (gs_gate_track) */
+	_Atomic int mode;       /* GS_GATE_MODE_*: what a launch under `until` records */
 };
 GS_HIDDEN extern struct gs_gate_fast gs_gate_fast;
 GS_HIDDEN CUresult gs_gate_slow(CUstream stream);
@@ -46,9 +49,12 @@ static inline CUresult gs_gate_launch(CUstream stream)
 	uint64_t now = gs_gate_now();
 	if (GS_UNLIKELY(now >= until))
 		return gs_gate_slow(stream);
-	atomic_store_explicit(&gs_gate_fast.last, now, memory_order_relaxed);
-	if (atomic_load_explicit(&gs_gate_fast.track, memory_order_relaxed))
-		gs_gate_track(stream);
+	int mode = atomic_load_explicit(&gs_gate_fast.mode, memory_order_relaxed);
+	if (mode != GS_GATE_MODE_FREE) {
+		atomic_store_explicit(&gs_gate_fast.last, now, memory_order_relaxed);
+		if (mode == GS_GATE_MODE_TRACK)
+			gs_gate_track(stream);
+	}
 	return CUDA_SUCCESS;
 }
 
