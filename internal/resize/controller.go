@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -23,7 +24,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/gpuslice/gpuslice/internal/sched"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -184,8 +184,11 @@ func (c *Controller) free(ctx context.Context, pod *corev1.Pod, node string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("GPUNode %s: %w", node, err)
 	}
-	row, err := sched.GPUNodeFromUnstructured(u)
-	if err != nil {
+	var row api.GPUNode
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &row); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", api.ErrInvalidGPUNode, node, err)
+	}
+	if err := row.Validate(); err != nil {
 		return nil, err
 	}
 	all, err := c.pods.List(labels.Everything())
@@ -201,7 +204,7 @@ func (c *Controller) free(ctx context.Context, pod *corev1.Pod, node string) ([]
 			others = append(others, a)
 		}
 	}
-	return FreeGPUs(row, others), nil
+	return FreeGPUs(&row, others), nil
 }
 
 // patch writes the new assignment, failing on a concurrent change of the pod.

@@ -1,0 +1,70 @@
+// Command gpuslice-node is the gpuslice node agent: node daemon, kubelet
+// device plugin and GPU hot-plug reconciler (internal/agent).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+)
+
+func main() {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	cfg := agent.DefaultConfig(func(k string) string { return env[k] })
+	fs := flag.NewFlagSet("gpuslice-node", flag.ExitOnError)
+	klog.InitFlags(fs)
+	driver := fs.String("driver", string(cfg.Driver), "GPU driver: auto, real or sim")
+	control := fs.String("control-devices", strings.Join(cfg.ControlDevices, ","), "driver-wide device nodes given to GPU containers")
+	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "this node's name (default $NODE_NAME)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
+	fs.StringVar(&cfg.SimDir, "sim-dir", cfg.SimDir, "directory of the simulated driver libraries")
+	fs.StringVar(&cfg.Library, "library", cfg.Library, "host path of libgpuslice.so to inject")
+	fs.StringVar(&cfg.RunDir, "run-dir", cfg.RunDir, "node daemon run directory")
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "node daemon socket")
+	fs.BoolVar(&cfg.RunDaemon, "daemon", cfg.RunDaemon, "run the node daemon in this process")
+	fs.StringVar(&cfg.PluginDir, "plugin-dir", cfg.PluginDir, "kubelet device plugin directory")
+	fs.StringVar(&cfg.PodResources, "pod-resources", cfg.PodResources, "kubelet pod-resources socket")
+	fs.StringVar(&cfg.DevRoot, "dev-root", cfg.DevRoot, "host directory of the nvidia<N> device nodes")
+	fs.IntVar(&cfg.SlotsPerGPU, "slots-per-gpu", cfg.SlotsPerGPU, "containers that may share one GPU")
+	fs.DurationVar(&cfg.Resync, "resync", cfg.Resync, "re-apply every container's devices this often")
+	fs.StringVar(&cfg.RuntimeStateDir, "runtime-state-dir", cfg.RuntimeStateDir, "directory of running containers' OCI config.json (cgroup v2)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	mode, err := gpu.ParseMode(*driver)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpuslice-node: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.Driver = mode
+	cfg.ControlDevices = nil
+	for _, d := range strings.Split(*control, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			cfg.ControlDevices = append(cfg.ControlDevices, d)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := agent.Run(ctx, cfg, env); err != nil {
+		klog.FromContext(ctx).Error(err, "gpuslice-node")
+		stop()
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/hotplug"
+	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// Run runs the agent until ctx ends or a part fails.
+func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := klog.FromContext(ctx)
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	drv, err := gpu.OpenDriver(cfg.Driver, cfg.SimDir)
+	if err != nil {
+		return fmt.Errorf("GPU driver: %w", err)
+	}
+	defer func() {
+		if serr := drv.NVML.Shutdown(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("close NVML: %w", serr))
+		}
+	}()
+	gpus, err := discover(drv.NVML)
+	if err != nil {
+		return err
+	}
+	mounts, err := hotplug.FindMounts(cfg.ProcRoot)
+	if err != nil {
+		return err
+	}
+	log.Info("gpuslice-node starting", "node", cfg.NodeName, "gpus", len(gpus), "simulated", drv.Simulated,
+		"driver", drv.Version, "devicesV1", mounts.V1Devices, "cgroup2", mounts.V2)
+
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + cfg.NodeName
+	}))
+	pods := f.Core().V1().Pods()
+	rec := &reconciler{client: cs, pods: pods.Lister(), gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
+		procRoot: cfg.ProcRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
+		return fmt.Errorf("pod handler: %w", err)
+	}
+	be := &backend{pods: pods.Lister(), client: cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
+		inject: injectFor(cfg, drv, env)}
+	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
+		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync}, be, gpus)
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if cfg.RunDaemon {
+		ncfg := node.DefaultConfig(func(k string) string { return env[k] })
+		ncfg.Socket, ncfg.RunDir, ncfg.ProcRoot = cfg.Socket, cfg.RunDir, cfg.ProcRoot
+		g.Go(func() error { return node.Run(gctx, ncfg) })
+	}
+	f.Start(gctx.Done())
+	if !cache.WaitForCacheSync(gctx.Done(), pods.Informer().HasSynced) {
+		return fmt.Errorf("pod informer did not sync: %w", errors.Join(ctx.Err(), g.Wait()))
+	}
+	g.Go(func() error { return rec.run(gctx) })
+	g.Go(func() error { return plugin.Run(gctx) })
+	return g.Wait()
+}
+
+func discover(n gpu.NVML) ([]deviceplugin.GPU, error) {
+	devs, err := gpu.Devices(n)
+	if err != nil {
+		return nil, fmt.Errorf("discover GPUs: %w", err)
+	}
+	out := make([]deviceplugin.GPU, 0, len(devs))
+	for _, d := range devs {
+		if d.Minor < 0 {
+			return nil, fmt.Errorf("GPU %d (%s): no device minor number", d.Index, d.UUID)
+		}
+		out = append(out, deviceplugin.GPU{Index: int32(d.Index), UUID: d.UUID, Minor: uint32(d.Minor), Healthy: true})
+	}
+	return out, nil
+}
+
+func byUUID(gpus []deviceplugin.GPU) map[string]deviceplugin.GPU {
+	m := make(map[string]deviceplugin.GPU, len(gpus))
+	for _, g := range gpus {
+		m[g.UUID] = g
+	}
+	return m
+}
+
+// injectFor says what containers get: control devices that exist, the
+// library, the daemon socket, and on the simulated GPU its libraries, state
+// file and GPUSLICE_SIM_* settings.
+func injectFor(cfg Config, drv *gpu.Driver, env map[string]string) deviceplugin.Inject {
+	in := deviceplugin.Inject{DevRoot: cfg.DevRoot, Library: cfg.Library, RunDir: cfg.RunDir, Socket: cfg.Socket, Env: map[string]string{}}
+	for _, d := range cfg.ControlDevices {
+		if _, err := os.Stat(d); err == nil {
+			in.ControlDevices = append(in.ControlDevices, d)
+		}
+	}
+	if drv.Simulated {
+		in.SimDir = drv.LibDir
+		for k, v := range env {
+			if len(k) > len("GPUSLICE_SIM_") && k[:len("GPUSLICE_SIM_")] == "GPUSLICE_SIM_" && k != "GPUSLICE_SIM_STATE" {
+				in.Env[k] = v
+			}
+		}
+		in.SimState = env["GPUSLICE_SIM_STATE"]
+		if in.SimState == "" {
+			in.SimState = fmt.Sprintf("/dev/shm/gpuslice-sim-%d", os.Getuid())
+		}
+	}
+	return in
+}

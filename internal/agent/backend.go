@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// backend answers the device plugin from the kubelet's own records (the
+// pod-resources API) and the API server.
+type backend struct {
+	pods      listersv1.PodLister
+	client    kubernetes.Interface
+	podSocket string
+	tree      group.Tree
+	inject    deviceplugin.Inject
+}
+
+// Pending lists the containers the kubelet may be allocating for: the pods
+// it works on (pod-resources List, which also says which containers hold
+// devices already).
+func (b *backend) Pending(ctx context.Context) ([]deviceplugin.Candidate, error) {
+	conn, err := grpc.NewClient("unix://"+b.podSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("pod-resources: %w", err)
+	}
+	defer func() { _ = conn.Close() }() // the List result is what matters
+	resp, err := podresources.NewPodResourcesListerClient(conn).List(ctx, &podresources.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod-resources list: %w", err)
+	}
+	held := map[string]bool{}
+	var pods []*corev1.Pod
+	for _, pr := range resp.PodResources {
+		for _, c := range pr.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(api.ResourceGPU) && len(d.DeviceIds) > 0 {
+					held[pr.Namespace+"/"+pr.Name+"/"+c.Name] = true
+				}
+			}
+		}
+		pod, err := b.pod(ctx, pr.Namespace, pr.Name)
+		if apierrors.IsNotFound(err) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return nil, err
+		}
+		pods = append(pods, pod)
+	}
+	return deviceplugin.Candidates(pods, api.ResourceGPU, func(p *corev1.Pod, c string) bool {
+		return held[p.Namespace+"/"+p.Name+"/"+c]
+	}), nil
+}
+
+// pod reads a pod from the informer cache, or from the API server when the
+// cache has not seen it (or its assignment) yet.
+func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	if p, err := b.pods.Pods(ns).Get(name); err == nil && p.Annotations[api.AnnotationAssignment] != "" {
+		return p, nil
+	}
+	p, err := b.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	return p, nil
+}
+
+// Prepare creates the container's group with its memory limit and returns
+// the Allocate answer.
+func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]deviceplugin.GPU) (*pluginapi.ContainerAllocateResponse, error) {
+	name := deviceplugin.GroupName(c)
+	if err := b.tree.Create(name); err != nil {
+		return nil, err
+	}
+	if lim := deviceplugin.MemoryLimit(c); lim > 0 {
+		if _, err := b.tree.Set(name, []group.Change{{File: group.FileMemoryMax, Value: strconv.FormatInt(lim, 10)}}); err != nil {
+			return nil, err
+		}
+	}
+	return b.inject.Response(c, gpus, name)
+}

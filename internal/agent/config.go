@@ -1,0 +1,95 @@
+// Package agent is gpuslice-node: on each node it runs the node daemon, the
+// kubelet device plugin, and the hot-plug reconciler that keeps every running
+// container's GPU devices equal to its assignment (adding and removing them
+// in place when the assignment changes), reporting what it applied on the
+// pod. Wiring only; the logic lives in internal/deviceplugin,
+// internal/hotplug, internal/devices and internal/node.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// Config is the agent's configuration.
+type Config struct {
+	NodeName   string
+	Kubeconfig string // "": in-cluster or $KUBECONFIG
+	Driver     gpu.Mode
+	// SimDir holds the simulated driver (used when there is no real one).
+	SimDir string
+	// Library is the host path of libgpuslice.so given to containers.
+	Library string
+	// RunDir is the node daemon's run directory; Socket its socket.
+	RunDir, Socket string
+	// RunDaemon starts the node daemon in this process.
+	RunDaemon bool
+	// PluginDir is the kubelet's device plugin directory; PodResources the
+	// kubelet's pod-resources socket.
+	PluginDir, PodResources string
+	// DevRoot holds the host's nvidia<minor> nodes; ControlDevices are
+	// driver-wide nodes given to every GPU container (if they exist).
+	DevRoot        string
+	ControlDevices []string
+	SlotsPerGPU    int
+	// Resync re-applies every container's devices this often, undoing
+	// rewrites by the runtime.
+	Resync time.Duration
+	// ProcRoot is where /proc is mounted.
+	ProcRoot string
+	// RuntimeStateDir holds <container id>/config.json of running
+	// containers (containerd: /run/containerd/io.containerd.runtime.v2.task/k8s.io),
+	// read for the device rules on cgroup v2.
+	RuntimeStateDir string
+}
+
+// DefaultConfig returns the defaults for this environment.
+func DefaultConfig(getenv func(string) string) Config {
+	return Config{
+		NodeName:        getenv("NODE_NAME"),
+		Driver:          gpu.ModeAuto,
+		RunDir:          paths.RunDir(getenv),
+		Socket:          node.SocketPath(getenv),
+		RunDaemon:       true,
+		PluginDir:       pluginapi.DevicePluginPath,
+		PodResources:    "/var/lib/kubelet/pod-resources/kubelet.sock",
+		DevRoot:         "/dev",
+		ControlDevices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+		SlotsPerGPU:     16,
+		Resync:          time.Second,
+		ProcRoot:        "/proc",
+		RuntimeStateDir: "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+	}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required (--node-name or $NODE_NAME)"))
+	}
+	if c.RunDir == "" || c.Socket == "" || c.PluginDir == "" || c.PodResources == "" || c.DevRoot == "" {
+		errs = append(errs, errors.New("run dir, socket, plugin dir, pod-resources socket and dev root are required"))
+	}
+	for _, p := range []string{c.RunDir, c.Socket, c.PluginDir, c.PodResources, c.DevRoot, c.ProcRoot} {
+		if p != "" && !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("path %q must be absolute", p))
+		}
+	}
+	if c.SlotsPerGPU < 1 || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
+		errs = append(errs, fmt.Errorf("slots per GPU %d: want 1..%d", c.SlotsPerGPU, deviceplugin.MaxSlotsPerGPU))
+	}
+	if c.Resync < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))
+	}
+	return errors.Join(errs...)
+}

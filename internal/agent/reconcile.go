@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/devices"
+	"github.com/gpuslice/gpuslice/internal/hotplug"
+	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// reconciler keeps each running container's GPU devices equal to its
+// pod's assignment: on every assignment change, container start, and every
+// resync period (undoing runtime rewrites); after a restart its first pass
+// reads the kernel's state and finishes whatever a killed agent left.
+type reconciler struct {
+	client   kubernetes.Interface
+	pods     listersv1.PodLister
+	gpus     map[string]deviceplugin.GPU // by UUID
+	managed  []hotplug.Node
+	mounts   hotplug.Mounts
+	procRoot string
+	stateDir string
+	resync   time.Duration
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+func managedNodes(gpus []deviceplugin.GPU) []hotplug.Node {
+	out := make([]hotplug.Node, 0, len(gpus))
+	for _, g := range gpus {
+		out = append(out, hotplug.Node{Path: devPath(g.Minor), Device: devices.Device{Type: devices.TypeChar, Major: nvidiaMajor, Minor: g.Minor}, Mode: 0o666})
+	}
+	return out
+}
+
+// nvidiaMajor is the character device major of /dev/nvidiaN.
+const nvidiaMajor = 195
+
+func devPath(minor uint32) string { return "/dev/nvidia" + strconv.FormatUint(uint64(minor), 10) }
+
+// handler enqueues pods with an assignment.
+func (r *reconciler) handler() cache.ResourceEventHandler {
+	add := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Annotations[api.AnnotationAssignment] != "" {
+			if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+				r.queue.Add(key)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }}
+}
+
+func (r *reconciler) run(ctx context.Context) error {
+	go func() {
+		t := time.NewTicker(r.resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				r.queue.ShutDown()
+				return
+			case <-t.C:
+			}
+			pods, err := r.pods.List(labels.Everything())
+			if err != nil {
+				continue
+			}
+			for _, p := range pods {
+				if key, err := cache.MetaNamespaceKeyFunc(p); err == nil && p.Annotations[api.AnnotationAssignment] != "" {
+					r.queue.Add(key)
+				}
+			}
+		}
+	}()
+	for {
+		key, quit := r.queue.Get()
+		if quit {
+			return nil
+		}
+		if err := r.syncPod(ctx, key); err != nil {
+			klog.FromContext(ctx).Error(err, "apply devices", "pod", key)
+			r.queue.AddRateLimited(key)
+		} else {
+			r.queue.Forget(key)
+		}
+		r.queue.Done(key)
+	}
+}
+
+func (r *reconciler) syncPod(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
+	}
+	pod, err := r.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("get pod: %w", err)
+	}
+	// A malformed assignment grants nothing: every GPU is taken away.
+	want := map[string][]api.GPUAssignment{}
+	var errs []error
+	if a, err := api.ParseAssignment(pod.Annotations[api.AnnotationAssignment]); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, c := range a.Containers {
+			want[c.Name] = c.GPUs
+		}
+	}
+	var applied Applied
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil || cs.ContainerID == "" {
+			continue
+		}
+		idx, err := r.applyContainer(ctx, pod.UID, runtimeID(cs.ContainerID), want[cs.Name])
+		if errors.Is(err, ErrNoContainer) {
+			continue // not started or already gone; the next event says
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("container %s: %w", cs.Name, err))
+			continue
+		}
+		applied.Containers = append(applied.Containers, AppliedContainer{Name: cs.Name, GPUs: idx})
+	}
+	err = errors.Join(errs...)
+	if err != nil {
+		applied.Error = err.Error()
+	}
+	return errors.Join(err, r.report(ctx, pod, applied))
+}
+
+func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, error) {
+	c, err := r.container(uid, cid)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	idx := make([]int32, 0, len(gpus))
+	for _, g := range gpus {
+		d, ok := r.gpus[g.UUID]
+		if !ok {
+			return nil, fmt.Errorf("assigned GPU %s is not on this node", g.UUID)
+		}
+		want[devPath(d.Minor)] = true
+		idx = append(idx, g.Index)
+	}
+	changed, err := hotplug.Apply(r.procRoot, c, r.managed, want, devices.Read|devices.Write)
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		klog.FromContext(ctx).Info("applied devices", "podUID", uid, "container", cid, "gpus", idx, "cgroup", c.Cgroup.String())
+	}
+	return idx, nil
+}
+
+// container finds a running container's process, device cgroup and (on
+// cgroup v2) its own device rules.
+func (r *reconciler) container(uid types.UID, cid string) (hotplug.Container, error) {
+	v2 := r.mounts.V1Devices == ""
+	root := r.mounts.V1Devices
+	if v2 {
+		root = r.mounts.V2
+	}
+	dir, err := ContainerCgroup(root, uid, cid)
+	if err != nil {
+		return hotplug.Container{}, err
+	}
+	pid, err := FirstPID(dir)
+	if err != nil {
+		return hotplug.Container{}, err
+	}
+	c := hotplug.Container{PID: pid, Cgroup: hotplug.Cgroup{V2: v2, Dir: dir}}
+	if v2 {
+		b, err := os.ReadFile(filepath.Join(r.stateDir, cid, "config.json"))
+		if err != nil {
+			return c, fmt.Errorf("device rules of container %s: %w", cid, err)
+		}
+		if c.Base, err = hotplug.OCIDeviceRules(b); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// report writes the applied state on the pod when it changed.
+func (r *reconciler) report(ctx context.Context, pod *corev1.Pod, a Applied) error {
+	s, err := a.Marshal()
+	if err != nil {
+		return err
+	}
+	if pod.Annotations[resize.AnnotationApplied] == s {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resize.AnnotationApplied: s}}})
+	if err != nil {
+		return fmt.Errorf("applied patch: %w", err)
+	}
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("report applied state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the real kubelet the node e2e runs, from source through the Go module
+# proxy, with the same pinned dependencies as hack/k8s (its go.mod/go.sum are
+# copied into a scratch module; nothing in the tree is modified). Cached by
+# version: ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/<version>/node/kubelet.
+# Idempotent; prints the cache directory as its last line.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+k8s="$here/../../hack/k8s"
+K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+cache="${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/${K8S_VERSION}/node"
+GO="${GO:-go}"
+if ! command -v "$GO" >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+
+if [ -x "$cache/kubelet" ] && [ -f "$cache/.complete" ]; then
+	echo "$cache"
+	exit 0
+fi
+mkdir -p "$cache"
+tmp="$(mktemp -d "$cache/.build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+cp "$k8s/go.mod" "$k8s/go.sum" "$tmp/"
+sed -i 's|^module .*|module gpuslice.local/kubelet-build|' "$tmp/go.mod"
+cat > "$tmp/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kubelet"
+GO
+minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
+ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION}"
+echo "gpuslice: building kubelet ${K8S_VERSION} into $cache (cold: a few minutes)" >&2
+(cd "$tmp" && GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
+mv -f "$tmp/kubelet" "$cache/kubelet"
+touch "$cache/.complete"
+echo "$cache"
