@@ -252,18 +252,41 @@ func TestScore(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := share(50, 8)
-	s1a, _ := b.Fit("n1", req, t0)
-	s2a, _ := b.Fit("n2", req, t0)
-	if s1, s2 := b.Score(s1a, req), b.Score(s2a, req); s1 <= s2 || s1 != 75 || s2 != 25 {
+	if s1, s2 := b.Score("n1", req), b.Score("n2", req); s1 != 75 || s2 != 25 {
 		t.Fatalf("binpack scores n1=%d n2=%d, want 75 > 25", s1, s2)
 	}
+	if s := b.Score("n2", whole(2)); s != 100 {
+		t.Fatalf("binpack whole(2) on an empty 2-GPU node = %d, want 100", s)
+	}
 	req.Placement = api.PlacementSpread
-	if s1, s2 := b.Score(s1a, req), b.Score(s2a, req); s1 >= s2 {
+	if s1, s2 := b.Score("n1", req), b.Score("n2", req); s1 != 25 || s2 != 75 {
 		t.Fatalf("spread scores n1=%d n2=%d", s1, s2)
 	}
 	req.Placement = api.PlacementFirstFit
-	if s1, s2 := b.Score(s1a, req), b.Score(s2a, req); s1 != s2 {
+	if s1, s2 := b.Score("n1", req), b.Score("n2", req); s1 != s2 {
 		t.Fatalf("first-fit scores differ: %d %d", s1, s2)
+	}
+	if s := b.Score("nowhere", req); s != 0 {
+		t.Fatalf("unknown node scored %d", s)
+	}
+}
+
+// TestCheckAgreesWithFit: the allocation-free check gives the same verdict
+// as Fit for every request, including multi-container ones.
+func TestCheckAgreesWithFit(t *testing.T) {
+	b := NewBooks(cfg())
+	b.SetNode(node("n1", 4))
+	mustReserve(t, b, "p0", share(70, 1))
+	mustReserve(t, b, "p1", whole(1))
+	reqs := []*api.PodRequest{share(30, 1), share(31, 1), whole(2), whole(3),
+		{Containers: []api.ContainerRequest{{Name: "a", Count: 2, Units: 60}, {Name: "b", Count: 2, Units: 40}}},
+		{Containers: []api.ContainerRequest{{Name: "a", Count: 2, Units: 60}, {Name: "b", Count: 1, Units: 41}, {Name: "c", Count: 1, Whole: true}}}}
+	for i, r := range reqs {
+		_, ferr := b.Fit("n1", r, t0)
+		cerr := b.Check("n1", r, t0)
+		if (ferr == nil) != (cerr == nil) {
+			t.Fatalf("request %d: Fit %v, Check %v", i, ferr, cerr)
+		}
 	}
 }
 

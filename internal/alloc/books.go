@@ -57,7 +57,7 @@ type Usage struct {
 
 type nodeState struct {
 	table *Node // nil: no table row (yet)
-	used  map[int32]*Usage
+	used  usageSet
 }
 
 // Books is the allocation state: the table rows and the holdings of pods,
@@ -76,7 +76,7 @@ func NewBooks(cfg Config) *Books {
 func (b *Books) node(name string) *nodeState {
 	ns := b.nodes[name]
 	if ns == nil {
-		ns = &nodeState{used: map[int32]*Usage{}}
+		ns = &nodeState{}
 		b.nodes[name] = ns
 	}
 	return ns
@@ -95,7 +95,7 @@ func (b *Books) RemoveNode(name string) {
 		return
 	}
 	ns.table = nil
-	if len(ns.used) == 0 {
+	if ns.used.len() == 0 {
 		delete(b.nodes, name)
 	}
 }
@@ -110,11 +110,7 @@ func (b *Books) Add(uid string, a *api.Assignment) {
 	b.Release(uid)
 	ns := b.node(a.Node)
 	for idx, t := range a.Totals() {
-		u := ns.used[idx]
-		if u == nil {
-			u = &Usage{}
-			ns.used[idx] = u
-		}
+		u := ns.used.add(idx)
 		u.Units += t.Units
 		u.MemoryBytes += t.MemoryBytes
 		if t.Exclusive {
@@ -159,7 +155,7 @@ func (b *Books) Release(uid string) {
 	delete(b.pods, uid)
 	ns := b.nodes[a.Node]
 	for idx, t := range a.Totals() {
-		u := ns.used[idx]
+		u := ns.used.get(idx)
 		u.Units -= t.Units
 		u.MemoryBytes -= t.MemoryBytes
 		u.Pods--
@@ -167,10 +163,10 @@ func (b *Books) Release(uid string) {
 			u.ExclusivePods--
 		}
 		if u.Pods == 0 {
-			delete(ns.used, idx)
+			ns.used.del(idx)
 		}
 	}
-	if ns.table == nil && len(ns.used) == 0 {
+	if ns.table == nil && ns.used.len() == 0 {
 		delete(b.nodes, a.Node)
 	}
 }
@@ -179,8 +175,8 @@ func (b *Books) Release(uid string) {
 func (b *Books) Usage(node string) map[int32]Usage {
 	out := map[int32]Usage{}
 	if ns := b.nodes[node]; ns != nil {
-		for idx, u := range ns.used {
-			out[idx] = *u
+		for _, e := range ns.used.e {
+			out[e.idx] = *e.u
 		}
 	}
 	return out
@@ -194,7 +190,8 @@ func (b *Books) Pods() int { return len(b.pods) }
 func (b *Books) Overcommitted() []string {
 	var out []string
 	for name, ns := range b.nodes {
-		for idx, u := range ns.used {
+		for _, e := range ns.used.e {
+			idx, u := e.idx, e.u
 			var g *GPU
 			if ns.table != nil {
 				g = ns.table.gpu(idx)
@@ -218,8 +215,46 @@ func (n *Node) gpu(idx int32) *GPU {
 }
 
 func (ns *nodeState) usage(idx int32) Usage {
-	if u := ns.used[idx]; u != nil {
+	if u := ns.used.get(idx); u != nil {
 		return *u
 	}
 	return Usage{}
+}
+
+// usageSet maps GPU index to usage; nodes have few GPUs, so a slice with
+// linear search beats a map on the scheduler's hot path.
+type usageSet struct{ e []usageEntry }
+
+type usageEntry struct {
+	idx int32
+	u   *Usage
+}
+
+func (s *usageSet) len() int { return len(s.e) }
+
+func (s *usageSet) get(idx int32) *Usage {
+	for i := range s.e {
+		if s.e[i].idx == idx {
+			return s.e[i].u
+		}
+	}
+	return nil
+}
+
+func (s *usageSet) add(idx int32) *Usage {
+	if u := s.get(idx); u != nil {
+		return u
+	}
+	u := &Usage{}
+	s.e = append(s.e, usageEntry{idx: idx, u: u})
+	return u
+}
+
+func (s *usageSet) del(idx int32) {
+	for i := range s.e {
+		if s.e[i].idx == idx {
+			s.e = append(s.e[:i], s.e[i+1:]...)
+			return
+		}
+	}
 }

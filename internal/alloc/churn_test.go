@@ -12,18 +12,20 @@ import (
 // place fits req on every node and reserves on the best-scoring one, as the
 // scheduler does; it returns false when no node fits.
 func place(b *Books, uid string, req *api.PodRequest, nodes []string) bool {
-	var best *api.Assignment
-	var bestScore int64 = -1
+	best, bestScore := "", int64(-1)
 	for _, n := range nodes {
-		a, err := b.Fit(n, req, t0)
-		if err != nil {
+		if b.Check(n, req, t0) != nil {
 			continue
 		}
-		if s := b.Score(a, req); s > bestScore {
-			best, bestScore = a, s
+		if s := b.Score(n, req); s > bestScore {
+			best, bestScore = n, s
 		}
 	}
-	return best != nil && b.Reserve(uid, best) == nil
+	if best == "" {
+		return false
+	}
+	a, err := b.Fit(best, req, t0)
+	return err == nil && b.Reserve(uid, a) == nil
 }
 
 func randomRequest(r *rand.Rand) *api.PodRequest {

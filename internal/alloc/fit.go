@@ -20,6 +20,7 @@ type candidate struct {
 	freeMem   int64
 	empty     bool // nothing held: may be taken whole
 	taken     bool // taken whole by this pod
+	frac      float64
 }
 
 // skipped counts why GPUs were not candidates, for the unschedulable reason.
@@ -41,31 +42,52 @@ func (s skipped) String() string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
+// stackGPUs is how many GPUs per node fit in the allocation-free scratch
+// space of a fit; bigger nodes still work, with allocations.
+const stackGPUs = 16
+
 // Fit chooses GPUs on node for every container of req, or says why none fit.
 // The returned assignment is not booked: Reserve it.
 func (b *Books) Fit(node string, req *api.PodRequest, now time.Time) (*api.Assignment, error) {
+	a := &api.Assignment{Version: api.AssignmentVersion, Node: node}
+	if err := b.fit(node, req, now, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Check tells whether req fits on node, exactly as Fit would, without
+// building the assignment (the scheduler's Filter hot path: no allocation).
+func (b *Books) Check(node string, req *api.PodRequest, now time.Time) error {
+	return b.fit(node, req, now, nil)
+}
+
+func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.Assignment) error {
 	ns := b.nodes[node]
 	if ns == nil || ns.table == nil {
-		return nil, fmt.Errorf("node %s has no GPUNode entry", node)
+		return fmt.Errorf("node %s has no GPUNode entry", node)
 	}
 	t := ns.table
 	if t.State != api.NodeWorking {
-		return nil, fmt.Errorf("node %s is %s", node, t.State)
+		return fmt.Errorf("node %s is %s", node, t.State)
 	}
 	if age := now.Sub(t.Heartbeat); age > b.cfg.HeartbeatTimeout {
-		return nil, fmt.Errorf("node %s heartbeat is stale (%s old, timeout %s)", node, age.Round(time.Second), b.cfg.HeartbeatTimeout)
+		return fmt.Errorf("node %s heartbeat is stale (%s old, timeout %s)", node, age.Round(time.Second), b.cfg.HeartbeatTimeout)
 	}
-	cands, sk := b.candidates(ns)
+	var cbuf [stackGPUs]candidate
+	cands, sk := b.candidates(ns, cbuf[:0])
 	policy := b.policy(req)
-	a := &api.Assignment{Version: api.AssignmentVersion, Node: node}
 	for _, c := range req.Containers {
-		gpus, err := pick(cands, c, policy)
+		var pbuf [stackGPUs]int
+		chosen, err := pick(cands, c, policy, pbuf[:0])
 		if err != nil {
-			return nil, fmt.Errorf("node %s: container %q: %w%s", node, c.Name, err, sk)
+			return fmt.Errorf("node %s: container %q: %w%s", node, c.Name, err, sk)
 		}
-		a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, GPUs: gpus})
+		if out != nil {
+			out.Containers = append(out.Containers, api.ContainerAssignment{Name: c.Name, GPUs: shares(cands, chosen, c)})
+		}
 	}
-	return a, nil
+	return nil
 }
 
 func (b *Books) policy(req *api.PodRequest) api.Placement {
@@ -75,9 +97,8 @@ func (b *Books) policy(req *api.PodRequest) api.Placement {
 	return b.cfg.DefaultPlacement
 }
 
-func (b *Books) candidates(ns *nodeState) ([]*candidate, skipped) {
+func (b *Books) candidates(ns *nodeState, out []candidate) ([]candidate, skipped) {
 	var sk skipped
-	out := make([]*candidate, 0, len(ns.table.GPUs))
 	for i := range ns.table.GPUs {
 		g := &ns.table.GPUs[i]
 		u := ns.usage(g.Index)
@@ -91,44 +112,58 @@ func (b *Books) candidates(ns *nodeState) ([]*candidate, skipped) {
 		case u.ExclusivePods > 0:
 			sk.exclusive++
 		default:
-			out = append(out, &candidate{gpu: g, freeUnits: g.UnitsTotal - u.Units, freeMem: g.MemoryBytes - u.MemoryBytes, empty: u.Pods == 0})
+			k := candidate{gpu: g, freeUnits: g.UnitsTotal - u.Units, freeMem: g.MemoryBytes - u.MemoryBytes, empty: u.Pods == 0}
+			k.frac = k.freeFraction()
+			out = append(out, k)
 		}
 	}
 	return out, sk
 }
 
-// pick takes c.Count distinct GPUs from cands in policy order and charges them.
-func pick(cands []*candidate, c api.ContainerRequest, policy api.Placement) ([]api.GPUAssignment, error) {
-	fits := make([]*candidate, 0, len(cands))
-	for _, k := range cands {
-		if k.taken {
-			continue
-		}
-		if c.Whole && k.empty || !c.Whole && k.freeUnits >= c.Units && k.freeMem >= c.MemoryBytes {
-			fits = append(fits, k)
+// pick chooses c.Count distinct GPUs (indices into cands) in policy order
+// and charges them, appending to out.
+func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out []int) ([]int, error) {
+	for i := range cands {
+		k := &cands[i]
+		if !k.taken && (c.Whole && k.empty || !c.Whole && k.freeUnits >= c.Units && k.freeMem >= c.MemoryBytes) {
+			out = append(out, i)
 		}
 	}
-	if len(fits) < c.Count {
+	if len(out) < c.Count {
 		if c.Whole {
-			return nil, fmt.Errorf("needs %d whole GPUs, %d free", c.Count, len(fits))
+			return nil, fmt.Errorf("needs %d whole GPUs, %d free", c.Count, len(out))
 		}
-		return nil, fmt.Errorf("needs %d GPUs with %d units and %d bytes free, %d have", c.Count, c.Units, c.MemoryBytes, len(fits))
+		return nil, fmt.Errorf("needs %d GPUs with %d units and %d bytes free, %d have", c.Count, c.Units, c.MemoryBytes, len(out))
 	}
-	order(fits, policy)
-	out := make([]api.GPUAssignment, 0, c.Count)
-	for _, k := range fits[:c.Count] {
-		ga := api.GPUAssignment{Index: k.gpu.Index, UUID: k.gpu.UUID, Units: c.Units, MemoryBytes: c.MemoryBytes}
+	order(cands, out, policy)
+	out = out[:c.Count]
+	for _, i := range out {
+		k := &cands[i]
 		if c.Whole {
-			ga.Units, ga.MemoryBytes, ga.Exclusive = k.gpu.UnitsTotal, k.gpu.MemoryBytes, true
-			k.taken = true
+			k.freeUnits, k.freeMem, k.taken = 0, 0, true
+		} else {
+			k.freeUnits -= c.Units
+			k.freeMem -= c.MemoryBytes
 		}
-		k.freeUnits -= ga.Units
-		k.freeMem -= ga.MemoryBytes
 		k.empty = false
+		k.frac = k.freeFraction()
+	}
+	return out, nil
+}
+
+// shares builds a container's GPU shares from the chosen candidates.
+func shares(cands []candidate, chosen []int, c api.ContainerRequest) []api.GPUAssignment {
+	out := make([]api.GPUAssignment, 0, len(chosen))
+	for _, i := range chosen {
+		g := cands[i].gpu
+		ga := api.GPUAssignment{Index: g.Index, UUID: g.UUID, Units: c.Units, MemoryBytes: c.MemoryBytes}
+		if c.Whole {
+			ga.Units, ga.MemoryBytes, ga.Exclusive = g.UnitsTotal, g.MemoryBytes, true
+		}
 		out = append(out, ga)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
-	return out, nil
+	return out
 }
 
 // freeFraction is a GPU's free share in [0, 2]: units plus memory.
@@ -136,44 +171,60 @@ func (k *candidate) freeFraction() float64 {
 	return float64(k.freeUnits)/float64(k.gpu.UnitsTotal) + float64(k.freeMem)/float64(k.gpu.MemoryBytes)
 }
 
-func order(fits []*candidate, policy api.Placement) {
-	sort.SliceStable(fits, func(i, j int) bool {
-		a, b := fits[i], fits[j]
+// order sorts idx (indices into cands) by policy: insertion sort, as nodes
+// have few GPUs and the hot path must not allocate.
+func order(cands []candidate, idx []int, policy api.Placement) {
+	less := func(a, b *candidate) bool {
 		if policy != api.PlacementFirstFit {
-			fa, fb := a.freeFraction(), b.freeFraction()
-			if fa != fb {
+			if fa, fb := a.frac, b.frac; fa != fb {
 				return (policy == api.PlacementBinpack) == (fa < fb)
 			}
 		}
 		return a.gpu.Index < b.gpu.Index
-	})
+	}
+	for i := 1; i < len(idx); i++ {
+		for j := i; j > 0 && less(&cands[idx[j]], &cands[idx[j-1]]); j-- {
+			idx[j], idx[j-1] = idx[j-1], idx[j]
+		}
+	}
 }
 
-// Score rates placing a on its node for policy in [0, MaxScore]: binpack
-// favours nodes that are fuller afterwards, spread emptier ones, first-fit
-// rates all nodes alike. Only healthy GPUs count.
-func (b *Books) Score(a *api.Assignment, req *api.PodRequest) int64 {
+// Score rates placing req on node for its policy in [0, MaxScore]: binpack
+// favours nodes whose healthy GPUs are fuller afterwards (units and memory,
+// as fractions of each GPU), spread emptier ones, first-fit rates all nodes
+// alike. The request is spread over the node's average GPU, so the score
+// needs no assignment (no allocation).
+func (b *Books) Score(node string, req *api.PodRequest) int64 {
 	policy := b.policy(req)
-	ns := b.nodes[a.Node]
+	ns := b.nodes[node]
 	if policy == api.PlacementFirstFit || ns == nil || ns.table == nil {
 		return 0
 	}
-	add := a.Totals()
-	var used, total float64
+	var used, units, mem float64
+	var n int
 	for i := range ns.table.GPUs {
 		g := &ns.table.GPUs[i]
 		if !g.Healthy {
 			continue
 		}
 		u := ns.usage(g.Index)
-		t := add[g.Index]
-		used += float64(u.Units+t.Units)/float64(g.UnitsTotal) + float64(u.MemoryBytes+t.MemoryBytes)/float64(g.MemoryBytes)
-		total += 2
+		used += float64(u.Units)/float64(g.UnitsTotal) + float64(u.MemoryBytes)/float64(g.MemoryBytes)
+		units += float64(g.UnitsTotal)
+		mem += float64(g.MemoryBytes)
+		n++
 	}
-	if total == 0 {
+	if n == 0 {
 		return 0
 	}
-	s := int64(MaxScore * used / total)
+	avgUnits, avgMem := units/float64(n), mem/float64(n)
+	for _, c := range req.Containers {
+		if c.Whole {
+			used += 2 * float64(c.Count)
+		} else {
+			used += float64(c.Count) * (float64(c.Units)/avgUnits + float64(c.MemoryBytes)/avgMem)
+		}
+	}
+	s := int64(MaxScore * used / float64(2*n))
 	s = min(max(s, 0), MaxScore)
 	if policy == api.PlacementSpread {
 		return MaxScore - s

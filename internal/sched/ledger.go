@@ -12,10 +12,10 @@ import (
 
 // Allocator is what the plugin needs from the allocation state.
 type Allocator interface {
-	// Fit chooses GPUs on node for req, or says why it cannot.
-	Fit(node string, req *api.PodRequest) (*api.Assignment, error)
-	// Score rates an assignment from Fit in [0, alloc.MaxScore].
-	Score(a *api.Assignment, req *api.PodRequest) int64
+	// Check tells whether req fits on node, or why not.
+	Check(node string, req *api.PodRequest) error
+	// Score rates placing req on node in [0, alloc.MaxScore].
+	Score(node string, req *api.PodRequest) int64
 	// Reserve fits req on node again and books the result for pod uid, atomically.
 	Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error)
 	// Release returns what pod uid holds; unknown pods are ignored.
@@ -28,28 +28,31 @@ type Ledger struct {
 	clock clock.PassiveClock
 	mu    sync.RWMutex
 	books *alloc.Books
+	// seen holds the annotation last booked per pod, so the many updates
+	// of a bound pod (status changes) cost no decoding.
+	seen map[string]string
 }
 
 var _ Allocator = &Ledger{}
 
 // NewLedger returns an empty ledger.
 func NewLedger(cfg alloc.Config, clk clock.PassiveClock) *Ledger {
-	return &Ledger{clock: clk, books: alloc.NewBooks(cfg)}
+	return &Ledger{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{}}
 }
 
-// Fit implements Allocator.
-func (l *Ledger) Fit(node string, req *api.PodRequest) (*api.Assignment, error) {
+// Check implements Allocator.
+func (l *Ledger) Check(node string, req *api.PodRequest) error {
 	now := l.clock.Now()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.books.Fit(node, req, now)
+	return l.books.Check(node, req, now)
 }
 
 // Score implements Allocator.
-func (l *Ledger) Score(a *api.Assignment, req *api.PodRequest) int64 {
+func (l *Ledger) Score(node string, req *api.PodRequest) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.books.Score(a, req)
+	return l.books.Score(node, req)
 }
 
 // Reserve implements Allocator.
@@ -59,6 +62,7 @@ func (l *Ledger) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment
 	defer l.mu.Unlock()
 	if old := l.books.Holding(uid); old != nil {
 		l.books.Release(uid) // a retried pod: its previous attempt's holding goes
+		delete(l.seen, uid)
 	}
 	a, err := l.books.Fit(node, req, now)
 	if err != nil {
@@ -75,6 +79,7 @@ func (l *Ledger) Release(uid string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.books.Release(uid)
+	delete(l.seen, uid)
 }
 
 // SetGPUNode records a table row; an invalid row removes the node from
@@ -111,6 +116,13 @@ func (l *Ledger) ObservePod(pod *corev1.Pod) error {
 	if !ok || pod.Spec.NodeName == "" {
 		return nil
 	}
+	uid := string(pod.UID)
+	l.mu.RLock()
+	same := l.seen[uid] == raw
+	l.mu.RUnlock()
+	if same {
+		return nil
+	}
 	a, err := api.ParseAssignment(raw)
 	if err != nil {
 		return err
@@ -120,7 +132,8 @@ func (l *Ledger) ObservePod(pod *corev1.Pod) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.books.Add(string(pod.UID), a)
+	l.books.Add(uid, a)
+	l.seen[uid] = raw
 	return nil
 }
 

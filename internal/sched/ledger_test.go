@@ -37,11 +37,11 @@ func TestLedgerHeartbeatUsesClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
-	if _, err := l.Fit("n1", req); err != nil {
+	if err := l.Check("n1", req); err != nil {
 		t.Fatal(err)
 	}
 	clk.SetTime(t0.Add(61 * time.Second))
-	if _, err := l.Fit("n1", req); err == nil || !strings.Contains(err.Error(), "stale") {
+	if err := l.Check("n1", req); err == nil || !strings.Contains(err.Error(), "stale") {
 		t.Fatalf("stale heartbeat: %v", err)
 	}
 	if _, err := l.Reserve("p", "n1", req); err == nil {
@@ -60,7 +60,7 @@ func TestLedgerInvalidGPUNodeRemovesNode(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
-	if _, err := l.Fit("n1", req); err == nil {
+	if err := l.Check("n1", req); err == nil {
 		t.Fatal("fit on a node whose row is invalid")
 	}
 }

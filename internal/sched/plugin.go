@@ -8,7 +8,6 @@ package sched
 
 import (
 	"context"
-	"sync"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
@@ -44,9 +43,8 @@ type Plugin struct {
 
 // cycle is the per-pod scheduling-cycle state.
 type cycle struct {
-	req  *api.PodRequest
-	fits sync.Map // node name -> *api.Assignment, written by Filter
-	got  *api.Assignment
+	req *api.PodRequest
+	got *api.Assignment
 	// boundByUs: our Bind wrote the assignment with the binding.
 	boundByUs bool
 }
@@ -92,26 +90,19 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 	if !ok {
 		return fwk.AsStatus(errNoState)
 	}
-	name := ni.Node().Name
-	a, err := p.alloc.Fit(name, c.req)
-	if err != nil {
+	if err := p.alloc.Check(ni.Node().Name, c.req); err != nil {
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
-	c.fits.Store(name, a)
 	return nil
 }
 
-// Score rates the fit found by Filter by placement policy.
+// Score rates a node that passed Filter by placement policy.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	c, ok := readCycle(state)
 	if !ok {
 		return 0, nil
 	}
-	a, ok := c.fits.Load(ni.Node().Name)
-	if !ok {
-		return 0, nil
-	}
-	return p.alloc.Score(a.(*api.Assignment), c.req), nil
+	return p.alloc.Score(ni.Node().Name, c.req), nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.

@@ -25,7 +25,10 @@ func main() {
 	flag.IntVar(&o.gpus, "gpus", 8, "GPUs per node")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent pod creators")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
+	var extra string
+	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
+	o.extraArgs = strings.Fields(extra)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())

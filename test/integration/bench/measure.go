@@ -69,6 +69,9 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 	if err != nil {
 		return res, err
 	}
+	if res.cpu, err = sched.CPUSeconds(); err != nil {
+		return res, err
+	}
 	mu.Lock()
 	lat := make([]time.Duration, 0, len(bound))
 	var last time.Time

@@ -18,6 +18,7 @@ type options struct {
 	nodes, pods, gpus int
 	clients           int
 	keep              bool
+	extraArgs         []string
 }
 
 // result is one scheduler's run.
@@ -26,6 +27,7 @@ type result struct {
 	bound      int
 	podsPerSec float64
 	p50, p99   time.Duration
+	cpu        float64 // scheduler CPU seconds, start-up included
 	books      *harness.Books
 }
 
@@ -65,7 +67,7 @@ func runScale(ctx context.Context, o options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ours, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-binpack", harness.SchedulerOptions{SchedulerName: "gpuslice-binpack", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}"})
+	ours, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-binpack", harness.SchedulerOptions{SchedulerName: "gpuslice-binpack", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +84,7 @@ func runScale(ctx context.Context, o options) (string, error) {
 }
 
 func printResult(r result) {
-	fmt.Printf("%-17s %7.1f pods/s  bound %d  latency p50 %5d ms p99 %5d ms", r.name, r.podsPerSec, r.bound, r.p50.Milliseconds(), r.p99.Milliseconds())
+	fmt.Printf("%-17s %7.1f pods/s  bound %d  latency p50 %5d ms p99 %5d ms  scheduler CPU %5.1f s", r.name, r.podsPerSec, r.bound, r.p50.Milliseconds(), r.p99.Milliseconds(), r.cpu)
 	if r.books != nil {
 		fmt.Printf("  | GPUs used %d, partly used %d (fragmentation %.3f), node load stddev %.3f, over-committed %d",
 			r.books.UsedGPUs, r.books.PartialGPUs, r.books.Fragmentation(), r.books.LoadStddev(), len(r.books.Problems))

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -157,3 +158,23 @@ func exitedErr(p *Process) error {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// CPUSeconds returns the user+system CPU time the process has used so far.
+func (p *Process) CPUSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of %s: %w", p.Name, err)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time of %s: short stat", p.Name)
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("cpu time of %s: bad stat", p.Name)
+	}
+	return (ut + st) / 100, nil // USER_HZ
+}

@@ -18,6 +18,9 @@ type SchedulerOptions struct {
 	Args     string
 	// Parallelism of the scheduling framework (0: default 16).
 	Parallelism int
+	// ExtraArgs are appended to the command line (they override the
+	// defaults, e.g. --secure-port for profiling).
+	ExtraArgs []string
 }
 
 // SchedulerConfig renders a KubeSchedulerConfiguration.
@@ -51,7 +54,8 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, bin, logName string,
 	if err := os.WriteFile(cfgPath, []byte(SchedulerConfig(cp.Kubeconfig, o)), 0o600); err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
 	}
-	return Start(cp.Dir, logName, bin, "--config", cfgPath, "--secure-port", "0", "-v", "1")
+	args := append([]string{"--config", cfgPath, "--secure-port", "0", "-v", "1"}, o.ExtraArgs...)
+	return Start(cp.Dir, logName, bin, args...)
 }
 
 // StartKwok starts KWOK managing the nodes annotated kwok.x-k8s.io/node=fake.
