@@ -115,6 +115,7 @@ static void dev_defaults(struct sim_dev_config *d, int index)
 	sim_default_uuid(index, d->uuid);
 	d->memory = SIM_DEFAULT_MEMORY;
 	d->sms = SIM_DEFAULT_SMS;
+	d->minor = (uint32_t)index;
 }
 
 static int parse_sms(const char *v, uint32_t *out)
@@ -128,41 +129,54 @@ static int parse_sms(const char *v, uint32_t *out)
 	return 0;
 }
 
+static int parse_minor(const char *v, uint32_t *out)
+{
+	uint64_t n;
+
+	if (sim_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v) || n > SIM_MAX_MINOR)
+		return -1;
+	*out = (uint32_t)n;
+	return 0;
+}
+
+static int apply_value(struct sim_dev_config *d, unsigned key, const char *val)
+{
+	switch (key) {
+	case 0:
+		if (*val == '\0' || strlen(val) >= sizeof(d->name))
+			return -1;
+		snprintf(d->name, sizeof(d->name), "%s", val);
+		return 0;
+	case 1: return sim_parse_uuid(val, d->uuid);
+	case 2: return (sim_parse_size(val, &d->memory) != 0 || d->memory < (1ull << 20)) ? -1 : 0;
+	case 3: return parse_sms(val, &d->sms);
+	default: return parse_minor(val, &d->minor);
+	}
+}
+
 /* Applies one key=value to a device. Returns 0 or -1 with err set. */
 static int apply_kv(struct sim_dev_config *d, const char *key, const char *val, unsigned *seen,
 		    char *err, size_t errlen)
 {
-	static const char *const keys[] = {"name", "uuid", "memory", "sms"};
-	unsigned bit = 0;
-	int rc = 0;
+	static const char *const keys[] = {"name", "uuid", "memory", "sms", "minor"};
+	unsigned k = 0;
 
-	for (unsigned i = 0; i < 4; i++)
-		if (strcmp(key, keys[i]) == 0)
-			bit = 1u << i;
-	if (bit == 0) {
-		set_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms)", key);
+	while (k < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[k]) != 0)
+		k++;
+	if (k == sizeof(keys) / sizeof(keys[0])) {
+		set_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms, minor)", key);
 		return -1;
 	}
-	if (*seen & bit) {
+	if (*seen & (1u << k)) {
 		set_err(err, errlen, "key \"%s\" given twice", key);
 		return -1;
 	}
-	*seen |= bit;
-	if (bit == 1u) {
-		if (*val == '\0' || strlen(val) >= sizeof(d->name))
-			rc = -1;
-		else
-			snprintf(d->name, sizeof(d->name), "%s", val);
-	} else if (bit == 2u) {
-		rc = sim_parse_uuid(val, d->uuid);
-	} else if (bit == 4u) {
-		rc = (sim_parse_size(val, &d->memory) != 0 || d->memory < (1ull << 20)) ? -1 : 0;
-	} else {
-		rc = parse_sms(val, &d->sms);
-	}
-	if (rc != 0)
+	*seen |= 1u << k;
+	if (apply_value(d, k, val) != 0) {
 		set_err(err, errlen, "bad value for %s: \"%s\"", key, val);
-	return rc;
+		return -1;
+	}
+	return 0;
 }
 
 /* Splits the next key=value token off *p (within a NUL-terminated line).
@@ -229,6 +243,9 @@ static int check_unique(const struct sim_config *c, char *err, size_t errlen)
 		for (int j = i + 1; j < c->ndev; j++)
 			if (memcmp(c->dev[i].uuid, c->dev[j].uuid, 16) == 0) {
 				set_err(err, errlen, "devices %d and %d have the same uuid", i, j);
+				return -1;
+			} else if (c->dev[i].minor == c->dev[j].minor) {
+				set_err(err, errlen, "devices %d and %d have the same minor", i, j);
 				return -1;
 			}
 	return 0;
@@ -339,16 +356,36 @@ static int env_uint(const char *name, const char *v, uint64_t max, uint64_t *out
 	return 0;
 }
 
-int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
+/* GPUSLICE_SIM_DEVNODES (unset, empty or 0: off; 1: on) and GPUSLICE_SIM_DEVDIR
+ * (an absolute directory, default /dev). */
+static int access_from_env(struct sim_access *a, char *err, size_t errlen)
 {
-	const char *path = getenv("GPUSLICE_SIM_CONFIG");
+	const char *on = getenv("GPUSLICE_SIM_DEVNODES");
+	const char *dir = getenv("GPUSLICE_SIM_DEVDIR");
+
+	memset(a, 0, sizeof(*a));
+	if (on != NULL && *on != '\0' && strcmp(on, "0") != 0 && strcmp(on, "1") != 0) {
+		set_err(err, errlen, "GPUSLICE_SIM_DEVNODES=\"%.40s\": want 0 or 1", on);
+		return -1;
+	}
+	a->devnodes = on != NULL && strcmp(on, "1") == 0;
+	if (dir == NULL || *dir == '\0')
+		dir = "/dev";
+	if (*dir != '/' || strlen(dir) >= sizeof(a->devdir)) {
+		set_err(err, errlen, "GPUSLICE_SIM_DEVDIR=\"%.40s\": want an absolute path under %d bytes", dir,
+			SIM_DEVDIR_LEN);
+		return -1;
+	}
+	snprintf(a->devdir, sizeof(a->devdir), "%s", dir);
+	return 0;
+}
+
+static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
+{
 	const char *v;
 	uint64_t n = 1, mem = SIM_DEFAULT_MEMORY, sms = SIM_DEFAULT_SMS;
 	const char *name = SIM_DEFAULT_NAME;
 
-	if (path != NULL && *path != '\0')
-		return config_from_file(path, out, err, errlen);
-	memset(out, 0, sizeof(*out));
 	if ((v = getenv("GPUSLICE_SIM_GPUS")) != NULL &&
 	    env_uint("GPUSLICE_SIM_GPUS", v, SIM_MAX_DEVICES, &n, err, errlen) != 0)
 		return -1;
@@ -377,4 +414,17 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 		out->dev[i].sms = (uint32_t)sms;
 	}
 	return 0;
+}
+
+int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
+{
+	const char *path = getenv("GPUSLICE_SIM_CONFIG");
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (path != NULL && *path != '\0')
+		rc = config_from_file(path, out, err, errlen);
+	else
+		rc = devices_from_env(out, err, errlen);
+	return rc != 0 ? rc : access_from_env(&out->access, err, errlen);
 }

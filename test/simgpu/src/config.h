@@ -3,6 +3,7 @@
 #ifndef GPUSLICE_SIM_CONFIG_H
 #define GPUSLICE_SIM_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,17 +14,27 @@
 #define SIM_DEFAULT_NAME "gpuslice simulated GPU"
 #define SIM_CONFIG_MAX_BYTES (64u << 10)
 #define SIM_ERR_LEN 256
+#define SIM_MAX_MINOR 254u /* 255 is /dev/nvidiactl */
+#define SIM_DEVDIR_LEN 200
 
 struct sim_dev_config {
 	char name[SIM_NAME_LEN];
 	unsigned char uuid[16];
 	uint64_t memory;
 	uint32_t sms;
+	uint32_t minor; /* device node <devdir>/nvidia<minor> */
+};
+
+/* How this process checks device access (per process, not shared). */
+struct sim_access {
+	bool devnodes;               /* GPUSLICE_SIM_DEVNODES=1: open <devdir>/nvidia<minor> */
+	char devdir[SIM_DEVDIR_LEN]; /* GPUSLICE_SIM_DEVDIR, default /dev */
 };
 
 struct sim_config {
 	int ndev;
 	struct sim_dev_config dev[SIM_MAX_DEVICES];
+	struct sim_access access;
 };
 
 /* Parses a device file (one device per line, see README.md). Returns 0, or -1
@@ -31,7 +42,8 @@ struct sim_config {
 int sim_config_parse(const char *text, size_t len, struct sim_config *out, char *err, size_t errlen);
 
 /* Builds the configuration from GPUSLICE_SIM_CONFIG or the GPUSLICE_SIM_GPUS /
- * _MEMORY / _NAME / _SMS variables. Returns 0, or -1 with a message in err. */
+ * _MEMORY / _NAME / _SMS variables, and the access check from
+ * GPUSLICE_SIM_DEVNODES / _DEVDIR. Returns 0, or -1 with a message in err. */
 int sim_config_from_env(struct sim_config *out, char *err, size_t errlen);
 
 /* "24GiB", "512MiB", "1.5GiB" is rejected; "1000000" bytes; KB/MB/GB/TB decimal. */

@@ -88,7 +88,7 @@ SIM_API CUresult cuDeviceGetCount(int *n)
 		return rc;
 	if (n == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*n = sim_g.nvis;
+	*n = sim_rescan_devices();
 	return CUDA_SUCCESS;
 }
 
@@ -201,7 +201,7 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *id)
 		return rc;
 	if (d == NULL || id == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dv, &fn) != 4)
 		return CUDA_ERROR_INVALID_VALUE;
-	for (int o = 0; o < sim_g.nvis; o++)
+	for (int o = 0, n = atomic_load(&sim_g.nvis); o < n; o++)
 		if (dom == 0 && dv == 0 && fn == 0 && bus == (unsigned)sim_g.vis[o] + 1) {
 			*d = o;
 			return CUDA_SUCCESS;

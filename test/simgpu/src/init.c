@@ -72,11 +72,50 @@ static int visible_devices(const struct sim_state *st, const int *cand, int n, i
 	return nvis;
 }
 
+static bool listed(int dev, int nvis)
+{
+	for (int o = 0; o < nvis; o++)
+		if (sim_g.vis[o] == dev)
+			return true;
+	return false;
+}
+
+/* Under sim_g.mu. Ordinals are append-only: the devices a fresh process would
+ * now see (accessible, then CUDA_VISIBLE_DEVICES) that are not listed yet go
+ * after the ones already listed, which keep their ordinals even if their node
+ * went away (the real driver keeps the device files it opened). */
+static int rescan_locked(void)
+{
+	int cand[SIM_MAX_DEVICES], want[SIM_MAX_DEVICES], n = 0, nwant;
+	int nvis = atomic_load_explicit(&sim_g.nvis, memory_order_relaxed);
+
+	for (int i = 0; i < (int)sim_g.st->ndev && i < SIM_MAX_DEVICES; i++)
+		if (sim_device_accessible(sim_g.st, &sim_g.access, i))
+			cand[n++] = i;
+	nwant = visible_devices(sim_g.st, cand, n, want);
+	for (int k = 0; k < nwant && nvis < SIM_MAX_DEVICES; k++)
+		if (!listed(want[k], nvis))
+			sim_g.vis[nvis++] = want[k];
+	atomic_store_explicit(&sim_g.nvis, nvis, memory_order_release);
+	return nvis;
+}
+
+int sim_rescan_devices(void)
+{
+	int n;
+
+	if (!sim_g.access.devnodes) /* nothing can change */
+		return atomic_load(&sim_g.nvis);
+	pthread_mutex_lock(&sim_g.mu);
+	n = rescan_locked();
+	pthread_mutex_unlock(&sim_g.mu);
+	return n;
+}
+
 static CUresult do_init(void)
 {
 	struct sim_config *cfg = calloc(1, sizeof(*cfg));
 	char err[SIM_ERR_LEN + 64];
-	int cand[SIM_MAX_DEVICES], n = 0;
 	CUresult rc = CUDA_ERROR_NO_DEVICE;
 
 	if (cfg == NULL)
@@ -92,11 +131,8 @@ static CUresult do_init(void)
 	}
 	sim_g.pid = (int32_t)getpid();
 	sim_g.start = sim_proc_start_time(sim_g.pid);
-	for (int i = 0; i < (int)sim_g.st->ndev; i++)
-		if (sim_device_accessible(sim_g.st, i))
-			cand[n++] = i;
-	sim_g.nvis = visible_devices(sim_g.st, cand, n, sim_g.vis);
-	if (sim_g.nvis > 0) {
+	sim_g.access = cfg->access;
+	if (rescan_locked() > 0) {
 		pthread_atfork(NULL, NULL, on_fork_child);
 		rc = CUDA_SUCCESS;
 	}
@@ -132,7 +168,7 @@ CUresult sim_check_init(void)
 
 int sim_device(CUdevice ordinal)
 {
-	if (ordinal < 0 || ordinal >= sim_g.nvis)
+	if (ordinal < 0 || ordinal >= atomic_load_explicit(&sim_g.nvis, memory_order_acquire))
 		return -1;
 	return sim_g.vis[ordinal];
 }

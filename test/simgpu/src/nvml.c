@@ -16,6 +16,36 @@
 
 struct sim_nvml sim_nvml = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* Under sim_nvml.mu: appends the accessible devices not listed yet, in device
+ * order. Listed devices keep their index and handle even if their node went
+ * away (the real NVML keeps the device files it opened until nvmlShutdown). */
+static int rescan_locked(void)
+{
+	int n = atomic_load_explicit(&sim_nvml.ndev, memory_order_relaxed);
+
+	for (int i = 0; i < (int)sim_nvml.st->ndev && i < SIM_MAX_DEVICES; i++) {
+		bool have = false;
+		for (int k = 0; k < n && !have; k++)
+			have = sim_nvml.dev[k].index == i;
+		if (!have && sim_device_accessible(sim_nvml.st, &sim_nvml.access, i))
+			sim_nvml.dev[n++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i};
+	}
+	atomic_store_explicit(&sim_nvml.ndev, n, memory_order_release);
+	return n;
+}
+
+int sim_nvml_rescan(void)
+{
+	int n;
+
+	if (!sim_nvml.access.devnodes) /* nothing can change */
+		return atomic_load(&sim_nvml.ndev);
+	pthread_mutex_lock(&sim_nvml.mu);
+	n = rescan_locked();
+	pthread_mutex_unlock(&sim_nvml.mu);
+	return n;
+}
+
 static nvmlReturn_t open_state(void)
 {
 	struct sim_config *cfg = calloc(1, sizeof(*cfg));
@@ -29,10 +59,7 @@ static nvmlReturn_t open_state(void)
 	} else if ((sim_nvml.st = sim_state_open(cfg, err, sizeof(err))) == NULL) {
 		fprintf(stderr, "gpuslice: simulated GPU: %s\n", err);
 	} else {
-		sim_nvml.ndev = 0;
-		for (int i = 0; i < (int)sim_nvml.st->ndev; i++)
-			if (sim_device_accessible(sim_nvml.st, i))
-				sim_nvml.dev[sim_nvml.ndev++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i};
+		sim_nvml.access = cfg->access;
 		rc = NVML_SUCCESS;
 	}
 	free(cfg);
@@ -48,8 +75,11 @@ static nvmlReturn_t init(unsigned flags)
 	pthread_mutex_lock(&sim_nvml.mu);
 	if (sim_nvml.st == NULL)
 		rc = open_state();
-	if (rc == NVML_SUCCESS)
-		sim_nvml.refs++;
+	if (rc == NVML_SUCCESS && sim_nvml.refs++ == 0) {
+		/* First init, or first after a full shutdown: enumerate afresh. */
+		atomic_store(&sim_nvml.ndev, 0);
+		rescan_locked();
+	}
 	pthread_mutex_unlock(&sim_nvml.mu);
 	return rc;
 }

@@ -20,7 +20,11 @@ struct sim_nvml {
 	pthread_mutex_t mu;
 	int refs; /* nvmlInit / nvmlShutdown nesting */
 	struct sim_state *st;
-	int ndev;
+	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
+	/* Index -> device; append-only while initialized (dev[i] written under mu
+	 * before ndev covers it), rebuilt by the first nvmlInit after a full
+	 * shutdown. */
+	_Atomic int ndev;
 	struct sim_nvml_dev dev[SIM_MAX_DEVICES];
 };
 
@@ -29,5 +33,7 @@ extern struct sim_nvml sim_nvml SIM_HIDDEN;
 /* NVML_SUCCESS if initialized; the device for a handle or NULL. */
 SIM_HIDDEN nvmlReturn_t sim_nvml_check(void);
 SIM_HIDDEN struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index);
+/* Appends devices that became accessible (GPUSLICE_SIM_DEVNODES); returns ndev. */
+SIM_HIDDEN int sim_nvml_rescan(void);
 
 #endif

@@ -12,7 +12,8 @@ struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
 {
 	struct sim_nvml_dev *d = (struct sim_nvml_dev *)h;
 
-	if (d < &sim_nvml.dev[0] || d >= &sim_nvml.dev[sim_nvml.ndev] || d->magic != SIM_NVML_DEV_MAGIC)
+	if (d < &sim_nvml.dev[0] || d >= &sim_nvml.dev[atomic_load_explicit(&sim_nvml.ndev, memory_order_acquire)] ||
+	    d->magic != SIM_NVML_DEV_MAGIC)
 		return NULL;
 	if (index != NULL)
 		*index = d->index;
@@ -36,7 +37,7 @@ static nvmlReturn_t get_count(unsigned int *n)
 		return rc;
 	if (n == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*n = (unsigned)sim_nvml.ndev;
+	*n = (unsigned)sim_nvml_rescan();
 	return NVML_SUCCESS;
 }
 
@@ -49,7 +50,7 @@ static nvmlReturn_t by_index(unsigned int i, nvmlDevice_t *h)
 
 	if (rc != NVML_SUCCESS)
 		return rc;
-	if (h == NULL || i >= (unsigned)sim_nvml.ndev)
+	if (h == NULL || i >= (unsigned)atomic_load_explicit(&sim_nvml.ndev, memory_order_acquire))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	*h = (nvmlDevice_t)&sim_nvml.dev[i];
 	return NVML_SUCCESS;
@@ -67,7 +68,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 		return rc;
 	if (uuid == NULL || h == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	for (int i = 0; i < sim_nvml.ndev; i++) {
+	for (int i = 0, n = atomic_load(&sim_nvml.ndev); i < n; i++) {
 		sim_format_uuid(sim_nvml.st->dev[sim_nvml.dev[i].index].uuid, buf, sizeof(buf));
 		if (strcmp(buf, uuid) == 0) {
 			*h = (nvmlDevice_t)&sim_nvml.dev[i];
@@ -96,10 +97,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *min
 	int idx;
 
 	DEV_OR_RETURN(h, d, idx);
-	(void)d;
 	if (minor == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*minor = (unsigned)idx; /* /dev/nvidia<minor> */
+	*minor = d->minor; /* /dev/nvidia<minor> */
 	return NVML_SUCCESS;
 }
 

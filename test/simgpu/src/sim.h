@@ -145,8 +145,11 @@ struct sim_global {
 	uint64_t start;
 	struct sim_state *st;
 	int slot; /* process table slot, -1 until the first context */
-	int nvis;
-	int vis[SIM_MAX_DEVICES]; /* CUDA ordinal -> simulator device */
+	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
+	/* CUDA ordinal -> simulator device. Append-only: vis[i] is written under
+	 * mu before nvis (release) covers it, so readers need no lock. */
+	_Atomic int nvis;
+	int vis[SIM_MAX_DEVICES];
 	struct sim_ctx *primary[SIM_MAX_DEVICES];
 	struct sim_ctx *ctxs; /* registry of live explicit + primary contexts */
 	_Atomic unsigned long long next_id;
@@ -157,6 +160,8 @@ extern struct sim_global sim_g SIM_HIDDEN;
 /* Common checks. */
 SIM_HIDDEN CUresult sim_check_init(void);
 SIM_HIDDEN int sim_device(CUdevice ordinal); /* simulator index or -1 */
+/* Appends devices that became accessible (GPUSLICE_SIM_DEVNODES); returns nvis. */
+SIM_HIDDEN int sim_rescan_devices(void);
 
 /* Contexts (ctx.c). */
 SIM_HIDDEN struct sim_ctx *sim_current_ctx(void);

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
-#define SIM_STATE_VERSION 1u
+#define SIM_STATE_VERSION 2u /* 2: sim_dev_state.minor (was padding in 1) */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 256
 #define SIM_NAME_LEN 96
@@ -53,7 +53,7 @@ struct sim_dev_state {
 	unsigned char uuid[16];
 	uint64_t total;    /* bytes */
 	uint32_t sms;
-	uint32_t pad0;
+	uint32_t minor;        /* device node /dev/nvidia<minor> */
 	_Atomic uint64_t used; /* bytes; changed only under sim_state.lock */
 	struct sim_engine engine;
 };

@@ -233,8 +233,26 @@ void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes)
 }
 
 /* The one place that decides which simulator devices this process may use,
- * for CUDA and NVML alike. Issue 5 adds the /dev/nvidiaN access check here. */
-bool sim_device_accessible(const struct sim_state *st, int index)
+ * for CUDA and NVML alike. With acc->devnodes, like the real driver: the
+ * device's node <devdir>/nvidia<minor> must open. ENXIO (a node the devices
+ * cgroup permits, with no driver behind it) counts as accessible; EPERM (the
+ * cgroup denies it), ENOENT, EACCES and anything else do not. */
+bool sim_device_accessible(const struct sim_state *st, const struct sim_access *acc, int index)
 {
-	return index >= 0 && (uint32_t)index < st->ndev;
+	char path[SIM_DEVDIR_LEN + 32];
+	int saved, fd;
+	bool ok;
+
+	if (index < 0 || (uint32_t)index >= st->ndev)
+		return false;
+	if (!acc->devnodes)
+		return true;
+	snprintf(path, sizeof(path), "%s/nvidia%u", acc->devdir, (unsigned)st->dev[index].minor);
+	saved = errno;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ok = fd >= 0 || errno == ENXIO;
+	if (fd >= 0)
+		close(fd);
+	errno = saved;
+	return ok;
 }

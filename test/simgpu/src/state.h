@@ -46,7 +46,8 @@ SIM_HIDDEN unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now_ns
 
 SIM_HIDDEN uint64_t sim_now_ns(void);
 
-/* Device enumeration filter shared by libcuda and libnvidia-ml. */
-SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, int index);
+/* Device enumeration filter shared by libcuda and libnvidia-ml: index exists
+ * and, with acc->devnodes, its node opens (or fails with ENXIO). Preserves errno. */
+SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, const struct sim_access *acc, int index);
 
 #endif

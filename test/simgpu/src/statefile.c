@@ -40,7 +40,7 @@ static bool devs_match(const struct sim_state *st, const struct sim_config *cfg)
 		const struct sim_dev_state *d = &st->dev[i];
 		const struct sim_dev_config *c = &cfg->dev[i];
 		if (strncmp(d->name, c->name, SIM_NAME_LEN) != 0 || memcmp(d->uuid, c->uuid, 16) != 0 ||
-		    d->total != c->memory || d->sms != c->sms)
+		    d->total != c->memory || d->sms != c->sms || d->minor != c->minor)
 			return false;
 	}
 	return true;
@@ -54,6 +54,7 @@ static void write_devs(struct sim_state *st, const struct sim_config *cfg)
 		memcpy(st->dev[i].uuid, cfg->dev[i].uuid, 16);
 		st->dev[i].total = cfg->dev[i].memory;
 		st->dev[i].sms = cfg->dev[i].sms;
+		st->dev[i].minor = cfg->dev[i].minor;
 	}
 	st->ndev = (uint32_t)cfg->ndev;
 }
@@ -99,13 +100,16 @@ static int check_or_init(struct sim_state *st, bool fresh, const struct sim_conf
 
 	if (fresh || atomic_load(&st->ready) == 0)
 		return init_state(st, cfg) == 0 ? 0 : (set_err(err, errlen, "%s: mutex init failed", path), -1);
-	if (st->magic != SIM_STATE_MAGIC || st->version != SIM_STATE_VERSION ||
-	    st->size != sizeof(*st)) {
+	/* Version 1 differs only in that minor was padding: treat it like a
+	 * different device configuration (rewritten when nobody uses it). */
+	bool v1 = st->magic == SIM_STATE_MAGIC && st->version == 1 && st->size == sizeof(*st);
+	if (!v1 && (st->magic != SIM_STATE_MAGIC || st->version != SIM_STATE_VERSION ||
+		    st->size != sizeof(*st))) {
 		set_err(err, errlen, "%s: not a simulator state file of version %u (remove it)", path,
 			SIM_STATE_VERSION);
 		return -1;
 	}
-	if (devs_match(st, cfg))
+	if (!v1 && devs_match(st, cfg))
 		return 0;
 	if (any_live_proc(st, &pid)) {
 		set_err(err, errlen, "%s: in use by pid %d with a different device configuration", path,

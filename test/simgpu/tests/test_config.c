@@ -44,6 +44,13 @@ static const struct parse_case cases[] = {
 	{"name=a\nname=b\nname=c\nname=d\nname=e\nname=f\nname=g\nname=h\nname=i\nname=j\nname=k\nname=l\n"
 	 "name=m\nname=n\nname=o\nname=p\nname=q\n",
 	 -1, "more than 16 devices"},
+	{"minor=7\nminor=0\n", 2, NULL},
+	{"minor=254\n", 1, NULL},
+	{"minor=255\n", -1, "bad value for minor"},
+	{"minor=-1\n", -1, "bad value for minor"},
+	{"minor=1x\n", -1, "bad value for minor"},
+	{"minor=1\nname=B\n", -1, "devices 0 and 1 have the same minor"},
+	{"minor=3 minor=4\n", -1, "given twice"},
 };
 
 static void test_parse_table(void)
@@ -70,6 +77,11 @@ static void test_parse_table(void)
 	CHECK_EQ(c.dev[0].uuid[15], 0x55);
 	MUST(sim_config_parse(cases[0].text, strlen(cases[0].text), &c, err, sizeof(err)) == 0);
 	CHECK_EQ(c.dev[0].sms, SIM_DEFAULT_SMS); /* omitted keys take defaults */
+	CHECK_EQ(c.dev[0].minor, 0);
+	MUST(sim_config_parse("minor=7\nminor=0\n", 16, &c, err, sizeof(err)) == 0);
+	CHECK(c.dev[0].minor == 7 && c.dev[1].minor == 0);
+	MUST(sim_config_parse("name=a\nname=b\n", 14, &c, err, sizeof(err)) == 0);
+	CHECK(c.dev[0].minor == 0 && c.dev[1].minor == 1); /* default minor: the index */
 	/* A NUL inside the text is rejected, never read past len. */
 	CHECK(sim_config_parse("name=A\0x", 8, &c, err, sizeof(err)) != 0);
 	CHECK(sim_config_parse("name=ABCDEF", 6, &c, err, sizeof(err)) == 0 && strcmp(c.dev[0].name, "A") == 0);
@@ -99,6 +111,74 @@ static void test_sizes_and_uuids(void)
 	}
 }
 
+struct access_case {
+	const char *devnodes, *devdir; /* NULL: unset */
+	int rc;
+	bool on;
+	const char *dir_or_err;
+};
+
+static const struct access_case access_cases[] = {
+	{NULL, NULL, 0, false, "/dev"},
+	{"", "", 0, false, "/dev"},
+	{"0", NULL, 0, false, "/dev"},
+	{"1", NULL, 0, true, "/dev"},
+	{"1", "/tmp/x", 0, true, "/tmp/x"},
+	{"yes", NULL, -1, false, "GPUSLICE_SIM_DEVNODES=\"yes\": want 0 or 1"},
+	{"10", NULL, -1, false, "want 0 or 1"},
+	{"1", "dev", -1, false, "GPUSLICE_SIM_DEVDIR=\"dev\": want an absolute path"},
+};
+
+static void set_or_unset(const char *name, const char *v)
+{
+	if (v != NULL)
+		setenv(name, v, 1);
+	else
+		unsetenv(name);
+}
+
+/* GPUSLICE_SIM_DEVNODES / _DEVDIR, with env devices and with a device file. */
+static void test_access_env(void)
+{
+	struct sim_config c;
+	char err[SIM_ERR_LEN], longdir[300];
+
+	for (size_t i = 0; i < sizeof(access_cases) / sizeof(access_cases[0]); i++) {
+		const struct access_case *k = &access_cases[i];
+		set_or_unset("GPUSLICE_SIM_DEVNODES", k->devnodes);
+		set_or_unset("GPUSLICE_SIM_DEVDIR", k->devdir);
+		err[0] = '\0';
+		int rc = sim_config_from_env(&c, err, sizeof(err));
+		bool good = rc != 0 ? rc == k->rc && strstr(err, k->dir_or_err) != NULL
+				    : rc == k->rc && c.access.devnodes == k->on &&
+					      strcmp(c.access.devdir, k->dir_or_err) == 0;
+		if (!good) {
+			fprintf(stderr, "access case %zu: rc %d err \"%s\"\n", i, rc, err);
+			t_failures++;
+		}
+	}
+	memset(longdir, 'a', sizeof(longdir) - 1);
+	longdir[0] = '/';
+	longdir[sizeof(longdir) - 1] = '\0';
+	setenv("GPUSLICE_SIM_DEVDIR", longdir, 1);
+	CHECK(sim_config_from_env(&c, err, sizeof(err)) != 0 && strstr(err, "GPUSLICE_SIM_DEVDIR") != NULL);
+	unsetenv("GPUSLICE_SIM_DEVDIR");
+	/* Also with a device file: the check is per process, not per device. */
+	char path[128];
+	snprintf(path, sizeof(path), "/tmp/gpuslice-simtest-access-%d.conf", (int)getpid());
+	FILE *f = fopen(path, "w");
+	MUST(f != NULL);
+	fputs("minor=4\nminor=2\n", f);
+	fclose(f);
+	setenv("GPUSLICE_SIM_CONFIG", path, 1);
+	setenv("GPUSLICE_SIM_DEVNODES", "1", 1);
+	CHECK(sim_config_from_env(&c, err, sizeof(err)) == 0 && c.access.devnodes && c.ndev == 2 &&
+	      c.dev[0].minor == 4 && c.dev[1].minor == 2 && strcmp(c.access.devdir, "/dev") == 0);
+	unsetenv("GPUSLICE_SIM_CONFIG");
+	unsetenv("GPUSLICE_SIM_DEVNODES");
+	unlink(path);
+}
+
 /* Seeded mutation fuzzing over the table's texts: the parser must return 0
  * or -1 with a one-line message, never crash or read out of bounds (ASan). */
 static void test_fuzz(void)
@@ -106,7 +186,7 @@ static void test_fuzz(void)
 	struct sim_config c;
 	char buf[512], err[SIM_ERR_LEN];
 	uint64_t x = 0x9e3779b97f4a7c15ull;
-	const char alphabet[] = "=\" \n#\tGPU-0123456789abcdefKMGTiBnameuuidmemorysms\r\0\xff";
+	const char alphabet[] = "=\" \n#\tGPU-0123456789abcdefKMGTiBnameuuidmemorysmsminor\r\0\xff";
 
 	for (int it = 0; it < 100000; it++) {
 		const char *seed = cases[it % (sizeof(cases) / sizeof(cases[0]))].text;
@@ -195,6 +275,26 @@ static void test_bad_config_end_to_end(void)
 	setenv("GPUSLICE_SIM_GPUS", "17", 1);
 	expect_bad("GPUSLICE_SIM_GPUS=\"17\"");
 	unsetenv("GPUSLICE_SIM_GPUS");
+	setenv("GPUSLICE_SIM_DEVNODES", "on", 1);
+	expect_bad("GPUSLICE_SIM_DEVNODES=\"on\": want 0 or 1");
+	unsetenv("GPUSLICE_SIM_DEVNODES");
+}
+
+/* A version 1 file (minor was padding) nobody uses is rewritten as version 2. */
+static void test_v1_state_file(void)
+{
+	uint32_t version = 1;
+	int fd;
+
+	CHECK_EQ(t_run("ok2", "-"), 0);
+	fd = open(t_state, O_RDWR);
+	MUST(fd >= 0);
+	MUST(pwrite(fd, &version, 4, 8) == 4);
+	CHECK_EQ(t_run("ok2", "-"), 0);
+	MUST(pread(fd, &version, 4, 8) == 4);
+	CHECK_EQ(version, SIM_STATE_VERSION);
+	close(fd);
+	unlink(t_state);
 }
 
 static void test_bad_state_file(void)
@@ -260,14 +360,18 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[1], "child") == 0) {
 		if (strcmp(argv[2], "hold") == 0)
 			return child_hold();
+		if (strcmp(argv[2], "ok2") == 0)
+			return cuInit(0) == CUDA_SUCCESS && nvmlInit_v2() == NVML_SUCCESS ? 0 : 1;
 		return strcmp(argv[2], "ok") == 0 ? child_ok() : child_bad();
 	}
 	t_private_state("config");
 	test_parse_table();
 	test_sizes_and_uuids();
+	test_access_env();
 	test_fuzz();
 	test_bad_config_end_to_end();
 	test_bad_state_file();
+	test_v1_state_file();
 	test_config_mismatch();
 	return t_done("configuration parsing, fuzz, bad config and state file");
 }

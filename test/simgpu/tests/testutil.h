@@ -59,6 +59,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *i);
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *minor);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *name, unsigned int len);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int len);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m);
