@@ -41,6 +41,7 @@ func main() {
 	fs.StringVar(&cfg.DevRoot, "dev-root", cfg.DevRoot, "host directory of the nvidia<N> device nodes")
 	fs.IntVar(&cfg.SlotsPerGPU, "slots-per-gpu", cfg.SlotsPerGPU, "containers that may share one GPU")
 	fs.DurationVar(&cfg.Resync, "resync", cfg.Resync, "re-apply every container's devices this often")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "the kubelet's cgroupRoot")
 	fs.StringVar(&cfg.RuntimeStateDir, "runtime-state-dir", cfg.RuntimeStateDir, "directory of running containers' OCI config.json (cgroup v2)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)

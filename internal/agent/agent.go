@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}))
 	pods := f.Core().V1().Pods()
 	rec := &reconciler{client: cs, pods: pods.Lister(), gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
-		procRoot: cfg.ProcRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
+		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)

@@ -46,6 +46,8 @@ type Config struct {
 	Resync time.Duration
 	// ProcRoot is where /proc is mounted.
 	ProcRoot string
+	// CgroupRoot is the kubelet's cgroupRoot ("/" by default).
+	CgroupRoot string
 	// RuntimeStateDir holds <container id>/config.json of running
 	// containers (containerd: /run/containerd/io.containerd.runtime.v2.task/k8s.io),
 	// read for the device rules on cgroup v2.
@@ -67,6 +69,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		SlotsPerGPU:     16,
 		Resync:          time.Second,
 		ProcRoot:        "/proc",
+		CgroupRoot:      "/",
 		RuntimeStateDir: "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
 	}
 }

@@ -27,7 +27,8 @@ func podDirGlobs(uid types.UID) []string {
 }
 
 // ContainerCgroup finds a container's cgroup directory under a hierarchy
-// mounted at root, from its pod UID and runtime container ID.
+// mounted at root (plus the kubelet's --cgroup-root), from its pod UID and
+// runtime container ID.
 func ContainerCgroup(root string, uid types.UID, containerID string) (string, error) {
 	if containerID == "" || strings.ContainsAny(containerID, "/*?[") || strings.ContainsAny(string(uid), "/*?[") {
 		return "", fmt.Errorf("%w: bad id %q/%q", ErrNoContainer, uid, containerID)

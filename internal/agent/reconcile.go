@@ -39,6 +39,7 @@ type reconciler struct {
 	managed  []hotplug.Node
 	mounts   hotplug.Mounts
 	procRoot string
+	cgRoot   string
 	stateDir string
 	resync   time.Duration
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -182,7 +183,7 @@ func (r *reconciler) container(uid types.UID, cid string) (hotplug.Container, er
 	if v2 {
 		root = r.mounts.V2
 	}
-	dir, err := ContainerCgroup(root, uid, cid)
+	dir, err := ContainerCgroup(filepath.Join(root, r.cgRoot), uid, cid)
 	if err != nil {
 		return hotplug.Container{}, err
 	}

@@ -156,7 +156,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := c.patch(ctx, pod, out); err != nil {
 			return err
 		}
-		klog.FromContext(ctx).Info("resized", "pod", klog.KObj(pod), "node", a.Node, "want", want, "from", a.Containers, "to", out.Containers)
+		klog.FromContext(ctx).Info("resized", "pod", klog.KObj(pod), "node", a.Node, "want", want, "from", counts(a), "to", counts(out))
 	}
 	if len(short) > 0 {
 		msgs := make([]string, len(short))

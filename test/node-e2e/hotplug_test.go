@@ -1,0 +1,327 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpuslice/gpuslice/internal/hotplug"
+	"github.com/gpuslice/gpuslice/internal/resize"
+)
+
+const nsEnv = "GPUSLICE_NODE_E2E_PRIVATE_NS"
+
+// TestHotplug runs the whole node: the kubelet's device-plugin directory is
+// fixed (/var/lib/kubelet), so the test re-executes itself in a private mount
+// namespace with a tmpfs on /var/lib, where containerd, the kubelet and the
+// agent all run.
+func TestHotplug(t *testing.T) {
+	if os.Getenv(nsEnv) == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: runs containerd, runc and a kubelet")
+		}
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^TestHotplug$", "-test.v", "-test.timeout=25m")
+		cmd.Env = append(os.Environ(), nsEnv+"=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("node e2e in a private mount namespace: %v", err)
+		}
+		return
+	}
+	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatalf("tmpfs on /var/lib: %v", err)
+	}
+	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(tctx, 20*time.Minute)
+	defer cancel()
+	n := startNode(t, ctx)
+	defer n.stop()
+	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(klog.NewContext(ctx, klog.Background()))
+	defer rcancel()
+	startResize(t, rctx, n)
+
+	t.Run("share", func(t *testing.T) { n.t = t; testShare(t, ctx, n) })
+	var lat []time.Duration
+	t.Run("resize", func(t *testing.T) { n.t = t; lat = testResize(t, ctx, n) })
+	t.Run("agent-restart", func(t *testing.T) { n.t = t; testRestart(t, ctx, n) })
+	n.t = t
+	summary(t, lat)
+}
+
+func startResize(t *testing.T, ctx context.Context, n *node) {
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: n.cp.Client.EventsV1()})
+	b.StartRecordingToSink(ctx.Done())
+	c := &resize.Controller{Client: n.cp.Client, Dynamic: n.cp.Dynamic, Events: b.NewRecorder(scheme.Scheme, "gpuslice-resize"), Resync: time.Second}
+	go func() {
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("resize controller: %v", err)
+		}
+	}()
+}
+
+// testShare: a pod asking for a share of one GPU starts on the real kubelet;
+// the CUDA program in it sees its memory limit.
+func testShare(t *testing.T, ctx context.Context, n *node) {
+	const limit = 2 << 30
+	p := n.createPod(ctx, gpuPod("share", 1, limit, "", "/gs/gs-memfill", "--max", "1G"))
+	start := time.Now()
+	p = n.waitPod(ctx, p.Name, "succeeded", func(p *corev1.Pod) bool {
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("share pod failed: %+v", p.Status)
+		}
+		return p.Status.Phase == corev1.PodSucceeded
+	})
+	out, err := os.ReadFile(filepath.Join(n.podLogs, fmt.Sprintf("%s_%s_%s", ns, p.Name, p.UID), "main", "0.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("e2e share: pod done %.1fs after creation; gs-memfill said: %s", time.Since(start).Seconds(), strings.TrimSpace(string(out)))
+	if !strings.Contains(string(out), fmt.Sprintf(`"total":%d`, limit)) {
+		t.Fatalf("the program did not see its %d-byte limit: %s", limit, out)
+	}
+	if err := n.cp.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testResize: 1 -> 3 -> 2, then 2 -> 4 with one GPU free (partial grant and
+// an Event), the missing GPU granted once freed, then timed resizes.
+func testResize(t *testing.T, ctx context.Context, n *node) []time.Duration {
+	p := n.createPod(ctx, gpuPod("trainer", 1, 0, "1", "/probe"))
+	p = n.waitPod(ctx, p.Name, "running", running)
+	n.waitUsable(ctx, p, n.minors(assignment(p), "main"), time.Time{})
+	var lat []time.Duration
+	step := func(want int) {
+		t0 := n.setWant(ctx, p.Name, strconv.Itoa(want))
+		cur := n.waitPod(ctx, p.Name, fmt.Sprintf("assigned %d GPUs", want), func(p *corev1.Pod) bool {
+			a := assignment(p)
+			return a != nil && len(n.minors(a, "main")) == want
+		})
+		seen := n.waitUsable(ctx, p, n.minors(assignment(cur), "main"), t0)
+		lat = append(lat, seen.Sub(t0))
+	}
+	for _, w := range []int{3, 2} {
+		step(w)
+		t.Logf("e2e resize to %d: device usable inside %v after the annotation changed", w, lat[len(lat)-1].Round(time.Microsecond))
+	}
+	holder := n.createPod(ctx, gpuPod("holder", 1, 0, "", "/probe"))
+	holder = n.waitPod(ctx, holder.Name, "running", running)
+	t0 := n.setWant(ctx, p.Name, "4")
+	cur := n.waitPod(ctx, p.Name, "granted 3 of 4", func(p *corev1.Pod) bool { return len(n.minors(assignment(p), "main")) == 3 })
+	seen := n.waitUsable(ctx, p, n.minors(assignment(cur), "main"), t0)
+	t.Logf("e2e resize 2 -> 4 with 1 free: got 3, usable after %v", seen.Sub(t0).Round(time.Microsecond))
+	note := n.waitEvent(ctx, p.Name, resize.ReasonPartialGrant)
+	if !strings.Contains(note, "1 still missing") {
+		t.Fatalf("partial grant event says %q", note)
+	}
+	t.Logf("e2e event %s: %s", resize.ReasonPartialGrant, note)
+	if slices.ContainsFunc(n.minors(assignment(cur), "main"), func(m int) bool { return slices.Contains(n.minors(assignment(holder), "main"), m) }) {
+		t.Fatal("trainer was granted the holder's GPU")
+	}
+	// Freeing the holder's GPU completes the grant.
+	if err := n.cp.Client.CoreV1().Pods(ns).Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur = n.waitPod(ctx, p.Name, "granted 4", func(p *corev1.Pod) bool { return len(n.minors(assignment(p), "main")) == 4 })
+	n.waitUsable(ctx, p, n.minors(assignment(cur), "main"), t0)
+	lat = lat[:0]
+	resizes, _ := strconv.Atoi(os.Getenv("GPUSLICE_E2E_RESIZES"))
+	if resizes <= 0 {
+		resizes = 20
+	}
+	for i := range resizes {
+		step([]int{1, 3, 2, 4}[i%4])
+	}
+	return lat
+}
+
+func (n *node) waitEvent(ctx context.Context, pod, reason string) string {
+	var note string
+	err := waitFor(ctx, func() bool {
+		l, err := n.cp.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == pod && e.Reason == reason {
+				note = e.Note
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		n.t.Fatalf("no %s event for %s: %v", reason, pod, err)
+	}
+	return note
+}
+
+func waitFor(ctx context.Context, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// testRestart: the agent is killed right after a resize is asked for, and the
+// runtime rewrites the container's device rules while it is down; once
+// restarted, the container's devices equal the assignment and nothing is
+// left over.
+func testRestart(t *testing.T, ctx context.Context, n *node) {
+	p, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(n.minors(assignment(p), "main"))
+	want := 2
+	if before == 2 {
+		want = 3
+	}
+	n.setWant(ctx, p.Name, strconv.Itoa(want))
+	n.killAgent()
+	p = n.waitPod(ctx, p.Name, "reassigned", func(p *corev1.Pod) bool { return len(n.minors(assignment(p), "main")) == want })
+	assigned := n.minors(assignment(p), "main")
+	dir, pid := n.containerCgroup(p)
+	// The "runtime" rewrites the rules: an assigned GPU denied, an
+	// unassigned one allowed (with its node made).
+	var other int
+	for _, g := range n.gpus {
+		if !slices.Contains(assigned, g.Minor) {
+			other = g.Minor
+		}
+	}
+	writeFile(t, filepath.Join(dir, "devices.deny"), fmt.Sprintf("c 195:%d rwm", assigned[0]))
+	writeFile(t, filepath.Join(dir, "devices.allow"), fmt.Sprintf("c 195:%d rw", other))
+	if err := unix.Mknod(fmt.Sprintf("/proc/%d/root/dev/nvidia%d", pid, other), unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(other)))); err != nil && err != unix.EEXIST {
+		t.Fatal(err)
+	}
+	t.Logf("e2e restart: agent killed mid-resize (%d -> %d GPUs); rules rewritten; probe now sees %v", before, want, n.current(p))
+	restart := time.Now()
+	n.startAgent()
+	seen := n.waitUsable(ctx, p, assigned, restart)
+	t.Logf("e2e restart: devices equal the assignment %v again %v after the restart", assigned, seen.Sub(restart).Round(time.Millisecond))
+	// Nothing left over: the device cgroup names exactly the assigned GPUs,
+	// the container's /dev holds exactly their nodes, the report agrees.
+	list, err := os.ReadFile(filepath.Join(dir, "devices.list"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []int
+	for _, l := range strings.Split(string(list), "\n") {
+		if m, ok := strings.CutPrefix(l, "c 195:"); ok {
+			num, _, _ := strings.Cut(m, " ")
+			v, _ := strconv.Atoi(num)
+			rules = append(rules, v)
+		}
+	}
+	sort.Ints(rules)
+	if !slices.Equal(rules, assigned) {
+		t.Fatalf("device cgroup allows GPUs %v, assignment %v:\n%s", rules, assigned, list)
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/dev", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []int
+	for _, e := range ents {
+		if v, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "nvidia")); err == nil && strings.HasPrefix(e.Name(), "nvidia") {
+			nodes = append(nodes, v)
+		}
+	}
+	sort.Ints(nodes)
+	if !slices.Equal(nodes, assigned) {
+		t.Fatalf("container /dev has nodes %v, assignment %v", nodes, assigned)
+	}
+	n.waitPod(ctx, p.Name, "reported", func(p *corev1.Pod) bool {
+		a, ok := applied(p)
+		return ok && a.Error == "" && len(a.Containers) == 1 && len(a.Containers[0].GPUs) == want
+	})
+	if progs, err := hotplug.ProgramsV2(dir); err == nil && len(progs) > 0 {
+		t.Fatalf("device programs left on a v1 container: %v", progs)
+	}
+}
+
+// containerCgroup returns the trainer container's device cgroup and a pid.
+func (n *node) containerCgroup(p *corev1.Pod) (string, int) {
+	m, err := hotplug.FindMounts("/proc")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	id := p.Status.ContainerStatuses[0].ContainerID
+	_, id, _ = strings.Cut(id, "://")
+	matches, _ := filepath.Glob(filepath.Join(m.V1Devices, "kubepods", "*", "pod"+string(p.UID), id))
+	more, _ := filepath.Glob(filepath.Join(m.V1Devices, "kubepods", "pod"+string(p.UID), id))
+	matches = append(matches, more...)
+	if len(matches) != 1 {
+		n.t.Fatalf("container cgroup of %s: %v", p.Name, matches)
+	}
+	b, err := os.ReadFile(filepath.Join(matches[0], "cgroup.procs"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return matches[0], pid
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// summary prints the closing line and writes it to $GPUSLICE_E2E_SUMMARY.
+func summary(t *testing.T, lat []time.Duration) {
+	if len(lat) == 0 {
+		t.Fatal("no resize measured")
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	line := fmt.Sprintf("hotplug p50 %.1f ms, p99 %.1f ms, resizes %d", q(0.5), q(0.99), len(lat))
+	fmt.Println(line)
+	if path := os.Getenv("GPUSLICE_E2E_SUMMARY"); path != "" {
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if q(0.99) > 1000 {
+		t.Errorf("p99 %.1f ms is above the 1 s goal", q(0.99))
+	}
+}

@@ -1,0 +1,341 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+const (
+	nodeName  = "gs-e2e-node"
+	scheduler = "gpuslice"
+	image     = "gpuslice.local/e2e:1"
+	pauseImg  = "gpuslice.local/pause:1"
+	numGPUs   = 4
+)
+
+// node is one real node and its control plane, all started by the test.
+type node struct {
+	t          *testing.T
+	dir, bin   string
+	cp         *harness.ControlPlane
+	procs      []*harness.Process
+	ctrSock    string
+	stateDir   string // containerd task state (OCI config.json of containers)
+	podLogs    string
+	gpus       []gpu.Device
+	agent      *exec.Cmd
+	agentDone  chan struct{}
+	agentLog   string
+	agentFlags []string
+}
+
+func need(t *testing.T, env string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		t.Fatalf("%s is not set (run through make e2e-hotplug)", env)
+	}
+	return v
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// startNode brings everything up; stop takes it down.
+func startNode(t *testing.T, ctx context.Context) *node {
+	n := &node{t: t, bin: need(t, "GPUSLICE_BIN")}
+	kubelet := need(t, "GPUSLICE_KUBELET")
+	bins, err := harness.FindBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.dir, err = os.MkdirTemp("", "gpuslice-node-e2e-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("e2e: logs and state in %s", n.dir)
+	if n.cp, err = harness.StartControlPlane(ctx, bins, n.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.cp.InstallCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := n.cp.StartScheduler(ctx, filepath.Join(n.bin, "gpuslice-scheduler"), "scheduler",
+		harness.SchedulerOptions{SchedulerName: scheduler, GPUSlice: true, Args: "{heartbeatTimeout: 1h}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.procs = append(n.procs, sp)
+	n.simGPUs()
+	n.images()
+	n.startContainerd(ctx)
+	n.startKubelet(ctx, kubelet)
+	n.publishGPUs(ctx)
+	n.agentFlags = []string{"--node-name", nodeName, "--kubeconfig", n.cp.Kubeconfig, "--driver", "sim",
+		"--sim-dir", filepath.Join(n.bin, "sim"), "--library", filepath.Join(n.bin, "libgpuslice.so"),
+		"--run-dir", filepath.Join(n.dir, "run"), "--socket", filepath.Join(n.dir, "run", "node.sock"),
+		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s",
+		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), "-v", "2"}
+	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
+	n.startAgent()
+	return n
+}
+
+// simGPUs sets the simulated GPU up for every process of the test and makes
+// the host device nodes (c 195:N, no driver behind them).
+func (n *node) simGPUs() {
+	t := n.t
+	for k, v := range map[string]string{"GPUSLICE_SIM_GPUS": strconv.Itoa(numGPUs), "GPUSLICE_SIM_MEMORY": "16GiB",
+		"GPUSLICE_SIM_STATE": filepath.Join(n.dir, "sim.state")} {
+		if err := os.Setenv(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(n.bin, "sim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.gpus, err = gpu.Devices(drv.NVML)
+	if serr := drv.NVML.Shutdown(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := filepath.Join(n.dir, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range n.gpus {
+		if err := unix.Mknod(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor)), unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(g.Minor)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (n *node) images() {
+	t := n.t
+	for _, p := range []string{"probe", "pause"} {
+		run(t, "gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", filepath.Join(n.dir, p), filepath.Join("images", p+".c"))
+	}
+	files := imageFiles{"/pause": filepath.Join(n.dir, "pause")}
+	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {
+		t.Fatal(err)
+	}
+	files = imageFiles{"/probe": filepath.Join(n.dir, "probe"), "/bin/busybox": "/bin/busybox"}
+	for _, f := range []string{"gs-memfill", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
+		if err := files.addWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := buildImage(filepath.Join(n.dir, "e2e.tar"), image, files, []string{"/probe"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) startContainerd(ctx context.Context) {
+	t := n.t
+	root := filepath.Join(n.dir, "containerd")
+	n.ctrSock = filepath.Join(root, "containerd.sock")
+	n.stateDir = filepath.Join(root, "state")
+	n.podLogs = filepath.Join(n.dir, "pod-logs")
+	cni := filepath.Join(n.dir, "cni")
+	for _, d := range []string{root, cni, n.podLogs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, filepath.Join(root, "root"), n.stateDir, n.ctrSock, pauseImg, cni)
+	path := filepath.Join(root, "config.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.Start(n.dir, "containerd", "containerd", "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.procs = append(n.procs, p)
+	if err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(n.ctrSock)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("containerd: %v\n%s", err, p.Tail())
+	}
+	for _, img := range []string{"pause.tar", "e2e.tar"} {
+		run(t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "images", "import", filepath.Join(n.dir, img))
+	}
+}
+
+func (n *node) startKubelet(ctx context.Context, kubelet string) {
+	t := n.t
+	port, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+localStorageCapacityIsolation: false
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%"}
+imageGCHighThresholdPercent: 100
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+syncFrequency: 5s
+`, port, n.ctrSock, n.podLogs)
+	path := filepath.Join(n.dir, "kubelet.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.Start(n.dir, "kubelet", kubelet, "--config", path, "--kubeconfig", n.cp.Kubeconfig,
+		"--hostname-override", nodeName, "--node-ip", "127.0.0.1", "-v", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.procs = append(n.procs, p)
+	if err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		if exited, err := p.Exited(); exited {
+			return false, fmt.Errorf("kubelet exited: %v", err)
+		}
+		_, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("kubelet: %v\n%s", err, p.Tail())
+	}
+}
+
+// publishGPUs writes the node's GPUNode row (the resource-table publisher's
+// job; internal/table is wired by the lead).
+func (n *node) publishGPUs(ctx context.Context) {
+	g := &api.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + api.GPUNodeVersion, Kind: api.GPUNodeKind},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
+	g.Status = api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.Now(), PeriodSeconds: 10}
+	for _, d := range n.gpus {
+		mem := int64(d.MemoryTotal)
+		g.Status.GPUs = append(g.Status.GPUs, api.GPU{Index: int32(d.Index), UUID: d.UUID, Model: d.Name, MemoryBytes: mem,
+			UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: mem, Health: api.GPUHealthy})
+	}
+	g.Status.Summary = api.Summarize(g.Status.GPUs)
+	if err := harness.PutGPUNode(ctx, n.cp.Dynamic, g); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *node) startAgent() {
+	t := n.t
+	f, err := os.OpenFile(n.agentLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(n.bin, "gpuslice-node"), n.agentFlags...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // killed on purpose in the restart test
+		_ = f.Close()
+		close(done)
+	}()
+	n.agent, n.agentDone = cmd, done
+}
+
+// killAgent kills the agent with SIGKILL (no cleanup of any kind).
+func (n *node) killAgent() {
+	if n.agent == nil {
+		return
+	}
+	_ = syscall.Kill(-n.agent.Process.Pid, syscall.SIGKILL)
+	<-n.agentDone
+	n.agent = nil
+}
+
+// stop deletes the pods (so the kubelet stops their containers), removes
+// what containerd still holds, and stops every process.
+func (n *node) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if n.cp != nil {
+		zero := int64(0)
+		_ = n.cp.Client.CoreV1().Pods("e2e").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		_ = harness.WaitFor(ctx, 200*time.Millisecond, func() (bool, error) {
+			l, err := n.cp.Client.CoreV1().Pods("e2e").List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0, nil
+		})
+	}
+	n.killAgent()
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		if n.procs[i].Name == "containerd" {
+			n.removeContainers()
+		}
+		n.procs[i].Stop()
+	}
+	if n.cp != nil {
+		n.cp.Stop()
+	}
+	if !n.t.Failed() {
+		if err := os.RemoveAll(n.dir); err != nil {
+			n.t.Logf("e2e: remove %s: %v", n.dir, err)
+		}
+	}
+}
+
+func (n *node) removeContainers() {
+	ctr := func(args ...string) string {
+		out, _ := exec.Command("ctr", append([]string{"--address", n.ctrSock, "-n", "k8s.io"}, args...)...).Output()
+		return string(out)
+	}
+	for _, id := range strings.Fields(ctr("containers", "ls", "-q")) {
+		ctr("tasks", "kill", "-s", "SIGKILL", id)
+		ctr("tasks", "rm", "-f", id)
+		ctr("containers", "rm", id)
+	}
+}
+

@@ -1,0 +1,196 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+const ns = "e2e"
+
+// gpuPod is a hostNetwork pod of the e2e image asking for gpus (whole GPUs,
+// or a share when memory > 0).
+func gpuPod(name string, gpus int64, memory int64, want string, command ...string) *corev1.Pod {
+	limits := corev1.ResourceList{api.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	if memory > 0 {
+		limits[api.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
+		limits[api.ResourceUnits] = *resource.NewQuantity(50, resource.DecimalSI)
+	}
+	zero := int64(0)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName: scheduler, HostNetwork: true, TerminationGracePeriodSeconds: &zero,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: corev1.PullNever, Command: command,
+				Resources: corev1.ResourceRequirements{Limits: limits}}},
+		},
+	}
+	if want != "" {
+		p.Annotations = map[string]string{resize.AnnotationWantGPUs: want}
+	}
+	return p
+}
+
+func (n *node) createPod(ctx context.Context, p *corev1.Pod) *corev1.Pod {
+	got, err := n.cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return got
+}
+
+// waitPod waits until cond holds for the pod.
+func (n *node) waitPod(ctx context.Context, name string, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	var last *corev1.Pod
+	err := harness.WaitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		p, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		n.t.Fatalf("pod %s never %s: %v\nstatus: %+v\nannotations: %v\nagent log:\n%s", name, what, err, last.Status, last.Annotations, n.agentTail())
+	}
+	return last
+}
+
+func running(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
+
+func (n *node) agentTail() string {
+	b, _ := os.ReadFile(n.agentLog)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func assignment(p *corev1.Pod) *api.Assignment {
+	a, err := api.ParseAssignment(p.Annotations[api.AnnotationAssignment])
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
+// minors lists the device minors of the container's assigned GPUs.
+func (n *node) minors(a *api.Assignment, container string) []int {
+	var out []int
+	for _, c := range a.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, g := range c.GPUs {
+			for _, d := range n.gpus {
+				if d.UUID == g.UUID {
+					out = append(out, d.Minor)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (n *node) setWant(ctx context.Context, name, want string) time.Time {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resize.AnnotationWantGPUs: want}}})
+	t0 := time.Now()
+	if _, err := n.cp.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		n.t.Fatal(err)
+	}
+	return t0
+}
+
+// probeLine is one report of gs-devprobe: when, and which minors were usable.
+type probeLine struct {
+	at     time.Time
+	minors []int
+}
+
+// probeLines reads the probe's output from the container log (CRI format:
+// "<time> stdout F <line>").
+func (n *node) probeLines(p *corev1.Pod) []probeLine {
+	path := filepath.Join(n.podLogs, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), "main", "0.log")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []probeLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 6 {
+			continue
+		}
+		ns, err := strconv.ParseInt(fields[3], 10, 64)
+		if err != nil {
+			continue
+		}
+		l := probeLine{at: time.Unix(0, ns)}
+		if fields[5] != "-" {
+			for _, m := range strings.Split(fields[5], ",") {
+				v, _ := strconv.Atoi(m)
+				l.minors = append(l.minors, v)
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// waitUsable waits until the probe inside the pod reports exactly minors
+// usable, at or after since, and returns when it saw that.
+func (n *node) waitUsable(ctx context.Context, p *corev1.Pod, minors []int, since time.Time) time.Time {
+	var seen time.Time
+	var last []probeLine
+	err := harness.WaitFor(ctx, 2*time.Millisecond, func() (bool, error) {
+		last = n.probeLines(p)
+		for _, l := range last {
+			if !l.at.Before(since) && slices.Equal(l.minors, minors) {
+				seen = l.at
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		n.t.Fatalf("pod %s never saw GPUs %v: %v; probe said %v\nagent log:\n%s", p.Name, minors, err, last, n.agentTail())
+	}
+	return seen
+}
+
+// current returns what the probe reports now.
+func (n *node) current(p *corev1.Pod) []int {
+	l := n.probeLines(p)
+	if len(l) == 0 {
+		return nil
+	}
+	return l[len(l)-1].minors
+}
+
+func applied(p *corev1.Pod) (agent.Applied, bool) {
+	a, err := agent.ParseApplied(p.Annotations[resize.AnnotationApplied])
+	return a, err == nil
+}
