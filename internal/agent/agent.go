@@ -35,6 +35,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	// Reports follow every device change; the default 5 QPS would queue
+	// the next change behind them.
+	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)

@@ -153,7 +153,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	out, short, changed := Plan(a, want, free)
 	if changed {
-		if err := c.patch(ctx, pod, out); err != nil {
+		err := c.patch(ctx, pod, out)
+		if apierrors.IsConflict(err) {
+			// The pod changed meanwhile; its update event queues it again
+			// and the next pass plans from the new version.
+			klog.FromContext(ctx).V(2).Info("pod changed while resizing, retrying", "pod", klog.KObj(pod))
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		klog.FromContext(ctx).Info("resized", "pod", klog.KObj(pod), "node", a.Node, "want", want, "from", counts(a), "to", counts(out))

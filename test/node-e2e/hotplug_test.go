@@ -314,6 +314,7 @@ func summary(t *testing.T, lat []time.Duration) {
 	q := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
 	}
+	t.Logf("e2e latencies: min %v, slowest %v", lat[0].Round(time.Microsecond), lat[max(0, len(lat)-5):])
 	line := fmt.Sprintf("hotplug p50 %.1f ms, p99 %.1f ms, resizes %d", q(0.5), q(0.99), len(lat))
 	fmt.Println(line)
 	if path := os.Getenv("GPUSLICE_E2E_SUMMARY"); path != "" {

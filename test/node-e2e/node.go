@@ -321,6 +321,7 @@ func (n *node) stop() {
 		n.cp.Stop()
 	}
 	if !n.t.Failed() {
+		unmountUnder(n.dir)
 		if err := os.RemoveAll(n.dir); err != nil {
 			n.t.Logf("e2e: remove %s: %v", n.dir, err)
 		}
@@ -339,3 +340,21 @@ func (n *node) removeContainers() {
 	}
 }
 
+// unmountUnder detaches every mount below dir (containerd's sandbox shm and
+// rootfs mounts in this private mount namespace), deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = unix.Unmount(points[i], unix.MNT_DETACH) // best effort: the namespace goes with the test anyway
+	}
+}

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+)
+
+func TestContainerCgroup(t *testing.T) {
+	root := t.TempDir()
+	uid := "0b3d1c2e-1111-2222-3333-444455556666"
+	dirs := []string{
+		"kubepods/burstable/pod" + uid + "/abc123",
+		"kubepods/pod" + uid + "/guaranteed1",
+		"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-sys1.scope",
+		"kubepods/besteffort/podother/abc123",
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for cid, want := range map[string]string{"abc123": dirs[0], "guaranteed1": dirs[1], "sys1": dirs[2]} {
+		got, err := ContainerCgroup(root, "0b3d1c2e-1111-2222-3333-444455556666", cid)
+		if err != nil || got != filepath.Join(root, want) {
+			t.Errorf("%s: %q, %v; want %s", cid, got, err, want)
+		}
+	}
+	for _, cid := range []string{"missing", "", "../x", "a*"} {
+		if _, err := ContainerCgroup(root, "0b3d1c2e-1111-2222-3333-444455556666", cid); !errors.Is(err, ErrNoContainer) {
+			t.Errorf("%q: err = %v", cid, err)
+		}
+	}
+	procs := filepath.Join(root, dirs[0], "cgroup.procs")
+	if err := os.WriteFile(procs, []byte(""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FirstPID(filepath.Join(root, dirs[0])); !errors.Is(err, ErrNoContainer) {
+		t.Fatalf("empty cgroup: %v", err)
+	}
+	if err := os.WriteFile(procs, []byte("4242\n4243\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := FirstPID(filepath.Join(root, dirs[0])); err != nil || pid != 4242 {
+		t.Fatalf("FirstPID = %d, %v", pid, err)
+	}
+	if runtimeID("containerd://abc") != "abc" || runtimeID("abc") != "abc" {
+		t.Fatal("runtimeID")
+	}
+}
+
+func TestApplied(t *testing.T) {
+	s, err := Applied{Containers: []AppliedContainer{{Name: "z", GPUs: []int32{3, 1}}, {Name: "a"}}}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"version":"v1","containers":[{"name":"a","gpus":[]},{"name":"z","gpus":[1,3]}]}`; s != want {
+		t.Fatalf("Marshal = %s, want %s", s, want)
+	}
+	a, err := ParseApplied(s)
+	if err != nil || len(a.Containers) != 2 {
+		t.Fatalf("ParseApplied: %+v %v", a, err)
+	}
+	for _, bad := range []string{"", "{}", `{"version":"v2"}`, "[]"} {
+		if _, err := ParseApplied(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	env := map[string]string{"NODE_NAME": "n1"}
+	c := DefaultConfig(func(k string) string { return env[k] })
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	bad := []func(*Config){
+		func(c *Config) { c.NodeName = "" },
+		func(c *Config) { c.DevRoot = "dev" },
+		func(c *Config) { c.SlotsPerGPU = 0 },
+		func(c *Config) { c.Resync = time.Millisecond },
+	}
+	for i, mut := range bad {
+		cc := c
+		mut(&cc)
+		if cc.Validate() == nil {
+			t.Errorf("case %d accepted", i)
+		}
+	}
+}
+
+func TestInjectForSimulated(t *testing.T) {
+	c := DefaultConfig(func(string) string { return "" })
+	c.ControlDevices = []string{"/dev/null", "/dev/nonexistent-gpuslice"}
+	in := injectFor(c, &gpu.Driver{Simulated: true, LibDir: "/opt/sim"},
+		map[string]string{"GPUSLICE_SIM_GPUS": "4", "GPUSLICE_SIM_STATE": "/x/state", "HOME": "/root"})
+	if in.SimDir != "/opt/sim" || in.SimState != "/x/state" || in.Env["GPUSLICE_SIM_GPUS"] != "4" || len(in.Env) != 1 {
+		t.Fatalf("inject %+v", in)
+	}
+	if len(in.ControlDevices) != 1 || in.ControlDevices[0] != "/dev/null" {
+		t.Fatalf("control devices %v (only existing ones)", in.ControlDevices)
+	}
+	if got := managedNodes([]deviceplugin.GPU{{Minor: 7}}); len(got) != 1 || got[0].Path != "/dev/nvidia7" || got[0].Device.Major != 195 {
+		t.Fatalf("managed %+v", got)
+	}
+}
