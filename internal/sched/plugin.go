@@ -26,6 +26,7 @@ var (
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
 	_ fwk.PostBindPlugin    = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
@@ -39,11 +40,13 @@ type Plugin struct {
 	// synced reports whether the pod handler has seen the initial list,
 	// so the books hold every bound pod's assignment; nil: always.
 	synced func() bool
+	wait   *waiters
 }
 
 // cycle is the per-pod scheduling-cycle state.
 type cycle struct {
 	req *api.PodRequest
+	gen uint64 // waiters generation when the cycle started
 	got *api.Assignment
 	// boundByUs: our Bind wrote the assignment with the binding.
 	boundByUs bool
@@ -77,7 +80,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	if req.Empty() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycle{req: req})
+	state.Write(stateKey, &cycle{req: req, gen: p.wait.generation()})
 	return nil, nil
 }
 
@@ -94,6 +97,15 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	return nil
+}
+
+// PostFilter parks a GPU pod that fit nowhere until capacity is freed; it
+// never makes a pod schedulable itself.
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if c, ok := readCycle(state); ok {
+		p.wait.park(ctx, pod, c.gen)
+	}
+	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
 
 // Score rates a node that passed Filter by placement policy.
@@ -124,9 +136,10 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 }
 
 // Unreserve returns the pod's GPUs when a later step fails.
-func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
+func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
 	if _, ok := readCycle(state); ok {
 		p.alloc.Release(string(pod.UID))
+		p.wait.wake(ctx)
 	}
 }
 

@@ -54,12 +54,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	ledger := NewLedger(cfg, clock.RealClock{})
 	ev := recorderEvents{rec: h.EventRecorder()}
-	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev))
+	w := &waiters{activator: h}
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev, w))
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
-	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced}
-	if err := watchGPUNodes(ctx, dyn, ledger); err != nil {
+	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w}
+	if err := watchGPUNodes(ctx, dyn, ledger, w); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
@@ -69,7 +70,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 }
 
 // podHandler keeps the ledger in step with bound pods.
-func podHandler(ctx context.Context, l *Ledger, ev Events) cache.ResourceEventHandler {
+func podHandler(ctx context.Context, l *Ledger, ev Events, w *waiters) cache.ResourceEventHandler {
 	observe := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -77,6 +78,9 @@ func podHandler(ctx context.Context, l *Ledger, ev Events) cache.ResourceEventHa
 		}
 		if err := l.ObservePod(pod); err != nil {
 			ev.InvalidAssignment(ctx, pod, err)
+		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			w.wake(ctx)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -88,13 +92,14 @@ func podHandler(ctx context.Context, l *Ledger, ev Events) cache.ResourceEventHa
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				l.Release(string(pod.UID))
+				w.wake(ctx)
 			}
 		},
 	}
 }
 
 // watchGPUNodes feeds GPUNode rows into the ledger and waits for the first list.
-func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger) error {
+func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *waiters) error {
 	logger := klog.FromContext(ctx)
 	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	inf := f.ForResource(api.GPUNodeGVR).Informer()
@@ -105,7 +110,9 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger) error 
 		}
 		if err != nil {
 			logger.Error(err, "ignoring GPUNode")
+			return
 		}
+		w.wake(ctx)
 	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,

@@ -22,11 +22,20 @@ func TestSchedulesWholeAndShares(t *testing.T) {
 	e, ns := setup(t)
 	e.nodes(t, ns+"-n", 2, 2)
 	e.startScheduler(t, ns+"-sched", `{placement: binpack}`)
-	e.createPod(t, ns, "whole", ns+"-sched", harness.GPURequest{GPUs: 1})
-	e.createPod(t, ns, "half", ns+"-sched", harness.GPURequest{Units: 50, Memory: 4 * harness.GiB})
-	e.createPod(t, ns, "third", ns+"-sched", harness.GPURequest{Units: 30, Memory: 2 * harness.GiB})
-	e.createPod(t, ns, "two", ns+"-sched", harness.GPURequest{GPUs: 2, Units: 10})
-	pods := e.waitBound(t, ns, "whole", "half", "third", "two")
+	// One at a time, so the placement each sees is deterministic.
+	pods := map[string]*corev1.Pod{}
+	for _, p := range []struct {
+		name string
+		r    harness.GPURequest
+	}{
+		{"whole", harness.GPURequest{GPUs: 1}},
+		{"half", harness.GPURequest{Units: 50, Memory: 4 * harness.GiB}},
+		{"third", harness.GPURequest{Units: 30, Memory: 2 * harness.GiB}},
+		{"two", harness.GPURequest{GPUs: 2, Units: 10}},
+	} {
+		e.createPod(t, ns, p.name, ns+"-sched", p.r)
+		pods[p.name] = e.waitBound(t, ns, p.name)[p.name]
+	}
 	w := assignment(t, pods["whole"])
 	if g := w.Containers[0].GPUs; len(g) != 1 || !g[0].Exclusive || g[0].Units != 100 || g[0].MemoryBytes != 16*harness.GiB {
 		t.Fatalf("whole: %+v", g)
