@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
@@ -28,19 +30,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := klog.FromContext(ctx)
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.Kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	cs, err := client(cfg.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	// Reports follow every device change; the default 5 QPS would queue
-	// the next change behind them.
-	rc.QPS, rc.Burst = 50, 100
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return err
 	}
 	drv, err := gpu.OpenDriver(cfg.Driver, cfg.SimDir)
 	if err != nil {
@@ -59,16 +51,14 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err != nil {
 		return err
 	}
-	log.Info("gpuslice-node starting", "node", cfg.NodeName, "gpus", len(gpus), "simulated", drv.Simulated,
+	klog.FromContext(ctx).Info("gpuslice-node starting", "node", cfg.NodeName, "gpus", len(gpus), "simulated", drv.Simulated,
 		"driver", drv.Version, "devicesV1", mounts.V1Devices, "cgroup2", mounts.V2)
 
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName=" + cfg.NodeName
 	}))
 	pods := f.Core().V1().Pods()
-	rec := &reconciler{client: cs, pods: pods.Lister(), gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
-		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	rec := newReconciler(cfg, cs, pods.Lister(), gpus, mounts)
 	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)
 	}
@@ -93,6 +83,31 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
 	return g.Wait()
+}
+
+// client connects to the API server.
+func client(kubeconfig string) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	// Reports follow every device change; the default 5 QPS would queue
+	// the next change behind them.
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return cs, nil
+}
+
+func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {
+	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
+		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
+		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }
 
 func discover(n gpu.NVML) ([]deviceplugin.GPU, error) {

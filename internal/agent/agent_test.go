@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 )
@@ -108,5 +112,27 @@ func TestInjectForSimulated(t *testing.T) {
 	}
 	if got := managedNodes([]deviceplugin.GPU{{Minor: 7}}); len(got) != 1 || got[0].Path != "/dev/nvidia7" || got[0].Device.Major != 195 {
 		t.Fatalf("managed %+v", got)
+	}
+}
+
+func TestStaleGroups(t *testing.T) {
+	pod := func(name, uid string, containers ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
+		for _, c := range containers {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+		}
+		return p
+	}
+	live := pod("trainer", "u1", "main", "side")
+	keep := deviceplugin.GroupName(deviceplugin.Candidate{Name: "trainer", Container: "side", UID: "u1"})
+	gone := deviceplugin.GroupName(deviceplugin.Candidate{Name: "old", Container: "main", UID: "u0"})
+	young := deviceplugin.GroupName(deviceplugin.Candidate{Name: "new", Container: "main", UID: "u2"})
+	ages := map[string]time.Duration{keep: time.Hour, gone: time.Hour, young: time.Second, "mine": time.Hour}
+	got := staleGroups([]string{keep, gone, young, "mine"}, []*corev1.Pod{live}, func(n string) (time.Duration, bool) {
+		a, ok := ages[n]
+		return a, ok
+	}, time.Minute)
+	if len(got) != 1 || got[0] != gone {
+		t.Fatalf("stale = %v, want [%s] (not the live one, the young one, or a group the agent did not make)", got, gone)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/devices"
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -43,6 +45,10 @@ type reconciler struct {
 	stateDir string
 	resync   time.Duration
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// tree holds the groups Allocate made; gcAge is how old a group of a
+	// container no longer on the node must be before it is removed.
+	tree  group.Tree
+	gcAge time.Duration
 }
 
 func managedNodes(gpus []deviceplugin.GPU) []hotplug.Node {
@@ -85,6 +91,7 @@ func (r *reconciler) run(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
+			r.gcGroups(ctx, pods)
 			for _, p := range pods {
 				if key, err := cache.MetaNamespaceKeyFunc(p); err == nil && p.Annotations[api.AnnotationAssignment] != "" {
 					r.queue.Add(key)
@@ -222,4 +229,51 @@ func (r *reconciler) report(ctx context.Context, pod *corev1.Pod, a Applied) err
 		return fmt.Errorf("report applied state: %w", err)
 	}
 	return nil
+}
+
+// groupPrefix marks the groups the device plugin makes.
+const groupPrefix = "k8s-"
+
+// staleGroups picks the agent's groups (groupPrefix) that belong to no
+// container of pods and are older than minAge (a group is made at Allocate,
+// possibly before this agent's cache has the pod).
+func staleGroups(names []string, pods []*corev1.Pod, age func(string) (time.Duration, bool), minAge time.Duration) []string {
+	live := map[string]bool{}
+	for _, p := range pods {
+		for _, c := range p.Spec.Containers {
+			live[deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: c.Name, UID: p.UID})] = true
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, groupPrefix) || live[n] {
+			continue
+		}
+		if a, ok := age(n); ok && a >= minAge {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// gcGroups removes the groups of containers that left the node.
+func (r *reconciler) gcGroups(ctx context.Context, pods []*corev1.Pod) {
+	names, err := r.tree.List()
+	if err != nil {
+		return
+	}
+	age := func(n string) (time.Duration, bool) {
+		fi, err := os.Stat(r.tree.Path(n))
+		if err != nil {
+			return 0, false
+		}
+		return time.Since(fi.ModTime()), true
+	}
+	for _, n := range staleGroups(names, pods, age, r.gcAge) {
+		if err := r.tree.Remove(n); err != nil {
+			klog.FromContext(ctx).Error(err, "remove group of a departed container", "group", n)
+			continue
+		}
+		klog.FromContext(ctx).Info("removed group of a departed container", "group", n)
+	}
 }

@@ -187,6 +187,12 @@ func runPeerScenario(t *testing.T) {
 		t.Fatalf("pod without assignment: err = %v", err)
 	}
 
+	peerFailures(t, p, plug)
+}
+
+// peerFailures: unhealthy GPUs and a restarted kubelet.
+func peerFailures(t *testing.T, p *peer, plug *Plugin) {
+	a, b := pod("a", []int64{2}, [][]int32{{1, 3}}), pod("b", []int64{1}, [][]int32{{0}})
 	// An unhealthy assigned GPU has no slot to give.
 	plug.SetGPUs(fourGPUs(true, true, false, true))
 	waitCapacity(t, p.m, 12)

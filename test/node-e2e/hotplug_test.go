@@ -232,6 +232,14 @@ func testRestart(t *testing.T, ctx context.Context, n *node) {
 	n.startAgent()
 	seen := n.waitUsable(ctx, p, assigned, restart)
 	t.Logf("e2e restart: devices equal the assignment %v again %v after the restart", assigned, seen.Sub(restart).Round(time.Millisecond))
+	n.checkNothingLeft(ctx, p, dir, pid, assigned)
+}
+
+// checkNothingLeft: the device cgroup allows exactly the assigned GPUs, the
+// container's /dev holds exactly their nodes, no device program is attached,
+// and the agent's report agrees.
+func (n *node) checkNothingLeft(ctx context.Context, p *corev1.Pod, dir string, pid int, assigned []int) {
+	t := n.t
 	// Nothing left over: the device cgroup names exactly the assigned GPUs,
 	// the container's /dev holds exactly their nodes, the report agrees.
 	list, err := os.ReadFile(filepath.Join(dir, "devices.list"))
@@ -266,7 +274,7 @@ func testRestart(t *testing.T, ctx context.Context, n *node) {
 	}
 	n.waitPod(ctx, p.Name, "reported", func(p *corev1.Pod) bool {
 		a, ok := applied(p)
-		return ok && a.Error == "" && len(a.Containers) == 1 && len(a.Containers[0].GPUs) == want
+		return ok && a.Error == "" && len(a.Containers) == 1 && len(a.Containers[0].GPUs) == len(assigned)
 	})
 	if progs, err := hotplug.ProgramsV2(dir); err == nil && len(progs) > 0 {
 		t.Fatalf("device programs left on a v1 container: %v", progs)
