@@ -154,6 +154,9 @@ func sharesRun(t testing.TB, e *e2e, n int, secs int) shareResult {
 	go func() { held <- sampleHeld(cfg, t0, secs) }()
 	outs := e.run(t, cfg, filepath.Join(cfg.RunDir, "sim.state"), specs, t0)
 	samples := <-held
+	if testing.Verbose() {
+		t.Logf("kernels per window: %q; granted ns: %v", outs, samples)
+	}
 	r := shareResult{minBusy: 1}
 	for win := 1; win < secs; win++ { // window 0 includes connecting
 		work := make([]float64, n)
