@@ -26,7 +26,7 @@ E2E_HOTPLUG_RESIZES ?= 200
 define run_node_e2e
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/e2e-hotplug.summary
-	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
+	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
 	  GPUSLICE_E2E_RESIZES=$(1) GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-hotplug.summary \
 	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestHotplug$$' ./test/node-e2e/ >$(BUILD)/e2e-hotplug.log 2>&1; \
 	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|hotplug_test|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-hotplug.log | grep -v '^I[0-9]' ; \

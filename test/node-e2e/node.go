@@ -140,11 +140,16 @@ func (n *node) images() {
 	for _, p := range []string{"probe", "pause"} {
 		run(t, "gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", filepath.Join(n.dir, p), filepath.Join("images", p+".c"))
 	}
+	run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "include"),
+		"-o", filepath.Join(n.dir, "gs-nvmlprocs"), filepath.Join("images", "nvmlprocs.c"), "-ldl")
 	files := imageFiles{"/pause": filepath.Join(n.dir, "pause")}
 	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {
 		t.Fatal(err)
 	}
 	files = imageFiles{"/probe": filepath.Join(n.dir, "probe"), "/bin/busybox": "/bin/busybox"}
+	if err := files.addWithLibs("/gs/gs-nvmlprocs", filepath.Join(n.dir, "gs-nvmlprocs")); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"gs-memfill", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
 		if err := files.addWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {
 			t.Fatal(err)
