@@ -146,10 +146,13 @@ func injectFor(cfg Config, drv *gpu.Driver, env map[string]string) deviceplugin.
 	if drv.Simulated {
 		in.SimDir = drv.LibDir
 		for k, v := range env {
-			if len(k) > len("GPUSLICE_SIM_") && k[:len("GPUSLICE_SIM_")] == "GPUSLICE_SIM_" && k != "GPUSLICE_SIM_STATE" {
+			if len(k) > len("GPUSLICE_SIM_") && k[:len("GPUSLICE_SIM_")] == "GPUSLICE_SIM_" && k != "GPUSLICE_SIM_STATE" && k != "GPUSLICE_SIM_DEVDIR" {
 				in.Env[k] = v
 			}
 		}
+		// Like the real driver, the simulator then shows a process only
+		// the GPUs whose nodes it can open (hot add/remove included).
+		in.Env["GPUSLICE_SIM_DEVNODES"] = "1"
 		in.SimState = env["GPUSLICE_SIM_STATE"]
 		if in.SimState == "" {
 			in.SimState = fmt.Sprintf("/dev/shm/gpuslice-sim-%d", os.Getuid())

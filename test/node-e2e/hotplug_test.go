@@ -150,11 +150,12 @@ func (n *node) podLog(p *corev1.Pod) string {
 // testResize: 1 -> 3 -> 2, then 2 -> 4 with one GPU free (partial grant and
 // an Event), the missing GPU granted once freed, then timed resizes.
 func testResize(t *testing.T, ctx context.Context, n *node) []time.Duration {
-	p := n.createPod(ctx, gpuPod("trainer", 1, 0, "1", "/probe"))
+	p := n.createPod(ctx, gpuPod("trainer", 1, 0, "1", "/bin/sh", "-c", "/gs/gs-devcount & exec /probe"))
 	p = n.waitPod(ctx, p.Name, "running", running)
 	n.waitUsable(ctx, p, n.minors(assignment(p), "main"), time.Time{})
+	n.waitCUDA(ctx, p, 1, time.Time{})
 	var lat []time.Duration
-	step := func(want int) {
+	step := func(want int) time.Time {
 		t0 := n.setWant(ctx, p.Name, strconv.Itoa(want))
 		cur := n.waitPod(ctx, p.Name, fmt.Sprintf("assigned %d GPUs", want), func(p *corev1.Pod) bool {
 			a := assignment(p)
@@ -162,17 +163,32 @@ func testResize(t *testing.T, ctx context.Context, n *node) []time.Duration {
 		})
 		seen := n.waitUsable(ctx, p, n.minors(assignment(cur), "main"), t0)
 		lat = append(lat, seen.Sub(t0))
+		return t0
 	}
-	for _, w := range []int{3, 2} {
-		step(w)
-		t.Logf("e2e resize to %d: device usable inside %v after the annotation changed", w, lat[len(lat)-1].Round(time.Microsecond))
+	// A running CUDA program sees added GPUs appear (and, like on the real
+	// driver, keeps the ones it has listed); a new process sees the set.
+	t0 := step(3)
+	cuda := n.waitCUDA(ctx, p, 3, t0)
+	t.Logf("e2e resize to 3: device usable inside %v after the annotation changed; the running CUDA program counted 3 GPUs after %v",
+		lat[0].Round(time.Microsecond), cuda.Sub(t0).Round(time.Microsecond))
+	if got := n.freshCount(p); got != 3 {
+		t.Fatalf("a new CUDA process in the container counts %d GPUs, want 3", got)
+	}
+	step(2)
+	t.Logf("e2e resize to 2: device usable inside %v after the annotation changed; a new CUDA process counts %d GPUs",
+		lat[1].Round(time.Microsecond), n.freshCount(p))
+	if got := n.freshCount(p); got != 2 {
+		t.Fatalf("a new CUDA process in the container counts %d GPUs, want 2", got)
 	}
 	holder := n.createPod(ctx, gpuPod("holder", 1, 0, "", "/probe"))
 	holder = n.waitPod(ctx, holder.Name, "running", running)
-	t0 := n.setWant(ctx, p.Name, "4")
+	t0 = n.setWant(ctx, p.Name, "4")
 	cur := n.waitPod(ctx, p.Name, "granted 3 of 4", func(p *corev1.Pod) bool { return len(n.minors(assignment(p), "main")) == 3 })
 	seen := n.waitUsable(ctx, p, n.minors(assignment(cur), "main"), t0)
 	t.Logf("e2e resize 2 -> 4 with 1 free: got 3, usable after %v", seen.Sub(t0).Round(time.Microsecond))
+	if got := n.freshCount(p); got != 3 {
+		t.Fatalf("after the partial grant a new CUDA process counts %d GPUs, want 3", got)
+	}
 	note := n.waitEvent(ctx, p.Name, resize.ReasonPartialGrant)
 	if !strings.Contains(note, "1 still missing") {
 		t.Fatalf("partial grant event says %q", note)
@@ -193,7 +209,7 @@ func testResize(t *testing.T, ctx context.Context, n *node) []time.Duration {
 		resizes = 20
 	}
 	for i := range resizes {
-		step([]int{1, 3, 2, 4}[i%4])
+		_ = step([]int{1, 3, 2, 4}[i%4])
 	}
 	return lat
 }

@@ -44,6 +44,7 @@ type node struct {
 	agentDone  chan struct{}
 	agentLog   string
 	agentFlags []string
+	execs      int
 }
 
 func need(t *testing.T, env string) string {
@@ -140,15 +141,19 @@ func (n *node) images() {
 	for _, p := range []string{"probe", "pause"} {
 		run(t, "gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", filepath.Join(n.dir, p), filepath.Join("images", p+".c"))
 	}
-	run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "include"),
-		"-o", filepath.Join(n.dir, "gs-nvmlprocs"), filepath.Join("images", "nvmlprocs.c"), "-ldl")
+	for _, p := range []string{"nvmlprocs", "devcount"} {
+		run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "include"),
+			"-o", filepath.Join(n.dir, "gs-"+p), filepath.Join("images", p+".c"), "-ldl")
+	}
 	files := imageFiles{"/pause": filepath.Join(n.dir, "pause")}
 	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {
 		t.Fatal(err)
 	}
 	files = imageFiles{"/probe": filepath.Join(n.dir, "probe"), "/bin/busybox": "/bin/busybox"}
-	if err := files.addWithLibs("/gs/gs-nvmlprocs", filepath.Join(n.dir, "gs-nvmlprocs")); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"gs-nvmlprocs", "gs-devcount"} {
+		if err := files.addWithLibs("/gs/"+p, filepath.Join(n.dir, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, f := range []string{"gs-memfill", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
 		if err := files.addWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {

@@ -194,3 +194,57 @@ func applied(p *corev1.Pod) (agent.Applied, bool) {
 	a, err := agent.ParseApplied(p.Annotations[resize.AnnotationApplied])
 	return a, err == nil
 }
+
+// cudaLines reads gs-devcount's reports ("cuda <ns> <count>") from the log.
+func (n *node) cudaLines(p *corev1.Pod) []probeLine {
+	path := filepath.Join(n.podLogs, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), "main", "0.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []probeLine
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 || f[3] != "cuda" {
+			continue
+		}
+		ns, err1 := strconv.ParseInt(f[4], 10, 64)
+		count, err2 := strconv.Atoi(f[5])
+		if err1 == nil && err2 == nil {
+			out = append(out, probeLine{at: time.Unix(0, ns), minors: make([]int, count)})
+		}
+	}
+	return out
+}
+
+// waitCUDA waits until the running CUDA program in the pod counts want GPUs
+// (at or after since) and returns when it did.
+func (n *node) waitCUDA(ctx context.Context, p *corev1.Pod, want int, since time.Time) time.Time {
+	var seen time.Time
+	err := harness.WaitFor(ctx, 2*time.Millisecond, func() (bool, error) {
+		for _, l := range n.cudaLines(p) {
+			if !l.at.Before(since) && len(l.minors) == want {
+				seen = l.at
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		n.t.Fatalf("the CUDA program in %s never counted %d GPUs: %v (said %d times)", p.Name, want, err, len(n.cudaLines(p)))
+	}
+	return seen
+}
+
+// freshCount runs a new CUDA process in the running container (ctr task
+// exec, with the container's own environment) and returns its GPU count.
+func (n *node) freshCount(p *corev1.Pod) int {
+	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	n.execs++
+	out := run(n.t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id", fmt.Sprintf("count-%d", n.execs), id, "/gs/gs-devcount", "--once")
+	v, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "cuda-once")))
+	if err != nil {
+		n.t.Fatalf("gs-devcount --once said %q", out)
+	}
+	return v
+}
