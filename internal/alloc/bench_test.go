@@ -61,3 +61,15 @@ func BenchmarkFilterScore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBest ranks 1,000 nodes for one pod (the scheduler's PreFilter).
+func BenchmarkBest(b *testing.B) {
+	bk, _ := benchBooks(b)
+	req := share(30, 4)
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := bk.Best(req, t0, 32); len(got) != 32 {
+			b.Fatalf("got %d nodes", len(got))
+		}
+	}
+}

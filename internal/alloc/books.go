@@ -66,6 +66,7 @@ type Books struct {
 	cfg   Config
 	nodes map[string]*nodeState
 	pods  map[string]*api.Assignment
+	names []string // sorted names of nodes with a row; nil: recompute
 }
 
 // NewBooks returns empty books. cfg must be valid (see Config.Validate).
@@ -84,7 +85,11 @@ func (b *Books) node(name string) *nodeState {
 
 // SetNode records or replaces a node's table row.
 func (b *Books) SetNode(n Node) {
-	b.node(n.Name).table = &n
+	ns := b.node(n.Name)
+	if ns.table == nil {
+		b.names = nil
+	}
+	ns.table = &n
 }
 
 // RemoveNode forgets a node's table row; holdings on it stay booked until
@@ -93,6 +98,9 @@ func (b *Books) RemoveNode(name string) {
 	ns := b.nodes[name]
 	if ns == nil {
 		return
+	}
+	if ns.table != nil {
+		b.names = nil
 	}
 	ns.table = nil
 	if ns.used.len() == 0 {

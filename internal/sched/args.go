@@ -28,6 +28,7 @@ const (
 	DefaultPlacement            = api.PlacementBinpack
 	DefaultUtilizationThreshold = 95
 	DefaultHeartbeatTimeout     = 60 * time.Second
+	DefaultCandidateNodes       = 32
 )
 
 // Args are the plugin's versioned arguments (gpuslice.io/v1alpha1 GPUSliceArgs).
@@ -44,11 +45,22 @@ type Args struct {
 	AllowUnscheduledProcesses bool `json:"allowUnscheduledProcesses,omitempty"`
 	// HeartbeatTimeout: nodes whose GPUNode heartbeat is older are skipped.
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+	// CandidateNodes: PreFilter ranks every node by free GPU capacity and
+	// placement score and hands the scheduler only this many best ones to
+	// filter and score (instead of a sample of the cluster). nil means
+	// DefaultCandidateNodes; 0 hands over all nodes.
+	CandidateNodes *int32 `json:"candidateNodes,omitempty"`
+}
+
+// Settings are the validated plugin settings.
+type Settings struct {
+	Alloc          alloc.Config
+	CandidateNodes int
 }
 
 // DecodeArgs strictly decodes the plugin args (JSON or YAML inside a
 // runtime.Unknown, or an *Args), applies defaults and validates.
-func DecodeArgs(obj runtime.Object) (alloc.Config, error) {
+func DecodeArgs(obj runtime.Object) (Settings, error) {
 	var a Args
 	switch o := obj.(type) {
 	case nil:
@@ -56,12 +68,23 @@ func DecodeArgs(obj runtime.Object) (alloc.Config, error) {
 		a = *o
 	case *runtime.Unknown:
 		if err := strictDecode(o.Raw, &a); err != nil {
-			return alloc.Config{}, fmt.Errorf("%s args: %w", Name, err)
+			return Settings{}, fmt.Errorf("%s args: %w", Name, err)
 		}
 	default:
-		return alloc.Config{}, fmt.Errorf("%s args: unsupported type %T", Name, obj)
+		return Settings{}, fmt.Errorf("%s args: unsupported type %T", Name, obj)
 	}
-	return a.Config()
+	c, err := a.Config()
+	if err != nil {
+		return Settings{}, err
+	}
+	st := Settings{Alloc: c, CandidateNodes: DefaultCandidateNodes}
+	if a.CandidateNodes != nil {
+		if *a.CandidateNodes < 0 {
+			return Settings{}, fmt.Errorf("%s args: candidateNodes %d: want >= 0", Name, *a.CandidateNodes)
+		}
+		st.CandidateNodes = int(*a.CandidateNodes)
+	}
+	return st, nil
 }
 
 func strictDecode(raw []byte, into *Args) error {
@@ -122,6 +145,10 @@ func (a *Args) DeepCopyObject() runtime.Object {
 	if a.HeartbeatTimeout != nil {
 		v := *a.HeartbeatTimeout
 		out.HeartbeatTimeout = &v
+	}
+	if a.CandidateNodes != nil {
+		v := *a.CandidateNodes
+		out.CandidateNodes = &v
 	}
 	return &out
 }

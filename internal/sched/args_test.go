@@ -11,15 +11,18 @@ import (
 
 func TestDecodeArgs(t *testing.T) {
 	unk := func(s string) runtime.Object { return &runtime.Unknown{Raw: []byte(s)} }
-	c, err := DecodeArgs(nil)
-	if err != nil || c.DefaultPlacement != DefaultPlacement || c.UtilizationThreshold != DefaultUtilizationThreshold || c.HeartbeatTimeout != DefaultHeartbeatTimeout {
+	st, err := DecodeArgs(nil)
+	c := st.Alloc
+	if err != nil || st.CandidateNodes != DefaultCandidateNodes || c.DefaultPlacement != DefaultPlacement || c.UtilizationThreshold != DefaultUtilizationThreshold || c.HeartbeatTimeout != DefaultHeartbeatTimeout {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
-	c, err = DecodeArgs(unk("apiVersion: gpuslice.io/v1alpha1\nkind: GPUSliceArgs\nplacement: spread\nutilizationThreshold: 0\nheartbeatTimeout: 5s\nallowUnscheduledProcesses: true\n"))
-	if err != nil || c.DefaultPlacement != api.PlacementSpread || c.UtilizationThreshold != 0 || c.HeartbeatTimeout != 5*time.Second || !c.AllowUnscheduledProcesses {
+	st, err = DecodeArgs(unk("apiVersion: gpuslice.io/v1alpha1\nkind: GPUSliceArgs\nplacement: spread\nutilizationThreshold: 0\nheartbeatTimeout: 5s\nallowUnscheduledProcesses: true\ncandidateNodes: 0\n"))
+	c = st.Alloc
+	if err != nil || st.CandidateNodes != 0 || c.DefaultPlacement != api.PlacementSpread || c.UtilizationThreshold != 0 || c.HeartbeatTimeout != 5*time.Second || !c.AllowUnscheduledProcesses {
 		t.Fatalf("yaml: %+v %v", c, err)
 	}
-	c, err = DecodeArgs(unk(`{"placement":"first-fit"}`))
+	st, err = DecodeArgs(unk(`{"placement":"first-fit"}`))
+	c = st.Alloc
 	if err != nil || c.DefaultPlacement != api.PlacementFirstFit {
 		t.Fatalf("json: %+v %v", c, err)
 	}
@@ -31,6 +34,7 @@ func TestDecodeArgs(t *testing.T) {
 		"version":       `{"apiVersion":"gpuslice.io/v2"}`,
 		"kind":          `{"kind":"Other"}`,
 		"type":          `{"utilizationThreshold":"high"}`,
+		"candidates":    `{"candidateNodes":-1}`,
 	}
 	for name, in := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -40,8 +44,8 @@ func TestDecodeArgs(t *testing.T) {
 		})
 	}
 	thr := int32(50)
-	c, err = DecodeArgs(&Args{UtilizationThreshold: &thr})
-	if err != nil || c.UtilizationThreshold != 50 {
-		t.Fatalf("typed: %+v %v", c, err)
+	st, err = DecodeArgs(&Args{UtilizationThreshold: &thr})
+	if err != nil || st.Alloc.UtilizationThreshold != 50 {
+		t.Fatalf("typed: %+v %v", st, err)
 	}
 }

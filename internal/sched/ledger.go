@@ -20,6 +20,8 @@ type Allocator interface {
 	Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error)
 	// Release returns what pod uid holds; unknown pods are ignored.
 	Release(uid string)
+	// Best names up to k nodes where req fits, best first.
+	Best(req *api.PodRequest, k int) []string
 }
 
 // Ledger is the thread-safe Allocator the plugin uses, fed by informers:
@@ -72,6 +74,31 @@ func (l *Ledger) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment
 		return nil, err
 	}
 	return a, nil
+}
+
+// Best implements Allocator: every node is ranked, in two halves in
+// parallel (a scheduler box has at least two cores).
+func (l *Ledger) Best(req *api.PodRequest, k int) []string {
+	now := l.clock.Now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	chunks := l.books.Chunks(2)
+	lists := make([][]alloc.Ranked, len(chunks))
+	var wg sync.WaitGroup
+	for i, c := range chunks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lists[i] = l.books.BestIn(c, req, now, k)
+		}()
+	}
+	wg.Wait()
+	best := alloc.MergeBest(k, lists...)
+	out := make([]string, len(best))
+	for i, r := range best {
+		out[i] = r.Node
+	}
+	return out
 }
 
 // Release implements Allocator.

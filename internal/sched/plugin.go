@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -41,13 +42,17 @@ type Plugin struct {
 	// so the books hold every bound pod's assignment; nil: always.
 	synced func() bool
 	wait   *waiters
+	// candidates: how many best nodes PreFilter hands over (0: all).
+	candidates int
 }
 
 // cycle is the per-pod scheduling-cycle state.
 type cycle struct {
 	req *api.PodRequest
 	gen uint64 // waiters generation when the cycle started
-	got *api.Assignment
+	// narrowed: PreFilter handed over only candidate nodes.
+	narrowed bool
+	got      *api.Assignment
 	// boundByUs: our Bind wrote the assignment with the binding.
 	boundByUs bool
 }
@@ -80,7 +85,18 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	if req.Empty() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycle{req: req, gen: p.wait.generation()})
+	c := &cycle{req: req, gen: p.wait.generation()}
+	state.Write(stateKey, c)
+	if p.candidates == 0 || p.wait.widened(pod) {
+		return nil, nil
+	}
+	// Only the best nodes by free GPU capacity and placement go on to the
+	// other plugins; none fitting means every node is filtered, so the
+	// pod's status says why each was rejected.
+	if best := p.alloc.Best(req, p.candidates); len(best) > 0 {
+		c.narrowed = true
+		return &fwk.PreFilterResult{NodeNames: sets.New(best...)}, nil
+	}
 	return nil, nil
 }
 
@@ -99,10 +115,17 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 	return nil
 }
 
-// PostFilter parks a GPU pod that fit nowhere until capacity is freed; it
-// never makes a pod schedulable itself.
+// PostFilter handles a GPU pod that fit nowhere: if only candidate nodes
+// were tried, it is retried at once against every node; otherwise it is
+// parked until capacity is freed. It never makes a pod schedulable itself.
 func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if c, ok := readCycle(state); ok {
+	c, ok := readCycle(state)
+	switch {
+	case !ok:
+	case c.narrowed: // other plugins rejected our candidates: retry on all nodes now
+		p.wait.widen(pod)
+		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	default:
 		p.wait.park(ctx, pod, c.gen)
 	}
 	return nil, fwk.NewStatus(fwk.Unschedulable)
@@ -131,6 +154,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	if err != nil {
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
+	p.wait.forget(pod)
 	c.got = a
 	return nil
 }

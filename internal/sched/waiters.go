@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -18,6 +19,33 @@ type waiters struct {
 	mu        sync.Mutex
 	gen       uint64 // bumped on every release of capacity
 	parked    map[string]*corev1.Pod
+	// wide: pods that fit nowhere among their candidate nodes once; they
+	// are next filtered against every node.
+	wide map[types.UID]bool
+}
+
+// widen marks a pod to be filtered against every node from now on.
+func (w *waiters) widen(pod *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wide == nil {
+		w.wide = map[types.UID]bool{}
+	}
+	w.wide[pod.UID] = true
+}
+
+// widened reports whether the pod was widened.
+func (w *waiters) widened(pod *corev1.Pod) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wide[pod.UID]
+}
+
+// forget drops a scheduled or deleted pod's marks.
+func (w *waiters) forget(pod *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.wide, pod.UID)
 }
 
 // generation returns the current release generation.

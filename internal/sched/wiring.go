@@ -44,7 +44,7 @@ const (
 
 // New is the plugin factory for app.WithPlugin.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	cfg, err := DecodeArgs(obj)
+	st, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +52,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: dynamic client: %w", Name, err)
 	}
+	cfg := st.Alloc
 	ledger := NewLedger(cfg, clock.RealClock{})
 	ev := recorderEvents{rec: h.EventRecorder()}
 	w := &waiters{activator: h}
@@ -59,13 +60,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
-	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w}
+	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes}
 	if err := watchGPUNodes(ctx, dyn, ledger, w); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
 		"utilizationThreshold", cfg.UtilizationThreshold, "heartbeatTimeout", cfg.HeartbeatTimeout,
-		"allowUnscheduledProcesses", cfg.AllowUnscheduledProcesses)
+		"allowUnscheduledProcesses", cfg.AllowUnscheduledProcesses, "candidateNodes", st.CandidateNodes)
 	return p, nil
 }
 
@@ -92,6 +93,7 @@ func podHandler(ctx context.Context, l *Ledger, ev Events, w *waiters) cache.Res
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				l.Release(string(pod.UID))
+				w.forget(pod)
 				w.wake(ctx)
 			}
 		},

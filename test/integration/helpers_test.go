@@ -67,6 +67,13 @@ func assignment(t *testing.T, p *corev1.Pod) *api.Assignment {
 // waitEvent waits for an event with reason on the pod and returns its note.
 func (e *env) waitEvent(t *testing.T, ns, pod, reason string) string {
 	t.Helper()
+	return e.waitEventWith(t, ns, pod, reason)
+}
+
+// waitEventWith waits for an event with reason on the pod whose note
+// contains every one of want, and returns the note.
+func (e *env) waitEventWith(t *testing.T, ns, pod, reason string, want ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var note string
@@ -76,7 +83,7 @@ func (e *env) waitEvent(t *testing.T, ns, pod, reason string) string {
 			return false, nil
 		}
 		for _, ev := range evs.Items {
-			if ev.Regarding.Name == pod && ev.Reason == reason {
+			if ev.Regarding.Name == pod && ev.Reason == reason && containsAll(ev.Note, want) {
 				note = ev.Note
 				return true, nil
 			}
@@ -84,7 +91,7 @@ func (e *env) waitEvent(t *testing.T, ns, pod, reason string) string {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no %s event on pod %s: %v", reason, pod, err)
+		t.Fatalf("no %s event on pod %s with %q: %v", reason, pod, want, err)
 	}
 	return note
 }
@@ -138,4 +145,13 @@ func gpuNodeOf(obj map[string]any) (*api.GPUNode, error) {
 		return nil, err
 	}
 	return &g, nil
+}
+
+func containsAll(s string, want []string) bool {
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
 }

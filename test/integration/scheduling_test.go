@@ -117,12 +117,10 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	e.startScheduler(t, sched, `{utilizationThreshold: 90, heartbeatTimeout: 30s}`)
 	e.createPod(t, ns, "p", sched, harness.GPURequest{Units: 10})
 	e.stayPending(t, ns, "p", 3*time.Second)
-	note := e.waitEvent(t, ns, "p", "FailedScheduling")
-	for _, want := range []string{"unhealthy", "utilization threshold", "unscheduled processes", "Draining", "stale"} {
-		if !strings.Contains(note, want) {
-			t.Errorf("FailedScheduling note lacks %q: %s", want, note)
-		}
-	}
+	// Every node's reason is reported (after a first cycle on the best
+	// candidate nodes, which here belong to other tests, the pod is tried
+	// on every node).
+	e.waitEventWith(t, ns, "p", "FailedScheduling", "unhealthy", "utilization threshold", "unscheduled processes", "Draining", "stale")
 	// The busy GPU calms down: the GPUNode update requeues the pod.
 	if err := harness.PutGPUNode(ctx, e.cp.Dynamic, specs[1].GPUNode(time.Now())); err != nil {
 		t.Fatal(err)
