@@ -64,10 +64,17 @@ func burstRun(b *testing.B, e *e2e, burst bool, offline int, secs int) []time.Du
 func BenchmarkE2EBurst(b *testing.B) {
 	e := setupE2E(b)
 	requireSharedSim(b, e)
+	secs := 30
+	if v, err := strconv.Atoi(os.Getenv("GPUSLICE_NODE_BURST_SECS")); err == nil && v > 0 {
+		secs = v
+	}
 	for b.Loop() {
-		with := burstRun(b, e, true, 7, 20)
-		without := burstRun(b, e, false, 7, 20)
-		alone := burstRun(b, e, true, 0, 20)
+		with := burstRun(b, e, true, 7, secs)
+		without := burstRun(b, e, false, 7, secs)
+		alone := burstRun(b, e, true, 0, secs)
+		if testing.Verbose() {
+			b.Logf("latencies with %v\nwithout %v\nalone %v", with, without, alone)
+		}
 		w50, w99 := percentiles(with)
 		o50, o99 := percentiles(without)
 		a50, a99 := percentiles(alone)

@@ -79,7 +79,8 @@ type sample struct {
 
 // publish refreshes status.json and the groups' read-back files until ctx ends.
 func (s *Server) publish(ctx context.Context) {
-	hist := map[string][]sample{} // per gpu/group: samples over the last window
+	hist := map[string][]sample{}  // per gpu/group: samples over the last window
+	written := map[string]string{} // read-back file -> content last written
 	tk := time.NewTicker(s.cfg.StatusEvery)
 	defer tk.Stop()
 	for {
@@ -87,7 +88,7 @@ func (s *Server) publish(ctx context.Context) {
 		if err := writeJSON(StatusPath(s.cfg.RunDir), st); err != nil {
 			s.log.Error(err, "write status")
 		}
-		s.writeReadback(st)
+		s.writeReadback(st, written)
 		select {
 		case <-ctx.Done():
 			if err := os.Remove(StatusPath(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -147,7 +148,7 @@ func (s *Server) status(hist map[string][]sample) *Status {
 
 // writeReadback refreshes gpu_time.achieved, burst.banked and memory.current
 // of every group that has a directory.
-func (s *Server) writeReadback(st *Status) {
+func (s *Server) writeReadback(st *Status, written map[string]string) {
 	achieved, banked := map[string]*strings.Builder{}, map[string]*strings.Builder{}
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {
@@ -163,6 +164,11 @@ func (s *Server) writeReadback(st *Status) {
 		s.log.Error(err, "list groups")
 		return
 	}
+	for key := range written { // forget removed groups (a new one of that name starts afresh)
+		if g, _, _ := strings.Cut(key, "/"); !slices.Contains(names, g) {
+			delete(written, key)
+		}
+	}
 	for _, n := range names {
 		mem, _ := s.memoryOf(n)
 		files := map[string]string{"memory.current": fmt.Sprintf("%d\n", mem), "gpu_time.achieved": "", "burst.banked": ""}
@@ -170,9 +176,17 @@ func (s *Server) writeReadback(st *Status) {
 			files["gpu_time.achieved"], files["burst.banked"] = b.String(), banked[n].String()
 		}
 		for f, v := range files {
-			if err := s.tree.WriteFile(n, f, v); err != nil && s.tree.Exists(n) {
-				s.log.Error(err, "write read-back file", "group", n, "file", f)
+			key := n + "/" + f
+			if old, ok := written[key]; ok && old == v {
+				continue
 			}
+			if err := s.tree.WriteFile(n, f, v); err != nil {
+				if s.tree.Exists(n) {
+					s.log.Error(err, "write read-back file", "group", n, "file", f)
+				}
+				continue
+			}
+			written[key] = v
 		}
 	}
 }
