@@ -37,61 +37,26 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	node := ns + "-pub"
 	const writers, rounds, labels = 4, 20, 30
 	ctx := context.Background()
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			clk := clocktesting.NewFakePassiveClock(t0)
-			gpus := make(fixedGPUs, w+1) // writer w publishes w+1 GPUs: a torn write would mix them
-			for i := range gpus {
-				gpus[i] = table.Device{Index: int32(i), UUID: fmt.Sprintf("GPU-%d-%d", w, i), Model: "m", MemoryBytes: 1 << 30, Healthy: true}
-			}
-			p := &table.Publisher{Client: e.cp.Dynamic, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
-			for r := 0; r < rounds; r++ {
-				clk.SetTime(t0.Add(time.Duration(r*writers+w+1) * time.Second)) // every write differs
-				if err := p.PublishOnce(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
+			errs <- publishRounds(ctx, e, node, w, writers, rounds)
 		}(w)
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rc := e.cp.Dynamic.Resource(api.GPUNodeGVR)
-		for i := 0; i < labels; i++ {
-			err := retry.RetryOnConflict(wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 1.3, Jitter: 1, Cap: time.Second}, func() error {
-				cur, err := rc.Get(ctx, node, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				l := cur.GetLabels()
-				if l == nil {
-					l = map[string]string{}
-				}
-				l[fmt.Sprintf("l%d", i)] = "x"
-				cur.SetLabels(l)
-				_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-			if err != nil && !isNotFound(err) {
-				errs <- err
-				return
-			}
-			if err != nil {
-				i-- // the row does not exist yet
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
+		errs <- addLabels(ctx, e, node, labels)
 	}()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	u, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -118,6 +83,57 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	if g.Status.Summary != api.Summarize(g.Status.GPUs) {
 		t.Fatalf("summary %+v does not match GPUs", g.Status.Summary)
 	}
+}
+
+// publishRounds is writer w of n: it publishes w+1 GPUs (a torn write would
+// mix writers' GPU lists) rounds times, each with a distinct heartbeat.
+func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) error {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	gpus := make(fixedGPUs, w+1)
+	for i := range gpus {
+		gpus[i] = table.Device{Index: int32(i), UUID: fmt.Sprintf("GPU-%d-%d", w, i), Model: "m", MemoryBytes: 1 << 30, Healthy: true}
+	}
+	p := &table.Publisher{Client: e.cp.Dynamic, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
+	for r := 0; r < rounds; r++ {
+		clk.SetTime(t0.Add(time.Duration(r*n+w+1) * time.Second))
+		if err := p.PublishOnce(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addLabels adds labels to the row one by one, each a read-modify-write
+// conditioned on the resourceVersion, as another controller would.
+func addLabels(ctx context.Context, e *env, node string, labels int) error {
+	rc := e.cp.Dynamic.Resource(api.GPUNodeGVR)
+	backoff := wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 1.3, Jitter: 1, Cap: time.Second}
+	for i := 0; i < labels; i++ {
+		err := retry.RetryOnConflict(backoff, func() error {
+			cur, err := rc.Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			l := cur.GetLabels()
+			if l == nil {
+				l = map[string]string{}
+			}
+			l[fmt.Sprintf("l%d", i)] = "x"
+			cur.SetLabels(l)
+			_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if isNotFound(err) { // the row does not exist yet
+			i--
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestPublisherOnSimulatedGPU runs gpuslice-publisher against the simulated

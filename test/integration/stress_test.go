@@ -49,46 +49,15 @@ func TestStressNoDoubleAllocation(t *testing.T) {
 	ctx := context.Background()
 	pods := e.cp.Client.CoreV1().Pods(ns)
 	zero := int64(0)
-	var wg sync.WaitGroup
-	created := make(chan string, total)
-	const clients = 8
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(c), 42))
-			for i := c; i < total; i += clients {
-				p := harness.Pod(ns, fmt.Sprintf("s-%d", i), sched, mixedRequest(r))
-				p.Spec.NodeSelector = map[string]string{groupLabel: ns}
-				if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					t.Errorf("create: %v", err)
-					return
-				}
-				created <- p.Name
-			}
-		}(c)
-	}
-	churnDone := make(chan struct{})
-	go func() { // delete ~40% of the pods, some right after creation
-		defer close(churnDone)
-		r := rand.New(rand.NewPCG(9, 9))
-		for name := range created {
-			if r.IntN(5) < 2 {
-				if r.IntN(2) == 0 {
-					time.Sleep(time.Duration(r.IntN(50)) * time.Millisecond)
-				}
-				if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !isNotFound(err) {
-					t.Errorf("delete %s: %v", name, err)
-				}
-			}
-		}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.stressLoad(t, ns, sched, total)
 	}()
 	time.Sleep(2 * time.Second)
 	s1.Stop() // a restart in the middle of it
 	e.startScheduler(t, sched, "")
-	wg.Wait()
-	close(created)
-	<-churnDone
+	<-done
 	b := e.waitSettled(t, ns, ns+"-n")
 	t.Logf("settled: %d bound, %d pending; %d/%d GPUs used, %d partly", b.Bound, b.Pending, b.UsedGPUs, b.GPUs, b.PartialGPUs)
 	if b.Bound == 0 {
@@ -108,6 +77,49 @@ func TestStressNoDoubleAllocation(t *testing.T) {
 	}
 	e.createPod(t, ns, "one-too-many", sched, harness.GPURequest{Units: 1})
 	e.stayPending(t, ns, "one-too-many", 2*time.Second)
+}
+
+// stressLoad creates total mixed pods from 8 concurrent clients while
+// deleting about 40% of them, some right after creation.
+func (e *env) stressLoad(t *testing.T, ns, sched string, total int) {
+	ctx := context.Background()
+	pods := e.cp.Client.CoreV1().Pods(ns)
+	zero := int64(0)
+	var wg sync.WaitGroup
+	created := make(chan string, total)
+	const clients = 8
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(c), 42))
+			for i := c; i < total; i += clients {
+				p := harness.Pod(ns, fmt.Sprintf("s-%d", i), sched, mixedRequest(r))
+				p.Spec.NodeSelector = map[string]string{groupLabel: ns}
+				if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Errorf("create: %v", err)
+					return
+				}
+				created <- p.Name
+			}
+		}(c)
+	}
+	go func() {
+		wg.Wait()
+		close(created)
+	}()
+	r := rand.New(rand.NewPCG(9, 9))
+	for name := range created {
+		if r.IntN(5) >= 2 {
+			continue
+		}
+		if r.IntN(2) == 0 {
+			time.Sleep(time.Duration(r.IntN(50)) * time.Millisecond)
+		}
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !isNotFound(err) {
+			t.Errorf("delete %s: %v", name, err)
+		}
+	}
 }
 
 // waitSettled waits until the set of bound pods stops changing, checking
