@@ -8,6 +8,7 @@ package sched
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,9 @@ type Plugin struct {
 	wait   *waiters
 	// candidates: how many best nodes PreFilter hands over (0: all).
 	candidates int
+	// heartbeatTimeout and now serve the GPUNode queueing hint.
+	heartbeatTimeout time.Duration
+	now              func() time.Time
 }
 
 // cycle is the per-pod scheduling-cycle state.
@@ -202,7 +206,7 @@ func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	gpuNodes := fwk.EventResource(api.GPUNodeResource + "." + api.GPUNodeVersion + "." + api.Group)
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 	}, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
@@ -60,8 +61,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
-	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes}
-	if err := watchGPUNodes(ctx, dyn, ledger, w); err != nil {
+	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
+		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now}
+	if err := watchGPUNodes(ctx, dyn, ledger, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
@@ -101,11 +103,11 @@ func podHandler(ctx context.Context, l *Ledger, ev Events, w *waiters) cache.Res
 }
 
 // watchGPUNodes feeds GPUNode rows into the ledger and waits for the first list.
-func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *waiters) error {
+func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *waiters, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	inf := f.ForResource(api.GPUNodeGVR).Informer()
-	set := func(obj any) {
+	set := func(oldObj, obj any) {
 		n, err := GPUNodeFromUnstructured(obj)
 		if err == nil {
 			err = l.SetGPUNode(n)
@@ -114,11 +116,19 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *wai
 			logger.Error(err, "ignoring GPUNode")
 			return
 		}
-		w.wake(ctx)
+		var old *api.GPUNode
+		if oldObj != nil {
+			if o, err := GPUNodeFromUnstructured(oldObj); err == nil {
+				old = o // a malformed old row leaves old nil: the row counts as new
+			}
+		}
+		if rowMayAdmitMore(old, n, timeout, time.Now()) {
+			w.wake(ctx)
+		}
 	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
+		AddFunc:    func(obj any) { set(nil, obj) },
+		UpdateFunc: set,
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj

@@ -1,0 +1,37 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestRowMayAdmitMore(t *testing.T) {
+	base := gpuNode("n1", 2, t0)
+	later := t0.Add(10 * time.Second)
+	beat := func(g *api.GPUNode, at time.Time) *api.GPUNode {
+		c := g.DeepCopy()
+		c.Status.Heartbeat = metav1.NewTime(at)
+		return c
+	}
+	cases := []struct {
+		name     string
+		old, cur *api.GPUNode
+		now      time.Time
+		want     bool
+	}{
+		{"added", nil, base, later, true},
+		{"deleted", base, nil, later, false},
+		{"heartbeat only", base, beat(base, later), later, false},
+		{"stale becomes fresh", base, beat(base, t0.Add(2*time.Minute)), t0.Add(2 * time.Minute), true},
+		{"state", base, func() *api.GPUNode { c := beat(base, later); c.Status.State = api.NodeDraining; return c }(), later, true},
+		{"gpu freed", base, func() *api.GPUNode { c := beat(base, later); c.Status.GPUs[1].UtilizationPercent = 5; return c }(), later, true},
+	}
+	for _, tc := range cases {
+		if got := rowMayAdmitMore(tc.old, tc.cur, time.Minute, tc.now); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
