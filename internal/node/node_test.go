@@ -203,6 +203,7 @@ func TestSettingsApplyLive(t *testing.T) {
 // Concurrent starters end with exactly one daemon.
 func TestConcurrentStartOneDaemon(t *testing.T) {
 	cfg := testCfg(t)
+	stopStartedDaemon(t, cfg)
 	var ps []*childProc
 	for range 4 {
 		ps = append(ps, startChild(t, cfg, "ensure", ""))
@@ -327,6 +328,7 @@ func TestPrepareRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopStartedDaemon(t, cfg)
 	bad := RunSetup{Group: "job", Flags: group.RunFlags{Slice: "20ms", Share: "30%"}}
 	if _, err := PrepareRun(context.Background(), getenv, bad); !errors.Is(err, group.ErrInvalid) {
 		t.Fatalf("slice and share together: %v", err)
@@ -350,6 +352,16 @@ func TestPrepareRun(t *testing.T) {
 	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stopStartedDaemon stops, when the test ends, a daemon that EnsureRunning
+// started in cfg's run directory (even if the test failed before it could).
+func stopStartedDaemon(t *testing.T, cfg Config) {
+	t.Cleanup(func() {
+		if st, err := ReadStatus(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
+			_ = syscall.Kill(st.PID, syscall.SIGTERM) //nolint:errcheck // may be gone already
+		}
+	})
 }
 
 // An online group with banked time makes an offline holder hand over at once
