@@ -216,6 +216,9 @@ func TestConcurrentStartOneDaemon(t *testing.T) {
 	if !errors.Is(err, ErrRunning) {
 		t.Fatalf("second daemon: %v, want ErrRunning", err)
 	}
+	// Daemons that lost the race exit at once; give any still starting time
+	// to do so before the winner is stopped (or one of them would take over).
+	time.Sleep(time.Second)
 	st := waitStatus(t, cfg)
 	if st.PID <= 0 {
 		t.Fatalf("status pid %d", st.PID)
