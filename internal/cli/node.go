@@ -28,6 +28,7 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	fs.DurationVar(&cfg.Policy.BankMaxAge, "bank-age", cfg.Policy.BankMaxAge, "how long banked (unused) slice time stays usable")
 	fs.IntVar(&cfg.Policy.BankMaxSlices, "bank-slices", cfg.Policy.BankMaxSlices, "burst buffer size, in slices of the group")
 	fs.DurationVar(&cfg.Policy.Grace, "grace", cfg.Policy.Grace, "time a holder gets to finish outstanding work after its grant ends")
+	fs.DurationVar(&cfg.IdleExit, "idle-exit", 0, "stop after no client has been connected for this long (0: never; gpuslice run starts daemons with 60s)")
 	noBurst := fs.Bool("no-burst", false, "disable burst buffers (and the online groups' early turns they allow)")
 	ifNot := fs.Bool("if-not-running", false, "exit quietly (status 0) if a daemon already runs")
 	verbosity := fs.Int("v", 0, "log verbosity")

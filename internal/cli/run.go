@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/runner"
 	"github.com/gpuslice/gpuslice/internal/units"
@@ -20,6 +23,8 @@ func runCommand() Command {
 
 type runFlags struct {
 	gpus, memory, group, driver string
+	slices                      group.RunFlags
+	noDaemon                    bool
 }
 
 func runRun(ctx context.Context, env *Env, args []string) error {
@@ -29,6 +34,8 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.memory, "memory", "", "GPU memory limit per GPU for the command and every process it starts, e.g. 6GiB")
 	fs.StringVar(&f.group, "group", "", "group name; processes of one group share its limits (default: a new group per run)")
 	fs.StringVar(&f.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
+	f.slices.Register(fs)
+	fs.BoolVar(&f.noDaemon, "no-daemon", false, "do not start the node daemon if none runs (kernels then run ungated)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -41,6 +48,19 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	spec.Command = fs.Args()
+	extra, err := node.PrepareRun(ctx, env.Getenv, node.RunSetup{
+		Group: spec.Group, Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
+		Start: node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: []string{"--idle-exit", "60s"}},
+	})
+	switch {
+	case errors.Is(err, group.ErrInvalid):
+		return &UsageError{Err: err}
+	case errors.Is(err, node.ErrNoDaemon):
+		fmt.Fprintf(env.Stderr, "gpuslice: warning: %v; kernels run without time slices\n", err)
+	case err != nil:
+		return fmt.Errorf("prepare group %s: %w", spec.Group, err)
+	}
+	spec.ExtraEnv = append(spec.ExtraEnv, extra...)
 	code, err := runner.Run(ctx, spec)
 	if err != nil {
 		return err

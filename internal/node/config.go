@@ -33,6 +33,10 @@ type Config struct {
 	MaxGPUs int
 	// ProcRoot is where /proc is mounted (tests may point elsewhere).
 	ProcRoot string
+	// IdleExit, when positive, stops the daemon once no client has been
+	// connected for that long (daemons started by `gpuslice run` use it; the
+	// next run starts a new one, and the group tree on disk keeps the settings).
+	IdleExit time.Duration
 }
 
 // SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else
@@ -66,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("no run directory")
 	case c.StatusEvery <= 0 || c.HelloTimeout <= 0 || c.MaxGPUs <= 0:
 		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
+	case c.IdleExit < 0:
+		return fmt.Errorf("idle exit must not be negative")
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("policy: %w", err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -84,6 +85,7 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 		}
 	})
 	wg.Go(func() { s.publish(ctx) })
+	wg.Go(func() { s.watchdog(ctx, cancel) })
 	wg.Go(func() {
 		<-ctx.Done()
 		if err := ln.Close(); err != nil {
@@ -113,6 +115,36 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// watchdog stops the daemon when its run directory is removed, or when no
+// client has been connected for cfg.IdleExit (if set).
+func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	idleSince := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if _, err := os.Stat(s.cfg.RunDir); errors.Is(err, fs.ErrNotExist) {
+				s.log.Info("run directory removed; stopping", "runDir", s.cfg.RunDir)
+				stop()
+				return
+			}
+			s.mu.Lock()
+			busy := len(s.conns) > 0
+			s.mu.Unlock()
+			if busy {
+				idleSince = now
+			} else if s.cfg.IdleExit > 0 && now.Sub(idleSince) >= s.cfg.IdleExit {
+				s.log.Info("no clients; stopping", "idle", s.cfg.IdleExit)
+				stop()
+				return
+			}
+		}
+	}
 }
 
 // lock takes the single-instance lock (flock, released when the process dies).

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // binDir is where 'make' put the binaries; tests skip without them.
@@ -34,9 +35,32 @@ func env(t *testing.T, extra ...string) []string {
 	base := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"GPUSLICE_SIM_STATE=" + filepath.Join(tmp, "sim.state"), "GPUSLICE_SIM_MEMORY=24GiB",
-		"GPUSLICE_RUN_DIR=" + filepath.Join(tmp, "run"),
+		"GPUSLICE_RUN_DIR=" + runDir(t),
 	}
 	return append(base, extra...)
+}
+
+// runDir is a run directory for the node daemon that gpuslice run starts; the
+// daemon stops when the directory is removed, so cleanup retries until it has.
+func runDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpuslice-e2e-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for i := 0; i < 50; i++ {
+			if err = os.RemoveAll(dir); err == nil {
+				if _, serr := os.Stat(dir); os.IsNotExist(serr) {
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("remove run directory: %v", err)
+	})
+	return dir
 }
 
 type result struct {
