@@ -7,6 +7,8 @@
  *
  *   gs-trainer [--name T] [--steps N] [--kernels K] [--kernel-us U]
  *              [--fraction F] [--chunk SIZE] [--init-ms MS] [--via dlsym|procaddr|procaddr_v2]
+ * --duration-ms trains for that long instead of a number of steps (tasks started
+ * together then contend for the GPU the whole time they are measured).
  * --init-ms is the framework's start-up time between sizing and allocating (building
  * the model): tasks started together all size themselves before any allocates.
  * Exit status: 0 finished, 3 out of memory, 1 other CUDA error, 2 bad flags.
@@ -24,7 +26,7 @@ struct opts {
 	unsigned long long kernel_us;
 	double fraction;
 	size_t chunk;
-	long init_ms;
+	long init_ms, duration_ms;
 	enum cuapi_via via;
 };
 
@@ -65,6 +67,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->chunk = cuapi_parse_size(v);
 		else if (strcmp(a, "--init-ms") == 0)
 			o->init_ms = atol(v);
+		else if (strcmp(a, "--duration-ms") == 0)
+			o->duration_ms = atol(v);
 		else if (strcmp(a, "--via") == 0 && cuapi_parse_via(v) >= 0)
 			o->via = (enum cuapi_via)cuapi_parse_via(v);
 		else {
@@ -116,7 +120,8 @@ static void train(const struct cuapi *api, const struct opts *o, struct result *
 		return;
 	res->phase = "training";
 	start = now_s();
-	for (res->steps = 0; res->steps < o->steps; res->steps++) {
+	for (res->steps = 0; o->duration_ms > 0 ? now_s() - start < (double)o->duration_ms / 1000 : res->steps < o->steps;
+	     res->steps++) {
 		for (long k = 0; k < o->kernels && res->err == CUDA_SUCCESS; k++)
 			res->err = cuapi_launch_busy(api, fn, o->kernel_us);
 		if (res->err == CUDA_SUCCESS)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -24,7 +25,8 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	simMemory := fs.String("sim-memory", "23GiB", "memory of the simulated GPU (when no driver is present)")
 	cfg := demo.Config{BinDir: env.BinDir, Out: env.Stdout}
 	fs.IntVar(&cfg.Tasks, "tasks", 4, "number of training tasks")
-	fs.IntVar(&cfg.Steps, "steps", 40, "training steps per task")
+	fs.IntVar(&cfg.Steps, "steps", 40, "training steps per task (with --duration 0)")
+	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "train each task for this long (0: --steps steps)")
 	fs.IntVar(&cfg.Kernels, "kernels", 4, "kernels per step")
 	fs.IntVar(&cfg.KernelUS, "kernel-us", 2500, "GPU time of one kernel in microseconds")
 	if err := parseFlags(fs, args); err != nil {

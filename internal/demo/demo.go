@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Config describes one demo run.
@@ -26,10 +27,12 @@ type Config struct {
 	GPUMemory uint64
 	Simulated bool
 	Tasks     int
-	Steps     int
-	Kernels   int
-	KernelUS  int
-	Out       io.Writer
+	// Steps per task, or with Duration > 0, train for that long instead.
+	Steps    int
+	Duration time.Duration
+	Kernels  int
+	KernelUS int
+	Out      io.Writer
 }
 
 // Outcome is what one task reported (gs-trainer's JSON line) plus its limit.
@@ -43,6 +46,7 @@ type Outcome struct {
 	Result    string  `json:"result"`
 	Phase     string  `json:"phase"`
 	Limit     uint64  `json:"-"`
+	Policy    string  `json:"-"` // time-slice settings, for the table
 	Stderr    string  `json:"-"`
 }
 
@@ -51,22 +55,48 @@ type Scenario struct {
 	Title string
 	// Command returns the argv and per-task limit (0: none) of task i.
 	Command func(i int) ([]string, uint64)
+	// Policy describes task i's time-slice settings ("" for none).
+	Policy func(i int) string
 }
 
-// Scenarios are the parts of the demo, in order. Part (3), time slices with
-// priorities, joins when the node time-slice scheduler lands.
+// HighSlice and LowSlice are part (3)'s time slices: task-1 is online work,
+// the others offline.
+const (
+	HighSlice = "20ms"
+	LowSlice  = "200us"
+)
+
+// Scenarios are the parts of the demo, in order.
 func Scenarios(c *Config) []Scenario {
 	quarter := c.GPUMemory / uint64(c.Tasks)
+	limited := func(i int, flags ...string) []string {
+		argv := append([]string{filepath.Join(c.BinDir, "gpuslice"), "run", "--memory", strconv.FormatUint(quarter, 10)}, flags...)
+		return append(append(argv, "--"), c.trainer(i)...)
+	}
 	return []Scenario{
 		{
 			Title:   "(1) no isolation: each task sizes itself from the free memory it sees",
 			Command: func(i int) ([]string, uint64) { return c.trainer(i), 0 },
+			Policy:  func(int) string { return "-" },
 		},
 		{
-			Title: fmt.Sprintf("(2) gpuslice run --memory %s each (a 1/%d share)", sizeGiB(quarter), c.Tasks),
+			Title:   fmt.Sprintf("(2) gpuslice run --memory %s each (a 1/%d share, equal time slices)", sizeGiB(quarter), c.Tasks),
+			Command: func(i int) ([]string, uint64) { return limited(i), quarter },
+			Policy:  func(int) string { return "equal" },
+		},
+		{
+			Title: fmt.Sprintf("(3) as (2), task-1 online (--priority high --slice %s), the others offline (--priority low --slice %s)", HighSlice, LowSlice),
 			Command: func(i int) ([]string, uint64) {
-				argv := append([]string{filepath.Join(c.BinDir, "gpuslice"), "run", "--memory", strconv.FormatUint(quarter, 10), "--"}, c.trainer(i)...)
-				return argv, quarter
+				if i == 0 {
+					return limited(i, "--priority", "high", "--slice", HighSlice), quarter
+				}
+				return limited(i, "--priority", "low", "--slice", LowSlice), quarter
+			},
+			Policy: func(i int) string {
+				if i == 0 {
+					return HighSlice + " high"
+				}
+				return LowSlice + " low"
 			},
 		},
 	}
@@ -75,7 +105,7 @@ func Scenarios(c *Config) []Scenario {
 func (c *Config) trainer(i int) []string {
 	return []string{
 		filepath.Join(c.BinDir, "gs-trainer"), "--name", fmt.Sprintf("task-%d", i+1),
-		"--init-ms", "500", "--steps", strconv.Itoa(c.Steps), "--kernels", strconv.Itoa(c.Kernels), "--kernel-us", strconv.Itoa(c.KernelUS),
+		"--init-ms", "500", "--steps", strconv.Itoa(c.Steps), "--duration-ms", strconv.FormatInt(c.Duration.Milliseconds(), 10), "--kernels", strconv.Itoa(c.Kernels), "--kernel-us", strconv.Itoa(c.KernelUS),
 	}
 }
 
@@ -98,7 +128,9 @@ func Run(ctx context.Context, c *Config) ([][]Outcome, error) {
 		}
 		all = append(all, outs)
 	}
-	fmt.Fprintf(c.Out, "\n(3) time slices with priorities: coming with the node time-slice scheduler\n")
+	if len(all) == 3 {
+		fmt.Fprintf(c.Out, "\n%s\n", Compare(all[1], all[2]))
+	}
 	return all, nil
 }
 
@@ -113,7 +145,7 @@ func RunScenario(ctx context.Context, c *Config, s Scenario) ([]Outcome, error) 
 		go func() {
 			defer wg.Done()
 			outs[i], errs[i] = runTask(ctx, c.Env, argv)
-			outs[i].Limit = limit
+			outs[i].Limit, outs[i].Policy = limit, s.Policy(i)
 		}()
 	}
 	wg.Wait()

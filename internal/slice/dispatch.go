@@ -19,22 +19,50 @@ func (s *Scheduler) dispatch(now time.Time) []Action {
 	if n == 0 {
 		return nil
 	}
-	start := s.cursor + 1
-	// Two rounds: a tenant that forfeited its turn is skipped in the first only.
-	for step := 0; step < 2*n; step++ {
-		t := s.ring[(start+step)%n]
-		if !t.waiting {
-			continue
+	for {
+		start := s.cursor + 1
+		var passed []*tenant
+		// Two rounds: a tenant that forfeited its turn is skipped in the first only.
+		for step := 0; step < 2*n; step++ {
+			t := s.ring[(start+step)%n]
+			if !t.waiting {
+				continue
+			}
+			if t.forfeit {
+				t.forfeit = false
+				continue
+			}
+			// A tenant owing at least a whole slice (its kernels ran far past
+			// its slices) passes its turn, and repays a slice once another
+			// tenant takes the GPU: shares hold even when kernels outlast slices.
+			if t.debt >= s.cfg.SliceOf(t.params) {
+				passed = append(passed, t)
+				continue
+			}
+			for _, p := range passed {
+				p.debt = max(0, p.debt-s.cfg.SliceOf(p.params))
+			}
+			return s.take(start, step, now)
 		}
-		if t.forfeit {
-			t.forfeit = false
-			continue
+		if len(passed) == 0 {
+			return nil
 		}
-		s.bankPassed(start, step, now)
-		s.cursor = (start + step) % n
-		return s.grant(t, now, false)
+		// Everyone waiting owes at least a slice: a round passes for all of
+		// them (a lone debtor is not kept off an otherwise idle GPU).
+		for _, t := range s.ring {
+			if t.waiting {
+				t.debt = max(0, t.debt-s.cfg.SliceOf(t.params))
+			}
+		}
 	}
-	return nil
+}
+
+// take grants the tenant steps after ring index start, banking for those passed.
+func (s *Scheduler) take(start, step int, now time.Time) []Action {
+	n := len(s.ring)
+	s.bankPassed(start, step, now)
+	s.cursor = (start + step) % n
+	return s.grant(s.ring[s.cursor], now, false)
 }
 
 // bankPassed deposits a whole slice for each tenant without work among the

@@ -141,13 +141,26 @@ func TestSchedulerSequences(t *testing.T) {
 			{26 * ms, "more", 1, []string{"grant 2 10ms/20ms"}}, // used 21: 8 banked, 3 debt
 			{36 * ms, "more", 2, []string{"grant 1 7ms/7ms"}},
 		}},
-		{"debt leaves at least the minimum slice", testConfig(), three, []step{
+		{"a tenant in debt passes its turns until it has repaid", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 2, nil},
 			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 30ms debt
-			{50 * ms, "more", 2, []string{"grant 1 100µs/100µs"}},
-			{50*ms + 100*time.Microsecond, "more", 1, []string{"grant 2 10ms/10ms"}},
-			{60*ms + 100*time.Microsecond, "more", 2, []string{"grant 1 100µs/100µs"}},
+			{50 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // 1 passes: 20ms debt
+			{60 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // 10ms
+			{70 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // repaid
+			{80 * ms, "more", 2, []string{"grant 1 10ms/10ms"}},
+		}},
+		{"partial debt shortens the slice, never below the minimum", testConfig(), three, []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{0, "acq", 2, nil},
+			{19*ms + 950*time.Microsecond, "more", 1, []string{"grant 2 10ms/10ms"}}, // 9.95ms debt
+			{29*ms + 950*time.Microsecond, "more", 2, []string{"grant 1 100µs/100µs"}},
+		}},
+		{"everyone waiting in debt: the GPU is still handed out", testConfig(), three, []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{0, "acq", 2, nil},
+			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 1 owes 30ms
+			{80 * ms, "rel", 2, []string{"grant 1 10ms/10ms"}},  // 2 owes 30ms and has no work
 		}},
 		{"grant end revokes, grace end expires and moves on", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},

@@ -26,7 +26,7 @@ func section(out, prefix string) [][]string {
 
 func TestDemoIsolationOnSimulatedGPU(t *testing.T) {
 	bin := binDir(t)
-	r := run(t, env(t, "GPUSLICE_DRIVER=sim"), filepath.Join(bin, "gpuslice"), "demo", "--steps", "12", "--kernel-us", "1500")
+	r := run(t, env(t, "GPUSLICE_DRIVER=sim"), filepath.Join(bin, "gpuslice"), "demo", "--duration", "1500ms", "--kernel-us", "1500")
 	if r.code != 0 {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -35,25 +35,48 @@ func TestDemoIsolationOnSimulatedGPU(t *testing.T) {
 	if len(noIso) != 4 || !strings.Contains(strings.Join(flatten(noIso), " "), "out of memory") {
 		t.Fatalf("part (1) should show tasks failing with out of memory:\n%s", r.stdout)
 	}
-	limited := section(r.stdout, "(2)")
-	if len(limited) != 4 {
-		t.Fatalf("part (2) has %d rows:\n%s", len(limited), r.stdout)
-	}
+	equal := rates(t, section(r.stdout, "(2)"))
 	lo, hi := 1e9, 0.0
-	for _, row := range limited {
-		// task, limit (2 fields), peak (2 fields), steps/s, result...
-		if len(row) < 7 || row[6] != "finished" {
-			t.Fatalf("part (2) task did not finish: %v", row)
-		}
-		rate, err := strconv.ParseFloat(row[5], 64)
-		if err != nil {
-			t.Fatalf("steps/s %q: %v", row[5], err)
-		}
+	for _, rate := range equal {
 		lo, hi = min(lo, rate), max(hi, rate)
 	}
 	if hi > 1.6*lo {
 		t.Errorf("part (2) speeds differ too much: %.1f .. %.1f steps/s", lo, hi)
 	}
+	prio := rates(t, section(r.stdout, "(3)"))
+	if prio[0] < 1.3*equal[0] {
+		t.Errorf("part (3): the high-priority task ran %.1f steps/s, not clearly faster than %.1f in the equal split", prio[0], equal[0])
+	}
+	for i := 1; i < 4; i++ {
+		if prio[i] >= equal[i] {
+			t.Errorf("part (3): low-priority task-%d ran %.1f steps/s, not slower than %.1f", i+1, prio[i], equal[i])
+		}
+	}
+}
+
+// rates checks that every task of a limited part finished and returns their steps/s.
+func rates(t *testing.T, rows [][]string) []float64 {
+	t.Helper()
+	if len(rows) != 4 {
+		t.Fatalf("want 4 rows, got %v", rows)
+	}
+	var out []float64
+	for _, row := range rows {
+		// task, limit (2 fields), time slice (1 or 2 fields), peak (2 fields), steps/s, "finished", ...
+		i := 0
+		for i < len(row) && row[i] != "finished" {
+			i++
+		}
+		if i == len(row) || i < 2 {
+			t.Fatalf("task did not finish: %v", row)
+		}
+		rate, err := strconv.ParseFloat(row[i-1], 64)
+		if err != nil {
+			t.Fatalf("steps/s %q: %v", row[i-1], err)
+		}
+		out = append(out, rate)
+	}
+	return out
 }
 
 func flatten(rows [][]string) []string {
