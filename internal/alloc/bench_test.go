@@ -62,10 +62,34 @@ func BenchmarkFilterScore(b *testing.B) {
 	}
 }
 
-// BenchmarkBest ranks 1,000 nodes for one pod (the scheduler's PreFilter).
+// BenchmarkBest ranks nodes for one pod (the scheduler's PreFilter): 1,000
+// nodes all partly used, and 5,000 nodes of which 100 are partly used.
 func BenchmarkBest(b *testing.B) {
-	bk, _ := benchBooks(b)
 	req := share(30, 4)
+	b.Run("1000-partly-used", func(b *testing.B) {
+		bk, _ := benchBooks(b)
+		runBest(b, bk, req)
+	})
+	b.Run("5000-mostly-empty", func(b *testing.B) {
+		bk := NewBooks(cfg())
+		for i := 0; i < 5000; i++ {
+			n := node(fmt.Sprintf("n%04d", i), 8)
+			bk.SetNode(n)
+			if i%50 == 0 {
+				a, err := bk.Fit(n.Name, share(50, 2), t0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := bk.Reserve(n.Name, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		runBest(b, bk, req)
+	})
+}
+
+func runBest(b *testing.B, bk *Books, req *api.PodRequest) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if got := bk.Best(req, t0, 32); len(got) != 32 {

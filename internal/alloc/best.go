@@ -15,21 +15,36 @@ type Ranked struct {
 
 // Best returns up to k nodes that fit req with the highest scores, best
 // first; ties go to the node whose name sorts first (so first-fit takes nodes
-// in name order). It looks at every node with a table row: the scheduler can
-// then filter and score only these instead of a sample of the cluster.
+// in name order). It considers every node with a table row (see bestIn for
+// the shortcuts): the scheduler can then filter and score only these
+// instead of a sample of the cluster.
 func (b *Books) Best(req *api.PodRequest, now time.Time, k int) []Ranked {
-	return b.bestIn(b.sortedNames(), req, now, k)
+	b.sortedNames()
+	return b.bestIn(0, len(b.names), req, now, k)
 }
 
-// bestIn ranks the given nodes (in name order).
-func (b *Books) bestIn(names []string, req *api.PodRequest, now time.Time, k int) []Ranked {
+// bestIn ranks the given nodes (in name order). Nodes holding nothing are
+// alike for ranking (same shape, same score in a homogeneous cluster), so
+// only the first k of them are looked at; first-fit stops at the first k
+// fitting nodes. Partly used nodes are all ranked.
+func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int) []Ranked {
 	if k <= 0 {
 		return nil
 	}
+	firstFit := b.policy(req) == api.PlacementFirstFit
 	top := make([]Ranked, 0, k)
-	for _, n := range names {
+	empties := 0
+	for j := lo; j < hi; j++ {
+		n, ns := b.names[j], b.states[j]
+		empty := ns.used.len() == 0
+		if empty && empties >= k {
+			continue
+		}
 		if b.Check(n, req, now) != nil {
 			continue
+		}
+		if empty {
+			empties++
 		}
 		s := b.Score(n, req)
 		if len(top) == k && s <= top[k-1].Score {
@@ -42,6 +57,9 @@ func (b *Books) bestIn(names []string, req *api.PodRequest, now time.Time, k int
 		}
 		copy(top[i+1:], top[i:len(top)-1])
 		top[i] = Ranked{Node: n, Score: s}
+		if firstFit && len(top) == k {
+			break
+		}
 	}
 	return top
 }
@@ -64,8 +82,9 @@ func MergeBest(k int, lists ...[]Ranked) []Ranked {
 	return all
 }
 
-// sortedNames returns the names of nodes with a table row, sorted. The
-// slice is cached until a node is added or removed; callers must not modify it.
+// sortedNames returns the names of nodes with a table row, sorted, and
+// caches them with their states (b.states) until a node is added or
+// removed; callers must not modify the slices.
 func (b *Books) sortedNames() []string {
 	if b.names == nil {
 		names := make([]string, 0, len(b.nodes))
@@ -75,27 +94,30 @@ func (b *Books) sortedNames() []string {
 			}
 		}
 		sort.Strings(names)
+		b.states = make([]*nodeState, len(names))
+		for i, n := range names {
+			b.states[i] = b.nodes[n]
+		}
 		b.names = names
 	}
 	return b.names
 }
 
-// Chunks splits the sorted node names into n contiguous parts for parallel
-// ranking with BestIn.
-func (b *Books) Chunks(n int) [][]string {
-	names := b.sortedNames()
-	if n < 1 {
-		n = 1
-	}
-	size := (len(names) + n - 1) / n
-	var out [][]string
-	for i := 0; i < len(names); i += max(size, 1) {
-		out = append(out, names[i:min(i+size, len(names))])
+// Chunks splits the sorted nodes into n contiguous index ranges [lo, hi)
+// for parallel ranking with BestIn.
+func (b *Books) Chunks(n int) [][2]int {
+	total := len(b.sortedNames())
+	n = max(n, 1)
+	size := max((total+n-1)/n, 1)
+	var out [][2]int
+	for i := 0; i < total; i += size {
+		out = append(out, [2]int{i, min(i+size, total)})
 	}
 	return out
 }
 
-// BestIn is Best over one chunk of nodes from Chunks.
-func (b *Books) BestIn(names []string, req *api.PodRequest, now time.Time, k int) []Ranked {
-	return b.bestIn(names, req, now, k)
+// BestIn is Best over one range from Chunks (valid until the next node is
+// added or removed).
+func (b *Books) BestIn(r [2]int, req *api.PodRequest, now time.Time, k int) []Ranked {
+	return b.bestIn(r[0], r[1], req, now, k)
 }

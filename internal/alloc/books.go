@@ -63,10 +63,11 @@ type nodeState struct {
 // Books is the allocation state: the table rows and the holdings of pods,
 // keyed by pod UID. Not safe for concurrent use; callers lock.
 type Books struct {
-	cfg   Config
-	nodes map[string]*nodeState
-	pods  map[string]*api.Assignment
-	names []string // sorted names of nodes with a row; nil: recompute
+	cfg    Config
+	nodes  map[string]*nodeState
+	pods   map[string]*api.Assignment
+	names  []string     // sorted names of nodes with a row; nil: recompute
+	states []*nodeState // their states, same order
 }
 
 // NewBooks returns empty books. cfg must be valid (see Config.Validate).
