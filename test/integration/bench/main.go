@@ -24,6 +24,7 @@ func main() {
 	flag.IntVar(&o.pods, "pods", 3000, "pods per run")
 	flag.IntVar(&o.gpus, "gpus", 8, "GPUs per node")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent pod creators")
+	flag.IntVar(&o.rounds, "rounds", 2, "alternating stock/gpuslice rounds per scale (the box is noisy)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
 	var extra string
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")

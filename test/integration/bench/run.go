@@ -17,6 +17,7 @@ type options struct {
 	scheduler         string
 	nodes, pods, gpus int
 	clients           int
+	rounds            int
 	keep              bool
 	extraArgs         []string
 }
@@ -63,24 +64,42 @@ func runScale(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	fmt.Printf("== %d nodes x %d GPUs ready in %.1fs (KWOK), %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.pods)
-	stock, err := runOne(ctx, cp, o, bins.Path("kube-scheduler"), "stock", harness.SchedulerOptions{SchedulerName: "stock"})
-	if err != nil {
-		return "", err
-	}
-	ours, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-binpack", harness.SchedulerOptions{SchedulerName: "gpuslice-binpack", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
-	if err != nil {
-		return "", err
+	var stock, ours []result
+	for r := 0; r < max(o.rounds, 1); r++ { // alternate, so load from elsewhere hits both
+		sr, err := runOne(ctx, cp, o, bins.Path("kube-scheduler"), fmt.Sprintf("stock-%d", r), harness.SchedulerOptions{SchedulerName: fmt.Sprintf("stock-%d", r)})
+		if err != nil {
+			return "", err
+		}
+		printResult(sr)
+		name := fmt.Sprintf("gpuslice-binpack-%d", r)
+		gr, err := runOne(ctx, cp, o, o.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true,
+			Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
+		if err != nil {
+			return "", err
+		}
+		printResult(gr)
+		stock, ours = append(stock, sr), append(ours, gr)
 	}
 	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, Args: "{placement: spread, heartbeatTimeout: 1h}"})
 	if err != nil {
 		return "", err
 	}
-	for _, r := range []result{stock, ours, spread} {
-		printResult(r)
-	}
-	ratio := ours.podsPerSec / stock.podsPerSec
+	printResult(spread)
+	s, g := mean(stock), mean(ours)
+	fmt.Printf("mean over %d rounds: stock %.1f pods/s (CPU %.1f s), gpuslice binpack %.1f pods/s (CPU %.1f s)\n", len(stock), s.podsPerSec, s.cpu, g.podsPerSec, g.cpu)
 	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
-		ours.podsPerSec, stock.podsPerSec, ratio, o.nodes, o.pods, ours.p99.Milliseconds()), nil
+		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), nil
+}
+
+// mean averages throughput, CPU and p99 latency over rounds.
+func mean(rs []result) result {
+	var m result
+	for _, r := range rs {
+		m.podsPerSec += r.podsPerSec / float64(len(rs))
+		m.cpu += r.cpu / float64(len(rs))
+		m.p99 += r.p99 / time.Duration(len(rs))
+	}
+	return m
 }
 
 func printResult(r result) {
