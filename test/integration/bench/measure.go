@@ -44,7 +44,9 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 		return res, err
 	}
 	defer sched.Stop()
-	time.Sleep(3 * time.Second) // informers synced: measure scheduling, not start-up
+	if err := warmUp(ctx, cp, name, so.SchedulerName, sched); err != nil {
+		return res, err
+	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	seen, err := watchBound(ictx, cp, name)
@@ -73,19 +75,8 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 		return res, err
 	}
 	mu.Lock()
-	lat := make([]time.Duration, 0, len(bound))
-	var last time.Time
-	for i, t := range bound {
-		lat = append(lat, t.Sub(created[i]))
-		if t.After(last) {
-			last = t
-		}
-	}
+	res.bound, res.podsPerSec, res.p50, res.p99 = latencies(created, bound, t0)
 	mu.Unlock()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	res.bound = len(bound)
-	res.podsPerSec = float64(len(bound)) / last.Sub(t0).Seconds()
-	res.p50, res.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	if so.GPUSlice {
 		if res.books, err = harness.ReadBooks(ctx, cp, name, "kwok-"); err != nil {
 			return res, err
@@ -107,6 +98,25 @@ func clearPods(ctx context.Context, cp *harness.ControlPlane, ns string) error {
 		l, err := pods.List(wctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(l.Items) == 0, nil
 	})
+}
+
+// warmUp waits until the scheduler binds a first pod, so the measurement
+// covers scheduling, not start-up (informers listing thousands of nodes).
+func warmUp(ctx context.Context, cp *harness.ControlPlane, ns, scheduler string, sched *harness.Process) error {
+	p := harness.Pod(ns, "warmup", scheduler, harness.GPURequest{Units: 10})
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("warm-up pod: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		got, err := cp.Client.CoreV1().Pods(ns).Get(wctx, "warmup", metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler %s never bound the warm-up pod: %w\n%s", scheduler, err, sched.Tail())
+	}
+	return nil
 }
 
 // boundTimes records, per pod index, when the informer first saw the pod bound.
