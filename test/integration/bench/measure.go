@@ -85,7 +85,22 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 	return res, clearPods(ctx, cp, name)
 }
 
-// clear deletes the run's pods so the next run starts from empty GPUs.
+// latencies computes throughput and latency percentiles from creation and
+// binding times.
+func latencies(created []time.Time, bound map[int]time.Time, t0 time.Time) (n int, perSec float64, p50, p99 time.Duration) {
+	lat := make([]time.Duration, 0, len(bound))
+	var last time.Time
+	for i, t := range bound {
+		lat = append(lat, t.Sub(created[i]))
+		if t.After(last) {
+			last = t
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return len(bound), float64(len(bound)) / last.Sub(t0).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100]
+}
+
+// clearPods deletes the run's pods so the next run starts from empty GPUs.
 func clearPods(ctx context.Context, cp *harness.ControlPlane, ns string) error {
 	zero := int64(0)
 	pods := cp.Client.CoreV1().Pods(ns)
