@@ -59,25 +59,6 @@ func TestContainerCgroup(t *testing.T) {
 	}
 }
 
-func TestApplied(t *testing.T) {
-	s, err := Applied{Containers: []AppliedContainer{{Name: "z", GPUs: []int32{3, 1}}, {Name: "a"}}}.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := `{"version":"v1","containers":[{"name":"a","gpus":[]},{"name":"z","gpus":[1,3]}]}`; s != want {
-		t.Fatalf("Marshal = %s, want %s", s, want)
-	}
-	a, err := ParseApplied(s)
-	if err != nil || len(a.Containers) != 2 {
-		t.Fatalf("ParseApplied: %+v %v", a, err)
-	}
-	for _, bad := range []string{"", "{}", `{"version":"v2"}`, "[]"} {
-		if _, err := ParseApplied(bad); err == nil {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	env := map[string]string{"NODE_NAME": "n1"}
 	c := DefaultConfig(func(k string) string { return env[k] })

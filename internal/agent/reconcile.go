@@ -26,7 +26,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/devices"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
-	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -135,7 +134,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
-	var applied Applied
+	var applied api.Applied
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running == nil || cs.ContainerID == "" {
 			continue
@@ -148,7 +147,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			errs = append(errs, fmt.Errorf("container %s: %w", cs.Name, err))
 			continue
 		}
-		applied.Containers = append(applied.Containers, AppliedContainer{Name: cs.Name, GPUs: idx})
+		applied.Containers = append(applied.Containers, api.AppliedContainer{Name: cs.Name, GPUs: idx})
 	}
 	err = errors.Join(errs...)
 	if err != nil {
@@ -212,15 +211,15 @@ func (r *reconciler) container(uid types.UID, cid string) (hotplug.Container, er
 }
 
 // report writes the applied state on the pod when it changed.
-func (r *reconciler) report(ctx context.Context, pod *corev1.Pod, a Applied) error {
+func (r *reconciler) report(ctx context.Context, pod *corev1.Pod, a api.Applied) error {
 	s, err := a.Marshal()
 	if err != nil {
 		return err
 	}
-	if pod.Annotations[resize.AnnotationApplied] == s {
+	if pod.Annotations[api.AnnotationApplied] == s {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resize.AnnotationApplied: s}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationApplied: s}}})
 	if err != nil {
 		return fmt.Errorf("applied patch: %w", err)
 	}

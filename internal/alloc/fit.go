@@ -231,3 +231,23 @@ func (b *Books) Score(node string, req *api.PodRequest) int64 {
 	}
 	return s
 }
+
+// FreeWhole returns the node's GPUs a pod could take whole now, in index
+// order: those Fit would consider (healthy, not over the utilization
+// threshold, no unscheduled processes unless allowed) that nobody holds any
+// share of. None when the node is not Working or its heartbeat is stale.
+func (b *Books) FreeWhole(node string, now time.Time) []GPU {
+	ns := b.nodes[node]
+	if ns == nil || ns.table == nil || ns.table.State != api.NodeWorking || now.Sub(ns.table.Heartbeat) > b.cfg.HeartbeatTimeout {
+		return nil
+	}
+	var cbuf [stackGPUs]candidate
+	cands, _ := b.candidates(ns, cbuf[:0])
+	var out []GPU
+	for _, k := range cands {
+		if k.empty {
+			out = append(out, *k.gpu)
+		}
+	}
+	return out
+}

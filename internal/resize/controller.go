@@ -3,7 +3,7 @@ package resize
 import (
 	"context"
 	"encoding/json"
-
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,10 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -27,59 +25,104 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-// Event reasons.
-const (
-	ReasonResized      = "GPUResized"
-	ReasonPartialGrant = "GPUResizePartial"
-	ReasonInvalid      = "GPUResizeInvalid"
-)
+// ErrBooksBehind: the books have not seen the pod's current assignment yet
+// (the informer feeding them lags the controller's lister); retry shortly.
+var ErrBooksBehind = errors.New("allocation books are behind the pod's assignment")
 
-// Controller grants and releases whole GPUs of running pods.
+// Books is the allocation ledger the controller shares with the scheduler
+// plugin (internal/sched), so a GPU is never both granted to a resize and
+// placed for a new pod: grants are booked before the assignment is written
+// and rolled back when the write fails.
+type Books interface {
+	// BeginResize atomically checks that the books hold the pod's current
+	// assignment from (annotation value fromRaw; else ErrBooksBehind),
+	// lets plan choose among the node's free whole GPUs, and books both
+	// from and plan's result until EndResize. A nil plan result books
+	// nothing and is returned as nil.
+	BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []api.GPU) *api.Assignment) (*api.Assignment, error)
+	// EndResize settles a begun resize: written, the books keep the new
+	// assignment (annotation value raw) and drop the released GPUs;
+	// otherwise they return to what the pod's annotation says.
+	EndResize(uid, raw string, written bool)
+}
+
+// Controller grants and releases whole GPUs of running pods. It runs inside
+// gpuslice-scheduler (started by the GPUSlice plugin) on the scheduler's
+// pod informer and books.
 type Controller struct {
-	Client  kubernetes.Interface
-	Dynamic dynamic.Interface
-	Events  events.EventRecorder
-	// Resync re-examines every resizable pod this often (GPUs freed by
-	// other pods reach short pods this way too).
-	Resync time.Duration
-
+	client   kubernetes.Interface
+	books    Books
+	events   events.EventRecorder
+	resync   time.Duration
 	pods     listersv1.PodLister
+	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	mu       sync.Mutex
 	reported map[types.UID]string // last Event message per pod
 }
 
-// Run watches pods until ctx ends.
-func (c *Controller) Run(ctx context.Context) error {
-	log := klog.FromContext(ctx)
-	if c.Resync <= 0 {
-		c.Resync = time.Second
+// Config wires a Controller.
+type Config struct {
+	Client kubernetes.Interface
+	// Pods is the (shared) pod informer; the controller adds its handler.
+	Pods  coreinformers.PodInformer
+	Books Books
+	// Events receives GPUResized, GPUResizePartial and GPUResizeInvalid;
+	// nil: none.
+	Events events.EventRecorder
+	// Resync re-examines every resizable pod this often (GPUs freed by
+	// other pods reach short pods this way); 0: 1s.
+	Resync time.Duration
+}
+
+// New registers the controller's pod handler; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	c := &Controller{client: cfg.Client, books: cfg.Books, events: cfg.Events, resync: cfg.Resync,
+		pods: cfg.Pods.Lister(), reported: map[types.UID]string{},
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	if c.resync <= 0 {
+		c.resync = time.Second
 	}
-	c.reported = map[types.UID]string{}
-	c.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	defer c.queue.ShutDown()
-	f := informers.NewSharedInformerFactory(c.Client, 0)
-	inf := f.Core().V1().Pods()
-	c.pods = inf.Lister()
-	enqueue := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Annotations[AnnotationWantGPUs] != "" {
-			if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
-				c.queue.Add(key)
-			}
+	reg, err := cfg.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: c.forget,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resize: pod handler: %w", err)
+	}
+	c.synced = reg.HasSynced
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Annotations[api.AnnotationGPUs] != "" {
+		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+			c.queue.Add(key)
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}); err != nil {
-		return fmt.Errorf("resize: pod handler: %w", err)
+}
+
+func (c *Controller) forget(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		delete(c.reported, pod.UID)
+		c.mu.Unlock()
+	}
+}
+
+// Run works until ctx ends; the informer is started by its owner.
+func (c *Controller) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return fmt.Errorf("resize: pod informer did not sync: %w", ctx.Err())
 	}
-	log.Info("resize controller ready", "annotation", AnnotationWantGPUs)
-	go c.resync(ctx, enqueue)
+	log.Info("resize controller ready", "annotation", api.AnnotationGPUs)
+	go c.resyncLoop(ctx)
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
@@ -89,8 +132,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) resync(ctx context.Context, enqueue func(any)) {
-	t := time.NewTicker(c.Resync)
+func (c *Controller) resyncLoop(ctx context.Context) {
+	t := time.NewTicker(c.resync)
 	defer t.Stop()
 	for {
 		select {
@@ -103,7 +146,7 @@ func (c *Controller) resync(ctx context.Context, enqueue func(any)) {
 			continue
 		}
 		for _, p := range pods {
-			enqueue(p)
+			c.enqueue(p)
 		}
 	}
 }
@@ -115,7 +158,11 @@ func (c *Controller) next(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	if err := c.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "resize", "pod", key)
+		if errors.Is(err, ErrBooksBehind) {
+			klog.FromContext(ctx).V(4).Info("books behind the pod, retrying", "pod", key)
+		} else {
+			klog.FromContext(ctx).Error(err, "resize", "pod", key)
+		}
 		c.queue.AddRateLimited(key)
 		return true
 	}
@@ -135,46 +182,70 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("get pod: %w", err)
 	}
 	raw, ok := pod.Annotations[api.AnnotationAssignment]
-	if !ok || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || terminal(pod) {
+	wantRaw, wants := pod.Annotations[api.AnnotationGPUs]
+	if !ok || !wants || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || terminal(pod) {
 		return nil
 	}
 	a, err := api.ParseAssignment(raw)
-	if err != nil {
+	if err != nil || a.Node != pod.Spec.NodeName {
 		return nil // the scheduler reports bad assignments
 	}
-	want, err := ParseWant(pod.Annotations[AnnotationWantGPUs], a)
+	want, err := ParseWant(wantRaw, a)
 	if err != nil {
-		c.report(pod, corev1.EventTypeWarning, ReasonInvalid, err.Error())
+		c.report(pod, corev1.EventTypeWarning, api.ReasonGPUResizeInvalid, err.Error())
 		return nil
 	}
-	free, err := c.free(ctx, pod, a.Node)
-	if err != nil {
-		return err
-	}
-	out, short, changed := Plan(a, want, free)
-	if changed {
-		err := c.patch(ctx, pod, out)
-		if apierrors.IsConflict(err) {
-			// The pod changed meanwhile; its update event queues it again
-			// and the next pass plans from the new version.
-			klog.FromContext(ctx).V(2).Info("pod changed while resizing, retrying", "pod", klog.KObj(pod))
+	var short []Shortfall
+	out, err := c.books.BeginResize(string(pod.UID), raw, a, func(free []api.GPU) *api.Assignment {
+		out, s, changed := Plan(a, want, free)
+		if short = s; !changed {
 			return nil
 		}
-		if err != nil {
+		return out
+	})
+	if err != nil {
+		return fmt.Errorf("book resize: %w", err)
+	}
+	if out != nil {
+		if done, err := c.write(ctx, pod, a, out, want); !done {
 			return err
 		}
-		klog.FromContext(ctx).Info("resized", "pod", klog.KObj(pod), "node", a.Node, "want", want, "from", counts(a), "to", counts(out))
 	}
 	if len(short) > 0 {
 		msgs := make([]string, len(short))
 		for i, s := range short {
 			msgs[i] = s.String()
 		}
-		c.report(pod, corev1.EventTypeWarning, ReasonPartialGrant, fmt.Sprintf("node %s is short of free GPUs: %s", a.Node, strings.Join(msgs, "; ")))
-	} else if changed {
-		c.report(pod, corev1.EventTypeNormal, ReasonResized, fmt.Sprintf("GPUs now %s", counts(out)))
+		c.report(pod, corev1.EventTypeWarning, api.ReasonGPUResizePartial, fmt.Sprintf("node %s is short of free GPUs: %s", a.Node, strings.Join(msgs, "; ")))
+	} else if out != nil {
+		c.report(pod, corev1.EventTypeNormal, api.ReasonGPUResized, fmt.Sprintf("GPUs now %s", counts(out)))
 	}
 	return nil
+}
+
+// write stores the booked assignment out and settles the books: kept when
+// written, rolled back otherwise. done is false when the pass must stop (a
+// conflict waits for the pod's next update; other errors are retried).
+func (c *Controller) write(ctx context.Context, pod *corev1.Pod, from, out *api.Assignment, want map[string]int) (done bool, err error) {
+	uid := string(pod.UID)
+	b, err := out.Marshal()
+	if err != nil {
+		c.books.EndResize(uid, "", false)
+		return false, err
+	}
+	err = c.patch(ctx, pod, b)
+	c.books.EndResize(uid, string(b), err == nil)
+	if apierrors.IsConflict(err) {
+		// The pod changed meanwhile; its update event queues it again
+		// and the next pass plans from the new version.
+		klog.FromContext(ctx).V(2).Info("pod changed while resizing, retrying", "pod", klog.KObj(pod))
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	klog.FromContext(ctx).Info("resized", "pod", klog.KObj(pod), "node", from.Node, "want", want, "from", counts(from), "to", counts(out))
+	return true, nil
 }
 
 func counts(a *api.Assignment) string {
@@ -185,41 +256,8 @@ func counts(a *api.Assignment) string {
 	return strings.Join(parts, ",")
 }
 
-// free returns the node's GPUs no other live pod holds.
-func (c *Controller) free(ctx context.Context, pod *corev1.Pod, node string) ([]api.GPU, error) {
-	u, err := c.Dynamic.Resource(api.GPUNodeGVR).Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("GPUNode %s: %w", node, err)
-	}
-	var row api.GPUNode
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &row); err != nil {
-		return nil, fmt.Errorf("%w %s: %w", api.ErrInvalidGPUNode, node, err)
-	}
-	if err := row.Validate(); err != nil {
-		return nil, err
-	}
-	all, err := c.pods.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	var others []*api.Assignment
-	for _, p := range all {
-		if p.UID == pod.UID || p.Spec.NodeName != node || terminal(p) {
-			continue
-		}
-		if a, err := api.ParseAssignment(p.Annotations[api.AnnotationAssignment]); err == nil {
-			others = append(others, a)
-		}
-	}
-	return FreeGPUs(&row, others), nil
-}
-
 // patch writes the new assignment, failing on a concurrent change of the pod.
-func (c *Controller) patch(ctx context.Context, pod *corev1.Pod, a *api.Assignment) error {
-	b, err := a.Marshal()
-	if err != nil {
-		return err
-	}
+func (c *Controller) patch(ctx context.Context, pod *corev1.Pod, b []byte) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pod.ResourceVersion,
 		"annotations":     map[string]string{api.AnnotationAssignment: string(b)},
@@ -227,7 +265,7 @@ func (c *Controller) patch(ctx context.Context, pod *corev1.Pod, a *api.Assignme
 	if err != nil {
 		return fmt.Errorf("patch: %w", err)
 	}
-	_, err = c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("write assignment of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -242,8 +280,8 @@ func (c *Controller) report(pod *corev1.Pod, kind, reason, msg string) {
 		return
 	}
 	c.reported[pod.UID] = reason + msg
-	if c.Events != nil {
-		c.Events.Eventf(pod, nil, kind, reason, "Resize", "%s", msg)
+	if c.events != nil {
+		c.events.Eventf(pod, nil, kind, reason, "Resize", "%s", msg)
 	}
 }
 

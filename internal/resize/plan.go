@@ -1,5 +1,5 @@
 // Package resize is the cluster side of hot GPU add/remove: a pod states in
-// the annotation AnnotationWantGPUs how many whole GPUs its container wants;
+// the annotation api.AnnotationGPUs how many whole GPUs its container wants;
 // when that differs from its assignment, the controller grants free GPUs of
 // the pod's node (all it can, with an Event saying how many are still
 // missing) or releases some, and rewrites the assignment. The node agent then
@@ -11,55 +11,39 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-// Annotations (to move to pkg/api; see docs/node-agent.md).
-const (
-	// AnnotationWantGPUs: whole GPUs wanted, "N" (the pod's only
-	// whole-GPU container) or "name=N,other=M".
-	AnnotationWantGPUs = api.Group + "/gpus"
-	// AnnotationApplied: the node agent's report of the devices it applied
-	// (JSON Applied).
-	AnnotationApplied = api.Group + "/applied"
-)
+// ErrInvalidWant wraps an api.AnnotationGPUs value that is malformed
+// (wrapping api.ErrInvalidGPUs too) or that does not fit the pod.
+var ErrInvalidWant = errors.New("unusable gpuslice GPU count")
 
-// ErrInvalidWant wraps a malformed or unusable AnnotationWantGPUs.
-var ErrInvalidWant = errors.New("invalid gpuslice GPU count")
-
-// ParseWant reads AnnotationWantGPUs against an assignment: a bare count
-// needs exactly one whole-GPU container; every named container must hold
-// whole GPUs only; counts are 1..api.MaxGPUsPerContainer.
+// ParseWant reads api.AnnotationGPUs (api.ParseGPUs) against the pod's
+// assignment: a bare count needs exactly one whole-GPU container, and every
+// named container must hold whole (exclusive) GPUs only.
 func ParseWant(s string, a *api.Assignment) (map[string]int, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s=%q: "+format, append([]any{ErrInvalidWant, AnnotationWantGPUs, s}, args...)...)
+	counts, err := api.ParseGPUs(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidWant, err)
 	}
-	out := map[string]int{}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s=%q: "+format, append([]any{ErrInvalidWant, api.AnnotationGPUs, s}, args...)...)
+	}
 	whole := wholeContainers(a)
-	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
-		name, num, named := strings.Cut(part, "=")
-		if !named {
-			num, name = name, ""
+	out := make(map[string]int, len(counts))
+	for _, c := range counts {
+		name := c.Container
+		if name == "" {
 			if len(whole) != 1 {
 				return nil, bad("a bare count needs exactly one whole-GPU container, the pod has %d", len(whole))
 			}
 			name = whole[0]
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(num))
-		if err != nil || n < 1 || n > api.MaxGPUsPerContainer {
-			return nil, bad("count %q: want 1..%d", num, api.MaxGPUsPerContainer)
-		}
-		name = strings.TrimSpace(name)
 		if !slices.Contains(whole, name) {
 			return nil, bad("container %q has no whole (exclusive) GPUs to resize", name)
 		}
-		if _, dup := out[name]; dup {
-			return nil, bad("container %q named twice", name)
-		}
-		out[name] = n
+		out[name] = c.Count
 	}
 	return out, nil
 }
@@ -127,24 +111,4 @@ func Plan(a *api.Assignment, want map[string]int, free []api.GPU) (out *api.Assi
 
 func sameGPUs(a, b []api.GPUAssignment) bool {
 	return slices.EqualFunc(a, b, func(x, y api.GPUAssignment) bool { return x.Index == y.Index })
-}
-
-// FreeGPUs is the node's healthy GPUs that no assignment in others holds.
-func FreeGPUs(node *api.GPUNode, others []*api.Assignment) []api.GPU {
-	used := map[int32]bool{}
-	for _, a := range others {
-		if a.Node != node.Name {
-			continue
-		}
-		for idx := range a.Totals() {
-			used[idx] = true
-		}
-	}
-	var out []api.GPU
-	for _, g := range node.Status.GPUs {
-		if g.Health == api.GPUHealthy && !used[g.Index] {
-			out = append(out, g)
-		}
-	}
-	return out
 }

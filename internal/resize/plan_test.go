@@ -71,7 +71,7 @@ func TestPlan(t *testing.T) {
 				others = append(others, whole(fmt.Sprint("o", i), o...))
 			}
 			a := whole("main", tc.cur...)
-			out, short, changed := Plan(a, map[string]int{"main": tc.want}, FreeGPUs(node(tc.gpus, tc.bad...), others))
+			out, short, changed := Plan(a, map[string]int{"main": tc.want}, freeGPUs(node(tc.gpus, tc.bad...), others))
 			if got := indices(out, "main"); !slices.Equal(got, tc.got) || changed != tc.changed {
 				t.Fatalf("got %v changed=%v, want %v changed=%v", got, changed, tc.got, tc.changed)
 			}
@@ -102,7 +102,7 @@ func TestParseWant(t *testing.T) {
 		err  bool
 	}{
 		{"3", whole("main", 0), map[string]int{"main": 3}, false},
-		{" 2 ", whole("main", 0), map[string]int{"main": 2}, false},
+		{" 2 ", whole("main", 0), nil, true},
 		{"main=4", two, map[string]int{"main": 4}, false},
 		{"2", two, map[string]int{"main": 2}, false},
 		{"side=2", two, nil, true},
@@ -115,7 +115,7 @@ func TestParseWant(t *testing.T) {
 	for _, tc := range cases {
 		got, err := ParseWant(tc.s, tc.a)
 		if tc.err {
-			if !errors.Is(err, ErrInvalidWant) {
+			if !errors.Is(err, ErrInvalidWant) || (tc.a == two && tc.s == "side=2") == errors.Is(err, api.ErrInvalidGPUs) {
 				t.Errorf("ParseWant(%q) err = %v, want ErrInvalidWant", tc.s, err)
 			}
 			continue
@@ -146,4 +146,24 @@ func FuzzParseWant(f *testing.F) {
 			}
 		}
 	})
+}
+
+// freeGPUs is the node's healthy GPUs that no assignment in others holds.
+func freeGPUs(node *api.GPUNode, others []*api.Assignment) []api.GPU {
+	used := map[int32]bool{}
+	for _, a := range others {
+		if a.Node != node.Name {
+			continue
+		}
+		for idx := range a.Totals() {
+			used[idx] = true
+		}
+	}
+	var out []api.GPU
+	for _, g := range node.Status.GPUs {
+		if g.Health == api.GPUHealthy && !used[g.Index] {
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -33,13 +33,19 @@ type Ledger struct {
 	// seen holds the annotation last booked per pod, so the many updates
 	// of a bound pod (status changes) cost no decoding.
 	seen map[string]string
+	// resizing holds the resizes being written (BeginResize..EndResize);
+	// stale[uid] is an annotation value older than the one booked by a
+	// resize, ignored until the booked one is observed.
+	resizing map[string]*pendingResize
+	stale    map[string]string
 }
 
 var _ Allocator = &Ledger{}
 
 // NewLedger returns an empty ledger.
 func NewLedger(cfg alloc.Config, clk clock.PassiveClock) *Ledger {
-	return &Ledger{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{}}
+	return &Ledger{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{},
+		resizing: map[string]*pendingResize{}, stale: map[string]string{}}
 }
 
 // Check implements Allocator.
@@ -107,6 +113,8 @@ func (l *Ledger) Release(uid string) {
 	defer l.mu.Unlock()
 	l.books.Release(uid)
 	delete(l.seen, uid)
+	delete(l.resizing, uid)
+	delete(l.stale, uid)
 }
 
 // SetGPUNode records a table row; an invalid row removes the node from
@@ -145,7 +153,7 @@ func (l *Ledger) ObservePod(pod *corev1.Pod) error {
 	}
 	uid := string(pod.UID)
 	l.mu.RLock()
-	same := l.seen[uid] == raw
+	same := l.seen[uid] == raw && l.resizing[uid] == nil && l.stale[uid] == ""
 	l.mu.RUnlock()
 	if same {
 		return nil
@@ -159,9 +167,28 @@ func (l *Ledger) ObservePod(pod *corev1.Pod) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.observeLocked(uid, raw, a)
+	return nil
+}
+
+// observeLocked books a bound pod's assignment annotation, unless a resize
+// of the pod is being written (EndResize settles it) or the value is one a
+// resize has just replaced (a late update from before the write).
+func (l *Ledger) observeLocked(uid, raw string, a *api.Assignment) {
+	if p := l.resizing[uid]; p != nil {
+		p.obs, p.obsRaw = a, raw
+		return
+	}
+	if l.seen[uid] == raw {
+		delete(l.stale, uid)
+		return
+	}
+	if old, ok := l.stale[uid]; ok && old == raw {
+		return
+	}
+	delete(l.stale, uid)
 	l.books.Add(uid, a)
 	l.seen[uid] = raw
-	return nil
 }
 
 // Quality reports the placement quality of the current holdings.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,10 +67,30 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := watchGPUNodes(ctx, dyn, ledger, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
+	if err := startResize(ctx, h, resizeBooks{Ledger: ledger, ctx: ctx, wait: w}); err != nil {
+		return nil, err
+	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
 		"utilizationThreshold", cfg.UtilizationThreshold, "heartbeatTimeout", cfg.HeartbeatTimeout,
 		"allowUnscheduledProcesses", cfg.AllowUnscheduledProcesses, "candidateNodes", st.CandidateNodes)
 	return p, nil
+}
+
+// startResize runs the resize controller (in-place GPU grants and releases
+// for api.AnnotationGPUs) on the scheduler's pod informer and the plugin's
+// books, for as long as the scheduler runs.
+func startResize(ctx context.Context, h fwk.Handle, books resizeBooks) error {
+	c, err := resize.New(resize.Config{Client: h.ClientSet(), Pods: h.SharedInformerFactory().Core().V1().Pods(),
+		Books: books, Events: h.EventRecorder()})
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	go func() {
+		if err := c.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "resize controller stopped")
+		}
+	}()
+	return nil
 }
 
 // podHandler keeps the ledger in step with bound pods.

@@ -19,13 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpuslice/gpuslice/internal/hotplug"
-	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 const nsEnv = "GPUSLICE_NODE_E2E_PRIVATE_NS"
@@ -63,27 +60,12 @@ func TestHotplug(t *testing.T) {
 	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rctx, rcancel := context.WithCancel(klog.NewContext(ctx, klog.Background()))
-	defer rcancel()
-	startResize(t, rctx, n)
-
 	t.Run("share", func(t *testing.T) { n.t = t; testShare(t, ctx, n) })
 	var lat []time.Duration
 	t.Run("resize", func(t *testing.T) { n.t = t; lat = testResize(t, ctx, n) })
 	t.Run("agent-restart", func(t *testing.T) { n.t = t; testRestart(t, ctx, n) })
 	n.t = t
 	summary(t, lat)
-}
-
-func startResize(t *testing.T, ctx context.Context, n *node) {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: n.cp.Client.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	c := &resize.Controller{Client: n.cp.Client, Dynamic: n.cp.Dynamic, Events: b.NewRecorder(scheme.Scheme, "gpuslice-resize"), Resync: time.Second}
-	go func() {
-		if err := c.Run(ctx); err != nil {
-			t.Errorf("resize controller: %v", err)
-		}
-	}()
 }
 
 // testShare: pods asking for a share of one GPU start on the real kubelet;
@@ -189,11 +171,11 @@ func testResize(t *testing.T, ctx context.Context, n *node) []time.Duration {
 	if got := n.freshCount(p); got != 3 {
 		t.Fatalf("after the partial grant a new CUDA process counts %d GPUs, want 3", got)
 	}
-	note := n.waitEvent(ctx, p.Name, resize.ReasonPartialGrant)
+	note := n.waitEvent(ctx, p.Name, api.ReasonGPUResizePartial)
 	if !strings.Contains(note, "1 still missing") {
 		t.Fatalf("partial grant event says %q", note)
 	}
-	t.Logf("e2e event %s: %s", resize.ReasonPartialGrant, note)
+	t.Logf("e2e event %s: %s", api.ReasonGPUResizePartial, note)
 	if slices.ContainsFunc(n.minors(assignment(cur), "main"), func(m int) bool { return slices.Contains(n.minors(assignment(holder), "main"), m) }) {
 		t.Fatal("trainer was granted the holder's GPU")
 	}

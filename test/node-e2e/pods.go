@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpuslice/gpuslice/internal/agent"
-	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -46,7 +44,7 @@ func gpuPod(name string, gpus int64, memory int64, want string, command ...strin
 		},
 	}
 	if want != "" {
-		p.Annotations = map[string]string{resize.AnnotationWantGPUs: want}
+		p.Annotations = map[string]string{api.AnnotationGPUs: want}
 	}
 	return p
 }
@@ -114,7 +112,7 @@ func (n *node) minors(a *api.Assignment, container string) []int {
 }
 
 func (n *node) setWant(ctx context.Context, name, want string) time.Time {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resize.AnnotationWantGPUs: want}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationGPUs: want}}})
 	t0 := time.Now()
 	if _, err := n.cp.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		n.t.Fatal(err)
@@ -190,8 +188,8 @@ func (n *node) current(p *corev1.Pod) []int {
 	return l[len(l)-1].minors
 }
 
-func applied(p *corev1.Pod) (agent.Applied, bool) {
-	a, err := agent.ParseApplied(p.Annotations[resize.AnnotationApplied])
+func applied(p *corev1.Pod) (*api.Applied, bool) {
+	a, err := api.ParseApplied(p.Annotations[api.AnnotationApplied])
 	return a, err == nil
 }
 

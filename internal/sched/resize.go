@@ -1,0 +1,134 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// The resize controller (internal/resize) runs in the scheduler and books
+// its grants in the plugin's ledger: a GPU granted to a running pod is booked
+// before the new assignment is written, so the scheduling cycle never places
+// a new pod on it, and a failed write gives it back.
+
+var _ resize.Books = &Ledger{}
+
+// pendingResize is a resize whose assignment is being written.
+type pendingResize struct {
+	from, to *api.Assignment
+	fromRaw  string
+	// obs is the latest assignment the pod informer delivered while the
+	// write was in flight (obsRaw its annotation value).
+	obs    *api.Assignment
+	obsRaw string
+}
+
+// BeginResize implements resize.Books: under the ledger's lock it checks
+// that the pod's booked annotation is fromRaw, plans against the node's free
+// whole GPUs, and books the union of from and the plan (released GPUs stay
+// booked until the write is settled, so a rollback always fits).
+func (l *Ledger) BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []api.GPU) *api.Assignment) (*api.Assignment, error) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resizing[uid] != nil {
+		return nil, fmt.Errorf("pod %s: a resize is already being written", uid)
+	}
+	if l.seen[uid] != fromRaw {
+		return nil, fmt.Errorf("pod %s: %w", uid, resize.ErrBooksBehind)
+	}
+	var free []api.GPU
+	for _, g := range l.books.FreeWhole(from.Node, now) {
+		free = append(free, api.GPU{Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes, Health: api.GPUHealthy})
+	}
+	to := plan(free)
+	if to == nil {
+		return nil, nil
+	}
+	if err := checkGrant(from, to, free); err != nil {
+		return nil, err
+	}
+	l.books.Add(uid, union(from, to))
+	l.resizing[uid] = &pendingResize{from: from, to: to, fromRaw: fromRaw}
+	return to, nil
+}
+
+// EndResize implements resize.Books. Written: the books hold the new
+// assignment, and updates of the pod that still carry the old annotation
+// (delivered late by the informer) are ignored until the new one is seen.
+// Not written: the books hold what the pod's annotation says.
+func (l *Ledger) EndResize(uid, raw string, written bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.resizing[uid]
+	if p == nil {
+		return // the pod went away meanwhile
+	}
+	delete(l.resizing, uid)
+	switch {
+	case written:
+		l.books.Add(uid, p.to)
+		l.seen[uid] = raw
+		l.stale[uid] = p.fromRaw
+	case p.obs != nil:
+		l.books.Add(uid, p.obs)
+		l.seen[uid] = p.obsRaw
+	default:
+		l.books.Add(uid, p.from)
+		l.seen[uid] = p.fromRaw
+	}
+}
+
+// checkGrant verifies a plan: same node and containers, every GPU it adds
+// is free and taken whole.
+func checkGrant(from, to *api.Assignment, free []api.GPU) error {
+	if to.Node != from.Node || len(to.Containers) != len(from.Containers) {
+		return fmt.Errorf("resize plan changes the node or the containers of the pod")
+	}
+	held := from.Totals()
+	for i, c := range to.Containers {
+		if c.Name != from.Containers[i].Name {
+			return fmt.Errorf("resize plan renames container %q", from.Containers[i].Name)
+		}
+		for _, g := range c.GPUs {
+			if _, ok := held[g.Index]; ok {
+				continue
+			}
+			if !g.Exclusive || !slices.ContainsFunc(free, func(f api.GPU) bool { return f.Index == g.Index }) {
+				return fmt.Errorf("resize plan grants GPU %d of node %s, which is not free", g.Index, to.Node)
+			}
+		}
+	}
+	return nil
+}
+
+// union gives each container the GPUs it has in either assignment.
+func union(from, to *api.Assignment) *api.Assignment {
+	out := &api.Assignment{Version: to.Version, Node: to.Node}
+	for i, c := range to.Containers {
+		gpus := slices.Clone(c.GPUs)
+		for _, g := range from.Containers[i].GPUs {
+			if !slices.ContainsFunc(gpus, func(x api.GPUAssignment) bool { return x.Index == g.Index }) {
+				gpus = append(gpus, g)
+			}
+		}
+		out.Containers = append(out.Containers, api.ContainerAssignment{Name: c.Name, GPUs: gpus})
+	}
+	return out
+}
+
+// resizeBooks is the ledger as the resize controller sees it: settling a
+// resize may free GPUs, so parked pods are re-activated.
+type resizeBooks struct {
+	*Ledger
+	ctx  context.Context
+	wait *waiters
+}
+
+func (b resizeBooks) EndResize(uid, raw string, written bool) {
+	b.Ledger.EndResize(uid, raw, written)
+	b.wait.wake(b.ctx)
+}
