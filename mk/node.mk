@@ -9,7 +9,7 @@ NODE_E2E_ENV = GPUSLICE_BIN=$(abspath $(BIN))
 NODE_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 TEST_TARGETS += test-node
 
-$(NODE_GRANTBENCH): test/node/grantbench.c include/gpuslice/proto.h
+$(NODE_GRANTBENCH): test/node/grantbench.c libgpuslice/src/gate_wire.h include/gpuslice/proto.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $<
 

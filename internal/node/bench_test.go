@@ -3,13 +3,23 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
+
+// Grant round trips as the gate makes them: a holder at the end of its slice
+// sends release(seq, MORE) and waits for its next grant (one send, one
+// receive). "grants/s" is always all clients' grants over the wall time; with
+// one client that is 1 / round trip, with N concurrent clients on GPUs of their
+// own it is the daemon's grant rate.
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	s := slices.Clone(d)
@@ -20,78 +30,115 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
 }
 
-// BenchmarkGrantRoundTrip: one client over the real socket asks for the GPU
-// (acquire -> grant) and hands it back (release), repeatedly. Reports the
-// acquire-to-grant round trip p50/p99 and grants per second.
-func BenchmarkGrantRoundTrip(b *testing.B) {
-	cfg := testCfg(b)
-	startDaemon(b, cfg)
-	c, err := Dial(context.Background(), cfg.Socket)
+// grantLoop takes n grants of gpu on c (release with more work -> next grant)
+// and returns the round trips.
+func grantLoop(c *Client, gpu proto.UUID, n int) ([]time.Duration, error) {
+	g, err := c.Acquire(gpu)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
-	defer c.Close() //nolint:errcheck // benchmark
-	lat := make([]time.Duration, 0, 1<<16)
-	start := time.Now()
-	n := 0
-	for b.Loop() {
+	lat := make([]time.Duration, 0, n)
+	for range n {
 		t := time.Now()
-		g, err := c.Acquire(testGPU)
-		if err != nil {
-			b.Fatal(err)
+		if err := c.Release(gpu, g.Seq, true); err != nil {
+			return nil, err
+		}
+		if g, err = c.WaitGrant(); err != nil {
+			return nil, err
 		}
 		lat = append(lat, time.Since(t))
-		if err := c.Release(testGPU, g.Seq, false); err != nil {
-			b.Fatal(err)
-		}
-		n++
 	}
-	el := time.Since(start)
-	p50, p99 := percentiles(lat)
-	b.ReportMetric(float64(p50.Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(p99.Nanoseconds())/1e3, "p99-µs")
-	b.ReportMetric(float64(n)/el.Seconds(), "grants/s")
+	return lat, c.Release(gpu, g.Seq, false)
 }
 
-// BenchmarkGrantsParallel: several clients, each on its own GPU (its own policy
-// instance), acquire and release as fast as they can: the daemon's grant rate.
-func BenchmarkGrantsParallel(b *testing.B) {
-	for _, clients := range []int{2, 4} {
+// BenchmarkGrantRoundTrip: Go clients in this process (the daemon too), each
+// on a GPU of its own. clients=1: the round trip; clients=4: the grant rate.
+func BenchmarkGrantRoundTrip(b *testing.B) {
+	for _, clients := range []int{1, 4} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			cfg := testCfg(b)
 			startDaemon(b, cfg)
 			var cs []*Client
-			for i := range clients {
+			for range clients {
 				c, err := Dial(context.Background(), cfg.Socket)
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer c.Close() //nolint:errcheck // benchmark
-				_ = i
+				b.Cleanup(func() { _ = c.Close() }) //nolint:errcheck // benchmark
 				cs = append(cs, c)
 			}
+			per := max(b.N/clients, 1)
+			var mu sync.Mutex
+			var all []time.Duration
 			var wg sync.WaitGroup
-			per := b.N/clients + 1
-			start := time.Now()
 			b.ResetTimer()
+			start := time.Now()
 			for i, c := range cs {
-				gpu := proto.UUID{0x70, byte(i)}
 				wg.Go(func() {
-					for range per {
-						g, err := c.Acquire(gpu)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := c.Release(gpu, g.Seq, false); err != nil {
-							b.Error(err)
-							return
-						}
+					lat, err := grantLoop(c, proto.UUID{0x70, byte(i)}, per)
+					if err != nil {
+						b.Error(err)
 					}
+					mu.Lock()
+					all = append(all, lat...)
+					mu.Unlock()
 				})
 			}
 			wg.Wait()
-			b.ReportMetric(float64(per*clients)/time.Since(start).Seconds(), "grants/s")
+			el := time.Since(start)
+			p50, p99 := percentiles(all)
+			b.ReportMetric(float64(p50.Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(p99.Nanoseconds())/1e3, "p99-µs")
+			b.ReportMetric(float64(per*clients)/el.Seconds(), "grants/s")
 		})
 	}
+}
+
+// BenchmarkGrantC: the same from C client processes (gs-grantbench, the
+// gate's own frame code): procs=1 (the round trip), procs=4 on GPUs of their
+// own (the daemon's grant rate), and 4 sharing one GPU (every grant a hand-over
+// between processes). p50 is the median of the processes' medians, p99 the
+// worst process's p99.
+func BenchmarkGrantC(b *testing.B) {
+	bench := os.Getenv("GPUSLICE_NODE_GRANTBENCH")
+	if bench == "" {
+		b.Skip("set GPUSLICE_NODE_GRANTBENCH to build/node/gs-grantbench (make bench-node does)")
+	}
+	for _, tc := range []struct {
+		procs int
+		mode  string
+	}{{1, "own"}, {4, "own"}, {4, "shared"}} {
+		b.Run(fmt.Sprintf("procs=%d/gpu=%s", tc.procs, tc.mode), func(b *testing.B) {
+			cfg := testCfg(b)
+			startDaemon(b, cfg)
+			for b.Loop() {
+				out, err := exec.Command(bench, cfg.Socket, strconv.Itoa(200000/tc.procs), strconv.Itoa(tc.procs), tc.mode).CombinedOutput()
+				if err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				reportGrantC(b, string(out))
+			}
+		})
+	}
+}
+
+func reportGrantC(b *testing.B, out string) {
+	var p50s []int64
+	var worst99 int64
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var p50, p99 int64
+		var rate, total float64
+		if n, _ := fmt.Sscanf(l, "rtt %d %d %f", &p50, &p99, &rate); n == 3 {
+			p50s = append(p50s, p50)
+			worst99 = max(worst99, p99)
+		} else if n, _ := fmt.Sscanf(l, "total %f", &total); n == 1 {
+			b.ReportMetric(total, "grants/s")
+		}
+	}
+	if len(p50s) == 0 {
+		b.Fatalf("no round trips in %q", out)
+	}
+	slices.Sort(p50s)
+	b.ReportMetric(float64(p50s[len(p50s)/2])/1e3, "p50-µs")
+	b.ReportMetric(float64(worst99)/1e3, "p99-µs")
 }

@@ -14,15 +14,15 @@ import (
 // production client is libgpuslice's gate (C).
 type Client struct {
 	nc    *net.UnixConn
-	Group string // the group the daemon placed this process in
-	rbuf  [proto.FrameSize]byte
+	Group string                    // the group the daemon placed this process in
+	rbuf  [proto.FrameSize + 1]byte // a record longer than a frame shows as FrameSize+1
 	wbuf  [proto.FrameSize]byte
 }
 
 // Dial connects and says hello.
 func Dial(ctx context.Context, socket string) (*Client, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socket)
+	nc, err := d.DialContext(ctx, proto.Network, socket)
 	if err != nil {
 		return nil, fmt.Errorf("connect to node daemon: %w", err)
 	}
@@ -63,12 +63,18 @@ func (c *Client) Send(m proto.Message) error {
 	return nil
 }
 
-// Next reads one message; an Error message becomes an error.
+// Next reads one message (one record); an Error message becomes an error.
 func (c *Client) Next() (proto.Message, error) {
-	if _, err := io.ReadFull(c.nc, c.rbuf[:]); err != nil {
+	n, err := c.nc.Read(c.rbuf[:])
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("read from node daemon: %w", err)
+	case n == 0:
+		return nil, fmt.Errorf("read from node daemon: %w", io.EOF)
+	case n != proto.FrameSize:
+		return nil, fmt.Errorf("read from node daemon: %w: a record of %d bytes", proto.ErrFrame, n)
 	}
-	m, err := proto.Decode(c.rbuf[:])
+	m, err := proto.Decode(c.rbuf[:proto.FrameSize])
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,14 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -19,12 +20,15 @@ import (
 	"github.com/gpuslice/gpuslice/internal/slice"
 )
 
-// conn is one client connection (one process, any number of GPUs).
+// conn is one client connection (one process, any number of GPUs). Its
+// goroutine owns the socket's reads: blocking reads of one record (one frame)
+// on the raw descriptor, from a thread of its own, so a grant costs the daemon
+// one read and one send system call (no poller round trip, no goroutine
+// handoff). Sends never block and may come from any connection's goroutine (a
+// release hands the GPU to another client).
 type conn struct {
 	s    *Server
-	nc   *net.UnixConn
-	fd   int       // the socket, for non-blocking sends
-	in   io.Reader // nc, buffered after the handshake
+	fd   int // the socket (blocking; sends use MSG_DONTWAIT)
 	peer Peer
 	log  klog.Logger
 	gpus map[proto.UUID]*gpuState // touched only by the connection's goroutine
@@ -37,7 +41,12 @@ type conn struct {
 // serve runs one connection until it closes; every grant it held is released.
 func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	log := klog.FromContext(ctx)
-	c := &conn{s: s, nc: nc, in: nc, fd: -1, gpus: map[proto.UUID]*gpuState{}}
+	fd, err := takeFD(nc)
+	if err != nil {
+		log.Error(err, "client connection")
+		return
+	}
+	c := &conn{s: s, fd: fd, gpus: map[proto.UUID]*gpuState{}}
 	s.track(c, true)
 	defer func() {
 		for _, g := range c.gpus {
@@ -46,19 +55,11 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 		s.track(c, false)
 		c.wmu.Lock()
 		c.closed = true
-		c.wmu.Unlock()
-		if err := nc.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := unix.Close(c.fd); err != nil {
 			log.V(4).Info("close", "err", err)
 		}
+		c.wmu.Unlock()
 	}()
-	raw, err := nc.SyscallConn()
-	if err == nil {
-		err = raw.Control(func(fd uintptr) { c.fd = int(fd) })
-	}
-	if err != nil {
-		log.Error(err, "raw connection")
-		return
-	}
 	if err := c.handshake(); err != nil {
 		if !errors.Is(err, io.EOF) { // EOF: a liveness probe (Reachable)
 			log.V(1).Info("connection refused", "err", err)
@@ -67,18 +68,44 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	}
 	c.log = log.WithValues("pid", c.peer.PID, "group", c.peer.Group)
 	c.log.V(2).Info("client connected", "uid", c.peer.UID, "via", c.peer.Via)
-	// Buffered: frames that arrive together (a release and the next
-	// acquire) are read with one system call.
-	c.in = bufio.NewReaderSize(nc, 16*proto.FrameSize)
+	// A thread of its own: a blocked read then wakes this goroutine directly.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	err = c.loop()
 	c.log.V(2).Info("client gone", "err", err)
+}
+
+// takeFD moves an accepted connection out of the runtime's poller: a blocking
+// descriptor of our own (close-on-exec); nc is closed.
+func takeFD(nc *net.UnixConn) (int, error) {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return -1, errors.Join(fmt.Errorf("raw connection: %w", err), nc.Close())
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		derr = err
+	}
+	if err := nc.Close(); err != nil && derr == nil && fd >= 0 {
+		derr = err
+	}
+	if derr == nil {
+		derr = unix.SetNonblock(fd, false)
+	}
+	if derr != nil {
+		if fd >= 0 {
+			derr = errors.Join(derr, unix.Close(fd))
+		}
+		return -1, fmt.Errorf("take connection: %w", derr)
+	}
+	return fd, nil
 }
 
 // kill shuts the socket down: a blocked read returns, sends stop.
 func (c *conn) kill() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if !c.closed && c.fd >= 0 {
+	if !c.closed {
 		if err := unix.Shutdown(c.fd, unix.SHUT_RDWR); err != nil {
 			c.s.log.V(4).Info("shutdown", "err", err)
 		}
@@ -87,7 +114,7 @@ func (c *conn) kill() {
 
 // handshake identifies the caller through the kernel and answers its hello.
 func (c *conn) handshake() error {
-	cred, err := peerCred(c.nc)
+	cred, err := peerCred(c.fd)
 	if err != nil {
 		return err
 	}
@@ -95,8 +122,8 @@ func (c *conn) handshake() error {
 		c.sendError(proto.ErrIdentity, err.Error())
 		return err
 	}
-	if err := c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HelloTimeout)); err != nil {
-		return fmt.Errorf("deadline: %w", err)
+	if err := c.setReadTimeout(c.s.cfg.HelloTimeout); err != nil {
+		return err
 	}
 	m, err := c.read()
 	if err != nil {
@@ -106,8 +133,8 @@ func (c *conn) handshake() error {
 		c.sendError(proto.ErrProtocol, fmt.Sprintf("expected hello, got %T", m))
 		return fmt.Errorf("expected hello, got %T", m)
 	}
-	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("deadline: %w", err)
+	if err := c.setReadTimeout(0); err != nil {
+		return err
 	}
 	c.s.groupSeen(c.peer)
 	w := &proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(c.s.cfg.Policy.Period)}
@@ -116,13 +143,49 @@ func (c *conn) handshake() error {
 	return nil
 }
 
+// setReadTimeout bounds blocking reads (0: no bound).
+func (c *conn) setReadTimeout(d time.Duration) error {
+	tv := unix.NsecToTimeval(d.Nanoseconds())
+	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fmt.Errorf("receive timeout: %w", err)
+	}
+	return nil
+}
+
+// recv reads one record into buf (blocking).
+func (c *conn) recv(buf []byte) (int, error) {
+	for {
+		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return 0, fmt.Errorf("read: %w", os.ErrDeadlineExceeded)
+		case err != nil:
+			return 0, fmt.Errorf("read: %w", err)
+		case n == 0: // end of stream (or an empty record: closed all the same)
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
 // read returns the next frame's message.
 func (c *conn) read() (proto.Message, error) {
-	var buf [proto.FrameSize]byte
-	if _, err := io.ReadFull(c.in, buf[:]); err != nil {
+	var buf [proto.FrameSize + 1]byte // a longer record shows as FrameSize+1
+	n, err := c.recv(buf[:])
+	if err != nil {
 		return nil, err
 	}
-	m, err := proto.Decode(buf[:])
+	if n != proto.FrameSize {
+		err := fmt.Errorf("%w: a record of %d bytes, want one frame of %d", proto.ErrFrame, min(n, proto.FrameSize), proto.FrameSize)
+		if n > proto.FrameSize {
+			err = fmt.Errorf("%w: a record longer than one frame of %d bytes", proto.ErrFrame, proto.FrameSize)
+		}
+		c.sendError(proto.ErrProtocol, err.Error())
+		return nil, err
+	}
+	m, err := proto.Decode(buf[:proto.FrameSize])
 	if err != nil {
 		code := proto.ErrProtocol
 		if binary.LittleEndian.Uint16(buf[4:]) != proto.Version {
@@ -138,7 +201,7 @@ func (c *conn) loop() error {
 	for {
 		m, err := c.read()
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
 				return nil
 			}
 			return err
@@ -206,7 +269,7 @@ func (c *conn) send(m proto.Message) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.broken || c.closed || c.fd < 0 {
+	if c.broken || c.closed {
 		return
 	}
 	if err := unix.Sendto(c.fd, buf[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil); err != nil {

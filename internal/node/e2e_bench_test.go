@@ -3,10 +3,8 @@ package node
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -86,36 +84,5 @@ func BenchmarkE2EBurst(b *testing.B) {
 		b.ReportMetric(float64(w99.Microseconds())/1e3, "p99-ms-burst")
 		b.ReportMetric(float64(o99.Microseconds())/1e3, "p99-ms-noburst")
 		b.ReportMetric(float64(a99.Microseconds())/1e3, "p99-ms-alone")
-	}
-}
-
-// BenchmarkGrantC: grant round trips from the C client (gs-grantbench, blocking
-// send/recv as libgpuslice's gate does) over the real socket, 1 and 2 processes.
-func BenchmarkGrantC(b *testing.B) {
-	bench := os.Getenv("GPUSLICE_NODE_GRANTBENCH")
-	if bench == "" {
-		b.Skip("set GPUSLICE_NODE_GRANTBENCH to build/node/gs-grantbench (make bench-node does)")
-	}
-	for _, procs := range []int{1, 2} {
-		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			cfg := testCfg(b)
-			startDaemon(b, cfg)
-			for b.Loop() {
-				out, err := exec.Command(bench, cfg.Socket, "100000", strconv.Itoa(procs)).CombinedOutput()
-				if err != nil {
-					b.Fatalf("%v\n%s", err, out)
-				}
-				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-					var p50, p99 int64
-					var rate, total float64
-					if n, _ := fmt.Sscanf(l, "rtt %d %d %f", &p50, &p99, &rate); n == 3 {
-						b.ReportMetric(float64(p50)/1e3, "p50-µs")
-						b.ReportMetric(float64(p99)/1e3, "p99-µs")
-					} else if n, _ := fmt.Sscanf(l, "total %f", &total); n == 1 {
-						b.ReportMetric(total, "grants/s")
-					}
-				}
-			}
-		})
 	}
 }

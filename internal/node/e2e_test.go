@@ -229,13 +229,21 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "lone")
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	stopped := make(chan struct{})
+	defer func() { // the daemon stops before the run directory is removed
+		cancel()
+		<-stopped
+	}()
 	go func() {
-		time.Sleep(2500 * time.Millisecond) // the tenant starts at +1.5 s and runs 3 s
-		done := make(chan error, 1)
-		go func() { done <- Run(ctx, cfg) }()
-		<-ctx.Done()
-		<-done
+		defer close(stopped)
+		select {
+		case <-time.After(2500 * time.Millisecond): // the tenant starts at +1.5 s and runs 3 s
+		case <-ctx.Done():
+			return
+		}
+		if err := Run(ctx, cfg); err != nil {
+			t.Errorf("daemon: %v", err)
+		}
 	}()
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "3",
 		"--t0", strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixNano(), 10))

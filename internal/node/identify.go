@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,20 +26,10 @@ type Peer struct {
 }
 
 // peerCred reads SO_PEERCRED of a connected unix socket.
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
+func peerCred(fd int) (*unix.Ucred, error) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	if serr != nil {
-		return nil, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return nil, fmt.Errorf("SO_PEERCRED: %w", err)
 	}
 	return cred, nil
 }

@@ -267,10 +267,23 @@ func TestProtocolErrors(t *testing.T) {
 			if err := proto.Encode(b[:], &proto.Hello{}); err != nil {
 				return err
 			}
-			b[4] = 2
+			b[4] = 1 // version 1 was a byte stream
 			_, err := c.nc.Write(b[:])
 			return err
 		}, "code 1"},
+		{"short record", func(c *Client) error {
+			_, err := c.nc.Write(make([]byte, proto.FrameSize/2))
+			return err
+		}, "record of 64 bytes"},
+		{"two frames in one record", func(c *Client) error {
+			b := make([]byte, 2*proto.FrameSize)
+			if err := proto.Encode(b, &proto.Hello{}); err != nil {
+				return err
+			}
+			copy(b[proto.FrameSize:], b[:proto.FrameSize])
+			_, err := c.nc.Write(b)
+			return err
+		}, "longer than one frame"},
 	} {
 		c := rawDial(t, cfg.Socket)
 		if err := tc.send(c); err != nil {
@@ -313,7 +326,7 @@ func rawDial(t *testing.T, socket string) *Client {
 }
 
 func dialNoHello(socket string) (*Client, error) {
-	nc, err := net.Dial("unix", socket)
+	nc, err := net.Dial(proto.Network, socket)
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale socket: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: cfg.Socket, Net: proto.Network})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Socket, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
 )
 
 // Reachable reports whether a daemon answers on socket.
@@ -19,7 +21,7 @@ func Reachable(ctx context.Context, socket string) bool {
 	var d net.Dialer
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := d.DialContext(ctx, "unix", socket)
+	c, err := d.DialContext(ctx, proto.Network, socket)
 	if err != nil {
 		return false
 	}

@@ -2,7 +2,8 @@
 // GPU process) and the node daemon, defined once: these Go definitions, and the
 // C header include/gpuslice/proto.h generated from them (`go generate`).
 //
-// Every frame is FrameSize bytes: a Header, then one message, zero-padded.
+// The socket is a unix SOCK_SEQPACKET socket (Network): every record is one
+// frame of FrameSize bytes: a Header, then one message, zero-padded.
 // Integers are little-endian. A frame with a wrong magic, version, type, length,
 // non-zero reserved or padding bytes, or unknown flag bits is rejected.
 package proto
@@ -20,12 +21,18 @@ import (
 // Wire constants.
 const (
 	Magic      uint32 = 0x52505347 // "GSPR" in little-endian byte order
-	Version    uint16 = 1
+	Version    uint16 = 2          // 2: SOCK_SEQPACKET, one frame per record (1: a byte stream)
 	FrameSize         = 128
 	HeaderSize        = 16
 	// MaxPayload is the most a message may occupy after the header.
 	MaxPayload = FrameSize - HeaderSize
 )
+
+// Network is the socket type for Go's net package: SOCK_SEQPACKET. A record
+// is exactly one frame; a record of another size is a protocol error. (Records
+// keep frames whole, so several client threads may read one socket, and a
+// reader blocked on it is woken by incoming frames only.)
+const Network = "unixpacket"
 
 // Type is a message type code.
 type Type uint16

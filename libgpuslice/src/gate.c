@@ -15,8 +15,11 @@
 #include "log.h"
 
 GS_HIDDEN struct gs_gate_fast gs_gate_fast;
-GS_HIDDEN struct gs_gate gs_gate = {
-	.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1, .st = GS_GATE_DOWN};
+GS_HIDDEN struct gs_gate gs_gate = {.mu = PTHREAD_MUTEX_INITIALIZER,
+				      .cv = PTHREAD_COND_INITIALIZER,
+				      .fd = -1,
+				      .dead_fd = -1,
+				      .st = GS_GATE_DOWN};
 
 static struct gs_gate_cfg cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -58,19 +61,22 @@ static void default_socket(char *out, size_t n)
 
 static void after_fork_child(void)
 {
-	/* The child is a new caller: it connects with its own identity. */
+	/* The child is a new caller: it connects with its own identity, from a
+	 * gate thread of its own (threads do not survive fork). */
 	pthread_mutex_init(&gs_gate.mu, NULL);
 	pthread_cond_init(&gs_gate.cv, NULL);
 	if (gs_gate.fd >= 0)
 		close(gs_gate.fd);
-	gs_gate.fd = -1;
+	if (gs_gate.dead_fd >= 0)
+		close(gs_gate.dead_fd);
+	gs_gate.fd = gs_gate.dead_fd = -1;
 	gs_gate.gen++;
 	gs_gate.st = GS_GATE_DOWN;
 	gs_gate.retry_at = 0;
+	gs_gate.receiving = gs_gate.thread = 0;
 	gs_gate.ctx = NULL;
 	gs_gate_track_reset();
-	atomic_store(&gs_gate_fast.mode, GS_GATE_MODE_FREE);
-	atomic_store(&gs_gate_fast.until, cfg.off ? GS_GATE_OPEN : 0);
+	atomic_store(&gs_gate_fast.state, cfg.off ? GS_GATE_PASS : GS_GATE_ASK);
 }
 
 static void cfg_init(void)
@@ -86,6 +92,7 @@ static void cfg_init(void)
 	cfg.idle_ns = env_u64("GPUSLICE_GATE_IDLE_US", 500, 10, 10000000) * 1000u;
 	cfg.timeout_ns = env_u64("GPUSLICE_GATE_TIMEOUT_MS", 5000, 1, 3600000) * 1000000u;
 	cfg.retry_ns = 1000000000u;
+	cfg.step_ns = 100000000u;
 	default_socket(cfg.socket, sizeof(cfg.socket));
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
@@ -100,16 +107,18 @@ GS_HIDDEN const struct gs_gate_cfg *gs_gate_cfg(void)
 GS_HIDDEN void gs_gate_publish_locked(uint64_t now)
 {
 	struct gs_gate *g = &gs_gate;
-	uint64_t until = 0;
-	int mode = GS_GATE_MODE_FREE;
-	if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
-		until = g->grant_end;
-		mode = cfg.depth > 0 ? GS_GATE_MODE_TRACK : GS_GATE_MODE_HELD;
+	int state = GS_GATE_ASK;
+	if (cfg.off) {
+		state = GS_GATE_PASS;
+	} else if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
+		atomic_store_explicit(&gs_gate_fast.end, g->grant_end, memory_order_relaxed);
+		state = cfg.depth > 0 ? GS_GATE_TRACK : GS_GATE_HELD;
 	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss) {
-		until = g->retry_at; /* ungated until the next attempt */
+		state = GS_GATE_PASS; /* ungated; the gate thread reconnects */
+	} else if ((g->st == GS_GATE_WAITING || g->st == GS_GATE_RELEASING) && g->slow) {
+		state = GS_GATE_PASS; /* until the daemon answers (the gate thread reads its grant) */
 	}
-	atomic_store_explicit(&gs_gate_fast.mode, mode, memory_order_relaxed);
-	atomic_store_explicit(&gs_gate_fast.until, until, memory_order_release);
+	atomic_store_explicit(&gs_gate_fast.state, state, memory_order_release);
 }
 
 GS_HIDDEN void gs_gate_sync(CUcontext ctx)
@@ -141,9 +150,8 @@ static int find_gpu_locked(void)
 	return 0;
 }
 
-/* Waits on the condition until deadline (CLOCK_MONOTONIC ns is not the
- * condition's clock: wait in short steps). Returns 0, or ETIMEDOUT. */
-static int wait_until(uint64_t deadline)
+/* The condition's clock is CLOCK_REALTIME: wait in steps of at most 100 ms. */
+GS_HIDDEN int gs_gate_wait_locked(uint64_t deadline)
 {
 	uint64_t now = gs_gate_now();
 	if (now >= deadline)
@@ -173,6 +181,45 @@ static void hand_over_locked(void)
 	pthread_cond_broadcast(&g->cv);
 }
 
+/* Reads the socket for the grant asked for, unless another launcher does:
+ * the grant costs this thread one recv. Returns when the state may have changed. */
+static void receive_locked(uint64_t *wait_start)
+{
+	struct gs_gate *g = &gs_gate;
+	uint64_t now = gs_gate_now();
+	if (*wait_start == 0)
+		*wait_start = now;
+	uint64_t deadline = *wait_start + cfg.timeout_ns;
+	if (now >= deadline) {
+		gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; running "
+			    "without waiting for it until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
+		g->slow = 1;
+		gs_gate_publish_locked(now);
+		pthread_cond_broadcast(&g->cv); /* the gate thread reads the socket now */
+		return;
+	}
+	if (g->receiving || g->fd < 0) {
+		gs_gate_wait_locked(deadline);
+		return;
+	}
+	struct gs_frame f;
+	int fd = g->fd;
+	unsigned gen = g->gen;
+	g->receiving = 1;
+	pthread_mutex_unlock(&g->mu);
+	int rc = gs_wire_recv(fd, &f, 0); /* bounded by the socket's receive timeout (step_ns) */
+	int err = errno;
+	pthread_mutex_lock(&g->mu);
+	g->receiving = 0;
+	if (g->gen == gen) {
+		if (rc == 0)
+			gs_gate_handle_locked(&f);
+		else if (err != EAGAIN)
+			gs_gate_down_locked(err == EPROTO ? "a malformed frame" : "connection closed");
+	}
+	pthread_cond_broadcast(&g->cv);
+}
+
 /* One step of the slow path; returns 1 when the launch may go. */
 static int step_locked(uint64_t *wait_start)
 {
@@ -182,11 +229,10 @@ static int step_locked(uint64_t *wait_start)
 	case GS_GATE_DOWN:
 		if (now >= g->retry_at && gs_gate_connect_locked(now) == 0)
 			return 0;
-		if (!cfg.wait_on_loss) {
-			gs_gate_publish_locked(now);
+		gs_gate_publish_locked(now);
+		if (!cfg.wait_on_loss)
 			return 1;
-		}
-		wait_until(now + 100000000u);
+		gs_gate_wait_locked(now + 100000000u);
 		return 0;
 	case GS_GATE_HOLDING:
 		if (!g->revoked && now < g->grant_end) {
@@ -203,19 +249,15 @@ static int step_locked(uint64_t *wait_start)
 			g->st = GS_GATE_WAITING;
 		*wait_start = now;
 		return 0;
-	case GS_GATE_WAITING:
 	case GS_GATE_RELEASING:
-		if (g->slow) { /* keep running until the daemon answers */
-			atomic_store(&gs_gate_fast.until, now + cfg.retry_ns);
+		if (g->slow)
 			return 1;
-		}
-		if (*wait_start == 0)
-			*wait_start = now;
-		if (wait_until(*wait_start + cfg.timeout_ns) == ETIMEDOUT) {
-			gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; running "
-				    "without waiting for it until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
-			g->slow = 1;
-		}
+		gs_gate_wait_locked(now + cfg.step_ns); /* another thread hands over */
+		return 0;
+	case GS_GATE_WAITING:
+		if (g->slow) /* keep running until the daemon answers */
+			return 1;
+		receive_locked(wait_start);
 		return 0;
 	}
 	return 1;
@@ -227,13 +269,14 @@ GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
 	(void)stream;
 	const struct gs_gate_cfg *c = gs_gate_cfg();
 	if (c->off) {
-		atomic_store(&gs_gate_fast.until, GS_GATE_OPEN);
+		atomic_store(&gs_gate_fast.state, GS_GATE_PASS);
 		errno = saved;
 		return CUDA_SUCCESS;
 	}
 	struct gs_gate *g = &gs_gate;
 	uint64_t wait_start = 0;
 	pthread_mutex_lock(&g->mu);
+	gs_gate_start_thread_locked();
 	while (!step_locked(&wait_start))
 		;
 	if (g->st == GS_GATE_HOLDING && g->ctx == NULL) {
@@ -241,9 +284,11 @@ GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
 		if (cur != NULL && cur(&g->ctx) != CUDA_SUCCESS)
 			g->ctx = NULL;
 	}
-	atomic_store_explicit(&gs_gate_fast.last, gs_gate_now(), memory_order_relaxed);
+	int state = atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed);
+	if (state >= GS_GATE_HELD)
+		atomic_fetch_add_explicit(&gs_gate_fast.launches, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&g->mu);
-	if (atomic_load_explicit(&gs_gate_fast.mode, memory_order_relaxed) == GS_GATE_MODE_TRACK)
+	if (state == GS_GATE_TRACK)
 		gs_gate_track(stream);
 	errno = saved;
 	return CUDA_SUCCESS;

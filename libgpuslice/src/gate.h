@@ -1,12 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Launch gate: every kernel/graph launch hook calls gs_gate_launch(stream)
- * before forwarding to the driver. A launch passes at once while the process
- * holds an unexpired grant from the node daemon (fast path: one relaxed atomic
- * load and a clock read, no round trip), or while it runs ungated (gate off:
- * one load and a branch). Otherwise gs_gate_slow (gate.c) hands the GPU over at
- * the end of a slice and asks for the next grant. A non-zero CUresult is
- * returned to the caller instead of launching. See docs/node.md.
+ * before forwarding to the driver. The fast path reads one word, the gate's
+ * state, with a relaxed atomic load:
+ *  - PASS (no daemon configured or reachable and GPUSLICE_GATE_ON_LOSS=run, or
+ *    GPUSLICE_GATE=off): the launch goes at once; nothing else is read.
+ *  - HELD / TRACK (a grant is held): the launch is counted (the gate thread's
+ *    idle check) and goes; no clock read: the gate thread turns the state to
+ *    ASK when the grant ends or is revoked, and as a backstop (a starved gate
+ *    thread) every GS_GATE_CHECK_EVERY-th launch compares the clock with the
+ *    grant's end. TRACK also bounds outstanding launches (gs_gate_track).
+ *  - ASK: gs_gate_slow (gate.c) hands the GPU over at the end of a slice and
+ *    asks for the next grant.
+ * A non-zero CUresult is returned to the caller instead of launching. See
+ * docs/node.md.
  */
 #ifndef GS_GATE_H
 #define GS_GATE_H
@@ -19,16 +26,15 @@
 
 #include "internal.h"
 
-/* GS_GATE_OPEN in `until`: ungated for good (GPUSLICE_GATE=off). */
-#define GS_GATE_OPEN UINT64_MAX
-/* mode: ungated for now; holding a grant (note the launch time); and also
- * bounding outstanding launches (gs_gate_track). */
-enum { GS_GATE_MODE_FREE = 0, GS_GATE_MODE_HELD = 1, GS_GATE_MODE_TRACK = 2 };
+/* gs_gate_fast.state: what a launch does. */
+enum { GS_GATE_ASK = 0, GS_GATE_PASS = 1, GS_GATE_HELD = 2, GS_GATE_TRACK = 3 };
+/* Under a grant, one launch in this many reads the clock (a power of two). */
+#define GS_GATE_CHECK_EVERY 16u
 
 struct gs_gate_fast {
-	_Atomic uint64_t until; /* CLOCK_MONOTONIC ns until which launches pass; 0: ask */
-	_Atomic uint64_t last;  /* CLOCK_MONOTONIC ns of the last launch under a grant */
-	_Atomic int mode;       /* GS_GATE_MODE_*: what a launch under `until` records */
+	_Atomic int state;         /* GS_GATE_* */
+	_Atomic unsigned launches; /* launches under grants, counted without atomic RMW (a changed value is all it says) */
+	_Atomic uint64_t end;      /* CLOCK_MONOTONIC ns: the held grant's end (the backstop check) */
 };
 GS_HIDDEN extern struct gs_gate_fast gs_gate_fast;
 GS_HIDDEN CUresult gs_gate_slow(CUstream stream);
@@ -43,19 +49,20 @@ static inline uint64_t gs_gate_now(void)
 
 static inline CUresult gs_gate_launch(CUstream stream)
 {
-	uint64_t until = atomic_load_explicit(&gs_gate_fast.until, memory_order_relaxed);
-	if (until == GS_GATE_OPEN)
+	int state = atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed);
+	if (__builtin_expect(state == GS_GATE_PASS, 1))
 		return CUDA_SUCCESS;
-	uint64_t now = gs_gate_now();
-	if (GS_UNLIKELY(now >= until))
-		return gs_gate_slow(stream);
-	int mode = atomic_load_explicit(&gs_gate_fast.mode, memory_order_relaxed);
-	if (mode != GS_GATE_MODE_FREE) {
-		atomic_store_explicit(&gs_gate_fast.last, now, memory_order_relaxed);
-		if (mode == GS_GATE_MODE_TRACK)
-			gs_gate_track(stream);
+	if (__builtin_expect(state >= GS_GATE_HELD, 1)) {
+		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
+		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
+		if (__builtin_expect(n % GS_GATE_CHECK_EVERY != 0, 1) ||
+		    gs_gate_now() < atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed)) {
+			if (state == GS_GATE_TRACK)
+				gs_gate_track(stream);
+			return CUDA_SUCCESS;
+		}
 	}
-	return CUDA_SUCCESS;
+	return gs_gate_slow(stream);
 }
 
 #endif /* GS_GATE_H */

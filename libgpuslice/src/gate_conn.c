@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * The launch gate's connection to the node daemon (include/gpuslice/proto.h):
- * connect and hello, acquire/release, and a reader thread that receives grants
- * and revokes and hands back the grant of a holder that went idle (after its
- * outstanding work finished). Each reader thread owns its socket and closes it
- * when the connection's generation changes.
+ * The launch gate's connection to the node daemon (include/gpuslice/proto.h,
+ * frames sent and received as gate_wire.h does): connect and hello,
+ * acquire/release, and the gate thread. A launcher waiting for its grant reads
+ * the socket itself (one send and one recv per grant); the gate thread reads
+ * it otherwise (grants that come late, revokes, the daemon going away), ends
+ * the fast path when a grant runs out, hands back the grant of a holder that
+ * went idle (after its outstanding work finished), and reconnects. Only the
+ * gate thread closes sockets, once no launcher reads them.
  */
 #include <errno.h>
 #include <poll.h>
@@ -16,56 +19,16 @@
 #include "gate_int.h"
 #include "log.h"
 
-static void frame_init(struct gs_frame *f, uint16_t type, const void *msg, uint32_t len)
-{
-	memset(f, 0, sizeof(*f));
-	f->header.magic = GS_PROTO_MAGIC;
-	f->header.version = GS_PROTO_VERSION;
-	f->header.type = type;
-	f->header.len = len;
-	if (len > 0)
-		memcpy(f->msg.raw, msg, len);
-}
-
-static uint32_t msg_len(uint16_t type)
-{
-	switch (type) {
-	case GS_MSG_WELCOME:
-		return sizeof(struct gs_msg_welcome);
-	case GS_MSG_GRANT:
-		return sizeof(struct gs_msg_grant);
-	case GS_MSG_REVOKE:
-		return sizeof(struct gs_msg_revoke);
-	case GS_MSG_ERROR:
-		return sizeof(struct gs_msg_error);
-	}
-	return 0;
-}
-
-/* Reads one frame (blocking); 0, or -1 on EOF, error or a malformed frame. */
-static int read_frame(int fd, struct gs_frame *f)
-{
-	size_t got = 0;
-	while (got < sizeof(*f)) {
-		ssize_t r = recv(fd, (char *)f + got, sizeof(*f) - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		got += (size_t)r;
-	}
-	if (f->header.magic != GS_PROTO_MAGIC || f->header.version != GS_PROTO_VERSION ||
-	    msg_len(f->header.type) == 0 || f->header.len != msg_len(f->header.type))
-		return -1;
-	return 0;
-}
-
 GS_HIDDEN void gs_gate_down_locked(const char *why)
 {
 	struct gs_gate *g = &gs_gate;
 	const struct gs_gate_cfg *c = gs_gate_cfg();
-	if (g->fd >= 0)
-		shutdown(g->fd, SHUT_RDWR); /* its reader thread closes it */
+	if (g->fd >= 0) {
+		shutdown(g->fd, SHUT_RDWR); /* wakes a reader; the gate thread closes it */
+		if (g->dead_fd >= 0)
+			close(g->dead_fd); /* not reachable by anyone any more: a newer one went down */
+		g->dead_fd = g->fd;
+	}
 	g->fd = -1;
 	g->gen++;
 	g->st = GS_GATE_DOWN;
@@ -79,11 +42,10 @@ GS_HIDDEN void gs_gate_down_locked(const char *why)
 static int send_locked(uint16_t type, const void *msg, uint32_t len)
 {
 	struct gs_frame f;
-	frame_init(&f, type, msg, len);
+	gs_wire_frame(&f, type, msg, len);
 	if (gs_gate.fd < 0)
 		return -1;
-	ssize_t w = send(gs_gate.fd, &f, sizeof(f), MSG_NOSIGNAL);
-	if (w != (ssize_t)sizeof(f)) {
+	if (gs_wire_send(gs_gate.fd, &f) != 0) {
 		gs_gate_down_locked("cannot send to it");
 		return -1;
 	}
@@ -104,7 +66,7 @@ GS_HIDDEN int gs_gate_release_locked(uint64_t seq, int more)
 	return send_locked(GS_MSG_RELEASE, &r, sizeof(r));
 }
 
-static void handle_locked(const struct gs_frame *f)
+GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 {
 	struct gs_gate *g = &gs_gate;
 	uint64_t now = gs_gate_now();
@@ -117,7 +79,6 @@ static void handle_locked(const struct gs_frame *f)
 		g->grant_end = now + f->msg.grant.valid_ns;
 		g->revoked = 0;
 		g->slow = 0;
-		atomic_store_explicit(&gs_gate_fast.last, now, memory_order_relaxed);
 		break;
 	case GS_MSG_REVOKE:
 		if (g->st != GS_GATE_HOLDING || f->msg.revoke.seq != g->seq)
@@ -142,95 +103,154 @@ static void handle_locked(const struct gs_frame *f)
 	pthread_cond_broadcast(&g->cv);
 }
 
-/* The reader's view of a holder going idle: once no launch came for idle_ns
- * (at once if revoked), it waits for the outstanding work without blocking new
- * launches, and hands the grant back if still no launch came idle_ns later. */
+/* The gate thread's view of a held grant: the launch count when it last
+ * changed, and whether the outstanding work was waited for since. */
 struct idle {
+	unsigned gen;
+	uint64_t seq;
+	unsigned seen;  /* gs_gate_fast.launches */
+	uint64_t since; /* when it was read */
 	int synced;
-	uint64_t last;      /* gs_gate_fast.last when the wait started */
-	uint64_t synced_at; /* when the outstanding work was found finished */
 };
 
-/* Returns how long to poll (ns; UINT64_MAX: no deadline). */
-static uint64_t idle_step(unsigned gen, struct idle *s)
+/* A holder that launched nothing for idle_ns (at once if revoked) has its
+ * outstanding work waited for, without blocking new launches; if it still
+ * launched nothing idle_ns later, its grant is handed back. */
+static void idle_locked(struct idle *s)
+{
+	struct gs_gate *g = &gs_gate;
+	if (!s->synced) {
+		CUcontext ctx = g->ctx;
+		pthread_mutex_unlock(&g->mu);
+		if (ctx != NULL)
+			gs_gate_sync(ctx);
+		pthread_mutex_lock(&g->mu);
+		s->synced = 1;
+		s->since = gs_gate_now();
+		return;
+	}
+	g->st = GS_GATE_RELEASING; /* stop the fast path, then check nothing slipped in */
+	gs_gate_publish_locked(gs_gate_now());
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) != s->seen)
+		g->st = GS_GATE_HOLDING;
+	else if (gs_gate_release_locked(g->seq, 0) == 0)
+		g->st = GS_GATE_IDLE;
+	gs_gate_publish_locked(gs_gate_now());
+	pthread_cond_broadcast(&g->cv);
+	*s = (struct idle){0};
+}
+
+/* The gate thread's work on a held grant: returns how long it may sleep (ns). */
+static uint64_t holder_step_locked(struct idle *s)
+{
+	struct gs_gate *g = &gs_gate;
+	uint64_t now = gs_gate_now();
+	int over = g->revoked || now >= g->grant_end;
+	if (over && atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed) >= GS_GATE_HELD)
+		gs_gate_publish_locked(now); /* the grant ran out: the next launch hands over */
+	unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed);
+	uint64_t idle = g->revoked ? 0 : gs_gate_cfg()->idle_ns;
+	if (s->gen != g->gen || s->seq != g->seq || s->seen != n) {
+		*s = (struct idle){.gen = g->gen, .seq = g->seq, .seen = n, .since = now};
+	} else if (now - s->since >= idle) {
+		idle_locked(s);
+		return 0;
+	}
+	uint64_t wake = s->since + idle - now;
+	if (!over && g->grant_end - now < wake)
+		wake = g->grant_end - now;
+	return wake;
+}
+
+/* Polls the socket (at most wait ns) and applies a frame, unless a launcher
+ * reads it. */
+static void poll_locked(uint64_t wait)
+{
+	struct gs_gate *g = &gs_gate;
+	int fd = g->fd;
+	unsigned gen = g->gen;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u), .tv_nsec = (long)(wait % 1000000000u)};
+	pthread_mutex_unlock(&g->mu);
+	int r = ppoll(&p, 1, wait == UINT64_MAX ? NULL : &ts, NULL);
+	pthread_mutex_lock(&g->mu);
+	if (r <= 0 || g->gen != gen || g->receiving)
+		return;
+	struct gs_frame f;
+	if (gs_wire_recv(fd, &f, MSG_DONTWAIT) == 0)
+		gs_gate_handle_locked(&f);
+	else if (errno != EAGAIN)
+		gs_gate_down_locked(errno == EPROTO ? "a malformed frame" : "connection closed");
+}
+
+/* The gate thread. While a launcher waits for its grant (it reads the socket
+ * itself), or nothing is held, it sleeps; it reads the socket while a grant is
+ * held (revokes) or came late (slow); it reconnects when the daemon is gone. */
+static void *gate_main(void *arg)
 {
 	struct gs_gate *g = &gs_gate;
 	const struct gs_gate_cfg *c = gs_gate_cfg();
-	pthread_mutex_lock(&g->mu);
-	int holding = g->gen == gen && g->st == GS_GATE_HOLDING;
-	uint64_t seq = g->seq, idle = g->revoked ? 0 : c->idle_ns;
-	CUcontext ctx = g->ctx;
-	pthread_mutex_unlock(&g->mu);
-	uint64_t now = gs_gate_now(), last = atomic_load_explicit(&gs_gate_fast.last, memory_order_relaxed);
-	if (!holding) {
-		s->synced = 0;
-		return UINT64_MAX;
-	}
-	if (!s->synced || s->last != last) {
-		if (last > now) /* stamped by another thread a moment ago */
-			return idle;
-		if (now - last < idle)
-			return last + idle - now;
-		if (ctx != NULL)
-			gs_gate_sync(ctx);
-		*s = (struct idle){.synced = 1, .last = last, .synced_at = gs_gate_now()};
-		return 0;
-	}
-	if (now - s->synced_at < idle)
-		return s->synced_at + idle - now;
-	pthread_mutex_lock(&g->mu);
-	if (g->gen == gen && g->st == GS_GATE_HOLDING && g->seq == seq) {
-		g->st = GS_GATE_RELEASING; /* stop the fast path, then check nothing slipped in */
-		gs_gate_publish_locked(now);
-		if (atomic_load_explicit(&gs_gate_fast.last, memory_order_acquire) != s->last) {
-			g->st = GS_GATE_HOLDING;
-		} else if (gs_gate_release_locked(seq, 0) == 0) {
-			g->st = GS_GATE_IDLE;
-		}
-		gs_gate_publish_locked(gs_gate_now());
-		pthread_cond_broadcast(&g->cv);
-	}
-	pthread_mutex_unlock(&g->mu);
-	s->synced = 0;
-	return 0;
-}
-
-static void *reader_main(void *arg)
-{
-	unsigned gen = (unsigned)(uintptr_t)arg;
-	struct gs_gate *g = &gs_gate;
 	struct idle s = {0};
+	(void)arg;
 	pthread_mutex_lock(&g->mu);
-	int fd = g->gen == gen ? g->fd : -1;
-	pthread_mutex_unlock(&g->mu);
-	for (int alive = fd >= 0; alive;) {
-		uint64_t wait = idle_step(gen, &s);
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u), .tv_nsec = (long)(wait % 1000000000u)};
-		int r = ppoll(&p, 1, wait == UINT64_MAX ? NULL : &ts, NULL);
-		if (r < 0 && errno != EINTR)
-			break;
-		if (r <= 0)
-			continue;
-		struct gs_frame f;
-		int rc = read_frame(fd, &f);
-		pthread_mutex_lock(&g->mu);
-		if (g->gen != gen) {
-			alive = 0;
-		} else if (rc != 0) {
-			gs_gate_down_locked("connection closed");
-			alive = 0;
-		} else {
-			handle_locked(&f);
+	for (;;) {
+		if (g->dead_fd >= 0 && !g->receiving) {
+			close(g->dead_fd);
+			g->dead_fd = -1;
 		}
-		pthread_mutex_unlock(&g->mu);
+		uint64_t now = gs_gate_now();
+		switch (g->st) {
+		case GS_GATE_DOWN:
+			if (now < g->retry_at) {
+				gs_gate_wait_locked(g->retry_at);
+			} else if (gs_gate_connect_locked(now) == 0) {
+				gs_gate_publish_locked(gs_gate_now());
+				pthread_cond_broadcast(&g->cv);
+			}
+			break;
+		case GS_GATE_HOLDING: {
+			uint64_t wait = holder_step_locked(&s);
+			if (wait == 0 || g->st != GS_GATE_HOLDING)
+				break;
+			if (g->receiving)
+				gs_gate_wait_locked(now + wait); /* not expected while holding; never spin */
+			else
+				poll_locked(wait);
+			break;
+		}
+		case GS_GATE_WAITING:
+			if (g->slow && !g->receiving) {
+				poll_locked(c->step_ns);
+				break;
+			}
+			__attribute__((fallthrough)); /* the launcher reads its grant */
+		case GS_GATE_IDLE:
+		case GS_GATE_RELEASING:
+			if (gs_gate_wait_locked(now + c->retry_ns) == ETIMEDOUT && g->st == GS_GATE_IDLE)
+				poll_locked(0); /* a daemon gone while idle; a stale frame */
+			break;
+		}
 	}
-	close(fd);
 	return NULL;
 }
 
-/* Hello and welcome, with the socket's timeouts bounding a stuck daemon. */
-static int handshake(int fd)
+GS_HIDDEN void gs_gate_start_thread_locked(void)
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	if (gs_gate.thread)
+		return;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	gs_gate.thread = pthread_create(&t, &attr, gate_main, NULL) == 0;
+	pthread_attr_destroy(&attr);
+}
+
+/* Hello and welcome, with the socket's timeouts bounding a stuck daemon; then
+ * a receive timeout of step_ns (a launcher waiting for its grant wakes up to
+ * check its deadline; the gate thread reads with MSG_DONTWAIT). */
+static int handshake(int fd, uint64_t step_ns)
 {
 	struct timeval tv = {.tv_sec = 1};
 	struct gs_frame f;
@@ -238,11 +258,11 @@ static int handshake(int fd)
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return -1;
-	frame_init(&f, GS_MSG_HELLO, &h, sizeof(h));
-	if (send(fd, &f, sizeof(f), MSG_NOSIGNAL) != (ssize_t)sizeof(f) || read_frame(fd, &f) != 0 ||
-	    f.header.type != GS_MSG_WELCOME)
+	gs_wire_frame(&f, GS_MSG_HELLO, &h, sizeof(h));
+	if (gs_wire_send(fd, &f) != 0 || gs_wire_recv(fd, &f, 0) != 0 || f.header.type != GS_MSG_WELCOME)
 		return -1;
-	tv.tv_sec = 0;
+	tv.tv_sec = (time_t)(step_ns / 1000000000u);
+	tv.tv_usec = (suseconds_t)(step_ns % 1000000000u / 1000u);
 	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
@@ -251,35 +271,24 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 	struct gs_gate *g = &gs_gate;
 	const struct gs_gate_cfg *c = gs_gate_cfg();
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	pthread_t t;
-	pthread_attr_t attr;
 	g->retry_at = now + c->retry_ns;
 	memcpy(addr.sun_path, c->socket, sizeof(addr.sun_path) - 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, GS_PROTO_SOCK_TYPE | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || handshake(fd) != 0) {
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || handshake(fd, c->step_ns) != 0) {
 		int err = errno;
 		close(fd);
 		if (c->explicit_socket)
-			gs_log_once(&g->said_down, "node daemon not reachable at %s (%s): %s until it is", c->socket,
-				    strerror(err), c->wait_on_loss ? "launches wait" : "running without time slicing");
+			gs_log_once(&g->said_down, "node daemon not reachable at %s (%s%s): %s until it is", c->socket,
+				    strerror(err), err == EPROTOTYPE ? ": it speaks another protocol version" : "",
+				    c->wait_on_loss ? "launches wait" : "running without time slicing");
 		return -1;
 	}
 	g->fd = fd;
 	g->gen++;
 	g->st = GS_GATE_IDLE;
 	g->revoked = g->slow = 0;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int rc = pthread_create(&t, &attr, reader_main, (void *)(uintptr_t)g->gen);
-	pthread_attr_destroy(&attr);
-	if (rc != 0) {
-		close(fd);
-		g->fd = -1;
-		g->st = GS_GATE_DOWN;
-		return -1;
-	}
 	if (atomic_exchange(&g->said_down, 0))
 		gs_log("node daemon at %s is back: GPU time slicing resumed", c->socket);
 	return 0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  * Internals of the launch gate shared by gate.c (slow path), gate_conn.c (the
- * daemon connection and its reader thread) and gate_track.c (in-flight bound). */
+ * daemon connection and the gate thread) and gate_track.c (in-flight bound). */
 #ifndef GS_GATE_INT_H
 #define GS_GATE_INT_H
 
@@ -10,6 +10,7 @@
 #include <gpuslice/proto.h>
 
 #include "gate.h"
+#include "gate_wire.h"
 
 /* Configuration, read once from the environment (docs/node.md). */
 struct gs_gate_cfg {
@@ -20,6 +21,7 @@ struct gs_gate_cfg {
 	uint64_t idle_ns;     /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
 	uint64_t timeout_ns;  /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
 	uint64_t retry_ns;    /* reconnect interval */
+	uint64_t step_ns;     /* a launcher waiting for a grant re-checks its deadline this often */
 	char socket[108];
 };
 
@@ -35,15 +37,18 @@ struct gs_gate {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* state changes */
 	int fd;            /* -1 when down */
-	unsigned gen;      /* connection generation: a stale reader exits */
+	int dead_fd;       /* a connection that went down, closed by the gate thread once no one reads it */
+	unsigned gen;      /* connection generation */
 	enum gs_gate_state st;
 	uint64_t seq;
 	uint64_t grant_end;
 	int revoked;
 	int slow;          /* a grant took longer than timeout_ns: run until one comes */
+	int receiving;     /* a launcher is blocked reading the socket for its grant */
+	int thread;        /* the gate thread was started (in this process) */
 	int have_gpu;
 	uint8_t gpu[16];
-	CUcontext ctx;     /* the holder's context, for the reader's idle release */
+	CUcontext ctx;     /* the holder's context, for the gate thread's idle release */
 	uint64_t retry_at; /* next connection attempt */
 	_Atomic int said_down, said_slow, said_proto;
 };
@@ -57,6 +62,13 @@ GS_HIDDEN void gs_gate_down_locked(const char *why);
 GS_HIDDEN int gs_gate_acquire_locked(void);
 GS_HIDDEN int gs_gate_release_locked(uint64_t seq, int more);
 GS_HIDDEN void gs_gate_publish_locked(uint64_t now);
+/* Applies one frame from the daemon. */
+GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f);
+/* Starts the gate thread (once per process): it reads the socket while no
+ * launcher does, ends grants, hands back idle ones and reconnects. */
+GS_HIDDEN void gs_gate_start_thread_locked(void);
+/* Waits on gs_gate.cv until CLOCK_MONOTONIC deadline: 0, or ETIMEDOUT. */
+GS_HIDDEN int gs_gate_wait_locked(uint64_t deadline);
 
 /* Finishes the outstanding work of ctx (NULL: the calling thread's). */
 GS_HIDDEN void gs_gate_sync(CUcontext ctx);
