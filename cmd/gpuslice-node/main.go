@@ -1,5 +1,6 @@
 // Command gpuslice-node is the gpuslice node agent: node daemon, kubelet
-// device plugin and GPU hot-plug reconciler (internal/agent).
+// device plugin, resource-table publisher and GPU hot-plug reconciler
+// (internal/agent).
 package main
 
 import (
@@ -41,6 +42,7 @@ func main() {
 	fs.StringVar(&cfg.DevRoot, "dev-root", cfg.DevRoot, "host directory of the nvidia<N> device nodes")
 	fs.IntVar(&cfg.SlotsPerGPU, "slots-per-gpu", cfg.SlotsPerGPU, "containers that may share one GPU")
 	fs.DurationVar(&cfg.Resync, "resync", cfg.Resync, "re-apply every container's devices this often")
+	fs.DurationVar(&cfg.PublishPeriod, "publish-period", cfg.PublishPeriod, "publish the node's GPUNode row this often")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "the kubelet's cgroupRoot")
 	fs.StringVar(&cfg.RuntimeStateDir, "runtime-state-dir", cfg.RuntimeStateDir, "directory of running containers' OCI config.json (cgroup v2)")
 	if err := fs.Parse(os.Args[1:]); err != nil {

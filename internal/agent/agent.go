@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -30,7 +31,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cs, err := client(cfg.Kubeconfig)
+	cs, dyn, err := clients(cfg.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		return fmt.Errorf("pod handler: %w", err)
 	}
 	be := &backend{pods: pods.Lister(), client: cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
-		inject: injectFor(cfg, drv, env)}
+		procRoot: cfg.ProcRoot, inject: injectFor(cfg, drv, env)}
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
 		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync}, be, gpus)
 	if err != nil {
@@ -82,25 +83,30 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
+	g.Go(func() error { return newPublisher(cfg, dyn, drv.NVML, pods.Lister()).Run(gctx) })
 	return g.Wait()
 }
 
-// client connects to the API server.
-func client(kubeconfig string) (kubernetes.Interface, error) {
+// clients connect to the API server.
+func clients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	// Reports follow every device change; the default 5 QPS would queue
 	// the next change behind them.
 	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	return cs, nil
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	return cs, dyn, nil
 }
 
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {
@@ -146,13 +152,16 @@ func injectFor(cfg Config, drv *gpu.Driver, env map[string]string) deviceplugin.
 	if drv.Simulated {
 		in.SimDir = drv.LibDir
 		for k, v := range env {
-			if len(k) > len("GPUSLICE_SIM_") && k[:len("GPUSLICE_SIM_")] == "GPUSLICE_SIM_" && k != "GPUSLICE_SIM_STATE" && k != "GPUSLICE_SIM_DEVDIR" {
+			if len(k) > len("GPUSLICE_SIM_") && k[:len("GPUSLICE_SIM_")] == "GPUSLICE_SIM_" && k != "GPUSLICE_SIM_STATE" && k != "GPUSLICE_SIM_DEVDIR" && k != "GPUSLICE_SIM_HOST_PROC" {
 				in.Env[k] = v
 			}
 		}
 		// Like the real driver, the simulator then shows a process only
 		// the GPUs whose nodes it can open (hot add/remove included).
 		in.Env["GPUSLICE_SIM_DEVNODES"] = "1"
+		// Like the kernel driver, the simulator names processes by their
+		// host pid: it finds it in the host's /proc.
+		in.SimHostProc = cfg.ProcRoot
 		in.SimState = env["GPUSLICE_SIM_STATE"]
 		if in.SimState == "" {
 			in.SimState = fmt.Sprintf("/dev/shm/gpuslice-sim-%d", os.Getuid())

@@ -84,8 +84,8 @@ func TestInjectForSimulated(t *testing.T) {
 	c := DefaultConfig(func(string) string { return "" })
 	c.ControlDevices = []string{"/dev/null", "/dev/nonexistent-gpuslice"}
 	in := injectFor(c, &gpu.Driver{Simulated: true, LibDir: "/opt/sim"},
-		map[string]string{"GPUSLICE_SIM_GPUS": "4", "GPUSLICE_SIM_STATE": "/x/state", "HOME": "/root"})
-	if in.SimDir != "/opt/sim" || in.SimState != "/x/state" || in.Env["GPUSLICE_SIM_GPUS"] != "4" || in.Env["GPUSLICE_SIM_DEVNODES"] != "1" || len(in.Env) != 2 {
+		map[string]string{"GPUSLICE_SIM_GPUS": "4", "GPUSLICE_SIM_STATE": "/x/state", "GPUSLICE_SIM_HOST_PROC": "/h", "HOME": "/root"})
+	if in.SimDir != "/opt/sim" || in.SimState != "/x/state" || in.SimHostProc != "/proc" || in.Env["GPUSLICE_SIM_GPUS"] != "4" || in.Env["GPUSLICE_SIM_DEVNODES"] != "1" || len(in.Env) != 2 {
 		t.Fatalf("inject %+v", in)
 	}
 	if len(in.ControlDevices) != 1 || in.ControlDevices[0] != "/dev/null" {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -27,6 +29,7 @@ type backend struct {
 	client    kubernetes.Interface
 	podSocket string
 	tree      group.Tree
+	procRoot  string
 	inject    deviceplugin.Inject
 }
 
@@ -79,12 +82,16 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 	return p, nil
 }
 
-// Prepare creates the container's group with its memory limit and returns
-// the Allocate answer.
+// Prepare creates the container's group with its memory limit and its state
+// file (naming the host's pid namespace, so the container's processes get
+// their host pids from the node daemon) and returns the Allocate answer.
 func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]deviceplugin.GPU) (*pluginapi.ContainerAllocateResponse, error) {
 	name := deviceplugin.GroupName(c)
 	if err := b.tree.Create(name); err != nil {
 		return nil, err
+	}
+	if err := node.CreateGroupState(b.procRoot, filepath.Join(b.tree.Path(name), "gpu.state"), name); err != nil {
+		return nil, fmt.Errorf("group %s: %w", name, err)
 	}
 	if lim := deviceplugin.MemoryLimit(c); lim > 0 {
 		if _, err := b.tree.Set(name, []group.Change{{File: group.FileMemoryMax, Value: strconv.FormatInt(lim, 10)}}); err != nil {

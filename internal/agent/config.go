@@ -1,9 +1,9 @@
 // Package agent is gpuslice-node: on each node it runs the node daemon, the
-// kubelet device plugin, and the hot-plug reconciler that keeps every running
-// container's GPU devices equal to its assignment (adding and removing them
-// in place when the assignment changes), reporting what it applied on the
-// pod. Wiring only; the logic lives in internal/deviceplugin,
-// internal/hotplug, internal/devices and internal/node.
+// kubelet device plugin, the resource-table publisher (the node's GPUNode
+// row), and the hot-plug reconciler that keeps every running container's GPU
+// devices equal to its assignment (adding and removing them in place when the
+// assignment changes), reporting what it applied on the pod. Wiring only; the logic lives in internal/deviceplugin,
+// internal/hotplug, internal/devices, internal/table and internal/node.
 package agent
 
 import (
@@ -44,6 +44,9 @@ type Config struct {
 	// Resync re-applies every container's devices this often, undoing
 	// rewrites by the runtime.
 	Resync time.Duration
+	// PublishPeriod: the node's GPUNode row is published this often (the
+	// monitoring period).
+	PublishPeriod time.Duration
 	// ProcRoot is where /proc is mounted.
 	ProcRoot string
 	// CgroupRoot is the kubelet's cgroupRoot ("/" by default).
@@ -68,6 +71,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		ControlDevices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
 		SlotsPerGPU:     16,
 		Resync:          time.Second,
+		PublishPeriod:   10 * time.Second,
 		ProcRoot:        "/proc",
 		CgroupRoot:      "/",
 		RuntimeStateDir: "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
@@ -90,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.SlotsPerGPU < 1 || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
 		errs = append(errs, fmt.Errorf("slots per GPU %d: want 1..%d", c.SlotsPerGPU, deviceplugin.MaxSlotsPerGPU))
+	}
+	if c.PublishPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("publish period %s: want at least 1s", c.PublishPeriod))
 	}
 	if c.Resync < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))

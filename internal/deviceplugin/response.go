@@ -19,6 +19,9 @@ import (
 const (
 	ContainerLibDir = "/usr/local/gpuslice/lib"
 	ContainerSimDir = "/usr/local/gpuslice/sim"
+	// ContainerSimHostProc: where the simulated driver finds the host's
+	// /proc (GPUSLICE_SIM_HOST_PROC).
+	ContainerSimHostProc = "/usr/local/gpuslice/host-proc"
 )
 
 // Inject says what a container gets besides its GPU device nodes.
@@ -36,8 +39,10 @@ type Inject struct {
 	RunDir string
 	Socket string
 	// SimDir is the simulated driver's library directory ("" on a real
-	// driver); SimState its shared state file.
-	SimDir, SimState string
+	// driver); SimState its shared state file; SimHostProc the host's
+	// /proc, mounted read-only so that the simulated driver, like the
+	// kernel driver, knows processes by their host pid.
+	SimDir, SimState, SimHostProc string
 	// Env is added to every container (e.g. GPUSLICE_SIM_GPUS).
 	Env map[string]string
 }
@@ -122,6 +127,10 @@ func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*plug
 	if in.SimState != "" {
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimState, ContainerPath: in.SimState})
 		r.Envs["GPUSLICE_SIM_STATE"] = in.SimState
+	}
+	if in.SimHostProc != "" {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimHostProc, ContainerPath: ContainerSimHostProc, ReadOnly: true})
+		r.Envs["GPUSLICE_SIM_HOST_PROC"] = ContainerSimHostProc
 	}
 	for k, v := range in.Env {
 		r.Envs[k] = v

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -164,7 +165,7 @@ func TestResponse(t *testing.T) {
 		gpus[uuid(i)] = GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
 	}
 	in := Inject{DevRoot: "/host/dev", ControlDevices: []string{"/dev/nvidiactl"}, Library: "/opt/gs/libgpuslice.so",
-		RunDir: "/run/gpuslice", Socket: "/run/gpuslice/node.sock", SimDir: "/opt/gs/sim", Env: map[string]string{"X": "1"}}
+		RunDir: "/run/gpuslice", Socket: "/run/gpuslice/node.sock", SimDir: "/opt/gs/sim", SimHostProc: "/proc", Env: map[string]string{"X": "1"}}
 	g := GroupName(c)
 	r, err := in.Response(c, gpus, g)
 	if err != nil {
@@ -181,8 +182,14 @@ func TestResponse(t *testing.T) {
 	env := r.Envs
 	if env["GPUSLICE_MEMORY_LIMIT"] != "2147483648" || env["LD_PRELOAD"] != ContainerLibDir+"/libgpuslice.so" ||
 		env["GPUSLICE_GROUP_FILE"] != "/run/gpuslice/groups/"+g+"/gpu.state" || env["X"] != "1" ||
-		env["GPUSLICE_NODE_SOCKET"] != "/run/gpuslice/node.sock" || env["LD_LIBRARY_PATH"] != ContainerSimDir {
+		env["GPUSLICE_NODE_SOCKET"] != "/run/gpuslice/node.sock" || env["LD_LIBRARY_PATH"] != ContainerSimDir ||
+		env["GPUSLICE_SIM_HOST_PROC"] != ContainerSimHostProc {
 		t.Fatalf("env %v", env)
+	}
+	if !slices.ContainsFunc(r.Mounts, func(m *pluginapi.Mount) bool {
+		return m.HostPath == "/proc" && m.ContainerPath == ContainerSimHostProc && m.ReadOnly
+	}) {
+		t.Fatalf("no read-only host /proc mount for the simulated driver: %v", r.Mounts)
 	}
 	unhealthy := gpus[uuid(3)]
 	unhealthy.Healthy = false

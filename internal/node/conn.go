@@ -137,6 +137,13 @@ func (c *conn) handshake() error {
 		return err
 	}
 	c.s.groupSeen(c.peer)
+	// Before the welcome: a library that says hello at its first
+	// allocation waits for it, so its host pid is known from then on.
+	if filled, err := mapHostPID(c.s.cfg.ProcRoot, c.s.tree, c.peer); err != nil {
+		c.s.log.V(2).Info("host pid not recorded", "pid", c.peer.PID, "group", c.peer.Group, "err", err)
+	} else if filled {
+		c.s.log.V(4).Info("host pid recorded", "pid", c.peer.PID, "group", c.peer.Group)
+	}
 	w := &proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(c.s.cfg.Policy.Period)}
 	proto.SetString(w.Group[:], c.peer.Group)
 	c.send(w)

@@ -45,6 +45,9 @@ static void config_init(void)
 	copy_env(c->group, sizeof(c->group), "GPUSLICE_GROUP");
 	copy_env(c->group_file, sizeof(c->group_file), "GPUSLICE_GROUP_FILE");
 	copy_env(c->limit_raw, sizeof(c->limit_raw), "GPUSLICE_MEMORY_LIMIT");
+	const char *sock = getenv("GPUSLICE_NODE_SOCKET");
+	if (sock != NULL && strlen(sock) < sizeof(c->node_socket))
+		strcpy(c->node_socket, sock);
 	const char *limit = getenv("GPUSLICE_MEMORY_LIMIT");
 	if (limit != NULL && *limit != '\0' && gs_parse_u64(limit, &c->limit) != 0) {
 		c->limit_bad = 1;

@@ -17,6 +17,7 @@ struct gs_config {
 	char limit_raw[64];             /* for the error message */
 	char group[GS_SHM_NAME_LEN];    /* GPUSLICE_GROUP */
 	char group_file[PATH_MAX];      /* GPUSLICE_GROUP_FILE; "" = private group */
+	char node_socket[108];          /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
 };
 
 GS_HIDDEN const struct gs_config *gs_config(void);

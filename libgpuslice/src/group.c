@@ -11,6 +11,7 @@
 #include "account.h"
 #include "config.h"
 #include "group.h"
+#include "hello.h"
 #include "log.h"
 #include "procfs.h"
 #include "ptrtab.h"
@@ -233,7 +234,7 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	struct gs_shm_proc *self = atomic_load_explicit(&g->self, memory_order_acquire);
 	if (self != NULL)
 		return self;
-	int saved = errno;
+	int saved = errno, need_host_pid = 0;
 	group_lock(g);
 	self = atomic_load(&g->self);
 	if (self == NULL) {
@@ -245,8 +246,13 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 			who.host_pid = who.pid;
 		self = gs_shm_claim_proc(g->f, &who);
 		atomic_store_explicit(&g->self, self, memory_order_release);
+		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}
 	group_unlock(g);
+	/* Another pid namespace: the node daemon fills our host pid in before
+	 * it answers (outside the lock: it takes the file's lock). */
+	if (need_host_pid)
+		(void)gs_hello_node();
 	if (self == NULL)
 		gs_log_once(&g->said_full_procs, "group \"%s\" has %d processes already; refusing GPU memory allocations",
 			    gs_group_name(g), GS_SHM_MAX_PROCS);

@@ -24,7 +24,8 @@ GS_HIDDEN uint32_t gs_view_pid(const struct gs_shm_file *f, uint32_t host_pid, u
 		return 0;
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		const struct gs_shm_proc *p = &f->proc[i];
-		if (gs_ld32(&p->state) != GS_PROC_LIVE || (uint32_t)p->host_pid != host_pid)
+		if (gs_ld32(&p->state) != GS_PROC_LIVE ||
+		    (uint32_t)__atomic_load_n(&p->host_pid, __ATOMIC_RELAXED) != host_pid)
 			continue;
 		if (my_pidns != 0 && my_pidns == f->hdr.host_pidns)
 			return host_pid;

@@ -68,20 +68,19 @@ func TestHotplug(t *testing.T) {
 	summary(t, lat)
 }
 
-// testShare: pods asking for a share of one GPU start on the real kubelet;
-// the CUDA program in one sees its memory limit and, though a neighbour pod
-// holds memory on the same GPU, only its own process.
+// testShare: pods asking for a share of one GPU start on the real kubelet,
+// as normal pods (a pid namespace of their own). In one, a CUDA program sees
+// its memory limit and, though a neighbour pod holds memory on the same GPU,
+// NVML lists only its own pod's processes (itself, and a process that only
+// allocates memory), under their pids in the container. The agent's GPUNode
+// row counts a process nobody scheduled on that GPU, and not the pods'.
 func testShare(t *testing.T, ctx context.Context, n *node) {
 	const limit = 2 << 30
-	// hostPID: the processes' pids are host pids, as the group file and
-	// the driver record them (filling them in for pods with a pid
-	// namespace of their own is left to the node agent; not done yet).
-	hostPID := func(p *corev1.Pod) *corev1.Pod { p.Spec.HostPID = true; return p }
-	nb := n.createPod(ctx, hostPID(gpuPod("neighbour", 1, limit, "", "/gs/gs-memfill", "--max", "1G", "--hold-ms", "60000")))
+	nb := n.createPod(ctx, gpuPod("neighbour", 1, limit, "", "/gs/gs-memfill", "--max", "1G", "--hold-ms", "60000"))
 	nb = n.waitPod(ctx, nb.Name, "running", running)
-	time.Sleep(500 * time.Millisecond) // its allocation is made
 	start := time.Now()
-	p := n.createPod(ctx, hostPID(gpuPod("share", 1, limit, "", "/gs/gs-nvmlprocs")))
+	p := n.createPod(ctx, gpuPod("share", 1, limit, "", "/bin/sh", "-c",
+		"/gs/gs-memfill --max 256M --hold-ms 60000 >/dev/null & exec /gs/gs-nvmlprocs --want 2"))
 	p = n.waitPod(ctx, p.Name, "succeeded", func(p *corev1.Pod) bool {
 		if p.Status.Phase == corev1.PodFailed {
 			t.Fatalf("share pod failed: %+v\n%s", p.Status, n.podLog(p))
@@ -90,13 +89,15 @@ func testShare(t *testing.T, ctx context.Context, n *node) {
 	})
 	out := n.podLog(p)
 	t.Logf("e2e share: pod done %.1fs after creation; gs-nvmlprocs said: %s", time.Since(start).Seconds(), out)
-	if got, other := n.minors(assignment(p), "main"), n.minors(assignment(nb), "main"); !slices.Equal(got, other) {
-		t.Fatalf("share pods on GPUs %v and %v: the neighbour check needs one GPU", got, other)
+	gpus, other := n.minors(assignment(p), "main"), n.minors(assignment(nb), "main")
+	if !slices.Equal(gpus, other) {
+		t.Fatalf("share pods on GPUs %v and %v: the neighbour check needs one GPU", gpus, other)
 	}
 	var rep struct {
-		Self  int   `json:"self"`
-		Total int64 `json:"total"`
-		PIDs  []int `json:"pids"`
+		Self    int   `json:"self"`
+		Total   int64 `json:"total"`
+		PIDs    []int `json:"pids"`
+		Visible []int `json:"visible"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("gs-nvmlprocs output %q: %v", out, err)
@@ -104,14 +105,36 @@ func testShare(t *testing.T, ctx context.Context, n *node) {
 	if rep.Total != limit {
 		t.Fatalf("the program sees %d bytes of GPU memory, its limit is %d", rep.Total, limit)
 	}
-	if !slices.Equal(rep.PIDs, []int{rep.Self}) {
-		t.Fatalf("NVML lists processes %v on the GPU, want only the program itself (%d)", rep.PIDs, rep.Self)
+	// Its own processes only (itself and the memory-only gs-memfill), by
+	// their pids in the container: the program is pid 1 there.
+	if rep.Self != 1 || len(rep.PIDs) != 2 || !slices.Contains(rep.PIDs, rep.Self) ||
+		slices.ContainsFunc(rep.PIDs, func(pid int) bool { return !slices.Contains(rep.Visible, pid) }) {
+		t.Fatalf("NVML lists processes %v (the container sees %v; self %d), want this pod's two processes by container pid", rep.PIDs, rep.Visible, rep.Self)
 	}
+	n.checkUnscheduled(ctx, assignment(nb).Containers[0].GPUs[0].Index)
 	for _, name := range []string{p.Name, nb.Name} {
 		if err := n.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// checkUnscheduled: with the neighbour pod's process on GPU idx, the row
+// the agent publishes counts a host process nobody scheduled there, and only
+// it; once it is gone, none.
+func (n *node) checkUnscheduled(ctx context.Context, idx int32) {
+	t0 := time.Now()
+	n.waitRow(ctx, "without unscheduled processes", t0, func(g *api.GPUNode) bool { return unscheduled(g, idx) == 0 })
+	stop := n.foreign(idx)
+	defer stop()
+	g := n.waitRow(ctx, "counting the foreign process", t0, func(g *api.GPUNode) bool { return unscheduled(g, idx) != 0 })
+	if got := unscheduled(g, idx); got != 1 {
+		n.t.Fatalf("GPU %d: %d unscheduled processes, want 1 (the neighbour pod's process is scheduled)", idx, got)
+	}
+	stop()
+	gone := time.Now()
+	n.waitRow(ctx, "forgetting the foreign process", gone, func(g *api.GPUNode) bool { return unscheduled(g, idx) == 0 })
+	n.t.Logf("e2e table: GPU %d counted 1 unscheduled process beside the neighbour pod's, 0 once it exited", idx)
 }
 
 // podLog returns the container's output lines (the CRI log's message part).

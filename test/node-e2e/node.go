@@ -93,14 +93,15 @@ func startNode(t *testing.T, ctx context.Context) *node {
 	n.images()
 	n.startContainerd(ctx)
 	n.startKubelet(ctx, kubelet)
-	n.publishGPUs(ctx)
 	n.agentFlags = []string{"--node-name", nodeName, "--kubeconfig", n.cp.Kubeconfig, "--driver", "sim",
 		"--sim-dir", filepath.Join(n.bin, "sim"), "--library", filepath.Join(n.bin, "libgpuslice.so"),
 		"--run-dir", filepath.Join(n.dir, "run"), "--socket", filepath.Join(n.dir, "run", "node.sock"),
-		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s",
+		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
 		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), "-v", "2"}
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
+	// The agent publishes the node's GPUNode row; the scheduler needs it.
+	n.waitRow(ctx, "published", time.Time{}, func(g *api.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
 	return n
 }
 
@@ -256,23 +257,6 @@ syncFrequency: 5s
 		return err == nil, nil
 	}); err != nil {
 		t.Fatalf("kubelet: %v\n%s", err, p.Tail())
-	}
-}
-
-// publishGPUs writes the node's GPUNode row (the resource-table publisher's
-// job; internal/table is wired by the lead).
-func (n *node) publishGPUs(ctx context.Context) {
-	g := &api.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + api.GPUNodeVersion, Kind: api.GPUNodeKind},
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
-	g.Status = api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.Now(), PeriodSeconds: 10}
-	for _, d := range n.gpus {
-		mem := int64(d.MemoryTotal)
-		g.Status.GPUs = append(g.Status.GPUs, api.GPU{Index: int32(d.Index), UUID: d.UUID, Model: d.Name, MemoryBytes: mem,
-			UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: mem, Health: api.GPUHealthy})
-	}
-	g.Status.Summary = api.Summarize(g.Status.GPUs)
-	if err := harness.PutGPUNode(ctx, n.cp.Dynamic, g); err != nil {
-		n.t.Fatal(err)
 	}
 }
 

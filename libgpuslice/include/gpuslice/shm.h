@@ -54,7 +54,8 @@ struct gs_shm_gpu {
 struct gs_shm_proc {
 	uint32_t state;      /* atomic; GS_PROC_LIVE while the entry is in use */
 	int32_t pid;         /* pid in the process's own pid namespace */
-	int32_t host_pid;    /* pid as the driver/NVML sees it; 0 = unknown yet */
+	int32_t host_pid;    /* atomic; pid as the driver/NVML sees it; 0 = unknown yet
+			      * (filled in by the node daemon for another pid namespace) */
 	uint32_t reserved0;
 	uint64_t start_time; /* /proc/<pid>/stat field 22: detects pid reuse */
 	uint64_t pidns;      /* inode of /proc/<pid>/ns/pid */
@@ -72,8 +73,10 @@ struct gs_shm_header {
 	uint32_t proc_size;    /* sizeof(struct gs_shm_proc) */
 	uint64_t gpu_offset;   /* offsetof(struct gs_shm_file, gpu) */
 	uint64_t proc_offset;  /* offsetof(struct gs_shm_file, proc) */
-	/* Inode of the pid namespace of the creator. A member in that namespace
-	 * records host_pid = getpid(); others leave 0 for the node agent. */
+	/* Inode of the host pid namespace: the creator's (the node agent creates
+	 * the files of pod containers). A member in that namespace records
+	 * host_pid = getpid(); others leave 0 and say hello to the node daemon,
+	 * which fills it in (SO_PEERCRED + /proc/<pid>/status NSpid). */
 	uint64_t host_pidns;
 	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP of the creator */
 	uint64_t reserved[16];

@@ -129,7 +129,8 @@ static CUresult do_init(void)
 		fprintf(stderr, "gpuslice: simulated GPU: %s\n", err);
 		goto out;
 	}
-	sim_g.pid = (int32_t)getpid();
+	sim_g.pid = sim_self_pid();
+	sim_g.local_pid = (int32_t)getpid();
 	sim_g.start = sim_proc_start_time(sim_g.pid);
 	sim_g.access = cfg->access;
 	if (rescan_locked() > 0) {
@@ -176,7 +177,7 @@ int sim_device(CUdevice ordinal)
 __attribute__((destructor)) static void sim_fini(void)
 {
 	/* The real driver frees a process's memory at exit. */
-	if (sim_g.inited && sim_g.st != NULL && sim_g.slot >= 0 && sim_g.pid == (int32_t)getpid())
+	if (sim_g.inited && sim_g.st != NULL && sim_g.slot >= 0 && sim_g.local_pid == (int32_t)getpid())
 		sim_proc_release(sim_g.st, sim_g.slot, sim_g.pid);
 }
 

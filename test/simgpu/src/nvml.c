@@ -184,7 +184,7 @@ NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
 
 NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int len)
 {
-	char path[64], buf[256];
+	char path[256], buf[256];
 	nvmlReturn_t rc = sim_nvml_check();
 	ssize_t n;
 	int fd;
@@ -193,7 +193,7 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
 		return rc;
 	if (name == NULL || len == 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	snprintf(path, sizeof(path), "%s/%u/comm", sim_proc_dir(), pid);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return NVML_ERROR_NOT_FOUND;
 	n = read(fd, buf, sizeof(buf) - 1);

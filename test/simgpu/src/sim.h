@@ -141,7 +141,8 @@ struct sim_global {
 	_Atomic bool inited;
 	bool forked;
 	CUresult init_rc;
-	int32_t pid;
+	int32_t pid;       /* as the driver names it (sim_self_pid) */
+	int32_t local_pid; /* getpid() at init: a forked child differs */
 	uint64_t start;
 	struct sim_state *st;
 	int slot; /* process table slot, -1 until the first context */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +23,60 @@ uint64_t sim_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Where processes are looked up (see state.h). */
+static struct {
+	pthread_once_t once;
+	char dir[200];
+	bool host;
+	int32_t self;
+} procs = {.once = PTHREAD_ONCE_INIT, .dir = "/proc"};
+
+static void procs_init(void)
+{
+	const char *d = getenv("GPUSLICE_SIM_HOST_PROC");
+	char path[256], buf[32], *end;
+	int saved = errno;
+	ssize_t n;
+	long pid;
+
+	if (d == NULL || d[0] == '\0' || strlen(d) >= sizeof(procs.dir))
+		goto out;
+	/* <host proc>/self names this process in the host's pid namespace. */
+	snprintf(path, sizeof(path), "%s/self", d);
+	n = readlink(path, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		goto out;
+	buf[n] = '\0';
+	pid = strtol(buf, &end, 10);
+	if (*end != '\0' || pid <= 0 || pid > INT32_MAX)
+		goto out;
+	strcpy(procs.dir, d);
+	procs.host = true;
+	procs.self = (int32_t)pid;
+out:
+	errno = saved;
+}
+
+int32_t sim_self_pid(void)
+{
+	pthread_once(&procs.once, procs_init);
+	return procs.host ? procs.self : (int32_t)getpid();
+}
+
+const char *sim_proc_dir(void)
+{
+	pthread_once(&procs.once, procs_init);
+	return procs.dir;
+}
+
 uint64_t sim_proc_start_time(int32_t pid)
 {
-	char path[64], buf[1024];
+	char path[256], buf[1024];
 	int saved = errno, fd;
 	ssize_t n;
 	char *p;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "%s/%d/stat", sim_proc_dir(), (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		errno = saved;
@@ -61,6 +108,11 @@ bool sim_proc_alive(int32_t pid, uint64_t start)
 
 	if (pid <= 0)
 		return false;
+	pthread_once(&procs.once, procs_init);
+	if (procs.host) { /* host pids: kill() would address this namespace */
+		uint64_t now = sim_proc_start_time(pid);
+		return now != 0 && (start == 0 || now == start);
+	}
 	alive = kill(pid, 0) == 0 || errno == EPERM;
 	errno = saved;
 	if (alive && start != 0) {

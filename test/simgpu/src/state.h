@@ -20,7 +20,12 @@
 SIM_HIDDEN struct sim_state *sim_state_open(const struct sim_config *cfg, char *err, size_t errlen);
 SIM_HIDDEN void sim_state_close(struct sim_state *st);
 
-/* Process identity: pid and /proc start time (0 if unknown). */
+/* Process identity: pid and /proc start time (0 if unknown). With
+ * GPUSLICE_SIM_HOST_PROC (the host's /proc, mounted in a container) pids are
+ * host pids, as the kernel driver knows processes, looked up there; else this
+ * pid namespace's (getpid, /proc). */
+SIM_HIDDEN int32_t sim_self_pid(void);
+SIM_HIDDEN const char *sim_proc_dir(void);
 SIM_HIDDEN uint64_t sim_proc_start_time(int32_t pid);
 SIM_HIDDEN bool sim_proc_alive(int32_t pid, uint64_t start);
 

@@ -1,0 +1,65 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+// waitRow waits until the node's GPUNode row, published by the agent after
+// since (heartbeats have whole seconds), satisfies cond, and returns it.
+func (n *node) waitRow(ctx context.Context, what string, since time.Time, cond func(*api.GPUNode) bool) *api.GPUNode {
+	var last *api.GPUNode
+	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		u, err := n.cp.Dynamic.Resource(api.GPUNodeGVR).Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil // not published yet
+		}
+		var g api.GPUNode
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &g); err != nil {
+			return false, err
+		}
+		last = &g
+		return g.Status.Heartbeat.Time.After(since) && cond(&g), nil
+	})
+	if err != nil {
+		n.t.Fatalf("GPUNode row never %s: %v\nlast: %+v\nagent log:\n%s", what, err, last, n.agentTail())
+	}
+	return last
+}
+
+// unscheduled returns the unscheduled process count of GPU idx in a row.
+func unscheduled(g *api.GPUNode, idx int32) int32 {
+	for _, gpu := range g.Status.GPUs {
+		if gpu.Index == idx {
+			return gpu.UnscheduledProcesses
+		}
+	}
+	return -1
+}
+
+// foreign starts a GPU process on the host that no pod owns (gs-memfill
+// holding memory on GPU idx); the returned function kills it.
+func (n *node) foreign(idx int32) func() {
+	cmd := exec.Command(filepath.Join(n.bin, "gs-memfill"), "--max", "256M", "--hold-ms", "60000")
+	cmd.Env = append(cmd.Environ(), "LD_LIBRARY_PATH="+filepath.Join(n.bin, "sim"), "CUDA_VISIBLE_DEVICES="+strconv.Itoa(int(idx)))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // killed on purpose
+	}
+}
