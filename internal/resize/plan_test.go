@@ -102,20 +102,20 @@ func TestParseWant(t *testing.T) {
 		err  bool
 	}{
 		{"3", whole("main", 0), map[string]int{"main": 3}, false},
-		{" 2 ", whole("main", 0), nil, true},
-		{"main=4", two, map[string]int{"main": 4}, false},
+		{" 2 ", whole("main", 0), map[string]int{"main": 2}, false}, // JSON allows whitespace
+		{`{"main":4}`, two, map[string]int{"main": 4}, false},
 		{"2", two, map[string]int{"main": 2}, false},
-		{"side=2", two, nil, true},
+		{`{"side":2}`, two, nil, true},
 		{"0", whole("main", 0), nil, true},
 		{"65", whole("main", 0), nil, true},
 		{"x", whole("main", 0), nil, true},
-		{"main=1,main=2", two, nil, true},
+		{`{"main":1,"main":2}`, two, nil, true},
 		{"", whole("main", 0), nil, true},
 	}
 	for _, tc := range cases {
 		got, err := ParseWant(tc.s, tc.a)
 		if tc.err {
-			if !errors.Is(err, ErrInvalidWant) || (tc.a == two && tc.s == "side=2") == errors.Is(err, api.ErrInvalidGPUs) {
+			if !errors.Is(err, ErrInvalidWant) || (tc.a == two && tc.s == `{"side":2}`) == errors.Is(err, api.ErrInvalidGPUs) {
 				t.Errorf("ParseWant(%q) err = %v, want ErrInvalidWant", tc.s, err)
 			}
 			continue
@@ -128,7 +128,7 @@ func TestParseWant(t *testing.T) {
 
 // FuzzParseWant: never panics; accepted counts are in range and name whole containers.
 func FuzzParseWant(f *testing.F) {
-	for _, s := range []string{"3", "main=2", "main=1,side=2", "=", ",", "main=-1"} {
+	for _, s := range []string{"3", `{"main":2}`, `{"main":1,"side":2}`, "{", ",", `{"main":-1}`} {
 		f.Add(s)
 	}
 	a := whole("main", 0)

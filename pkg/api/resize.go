@@ -46,11 +46,12 @@ type GPUCount struct {
 	Count     int
 }
 
-// ParseGPUs strictly parses an AnnotationGPUs value: either a bare count
-// "N", or "name=N" entries separated by commas, each container named once.
-// Counts are decimal 1..MaxGPUsPerContainer without sign or leading zeros;
-// names are container names (DNS-1123 labels); no whitespace anywhere.
-// Errors wrap ErrInvalidGPUs. FormatGPUs gives the accepted input back.
+// ParseGPUs strictly parses an AnnotationGPUs value, which is JSON: either a
+// bare count (`3`: the pod's only whole-GPU container) or an object of
+// container name -> count (`{"main":3,"side":1}`), each container named once.
+// Counts are integers 1..MaxGPUsPerContainer; names are container names
+// (DNS-1123 labels). Errors wrap ErrInvalidGPUs. FormatGPUs writes the compact
+// form back.
 func ParseGPUs(s string) ([]GPUCount, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s=%q: "+format, append([]any{ErrInvalidGPUs, AnnotationGPUs, clip(s)}, args...)...)
@@ -58,30 +59,59 @@ func ParseGPUs(s string) ([]GPUCount, error) {
 	if len(s) > MaxGPUsAnnotationBytes {
 		return nil, bad("%d bytes, limit %d", len(s), MaxGPUsAnnotationBytes)
 	}
-	if !strings.Contains(s, "=") {
-		n, err := parseCount(s)
+	if !strings.HasPrefix(strings.TrimSpace(s), "{") {
+		n, err := parseCount(strings.TrimSpace(s))
 		if err != nil {
-			return nil, bad("%w", err)
+			return nil, bad("%w (or an object such as {\"main\":2})", err)
 		}
 		return []GPUCount{{Count: n}}, nil
 	}
+	out, err := parseGPUObject(s)
+	if err != nil {
+		return nil, bad("%w", err)
+	}
+	return out, nil
+}
+
+// parseGPUObject reads {"name": count, ...} token by token, so duplicate
+// names and trailing data are caught (encoding/json would keep the last).
+func parseGPUObject(s string) ([]GPUCount, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil { // the '{' checked by the caller
+		return nil, fmt.Errorf("JSON: %w", err)
+	}
 	var out []GPUCount
-	for part := range strings.SplitSeq(s, ",") {
-		name, num, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, bad("entry %q: want name=count", part)
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("JSON: %w", err)
 		}
+		name, _ := key.(string) // object keys are always strings
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return nil, bad("container name %q: %s", name, errs[0])
+			return nil, fmt.Errorf("container name %q: %s", name, errs[0])
 		}
 		if slices.ContainsFunc(out, func(c GPUCount) bool { return c.Container == name }) {
-			return nil, bad("container %q named twice", name)
+			return nil, fmt.Errorf("container %q named twice", name)
 		}
-		n, err := parseCount(num)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("container %q: JSON: %w", name, err)
+		}
+		n, err := parseCount(string(raw))
 		if err != nil {
-			return nil, bad("container %q: %w", name, err)
+			return nil, fmt.Errorf("container %q: %w", name, err)
 		}
 		out = append(out, GPUCount{Container: name, Count: n})
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return nil, fmt.Errorf("JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("trailing data after the object")
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no containers in the object")
 	}
 	return out, nil
 }
@@ -94,16 +124,21 @@ func parseCount(s string) (int, error) {
 	return n, nil
 }
 
-// FormatGPUs writes counts in the AnnotationGPUs form.
+// FormatGPUs writes counts in the compact AnnotationGPUs form.
 func FormatGPUs(counts []GPUCount) string {
 	if len(counts) == 1 && counts[0].Container == "" {
 		return strconv.Itoa(counts[0].Count)
 	}
-	parts := make([]string, len(counts))
+	var b strings.Builder
+	b.WriteByte('{')
 	for i, c := range counts {
-		parts[i] = c.Container + "=" + strconv.Itoa(c.Count)
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:%d", c.Container, c.Count)
 	}
-	return strings.Join(parts, ",")
+	b.WriteByte('}')
+	return b.String()
 }
 
 // clip shortens a value quoted in an error message.
