@@ -18,10 +18,14 @@ $(NODE_GRANTBENCH): test/node/grantbench.c libgpuslice/src/gate_wire.h include/g
 proto-generate:
 	$(GO) generate ./internal/proto
 
-# End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first).
+# End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first);
+# then the shares for 2, 4 and 8 tenants with the release library, alone on the machine (in
+# `go test ./...` they would share the CPUs with other packages' tests; there only 2 tenants run).
 test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
-		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' ./internal/node/
+		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' ./internal/node/
+	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/node/ \
+		| grep -E '^(---|\s+---|ok|FAIL|PASS)|attempt'; exit $${PIPESTATUS[0]}
 
 # Figures for docs/node.md: grant round trips (Go and C clients), policy simulation, end to end.
 bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(NODE_SIM)

@@ -6,10 +6,12 @@
  *  - PASS (no daemon configured or reachable and GPUSLICE_GATE_ON_LOSS=run, or
  *    GPUSLICE_GATE=off): the launch goes at once; nothing else is read.
  *  - HELD / TRACK (a grant is held): the launch is counted (the gate thread's
- *    idle check) and goes; no clock read: the gate thread turns the state to
- *    ASK when the grant ends or is revoked, and as a backstop (a starved gate
- *    thread) every GS_GATE_CHECK_EVERY-th launch compares the clock with the
- *    grant's end. TRACK also bounds outstanding launches (gs_gate_track).
+ *    idle check) and goes. HELD reads no clock: the gate thread turns the
+ *    state to ASK when the grant ends or is revoked, and as a backstop (a
+ *    gate thread starved of CPU) every GS_GATE_CHECK_EVERY-th launch compares
+ *    the clock with the grant's end. TRACK (GPUSLICE_GATE_DEPTH > 0) bounds
+ *    outstanding launches (gs_gate_track: driver calls per launch) and
+ *    compares the clock at every launch.
  *  - ASK: gs_gate_slow (gate.c) hands the GPU over at the end of a slice and
  *    asks for the next grant.
  * A non-zero CUresult is returned to the caller instead of launching. See
@@ -39,6 +41,9 @@ struct gs_gate_fast {
 GS_HIDDEN extern struct gs_gate_fast gs_gate_fast;
 GS_HIDDEN CUresult gs_gate_slow(CUstream stream);
 GS_HIDDEN void gs_gate_track(CUstream stream);
+/* TRACK: the clock checked at every launch (it makes driver calls anyway),
+ * then gs_gate_track; past the grant's end, the slow path. */
+GS_HIDDEN CUresult gs_gate_track_launch(CUstream stream);
 
 static inline uint64_t gs_gate_now(void)
 {
@@ -55,12 +60,11 @@ static inline CUresult gs_gate_launch(CUstream stream)
 	if (__builtin_expect(state >= GS_GATE_HELD, 1)) {
 		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
 		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
+		if (state == GS_GATE_TRACK)
+			return gs_gate_track_launch(stream);
 		if (__builtin_expect(n % GS_GATE_CHECK_EVERY != 0, 1) ||
-		    gs_gate_now() < atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed)) {
-			if (state == GS_GATE_TRACK)
-				gs_gate_track(stream);
+		    gs_gate_now() < atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed))
 			return CUDA_SUCCESS;
-		}
 	}
 	return gs_gate_slow(stream);
 }

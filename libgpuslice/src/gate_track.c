@@ -70,3 +70,11 @@ GS_HIDDEN void gs_gate_track(CUstream stream)
 	pthread_mutex_unlock(&ring.mu);
 	errno = saved;
 }
+
+GS_HIDDEN CUresult gs_gate_track_launch(CUstream stream)
+{
+	if (gs_gate_now() >= atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed))
+		return gs_gate_slow(stream);
+	gs_gate_track(stream);
+	return CUDA_SUCCESS;
+}

@@ -8,8 +8,12 @@
  *   sync      launch one kernel, synchronize, repeat
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
- * busy and sync print "win <second> <kernels launched>" per 1 s window.
+ * busy and sync print "win <second> <kernels launched> <run delay ns>" per 1 s
+ * window: the run delay is the longest time one thread of this process spent
+ * runnable but waiting for a CPU in that window (/proc/self/task/<tid>/schedstat),
+ * so that the tests can tell a scheduling result from CPU starvation.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,57 @@ static void sleep_until(unsigned long long t)
 	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
 	while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) != 0)
 		;
+}
+
+/* Run delays (ns) of this process's threads, by thread id. */
+#define MAX_THREADS 64
+struct delays {
+	int n;
+	long tid[MAX_THREADS];
+	unsigned long long ns[MAX_THREADS];
+};
+
+static void read_delays(struct delays *d)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *de;
+	d->n = 0;
+	if (dir == NULL)
+		return;
+	while ((de = readdir(dir)) != NULL && d->n < MAX_THREADS) {
+		char path[300];
+		unsigned long long run, delay;
+		FILE *f;
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", de->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%llu %llu", &run, &delay) == 2) {
+			d->tid[d->n] = atol(de->d_name);
+			d->ns[d->n++] = delay;
+		}
+		fclose(f);
+	}
+	closedir(dir);
+}
+
+/* The longest any one thread waited for a CPU since *prev, which becomes now. */
+static unsigned long long max_delay(struct delays *prev)
+{
+	struct delays cur;
+	unsigned long long most = 0;
+	read_delays(&cur);
+	for (int i = 0; i < cur.n; i++) {
+		unsigned long long before = 0;
+		for (int j = 0; j < prev->n; j++)
+			if (prev->tid[j] == cur.tid[i])
+				before = prev->ns[j];
+		if (cur.ns[i] - before > most)
+			most = cur.ns[i] - before;
+	}
+	*prev = cur;
+	return most;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -64,11 +119,13 @@ static int parse(int argc, char **argv, struct opts *o)
 static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts *o, int sync)
 {
 	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), count = 0;
+	struct delays delays;
 	long win = 0;
+	read_delays(&delays);
 	for (unsigned long long t = now_ns(); t < end; t = now_ns()) {
 		long w = (long)((t - o->t0) / 1000000000ull);
 		if (w != win) {
-			printf("win %ld %llu\n", win, count);
+			printf("win %ld %llu %llu\n", win, count, max_delay(&delays));
 			win = w;
 			count = 0;
 		}
@@ -76,7 +133,7 @@ static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts
 			return 1;
 		count++;
 	}
-	printf("win %ld %llu\n", win, count); /* the last, partial window */
+	printf("win %ld %llu %llu\n", win, count, max_delay(&delays)); /* the last, partial window */
 	return api->CtxSynchronize() == CUDA_SUCCESS ? 0 : 1;
 }
 
