@@ -27,9 +27,12 @@ test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/node/ \
 		| grep -E '^(---|\s+---|ok|FAIL|PASS)|attempt'; exit $${PIPESTATUS[0]}
 
-# Figures for docs/node.md: grant round trips (Go and C clients), policy simulation, end to end.
-bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(NODE_SIM)
-	$(GO) test -run '^$$' -bench 'Grant' -benchtime 3s ./internal/node/
+# Figures for docs/node.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
+# over the wall time: 1 client = 1 / round trip, N clients on GPUs of their own = the daemon's rate),
+# the gate's cost per launch, policy simulation, end to end.
+bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NODE_SIM)
+	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 200000x ./internal/node/ 2>&1 | grep -v '^[IE][0-9]'
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
-		$(GO) test -run '^$$' -bench 'E2E|GrantC' -benchtime 1x -timeout 30m -v ./internal/node/ | grep -v '^[IE][0-9]'
+		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/node/ 2>&1 \
+		| grep -v '^[IE][0-9]'
 	$(GO) test -count=1 -v -run 'Sim' ./internal/slice/ | grep -E 'tenants|latency|ok'

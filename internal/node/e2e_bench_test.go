@@ -3,8 +3,10 @@ package node
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +97,57 @@ func BenchmarkE2EBurst(b *testing.B) {
 		b.ReportMetric(float64(w99.Microseconds())/1e3, "p99-ms-burst")
 		b.ReportMetric(float64(o99.Microseconds())/1e3, "p99-ms-noburst")
 		b.ReportMetric(float64(a99.Microseconds())/1e3, "p99-ms-alone")
+	}
+}
+
+// BenchmarkGateLaunch: what the launch gate adds to cuLaunchKernel on the
+// simulated GPU, from the lead's gs-bench-hooks (hooked vs direct calls side by
+// side in one process, median ns per call): the gate off; no daemon (ungated:
+// one relaxed load); holding a grant from a daemon without (depth=0: a load,
+// a count, a clock read every 16th launch) and with the in-flight bound
+// (depth=4, the default: the clock and an event per launch, and the wait for
+// the kernel four launches back: flow control).
+func BenchmarkGateLaunch(b *testing.B) {
+	e := setupE2E(b)
+	bench := filepath.Join(e.bin, "gs-bench-hooks")
+	if _, err := os.Stat(bench); err != nil {
+		b.Skipf("needs %s (make all)", bench)
+	}
+	for _, tc := range []struct {
+		name   string
+		daemon bool
+		env    []string
+	}{
+		{"gate=off", false, []string{"GPUSLICE_GATE=off"}},
+		{"no-daemon", false, nil},
+		{"held/depth=0", true, []string{"GPUSLICE_GATE_DEPTH=0"}},
+		{"held/depth=4", true, []string{"GPUSLICE_GATE_DEPTH=4"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := testCfg(b)
+			if tc.daemon {
+				startDaemon(b, cfg)
+			}
+			for b.Loop() {
+				cmd := exec.Command(bench, filepath.Join(e.bin, "libgpuslice.so"), "1000")
+				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_LOG=0", EnvSocket+"="+cfg.Socket,
+					"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
+				cmd.Env = append(cmd.Env, tc.env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				var direct, hooked, added float64
+				for _, l := range strings.Split(string(out), "\n") {
+					if n, _ := fmt.Sscanf(l, "cuLaunchKernel direct %f ns hooked %f ns added %f ns", &direct, &hooked, &added); n == 3 {
+						b.ReportMetric(direct, "direct-ns")
+						b.ReportMetric(added, "added-ns")
+					}
+				}
+				if hooked == 0 {
+					b.Fatalf("no cuLaunchKernel line in %q", out)
+				}
+			}
+		})
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -90,6 +92,8 @@ func childDaemon(args []string) int {
 //	cycle: GS_N grants, each held until it ends, released with more work;
 //	       prints "grant <group> <startNs> <endNs> <sliceNs>" per grant.
 //	ensure: EnsureRunning(<this binary> node ...), then print "up".
+//	grants: GS_CLIENTS connections (goroutines), each on a GPU of its own,
+//	       take GS_N grants each (bench_test.go), printing as gs-grantbench.
 func childClient(mode string) error {
 	ctx := context.Background()
 	socket := os.Getenv(EnvSocket)
@@ -103,6 +107,9 @@ func childClient(mode string) error {
 		}
 		fmt.Println("up")
 		return nil
+	}
+	if mode == "grants" {
+		return grantsChild(ctx, socket)
 	}
 	c, err := Dial(ctx, socket)
 	if err != nil {
@@ -166,6 +173,9 @@ func cycle(c *Client, n int) error {
 func startDaemon(t testing.TB, cfg Config) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	if _, bench := t.(*testing.B); bench { // info lines would split the benchmark's result lines
+		ctx = klog.NewContext(ctx, klog.Background().V(10))
+	}
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
 	deadline := time.Now().Add(5 * time.Second)

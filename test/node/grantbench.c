@@ -5,11 +5,14 @@
  * a holder at the end of its slice sends release(seq, MORE) and blocks in one
  * recv for its next grant; one send and one recv per grant.
  *
- *   gs-grantbench SOCKET N PROCS [own|shared]
+ *   gs-grantbench SOCKET N PROCS [own|shared|floor]
  * PROCS processes each take N grants, concurrently. own (default): each on a
  * GPU of its own (its own policy instance), so the daemon grants again at once:
  * the round trip and the daemon's grant rate. shared: all on one GPU, each its
- * own group: every grant is a hand-over from another process.
+ * own group: every grant is a hand-over from another process. floor: no
+ * daemon (SOCKET unused): each process exchanges the same frames with a child
+ * that answers every frame at once (socketpair, same socket type): what the
+ * machine's scheduler and unix sockets cost, the bound for the others.
  * Prints per process "rtt P50_NS P99_NS GRANTS_PER_S" (round trip: release sent
  * -> grant received), then "total GRANTS_PER_S" (all processes' grants over the
  * wall time of the whole run).
@@ -67,11 +70,35 @@ static int next_grant(int fd, struct gs_frame *f)
 	return 0;
 }
 
-static int bench(const char *path, uint8_t gpu, long n)
+/* floor: a child answers every frame with a grant at once; returns our end. */
+static int echo_peer(void)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, GS_PROTO_SOCK_TYPE, 0, sv) != 0) {
+		perror("gs-grantbench: socketpair");
+		return -1;
+	}
+	if (fork() == 0) {
+		struct gs_frame f;
+		struct gs_msg_grant g = {.gpu = {0xbe}, .valid_ns = 1000000};
+		close(sv[0]);
+		while (recv(sv[1], &f, sizeof(f), 0) == (ssize_t)sizeof(f)) {
+			g.seq++;
+			gs_wire_frame(&f, GS_MSG_GRANT, &g, sizeof(g));
+			if (gs_wire_send(sv[1], &f) != 0)
+				break;
+		}
+		_exit(0);
+	}
+	close(sv[1]);
+	return sv[0];
+}
+
+static int bench(const char *path, uint8_t gpu, long n, int floor)
 {
 	struct gs_frame f;
 	unsigned long long *lat = calloc((size_t)n, sizeof(*lat));
-	int fd = dial(path);
+	int fd = floor ? echo_peer() : dial(path);
 	struct gs_msg_acquire a = {.gpu = {0xbe, gpu}};
 	struct gs_msg_release r = {.gpu = {0xbe, gpu}, .flags = GS_RELEASE_MORE};
 	if (lat == NULL || fd < 0)
@@ -103,19 +130,20 @@ static int bench(const char *path, uint8_t gpu, long n)
 
 int main(int argc, char **argv)
 {
-	if (argc < 4 || argc > 5 || (argc == 5 && strcmp(argv[4], "own") != 0 && strcmp(argv[4], "shared") != 0)) {
-		fprintf(stderr, "usage: gs-grantbench SOCKET N PROCS [own|shared]\n");
+	const char *mode = argc == 5 ? argv[4] : "own";
+	if (argc < 4 || argc > 5 || (strcmp(mode, "own") != 0 && strcmp(mode, "shared") != 0 && strcmp(mode, "floor") != 0)) {
+		fprintf(stderr, "usage: gs-grantbench SOCKET N PROCS [own|shared|floor]\n");
 		return 2;
 	}
 	long n = atol(argv[2]);
-	int procs = atoi(argv[3]), shared = argc == 5 && strcmp(argv[4], "shared") == 0;
+	int procs = atoi(argv[3]), shared = strcmp(mode, "shared") == 0, floor = strcmp(mode, "floor") == 0;
 	if (n <= 0 || procs <= 0 || procs > 64)
 		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	unsigned long long start = now_ns();
 	for (int p = 0; p < procs; p++)
 		if (fork() == 0)
-			_exit(bench(argv[1], shared ? 0 : (uint8_t)(p + 1), n));
+			_exit(bench(argv[1], shared ? 0 : (uint8_t)(p + 1), n, floor));
 	int bad = 0, st;
 	while (wait(&st) > 0)
 		bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
