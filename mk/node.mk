@@ -31,7 +31,11 @@ test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 # over the wall time: 1 client = 1 / round trip, N clients on GPUs of their own = the daemon's rate),
 # the gate's cost per launch, policy simulation, end to end.
 bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NODE_SIM)
-	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 200000x ./internal/node/ 2>&1 | grep -v '^[IE][0-9]'
+	@echo "grant round trips: release(MORE) -> next grant, as the gate hands over. grants/s = all clients' grants /" \
+		"wall time. clients=1, procs=1: ONE client (1 / round trip); procs=4/gpu=own, clients=4: 4 CONCURRENT" \
+		"clients on GPUs of their own (the daemon's rate); gpu=shared: 4 on one GPU (each grant a hand-over);" \
+		"gpu=floor: the same exchange with a C peer that answers at once (no daemon: this machine's bound)."
+	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/node/ 2>&1 | grep -v '^[IE][0-9]'
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
 		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/node/ 2>&1 \
 		| grep -v '^[IE][0-9]'
