@@ -2,7 +2,7 @@
 LIB_DIR := libgpuslice
 LIB_SRCS := $(sort $(wildcard $(LIB_DIR)/src/*.c))
 LIB_DEPS := $(LIB_SRCS) $(wildcard $(LIB_DIR)/src/*.h $(LIB_DIR)/src/*.def $(LIB_DIR)/include/gpuslice/*.h) \
-	include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h
+	include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h include/gpuslice/proto.h
 LIB_MAP := $(BUILD)/libgpuslice/exports.map
 # -foptimize-sibling-calls: dlsym/dlvsym pass through as tail calls (also at -O1).
 LIB_CFLAGS = -I$(LIB_DIR)/include -foptimize-sibling-calls
