@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -229,20 +231,99 @@ func (n *node) waitCUDA(ctx context.Context, p *corev1.Pod, want int, since time
 		return false, nil
 	})
 	if err != nil {
-		n.t.Fatalf("the CUDA program in %s never counted %d GPUs: %v (said %d times)", p.Name, want, err, len(n.cudaLines(p)))
+		n.t.Fatalf("the CUDA program in %s never counted %d GPUs: %v; it said:\n%s", p.Name, want, err, n.logLines(p, "cuda"))
 	}
 	return seen
 }
 
+// logLines returns the container's log lines whose message starts with
+// prefix (gs-devcount's "cuda" and "cuda-error" reports).
+func (n *node) logLines(p *corev1.Pod, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(n.podLog(p), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // freshCount runs a new CUDA process in the running container (ctr task
 // exec, with the container's own environment) and returns its GPU count.
+//
+// The process writes its report, and whatever the driver or the library
+// prints, to a file in the container, read back through /proc/<pid>/root:
+// the output stream of `ctr task exec` is not reliable. Once the exec'd
+// process has exited, containerd's client deletes it and closes its own FIFO
+// readers before its copy goroutines have necessarily drained them, so under
+// load a short process's output is sometimes lost: exit status 0, nothing
+// printed (4 of 1,500 execs on this 2-core VM with both CPUs busy, while the
+// report file held the right count every time). The exit status is reliable
+// and is checked too; a failure prints the report, ctr's output and what the
+// container sees.
 func (n *node) freshCount(p *corev1.Pod) int {
 	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
 	n.execs++
-	out := run(n.t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id", fmt.Sprintf("count-%d", n.execs), id, "/gs/gs-devcount", "--once")
-	v, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "cuda-once")))
-	if err != nil {
-		n.t.Fatalf("gs-devcount --once said %q", out)
+	report := fmt.Sprintf("/tmp/gs-devcount-%d.out", n.execs)
+	start := time.Now()
+	cmd := exec.Command("ctr", "--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id", fmt.Sprintf("count-%d", n.execs),
+		id, "/gs/gs-devcount", "--once", "--out", report)
+	ctrOut, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	pid, perr := n.initPid(id)
+	var got []byte
+	if perr == nil {
+		got, perr = os.ReadFile(fmt.Sprintf("/proc/%d/root%s", pid, report))
+	}
+	out := strings.TrimSpace(string(got))
+	v, cerr := strconv.Atoi(strings.TrimPrefix(out, "cuda-once "))
+	if err != nil || perr != nil || cerr != nil || !strings.HasPrefix(out, "cuda-once ") {
+		n.t.Fatalf("a new CUDA process in %s (gs-devcount --once, %v): exec: %v (ctr said %q); report %s: %q (%v)\n%s",
+			p.Name, took.Round(time.Millisecond), exitStatus(err), ctrOut, report, out, perr, n.containerState(p, pid))
 	}
 	return v
+}
+
+// exitStatus describes how a command ended.
+func exitStatus(err error) string {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "exit status 0"
+	case errors.As(err, &ee):
+		return ee.ProcessState.String()
+	default:
+		return err.Error()
+	}
+}
+
+// initPid returns the host pid of the container's first process (from the
+// runtime's task state).
+func (n *node) initPid(id string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io", id, "init.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("container %s: %w", id, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// containerState describes what the container sees now, for failure
+// messages: the probe's last report, the GPU nodes in its /dev, the agent's
+// applied report, and the agent's log.
+func (n *node) containerState(p *corev1.Pod, pid int) string {
+	var nodes []string
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/dev", pid)); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "nvidia") {
+				nodes = append(nodes, e.Name())
+			}
+		}
+	}
+	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})
+	appliedNow := ""
+	if err == nil {
+		appliedNow = cur.Annotations[api.AnnotationApplied]
+	}
+	return fmt.Sprintf("probe sees %v; container /dev: %v; %s: %s (%v)\nCUDA program said:\n%s\nagent log:\n%s",
+		n.current(p), nodes, api.AnnotationApplied, appliedNow, err, n.logLines(p, "cuda"), n.agentTail())
 }
