@@ -11,7 +11,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/demo"
-	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -57,16 +56,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 			return fmt.Errorf("set %s: %w", k, err)
 		}
 	}
-	drv, err := openDriver(env, *driver)
+	drv, devs, err := inspectGPUs(env, *driver)
 	if err != nil {
 		return err
-	}
-	devs, err := gpu.Devices(drv.NVML)
-	if shutdownErr := drv.NVML.Shutdown(); err == nil {
-		err = shutdownErr
-	}
-	if err != nil {
-		return fmt.Errorf("list GPUs: %w", err)
 	}
 	if len(devs) == 0 {
 		return fmt.Errorf("demo: no GPU found")

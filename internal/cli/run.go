@@ -90,16 +90,9 @@ func buildRunSpec(env *Env, f *runFlags) (*runner.Spec, error) {
 	} else if err := paths.ValidateGroup(group); err != nil {
 		return nil, usagef("--group: %w", err)
 	}
-	drv, err := openDriver(env, f.driver)
+	drv, devs, err := inspectGPUs(env, f.driver)
 	if err != nil {
 		return nil, err
-	}
-	devs, err := gpu.Devices(drv.NVML)
-	if shutdownErr := drv.NVML.Shutdown(); err == nil {
-		err = shutdownErr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list GPUs: %w", err)
 	}
 	chosen, err := selectGPUs(devs, f.gpus)
 	if err != nil {
@@ -128,28 +121,41 @@ func buildRunSpec(env *Env, f *runFlags) (*runner.Spec, error) {
 	return spec, nil
 }
 
-// openDriver opens the real driver or the simulator and says so when it is the simulator.
-func openDriver(env *Env, mode string) (*gpu.Driver, error) {
+// openDriver opens the real driver or the simulator, lists its GPUs, and says
+// so when it is the simulator. On success the caller shuts NVML down.
+func openDriver(env *Env, mode string) (*gpu.Driver, []gpu.Device, error) {
 	m, err := gpu.ParseMode(mode)
 	if err != nil {
-		return nil, usagef("--driver: %w", err)
+		return nil, nil, usagef("--driver: %w", err)
 	}
 	drv, err := gpu.OpenDriver(m, filepath.Join(env.BinDir, "sim"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	devs, err := gpu.Devices(drv.NVML)
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("list GPUs: %w", err), drv.NVML.Shutdown())
 	}
 	if drv.Simulated {
-		devs, err := gpu.Devices(drv.NVML)
-		if err != nil {
-			return nil, fmt.Errorf("simulated GPU: %w", err)
-		}
 		desc := "no devices"
 		if len(devs) > 0 {
 			desc = fmt.Sprintf("%d x %s, %s", len(devs), devs[0].Name, units.FormatSize(devs[0].MemoryTotal))
 		}
 		fmt.Fprintf(env.Stderr, "gpuslice: no NVIDIA driver found; using the simulated GPU (%s) from %s\n", desc, drv.LibDir)
 	}
-	return drv, nil
+	return drv, devs, nil
+}
+
+// inspectGPUs is openDriver for callers that only need the device list.
+func inspectGPUs(env *Env, mode string) (*gpu.Driver, []gpu.Device, error) {
+	drv, devs, err := openDriver(env, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := drv.NVML.Shutdown(); err != nil {
+		return nil, nil, fmt.Errorf("close NVML: %w", err)
+	}
+	return drv, devs, nil
 }
 
 // selectGPUs picks devices by comma-separated indices or UUIDs ("" = all).

@@ -22,22 +22,18 @@ func runSMI(_ context.Context, env *Env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	drv, err := openDriver(env, *driver)
+	drv, devs, err := openDriver(env, *driver)
 	if err != nil {
 		return err
 	}
-	err = writeSMI(env, drv)
+	err = writeSMI(env, drv, devs)
 	if shutdownErr := drv.NVML.Shutdown(); err == nil && shutdownErr != nil {
 		err = fmt.Errorf("close NVML: %w", shutdownErr)
 	}
 	return err
 }
 
-func writeSMI(env *Env, drv *gpu.Driver) error {
-	devs, err := gpu.Devices(drv.NVML)
-	if err != nil {
-		return fmt.Errorf("list GPUs: %w", err)
-	}
+func writeSMI(env *Env, drv *gpu.Driver, devs []gpu.Device) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "driver %s\n\nGPU\tname\tUUID\tmemory used / total\tutilization\n", drv.Version)
 	var procs []string
