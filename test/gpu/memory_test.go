@@ -1,0 +1,152 @@
+//go:build gpusuite
+
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	mib        = 1 << 20
+	limit      = 512 * mib // the group's memory.max in the memory checks
+	chunk      = 32 * mib
+	fillPaths  = "alloc pitch managed async pool vmm array"
+	memTimeout = 2 * time.Minute
+)
+
+// fill is gs-memfill's JSON line.
+type fill struct {
+	Total       uint64 `json:"total"`
+	Free        uint64 `json:"free"`
+	DeviceTotal uint64 `json:"device_total"`
+	Allocated   uint64 `json:"allocated"`
+	StoppedBy   string `json:"stopped_by"`
+}
+
+func parseFills(t *testing.T, out string) []fill {
+	t.Helper()
+	var fs []fill
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var f fill
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			t.Fatalf("gs-memfill line %q: %v", l, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+func (s *suite) testMemory(t *testing.T) {
+	t.Run("LimitEveryPath", s.testLimitEveryPath)
+	t.Run("TwoProcessesOneGroup", s.testTwoProcesses)
+	t.Run("NVMLProcessList", s.testProcessList)
+}
+
+// Every allocation path: the quota is the card the program sees, and it gets no more.
+func (s *suite) testLimitEveryPath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), memTimeout)
+	defer cancel()
+	var worst uint64
+	for _, path := range strings.Fields(fillPaths) {
+		out := output(t, s.gpusliceRun(ctx, []string{"--memory", "512Mi"}, "gs-memfill", "--path", path, "--chunk", "32MiB"))
+		fs := parseFills(t, out)
+		if len(fs) != 1 {
+			t.Fatalf("%s: want one result line, got %q", path, out)
+		}
+		f := fs[0]
+		if f.Total != limit || f.DeviceTotal != limit {
+			t.Errorf("%s: the program sees total %d / device total %d, want the quota %d", path, f.Total, f.DeviceTotal, limit)
+		}
+		if f.Allocated > limit || f.Allocated < limit/2 {
+			t.Errorf("%s: allocated %d under a %d limit (want at most the limit, and most of it)", path, f.Allocated, limit)
+		}
+		if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" {
+			t.Errorf("%s: stopped by %s, want CUDA_ERROR_OUT_OF_MEMORY", path, f.StoppedBy)
+		}
+		if f.Allocated > worst {
+			worst = f.Allocated
+		}
+	}
+	s.record(t, "memory", "quota view + hard limit, 7 allocation paths",
+		fmt.Sprintf("limit 512 MiB: total seen 512 MiB on every path, most allocated %d MiB", worst/mib))
+}
+
+// Two processes of one group share its limit.
+func (s *suite) testTwoProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), memTimeout)
+	defer cancel()
+	fillCmd := s.bin + "/gs-memfill --path alloc --chunk 16MiB --max 384MiB --hold-ms 1500"
+	out := output(t, s.gpusliceRun(ctx, []string{"--memory", "512Mi"}, "sh", "-c", fillCmd+" & "+fillCmd+"; wait"))
+	fs := parseFills(t, out)
+	if len(fs) != 2 {
+		t.Fatalf("want two result lines, got %q", out)
+	}
+	sum := fs[0].Allocated + fs[1].Allocated
+	if sum > limit || sum < limit-2*16*mib || fs[0].Allocated == 0 || fs[1].Allocated == 0 {
+		t.Errorf("two processes of one group allocated %d + %d = %d under a %d limit", fs[0].Allocated, fs[1].Allocated, sum, limit)
+	}
+	s.record(t, "memory", "two processes, one group", fmt.Sprintf("%d + %d MiB = %d MiB of 512 MiB", fs[0].Allocated/mib, fs[1].Allocated/mib, sum/mib))
+}
+
+var smiProc = regexp.MustCompile(`(?m)^0\s+(\d+)\s+\S+ \S+\s*$`)
+
+// NVML inside a group lists only the group's processes, by the pids the group sees;
+// an outsider holding memory on the same GPU is not listed. nvidia-smi too, when present.
+func (s *suite) testProcessList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), memTimeout)
+	defer cancel()
+	outsider := s.cmd(ctx, "gs-memfill", "--path", "alloc", "--max", "256MiB", "--hold-ms", "60000")
+	outsiderOut, err := outsider.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outsider.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outsider.Process.Kill(); _ = outsider.Wait() }()
+	first := make([]byte, 512)
+	if _, err := outsiderOut.Read(first); err != nil { // its result line: the memory is held
+		t.Fatalf("outsider: %v", err)
+	}
+	// Inside the group: one member holds memory; once it has printed, list.
+	script := `f=$(mktemp); ` + s.bin + `/gs-memfill --path alloc --max 128MiB --hold-ms 60000 >"$f" & m=$!
+until grep -q allocated "$f"; do sleep 0.02; done
+echo "member $m"; ` + s.bin + `/gpuslice smi; echo "smi-rc $?"
+if command -v nvidia-smi >/dev/null; then echo nvidia-smi; nvidia-smi --query-compute-apps=pid --format=csv,noheader; fi
+kill $m; wait; rm -f "$f"`
+	out := output(t, s.gpusliceRun(ctx, []string{"--memory", "1Gi"}, "sh", "-c", script))
+	var member int
+	if _, err := fmt.Sscanf(out[strings.Index(out, "member "):], "member %d", &member); err != nil {
+		t.Fatalf("no member pid in %q", out)
+	}
+	listed := smiProc.FindAllStringSubmatch(out, -1)
+	if len(listed) != 1 || listed[0][1] != strconv.Itoa(member) {
+		t.Errorf("gpuslice smi in the group lists %v, want exactly the member %d (the outsider %d must not show)\n%s",
+			listed, member, outsider.Process.Pid, out)
+	}
+	figure := fmt.Sprintf("NVML lists %d process(es) (the member), outsider hidden", len(listed))
+	if i := strings.Index(out, "nvidia-smi\n"); i >= 0 {
+		pids := strings.Fields(out[i+len("nvidia-smi\n"):])
+		if len(pids) != 1 || pids[0] != strconv.Itoa(member) {
+			t.Errorf("nvidia-smi in the group lists %v, want exactly [%d]", pids, member)
+		}
+		figure += fmt.Sprintf("; nvidia-smi lists %v", pids)
+	} else {
+		figure += "; nvidia-smi not installed"
+	}
+	if _, err := exec.LookPath("nvidia-smi"); err != nil && !s.sim {
+		t.Log("nvidia-smi not on PATH: only NVML through gpuslice smi was checked")
+	}
+	s.record(t, "memory", "NVML process list in a group", figure)
+}

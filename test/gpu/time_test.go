@@ -1,0 +1,165 @@
+//go:build gpusuite
+
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	shareSeconds = 6   // each share run; the first and last windows are not counted
+	shareKernel  = 500 // us, the busy kernel of the share runs
+	shareBoundPP = 5.0 // |achieved - configured| share, percentage points
+)
+
+// tenant is one gs-tenant process under `gpuslice run`.
+type tenant struct {
+	flags []string // gpuslice run flags
+	args  []string // gs-tenant flags (t0 and seconds are added)
+}
+
+// runTenants starts every tenant at one t0 and returns each one's stdout lines.
+func (s *suite) runTenants(t *testing.T, seconds float64, ts []tenant) [][]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+60)*time.Second)
+	defer cancel()
+	t0 := time.Now().Add(1500 * time.Millisecond).UnixNano()
+	outs := make([][]string, len(ts))
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for i, tn := range ts {
+		args := append([]string{"gs-tenant"}, tn.args...)
+		args = append(args, "--t0", fmt.Sprint(t0), "--seconds", fmt.Sprint(seconds))
+		c := s.gpusliceRun(ctx, tn.flags, args...)
+		wg.Add(1)
+		go func(i int, c *exec.Cmd) {
+			defer wg.Done()
+			out, err := c.Output()
+			if ee, ok := err.(*exec.ExitError); ok {
+				err = fmt.Errorf("%w: %s", err, ee.Stderr)
+			}
+			outs[i], errs[i] = strings.Split(strings.TrimSpace(string(out)), "\n"), err
+		}(i, c)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("tenant %d (%v): %v", i, ts[i].flags, err)
+		}
+	}
+	return outs
+}
+
+// kernels sums "win <i> <kernels> ..." over the full windows 1..seconds-2.
+func kernels(lines []string, seconds int) float64 {
+	var n float64
+	for _, l := range lines {
+		var w, k int
+		if c, _ := fmt.Sscanf(l, "win %d %d", &w, &k); c == 2 && w >= 1 && w <= seconds-2 {
+			n += float64(k)
+		}
+	}
+	return n
+}
+
+func (s *suite) testTime(t *testing.T) {
+	for _, shares := range [][]int{{25, 75}, {10, 20, 30, 40}} {
+		shares := shares
+		t.Run(fmt.Sprintf("Shares%v", shares), func(t *testing.T) { s.testShares(t, shares) })
+	}
+	t.Run("OnlineBesideOffline", s.testLatency)
+}
+
+// Busy tenants with configured shares (every other one syncs after each kernel):
+// the GPU time each gets, from the kernels it ran, and how busy the GPU was.
+func (s *suite) testShares(t *testing.T, shares []int) {
+	var ts []tenant
+	for i, sh := range shares {
+		mode := "busy"
+		if i%2 == 1 {
+			mode = "sync"
+		}
+		ts = append(ts, tenant{
+			flags: []string{"--group", fmt.Sprintf("share%d-%d", len(shares), i), "--share", fmt.Sprintf("%d%%", sh)},
+			args:  []string{"--mode", mode, "--kernel-us", fmt.Sprint(shareKernel)},
+		})
+	}
+	outs := s.runTenants(t, shareSeconds, ts)
+	var total float64
+	got := make([]float64, len(outs))
+	for i, o := range outs {
+		got[i] = kernels(o, shareSeconds)
+		total += got[i]
+	}
+	if total == 0 {
+		t.Fatalf("no kernels ran: %v", outs)
+	}
+	var worst float64
+	parts := make([]string, len(shares))
+	for i, sh := range shares {
+		pct := 100 * got[i] / total
+		worst = math.Max(worst, math.Abs(pct-float64(sh)))
+		parts[i] = fmt.Sprintf("%.1f%%", pct)
+	}
+	busy := 100 * total * shareKernel * 1e-6 / float64(shareSeconds-2)
+	if worst > shareBoundPP {
+		t.Errorf("shares %v achieved %v: worst error %.1f pp (bound %.0f pp)", shares, parts, worst, shareBoundPP)
+	}
+	s.record(t, "time", fmt.Sprintf("shares %v, busy and sync tenants", shares),
+		fmt.Sprintf("%s (worst %.1f pp), GPU busy %.0f%%", strings.Join(parts, " / "), worst, busy))
+}
+
+// latencies parses "lat <ns>" lines into sorted milliseconds.
+func latencies(lines []string) []float64 {
+	var ms []float64
+	for _, l := range lines {
+		var ns int64
+		if _, err := fmt.Sscanf(l, "lat %d", &ns); err == nil {
+			ms = append(ms, float64(ns)/1e6)
+		}
+	}
+	sort.Float64s(ms)
+	return ms
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	return sorted[int(math.Min(float64(len(sorted)-1), p*float64(len(sorted))))]
+}
+
+// An online tenant (requests of 4 x 1 ms kernels every 50 ms) beside three busy
+// offline ones: with priorities (online high, banked time) vs all equal, and alone.
+func (s *suite) testLatency(t *testing.T) {
+	const seconds = 8
+	online := []string{"--mode", "requests", "--kernel-us", "1000", "--n", "4", "--gap-ms", "50", "--jitter-ms", "10"}
+	offline := []string{"--mode", "busy", "--kernel-us", "2000"}
+	run := func(name string, onlinePrio, offlinePrio string, neighbours int) []float64 {
+		ts := []tenant{{flags: []string{"--group", name + "-online", "--priority", onlinePrio}, args: online}}
+		for i := 0; i < neighbours; i++ {
+			ts = append(ts, tenant{flags: []string{"--group", fmt.Sprintf("%s-off%d", name, i), "--priority", offlinePrio}, args: offline})
+		}
+		return latencies(s.runTenants(t, seconds, ts)[0])
+	}
+	alone := run("alone", "high", "low", 0)
+	equal := run("equal", "low", "low", 3)
+	prio := run("prio", "high", "low", 3)
+	if len(prio) < 10 || len(equal) < 10 {
+		t.Fatalf("too few requests: %d with priorities, %d equal", len(prio), len(equal))
+	}
+	if pct(prio, 0.99) >= pct(equal, 0.99) {
+		t.Errorf("online p99 with priorities %.1f ms is not below the equal split's %.1f ms", pct(prio, 0.99), pct(equal, 0.99))
+	}
+	s.record(t, "time", "online request latency beside 3 busy offline tenants (p50/p99 ms)",
+		fmt.Sprintf("priorities %.1f/%.1f, equal %.1f/%.1f, alone %.1f/%.1f",
+			pct(prio, 0.5), pct(prio, 0.99), pct(equal, 0.5), pct(equal, 0.99), pct(alone, 0.5), pct(alone, 0.99)))
+}
