@@ -28,6 +28,9 @@ enum gs_msg_type {
 	GS_MSG_RELEASE = 5, /* client -> daemon: outstanding work done, GPU handed back */
 	GS_MSG_REVOKE = 6, /* daemon -> client: finish outstanding work and release now */
 	GS_MSG_ERROR = 7, /* daemon -> client: request refused; the connection closes */
+	GS_MSG_BORROW = 8, /* client -> daemon: an allocation past the group's allowance (or a reclaim) */
+	GS_MSG_LEND = 9, /* daemon -> client: answers borrow */
+	GS_MSG_SPILL = 10, /* daemon -> client: move borrowed managed memory to the host */
 };
 
 #define GS_FEATURE_REVOKE 0x1u /* client honours revoke at its next kernel boundary */
@@ -40,6 +43,10 @@ enum gs_msg_type {
 #define GS_ERR_PROTOCOL 0x2u /* malformed or unexpected frame */
 #define GS_ERR_IDENTITY 0x3u /* the daemon could not identify the caller */
 #define GS_ERR_LIMIT 0x4u /* too many GPUs or connections */
+#define GS_BORROW_RECLAIM 0x1u /* the allocation is within the guarantee: make room for it */
+#define GS_LEND_GRANTED 0x1u /* the allowance covers the allocation */
+#define GS_LEND_REFUSED 0x2u /* no memory to lend; the message says why */
+#define GS_LEND_UNKNOWN 0x3u /* the group has no elastic memory on this GPU */
 
 /* starts every frame */
 struct gs_header {
@@ -104,6 +111,31 @@ struct gs_msg_error {
 	char message[96]; /* one line, NUL-padded */
 };
 
+/* client -> daemon: an allocation past the group's allowance (or a reclaim) */
+struct gs_msg_borrow {
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t size; /* bytes of the allocation */
+	uint32_t flags; /* GS_BORROW_* bits */
+	uint32_t reserved; /* zero */
+};
+
+/* daemon -> client: answers borrow */
+struct gs_msg_lend {
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t allowance; /* bytes the group may hold without asking */
+	uint64_t available; /* bytes the group could hold now (guarantee plus what it could borrow) */
+	uint32_t status; /* GS_LEND_* value */
+	uint32_t reserved; /* zero */
+	char message[64]; /* why, when refused; NUL-padded */
+};
+
+/* daemon -> client: move borrowed managed memory to the host */
+struct gs_msg_spill {
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t bytes; /* bytes to move */
+	uint64_t reserved; /* zero */
+};
+
 /* One frame, as read from or written to the socket. */
 struct gs_frame {
 	struct gs_header header;
@@ -115,6 +147,9 @@ struct gs_frame {
 		struct gs_msg_release release;
 		struct gs_msg_revoke revoke;
 		struct gs_msg_error error;
+		struct gs_msg_borrow borrow;
+		struct gs_msg_lend lend;
+		struct gs_msg_spill spill;
 		uint8_t raw[GS_PROTO_FRAME_SIZE - GS_PROTO_HEADER_SIZE];
 	} msg;
 };
@@ -158,6 +193,22 @@ _Static_assert(offsetof(struct gs_msg_error, code) == 0, "gs_msg_error.code offs
 _Static_assert(offsetof(struct gs_msg_error, reserved) == 4, "gs_msg_error.reserved offset");
 _Static_assert(offsetof(struct gs_msg_error, message) == 8, "gs_msg_error.message offset");
 _Static_assert(sizeof(struct gs_msg_error) == 104, "gs_msg_error size");
+_Static_assert(offsetof(struct gs_msg_borrow, gpu) == 0, "gs_msg_borrow.gpu offset");
+_Static_assert(offsetof(struct gs_msg_borrow, size) == 16, "gs_msg_borrow.size offset");
+_Static_assert(offsetof(struct gs_msg_borrow, flags) == 24, "gs_msg_borrow.flags offset");
+_Static_assert(offsetof(struct gs_msg_borrow, reserved) == 28, "gs_msg_borrow.reserved offset");
+_Static_assert(sizeof(struct gs_msg_borrow) == 32, "gs_msg_borrow size");
+_Static_assert(offsetof(struct gs_msg_lend, gpu) == 0, "gs_msg_lend.gpu offset");
+_Static_assert(offsetof(struct gs_msg_lend, allowance) == 16, "gs_msg_lend.allowance offset");
+_Static_assert(offsetof(struct gs_msg_lend, available) == 24, "gs_msg_lend.available offset");
+_Static_assert(offsetof(struct gs_msg_lend, status) == 32, "gs_msg_lend.status offset");
+_Static_assert(offsetof(struct gs_msg_lend, reserved) == 36, "gs_msg_lend.reserved offset");
+_Static_assert(offsetof(struct gs_msg_lend, message) == 40, "gs_msg_lend.message offset");
+_Static_assert(sizeof(struct gs_msg_lend) == 104, "gs_msg_lend size");
+_Static_assert(offsetof(struct gs_msg_spill, gpu) == 0, "gs_msg_spill.gpu offset");
+_Static_assert(offsetof(struct gs_msg_spill, bytes) == 16, "gs_msg_spill.bytes offset");
+_Static_assert(offsetof(struct gs_msg_spill, reserved) == 24, "gs_msg_spill.reserved offset");
+_Static_assert(sizeof(struct gs_msg_spill) == 32, "gs_msg_spill size");
 _Static_assert(sizeof(struct gs_frame) == GS_PROTO_FRAME_SIZE, "gs_frame size");
 
 #endif /* GPUSLICE_PROTO_H */

@@ -21,7 +21,8 @@ const groupUsage = `set NAME SETTING=VALUE...   e.g. set train slice=20ms priori
        gpuslice group ls
        gpuslice group rm NAME
 
-Settings: memory.max (bytes, a size such as 6GiB, or max), slice (e.g. 20ms, 200us, default),
+Settings: memory.max (bytes, a size such as 6GiB, or max; with memory.min, the ceiling), memory.min (the
+guarantee: elastic memory past it is borrowed from the node daemon; 0: none), memory.spill (host or none), slice (e.g. 20ms, 200us, default),
 share (e.g. 30%, default; replaces slice), priority (high or low).
 Read-back: memory.current, gpu_time.achieved, burst.banked.`
 

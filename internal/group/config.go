@@ -19,10 +19,12 @@ import (
 
 // The writable setting files.
 const (
-	FileMemoryMax = "memory.max"
-	FileSlice     = "slice"
-	FileShare     = "share"
-	FilePriority  = "priority"
+	FileMemoryMax   = "memory.max"
+	FileMemoryMin   = "memory.min"
+	FileMemorySpill = "memory.spill"
+	FileSlice       = "slice"
+	FileShare       = "share"
+	FilePriority    = "priority"
 )
 
 // The read-back files written by the node daemon.
@@ -33,7 +35,9 @@ const (
 )
 
 // SettingFiles lists the writable files in a fixed order.
-func SettingFiles() []string { return []string{FileMemoryMax, FileSlice, FileShare, FilePriority} }
+func SettingFiles() []string {
+	return []string{FileMemoryMax, FileMemoryMin, FileMemorySpill, FileSlice, FileShare, FilePriority}
+}
 
 // ReadbackFiles lists the read-back files.
 func ReadbackFiles() []string { return []string{FileMemoryCurrent, FileAchieved, FileBanked} }
@@ -43,10 +47,15 @@ var ErrInvalid = errors.New("invalid setting")
 
 // Settings are one group's writable settings. Zero values mean "default".
 type Settings struct {
-	MemoryMax uint64 // bytes per GPU; 0 = no limit ("max")
-	Slice     time.Duration
-	Share     float64 // fraction of the period, (0, 1]
-	Priority  slice.Priority
+	MemoryMax uint64 // bytes per GPU; 0 = no limit ("max"); with MemoryMin, the ceiling
+	// MemoryMin is the guarantee per GPU (elastic memory): allocations up to it
+	// never wait for anyone, past it up to MemoryMax are borrowed from the node
+	// daemon. 0: no elastic memory (MemoryMax is a plain limit).
+	MemoryMin   uint64
+	MemorySpill bool // borrowed memory may move to host memory ("host"; default "none")
+	Slice       time.Duration
+	Share       float64 // fraction of the period, (0, 1]
+	Priority    slice.Priority
 }
 
 // Params converts the settings to policy params.
@@ -59,7 +68,16 @@ func (s Settings) Validate() error {
 	if err := s.Params().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if s.MemoryMax != 0 && s.MemoryMin > s.MemoryMax {
+		return fmt.Errorf("%w: memory.min %s is above memory.max %s", ErrInvalid, units.FormatSize(s.MemoryMin),
+			units.FormatSize(s.MemoryMax))
+	}
 	return nil
+}
+
+// Elastic reports whether the group borrows past a guarantee.
+func (s Settings) Elastic() bool {
+	return s.MemoryMin != 0 && (s.MemoryMax == 0 || s.MemoryMax > s.MemoryMin)
 }
 
 // Format renders one setting the way its file holds it.
@@ -70,6 +88,13 @@ func (s Settings) Format(file string) (string, error) {
 			return "max", nil
 		}
 		return strconv.FormatUint(s.MemoryMax, 10), nil
+	case FileMemoryMin:
+		return strconv.FormatUint(s.MemoryMin, 10), nil
+	case FileMemorySpill:
+		if s.MemorySpill {
+			return "host", nil
+		}
+		return "none", nil
 	case FileSlice:
 		if s.Slice == 0 {
 			return "default", nil
@@ -95,6 +120,10 @@ func (s *Settings) Apply(file, value string) error {
 	switch file {
 	case FileMemoryMax:
 		n.MemoryMax, err = parseMemory(v)
+	case FileMemoryMin:
+		n.MemoryMin, err = parseMin(v)
+	case FileMemorySpill:
+		n.MemorySpill, err = ParseSpill(v)
 	case FileSlice:
 		n.Slice, err = ParseSlice(v)
 		if n.Slice != 0 {
@@ -133,6 +162,29 @@ func parseMemory(v string) (uint64, error) {
 		return 0, errors.New("a zero limit would refuse every allocation; use max for no limit")
 	}
 	return n, nil
+}
+
+func parseMin(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("want bytes or a size such as 6GiB (0: no guarantee): %w", err)
+	}
+	return n, nil
+}
+
+// ParseSpill parses memory.spill: "host" (borrowed memory may move to host
+// memory) or "none".
+func ParseSpill(v string) (bool, error) {
+	switch v {
+	case "host":
+		return true, nil
+	case "none", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want host or none", v)
 }
 
 // ParseSlice parses a slice length: a duration such as "20ms" or "200us", a

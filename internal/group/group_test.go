@@ -39,6 +39,12 @@ func TestApply(t *testing.T) {
 		{FileMemoryMax, "max", Settings{}, ""},
 		{FileMemoryMax, "0", Settings{}, "zero limit"},
 		{FileMemoryMax, "lots", Settings{}, "invalid size"},
+		{FileMemoryMin, "6GiB", Settings{MemoryMin: 6 << 30}, ""},
+		{FileMemoryMin, "0", Settings{}, ""},
+		{FileMemoryMin, "-1", Settings{}, "invalid size"},
+		{FileMemorySpill, "host", Settings{MemorySpill: true}, ""},
+		{FileMemorySpill, "none\n", Settings{}, ""},
+		{FileMemorySpill, "disk", Settings{}, "want host or none"},
 		{"memory.current", "1", Settings{}, "unknown setting"},
 	}
 	for _, tc := range tests {
@@ -56,6 +62,19 @@ func TestApply(t *testing.T) {
 		if err != nil || s != tc.want {
 			t.Errorf("%s=%q: got %+v, %v; want %+v", tc.file, tc.value, s, err, tc.want)
 		}
+	}
+}
+
+func TestMemoryMinAtMostMax(t *testing.T) {
+	s := Settings{MemoryMax: 4 << 30}
+	if err := s.Apply(FileMemoryMin, "6GiB"); err == nil || !strings.Contains(err.Error(), "above memory.max") {
+		t.Fatalf("min above max: %v", err)
+	}
+	if err := s.Apply(FileMemoryMin, "2GiB"); err != nil || !s.Elastic() {
+		t.Fatalf("min below max: %v, elastic %v", err, s.Elastic())
+	}
+	if (Settings{MemoryMin: 4 << 30, MemoryMax: 4 << 30}).Elastic() || (Settings{MemoryMax: 4 << 30}).Elastic() {
+		t.Fatal("min == max, or no min, is a plain limit")
 	}
 }
 

@@ -61,6 +61,43 @@ type Error struct {
 	Message  [96]byte `doc:"one line, NUL-padded" c:"string"`
 }
 
+// Borrow asks for an allocation past the group's allowance on a GPU (elastic
+// memory), or with BorrowReclaim, for room for an allocation within the
+// group's guarantee that the device refused.
+type Borrow struct {
+	GPU      UUID   `doc:"the GPU"`
+	Size     uint64 `doc:"bytes of the allocation"`
+	Flags    uint32 `doc:"GS_BORROW_* bits"`
+	Reserved uint32 `doc:"zero"`
+}
+
+// Lend answers Borrow. The new allowance is already in the group's state file.
+type Lend struct {
+	GPU       UUID     `doc:"the GPU"`
+	Allowance uint64   `doc:"bytes the group may hold without asking"`
+	Available uint64   `doc:"bytes the group could hold now (guarantee plus what it could borrow)"`
+	Status    uint32   `doc:"GS_LEND_* value"`
+	Reserved  uint32   `doc:"zero"`
+	Message   [64]byte `doc:"why, when refused; NUL-padded" c:"string"`
+}
+
+// Spill asks the client to move Bytes of its borrowed managed memory on a GPU
+// to host memory (never below its guarantee).
+type Spill struct {
+	GPU      UUID   `doc:"the GPU"`
+	Bytes    uint64 `doc:"bytes to move"`
+	Reserved uint64 `doc:"zero"`
+}
+
+// Type returns the message's type code.
+func (*Borrow) Type() Type { return TypeBorrow }
+
+// Type returns the message's type code.
+func (*Lend) Type() Type { return TypeLend }
+
+// Type returns the message's type code.
+func (*Spill) Type() Type { return TypeSpill }
+
 // Type returns the message's type code.
 func (*Hello) Type() Type { return TypeHello }
 

@@ -46,6 +46,9 @@ const (
 	TypeRelease Type = 5
 	TypeRevoke  Type = 6
 	TypeError   Type = 7
+	TypeBorrow  Type = 8
+	TypeLend    Type = 9
+	TypeSpill   Type = 10
 )
 
 // Flag bits and codes (copied into the C header by Constants).
@@ -60,6 +63,10 @@ const (
 	ErrProtocol    uint32 = 2      // malformed or unexpected frame
 	ErrIdentity    uint32 = 3      // the daemon could not identify the caller
 	ErrLimit       uint32 = 4      // too many GPUs or connections
+	BorrowReclaim  uint32 = 1 << 0 // the allocation is within the guarantee: make room for it
+	LendGranted    uint32 = 1      // the allowance covers the allocation
+	LendRefused    uint32 = 2      // no memory to lend; the message says why
+	LendUnknown    uint32 = 3      // the group has no elastic memory on this GPU
 )
 
 // Header starts every frame.
@@ -94,6 +101,9 @@ func Messages() []Spec {
 		{TypeRelease, "release", "client -> daemon: outstanding work done, GPU handed back", func() Message { return new(Release) }},
 		{TypeRevoke, "revoke", "daemon -> client: finish outstanding work and release now", func() Message { return new(Revoke) }},
 		{TypeError, "error", "daemon -> client: request refused; the connection closes", func() Message { return new(Error) }},
+		{TypeBorrow, "borrow", "client -> daemon: an allocation past the group's allowance (or a reclaim)", func() Message { return new(Borrow) }},
+		{TypeLend, "lend", "daemon -> client: answers borrow", func() Message { return new(Lend) }},
+		{TypeSpill, "spill", "daemon -> client: move borrowed managed memory to the host", func() Message { return new(Spill) }},
 	}
 }
 
@@ -117,6 +127,10 @@ func Constants() []Const {
 		{"GS_ERR_PROTOCOL", ErrProtocol, "malformed or unexpected frame"},
 		{"GS_ERR_IDENTITY", ErrIdentity, "the daemon could not identify the caller"},
 		{"GS_ERR_LIMIT", ErrLimit, "too many GPUs or connections"},
+		{"GS_BORROW_RECLAIM", BorrowReclaim, "the allocation is within the guarantee: make room for it"},
+		{"GS_LEND_GRANTED", LendGranted, "the allowance covers the allocation"},
+		{"GS_LEND_REFUSED", LendRefused, "no memory to lend; the message says why"},
+		{"GS_LEND_UNKNOWN", LendUnknown, "the group has no elastic memory on this GPU"},
 	}
 }
 
@@ -248,6 +262,21 @@ func validate(m Message) error {
 			return fmt.Errorf("message: %w", err)
 		}
 		return check(m.Reserved, 0, 0)
+	case *Borrow:
+		return check(m.Reserved, m.Flags, BorrowReclaim)
+	case *Lend:
+		if err := checkString(m.Message[:]); err != nil {
+			return fmt.Errorf("message: %w", err)
+		}
+		if m.Status < LendGranted || m.Status > LendUnknown {
+			return fmt.Errorf("unknown lend status %d", m.Status)
+		}
+		return check(m.Reserved, 0, 0)
+	case *Spill:
+		if m.Reserved != 0 {
+			return fmt.Errorf("reserved field %#x", m.Reserved)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown message %T", m)
 }

@@ -20,6 +20,8 @@ func samples() []Message {
 	SetString(w.Group[:], "train-a")
 	e := &Error{Code: ErrIdentity}
 	SetString(e.Message[:], "cannot read /proc/42/cgroup")
+	lend := &Lend{GPU: gpu, Allowance: 8 << 30, Available: 12 << 30, Status: LendRefused}
+	SetString(lend.Message[:], "borrow of 2.0 GiB refused")
 	return []Message{
 		&Hello{Features: FeatureRevoke},
 		w,
@@ -28,6 +30,9 @@ func samples() []Message {
 		&Release{GPU: gpu, Seq: 7, Flags: ReleaseMore},
 		&Revoke{GPU: gpu, Seq: 7, Reason: RevokePreempt},
 		e,
+		&Borrow{GPU: gpu, Size: 6 << 30, Flags: BorrowReclaim},
+		lend,
+		&Spill{GPU: gpu, Bytes: 2 << 30},
 	}
 }
 
