@@ -1,80 +1,74 @@
-// Package units parses and formats byte sizes such as "6GiB", "512MiB" or "1.5G".
+// Package units parses and formats byte sizes. Parsing follows Kubernetes
+// quantities (k8s.io/apimachinery resource.Quantity), as pod specs do.
 package units
 
 import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // ErrSize is wrapped by every parse error.
 var ErrSize = errors.New("invalid size")
 
-// multipliers maps a lower-cased unit suffix to its byte multiplier. Decimal SI
-// suffixes (KB, MB, GB, TB) are powers of 1000; binary ones (KiB, Ki, K, ...) of 1024,
-// as users of GPU memory usually mean.
-func multiplier(unit string) (float64, bool) {
-	switch strings.ToLower(unit) {
-	case "", "b":
-		return 1, true
-	case "k", "ki", "kib":
-		return 1 << 10, true
-	case "m", "mi", "mib":
-		return 1 << 20, true
-	case "g", "gi", "gib":
-		return 1 << 30, true
-	case "t", "ti", "tib":
-		return 1 << 40, true
-	case "kb":
-		return 1e3, true
-	case "mb":
-		return 1e6, true
-	case "gb":
-		return 1e9, true
-	case "tb":
-		return 1e12, true
+// maxLen bounds what is parsed (and quoted in errors): sizes come from flags,
+// files and annotations, which are untrusted.
+const maxLen = 64
+
+// byteSuffix maps the spellings people write for bytes onto Kubernetes quantity
+// suffixes: "GiB" is "Gi" (2^30), "GB" is "G" (10^9), "B" is bytes. Sizes mean
+// what they mean in a pod spec: "10G" is 10^9 bytes and "10Gi" is 2^30 x 10.
+func byteSuffix(s string) string {
+	u := strings.ToUpper(s)
+	switch {
+	case strings.HasSuffix(u, "IB") && len(s) >= 3:
+		return s[:len(s)-3] + strings.ToUpper(s[len(s)-3:len(s)-2]) + "i"
+	case strings.HasSuffix(u, "KB"):
+		return s[:len(s)-2] + "k"
+	case strings.HasSuffix(u, "B") && len(s) >= 2 && strings.ContainsAny(u[len(u)-2:len(u)-1], "MGTPE"):
+		return s[:len(s)-2] + u[len(u)-2:len(u)-1]
+	case strings.HasSuffix(u, "B"):
+		return s[:len(s)-1]
 	}
-	return 0, false
+	return s
 }
 
-// ParseSize parses a non-negative byte size: a decimal number and an optional
-// unit (B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, TB). Fractions are
-// allowed ("1.5GiB"); the result is rounded down to whole bytes.
+// ParseSize parses a non-negative byte size as a Kubernetes quantity ("6Gi",
+// "512Mi", "10G" = 10^9, "1.5Gi", "1e9"), also accepting the byte spellings
+// "6GiB", "512MiB", "10GB" and "100B". Fractional bytes are refused.
 func ParseSize(s string) (uint64, error) {
 	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
-		i++
+	if len(t) > maxLen {
+		return 0, fmt.Errorf("%w %q...: longer than %d characters", ErrSize, t[:16], maxLen)
 	}
-	num, unit := t[:i], strings.TrimSpace(t[i:])
-	if num == "" {
-		return 0, fmt.Errorf("%w %q: want a number with an optional unit, e.g. 6GiB or 512MiB", ErrSize, s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if t == "" || i == 0 {
+		return 0, fmt.Errorf("%w %q: want a Kubernetes quantity, e.g. 6Gi, 512Mi or 10G (10^9)", ErrSize, s)
 	}
-	mult, ok := multiplier(unit)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: unknown unit %q (use B, KiB, MiB, GiB, TiB or KB, MB, GB, TB)", ErrSize, s, unit)
+	if i > 0 { // "2 TiB": one number, then its unit
+		t = t[:i] + strings.TrimLeft(t[i:], " ")
 	}
-	if !strings.Contains(num, ".") {
-		n, err := strconv.ParseUint(num, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%w %q: %w", ErrSize, s, err)
-		}
-		if mult != 1 && n > math.MaxUint64/uint64(mult) {
-			return 0, fmt.Errorf("%w %q: too large", ErrSize, s)
-		}
-		return n * uint64(mult), nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
+	q, err := resource.ParseQuantity(byteSuffix(t))
 	if err != nil {
-		return 0, fmt.Errorf("%w %q: %w", ErrSize, s, err)
+		return 0, fmt.Errorf("%w %q: want a Kubernetes quantity, e.g. 6Gi, 512Mi or 10G (10^9): %w", ErrSize, s, err)
 	}
-	v := f * mult
-	if v >= math.MaxUint64 || math.IsNaN(v) {
+	if q.Sign() < 0 {
+		return 0, fmt.Errorf("%w %q: negative", ErrSize, s)
+	}
+	if q.AsApproximateFloat64() >= math.MaxInt64 {
 		return 0, fmt.Errorf("%w %q: too large", ErrSize, s)
 	}
-	return uint64(v), nil
+	n, exact := q.AsInt64()
+	if !exact {
+		if q.MilliValue()%1000 != 0 || q.Value() < 0 {
+			return 0, fmt.Errorf("%w %q: not a whole number of bytes", ErrSize, s)
+		}
+		n = q.Value()
+	}
+	return uint64(n), nil
 }
 
 // FormatSize renders n with a binary unit and one decimal, e.g. "5.8 GiB".
