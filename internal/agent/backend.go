@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -82,7 +81,7 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 	return p, nil
 }
 
-// Prepare creates the container's group with its memory limit and its state
+// Prepare creates the container's group with its settings (groupSettings) and its state
 // file (naming the host's pid namespace, so the container's processes get
 // their host pids from the node daemon) and returns the Allocate answer.
 func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]deviceplugin.GPU) (*pluginapi.ContainerAllocateResponse, error) {
@@ -93,10 +92,15 @@ func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[
 	if err := node.CreateGroupState(b.procRoot, filepath.Join(b.tree.Path(name), "gpu.state"), name); err != nil {
 		return nil, fmt.Errorf("group %s: %w", name, err)
 	}
-	if lim := deviceplugin.MemoryLimit(c); lim > 0 {
-		if _, err := b.tree.Set(name, []group.Change{{File: group.FileMemoryMax, Value: strconv.FormatInt(lim, 10)}}); err != nil {
-			return nil, err
-		}
+	if c.Pod == nil {
+		return nil, fmt.Errorf("%s: no pod", c)
+	}
+	s, err := groupSettings(c.Pod, c.GPUs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c, err)
+	}
+	if err := b.tree.Write(name, s); err != nil {
+		return nil, err
 	}
 	return b.inject.Response(c, gpus, name)
 }

@@ -134,6 +134,9 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
+	if err := applySettings(ctx, r.tree, pod, want); err != nil {
+		errs = append(errs, err)
+	}
 	var applied api.Applied
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running == nil || cs.ContainerID == "" {

@@ -33,6 +33,8 @@ type Candidate struct {
 	// pod has no valid assignment; AssignmentErr says why).
 	GPUs          []api.GPUAssignment
 	AssignmentErr error
+	// Pod is the candidate's pod as listed (nil in tests that need none).
+	Pod *corev1.Pod
 }
 
 func (c Candidate) String() string { return c.Namespace + "/" + c.Name + "/" + c.Container }
@@ -54,7 +56,7 @@ func Candidates(pods []*corev1.Pod, resource corev1.ResourceName, allocated func
 			if !ok || q.Value() <= 0 || allocated(pod, c.Name) {
 				continue
 			}
-			cand := Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Container: c.Name, Count: int(q.Value())}
+			cand := Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Container: c.Name, Count: int(q.Value()), Pod: pod}
 			cand.GPUs, cand.AssignmentErr = assignedGPUs(pod, c.Name)
 			out = append(out, cand)
 			break

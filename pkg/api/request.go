@@ -64,6 +64,11 @@ func ParseRequest(pod *corev1.Pod) (*PodRequest, error) {
 			out.Containers = append(out.Containers, *cr)
 		}
 	}
+	if !out.Empty() {
+		if _, err := ParseSlicing(pod); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+	}
 	return out, nil
 }
 

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+func TestGroupSettings(t *testing.T) {
+	share := func(u, mem int64) []api.GPUAssignment {
+		return []api.GPUAssignment{{Index: 0, UUID: "GPU-0", Units: u, MemoryBytes: mem}}
+	}
+	whole := []api.GPUAssignment{{Index: 0, UUID: "GPU-0", Units: 100, MemoryBytes: 80 << 30, Exclusive: true}}
+	high := int32(1000)
+	cases := map[string]struct {
+		ann  map[string]string
+		prio *int32
+		gpus []api.GPUAssignment
+		want group.Settings
+		bad  bool
+	}{
+		"units and memory":       {gpus: share(25, 10<<30), want: group.Settings{MemoryMax: 10 << 30, Share: 0.25, Priority: slice.Low}},
+		"units only":             {gpus: share(75, 0), want: group.Settings{Share: 0.75, Priority: slice.Low}},
+		"memory only":            {gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Priority: slice.Low}},
+		"memory and slice":       {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Slice: 20 * time.Millisecond, Priority: slice.Low}},
+		"units win over a slice": {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(40, 0), want: group.Settings{Share: 0.4, Priority: slice.Low}},
+		"high by annotation":     {ann: map[string]string{api.AnnotationPriority: "high"}, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: slice.High}},
+		"high by class":          {prio: &high, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: slice.High}},
+		"whole GPU: no share":    {gpus: whole, want: group.Settings{MemoryMax: 80 << 30, Priority: slice.Low}},
+		"smallest of two GPUs": {gpus: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30, MemoryBytes: 2 << 30}, {Index: 1, UUID: "b", Units: 20, MemoryBytes: 3 << 30}},
+			want: group.Settings{MemoryMax: 2 << 30, Share: 0.2, Priority: slice.Low}},
+		"bad priority": {ann: map[string]string{api.AnnotationPriority: "max"}, gpus: share(25, 0), bad: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}, Spec: corev1.PodSpec{Priority: tc.prio}}
+			got, err := groupSettings(pod, tc.gpus)
+			if tc.bad {
+				if !errors.Is(err, api.ErrInvalidSlicing) {
+					t.Fatalf("err = %v, want ErrInvalidSlicing", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// A changed assignment (units 25 -> 50) or priority rewrites the group's
+// files; an unchanged one leaves them alone.
+func TestApplySettingsLive(t *testing.T) {
+	tree := group.NewTree(t.TempDir())
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}, {Name: "other"}}}}
+	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
+	if err := tree.Create(name); err != nil {
+		t.Fatal(err)
+	}
+	want := func(u int64) map[string][]api.GPUAssignment {
+		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u, MemoryBytes: 1 << 30}}, "other": {{Index: 0, UUID: "g", Units: 10}}}
+	}
+	ctx := context.Background()
+	if err := applySettings(ctx, tree, pod, want(25)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := tree.Read(name); err != nil || s.Share != 0.25 || s.MemoryMax != 1<<30 {
+		t.Fatalf("after 25: %+v %v", s, err)
+	}
+	if tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "other", UID: "u1"})) {
+		t.Fatal("a group was made for a container Allocate never saw")
+	}
+	if err := applySettings(ctx, tree, pod, want(50)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := tree.ReadFile(name, group.FileShare); s != "50%" {
+		t.Fatalf("share file %q after 25 -> 50", s)
+	}
+	pod.Annotations = map[string]string{api.AnnotationPriority: "high"}
+	if err := applySettings(ctx, tree, pod, want(50)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := tree.ReadFile(name, group.FilePriority); s != "high" {
+		t.Fatalf("priority file %q", s)
+	}
+}
