@@ -126,7 +126,7 @@ struct gs_msg_lend {
 	uint64_t available; /* bytes the group could hold now (guarantee plus what it could borrow) */
 	uint32_t status; /* GS_LEND_* value */
 	uint32_t reserved; /* zero */
-	char message[64]; /* why, when refused; NUL-padded */
+	char message[72]; /* why, when refused; NUL-padded */
 };
 
 /* daemon -> client: move borrowed managed memory to the host */
@@ -204,7 +204,7 @@ _Static_assert(offsetof(struct gs_msg_lend, available) == 24, "gs_msg_lend.avail
 _Static_assert(offsetof(struct gs_msg_lend, status) == 32, "gs_msg_lend.status offset");
 _Static_assert(offsetof(struct gs_msg_lend, reserved) == 36, "gs_msg_lend.reserved offset");
 _Static_assert(offsetof(struct gs_msg_lend, message) == 40, "gs_msg_lend.message offset");
-_Static_assert(sizeof(struct gs_msg_lend) == 104, "gs_msg_lend size");
+_Static_assert(sizeof(struct gs_msg_lend) == 112, "gs_msg_lend size");
 _Static_assert(offsetof(struct gs_msg_spill, gpu) == 0, "gs_msg_spill.gpu offset");
 _Static_assert(offsetof(struct gs_msg_spill, bytes) == 16, "gs_msg_spill.bytes offset");
 _Static_assert(offsetof(struct gs_msg_spill, reserved) == 24, "gs_msg_spill.reserved offset");

@@ -6,13 +6,85 @@ import (
 	"flag"
 	"fmt"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/units"
 )
+
+// sizeFlag is a byte size flag (a Kubernetes quantity or 6GiB).
+type sizeFlag struct{ v *uint64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return units.FormatSize(*f.v)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := units.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*f.v = n
+	return nil
+}
+
+// deviceMemory reads device memory through NVML, opened at the first
+// elastic memory request (a daemon that only shares time never opens it).
+type deviceMemory struct {
+	mode   gpu.Mode
+	simDir string
+	mu     sync.Mutex
+	drv    *gpu.Driver
+	index  map[string]int
+}
+
+func (d *deviceMemory) read(uuid string) (total, used uint64, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.drv == nil {
+		drv, err := gpu.OpenDriver(d.mode, d.simDir)
+		if err != nil {
+			return 0, 0, err
+		}
+		devs, err := gpu.Devices(drv.NVML)
+		if err != nil {
+			return 0, 0, errors.Join(fmt.Errorf("list GPUs: %w", err), drv.NVML.Shutdown())
+		}
+		d.drv, d.index = drv, map[string]int{}
+		for _, dv := range devs {
+			d.index[strings.ToLower(dv.UUID)] = dv.Index
+		}
+	}
+	i, ok := d.index[strings.ToLower(uuid)]
+	if !ok {
+		return 0, 0, fmt.Errorf("no GPU %s", uuid)
+	}
+	m, err := d.drv.NVML.Memory(i)
+	if err != nil {
+		return 0, 0, fmt.Errorf("memory of GPU %s: %w", uuid, err)
+	}
+	return m.Total, m.Used, nil
+}
+
+func (d *deviceMemory) close(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.drv != nil {
+		if err := d.drv.NVML.Shutdown(); err != nil {
+			klog.FromContext(ctx).Error(err, "close NVML")
+		}
+	}
+}
 
 func nodeCommand() Command {
 	return Command{Name: "node", Summary: "run the node daemon that shares GPU time (gpuslice run starts it)", Run: runNode}
@@ -31,6 +103,9 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	fs.DurationVar(&cfg.IdleExit, "idle-exit", 0, "stop after no client has been connected for this long (0: never; gpuslice run starts daemons with 60s)")
 	noBurst := fs.Bool("no-burst", false, "disable burst buffers (and the online groups' early turns they allow)")
 	ifNot := fs.Bool("if-not-running", false, "exit quietly (status 0) if a daemon already runs")
+	fs.Var(sizeFlag{&cfg.Elastic.Reserve}, "memory-reserve", "elastic memory: device memory never lent (e.g. 256MiB)")
+	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
+	driver := fs.String("driver", "auto", "GPU driver for elastic memory's device readings: auto, real or sim")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -49,10 +124,17 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 			return fmt.Errorf("set log verbosity: %w", err)
 		}
 	}
+	mode, err := gpu.ParseMode(*driver)
+	if err != nil {
+		return usagef("node: --driver: %w", err)
+	}
+	dev := &deviceMemory{mode: mode, simDir: filepath.Join(env.BinDir, "sim")}
+	defer dev.close(ctx)
+	cfg.DeviceMemory = dev.read
 	ctx = klog.NewContext(ctx, klog.NewKlogr())
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := node.Run(ctx, cfg)
+	err = node.Run(ctx, cfg)
 	if errors.Is(err, node.ErrRunning) && *ifNot {
 		return nil
 	}

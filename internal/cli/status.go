@@ -35,7 +35,7 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "node daemon pid %d, socket %s, period %v, burst buffers %s, as of %s\n",
 		st.PID, st.Socket, time.Duration(st.PeriodNs), burst, st.Time.Format(time.TimeOnly))
-	if len(st.GPUs) == 0 {
+	if len(st.GPUs) == 0 && len(st.Memory) == 0 {
 		fmt.Fprintln(env.Stdout, "no GPU in use")
 		return nil
 	}
@@ -60,6 +60,28 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 				time.Duration(e.SliceNs), e.Expected*100, e.AchievedShare*100,
 				time.Duration(e.AchievedNs).Round(time.Millisecond), time.Duration(e.BankedNs).Round(10*time.Microsecond),
 				e.Members, mem)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return printElastic(env, st.Memory)
+}
+
+// printElastic shows elastic memory per GPU: guaranteed, borrowed and spilled.
+func printElastic(env *Env, gpus []node.MemoryGPUStatus) error {
+	for _, g := range gpus {
+		fmt.Fprintf(env.Stdout, "\n%s  elastic memory\n", g.UUID)
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GROUP\tMIN\tMAX\tSPILL\tGUARANTEED\tBORROWED\tSPILLED\tALLOWANCE")
+		for _, e := range g.Groups {
+			spill := "none"
+			if e.Spill {
+				spill = "host"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Group, units.FormatSize(e.Min), units.FormatSize(e.Max),
+				spill, units.FormatSize(e.Guaranteed), units.FormatSize(e.Borrowed), units.FormatSize(e.Spilled),
+				units.FormatSize(e.Allowance))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

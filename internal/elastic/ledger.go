@@ -221,12 +221,12 @@ func (l *Ledger) Borrow(name string, size uint64, now time.Time) Decision {
 		return Decision{Allowance: allow} // fits already (lent to another member meanwhile)
 	}
 	if e.use.Used+size > e.set.Max || e.use.Used+size < size {
-		return Decision{Allowance: allow, Refused: fmt.Sprintf("past the group's ceiling: holds %s, memory.max %s",
+		return Decision{Allowance: allow, Refused: fmt.Sprintf("past the ceiling: holds %s, memory.max %s",
 			units.FormatSize(e.use.Used), units.FormatSize(e.set.Max))}
 	}
 	if room, free, kept := l.room(name, e, now); size > room {
-		why := fmt.Sprintf("borrow of %s refused: the GPU has %s free, %s kept for other groups' guarantees and the reserve",
-			units.FormatSize(size), units.FormatSize(free), units.FormatSize(max(kept, l.cfg.Reserve)))
+		why := fmt.Sprintf("%s free on the GPU, %s kept for guarantees and reserve",
+			units.FormatSize(free), units.FormatSize(max(kept, l.cfg.Reserve)))
 		return Decision{Allowance: allow, Refused: why}
 	}
 	need := e.use.Used + size - allow

@@ -33,10 +33,10 @@ func TestBorrow(t *testing.T) {
 	}{
 		{"within the allowance: nothing to lend", false, map[string]uint64{"a": 2 * gib}, "a", 4 * gib, 0, ""},
 		{"free and no guarantee needs it", false, map[string]uint64{"a": 6 * gib}, "a", 6 * gib, 6 * gib, ""},
-		{"the others' guarantees keep 12 GiB", false, map[string]uint64{"a": 6 * gib}, "a", 13 * gib, 0, "kept for other groups' guarantees"},
+		{"the others' guarantees keep 12 GiB", false, map[string]uint64{"a": 6 * gib}, "a", 13 * gib, 0, "kept for guarantees"},
 		{"guarantees met: the rest is free", false, map[string]uint64{"a": 6 * gib, "b": 6 * gib, "c": 6 * gib}, "a", 6 * gib, 6 * gib, ""},
 		{"card full", false, map[string]uint64{"a": 6 * gib, "b": 6 * gib, "c": 12 * gib}, "a", 1 * gib, 0, "0 B free"},
-		{"past the ceiling", false, map[string]uint64{"a": 6 * gib}, "a", 15 * gib, 0, "past the group's ceiling"},
+		{"past the ceiling", false, map[string]uint64{"a": 6 * gib}, "a", 15 * gib, 0, "past the ceiling"},
 		{"spillable: lent from guaranteed room", true, map[string]uint64{"a": 6 * gib}, "a", 14 * gib, 14 * gib, ""},
 		{"crossing min counts its own part", false, map[string]uint64{"a": 4 * gib}, "a", 8 * gib, 6 * gib, ""},
 		{"crossing min: too much", false, map[string]uint64{"a": 4 * gib}, "a", 9 * gib, 0, "20.0 GiB free"},

@@ -30,6 +30,7 @@ const (
 // The read-back files written by the node daemon.
 const (
 	FileMemoryCurrent = "memory.current"
+	FileMemoryElastic = "memory.elastic"
 	FileAchieved      = "gpu_time.achieved"
 	FileBanked        = "burst.banked"
 )
@@ -40,7 +41,9 @@ func SettingFiles() []string {
 }
 
 // ReadbackFiles lists the read-back files.
-func ReadbackFiles() []string { return []string{FileMemoryCurrent, FileAchieved, FileBanked} }
+func ReadbackFiles() []string {
+	return []string{FileMemoryCurrent, FileMemoryElastic, FileAchieved, FileBanked}
+}
 
 // ErrInvalid is wrapped by every validation error.
 var ErrInvalid = errors.New("invalid setting")

@@ -116,3 +116,28 @@ func (c *Client) Release(gpu proto.UUID, seq uint64, more bool) error {
 	}
 	return c.Send(&proto.Release{GPU: gpu, Seq: seq, Flags: flags})
 }
+
+// Borrow asks for size bytes past the group's allowance on gpu (flags:
+// proto.BorrowReclaim for room within the guarantee) and waits for the answer;
+// spill orders that arrive meanwhile are passed to onSpill (may be nil).
+func (c *Client) Borrow(gpu proto.UUID, size uint64, flags uint32, onSpill func(*proto.Spill)) (*proto.Lend, error) {
+	if err := c.Send(&proto.Borrow{GPU: gpu, Size: size, Flags: flags}); err != nil {
+		return nil, err
+	}
+	for {
+		m, err := c.Next()
+		if err != nil {
+			return nil, err
+		}
+		switch m := m.(type) {
+		case *proto.Lend:
+			return m, nil
+		case *proto.Spill:
+			if onSpill != nil {
+				onSpill(m)
+			}
+		case *proto.Error:
+			return nil, fmt.Errorf("node daemon: %s", proto.String(m.Message[:]))
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/elastic"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/slice"
 )
@@ -37,6 +38,11 @@ type Config struct {
 	// connected for that long (daemons started by `gpuslice run` use it; the
 	// next run starts a new one, and the group tree on disk keeps the settings).
 	IdleExit time.Duration
+	// Elastic tunes elastic memory (borrow grants and reclaims).
+	Elastic elastic.Config
+	// DeviceMemory reads a GPU's memory from the driver; nil: no elastic
+	// memory (borrows are refused with a reason).
+	DeviceMemory DeviceMemory
 }
 
 // SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else
@@ -58,6 +64,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		HelloTimeout: 5 * time.Second,
 		MaxGPUs:      64,
 		ProcRoot:     "/proc",
+		Elastic:      elastic.DefaultConfig(),
 	}
 }
 
@@ -72,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
 	case c.IdleExit < 0:
 		return fmt.Errorf("idle exit must not be negative")
+	case c.Elastic.Hold <= 0 || c.Elastic.ReclaimWait < 0:
+		return fmt.Errorf("elastic hold must be positive and reclaim wait not negative")
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("policy: %w", err)

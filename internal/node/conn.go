@@ -52,6 +52,7 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 		for _, g := range c.gpus {
 			g.disconnect(c)
 		}
+		s.forgetBorrower(c)
 		s.track(c, false)
 		c.wmu.Lock()
 		c.closed = true
@@ -228,6 +229,8 @@ func (c *conn) loop() error {
 			if g := c.gpus[m.GPU]; g != nil {
 				g.release(c, m.Seq, m.Flags&proto.ReleaseMore != 0)
 			}
+		case *proto.Borrow:
+			c.s.borrow(c, m)
 		default:
 			c.sendError(proto.ErrProtocol, fmt.Sprintf("unexpected %T", m))
 			return fmt.Errorf("unexpected %T", m)

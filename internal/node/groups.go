@@ -48,7 +48,11 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 			log.Error(err, "apply group settings", "gpu", g.uuid.String())
 		}
 	}
-	if !known || old.MemoryMax != st.MemoryMax {
+	memChanged := !known || old.MemoryMax != st.MemoryMax || old.MemoryMin != st.MemoryMin || old.MemorySpill != st.MemorySpill
+	switch {
+	case memChanged && st.MemoryMin != 0:
+		s.applyElastic(name, st)
+	case memChanged:
 		s.applyMemoryLimit(log, name, st.MemoryMax)
 	}
 	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority, "memoryMax", st.MemoryMax)

@@ -33,6 +33,13 @@ const (
 	shmGPUOffLimit = 72
 	shmGPUOffUsed  = 80
 	shmGPUOffPeak  = 88
+	// Elastic memory (zero in files of groups without it).
+	shmGPUOffElastic = 4
+	shmGPUOffMin     = 104
+	shmGPUOffManaged = 112
+	shmGPUOffSpilled = 120
+	shmElasticOn     = 1
+	shmElasticSpill  = 2
 )
 
 // gpuMemory is one GPU slot of a group state file.
@@ -41,6 +48,9 @@ type gpuMemory struct {
 	Limit uint64 // 0 = no limit
 	Used  uint64
 	Peak  uint64
+	// Elastic memory: Managed bytes were allocated as managed memory past
+	// the guarantee, Spilled of them lie in host memory now.
+	Managed, Spilled uint64
 }
 
 var errShm = errors.New("bad group state file")
@@ -89,15 +99,30 @@ func readMemory(path string) (out []gpuMemory, err error) {
 			continue
 		}
 		out = append(out, gpuMemory{UUID: proto.String(s[shmGPUOffUUID : shmGPUOffUUID+shmGPUUUIDLen]),
-			Limit: le.Uint64(s[shmGPUOffLimit:]), Used: le.Uint64(s[shmGPUOffUsed:]), Peak: le.Uint64(s[shmGPUOffPeak:])})
+			Limit: le.Uint64(s[shmGPUOffLimit:]), Used: le.Uint64(s[shmGPUOffUsed:]), Peak: le.Uint64(s[shmGPUOffPeak:]),
+			Managed: le.Uint64(s[shmGPUOffManaged:]), Spilled: le.Uint64(s[shmGPUOffSpilled:])})
 	}
 	return out, nil
 }
 
 // setMemoryLimit stores limit (0 = none) in every ready GPU slot of a group
 // state file, atomically, so running processes apply it to their next
-// allocation. It returns how many slots it changed.
+// allocation; the slots are marked not elastic. It returns how many slots it
+// changed.
 func setMemoryLimit(path string, limit uint64) (changed int, err error) {
+	return setSlots(path, "", slotLimits{limit: limit})
+}
+
+// slotLimits are what the daemon writes into a GPU slot.
+type slotLimits struct {
+	limit   uint64 // the allowance: what the group may hold without asking
+	min     uint64 // elastic: the guarantee
+	elastic uint32 // shmElastic* bits
+}
+
+// setSlots writes l into the ready GPU slots of a state file (only the one
+// of uuid when not empty).
+func setSlots(path, uuid string, l slotLimits) (changed int, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
@@ -116,10 +141,13 @@ func setMemoryLimit(path string, limit uint64) (changed int, err error) {
 		for i := range count {
 			s := off + i*shmGPUSize
 			state := (*uint32)(unsafe.Pointer(&b[s]))
-			if atomic.LoadUint32(state) != shmSlotReady {
+			if atomic.LoadUint32(state) != shmSlotReady ||
+				(uuid != "" && proto.String(b[s+shmGPUOffUUID:s+shmGPUOffUUID+shmGPUUUIDLen]) != uuid) {
 				continue
 			}
-			atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[s+shmGPUOffLimit])), limit)
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[s+shmGPUOffMin])), l.min)
+			atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[s+shmGPUOffElastic])), l.elastic)
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[s+shmGPUOffLimit])), l.limit)
 			changed++
 		}
 	}

@@ -23,6 +23,8 @@ func TestShmLayout(t *testing.T) {
 	src := `#include <stdio.h>
 #include "gpuslice/shm.h"
 int main(void) {
+	printf("%zu %zu %zu %zu %d %d ", offsetof(struct gs_shm_gpu, elastic), offsetof(struct gs_shm_gpu, min),
+		offsetof(struct gs_shm_gpu, managed), offsetof(struct gs_shm_gpu, spilled), GS_ELASTIC_ON, GS_ELASTIC_SPILL);
 	printf("%llu %u %zu %zu %d %d %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", (unsigned long long)GS_SHM_MAGIC,
 		GS_SHM_VERSION, sizeof(struct gs_shm_header), sizeof(struct gs_shm_gpu), GS_SHM_MAX_GPUS, GS_SLOT_READY,
 		offsetof(struct gs_shm_header, version), offsetof(struct gs_shm_header, header_size),
@@ -44,7 +46,9 @@ int main(void) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", uint64(shmMagic), shmVersion, shmHeaderSize,
+	want := fmt.Sprintf("%d %d %d %d %d %d ", shmGPUOffElastic, shmGPUOffMin, shmGPUOffManaged, shmGPUOffSpilled,
+		shmElasticOn, shmElasticSpill)
+	want += fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", uint64(shmMagic), shmVersion, shmHeaderSize,
 		shmGPUSize, shmMaxGPUs, shmSlotReady, shmOffVersion, shmOffHdrSize, shmOffMaxGPUs, shmOffGPUSize,
 		shmOffGPUOff, shmGPUOffUUID, shmGPUOffLimit, shmGPUOffUsed, shmGPUOffPeak)
 	if got := strings.TrimSpace(string(out)); got != want {

@@ -32,6 +32,7 @@ type Server struct {
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
 	conns    map[*conn]struct{}
+	books    *books // elastic memory
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -70,7 +71,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
 	}
 	s := &Server{cfg: cfg, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
-		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}}
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks()}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
 	return s.serveAll(ctx, ln)
 }

@@ -24,6 +24,27 @@ type Status struct {
 	PeriodNs int64       `json:"periodNs"`
 	Burst    bool        `json:"burst"`
 	GPUs     []GPUStatus `json:"gpus"`
+	// Memory is elastic memory per GPU (GPUs where a group borrowed).
+	Memory []MemoryGPUStatus `json:"memory,omitempty"`
+}
+
+// MemoryGPUStatus is one GPU's elastic memory.
+type MemoryGPUStatus struct {
+	UUID   string              `json:"uuid"`
+	Groups []MemoryGroupStatus `json:"groups"`
+}
+
+// MemoryGroupStatus is one group's elastic memory on one GPU, in bytes.
+type MemoryGroupStatus struct {
+	Group      string `json:"group"`
+	Min        uint64 `json:"min"`
+	Max        uint64 `json:"max"`
+	Spill      bool   `json:"spill,omitempty"`
+	Used       uint64 `json:"used"`
+	Guaranteed uint64 `json:"guaranteed"` // on the device, up to min
+	Borrowed   uint64 `json:"borrowed"`   // on the device, past min
+	Spilled    uint64 `json:"spilled"`    // in host memory
+	Allowance  uint64 `json:"allowance"`  // min plus lent
 }
 
 // GPUStatus is one GPU's groups.
@@ -143,6 +164,15 @@ func (s *Server) status(hist map[string][]sample) *Status {
 		st.GPUs = append(st.GPUs, gs)
 	}
 	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	for uuid, groups := range s.elasticStatus() {
+		m := MemoryGPUStatus{UUID: uuid}
+		for _, g := range groups {
+			m.Groups = append(m.Groups, MemoryGroupStatus{Group: g.Name, Min: g.Min, Max: g.Max, Spill: g.Spill,
+				Used: g.Used, Guaranteed: g.Guaranteed, Borrowed: g.Borrowed, Spilled: g.Spilled, Allowance: g.Min + g.Lent})
+		}
+		st.Memory = append(st.Memory, m)
+	}
+	slices.SortFunc(st.Memory, func(a, b MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
 	return st
 }
 
@@ -169,9 +199,23 @@ func (s *Server) writeReadback(st *Status, written map[string]string) {
 			delete(written, key)
 		}
 	}
+	elasticOf := map[string]*strings.Builder{}
+	for _, g := range st.Memory {
+		for _, e := range g.Groups {
+			if elasticOf[e.Group] == nil {
+				elasticOf[e.Group] = &strings.Builder{}
+			}
+			fmt.Fprintf(elasticOf[e.Group], "%s guaranteed=%d borrowed=%d spilled=%d allowance=%d\n", g.UUID,
+				e.Guaranteed, e.Borrowed, e.Spilled, e.Allowance)
+		}
+	}
 	for _, n := range names {
 		mem, _ := s.memoryOf(n)
-		files := map[string]string{"memory.current": fmt.Sprintf("%d\n", mem), "gpu_time.achieved": "", "burst.banked": ""}
+		files := map[string]string{"memory.current": fmt.Sprintf("%d\n", mem), "gpu_time.achieved": "", "burst.banked": "",
+			"memory.elastic": ""}
+		if b := elasticOf[n]; b != nil {
+			files["memory.elastic"] = b.String()
+		}
 		if b := achieved[n]; b != nil {
 			files["gpu_time.achieved"], files["burst.banked"] = b.String(), banked[n].String()
 		}

@@ -78,7 +78,7 @@ type Lend struct {
 	Available uint64   `doc:"bytes the group could hold now (guarantee plus what it could borrow)"`
 	Status    uint32   `doc:"GS_LEND_* value"`
 	Reserved  uint32   `doc:"zero"`
-	Message   [64]byte `doc:"why, when refused; NUL-padded" c:"string"`
+	Message   [72]byte `doc:"why, when refused; NUL-padded" c:"string"`
 }
 
 // Spill asks the client to move Bytes of its borrowed managed memory on a GPU

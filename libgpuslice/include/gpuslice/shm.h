@@ -33,6 +33,8 @@
 
 /* gs_shm_gpu.state */
 enum { GS_SLOT_FREE = 0, GS_SLOT_READY = 2 };
+/* gs_shm_gpu.elastic bits (written by the node daemon; 0: a plain limit) */
+enum { GS_ELASTIC_ON = 1, GS_ELASTIC_SPILL = 2 };
 /* gs_shm_proc.state */
 enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1 };
 
@@ -41,13 +43,17 @@ enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1 };
  * handles land on the same slot. 128 bytes. */
 struct gs_shm_gpu {
 	uint32_t state;      /* atomic; GS_SLOT_READY once uuid/limit are written */
-	uint32_t reserved0;
+	uint32_t elastic;    /* atomic; GS_ELASTIC_* bits */
 	char uuid[GS_SHM_UUID_LEN];
 	uint64_t limit;      /* atomic; bytes, 0 = no limit */
 	uint64_t used;       /* atomic; bytes the group holds now */
 	uint64_t peak;       /* atomic; highest `used` seen */
 	uint64_t refused;    /* atomic; allocations refused at the limit */
-	uint64_t reserved1[3];
+	/* Elastic memory: `limit` is the allowance (min plus what the node daemon
+	 * lent); past it the library asks the daemon for a borrow. */
+	uint64_t min;        /* atomic; the guarantee (memory.min) */
+	uint64_t managed;    /* atomic; bytes allocated as managed memory past min (spillable) */
+	uint64_t spilled;    /* atomic; bytes of those moved to host memory */
 };
 
 /* One process of the group (attached on its first allocation). 160 bytes. */
