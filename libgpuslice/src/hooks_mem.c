@@ -2,7 +2,7 @@
  *
  * Allocation hooks: every path that takes device memory reserves it on the
  * group before calling the driver and records it for the matching release.
- * Device: the current context's (cuMemCreate: prop->location).
+ * Device: the current context's. VMM: hooks_vmm.c.
  */
 #include <errno.h>
 
@@ -46,8 +46,19 @@ GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 		      (dptr, bytesize, pool, hStream));
 }
 
-/* The pitch is known only after the call: reserve the unpadded size, then
- * settle on pitch * Height (freeing the allocation if that is refused). */
+/* The pitch is known only after the call: reserve the worst case first (rows
+ * padded to the driver's pitch alignment, 512 bytes), then settle on pitch *
+ * Height, so concurrent calls never take the device past the limit. A pitch
+ * beyond that bound is settled too, or freed and refused. */
+#define GS_PITCH_ALIGN 512u
+
+static uint64_t pitch_bound(size_t width, size_t height)
+{
+	uint64_t w = width > UINT64_MAX - GS_PITCH_ALIGN ? UINT64_MAX : ((uint64_t)width + GS_PITCH_ALIGN - 1) /
+									 GS_PITCH_ALIGN * GS_PITCH_ALIGN;
+	return gs_array_bytes(w, height, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+}
+
 GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
 				      unsigned int ElementSizeBytes)
 {
@@ -56,8 +67,7 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
 		return CUDA_ERROR_NOT_FOUND;
 	int e = errno;
 	struct gs_resv r;
-	uint64_t want = gs_array_bytes(WidthInBytes, Height, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1);
-	CUresult rc = gs_resv_current(want, &r);
+	CUresult rc = gs_resv_current(pitch_bound(WidthInBytes, Height), &r);
 	if (rc == CUDA_SUCCESS) {
 		errno = e;
 		rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -88,28 +98,6 @@ GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
 	GS_FREE_BODY(cuMemFreeAsync_ptsz, GS_KIND_PTR, dptr, (dptr, hStream));
-}
-
-/* Physical memory of the VMM API: counted at create, uncounted at release.
- * Only device-located allocations take GPU memory. */
-static CUresult resv_create(const CUmemAllocationProp *prop, uint64_t size, struct gs_resv *r)
-{
-	if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		return gs_resv_dev(prop->location.id, size, r);
-	r->active = 0;
-	return CUDA_SUCCESS;
-}
-
-GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-			       unsigned long long flags)
-{
-	GS_ALLOC_BODY(cuMemCreate, resv_create(prop, size, &r_), GS_KIND_HANDLE, *handle,
-		      (handle, size, prop, flags));
-}
-
-GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-	GS_FREE_BODY(cuMemRelease, GS_KIND_HANDLE, handle, (handle));
 }
 
 static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)

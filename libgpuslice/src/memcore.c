@@ -69,7 +69,14 @@ GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 		memset(r, 0, sizeof(*r)); /* no context: the driver fails the call */
 		return CUDA_SUCCESS;
 	}
-	return gs_resv_dev(dev, size, r);
+	CUresult rc = gs_resv_dev(dev, size, r);
+	gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
+	CUcontext ctx = NULL;
+	int e = errno;
+	if (rc == CUDA_SUCCESS && r->active && cur != NULL && cur(&ctx) == CUDA_SUCCESS)
+		r->ctx = (uint64_t)(uintptr_t)ctx;
+	errno = e;
+	return rc;
 }
 
 static void unreserve(struct gs_group *g, struct gs_shm_proc *self, int slot, uint64_t size)
@@ -86,7 +93,8 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 		unreserve(r->g, r->self, r->slot, r->size);
 		return;
 	}
-	if (gs_ptrtab_put(gs_ptrtab_proc(), kind, key, r->size, r->slot) != 0) {
+	struct gs_ptrent e = {.key = key, .size = r->size, .aux = r->ctx, .kind = (uint8_t)kind, .slot = (uint8_t)r->slot};
+	if (gs_ptrtab_insert(gs_ptrtab_proc(), &e) != 0) {
 		static _Atomic int said;
 		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");
 	}
@@ -111,4 +119,22 @@ GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)
 	struct gs_shm_proc *self = g != NULL ? gs_group_self(g) : NULL;
 	if (self != NULL)
 		unreserve(g, self, e->slot, e->size);
+}
+
+static int in_ctx(const struct gs_ptrent *e, void *arg)
+{
+	return e->aux == *(const uint64_t *)arg &&
+	       (e->kind == GS_KIND_PTR || e->kind == GS_KIND_ARRAY || e->kind == GS_KIND_MIPMAP);
+}
+
+static void release_one(const struct gs_ptrent *e, void *arg)
+{
+	(void)arg;
+	gs_release_entry(e);
+}
+
+GS_HIDDEN void gs_release_ctx(uint64_t ctx)
+{
+	if (ctx != 0)
+		(void)gs_ptrtab_drain(gs_ptrtab_proc(), in_ctx, release_one, &ctx);
 }

@@ -19,6 +19,7 @@ struct gs_resv {
 	int slot;
 	int active; /* 0: nothing reserved (uncounted pass-through) */
 	uint64_t size;
+	uint64_t ctx; /* the current CUcontext (gs_resv_current), recorded with the allocation */
 };
 
 /* CUresult returned when the group state cannot be used (message printed). */
@@ -36,6 +37,9 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size);
 /* Uncount an entry taken from the pointer table. */
 GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
+/* Uncount every allocation made in context ctx (it was destroyed): their
+ * memory went with it. */
+GS_HIDDEN void gs_release_ctx(uint64_t ctx);
 
 
 /* Bodies of the simple allocation / release hooks. */
@@ -68,7 +72,7 @@ GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
 	if (had_ && rc_ == CUDA_SUCCESS)                                                          \
 		gs_release_entry(&e_);                                                            \
 	else if (had_)                                                                            \
-		(void)gs_ptrtab_put(gs_ptrtab_proc(), kind, e_.key, e_.size, e_.slot);            \
+		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &e_);                                    \
 	errno = errno_;                                                                           \
 	return rc_
 

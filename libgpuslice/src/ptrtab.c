@@ -53,27 +53,80 @@ static size_t find(const struct gs_ptrtab *t, enum gs_kind kind, uint64_t key)
 	return SIZE_MAX;
 }
 
-GS_HIDDEN int gs_ptrtab_put(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, uint64_t size, int slot)
+GS_HIDDEN int gs_ptrtab_insert(struct gs_ptrtab *t, const struct gs_ptrent *e)
 {
-	struct gs_ptrent e = {.key = key, .size = size, .kind = (uint8_t)kind, .slot = (uint8_t)slot};
 	int rc = 0;
 	pthread_mutex_lock(&t->mu);
-	size_t at = find(t, kind, key);
+	size_t at = find(t, e->kind, e->key);
 	if (at != SIZE_MAX) {
-		t->ent[at] = e; /* the driver reused a key we missed the release of */
+		t->ent[at] = *e; /* the driver reused a key we missed the release of */
 	} else if ((t->used + 1) * 4 > t->cap * 3 && grow(t) != 0) {
 		rc = -1;
 	} else {
-		size_t i = hash_key(kind, key) & (t->cap - 1);
+		size_t i = hash_key(e->kind, e->key) & (t->cap - 1);
 		while (t->ent[i].kind != GS_KIND_NONE && t->ent[i].kind != GS_KIND_DEAD)
 			i = (i + 1) & (t->cap - 1);
 		if (t->ent[i].kind == GS_KIND_NONE)
 			t->used++;
-		t->ent[i] = e;
+		t->ent[i] = *e;
 		t->live++;
 	}
 	pthread_mutex_unlock(&t->mu);
 	return rc;
+}
+
+GS_HIDDEN int gs_ptrtab_put(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, uint64_t size, int slot)
+{
+	struct gs_ptrent e = {.key = key, .size = size, .kind = (uint8_t)kind, .slot = (uint8_t)slot};
+	return gs_ptrtab_insert(t, &e);
+}
+
+GS_HIDDEN int gs_ptrtab_get(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
+{
+	pthread_mutex_lock(&t->mu);
+	size_t at = find(t, kind, key);
+	if (at != SIZE_MAX)
+		*out = t->ent[at];
+	pthread_mutex_unlock(&t->mu);
+	return at != SIZE_MAX;
+}
+
+GS_HIDDEN int gs_ptrtab_ref(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, int delta, struct gs_ptrent *out)
+{
+	int n = -1;
+	pthread_mutex_lock(&t->mu);
+	size_t at = find(t, kind, key);
+	if (at != SIZE_MAX) {
+		struct gs_ptrent *e = &t->ent[at];
+		int64_t v = (int64_t)e->refs + delta;
+		e->refs = v > 0 ? (uint32_t)v : 0;
+		n = (int)e->refs;
+		*out = *e;
+		if (n == 0) {
+			e->kind = GS_KIND_DEAD;
+			t->live--;
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}
+
+GS_HIDDEN size_t gs_ptrtab_drain(struct gs_ptrtab *t, int (*match)(const struct gs_ptrent *, void *),
+				 void (*each)(const struct gs_ptrent *, void *), void *arg)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&t->mu);
+	for (size_t i = 0; i < t->cap; i++) {
+		struct gs_ptrent *e = &t->ent[i];
+		if (e->kind == GS_KIND_NONE || e->kind == GS_KIND_DEAD || !match(e, arg))
+			continue;
+		each(e, arg);
+		e->kind = GS_KIND_DEAD;
+		t->live--;
+		n++;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return n;
 }
 
 GS_HIDDEN int gs_ptrtab_take(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
@@ -105,26 +158,54 @@ GS_HIDDEN void gs_ptrtab_free(struct gs_ptrtab *t)
 }
 
 static struct gs_ptrtab proc_tab = GS_PTRTAB_INIT;
+static struct gs_ptrtab vmm_tab = GS_PTRTAB_INIT;
+static pthread_mutex_t vmm_mu = PTHREAD_MUTEX_INITIALIZER;
+
+GS_HIDDEN void gs_vmm_lock(void)
+{
+	pthread_mutex_lock(&vmm_mu);
+}
+
+GS_HIDDEN void gs_vmm_unlock(void)
+{
+	pthread_mutex_unlock(&vmm_mu);
+}
 
 GS_HIDDEN struct gs_ptrtab *gs_ptrtab_proc(void)
 {
 	return &proc_tab;
 }
 
+GS_HIDDEN struct gs_ptrtab *gs_ptrtab_vmm(void)
+{
+	return &vmm_tab;
+}
+
 GS_HIDDEN void gs_ptrtab_fork_prepare(void)
 {
+	pthread_mutex_lock(&vmm_mu);
 	pthread_mutex_lock(&proc_tab.mu);
+	pthread_mutex_lock(&vmm_tab.mu);
 }
 
 GS_HIDDEN void gs_ptrtab_fork_parent(void)
 {
+	pthread_mutex_unlock(&vmm_tab.mu);
 	pthread_mutex_unlock(&proc_tab.mu);
+	pthread_mutex_unlock(&vmm_mu);
+}
+
+static void clear_child(struct gs_ptrtab *t)
+{
+	if (t->cap != 0)
+		memset(t->ent, 0, t->cap * sizeof(*t->ent));
+	t->used = t->live = 0;
+	pthread_mutex_unlock(&t->mu);
 }
 
 GS_HIDDEN void gs_ptrtab_fork_child(void)
 {
-	if (proc_tab.cap != 0)
-		memset(proc_tab.ent, 0, proc_tab.cap * sizeof(*proc_tab.ent));
-	proc_tab.used = proc_tab.live = 0;
-	pthread_mutex_unlock(&proc_tab.mu);
+	clear_child(&vmm_tab);
+	clear_child(&proc_tab);
+	pthread_mutex_unlock(&vmm_mu);
 }

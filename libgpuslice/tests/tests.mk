@@ -6,7 +6,8 @@ LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
 LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c hello.c libc_sym.c log.c procfs.c ptrtab.c view.c)
 LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test group_test)
 LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_group_test)
-LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h)
+LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test)
+LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h) test/simgpu/src/simstate.h
 LIB_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 LIB_LINK_ASAN := -L$(BUILD)/asan -Wl,-rpath,$(abspath $(BUILD)/asan) -Wl,--no-as-needed -lgpuslice
 LIB_TEST_ENV := LD_LIBRARY_PATH=$(abspath $(BIN)/sim) ASAN_OPTIONS=detect_leaks=1
@@ -15,7 +16,7 @@ $(LIB_UNIT_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_UNIT_SRCS) -ldl -lpthread
 
-$(LIB_HOOK_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS) $(LIB_ASAN)
+$(LIB_HOOK_TESTS) $(LIB_REL_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS) $(LIB_ASAN)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_LINK_ASAN) -ldl -lpthread
 
@@ -49,6 +50,11 @@ test-lib-preload: $(LIB_TEST_BIN)/preload_probe $(LIB_TEST_BIN)/preload_probe_as
 		$(shell $(CC) -print-file-name=libasan.so)
 
 test-lib: test-lib-unit test-lib-hooks test-lib-preload
+
+# The accounting half of `make test-reliability` (mk/reliability.mk).
+.PHONY: test-reliability-lib
+test-reliability-lib: $(LIB_REL_TESTS) $(LIB_SIM)
+	@set -e; for t in $(LIB_REL_TESTS); do echo "  $$t"; $(LIB_TEST_ENV) $$t; done
 
 # libFuzzer over the parsers (optional: needs clang; not part of `make test`).
 LIB_FUZZ_CC ?= $(firstword $(shell command -v clang clang-16 clang-15 clang-14 2>/dev/null))

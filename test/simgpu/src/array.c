@@ -10,7 +10,42 @@ struct sim_array {
 	int dev;
 	size_t bytes;
 	CUDA_ARRAY3D_DESCRIPTOR desc;
+	struct sim_ctx *ctx;     /* arrays go with their context, like the driver's */
+	struct sim_array *next;  /* registry */
 };
+
+static struct {
+	pthread_mutex_t mu;
+	struct sim_array *all;
+} arrays = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Called with arrays.mu held. */
+static bool array_unlink(struct sim_array *a)
+{
+	for (struct sim_array **p = &arrays.all; *p != NULL; p = &(*p)->next)
+		if (*p == a) {
+			*p = a->next;
+			return true;
+		}
+	return false;
+}
+
+void sim_array_free_ctx(struct sim_ctx *c)
+{
+	pthread_mutex_lock(&arrays.mu);
+	for (struct sim_array **p = &arrays.all; *p != NULL;) {
+		struct sim_array *a = *p;
+		if (a->ctx != c) {
+			p = &a->next;
+			continue;
+		}
+		*p = a->next;
+		sim_uncharge(a->dev, a->bytes);
+		a->magic = 0;
+		free(a);
+	}
+	pthread_mutex_unlock(&arrays.mu);
+}
 
 static size_t format_bytes(CUarray_format f)
 {
@@ -50,7 +85,11 @@ static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
 		free(a);
 		return rc;
 	}
-	*a = (struct sim_array){.magic = SIM_MAGIC_ARRAY, .dev = c->dev, .bytes = bytes, .desc = *d};
+	pthread_mutex_lock(&arrays.mu);
+	*a = (struct sim_array){.magic = SIM_MAGIC_ARRAY, .dev = c->dev, .bytes = bytes, .desc = *d, .ctx = c,
+				.next = arrays.all};
+	arrays.all = a;
+	pthread_mutex_unlock(&arrays.mu);
 	*out = (CUarray)a;
 	return CUDA_SUCCESS;
 }
@@ -117,13 +156,19 @@ SIM_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray h
 
 SIM_API CUresult cuArrayDestroy(CUarray h)
 {
-	struct sim_array *a;
-	CUresult rc = array_get(h, &a);
+	struct sim_array *a = (struct sim_array *)h;
+	CUresult rc = sim_check_init();
+	bool found;
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	sim_uncharge(a->dev, a->bytes);
-	a->magic = 0;
-	free(a);
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&arrays.mu);
+	found = a != NULL && array_unlink(a);
+	if (found) {
+		sim_uncharge(a->dev, a->bytes);
+		a->magic = 0;
+		free(a);
+	}
+	pthread_mutex_unlock(&arrays.mu);
+	return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }

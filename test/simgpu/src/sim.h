@@ -201,6 +201,8 @@ SIM_HIDDEN bool sim_stream_capturing(struct sim_stream *s);
 
 /* Memory (mem.c). */
 SIM_HIDDEN void sim_mem_free_ctx(struct sim_ctx *c);
+/* Frees the arrays of a context being destroyed (array.c). */
+SIM_HIDDEN void sim_array_free_ctx(struct sim_ctx *c);
 SIM_HIDDEN bool sim_mem_lookup(CUdeviceptr p, CUdeviceptr *base, size_t *size, int *dev, bool *managed,
 			       struct sim_ctx **ctx);
 

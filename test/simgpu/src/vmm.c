@@ -13,8 +13,8 @@ struct phys {
 	uint32_t magic;
 	int dev;
 	size_t size;
-	int refs; /* 1 for the handle until cuMemRelease, +1 per mapping */
-	bool released;
+	int refs;    /* handles + mappings */
+	int handles; /* releases owed: 1 at create, +1 per cuMemRetainAllocationHandle */
 	CUmemAllocationProp prop;
 };
 
@@ -126,19 +126,19 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CU
 		return rc;
 	}
 	pthread_mutex_lock(&vmm.mu);
-	*p = (struct phys){.next = vmm.handles, .magic = PHYS_MAGIC, .dev = dev, .size = n, .refs = 1, .prop = *prop};
+	*p = (struct phys){.next = vmm.handles, .magic = PHYS_MAGIC, .dev = dev, .size = n, .refs = 1, .handles = 1, .prop = *prop};
 	vmm.handles = p;
 	pthread_mutex_unlock(&vmm.mu);
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 
-/* Called with vmm.mu held: a live, unreleased handle or NULL. */
+/* Called with vmm.mu held: a handle not released as often as retained, or NULL. */
 static struct phys *phys_get(CUmemGenericAllocationHandle h)
 {
 	for (struct phys *p = vmm.handles; p != NULL; p = p->next)
 		if ((CUmemGenericAllocationHandle)(uintptr_t)p == h)
-			return p->released ? NULL : p;
+			return p->handles > 0 ? p : NULL;
 	return NULL;
 }
 
@@ -152,7 +152,7 @@ SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 	pthread_mutex_lock(&vmm.mu);
 	p = phys_get(h);
 	if (p != NULL) {
-		p->released = true;
+		p->handles--;
 		phys_put(p);
 	}
 	pthread_mutex_unlock(&vmm.mu);
@@ -242,6 +242,7 @@ static bool mapped(CUdeviceptr ptr, size_t n, struct phys **ph)
 	if (cur >= end && ph != NULL && (m = mapping_at(ptr)) != NULL) {
 		*ph = m->ph;
 		m->ph->refs++;
+		m->ph->handles++;
 	}
 	pthread_mutex_unlock(&vmm.mu);
 	return n > 0 && cur >= end;

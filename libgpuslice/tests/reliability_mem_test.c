@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * The group's count is what the driver really holds: VMM physical memory
+ * stays counted until released AND unmapped everywhere (NVIDIA's VMM samples
+ * map, then release the handle at once); destroying a context, resetting or
+ * finally releasing the primary context uncounts that context's allocations;
+ * cuMemAllocPitch never asks the driver for more than the limit leaves.
+ * After every step the group's count equals what the simulated GPU says the
+ * group's processes hold.
+ */
+#include <errno.h>
+
+#include "../src/internal.h"
+#include "simview.h"
+
+static const struct gs_shm_file *grp;
+static const struct sim_state *sim;
+
+/* The group holds exactly n bytes, and so does the simulated GPU. */
+#define HOLDS(n)                                         \
+	do {                                             \
+		CHECK_EQ(ht_used(grp), (n));             \
+		CHECK_EQ(sv_group_held(sim, grp), (n));  \
+	} while (0)
+
+typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*ctx_create_fn)(CUcontext *, unsigned int, CUdevice);
+
+static struct drv d;
+static CUcontext primary;
+
+static void open_group(const char *name)
+{
+	const char *path = ht_group(name, "1073741824");
+	drv_open(&d, &primary);
+	CUdeviceptr p;
+	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS); /* attaches us to the group */
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	grp = ht_map(path);
+	sim = sv_map();
+	CHECK(grp != NULL);
+}
+
+static int vmm_sample_pattern(void *arg)
+{
+	(void)arg;
+	open_group("vmm");
+	reserve_fn reserve = (reserve_fn)drv_sym(d.cuda, "cuMemAddressReserve");
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CUmemGenericAllocationHandle h[3];
+	CUdeviceptr va[3];
+	for (int i = 0; i < 2; i++) { /* the samples' pattern: map, then release the handle at once */
+		CHECK_EQ(cuMemCreate(&h[i], 512 * MiB, &prop, 0), CUDA_SUCCESS);
+		CHECK_EQ(reserve(&va[i], 512 * MiB, 0, 0, 0), CUDA_SUCCESS);
+		CHECK_EQ(cuMemMap(va[i], 512 * MiB, 0, h[i], 0), CUDA_SUCCESS);
+		CHECK_EQ(cuMemRelease(h[i]), CUDA_SUCCESS);
+		HOLDS((uint64_t)(i + 1) * 512 * MiB);
+	}
+	CHECK_EQ(cuMemCreate(&h[2], 512 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY); /* 1.5 GiB > 1 GiB */
+	HOLDS(1 * GiB);
+	CHECK_EQ(cuMemUnmap(va[0], 512 * MiB), CUDA_SUCCESS);
+	HOLDS(512 * MiB);
+	/* A retained handle keeps the memory after the last unmap, until released. */
+	CUmemGenericAllocationHandle r;
+	CHECK_EQ(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va[1]), CUDA_SUCCESS);
+	CHECK_EQ(cuMemUnmap(va[1], 512 * MiB), CUDA_SUCCESS);
+	HOLDS(512 * MiB);
+	CHECK_EQ(cuMemRelease(r), CUDA_SUCCESS);
+	HOLDS(0);
+	/* Two mappings of one handle: freed with the last of handle and mappings. */
+	CHECK_EQ(cuMemCreate(&h[0], 256 * MiB, &prop, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemMap(va[0], 256 * MiB, 0, h[0], 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemMap(va[1], 256 * MiB, 0, h[0], 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemUnmap(va[0], 256 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemRelease(h[0]), CUDA_SUCCESS);
+	HOLDS(256 * MiB);
+	CHECK(cuMemRelease(h[0]) != CUDA_SUCCESS); /* released already: nothing changes */
+	CHECK(cuMemUnmap(va[0], 256 * MiB) != CUDA_SUCCESS);
+	HOLDS(256 * MiB);
+	CHECK_EQ(cuMemUnmap(va[1], 256 * MiB), CUDA_SUCCESS);
+	HOLDS(0);
+	return 0;
+}
+
+static void alloc_array(CUarray *a)
+{
+	CUDA_ARRAY_DESCRIPTOR ad = {.Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
+	CHECK_EQ(cuArrayCreate_v2(a, &ad), CUDA_SUCCESS); /* 16 MiB */
+}
+
+static int ctx_destroy(void *arg)
+{
+	(void)arg;
+	open_group("ctx");
+	ctx_create_fn create = (ctx_create_fn)drv_sym(d.cuda, "cuCtxCreate_v2");
+	CUcontext c;
+	CUdeviceptr p, q;
+	CUarray a;
+	CHECK_EQ(create(&c, 0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	alloc_array(&a);
+	HOLDS(616 * MiB);
+	CHECK_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS); /* frees both */
+	HOLDS(0);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&q, 600 * MiB), CUDA_SUCCESS); /* no false out-of-memory */
+	HOLDS(600 * MiB);
+	CHECK(cuMemFree_v2(p) != CUDA_SUCCESS); /* gone with its context: nothing changes */
+	HOLDS(600 * MiB);
+	CHECK_EQ(cuMemFree_v2(q), CUDA_SUCCESS);
+	HOLDS(0);
+	return 0;
+}
+
+/* cudaDeviceReset, then allocating again. */
+static int primary_reset(void *arg)
+{
+	(void)arg;
+	open_group("reset");
+	CUdeviceptr p;
+	CUarray a;
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	alloc_array(&a);
+	HOLDS(616 * MiB);
+	CHECK_EQ(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+	HOLDS(0);
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, 900 * MiB), CUDA_SUCCESS);
+	HOLDS(900 * MiB);
+	CHECK_EQ(cuDevicePrimaryCtxReset(0), CUDA_SUCCESS); /* the unversioned export too */
+	HOLDS(0);
+	return 0;
+}
+
+static int primary_last_release(void *arg)
+{
+	(void)arg;
+	open_group("release");
+	CUdeviceptr p;
+	CUcontext again;
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&again, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS); /* not the last: still held */
+	HOLDS(600 * MiB);
+	CHECK_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS); /* the last: the context goes */
+	HOLDS(0);
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, 900 * MiB), CUDA_SUCCESS);
+	HOLDS(900 * MiB);
+	return 0;
+}
+
+/* A pitch allocation the limit cannot hold once its rows are padded is
+ * refused before the driver is asked: the simulator's address space (a bump
+ * allocator) shows whether it ever handed out the padded block. */
+static int pitch_worst_case(void *arg)
+{
+	(void)arg;
+	open_group("pitch");
+	CUdeviceptr a, b, p;
+	size_t pitch;
+	CHECK_EQ(cuMemAlloc_v2(&a, 1 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1, 4 * MiB, 4), CUDA_ERROR_OUT_OF_MEMORY); /* 4 MiB wide, 2 GiB padded */
+	CHECK_EQ(cuMemAlloc_v2(&b, 1 * MiB), CUDA_SUCCESS);
+	CHECK(b - a < 4 * MiB);
+	HOLDS(2 * MiB);
+	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 1000, 4), CUDA_SUCCESS);
+	CHECK_EQ(pitch, 1024);
+	HOLDS(2 * MiB + 1024 * 1000);
+	return 0;
+}
+
+int main(void)
+{
+	ht_setup();
+	HT_RUN(vmm_sample_pattern, NULL);
+	HT_RUN(ctx_destroy, NULL);
+	HT_RUN(primary_reset, NULL);
+	HT_RUN(primary_last_release, NULL);
+	HT_RUN(pitch_worst_case, NULL);
+	ht_teardown();
+	fprintf(stderr, "reliability_mem_test: ok\n");
+	return 0;
+}

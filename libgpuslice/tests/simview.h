@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * The simulated GPU's side of the reliability tests: what the simulator says
+ * the group's processes hold (its shared state file, read-only), compared with
+ * the group's count. */
+#ifndef GS_TEST_SIMVIEW_H
+#define GS_TEST_SIMVIEW_H
+
+#include "../../test/simgpu/src/simstate.h"
+#include "hooktest.h"
+
+static inline const struct sim_state *sv_map(void)
+{
+	const char *path = getenv("GPUSLICE_SIM_STATE");
+	CHECK(path != NULL);
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	void *m = mmap(NULL, sizeof(struct sim_state), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	CHECK(m != MAP_FAILED);
+	return m;
+}
+
+/* Bytes the simulator says the group's live members hold on device 0. */
+static inline uint64_t sv_group_held(const struct sim_state *s, const struct gs_shm_file *g)
+{
+	uint64_t sum = 0;
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		int32_t pid = atomic_load(&s->proc[i].pid);
+		if (pid == 0)
+			continue;
+		for (int j = 0; j < GS_SHM_MAX_PROCS; j++)
+			if (__atomic_load_n(&g->proc[j].state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE && g->proc[j].pid == pid) {
+				sum += atomic_load(&s->proc[i].used[0]);
+				break;
+			}
+	}
+	return sum;
+}
+
+/* Bytes the whole simulated device 0 holds. */
+static inline uint64_t sv_device_used(const struct sim_state *s)
+{
+	return atomic_load(&s->dev[0].used);
+}
+
+#endif /* GS_TEST_SIMVIEW_H */
