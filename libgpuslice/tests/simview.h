@@ -23,13 +23,16 @@ static inline const struct sim_state *sv_map(void)
 /* Bytes the simulator says the group's live members hold on device 0. */
 static inline uint64_t sv_group_held(const struct sim_state *s, const struct gs_shm_file *g)
 {
+	int32_t pids[64];
+	int n = 0;
+	for (int j = 0; j < GS_SHM_MAX_PROCS && n < 64; j++)
+		if (__atomic_load_n(&g->proc[j].state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE)
+			pids[n++] = g->proc[j].pid;
 	uint64_t sum = 0;
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
 		int32_t pid = atomic_load(&s->proc[i].pid);
-		if (pid == 0)
-			continue;
-		for (int j = 0; j < GS_SHM_MAX_PROCS; j++)
-			if (__atomic_load_n(&g->proc[j].state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE && g->proc[j].pid == pid) {
+		for (int j = 0; pid != 0 && j < n; j++)
+			if (pids[j] == pid) {
 				sum += atomic_load(&s->proc[i].used[0]);
 				break;
 			}

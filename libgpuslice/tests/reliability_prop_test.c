@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Property test of the group's count: several processes, several threads
+ * each, drive random sequences of every allocation path (linear, pitch,
+ * managed, stream-ordered, arrays, VMM create/map/release/unmap/retain, a
+ * context made, used and destroyed) against the simulated GPU under a small
+ * limit. After every round of steps (one per worker, all at once) the group's
+ * count must equal what the simulator says the group's processes hold, and
+ * never exceed the limit; a sampler checks the limit continuously while the
+ * steps run. Seeded (GPUSLICE_PROP_SEED), so a failure replays.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "../src/internal.h"
+#include "simview.h"
+
+#define NPROC 3
+#define NTHR 3
+#define ROUNDS 1000
+#define LIMIT (256 * MiB)
+#define ITEMS 48
+
+typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*addr_free_fn)(CUdeviceptr, size_t);
+typedef CUresult (*ctx_create_fn)(CUcontext *, unsigned int, CUdevice);
+
+struct shared {
+	pthread_barrier_t attach, bar;
+	_Atomic uint64_t steps, checks, samples, over, refused;
+	_Atomic int stop, failed;
+};
+
+enum item_kind { IT_NONE, IT_PTR, IT_ASYNC, IT_ARRAY, IT_VMAP, IT_HANDLE };
+
+struct item {
+	enum item_kind kind;
+	uint64_t v;  /* pointer, array, mapped VA, or handle */
+	size_t size; /* VMM: bytes */
+	CUmemGenericAllocationHandle h; /* IT_VMAP: a retained handle (0: none) */
+};
+
+struct worker {
+	int id;
+	uint64_t rng;
+	struct item it[ITEMS];
+};
+
+static struct shared *sh;
+static const struct gs_shm_file *grp;
+static const struct sim_state *sim;
+static struct drv d;
+static CUcontext primary;
+static reserve_fn addr_reserve;
+static addr_free_fn addr_free;
+static ctx_create_fn ctx_create;
+
+static uint64_t rnd(struct worker *w, uint64_t n)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 7;
+	w->rng ^= w->rng << 17;
+	return w->rng % n;
+}
+
+static struct item *slot(struct worker *w, int want_used)
+{
+	int start = (int)rnd(w, ITEMS);
+	for (int i = 0; i < ITEMS; i++) {
+		struct item *x = &w->it[(start + i) % ITEMS];
+		if ((x->kind != IT_NONE) == want_used)
+			return x;
+	}
+	return NULL;
+}
+
+static void note(CUresult rc)
+{
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+		atomic_fetch_add(&sh->refused, 1);
+	else
+		CHECK_EQ(rc, CUDA_SUCCESS);
+}
+
+static const CUmemAllocationProp vmm_prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					     .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+
+static void step_vmm(struct worker *w, struct item *x, int map)
+{
+	size_t n = (1 + rnd(w, 16)) * 2 * MiB;
+	CUmemGenericAllocationHandle h;
+	CUresult rc = cuMemCreate(&h, n, &vmm_prop, 0);
+	note(rc);
+	if (rc != CUDA_SUCCESS)
+		return;
+	if (!map) {
+		*x = (struct item){.kind = IT_HANDLE, .v = h, .size = n};
+		return;
+	}
+	CUdeviceptr va;
+	CHECK_EQ(addr_reserve(&va, n, 0, 0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemMap(va, n, 0, h, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemRelease(h), CUDA_SUCCESS); /* the samples' pattern */
+	*x = (struct item){.kind = IT_VMAP, .v = va, .size = n};
+	if (rnd(w, 3) == 0)
+		CHECK_EQ(cuMemRetainAllocationHandle(&x->h, (void *)(uintptr_t)va), CUDA_SUCCESS);
+}
+
+static void release(struct worker *w, struct item *x)
+{
+	switch (x->kind) {
+	case IT_PTR:
+		CHECK_EQ(cuMemFree_v2(x->v), CUDA_SUCCESS);
+		break;
+	case IT_ASYNC:
+		CHECK_EQ(rnd(w, 2) ? cuMemFreeAsync(x->v, NULL) : cuMemFree_v2(x->v), CUDA_SUCCESS);
+		break;
+	case IT_ARRAY:
+		CHECK_EQ(cuArrayDestroy((CUarray)(uintptr_t)x->v), CUDA_SUCCESS);
+		break;
+	case IT_VMAP:
+		if (x->h != 0 && rnd(w, 2)) { /* the retained handle first: still mapped */
+			CHECK_EQ(cuMemRelease(x->h), CUDA_SUCCESS);
+			x->h = 0;
+			return;
+		}
+		CHECK_EQ(cuMemUnmap(x->v, x->size), CUDA_SUCCESS);
+		CHECK_EQ(addr_free(x->v, x->size), CUDA_SUCCESS);
+		if (x->h != 0)
+			CHECK_EQ(cuMemRelease(x->h), CUDA_SUCCESS);
+		break;
+	case IT_HANDLE:
+		if (rnd(w, 2)) { /* map it now, release the handle, keep the mapping */
+			CUdeviceptr va;
+			CHECK_EQ(addr_reserve(&va, x->size, 0, 0, 0), CUDA_SUCCESS);
+			CHECK_EQ(cuMemMap(va, x->size, 0, x->v, 0), CUDA_SUCCESS);
+			CHECK_EQ(cuMemRelease(x->v), CUDA_SUCCESS);
+			*x = (struct item){.kind = IT_VMAP, .v = va, .size = x->size};
+			return;
+		}
+		CHECK_EQ(cuMemRelease(x->v), CUDA_SUCCESS);
+		break;
+	case IT_NONE:
+		return;
+	}
+	x->kind = IT_NONE;
+}
+
+/* A context of its own: allocations in it, then destroyed with them. */
+static void step_ctx(struct worker *w)
+{
+	CUcontext c;
+	CHECK_EQ(ctx_create(&c, 0, 0), CUDA_SUCCESS);
+	for (int i = 0, n = 1 + (int)rnd(w, 3); i < n; i++) {
+		CUdeviceptr p;
+		CUarray a;
+		CUDA_ARRAY_DESCRIPTOR ad = {.Width = 256, .Height = 1 + rnd(w, 1024), .Format = CU_AD_FORMAT_FLOAT,
+					    .NumChannels = 4};
+		note(rnd(w, 2) ? cuMemAlloc_v2(&p, (1 + rnd(w, 32)) * MiB) : cuArrayCreate_v2(&a, &ad));
+	}
+	CHECK_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+}
+
+static void step(struct worker *w)
+{
+	struct item *x = slot(w, 0);
+	uint64_t op = x == NULL ? 9 : rnd(w, 14);
+	CUdeviceptr p;
+	size_t pitch;
+	CUresult rc;
+	switch (op) {
+	case 0:
+		rc = cuMemAlloc_v2(&p, (1 + rnd(w, 32)) * MiB);
+		break;
+	case 1:
+		rc = cuMemAllocPitch_v2(&p, &pitch, 1 + rnd(w, 8192), 1 + rnd(w, 4096), 4);
+		break;
+	case 2:
+		rc = cuMemAllocManaged(&p, (1 + rnd(w, 16)) * MiB, CU_MEM_ATTACH_GLOBAL);
+		break;
+	case 3:
+		rc = cuMemAllocAsync(&p, (1 + rnd(w, 16)) * MiB, NULL);
+		note(rc);
+		if (rc == CUDA_SUCCESS)
+			*x = (struct item){.kind = IT_ASYNC, .v = p};
+		return;
+	case 4: {
+		CUarray a;
+		CUDA_ARRAY_DESCRIPTOR ad = {.Width = 1 + rnd(w, 1024), .Height = 1 + rnd(w, 1024),
+					    .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
+		rc = cuArrayCreate_v2(&a, &ad);
+		note(rc);
+		if (rc == CUDA_SUCCESS)
+			*x = (struct item){.kind = IT_ARRAY, .v = (uint64_t)(uintptr_t)a};
+		return;
+	}
+	case 5:
+	case 6:
+		step_vmm(w, x, op == 5);
+		return;
+	case 7:
+		step_ctx(w);
+		return;
+	default: {
+		struct item *y = slot(w, 1);
+		if (y != NULL)
+			release(w, y);
+		return;
+	}
+	}
+	note(rc);
+	if (rc == CUDA_SUCCESS)
+		*x = (struct item){.kind = IT_PTR, .v = p};
+}
+
+/* Round end, all steps done: the count is exactly what the simulator holds. */
+static void check_round(void)
+{
+	uint64_t used = ht_used(grp), held = sv_group_held(sim, grp);
+	if (used != held || used > LIMIT) {
+		fprintf(stderr, "round check: group counts %llu, the simulator says %llu (limit %llu)\n",
+			(unsigned long long)used, (unsigned long long)held, (unsigned long long)LIMIT);
+		atomic_store(&sh->failed, 1);
+	}
+	atomic_fetch_add(&sh->checks, 1);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	for (int r = 0; r < ROUNDS && !atomic_load(&sh->failed); r++) {
+		step(w);
+		atomic_fetch_add(&sh->steps, 1);
+		pthread_barrier_wait(&sh->bar);
+		if (w->id == 0)
+			check_round();
+		pthread_barrier_wait(&sh->bar);
+	}
+	for (int i = 0; i < ITEMS; i++)
+		while (w->it[i].kind != IT_NONE)
+			release(w, &w->it[i]);
+	return NULL;
+}
+
+static int process_main(void *arg)
+{
+	int p = (int)(intptr_t)arg;
+	drv_open(&d, &primary);
+	addr_reserve = (reserve_fn)drv_sym(d.cuda, "cuMemAddressReserve");
+	addr_free = (addr_free_fn)drv_sym(d.cuda, "cuMemAddressFree");
+	ctx_create = (ctx_create_fn)drv_sym(d.cuda, "cuCtxCreate_v2");
+	CUdeviceptr p0;
+	CHECK_EQ(cuMemAlloc_v2(&p0, 1 * MiB), CUDA_SUCCESS); /* attach to the group */
+	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS);
+	grp = ht_map(getenv("GPUSLICE_GROUP_FILE"));
+	sim = sv_map();
+	CHECK(grp != NULL);
+	pthread_barrier_wait(&sh->attach); /* every process attached */
+	static struct worker w[NTHR];
+	pthread_t t[NTHR];
+	uint64_t seed = strtoull(getenv("GPUSLICE_PROP_SEED"), NULL, 10);
+	for (int i = 0; i < NTHR; i++) {
+		w[i] = (struct worker){.id = p * NTHR + i, .rng = seed * 7919 + (uint64_t)(p * NTHR + i) * 104729 + 1};
+		CHECK(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+	}
+	for (int i = 0; i < NTHR; i++)
+		CHECK(pthread_join(t[i], NULL) == 0);
+	return atomic_load(&sh->failed);
+}
+
+/* While the steps run: neither the count nor the device ever passes the limit. */
+static void *sampler(void *arg)
+{
+	(void)arg;
+	const struct gs_shm_file *g = NULL;
+	const struct sim_state *s = sv_map();
+	while (!atomic_load(&sh->stop)) {
+		sched_yield();
+		if (g == NULL && (g = ht_map(getenv("GPUSLICE_GROUP_FILE"))) == NULL)
+			continue;
+		if (ht_used(g) > LIMIT || sv_group_held(s, g) > LIMIT)
+			atomic_fetch_add(&sh->over, 1);
+		atomic_fetch_add(&sh->samples, 1);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	ht_setup();
+	ht_group("prop", "268435456");
+	if (getenv("GPUSLICE_PROP_SEED") == NULL)
+		setenv("GPUSLICE_PROP_SEED", "1", 1);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED);
+	pthread_barrierattr_t ba;
+	pthread_barrierattr_init(&ba);
+	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+	pthread_barrier_init(&sh->attach, &ba, NPROC);
+	pthread_barrier_init(&sh->bar, &ba, NPROC * NTHR);
+	pid_t pid[NPROC];
+	for (int p = 0; p < NPROC; p++)
+		pid[p] = ht_spawn(process_main, (void *)(intptr_t)p);
+	pthread_t smp;
+	CHECK(pthread_create(&smp, NULL, sampler, NULL) == 0);
+	int rc = 0;
+	for (int p = 0; p < NPROC; p++)
+		rc |= ht_wait(pid[p]);
+	atomic_store(&sh->stop, 1);
+	CHECK(pthread_join(smp, NULL) == 0);
+	printf("reliability property test: %llu steps checked (%d processes x %d threads, %llu round checks), "
+	       "%llu refusals, over the limit in %llu of %llu samples\n",
+	       (unsigned long long)sh->steps, NPROC, NTHR, (unsigned long long)sh->checks,
+	       (unsigned long long)sh->refused, (unsigned long long)sh->over, (unsigned long long)sh->samples);
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(sh->over, 0);
+	CHECK_EQ(sh->steps, NPROC * NTHR * ROUNDS);
+	ht_teardown();
+	return 0;
+}
