@@ -57,8 +57,10 @@ CUresult sim_register_process(int dev)
 /* Called with sim_g.mu held. */
 static CUresult ctx_activate(struct sim_ctx *c)
 {
-	CUresult rc = sim_register_process(c->dev);
+	CUresult rc = sim_mps_attach();
 
+	if (rc == CUDA_SUCCESS)
+		rc = sim_register_process(c->dev);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (sim_queue_start(&c->q, c->dev) != 0)

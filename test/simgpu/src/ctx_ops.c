@@ -106,7 +106,7 @@ SIM_API CUresult cuCtxSynchronize(void)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	sim_queue_wait(&c->q, sim_queue_tail(&c->q));
-	return CUDA_SUCCESS;
+	return sim_mps_check();
 }
 
 SIM_API CUresult cuCtxGetApiVersion(CUcontext h, unsigned int *v)

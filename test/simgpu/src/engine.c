@@ -171,3 +171,15 @@ unsigned sim_engine_utilization(struct sim_engine *e, uint64_t now)
 	pct = busy * 100 / (now - ws);
 	return pct > 100 ? 100 : (unsigned)pct;
 }
+
+/* Busy time of kernels that do not hold the engine (MPS clients, mps.c). */
+void sim_engine_account(struct sim_engine *e, uint64_t start_ns, uint64_t end_ns)
+{
+	if (end_ns > start_ns)
+		account(e, start_ns, end_ns);
+}
+
+void sim_engine_count(struct sim_engine *e)
+{
+	atomic_fetch_add(&e->kernels, 1);
+}

@@ -12,7 +12,8 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 {
 	switch (it->kind) {
 	case SIM_ITEM_KERNEL:
-		sim_engine_run(&sim_g.st->dev[q->dev].engine, it->busy_ns, sim_g.pid, sim_g.start);
+		if (!sim_mps_run(&sim_g.st->dev[q->dev].engine, it->busy_ns))
+			sim_engine_run(&sim_g.st->dev[q->dev].engine, it->busy_ns, sim_g.pid, sim_g.start);
 		break;
 	case SIM_ITEM_EVENT:
 		sim_event_complete(it->ev, q, seq);

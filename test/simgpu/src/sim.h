@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gpuslice/cuda_abi.h"
+#include "mps.h"
 #include "state.h"
 
 #define SIM_API __attribute__((visibility("default")))

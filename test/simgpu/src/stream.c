@@ -61,8 +61,10 @@ CUresult sim_stream_resolve(CUstream h, struct sim_stream **out)
 
 CUresult sim_stream_submit_hook(struct sim_stream *s, const struct sim_item *it, sim_seq_hook hook, void *arg)
 {
-	CUresult rc;
+	CUresult rc = sim_mps_check();
 
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	if (sim_stream_capturing(s) && sim_capture_item(s, it, &rc))
 		return rc;
 	sim_queue_push(&s->ctx->q, it, &s->last, hook, arg);
@@ -170,7 +172,7 @@ static CUresult stream_sync(CUstream h)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	sim_queue_wait(&s->ctx->q, atomic_load(&s->last));
-	return CUDA_SUCCESS;
+	return sim_mps_check();
 }
 
 SIM_API CUresult cuStreamSynchronize(CUstream s)

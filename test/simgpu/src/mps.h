@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * MPS client side of the simulated libcuda (mps.c). Internal: hidden symbols. */
+#ifndef GPUSLICE_SIM_MPS_H
+#define GPUSLICE_SIM_MPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpuslice/cuda_abi.h"
+#include "state.h"
+
+/* At context creation: becomes an MPS client if a stand-in daemon listens in
+ * CUDA_MPS_PIPE_DIRECTORY (once per process). CUDA_SUCCESS also when there is
+ * none; the refusal (client limit) or failure otherwise. */
+SIM_HIDDEN CUresult sim_mps_attach(void);
+/* CUDA_ERROR_MPS_RPC_FAILURE once the process's server died, else success. */
+SIM_HIDDEN CUresult sim_mps_check(void);
+/* Runs one kernel as an MPS client; false if the process is not one (the
+ * caller runs it on the device engine). */
+SIM_HIDDEN bool sim_mps_run(struct sim_engine *e, uint64_t busy_ns);
+
+#endif
