@@ -40,7 +40,7 @@ func main() {
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", cfg.PluginDir, "kubelet device plugin directory")
 	fs.StringVar(&cfg.PodResources, "pod-resources", cfg.PodResources, "kubelet pod-resources socket")
 	fs.StringVar(&cfg.DevRoot, "dev-root", cfg.DevRoot, "host directory of the nvidia<N> device nodes")
-	fs.IntVar(&cfg.SlotsPerGPU, "slots-per-gpu", cfg.SlotsPerGPU, "containers that may share one GPU")
+	fs.IntVar(&cfg.SlotsPerGPU, "slots-per-gpu", cfg.SlotsPerGPU, "slots of gpuslice.io/gpu per GPU (at least the scheduler's 100 containers per GPU)")
 	fs.DurationVar(&cfg.Resync, "resync", cfg.Resync, "re-apply every container's devices this often")
 	fs.DurationVar(&cfg.PublishPeriod, "publish-period", cfg.PublishPeriod, "publish the node's GPUNode row this often")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "the kubelet's cgroupRoot")

@@ -70,6 +70,13 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err != nil {
 		return err
 	}
+	// Shares asked by units alone (no gpuslice.io/gpu) are allocated
+	// through the units resource.
+	units, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceUnits), PluginDir: cfg.PluginDir,
+		SocketName: "gpuslice-units.sock", SlotsPerGPU: api.DefaultUnitsPerGPU, Units: true, CheckEvery: cfg.Resync}, be, gpus)
+	if err != nil {
+		return err
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.RunDaemon {
@@ -83,6 +90,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
+	g.Go(func() error { return units.Run(gctx) })
 	g.Go(func() error { return newPublisher(cfg, dyn, drv.NVML, pods.Lister()).Run(gctx) })
 	return g.Wait()
 }

@@ -35,7 +35,7 @@ type backend struct {
 // Pending lists the containers the kubelet may be allocating for: the pods
 // it works on (pod-resources List, which also says which containers hold
 // devices already).
-func (b *backend) Pending(ctx context.Context) ([]deviceplugin.Candidate, error) {
+func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.Candidate, error) {
 	conn, err := grpc.NewClient("unix://"+b.podSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources: %w", err)
@@ -50,7 +50,7 @@ func (b *backend) Pending(ctx context.Context) ([]deviceplugin.Candidate, error)
 	for _, pr := range resp.PodResources {
 		for _, c := range pr.Containers {
 			for _, d := range c.Devices {
-				if d.ResourceName == string(api.ResourceGPU) && len(d.DeviceIds) > 0 {
+				if d.ResourceName == resource && len(d.DeviceIds) > 0 {
 					held[pr.Namespace+"/"+pr.Name+"/"+c.Name] = true
 				}
 			}
@@ -63,7 +63,7 @@ func (b *backend) Pending(ctx context.Context) ([]deviceplugin.Candidate, error)
 		}
 		pods = append(pods, pod)
 	}
-	return deviceplugin.Candidates(pods, api.ResourceGPU, func(p *corev1.Pod, c string) bool {
+	return deviceplugin.Candidates(pods, corev1.ResourceName(resource), func(p *corev1.Pod, c string) bool {
 		return held[p.Namespace+"/"+p.Name+"/"+c]
 	}), nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Config is the agent's configuration.
@@ -69,7 +70,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		PodResources:    "/var/lib/kubelet/pod-resources/kubelet.sock",
 		DevRoot:         "/dev",
 		ControlDevices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-		SlotsPerGPU:     16,
+		SlotsPerGPU:     api.MaxContainersPerGPU,
 		Resync:          time.Second,
 		PublishPeriod:   10 * time.Second,
 		ProcRoot:        "/proc",
@@ -92,8 +93,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("path %q must be absolute", p))
 		}
 	}
-	if c.SlotsPerGPU < 1 || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
-		errs = append(errs, fmt.Errorf("slots per GPU %d: want 1..%d", c.SlotsPerGPU, deviceplugin.MaxSlotsPerGPU))
+	if c.SlotsPerGPU < api.MaxContainersPerGPU || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
+		errs = append(errs, fmt.Errorf("slots per GPU %d: want %d..%d (the scheduler places up to %d containers on a GPU; fewer slots would fail their admission)",
+			c.SlotsPerGPU, api.MaxContainersPerGPU, deviceplugin.MaxSlotsPerGPU, api.MaxContainersPerGPU))
 	}
 	if c.PublishPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("publish period %s: want at least 1s", c.PublishPeriod))

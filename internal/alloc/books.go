@@ -53,6 +53,9 @@ type Usage struct {
 	// the whole GPU.
 	Pods          int
 	ExclusivePods int
+	// Containers counts the containers holding the GPU (at most
+	// api.MaxContainersPerGPU: the kubelet's slots).
+	Containers int
 }
 
 type nodeState struct {
@@ -127,6 +130,11 @@ func (b *Books) Add(uid string, a *api.Assignment) {
 		}
 		u.Pods++
 	}
+	for _, c := range a.Containers {
+		for _, g := range c.GPUs {
+			ns.used.add(g.Index).Containers++
+		}
+	}
 	b.pods[uid] = a
 }
 
@@ -140,13 +148,14 @@ func (b *Books) Reserve(uid string, a *api.Assignment) error {
 	if ns == nil || ns.table == nil {
 		return fmt.Errorf("node %s has no GPUNode entry", a.Node)
 	}
+	holders := containersPerGPU(a)
 	for idx, t := range a.Totals() {
 		g := ns.table.gpu(idx)
 		if g == nil {
 			return fmt.Errorf("node %s has no GPU %d", a.Node, idx)
 		}
 		u := ns.usage(idx)
-		if u.ExclusivePods > 0 || (t.Exclusive && u.Pods > 0) ||
+		if u.ExclusivePods > 0 || (t.Exclusive && u.Pods > 0) || u.Containers+holders[idx] > api.MaxContainersPerGPU ||
 			u.Units+t.Units > g.UnitsTotal || u.MemoryBytes+t.MemoryBytes > g.MemoryBytes {
 			return fmt.Errorf("node %s GPU %d: no longer has %d units and %d bytes free", a.Node, idx, t.Units, t.MemoryBytes)
 		}
@@ -163,6 +172,11 @@ func (b *Books) Release(uid string) {
 	}
 	delete(b.pods, uid)
 	ns := b.nodes[a.Node]
+	for _, c := range a.Containers {
+		for _, g := range c.GPUs {
+			ns.used.get(g.Index).Containers--
+		}
+	}
 	for idx, t := range a.Totals() {
 		u := ns.used.get(idx)
 		u.Units -= t.Units
@@ -205,12 +219,23 @@ func (b *Books) Overcommitted() []string {
 			if ns.table != nil {
 				g = ns.table.gpu(idx)
 			}
-			if g == nil || u.Units > g.UnitsTotal || u.MemoryBytes > g.MemoryBytes || (u.ExclusivePods > 0 && u.Pods > 1) {
+			if g == nil || u.Units > g.UnitsTotal || u.MemoryBytes > g.MemoryBytes || (u.ExclusivePods > 0 && u.Pods > 1) || u.Containers > api.MaxContainersPerGPU {
 				out = append(out, fmt.Sprintf("%s/%d", name, idx))
 			}
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// containersPerGPU counts an assignment's containers on each GPU.
+func containersPerGPU(a *api.Assignment) map[int32]int {
+	out := map[int32]int{}
+	for _, c := range a.Containers {
+		for _, g := range c.GPUs {
+			out[g.Index]++
+		}
+	}
 	return out
 }
 

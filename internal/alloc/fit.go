@@ -18,20 +18,21 @@ type candidate struct {
 	gpu       *GPU
 	freeUnits int64
 	freeMem   int64
+	freeSlots int  // containers it may still take (api.MaxContainersPerGPU)
 	empty     bool // nothing held: may be taken whole
 	taken     bool // taken whole by this pod
 	frac      float64
 }
 
 // skipped counts why GPUs were not candidates, for the unschedulable reason.
-type skipped struct{ unhealthy, busy, foreign, exclusive int }
+type skipped struct{ unhealthy, busy, foreign, exclusive, full int }
 
 func (s skipped) String() string {
 	var parts []string
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{s.unhealthy, "unhealthy"}, {s.busy, "over the utilization threshold"}, {s.foreign, "busy with unscheduled processes"}, {s.exclusive, "held whole"}} {
+	}{{s.unhealthy, "unhealthy"}, {s.busy, "over the utilization threshold"}, {s.foreign, "busy with unscheduled processes"}, {s.exclusive, "held whole"}, {s.full, fmt.Sprintf("holding %d containers", api.MaxContainersPerGPU)}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
 		}
@@ -111,8 +112,11 @@ func (b *Books) candidates(ns *nodeState, out []candidate) ([]candidate, skipped
 			sk.foreign++
 		case u.ExclusivePods > 0:
 			sk.exclusive++
+		case u.Containers >= api.MaxContainersPerGPU:
+			sk.full++
 		default:
-			k := candidate{gpu: g, freeUnits: g.UnitsTotal - u.Units, freeMem: g.MemoryBytes - u.MemoryBytes, empty: u.Pods == 0}
+			k := candidate{gpu: g, freeUnits: g.UnitsTotal - u.Units, freeMem: g.MemoryBytes - u.MemoryBytes, empty: u.Pods == 0,
+				freeSlots: api.MaxContainersPerGPU - u.Containers}
 			k.frac = k.freeFraction()
 			out = append(out, k)
 		}
@@ -125,7 +129,7 @@ func (b *Books) candidates(ns *nodeState, out []candidate) ([]candidate, skipped
 func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out []int) ([]int, error) {
 	for i := range cands {
 		k := &cands[i]
-		if !k.taken && (c.Whole && k.empty || !c.Whole && k.freeUnits >= c.Units && k.freeMem >= c.MemoryBytes) {
+		if !k.taken && k.freeSlots > 0 && (c.Whole && k.empty || !c.Whole && k.freeUnits >= c.Units && k.freeMem >= c.MemoryBytes) {
 			out = append(out, i)
 		}
 	}
@@ -146,6 +150,7 @@ func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out [
 			k.freeMem -= c.MemoryBytes
 		}
 		k.empty = false
+		k.freeSlots--
 		k.frac = k.freeFraction()
 	}
 	return out, nil

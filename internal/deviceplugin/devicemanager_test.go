@@ -52,7 +52,7 @@ type dmBackend struct {
 	inject Inject
 }
 
-func (b *dmBackend) Pending(context.Context) ([]Candidate, error) {
+func (b *dmBackend) Pending(context.Context, string) ([]Candidate, error) {
 	m := b.peer.m
 	return Candidates(b.peer.active(), res, func(p *corev1.Pod, c string) bool {
 		return m.GetDevices(string(p.UID), c)[string(res)] != nil

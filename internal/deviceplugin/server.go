@@ -23,8 +23,12 @@ type Config struct {
 	// PluginDir holds the kubelet's registration socket and ours.
 	PluginDir  string
 	SocketName string
-	// SlotsPerGPU is how many containers may hold one GPU at once.
+	// SlotsPerGPU is how many containers may hold one GPU at once (in
+	// Units mode: the GPU's units).
 	SlotsPerGPU int
+	// Units: the resource counts units of a GPU (see ResolveUnits), not
+	// GPUs.
+	Units bool
 	// CheckEvery is how often the plugin checks that the kubelet still
 	// knows it (a restarted kubelet wipes the plugin directory).
 	CheckEvery time.Duration
@@ -47,7 +51,8 @@ func (c Config) Validate() error {
 type Backend interface {
 	// Pending lists the containers waiting for devices, as the kubelet
 	// records them at the time of the call (see Candidates).
-	Pending(ctx context.Context) ([]Candidate, error)
+	// resource is the plugin's resource name.
+	Pending(ctx context.Context, resource string) ([]Candidate, error)
 	// Prepare readies c's group on the node and returns c's answer.
 	Prepare(ctx context.Context, c Candidate, gpus map[string]GPU) (*pluginapi.ContainerAllocateResponse, error)
 }
@@ -137,16 +142,21 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	log := klog.FromContext(ctx)
 	out := &pluginapi.PreferredAllocationResponse{}
 	for _, r := range req.ContainerRequests {
-		cands, err := p.backend.Pending(ctx)
+		cands, err := p.backend.Pending(ctx, p.cfg.ResourceName)
 		if err != nil {
 			return nil, fmt.Errorf("preferred allocation: %w", err)
 		}
-		c, err := Resolve(cands, int(r.AllocationSize))
+		c, err := p.resolve(cands, int(r.AllocationSize))
 		if err != nil {
-			log.Error(err, "preferred allocation refused", "size", r.AllocationSize)
+			log.Error(err, "preferred allocation refused", "resource", p.cfg.ResourceName, "size", r.AllocationSize)
 			return nil, err
 		}
-		ids, err := Prefer(c, r.AvailableDeviceIDs, r.MustIncludeDeviceIDs)
+		var ids []string
+		if p.cfg.Units {
+			ids, err = PreferUnits(c, r.AvailableDeviceIDs, r.MustIncludeDeviceIDs, int(r.AllocationSize))
+		} else {
+			ids, err = Prefer(c, r.AvailableDeviceIDs, r.MustIncludeDeviceIDs)
+		}
 		if err != nil {
 			log.Error(err, "preferred allocation refused", "container", c.String())
 			return nil, err
@@ -163,12 +173,15 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	log := klog.FromContext(ctx)
 	out := &pluginapi.AllocateResponse{}
 	for _, r := range req.ContainerRequests {
-		cands, err := p.backend.Pending(ctx)
+		cands, err := p.backend.Pending(ctx, p.cfg.ResourceName)
 		if err != nil {
 			return nil, fmt.Errorf("allocate: %w", err)
 		}
-		c, err := Resolve(cands, len(r.DevicesIds))
-		if err == nil {
+		c, err := p.resolve(cands, len(r.DevicesIds))
+		switch {
+		case err == nil && p.cfg.Units:
+			err = TieUnits(c, r.DevicesIds)
+		case err == nil:
 			err = Tie(c, r.DevicesIds)
 		}
 		if err != nil {
@@ -180,10 +193,17 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			log.Error(err, "allocation failed", "container", c.String())
 			return nil, fmt.Errorf("allocate %s: %w", c, err)
 		}
-		log.Info("allocated", "pod", c.Namespace+"/"+c.Name, "uid", c.UID, "container", c.Container, "deviceIDs", r.DevicesIds)
+		log.Info("allocated", "resource", p.cfg.ResourceName, "pod", c.Namespace+"/"+c.Name, "uid", c.UID, "container", c.Container, "deviceIDs", r.DevicesIds)
 		out.ContainerResponses = append(out.ContainerResponses, resp)
 	}
 	return out, nil
+}
+
+func (p *Plugin) resolve(cands []Candidate, size int) (Candidate, error) {
+	if p.cfg.Units {
+		return ResolveUnits(cands, size)
+	}
+	return Resolve(cands, size)
 }
 
 // PreStartContainer is not requested (see GetDevicePluginOptions).

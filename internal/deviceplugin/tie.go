@@ -88,6 +88,19 @@ func assignedGPUs(pod *corev1.Pod, container string) ([]api.GPUAssignment, error
 // Resolve picks the container an allocation of size device IDs is for: the
 // only candidate asking for that many, with an assignment of that many GPUs.
 func Resolve(cands []Candidate, size int) (Candidate, error) {
+	c, err := resolveOne(cands, size)
+	if err != nil {
+		return c, err
+	}
+	if len(c.GPUs) != size {
+		return c, fmt.Errorf("%s: %w: the assignment has %d GPUs, the container requests %d devices", c, ErrMismatch, len(c.GPUs), size)
+	}
+	return c, nil
+}
+
+// resolveOne picks the only candidate asking for size devices, with a valid
+// assignment.
+func resolveOne(cands []Candidate, size int) (Candidate, error) {
 	var match []Candidate
 	for _, c := range cands {
 		if c.Count == size {
@@ -107,9 +120,6 @@ func Resolve(cands []Candidate, size int) (Candidate, error) {
 	c := match[0]
 	if c.AssignmentErr != nil {
 		return c, fmt.Errorf("%s: %w", c, c.AssignmentErr)
-	}
-	if len(c.GPUs) != size {
-		return c, fmt.Errorf("%s: %w: the assignment has %d GPUs, the container requests %d devices", c, ErrMismatch, len(c.GPUs), size)
 	}
 	return c, nil
 }

@@ -32,6 +32,12 @@ const (
 // does not say otherwise.
 const DefaultUnitsPerGPU = 100
 
+// MaxContainersPerGPU is the most containers the scheduler places on one
+// GPU; the node agent's device plugin advertises that many slots of
+// ResourceGPU per GPU, so the kubelet never refuses what the scheduler
+// booked.
+const MaxContainersPerGPU = 100
+
 // Placement is a placement policy: which node and which GPUs a pod gets among
 // those that fit.
 type Placement string
