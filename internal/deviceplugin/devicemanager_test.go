@@ -52,10 +52,10 @@ type dmBackend struct {
 	inject Inject
 }
 
-func (b *dmBackend) Pending(context.Context, string) ([]Candidate, error) {
+func (b *dmBackend) Pending(_ context.Context, resource string) ([]Candidate, error) {
 	m := b.peer.m
-	return Candidates(b.peer.active(), res, func(p *corev1.Pod, c string) bool {
-		return m.GetDevices(string(p.UID), c)[string(res)] != nil
+	return Candidates(b.peer.active(), corev1.ResourceName(resource), func(p *corev1.Pod, c string) bool {
+		return m.GetDevices(string(p.UID), c)[resource] != nil
 	}), nil
 }
 
@@ -187,6 +187,7 @@ func runPeerScenario(t *testing.T) {
 		t.Fatalf("pod without assignment: err = %v", err)
 	}
 
+	peerUnits(t, ctx, p, be, a, b)
 	peerFailures(t, p, plug)
 }
 
