@@ -61,7 +61,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 // applyMemoryLimit writes a new limit into the group's state file so its
 // running processes enforce it from their next allocation.
 func (s *Server) applyMemoryLimit(log klog.Logger, name string, limit uint64) {
-	n, err := setMemoryLimit(paths.GroupStateFile(s.cfg.RunDir, name), limit)
+	n, err := SetGroupLimit(paths.GroupStateFile(s.cfg.RunDir, name), limit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -23,6 +23,7 @@ func TestShmLayout(t *testing.T) {
 	src := `#include <stdio.h>
 #include "gpuslice/shm.h"
 int main(void) {
+	printf("%zu %zu ", offsetof(struct gs_shm_header, limit), offsetof(struct gs_shm_header, limit_set));
 	printf("%zu %zu %zu %zu %d %d ", offsetof(struct gs_shm_gpu, elastic), offsetof(struct gs_shm_gpu, min),
 		offsetof(struct gs_shm_gpu, managed), offsetof(struct gs_shm_gpu, spilled), GS_ELASTIC_ON, GS_ELASTIC_SPILL);
 	printf("%llu %u %zu %zu %d %d %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", (unsigned long long)GS_SHM_MAGIC,
@@ -46,7 +47,8 @@ int main(void) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("%d %d %d %d %d %d ", shmGPUOffElastic, shmGPUOffMin, shmGPUOffManaged, shmGPUOffSpilled,
+	want := fmt.Sprintf("%d %d ", shmOffLimit, shmOffLimitSet)
+	want += fmt.Sprintf("%d %d %d %d %d %d ", shmGPUOffElastic, shmGPUOffMin, shmGPUOffManaged, shmGPUOffSpilled,
 		shmElasticOn, shmElasticSpill)
 	want += fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", uint64(shmMagic), shmVersion, shmHeaderSize,
 		shmGPUSize, shmMaxGPUs, shmSlotReady, shmOffVersion, shmOffHdrSize, shmOffMaxGPUs, shmOffGPUSize,

@@ -10,6 +10,24 @@ import (
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
+// prepareState makes the group's state file before any member starts and
+// writes the group's memory.max into it: every member is held to it,
+// whatever its own environment says. Elastic groups (memory.min) get their
+// limits from the daemon.
+func prepareState(runDir, name string, st group.Settings) error {
+	path := paths.GroupStateFile(runDir, name)
+	if err := createGroupState("/proc", path, name, 0o600); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	if st.MemoryMin != 0 {
+		return nil
+	}
+	if _, err := SetGroupLimit(path, st.MemoryMax); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	return nil
+}
+
 // ErrNoDaemon wraps a failure to reach or start the node daemon; a run can go
 // on without one (the library then runs ungated and says so once).
 var ErrNoDaemon = errors.New("node daemon unavailable")
@@ -41,7 +59,11 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	}
 	runDir := paths.RunDir(getenv)
 	tree := group.NewTree(runDir)
-	if _, err := tree.Set(s.Group, changes); err != nil {
+	st, err := tree.Set(s.Group, changes)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareState(runDir, s.Group, st); err != nil {
 		return nil, err
 	}
 	socket := SocketPath(getenv)

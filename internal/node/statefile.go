@@ -111,6 +111,11 @@ func (s *stateFile) check() error {
 // to fill in. A valid existing file is kept; an invalid one is an error and
 // left untouched. Mode 0666: the file is reached through the group directory.
 func CreateGroupState(procRoot, path, group string) error {
+	return createGroupState(procRoot, path, group, 0o666)
+}
+
+// createGroupState is CreateGroupState with the file's mode.
+func createGroupState(procRoot, path, group string, mode os.FileMode) error {
 	var ns unix.Stat_t
 	if err := unix.Stat(procRoot+"/self/ns/pid", &ns); err != nil {
 		return fmt.Errorf("pid namespace: %w", err)
@@ -120,7 +125,7 @@ func CreateGroupState(procRoot, path, group string) error {
 		return err
 	}
 	defer func() { _ = s.close() }() // nothing to lose: the writes are in the mapping
-	if err := os.Chmod(path, 0o666); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if atomic.LoadUint64(s.u64(0)) != 0 {
@@ -200,4 +205,47 @@ func setHostPID(path string, pid int32, pidns, start uint64, hostPID int32) (boo
 		return false
 	})
 	return found, nil
+}
+
+// Header fields of the group's own limit (shm.h: limit, limit_set).
+const (
+	shmOffLimit    = 128
+	shmOffLimitSet = 136
+)
+
+// SetGroupLimit makes limit (bytes, 0 = none) the group's: it is written
+// into the state file's header, where every GPU slot a member claims later
+// takes it whatever the member's GPUSLICE_MEMORY_LIMIT says, and into every
+// slot already claimed. Under the file's lock, so no member claims a slot in
+// between.
+func SetGroupLimit(path string, limit uint64) (changed int, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }() // closing drops the lock
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
+		return 0, fmt.Errorf("lock %s: %w", path, err)
+	}
+	size := shmHeaderSize + shmMaxGPUs*shmGPUSize
+	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
+		return 0, fmt.Errorf("%s: %w: too short (%v)", path, errShm, err)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return 0, fmt.Errorf("map %s: %w", path, err)
+	}
+	_, _, cerr := checkShm(b)
+	if cerr == nil {
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[shmOffLimit])), limit)
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[shmOffLimitSet])), 1)
+	}
+	if err := unix.Munmap(b); err != nil {
+		return 0, fmt.Errorf("unmap %s: %w", path, err)
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("%s: %w", path, cerr)
+	}
+	return setMemoryLimit(path, limit)
 }

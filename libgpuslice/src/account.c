@@ -59,6 +59,13 @@ GS_HIDDEN void gs_shm_init(struct gs_shm_file *f, uint64_t host_pidns, const cha
 	__atomic_store_n(&h->magic, GS_SHM_MAGIC, __ATOMIC_RELEASE);
 }
 
+GS_HIDDEN uint64_t gs_group_limit(const struct gs_shm_header *h, uint64_t env_limit)
+{
+	if (__atomic_load_n(&h->limit_set, __ATOMIC_ACQUIRE) == 1)
+		return __atomic_load_n(&h->limit, __ATOMIC_ACQUIRE);
+	return env_limit;
+}
+
 GS_HIDDEN int gs_shm_find_gpu(const struct gs_shm_file *f, const char *uuid)
 {
 	for (int i = 0; i < GS_SHM_MAX_GPUS; i++) {

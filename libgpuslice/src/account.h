@@ -25,6 +25,9 @@ GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_
 /* Fills a zeroed file; magic is stored last (release). */
 GS_HIDDEN void gs_shm_init(struct gs_shm_file *f, uint64_t host_pidns, const char *group);
 
+/* The limit a new GPU slot takes: the group's (the header's, once a manager
+ * wrote it), else the member's own (env_limit). */
+GS_HIDDEN uint64_t gs_group_limit(const struct gs_shm_header *h, uint64_t env_limit);
 /* Lock-free lookup of a published GPU slot by UUID: index or -1. */
 GS_HIDDEN int gs_shm_find_gpu(const struct gs_shm_file *f, const char *uuid);
 /* Under the file lock: existing slot, or a new one with this limit; -1 if full. */

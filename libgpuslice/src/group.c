@@ -267,7 +267,7 @@ GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
 		return i;
 	int saved = errno;
 	group_lock(g);
-	i = gs_shm_claim_gpu(g->f, uuid, gs_config()->limit);
+	i = gs_shm_claim_gpu(g->f, uuid, gs_group_limit(&g->f->hdr, gs_config()->limit));
 	group_unlock(g);
 	if (i < 0)
 		gs_log_once(&g->said_full_gpus, "group \"%s\" uses %d GPUs already; refusing allocations on %s",

@@ -5,7 +5,8 @@
  * finally releasing the primary context uncounts that context's allocations;
  * cuMemAllocPitch never asks the driver for more than the limit leaves.
  * After every step the group's count equals what the simulated GPU says the
- * group's processes hold.
+ * group's processes hold. The limit is the group's (its file's header), not a
+ * member's environment.
  */
 #include <errno.h>
 
@@ -172,6 +173,52 @@ static int pitch_worst_case(void *arg)
 	return 0;
 }
 
+/* A group file as a manager (gpuslice run, the node daemon) makes it: the
+ * group's limit in the header. */
+static const char *managed_group(const char *name, uint64_t limit)
+{
+	const char *path = ht_group(name, NULL);
+	struct gs_shm_file *f = calloc(1, sizeof(*f));
+	CHECK(f != NULL);
+	struct gs_shm_header *h = &f->hdr;
+	h->version = GS_SHM_VERSION;
+	h->header_size = sizeof(*h);
+	h->file_size = GS_SHM_FILE_SIZE;
+	h->max_gpus = GS_SHM_MAX_GPUS;
+	h->max_procs = GS_SHM_MAX_PROCS;
+	h->gpu_size = sizeof(struct gs_shm_gpu);
+	h->proc_size = sizeof(struct gs_shm_proc);
+	h->gpu_offset = offsetof(struct gs_shm_file, gpu);
+	h->proc_offset = offsetof(struct gs_shm_file, proc);
+	h->limit = limit;
+	h->limit_set = 1;
+	h->magic = GS_SHM_MAGIC;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && write(fd, f, sizeof(*f)) == (ssize_t)sizeof(*f));
+	close(fd);
+	free(f);
+	return path;
+}
+
+/* Every member is held to the group's limit, whatever its own variable says. */
+static int member_with_env(void *env_limit)
+{
+	if (env_limit != NULL)
+		setenv("GPUSLICE_MEMORY_LIMIT", env_limit, 1);
+	drv_open(&d, &primary);
+	CUdeviceptr p;
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	return 0;
+}
+
+static void group_limit_wins(void)
+{
+	managed_group("owned", 1 * GiB);
+	HT_RUN(member_with_env, NULL);            /* no limit of its own: not unlimited */
+	HT_RUN(member_with_env, "8589934592");    /* 8 GiB of its own: still 1 GiB */
+}
+
 int main(void)
 {
 	ht_setup();
@@ -180,6 +227,7 @@ int main(void)
 	HT_RUN(primary_reset, NULL);
 	HT_RUN(primary_last_release, NULL);
 	HT_RUN(pitch_worst_case, NULL);
+	group_limit_wins();
 	ht_teardown();
 	fprintf(stderr, "reliability_mem_test: ok\n");
 	return 0;

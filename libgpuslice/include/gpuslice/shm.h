@@ -85,7 +85,15 @@ struct gs_shm_header {
 	 * which fills it in (SO_PEERCRED + /proc/<pid>/status NSpid). */
 	uint64_t host_pidns;
 	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP of the creator */
-	uint64_t reserved[16];
+	/* The group's memory.max, written under the file lock by whoever manages
+	 * the group (gpuslice run, the node daemon when memory.max changes). Once
+	 * limit_set is 1, every GPU slot a member claims takes this limit, whatever
+	 * the member's own GPUSLICE_MEMORY_LIMIT says: the limit belongs to the
+	 * group. 0 (files made by the library alone): the member's variable. */
+	uint64_t limit;        /* atomic; bytes, 0 = no limit */
+	uint32_t limit_set;    /* atomic; 1 once `limit` is written (stored after it) */
+	uint32_t reserved0;
+	uint64_t reserved[14];
 };
 
 struct gs_shm_file {
@@ -102,5 +110,6 @@ _Static_assert(sizeof(struct gs_shm_header) == 256, "gs_shm_header layout");
 _Static_assert(offsetof(struct gs_shm_file, gpu) == 256, "gpu offset");
 _Static_assert(offsetof(struct gs_shm_file, proc) == 256 + 128 * GS_SHM_MAX_GPUS, "proc offset");
 _Static_assert(offsetof(struct gs_shm_proc, used) % 8 == 0, "used alignment");
+_Static_assert(offsetof(struct gs_shm_header, limit) == 128, "header limit offset");
 
 #endif /* GPUSLICE_SHM_H */

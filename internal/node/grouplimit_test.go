@@ -1,0 +1,81 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// readGroupLimit returns the header's group limit and whether it is set.
+func readGroupLimit(t *testing.T, path string) (uint64, bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != shmFileSize {
+		t.Fatalf("state file is %d bytes, want %d", len(b), shmFileSize)
+	}
+	le := binary.LittleEndian
+	return le.Uint64(b[shmOffLimit:]), le.Uint32(b[shmOffLimitSet:]) == 1
+}
+
+// The limit belongs to the group: `gpuslice run` writes the group's
+// memory.max into its state file before any member starts (members then take
+// it whatever their own environment says; the library side is checked by
+// libgpuslice's reliability_mem_test), a later run without --memory keeps it,
+// one with --memory changes it for the slots already claimed too.
+func TestGroupLimitWrittenByRun(t *testing.T) {
+	dir := t.TempDir()
+	getenv := func(k string) string {
+		if k == "GPUSLICE_RUN_DIR" {
+			return dir
+		}
+		return ""
+	}
+	state := paths.GroupStateFile(dir, "g")
+	run := func(max uint64) {
+		t.Helper()
+		if _, err := PrepareRun(context.Background(), getenv, RunSetup{Group: "g", MemoryMax: max, NoDaemon: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1 << 30)
+	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
+		t.Fatalf("group limit %d (set %v), want 1 GiB", lim, set)
+	}
+	if st, err := os.Stat(state); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode: %v %v", st, err)
+	}
+	// A member claimed a slot meanwhile (as the library does).
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := b[shmHeaderSize:]
+	binary.LittleEndian.PutUint32(slot, shmSlotReady)
+	copy(slot[shmGPUOffUUID:], "GPU-0000")
+	binary.LittleEndian.PutUint64(slot[shmGPUOffLimit:], 1<<30)
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(0)
+	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
+		t.Fatalf("a run without --memory changed the group limit to %d (set %v)", lim, set)
+	}
+	run(2 << 30)
+	if lim, _ := readGroupLimit(t, state); lim != 2<<30 {
+		t.Fatalf("group limit %d, want 2 GiB", lim)
+	}
+	got, err := readMemory(state)
+	if err != nil || len(got) != 1 || got[0].Limit != 2<<30 {
+		t.Fatalf("claimed slot: %+v %v, want limit 2 GiB", got, err)
+	}
+	if _, err := SetGroupLimit(filepath.Join(dir, "missing"), 1); err == nil {
+		t.Fatal("SetGroupLimit on a missing file succeeded")
+	}
+}
