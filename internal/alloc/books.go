@@ -292,3 +292,33 @@ func (s *usageSet) del(idx int32) {
 		}
 	}
 }
+
+// CheckChange tells whether a booked pod's assignment may become to: on
+// every GPU, what the others hold plus to's share fits the GPU. It changes
+// nothing (the caller books with Add).
+func (b *Books) CheckChange(uid string, to *api.Assignment) error {
+	from := b.pods[uid]
+	if from == nil || from.Node != to.Node {
+		return fmt.Errorf("pod %s holds nothing on node %s", uid, to.Node)
+	}
+	ns := b.nodes[to.Node]
+	if ns == nil || ns.table == nil {
+		return fmt.Errorf("node %s has no GPUNode entry", to.Node)
+	}
+	had := from.Totals()
+	for idx, t := range to.Totals() {
+		g := ns.table.gpu(idx)
+		if g == nil {
+			return fmt.Errorf("node %s has no GPU %d", to.Node, idx)
+		}
+		u, h := ns.usage(idx), had[idx]
+		freeUnits, freeMem := g.UnitsTotal-(u.Units-h.Units), g.MemoryBytes-(u.MemoryBytes-h.MemoryBytes)
+		if t.Units > freeUnits {
+			return fmt.Errorf("node %s GPU %d: %d units asked, %d free to this pod (others hold %d of %d)", to.Node, idx, t.Units, freeUnits, u.Units-h.Units, g.UnitsTotal)
+		}
+		if t.MemoryBytes > freeMem {
+			return fmt.Errorf("node %s GPU %d: %d bytes of memory asked, %d free to this pod (others hold %d of %d)", to.Node, idx, t.MemoryBytes, freeMem, u.MemoryBytes-h.MemoryBytes, g.MemoryBytes)
+		}
+	}
+	return nil
+}

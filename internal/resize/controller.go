@@ -29,6 +29,9 @@ import (
 // (the informer feeding them lags the controller's lister); retry shortly.
 var ErrBooksBehind = errors.New("allocation books are behind the pod's assignment")
 
+// ErrNoRoom: a share change does not fit its GPUs; nothing was booked.
+var ErrNoRoom = errors.New("the GPU cannot fit the asked share")
+
 // Books is the allocation ledger the controller shares with the scheduler
 // plugin (internal/sched), so a GPU is never both granted to a resize and
 // placed for a new pod: grants are booked before the assignment is written
@@ -44,6 +47,10 @@ type Books interface {
 	// assignment (annotation value raw) and drop the released GPUs;
 	// otherwise they return to what the pod's annotation says.
 	EndResize(uid, raw string, written bool)
+	// BeginShareResize atomically checks that the books hold the pod's
+	// current assignment (fromRaw; else ErrBooksBehind) and that its GPUs
+	// fit to (else ErrNoRoom), and books both until EndResize.
+	BeginShareResize(uid, fromRaw string, from, to *api.Assignment) error
 }
 
 // Controller grants and releases whole GPUs of running pods. It runs inside
@@ -96,7 +103,7 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok && pod.Annotations[api.AnnotationGPUs] != "" {
+	if pod, ok := obj.(*corev1.Pod); ok && wantsChange(pod) {
 		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
 			c.queue.Add(key)
 		}
@@ -182,13 +189,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("get pod: %w", err)
 	}
 	raw, ok := pod.Annotations[api.AnnotationAssignment]
-	wantRaw, wants := pod.Annotations[api.AnnotationGPUs]
-	if !ok || !wants || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || terminal(pod) {
+	if !ok || !wantsChange(pod) || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || terminal(pod) {
 		return nil
 	}
 	a, err := api.ParseAssignment(raw)
 	if err != nil || a.Node != pod.Spec.NodeName {
 		return nil // the scheduler reports bad assignments
+	}
+	if done, err := c.syncShares(ctx, pod, raw, a); done || err != nil {
+		return err
+	}
+	wantRaw, wants := pod.Annotations[api.AnnotationGPUs]
+	if !wants {
+		return nil
 	}
 	want, err := ParseWant(wantRaw, a)
 	if err != nil {

@@ -132,3 +132,43 @@ func (b resizeBooks) EndResize(uid, raw string, written bool) {
 	b.Ledger.EndResize(uid, raw, written)
 	b.wait.wake(b.ctx)
 }
+
+// BeginShareResize implements resize.Books: under the ledger's lock it
+// checks that the books hold the pod's annotation fromRaw and that every GPU
+// fits to (the others' holdings plus to), then books the larger of from and
+// to on each GPU until EndResize, so a rollback always fits. Refusals wrap
+// resize.ErrNoRoom.
+func (l *Ledger) BeginShareResize(uid, fromRaw string, from, to *api.Assignment) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resizing[uid] != nil {
+		return fmt.Errorf("pod %s: a resize is already being written", uid)
+	}
+	if l.seen[uid] != fromRaw {
+		return fmt.Errorf("pod %s: %w", uid, resize.ErrBooksBehind)
+	}
+	if err := l.books.CheckChange(uid, to); err != nil {
+		return fmt.Errorf("%w: %w", resize.ErrNoRoom, err)
+	}
+	l.books.Add(uid, larger(from, to))
+	l.resizing[uid] = &pendingResize{from: from, to: to, fromRaw: fromRaw}
+	return nil
+}
+
+// larger gives each container, on each GPU, the larger units and memory of
+// from and to (same containers and GPUs: a share change).
+func larger(from, to *api.Assignment) *api.Assignment {
+	out := &api.Assignment{Version: to.Version, Node: to.Node}
+	for i, c := range to.Containers {
+		gpus := slices.Clone(c.GPUs)
+		for j := range gpus {
+			if i < len(from.Containers) && j < len(from.Containers[i].GPUs) {
+				f := from.Containers[i].GPUs[j]
+				gpus[j].Units = max(gpus[j].Units, f.Units)
+				gpus[j].MemoryBytes = max(gpus[j].MemoryBytes, f.MemoryBytes)
+			}
+		}
+		out.Containers = append(out.Containers, api.ContainerAssignment{Name: c.Name, GPUs: gpus})
+	}
+	return out
+}
