@@ -18,9 +18,14 @@ include $(sort $(wildcard mk/*.mk))
 all: $(ALL_TARGETS)
 
 # Every test target runs, even after a failure; the run fails if any target failed.
+# Go tests run verbose (GOFLAGS=-v) into $(BUILD)/test-logs/<target>.log, shown without the
+# per-test RUN/PASS lines; the run ends with every skipped test and its reason (hack/skipped.sh).
+TEST_LOGS := $(BUILD)/test-logs
 test: all
-	@failed=""; for t in $(TEST_TARGETS); do echo "==> $$t"; \
-	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; done; \
+	@rm -rf $(TEST_LOGS); mkdir -p $(TEST_LOGS); failed=""; for t in $(TEST_TARGETS); do echo "==> $$t"; \
+	  GOFLAGS="$$GOFLAGS -v" $(MAKE) --no-print-directory $$t >$(TEST_LOGS)/$$t.log 2>&1 || failed="$$failed $$t"; \
+	  grep -vE '^\s*(=== (RUN|PAUSE|CONT|NAME)|--- PASS: )' $(TEST_LOGS)/$$t.log; done; \
+	echo "skipped tests (name: reason):"; hack/skipped.sh $(TEST_LOGS)/*.log; \
 	if [ -n "$$failed" ]; then echo "FAILED test targets:$$failed"; exit 1; fi; \
 	echo "all test targets passed: $(TEST_TARGETS)"
 

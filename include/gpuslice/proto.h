@@ -42,7 +42,8 @@ enum gs_msg_type {
 #define GS_ERR_VERSION 0x1u /* unsupported protocol version */
 #define GS_ERR_PROTOCOL 0x2u /* malformed or unexpected frame */
 #define GS_ERR_IDENTITY 0x3u /* the daemon could not identify the caller */
-#define GS_ERR_LIMIT 0x4u /* too many GPUs or connections */
+#define GS_ERR_LIMIT 0x4u /* a request past a fixed bound (e.g. a GPU the daemon does not know) */
+#define GS_ERR_BUSY 0x5u /* too many connections for now: stay gated, connect again later */
 #define GS_BORROW_RECLAIM 0x1u /* the allocation is within the guarantee: make room for it */
 #define GS_LEND_GRANTED 0x1u /* the allowance covers the allocation */
 #define GS_LEND_REFUSED 0x2u /* no memory to lend; the message says why */

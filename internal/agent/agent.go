@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -82,6 +83,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if cfg.RunDaemon {
 		ncfg := node.DefaultConfig(func(k string) string { return env[k] })
 		ncfg.Socket, ncfg.RunDir, ncfg.ProcRoot = cfg.Socket, cfg.RunDir, cfg.ProcRoot
+		ncfg.ListGPUs = func() ([]proto.UUID, error) { return node.GPUsOf(drv.NVML) }
 		g.Go(func() error { return node.Run(gctx, ncfg) })
 	}
 	f.Start(gctx.Done())

@@ -105,7 +105,7 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	ifNot := fs.Bool("if-not-running", false, "exit quietly (status 0) if a daemon already runs")
 	fs.Var(sizeFlag{&cfg.Elastic.Reserve}, "memory-reserve", "elastic memory: device memory never lent (e.g. 256MiB)")
 	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
-	driver := fs.String("driver", "auto", "GPU driver for elastic memory's device readings: auto, real or sim")
+	driver := fs.String("driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -114,6 +114,11 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 		return usagef("node: unexpected arguments %q", fs.Args())
 	}
 	cfg.Policy.Burst = !*noBurst
+	mode, err := gpu.ParseMode(*driver)
+	if err != nil {
+		return usagef("node: --driver: %w", err)
+	}
+	cfg.ListGPUs = node.DriverGPUs(mode, filepath.Join(env.BinDir, "sim"))
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}
@@ -123,10 +128,6 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 		if err := kfs.Set("v", strconv.Itoa(*verbosity)); err != nil {
 			return fmt.Errorf("set log verbosity: %w", err)
 		}
-	}
-	mode, err := gpu.ParseMode(*driver)
-	if err != nil {
-		return usagef("node: --driver: %w", err)
 	}
 	dev := &deviceMemory{mode: mode, simDir: filepath.Join(env.BinDir, "sim")}
 	defer dev.close(ctx)

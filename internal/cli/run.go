@@ -48,10 +48,15 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	spec.Command = fs.Args()
-	extra, err := node.PrepareRun(ctx, env.Getenv, node.RunSetup{
+	daemonArgs := []string{"--idle-exit", "60s"}
+	if f.driver != "" {
+		daemonArgs = append(daemonArgs, "--driver", f.driver)
+	}
+	setup := node.RunSetup{
 		Group: spec.Group, Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
-		Start: node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: []string{"--idle-exit", "60s"}},
-	})
+		Start: node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
+	}
+	extra, err := node.PrepareRun(ctx, env.Getenv, setup)
 	switch {
 	case errors.Is(err, group.ErrInvalid):
 		return &UsageError{Err: err}
@@ -61,7 +66,14 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("prepare group %s: %w", spec.Group, err)
 	}
 	spec.ExtraEnv = append(spec.ExtraEnv, extra...)
+	// While the command runs, this run keeps the node daemon alive: killed,
+	// it is started again at once (docs/node.md, supervision).
+	sctx, stopSupervising := context.WithCancel(ctx)
+	supervised := make(chan struct{})
+	go func() { defer close(supervised); node.SuperviseRun(sctx, env.Getenv, setup) }()
 	code, err := runner.Run(ctx, spec)
+	stopSupervising()
+	<-supervised
 	if err != nil {
 		return err
 	}

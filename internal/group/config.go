@@ -118,6 +118,12 @@ func (s Settings) Format(file string) (string, error) {
 // Setting a slice clears the share and vice versa (a group has one or the other).
 func (s *Settings) Apply(file, value string) error {
 	v := strings.TrimSpace(value)
+	if _, ferr := s.Format(file); ferr != nil {
+		return ferr
+	}
+	if err := checkLen(file, v); err != nil {
+		return err
+	}
 	n := *s
 	var err error
 	switch file {

@@ -74,7 +74,7 @@ func (t Tree) Read(name string) (Settings, error) {
 		return s, fmt.Errorf("group %s does not exist (no %s)", name, t.Path(name))
 	}
 	for _, f := range SettingFiles() {
-		b, err := os.ReadFile(filepath.Join(t.Path(name), f))
+		b, err := readBounded(filepath.Join(t.Path(name), f))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -176,7 +176,7 @@ func (t Tree) WriteFile(name, file, content string) error {
 
 // ReadFile returns one file of a group, trimmed.
 func (t Tree) ReadFile(name, file string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(t.Path(name), file))
+	b, err := readBounded(filepath.Join(t.Path(name), file))
 	if err != nil {
 		return "", fmt.Errorf("group %s: %w", name, err)
 	}
@@ -196,7 +196,7 @@ func (t Tree) Remove(name string) error {
 
 // Cgroup returns the group's cgroup binding ("" if none).
 func (t Tree) Cgroup(name string) string {
-	b, err := os.ReadFile(filepath.Join(t.Path(name), FileCgroup))
+	b, err := readBounded(filepath.Join(t.Path(name), FileCgroup))
 	if err != nil {
 		return ""
 	}

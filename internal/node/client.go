@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -28,6 +30,13 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 	}
 	c := &Client{nc: nc.(*net.UnixConn)}
 	if err := c.Send(&proto.Hello{Features: proto.FeatureRevoke}); err != nil {
+		// A refusal may close the socket before the hello is sent; it is queued.
+		if rerr := c.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); rerr != nil {
+			return nil, c.closeWith(errors.Join(err, rerr))
+		}
+		if _, nerr := c.Next(); errors.As(nerr, new(*RefusedError)) {
+			err = nerr
+		}
 		return nil, c.closeWith(err)
 	}
 	m, err := c.Next()
@@ -66,6 +75,14 @@ func (c *Client) Send(m proto.Message) error {
 // Next reads one message (one record); an Error message becomes an error.
 func (c *Client) Next() (proto.Message, error) {
 	n, err := c.nc.Read(c.rbuf[:])
+	if errors.Is(err, syscall.ECONNRESET) {
+		// The daemon closed with frames of ours unread: the kernel reports
+		// the reset first, then still delivers what the daemon sent last
+		// (a refusal).
+		if n2, err2 := c.nc.Read(c.rbuf[:]); err2 == nil && n2 > 0 {
+			n, err = n2, nil
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("read from node daemon: %w", err)
@@ -79,9 +96,26 @@ func (c *Client) Next() (proto.Message, error) {
 		return nil, err
 	}
 	if e, ok := m.(*proto.Error); ok {
-		return nil, fmt.Errorf("node daemon refused: code %d: %s", e.Code, proto.String(e.Message[:]))
+		return nil, &RefusedError{Code: e.Code, Message: proto.String(e.Message[:])}
 	}
 	return m, nil
+}
+
+// RefusedError is the daemon's error frame: it refused a request (Code
+// proto.ErrBusy: the connection, for now) and closed the connection.
+type RefusedError struct {
+	Code    uint32
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("node daemon refused: code %d: %s", e.Code, e.Message)
+}
+
+// IsBusy reports whether err is a refusal for now (too many connections).
+func IsBusy(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r) && r.Code == proto.ErrBusy
 }
 
 // SetDeadline bounds the next reads and writes.

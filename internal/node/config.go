@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/elastic"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/slice"
 )
 
@@ -32,6 +33,13 @@ type Config struct {
 	HelloTimeout time.Duration
 	// MaxGPUs bounds the number of distinct GPUs (policy instances).
 	MaxGPUs int
+	// ListGPUs lists the GPUs of the node (NVML): the only GPUs the daemon
+	// schedules, whatever clients send.
+	ListGPUs func() ([]proto.UUID, error)
+	// MaxConns, MaxConnsPerUID (root exempt) and MaxConnsPerGroup bound the
+	// connections served; more are refused (proto.ErrBusy). MaxConns is
+	// lowered to the descriptor limit if that is smaller.
+	MaxConns, MaxConnsPerUID, MaxConnsPerGroup int
 	// ProcRoot is where /proc is mounted (tests may point elsewhere).
 	ProcRoot string
 	// IdleExit, when positive, stops the daemon once no client has been
@@ -65,6 +73,11 @@ func DefaultConfig(getenv func(string) string) Config {
 		MaxGPUs:      64,
 		ProcRoot:     "/proc",
 		Elastic:      elastic.DefaultConfig(),
+		// A thread each (Go allows 10,000): far more than one node's GPU
+		// processes (each holds one, briefly two), far fewer than a flood.
+		MaxConns:         4096,
+		MaxConnsPerUID:   1024,
+		MaxConnsPerGroup: 1024,
 	}
 }
 
@@ -77,6 +90,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("no run directory")
 	case c.StatusEvery <= 0 || c.HelloTimeout <= 0 || c.MaxGPUs <= 0:
 		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
+	case c.MaxConns <= 0 || c.MaxConnsPerUID <= 0 || c.MaxConnsPerGroup <= 0:
+		return fmt.Errorf("connection bounds must be positive")
+	case c.ListGPUs == nil:
+		return fmt.Errorf("no GPU lister (the daemon schedules only the node's GPUs)")
 	case c.IdleExit < 0:
 		return fmt.Errorf("idle exit must not be negative")
 	case c.Elastic.Hold <= 0 || c.Elastic.ReclaimWait < 0:

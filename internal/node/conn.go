@@ -39,30 +39,28 @@ type conn struct {
 }
 
 // serve runs one connection until it closes; every grant it held is released.
-func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
+// It owns fd and the connection's admission slot for cred.Uid.
+func (s *Server) serve(ctx context.Context, fd int, cred *unix.Ucred) {
 	log := klog.FromContext(ctx)
-	fd, err := takeFD(nc)
-	if err != nil {
-		log.Error(err, "client connection")
-		return
-	}
 	c := &conn{s: s, fd: fd, gpus: map[proto.UUID]*gpuState{}}
 	s.track(c, true)
+	var admitted string // the group whose slot this connection holds
 	defer func() {
 		for _, g := range c.gpus {
 			g.disconnect(c)
 		}
 		s.forgetBorrower(c)
 		s.track(c, false)
+		s.adm.leave(cred.Uid, admitted)
 		c.wmu.Lock()
 		c.closed = true
-		if err := unix.Close(c.fd); err != nil {
+		if err := drainClose(c.fd); err != nil {
 			log.V(4).Info("close", "err", err)
 		}
 		c.wmu.Unlock()
 	}()
-	if err := c.handshake(); err != nil {
-		if !errors.Is(err, io.EOF) { // EOF: a liveness probe (Reachable)
+	if err := c.handshake(cred, &admitted); err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, errBusy) { // EOF: a liveness probe (Reachable)
 			log.V(1).Info("connection refused", "err", err)
 		}
 		return
@@ -72,7 +70,7 @@ func (s *Server) serve(ctx context.Context, nc *net.UnixConn) {
 	// A thread of its own: a blocked read then wakes this goroutine directly.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	err = c.loop()
+	err := c.loop()
 	c.log.V(2).Info("client gone", "err", err)
 }
 
@@ -113,16 +111,30 @@ func (c *conn) kill() {
 	}
 }
 
-// handshake identifies the caller through the kernel and answers its hello.
-func (c *conn) handshake() error {
-	cred, err := peerCred(c.fd)
-	if err != nil {
-		return err
-	}
+// errBusy: the connection was refused for now (over a bound).
+var errBusy = errors.New("connection refused: over a bound")
+
+// handshake identifies the caller through the kernel, admits it into its
+// group's connection slots (*admitted names the group once it holds one) and
+// answers its hello.
+func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
+	var err error
 	if c.peer, err = identify(c.s.cfg.ProcRoot, c.s.tree, cred); err != nil {
 		c.sendError(proto.ErrIdentity, err.Error())
 		return err
 	}
+	if c.peer.Refused != "" {
+		c.s.log.V(1).Info("group file not accepted: the caller gets a group of its own", "pid", c.peer.PID,
+			"uid", c.peer.UID, "group", c.peer.Group, "reason", c.peer.Refused)
+	}
+	if why := c.s.adm.admitGroup(&c.s.cfg, c.peer.Group); why != "" {
+		c.sendError(proto.ErrBusy, why+"; connect again later")
+		if n, info := c.s.adm.refusal(); info {
+			c.s.log.Info("connection refused", "reason", why, "pid", cred.Pid, "uid", cred.Uid, "refusedSoFar", n)
+		}
+		return errBusy
+	}
+	*admitted = c.peer.Group
 	if err := c.setReadTimeout(c.s.cfg.HelloTimeout); err != nil {
 		return err
 	}

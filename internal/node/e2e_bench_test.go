@@ -21,7 +21,6 @@ import (
 // counted; the same over all windows (-all).
 func BenchmarkE2EShares(b *testing.B) {
 	e := setupE2E(b)
-	requireSharedSim(b, e)
 	for _, n := range []int{2, 4, 8} {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
 			for b.Loop() {
@@ -74,7 +73,6 @@ func burstRun(b *testing.B, e *e2e, burst bool, offline int, secs int) []time.Du
 // latency among 7 busy offline tenants, with and without burst buffers, and alone.
 func BenchmarkE2EBurst(b *testing.B) {
 	e := setupE2E(b)
-	requireSharedSim(b, e)
 	secs := 30
 	if v, err := strconv.Atoi(os.Getenv("GPUSLICE_NODE_BURST_SECS")); err == nil && v > 0 {
 		secs = v

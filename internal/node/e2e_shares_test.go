@@ -233,7 +233,6 @@ func runDelays() map[string]time.Duration {
 // other packages' tests).
 func TestE2EShares(t *testing.T) {
 	e := setupE2E(t)
-	requireSharedSim(t, e)
 	sizes := []int{2}
 	if os.Getenv("GPUSLICE_NODE_E2E_SHARES") != "" {
 		sizes = []int{2, 4, 8}

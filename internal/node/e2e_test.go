@@ -152,34 +152,6 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 	}
 }
 
-// requireSharedSim skips when the simulated GPU cannot serve two processes at
-// once (a known simulator defect: its state file lock outlives cuInit).
-func requireSharedSim(t testing.TB, e *e2e) {
-	t.Helper()
-	state := filepath.Join(t.TempDir(), "probe.state")
-	var cmds []*exec.Cmd
-	for range 2 {
-		cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "100", "--seconds", "0.2")
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+state)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, cmd)
-	}
-	timer := time.AfterFunc(10*time.Second, func() {
-		for _, c := range cmds {
-			_ = c.Process.Kill() //nolint:errcheck // may have exited
-		}
-	})
-	defer timer.Stop()
-	for _, c := range cmds {
-		if err := c.Wait(); err != nil {
-			t.Skipf("the simulated GPU at %s does not serve two processes at once (%v): "+
-				"test/simgpu/src/statefile.c keeps its flock while the state file is mapped", e.sim, err)
-		}
-	}
-}
-
 // TestE2EGateEndsGrantOnItsOwn: the gate stops launching when its grant ends
 // even if no revoke comes (the daemon here is a bare protocol peer that grants
 // and then stays silent): it hands over (release with more work) within the

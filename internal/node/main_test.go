@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -41,6 +42,38 @@ func TestMain(m *testing.M) {
 
 var testGPU = proto.UUID{0x6a, 1, 2, 3}
 
+// testGPUs are the GPUs test daemons know besides the simulated GPU's:
+// testGPU and 0x70,i (a GPU of its own per benchmark client).
+func testGPUs() []proto.UUID {
+	out := []proto.UUID{testGPU}
+	for i := range 16 {
+		out = append(out, proto.UUID{0x70, byte(i)})
+	}
+	return out
+}
+
+// testLister lists testGPUs and, when it is built, the simulated GPU's (the
+// end-to-end tenants run on it), through NVML as the daemon does.
+func testLister() func() ([]proto.UUID, error) {
+	dir := os.Getenv("GPUSLICE_NODE_SIMDIR")
+	if dir == "" {
+		bin := os.Getenv("GPUSLICE_BIN")
+		if bin == "" {
+			bin = filepath.Join(repoRoot(), "bin")
+		}
+		dir = filepath.Join(bin, "sim")
+	}
+	sim := DriverGPUs(gpu.ModeSim, dir)
+	_, err := os.Stat(filepath.Join(dir, "libnvidia-ml.so.1"))
+	return func() ([]proto.UUID, error) {
+		if err != nil {
+			return testGPUs(), nil
+		}
+		uuids, err := sim()
+		return append(testGPUs(), uuids...), err
+	}
+}
+
 // testCfg is a daemon config in a fresh run directory with short slices.
 func testCfg(t testing.TB) Config {
 	dir := t.TempDir()
@@ -51,6 +84,7 @@ func testCfg(t testing.TB) Config {
 		return ""
 	})
 	cfg.Socket = filepath.Join(dir, "node.sock")
+	cfg.ListGPUs = testLister()
 	cfg.StatusEvery = 50 * time.Millisecond
 	cfg.Policy.DefaultSlice = 5 * time.Millisecond
 	cfg.Policy.Grace = 30 * time.Millisecond
@@ -66,6 +100,7 @@ func childDaemon(args []string) int {
 		return 2
 	}
 	cfg := DefaultConfig(os.Getenv)
+	cfg.ListGPUs = testLister()
 	cfg.Socket = *socket
 	if *runDir != "" {
 		cfg.RunDir = *runDir
@@ -108,10 +143,26 @@ func childClient(mode string) error {
 		fmt.Println("up")
 		return nil
 	}
-	if mode == "grants" {
+	switch mode {
+	case "grants":
 		return grantsChild(ctx, socket)
+	case "flood":
+		return floodChild(socket)
+	case "unknown-gpus":
+		return unknownGPUsChild(socket)
 	}
 	c, err := Dial(ctx, socket)
+	if mode == "dial" {
+		switch {
+		case IsBusy(err):
+			fmt.Println("dial busy")
+			return nil
+		case err != nil:
+			return err
+		}
+		fmt.Println("dial ok", c.Group)
+		return c.Close()
+	}
 	if err != nil {
 		return err
 	}
@@ -207,7 +258,11 @@ type childProc struct {
 
 func startChild(t testing.TB, cfg Config, mode, grp string, env ...string) *childProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), cfg, mode, grp, env...)
+}
+
+func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, env ...string) *childProc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_RUN_DIR="+cfg.RunDir)
 	if grp != "" {

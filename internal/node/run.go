@@ -66,14 +66,30 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if err := prepareState(runDir, s.Group, st); err != nil {
 		return nil, err
 	}
-	socket := SocketPath(getenv)
+	socket, start := s.daemon(getenv)
 	env := []string{EnvSocket + "=" + socket}
 	if s.NoDaemon {
 		return env, nil
 	}
-	s.Start.Args = append([]string{"--run-dir", runDir}, s.Start.Args...)
-	if err := EnsureRunning(ctx, socket, s.Start); err != nil {
+	if err := EnsureRunning(ctx, socket, start); err != nil {
 		return env, fmt.Errorf("%w: %w", ErrNoDaemon, err)
 	}
 	return env, nil
+}
+
+// daemon returns the socket of the run's daemon and how to start one.
+func (s RunSetup) daemon(getenv func(string) string) (string, StartOptions) {
+	o := s.Start
+	o.Args = append([]string{"--run-dir", paths.RunDir(getenv)}, o.Args...)
+	return SocketPath(getenv), o
+}
+
+// SuperviseRun keeps the run's daemon running until ctx ends (Supervise); a
+// no-op with NoDaemon.
+func SuperviseRun(ctx context.Context, getenv func(string) string, s RunSetup) {
+	if s.NoDaemon {
+		return
+	}
+	socket, start := s.daemon(getenv)
+	Supervise(ctx, socket, paths.RunDir(getenv), start)
 }

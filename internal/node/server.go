@@ -28,6 +28,9 @@ type Server struct {
 	tree group.Tree
 	log  klog.Logger
 
+	adm   *admission
+	known *knownGPUs
+
 	mu       sync.Mutex
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
@@ -70,8 +73,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.Chmod(cfg.Socket, 0o666); err != nil {
 		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
 	}
+	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
 	s := &Server{cfg: cfg, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
-		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks()}
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks(),
+		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
 	return s.serveAll(ctx, ln)
 }
@@ -102,20 +107,51 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 			c.kill()
 		}
 	})
-	var err error
-	for {
-		nc, aerr := ln.AcceptUnix()
-		if aerr != nil {
-			if ctx.Err() == nil {
-				err = fmt.Errorf("accept: %w", aerr)
-			}
-			break
-		}
-		wg.Go(func() { s.serve(ctx, nc) })
-	}
+	err := s.acceptLoop(ctx, ln, &wg)
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// acceptLoop admits connections (limits.go) until the listener closes. A
+// connection over a bound is refused here, before it costs a goroutine.
+func (s *Server) acceptLoop(ctx context.Context, ln *net.UnixListener, wg *sync.WaitGroup) error {
+	for {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM) ||
+				errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ECONNABORTED) {
+				s.log.Error(err, "accept (retrying)") // out of descriptors or memory: others keep being served
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		fd, err := takeFD(nc)
+		if err != nil {
+			s.log.Error(err, "client connection")
+			continue
+		}
+		cred, err := peerCred(fd)
+		if err != nil {
+			s.log.Error(err, "client connection")
+			if cerr := unix.Close(fd); cerr != nil {
+				s.log.V(4).Info("close", "err", cerr)
+			}
+			continue
+		}
+		if why := s.adm.admitUID(&s.cfg, cred.Uid); why != "" {
+			s.refuse(fd, cred, why)
+			continue
+		}
+		wg.Go(func() { s.serve(ctx, fd, cred) })
+	}
 }
 
 // watchdog stops the daemon when its run directory is removed, or when no
@@ -170,6 +206,9 @@ func (s *Server) gpu(u proto.UUID) (*gpuState, error) {
 	defer s.mu.Unlock()
 	if g := s.gpus[u]; g != nil {
 		return g, nil
+	}
+	if err := s.known.check(u); err != nil {
+		return nil, err
 	}
 	if len(s.gpus) >= s.cfg.MaxGPUs {
 		return nil, fmt.Errorf("too many GPUs (%d)", len(s.gpus))

@@ -62,7 +62,11 @@ const (
 	ErrVersion     uint32 = 1      // unsupported protocol version
 	ErrProtocol    uint32 = 2      // malformed or unexpected frame
 	ErrIdentity    uint32 = 3      // the daemon could not identify the caller
-	ErrLimit       uint32 = 4      // too many GPUs or connections
+	ErrLimit       uint32 = 4      // a request past a fixed bound (e.g. a GPU the daemon does not know)
+	// ErrBusy refuses a connection for now (too many connections from the
+	// caller's uid or group, or in all): the daemon is alive and the caller
+	// stays gated; it may connect again later. Added within version 2.
+	ErrBusy uint32 = 5
 	BorrowReclaim  uint32 = 1 << 0 // the allocation is within the guarantee: make room for it
 	LendGranted    uint32 = 1      // the allowance covers the allocation
 	LendRefused    uint32 = 2      // no memory to lend; the message says why
@@ -126,7 +130,8 @@ func Constants() []Const {
 		{"GS_ERR_VERSION", ErrVersion, "unsupported protocol version"},
 		{"GS_ERR_PROTOCOL", ErrProtocol, "malformed or unexpected frame"},
 		{"GS_ERR_IDENTITY", ErrIdentity, "the daemon could not identify the caller"},
-		{"GS_ERR_LIMIT", ErrLimit, "too many GPUs or connections"},
+		{"GS_ERR_LIMIT", ErrLimit, "a request past a fixed bound (e.g. a GPU the daemon does not know)"},
+		{"GS_ERR_BUSY", ErrBusy, "too many connections for now: stay gated, connect again later"},
 		{"GS_BORROW_RECLAIM", BorrowReclaim, "the allocation is within the guarantee: make room for it"},
 		{"GS_LEND_GRANTED", LendGranted, "the allowance covers the allocation"},
 		{"GS_LEND_REFUSED", LendRefused, "no memory to lend; the message says why"},

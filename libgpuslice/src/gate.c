@@ -92,6 +92,7 @@ static void cfg_init(void)
 	cfg.idle_ns = env_u64("GPUSLICE_GATE_IDLE_US", 500, 10, 10000000) * 1000u;
 	cfg.timeout_ns = env_u64("GPUSLICE_GATE_TIMEOUT_MS", 5000, 1, 3600000) * 1000000u;
 	cfg.retry_ns = 1000000000u;
+	cfg.reconnect_ns = 100000000u;
 	cfg.step_ns = 100000000u;
 	default_socket(cfg.socket, sizeof(cfg.socket));
 	pthread_atfork(NULL, NULL, after_fork_child);
@@ -113,7 +114,7 @@ GS_HIDDEN void gs_gate_publish_locked(uint64_t now)
 	} else if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
 		atomic_store_explicit(&gs_gate_fast.end, g->grant_end, memory_order_relaxed);
 		state = cfg.depth > 0 ? GS_GATE_TRACK : GS_GATE_HELD;
-	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss) {
+	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss && !g->refused) {
 		state = GS_GATE_PASS; /* ungated; the gate thread reconnects */
 	} else if ((g->st == GS_GATE_WAITING || g->st == GS_GATE_RELEASING) && g->slow) {
 		state = GS_GATE_PASS; /* until the daemon answers (the gate thread reads its grant) */
@@ -230,7 +231,7 @@ static int step_locked(uint64_t *wait_start)
 		if (now >= g->retry_at && gs_gate_connect_locked(now) == 0)
 			return 0;
 		gs_gate_publish_locked(now);
-		if (!cfg.wait_on_loss)
+		if (!cfg.wait_on_loss && !g->refused)
 			return 1;
 		gs_gate_wait_locked(now + 100000000u);
 		return 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gate_int.h"
+#include "hello.h"
 #include "log.h"
 
 GS_HIDDEN void gs_gate_down_locked(const char *why)
@@ -32,7 +33,7 @@ GS_HIDDEN void gs_gate_down_locked(const char *why)
 	g->fd = -1;
 	g->gen++;
 	g->st = GS_GATE_DOWN;
-	g->retry_at = gs_gate_now() + c->retry_ns;
+	g->retry_at = gs_gate_now() + c->reconnect_ns;
 	gs_log_once(&g->said_down, "lost the node daemon (%s): %s until it returns", why,
 		    c->wait_on_loss ? "launches wait" : "running without time slicing");
 	gs_gate_publish_locked(gs_gate_now());
@@ -249,21 +250,33 @@ GS_HIDDEN void gs_gate_start_thread_locked(void)
 
 /* Hello and welcome, with the socket's timeouts bounding a stuck daemon; then
  * a receive timeout of step_ns (a launcher waiting for its grant wakes up to
- * check its deadline; the gate thread reads with MSG_DONTWAIT). */
-static int handshake(int fd, uint64_t step_ns)
+ * check its deadline; the gate thread reads with MSG_DONTWAIT). Returns 0,
+ * GS_ERR_BUSY (refused for now: *f holds the refusal) or -1. */
+static int handshake(int fd, uint64_t step_ns, struct gs_frame *f)
 {
 	struct timeval tv = {.tv_sec = 1};
-	struct gs_frame f;
-	struct gs_msg_hello h = {.features = GS_FEATURE_REVOKE};
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return -1;
-	gs_wire_frame(&f, GS_MSG_HELLO, &h, sizeof(h));
-	if (gs_wire_send(fd, &f) != 0 || gs_wire_recv(fd, &f, 0) != 0 || f.header.type != GS_MSG_WELCOME)
-		return -1;
+	int rc = gs_hello_exchange(fd, GS_FEATURE_REVOKE, f);
+	if (rc != 0)
+		return rc;
 	tv.tv_sec = (time_t)(step_ns / 1000000000u);
 	tv.tv_usec = (suseconds_t)(step_ns % 1000000000u / 1000u);
 	return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* The daemon is alive but refused this process for now (too many
+ * connections): launches wait, whatever GPUSLICE_GATE_ON_LOSS says (running
+ * ungated would let a process flood its own way out of the gate). */
+static void refused_locked(const struct gs_frame *f)
+{
+	char msg[sizeof(f->msg.error.message) + 1];
+	memcpy(msg, f->msg.error.message, sizeof(f->msg.error.message));
+	msg[sizeof(msg) - 1] = '\0';
+	gs_gate.refused = 1;
+	gs_log_once(&gs_gate.said_down, "the node daemon refused this process for now (%s): launches wait until it "
+		    "accepts", msg);
 }
 
 GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
@@ -271,14 +284,24 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 	struct gs_gate *g = &gs_gate;
 	const struct gs_gate_cfg *c = gs_gate_cfg();
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	g->retry_at = now + c->retry_ns;
+	g->retry_at = now + c->reconnect_ns;
 	memcpy(addr.sun_path, c->socket, sizeof(addr.sun_path) - 1);
 	int fd = socket(AF_UNIX, GS_PROTO_SOCK_TYPE | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || handshake(fd, c->step_ns) != 0) {
+	struct gs_frame f;
+	int rc = -1;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+		rc = handshake(fd, c->step_ns, &f);
+	if (rc == GS_ERR_BUSY) {
+		close(fd);
+		refused_locked(&f);
+		return -1;
+	}
+	if (rc != 0) {
 		int err = errno;
 		close(fd);
+		g->refused = 0;
 		if (c->explicit_socket)
 			gs_log_once(&g->said_down, "node daemon not reachable at %s (%s%s): %s until it is", c->socket,
 				    strerror(err), err == EPROTOTYPE ? ": it speaks another protocol version" : "",
@@ -288,7 +311,7 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 	g->fd = fd;
 	g->gen++;
 	g->st = GS_GATE_IDLE;
-	g->revoked = g->slow = 0;
+	g->revoked = g->slow = g->refused = 0;
 	if (atomic_exchange(&g->said_down, 0))
 		gs_log("node daemon at %s is back: GPU time slicing resumed", c->socket);
 	return 0;

@@ -20,7 +20,8 @@ struct gs_gate_cfg {
 	unsigned depth;       /* GPUSLICE_GATE_DEPTH: outstanding launches (0 = unbounded) */
 	uint64_t idle_ns;     /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
 	uint64_t timeout_ns;  /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
-	uint64_t retry_ns;    /* reconnect interval */
+	uint64_t retry_ns;    /* how often an idle gate thread checks its connection */
+	uint64_t reconnect_ns; /* reconnect interval: a restarted daemon enforces again within it */
 	uint64_t step_ns;     /* a launcher waiting for a grant re-checks its deadline this often */
 	char socket[108];
 };
@@ -44,6 +45,7 @@ struct gs_gate {
 	uint64_t grant_end;
 	int revoked;
 	int slow;          /* a grant took longer than timeout_ns: run until one comes */
+	int refused;       /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
 	int receiving;     /* a launcher is blocked reading the socket for its grant */
 	int thread;        /* the gate thread was started (in this process) */
 	int have_gpu;
