@@ -66,11 +66,11 @@ const (
 	// ErrBusy refuses a connection for now (too many connections from the
 	// caller's uid or group, or in all): the daemon is alive and the caller
 	// stays gated; it may connect again later. Added within version 2.
-	ErrBusy uint32 = 5
-	BorrowReclaim  uint32 = 1 << 0 // the allocation is within the guarantee: make room for it
-	LendGranted    uint32 = 1      // the allowance covers the allocation
-	LendRefused    uint32 = 2      // no memory to lend; the message says why
-	LendUnknown    uint32 = 3      // the group has no elastic memory on this GPU
+	ErrBusy       uint32 = 5
+	BorrowReclaim uint32 = 1 << 0 // the allocation is within the guarantee: make room for it
+	LendGranted   uint32 = 1      // the allowance covers the allocation
+	LendRefused   uint32 = 2      // no memory to lend; the message says why
+	LendUnknown   uint32 = 3      // the group has no elastic memory on this GPU
 )
 
 // Header starts every frame.
