@@ -21,6 +21,10 @@ type GPU struct {
 	Healthy              bool
 	UtilizationPercent   int32
 	UnscheduledProcesses int32
+	// Mode is the GPU's sharing mode; in mps mode UnitsFree (measured by
+	// the node from its live MPS clients) also bounds what a pod can get.
+	Mode      api.SharingMode
+	UnitsFree int64
 }
 
 // Node is one node's row of the resource table.
@@ -38,7 +42,7 @@ func NodeFromAPI(n *api.GPUNode) Node {
 		out.GPUs = append(out.GPUs, GPU{
 			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes,
 			Healthy: g.Health == api.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
-			UnscheduledProcesses: g.UnscheduledProcesses,
+			UnscheduledProcesses: g.UnscheduledProcesses, Mode: g.Mode(), UnitsFree: g.UnitsFree,
 		})
 	}
 	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].Index < out.GPUs[j].Index })

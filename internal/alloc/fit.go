@@ -25,14 +25,14 @@ type candidate struct {
 }
 
 // skipped counts why GPUs were not candidates, for the unschedulable reason.
-type skipped struct{ unhealthy, busy, foreign, exclusive, full int }
+type skipped struct{ unhealthy, busy, foreign, exclusive, full, mode int }
 
 func (s skipped) String() string {
 	var parts []string
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{s.unhealthy, "unhealthy"}, {s.busy, "over the utilization threshold"}, {s.foreign, "busy with unscheduled processes"}, {s.exclusive, "held whole"}, {s.full, fmt.Sprintf("holding %d containers", api.MaxContainersPerGPU)}} {
+	}{{s.unhealthy, "unhealthy"}, {s.busy, "over the utilization threshold"}, {s.foreign, "busy with unscheduled processes"}, {s.exclusive, "held whole"}, {s.full, fmt.Sprintf("holding %d containers", api.MaxContainersPerGPU)}, {s.mode, "in another sharing mode"}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
 		}
@@ -76,7 +76,7 @@ func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.As
 		return fmt.Errorf("node %s heartbeat is stale (%s old, timeout %s)", node, age.Round(time.Second), b.cfg.HeartbeatTimeout)
 	}
 	var cbuf [stackGPUs]candidate
-	cands, sk := b.candidates(ns, cbuf[:0])
+	cands, sk := b.candidates(ns, req.Sharing, cbuf[:0])
 	policy := b.policy(req)
 	for _, c := range req.Containers {
 		var pbuf [stackGPUs]int
@@ -98,7 +98,7 @@ func (b *Books) policy(req *api.PodRequest) api.Placement {
 	return b.cfg.DefaultPlacement
 }
 
-func (b *Books) candidates(ns *nodeState, out []candidate) ([]candidate, skipped) {
+func (b *Books) candidates(ns *nodeState, sharing api.SharingMode, out []candidate) ([]candidate, skipped) {
 	var sk skipped
 	for i := range ns.table.GPUs {
 		g := &ns.table.GPUs[i]
@@ -114,9 +114,14 @@ func (b *Books) candidates(ns *nodeState, out []candidate) ([]candidate, skipped
 			sk.exclusive++
 		case u.Containers >= api.MaxContainersPerGPU:
 			sk.full++
+		case !g.Mode.Accepts(sharing):
+			sk.mode++
 		default:
 			k := candidate{gpu: g, freeUnits: g.UnitsTotal - u.Units, freeMem: g.MemoryBytes - u.MemoryBytes, empty: u.Pods == 0,
 				freeSlots: api.MaxContainersPerGPU - u.Containers}
+			if g.Mode == api.SharingMPS && g.UnitsFree < k.freeUnits {
+				k.freeUnits = g.UnitsFree // bounded by the MPS client slots the node measured
+			}
 			k.frac = k.freeFraction()
 			out = append(out, k)
 		}
@@ -247,7 +252,7 @@ func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 		return nil
 	}
 	var cbuf [stackGPUs]candidate
-	cands, _ := b.candidates(ns, cbuf[:0])
+	cands, _ := b.candidates(ns, "", cbuf[:0])
 	var out []GPU
 	for _, k := range cands {
 		if k.empty {

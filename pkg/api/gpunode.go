@@ -76,6 +76,12 @@ type GPU struct {
 	// UnscheduledProcesses counts processes on the GPU that belong to no
 	// pod gpuslice scheduled there.
 	UnscheduledProcesses int32 `json:"unscheduledProcesses,omitempty"`
+	// SharingMode is how pods share the GPU ("" = timeslice). In mps mode
+	// UnitsTotal is M x N x K and UnitsFree is bounded by the MPS client
+	// slots left, measured from the live clients.
+	SharingMode SharingMode `json:"sharingMode,omitempty"`
+	// MPSClients is the number of live MPS clients (mps mode).
+	MPSClients int32 `json:"mpsClients,omitempty"`
 }
 
 // Summary aggregates GPUs for printer columns.
@@ -131,6 +137,10 @@ func (n *GPUNode) Validate() error {
 			return bad("gpu %d: health %q", g.Index, g.Health)
 		case g.UtilizationPercent < 0 || g.UtilizationPercent > 100:
 			return bad("gpu %d: utilizationPercent %d", g.Index, g.UtilizationPercent)
+		case g.SharingMode != "" && !g.SharingMode.Valid():
+			return bad("gpu %d: sharingMode %q", g.Index, g.SharingMode)
+		case g.MPSClients < 0:
+			return bad("gpu %d: mpsClients %d", g.Index, g.MPSClients)
 		}
 		seen[g.Index], uuids[g.UUID] = true, true
 	}

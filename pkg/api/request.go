@@ -32,6 +32,8 @@ type ContainerRequest struct {
 type PodRequest struct {
 	Containers []ContainerRequest
 	Placement  Placement
+	// Sharing is the sharing mode the pod's GPUs must have ("" = either).
+	Sharing SharingMode
 }
 
 // Empty reports whether the pod asks for no gpuslice resources.
@@ -50,6 +52,11 @@ func ParseRequest(pod *corev1.Pod) (*PodRequest, error) {
 		}
 		out.Placement = Placement(p)
 	}
+	sharing, err := ParseSharing(pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	out.Sharing = sharing
 	for _, c := range pod.Spec.InitContainers {
 		if hasGPUSlice(c.Resources) {
 			return nil, fmt.Errorf("%w: init container %q: gpuslice resources are only supported on regular containers", ErrInvalidRequest, c.Name)
