@@ -34,6 +34,8 @@
 	X(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool",       \
 	  (CUmemoryPool *, CUdevice))                                                    \
 	X(MemFree, "cuMemFree_v2", "cuMemFree", (CUdeviceptr))                         \
+	X(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD", (CUdeviceptr, const void *, size_t)) \
+	X(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH", (void *, CUdeviceptr, size_t)) \
 	X(MemCreate, "cuMemCreate", "cuMemCreate",                                                 \
 	  (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
 	X(MemRelease, "cuMemRelease", "cuMemRelease", (CUmemGenericAllocationHandle))  \

@@ -1,6 +1,6 @@
 # apps/: small CUDA driver-API programs (run on the simulated GPU and on a real driver).
 APPS_COMMON := apps/cuapi.c apps/cuapi.h include/gpuslice/cuda_abi.h
-APPS := $(BIN)/gs-trainer $(BIN)/gs-memfill $(BIN)/gs-bench-hooks $(BIN)/gs-share-tenant
+APPS := $(BIN)/gs-trainer $(BIN)/gs-memfill $(BIN)/gs-bench-hooks $(BIN)/gs-share-tenant $(BIN)/gs-elastic
 ALL_TARGETS += $(APPS)
 
 $(BIN)/gs-%: apps/%.c $(APPS_COMMON)

@@ -240,6 +240,9 @@ typedef void (*CUhostFn)(void *userData);
 
 /* Flags */
 enum { CU_MEM_ATTACH_GLOBAL = 0x1, CU_MEM_ATTACH_HOST = 0x2 };
+typedef int CUmem_advise;
+enum { CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3, CU_MEM_ADVISE_SET_ACCESSED_BY = 5 };
+#define CU_DEVICE_CPU ((CUdevice)-1)
 enum { CU_EVENT_DEFAULT = 0x0, CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2 };
 enum { CU_STREAM_DEFAULT = 0x0, CU_STREAM_NON_BLOCKING = 0x1 };
 

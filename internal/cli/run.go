@@ -23,15 +23,18 @@ func runCommand() Command {
 
 type runFlags struct {
 	gpus, memory, group, driver string
+	memoryMax, spill            string
 	slices                      group.RunFlags
 	noDaemon                    bool
 }
 
 func runRun(ctx context.Context, env *Env, args []string) error {
 	var f runFlags
-	fs := newFlagSet(env, "run", "[--gpu N[,M...]] [--memory SIZE] [--group NAME] -- CMD [ARGS...]")
+	fs := newFlagSet(env, "run", "[--gpu N[,M...]] [--memory SIZE [--memory-max SIZE [--spill host]]] [--group NAME] -- CMD [ARGS...]")
 	fs.StringVar(&f.gpus, "gpu", "", "GPU(s) the command may use: indices or UUIDs, comma-separated (default: all)")
 	fs.StringVar(&f.memory, "memory", "", "GPU memory limit per GPU for the command and every process it starts, e.g. 6GiB")
+	fs.StringVar(&f.memoryMax, "memory-max", "", "elastic memory: ceiling per GPU; --memory is then the guarantee and memory past it is borrowed from the node daemon while free, e.g. 20GiB")
+	fs.StringVar(&f.spill, "spill", "", "elastic memory: host lets borrowed memory move to host memory when a guarantee needs it back (default none)")
 	fs.StringVar(&f.group, "group", "", "group name; processes of one group share its limits (default: a new group per run)")
 	fs.StringVar(&f.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
 	f.slices.Register(fs)
@@ -47,6 +50,17 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	elastic, err := elasticFlags(&f, spec.MemoryLimit)
+	if err != nil {
+		return err
+	}
+	if elastic.Max > 0 {
+		mode := "on"
+		if elastic.Spill {
+			mode = "spill"
+		}
+		spec.ExtraEnv = append(spec.ExtraEnv, "GPUSLICE_MEMORY_ELASTIC="+mode)
+	}
 	spec.Command = fs.Args()
 	daemonArgs := []string{"--idle-exit", "60s"}
 	if f.driver != "" {
@@ -54,7 +68,8 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 	}
 	setup := node.RunSetup{
 		Group: spec.Group, Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
-		Start: node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
+		Elastic: elastic,
+		Start:   node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
 	}
 	extra, err := node.PrepareRun(ctx, env.Getenv, setup)
 	switch {
@@ -81,6 +96,32 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// elasticFlags validates --memory-max and --spill against --memory (the guarantee).
+func elasticFlags(f *runFlags, guarantee uint64) (node.ElasticSetup, error) {
+	var e node.ElasticSetup
+	spill, err := group.ParseSpill(f.spill)
+	if err != nil {
+		return e, usagef("--spill: %w", err)
+	}
+	if f.memoryMax == "" {
+		if spill {
+			return e, usagef("--spill needs --memory-max (spill moves borrowed memory)")
+		}
+		return e, nil
+	}
+	ceiling, err := units.ParseSize(f.memoryMax)
+	if err != nil {
+		return e, usagef("--memory-max: %w", err)
+	}
+	switch {
+	case guarantee == 0:
+		return e, usagef("--memory-max needs --memory (the guarantee)")
+	case ceiling < guarantee:
+		return e, usagef("--memory-max %s is below --memory %s", f.memoryMax, f.memory)
+	}
+	return node.ElasticSetup{Max: ceiling, Spill: spill}, nil
 }
 
 // buildRunSpec validates the flags against the GPUs present and prepares the run.

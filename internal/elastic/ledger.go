@@ -66,6 +66,8 @@ type Ledger struct {
 	cfg     Config
 	total   uint64
 	other   uint64
+	device  uint64 // used bytes the driver reported (deviceSeen)
+	seen    bool
 	groups  map[string]*entry
 	pending []pending
 }
@@ -104,6 +106,7 @@ func (l *Ledger) Observe(name string, u Usage) {
 // ObserveDevice records the device's used bytes as the driver reports them:
 // what the groups do not account for is someone else's.
 func (l *Ledger) ObserveDevice(used uint64) {
+	l.device, l.seen = used, true
 	var held uint64
 	for _, e := range l.groups {
 		held += e.use.Used - e.use.Spilled
@@ -147,6 +150,16 @@ func (e *entry) footprint() uint64 {
 		f += e.slack()
 	}
 	return f
+}
+
+// DeviceFree is what the driver last said is free (the book's Free if it
+// never said): allocations reserved in a state file but not made yet count in
+// the book, not on the device.
+func (l *Ledger) DeviceFree() uint64 {
+	if !l.seen {
+		return l.Free()
+	}
+	return sub(l.total, l.device)
 }
 
 // Free is the device memory no one holds or was lent, by the book.
@@ -255,7 +268,7 @@ type Plan struct {
 func (l *Ledger) Reclaim(name string, size uint64, now time.Time) Plan {
 	l.Tick(now)
 	l.pending = append(l.pending, pending{group: name, bytes: size, until: now.Add(l.cfg.Hold)})
-	short := sub(size, l.Free())
+	short := sub(size, l.DeviceFree())
 	if short == 0 {
 		short = size // the driver refused what the book thinks is free: someone else's
 	}

@@ -152,6 +152,7 @@ func (s *Server) borrow(c *conn, m *proto.Borrow) {
 		}
 	}
 	b.mu.Unlock()
+	s.log.V(1).Info("reclaim", "group", name, "gpu", uuid, "size", m.Size, "spill", plan.Spill, "short", plan.Short)
 	for bc, n := range orders {
 		bc.send(&proto.Spill{GPU: m.GPU, Bytes: n})
 	}
@@ -173,9 +174,10 @@ func (s *Server) awaitRoom(name, uuid string, m *proto.Borrow, start time.Time) 
 			return lend
 		}
 		now := time.Now()
-		free := l.Free()
+		free := l.DeviceFree()
 		lend.Allowance, lend.Available = l.Allowance(name), l.Available(name, now)
 		if free >= m.Size || now.Sub(start) >= s.cfg.Elastic.ReclaimWait {
+			s.log.V(1).Info("reclaim done", "group", name, "free", free, "waited", now.Sub(start))
 			if free < m.Size {
 				l.Settle(name)
 				lend.Status = proto.LendRefused

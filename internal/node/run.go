@@ -37,8 +37,34 @@ type RunSetup struct {
 	Group     string         // the run's group (a --group NAME, or run-<pid>)
 	Flags     group.RunFlags // --slice, --share, --priority
 	MemoryMax uint64         // --memory in bytes, recorded as memory.max (0: leave as is)
+	Elastic   ElasticSetup   // --memory-max, --spill (MemoryMax is then the guarantee)
 	NoDaemon  bool           // do not start a daemon if none runs
 	Start     StartOptions   // how to start one (default: this executable)
+}
+
+// ElasticSetup is elastic memory for a run: a ceiling past the guarantee.
+type ElasticSetup struct {
+	Max   uint64 // 0: no elastic memory
+	Spill bool
+}
+
+// memoryChanges are the memory settings of a run.
+func (s RunSetup) memoryChanges() []group.Change {
+	if s.MemoryMax == 0 {
+		return nil
+	}
+	spill := "none"
+	if s.Elastic.Spill {
+		spill = "host"
+	}
+	if s.Elastic.Max == 0 { // a plain limit
+		return []group.Change{{File: group.FileMemoryMin, Value: "0"}, {File: group.FileMemorySpill, Value: "none"},
+			{File: group.FileMemoryMax, Value: strconv.FormatUint(s.MemoryMax, 10)}}
+	}
+	return []group.Change{{File: group.FileMemoryMin, Value: "0"},
+		{File: group.FileMemoryMax, Value: strconv.FormatUint(s.Elastic.Max, 10)},
+		{File: group.FileMemoryMin, Value: strconv.FormatUint(s.MemoryMax, 10)},
+		{File: group.FileMemorySpill, Value: spill}}
 }
 
 // PrepareRun validates the time-slice flags, writes the group's settings to
@@ -54,9 +80,7 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if err := paths.ValidateGroup(s.Group); err != nil {
 		return nil, fmt.Errorf("%w: %w", group.ErrInvalid, err)
 	}
-	if s.MemoryMax > 0 {
-		changes = append(changes, group.Change{File: group.FileMemoryMax, Value: strconv.FormatUint(s.MemoryMax, 10)})
-	}
+	changes = append(changes, s.memoryChanges()...)
 	runDir := paths.RunDir(getenv)
 	tree := group.NewTree(runDir)
 	st, err := tree.Set(s.Group, changes)

@@ -48,6 +48,11 @@ static void config_init(void)
 	const char *sock = getenv("GPUSLICE_NODE_SOCKET");
 	if (sock != NULL && strlen(sock) < sizeof(c->node_socket))
 		strcpy(c->node_socket, sock);
+	const char *el = getenv("GPUSLICE_MEMORY_ELASTIC");
+	if (el != NULL && strcmp(el, "on") == 0)
+		c->elastic = GS_ELASTIC_ON;
+	else if (el != NULL && strcmp(el, "spill") == 0)
+		c->elastic = GS_ELASTIC_ON | GS_ELASTIC_SPILL;
 	const char *limit = getenv("GPUSLICE_MEMORY_LIMIT");
 	if (limit != NULL && *limit != '\0' && gs_parse_u64(limit, &c->limit) != 0) {
 		c->limit_bad = 1;

@@ -18,6 +18,7 @@ struct gs_config {
 	char group[GS_SHM_NAME_LEN];    /* GPUSLICE_GROUP */
 	char group_file[PATH_MAX];      /* GPUSLICE_GROUP_FILE; "" = private group */
 	char node_socket[108];          /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
+	uint32_t elastic;               /* GPUSLICE_MEMORY_ELASTIC: "on", "spill" -> GS_ELASTIC_* bits */
 };
 
 GS_HIDDEN const struct gs_config *gs_config(void);

@@ -27,6 +27,10 @@ static inline uint32_t gs_wire_len(uint16_t type)
 		return sizeof(struct gs_msg_revoke);
 	case GS_MSG_ERROR:
 		return sizeof(struct gs_msg_error);
+	case GS_MSG_LEND:
+		return sizeof(struct gs_msg_lend);
+	case GS_MSG_SPILL:
+		return sizeof(struct gs_msg_spill);
 	}
 	return 0;
 }

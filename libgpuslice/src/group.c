@@ -267,7 +267,13 @@ GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
 		return i;
 	int saved = errno;
 	group_lock(g);
-	i = gs_shm_claim_gpu(g->f, uuid, gs_group_limit(&g->f->hdr, gs_config()->limit));
+	uint64_t limit = gs_group_limit(&g->f->hdr, gs_config()->limit);
+	i = gs_shm_claim_gpu(g->f, uuid, limit);
+	if (i >= 0 && gs_config()->elastic != 0 && gs_ld32(&g->f->gpu[i].elastic) == 0) {
+		/* elastic from the start: the guarantee is the limit (the daemon may rewrite both) */
+		__atomic_store_n(&g->f->gpu[i].min, limit, __ATOMIC_RELAXED);
+		__atomic_store_n(&g->f->gpu[i].elastic, gs_config()->elastic, __ATOMIC_RELEASE);
+	}
 	group_unlock(g);
 	if (i < 0)
 		gs_log_once(&g->said_full_gpus, "group \"%s\" uses %d GPUs already; refusing allocations on %s",

@@ -7,11 +7,36 @@
 #include <errno.h>
 
 #include "account.h"
+#include "device.h"
 #include "memcore.h"
+
+/* Past an elastic spill group's guarantee, served as managed memory (elastic.h). */
+static CUresult alloc_v2(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r, CUdeviceptr *dptr, size_t bytesize)
+{
+	CUdevice dev;
+	if (gs_resv_managed(r) && gs_current_device(&dev) == 0)
+		return gs_elastic_alloc_managed(dptr, bytesize, dev, r->slot);
+	return fn(dptr, bytesize);
+}
 
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	GS_ALLOC_BODY(cuMemAlloc_v2, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize));
+	gs_fn_cuMemAlloc_v2 fn = GS_REAL(cuMemAlloc_v2);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	int e = errno;
+	struct gs_resv r;
+	CUresult rc = gs_resv_current(bytesize, &r);
+	if (rc == CUDA_SUCCESS) {
+		errno = e;
+		rc = alloc_v2(fn, &r, dptr, bytesize);
+		if (rc == CUDA_ERROR_OUT_OF_MEMORY && gs_resv_reclaim(&r))
+			rc = alloc_v2(fn, &r, dptr, bytesize);
+		e = errno;
+		gs_resv_finish(&r, rc, GS_KIND_PTR, rc == CUDA_SUCCESS ? (uint64_t)*dptr : 0);
+	}
+	errno = e;
+	return rc;
 }
 
 GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)

@@ -4,6 +4,7 @@
 
 #include "account.h"
 #include "device.h"
+#include "elastic.h"
 #include "log.h"
 #include "memcore.h"
 
@@ -12,7 +13,8 @@ static CUresult refuse(struct gs_group *g, int slot, uint64_t size)
 	static _Atomic int said;
 	struct gs_shm_gpu *gpu = &gs_group_file(g)->gpu[slot];
 	__atomic_fetch_add(&gpu->refused, 1, __ATOMIC_RELAXED);
-	if (atomic_load_explicit(&said, memory_order_relaxed))
+	if (atomic_load_explicit(&said, memory_order_relaxed) ||
+	    (__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) != 0) /* the borrow said why */
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	char want[32], used[32], limit[32], who[GS_SHM_NAME_LEN + 16];
 	const char *name = gs_group_name(g);
@@ -28,12 +30,27 @@ static CUresult refuse(struct gs_group *g, int slot, uint64_t size)
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* Elastic slots past their allowance: borrow, then reserve (another member
+ * may take what was lent first: ask again, a few times). 0 or -1. */
+static int borrow(struct gs_shm_gpu *gpu, uint64_t size)
+{
+	if ((__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) == 0)
+		return -1;
+	for (int i = 0; i < 3; i++) {
+		if (gs_elastic_borrow(gpu, size, 0) != 0)
+			return -1;
+		if (gs_acct_reserve(gpu, size) == 0)
+			return 0;
+	}
+	return -1;
+}
+
 static CUresult reserve(struct gs_resv *r, uint64_t size)
 {
 	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
 	if (gs_acct_reserve(gpu, size) != 0) {
 		gs_group_reap(r->g, 1); /* a dead member may hold what we need */
-		if (gs_acct_reserve(gpu, size) != 0)
+		if (gs_acct_reserve(gpu, size) != 0 && borrow(gpu, size) != 0)
 			return refuse(r->g, r->slot, size);
 	}
 	gs_acct_proc_add(r->self, r->slot, size);
@@ -111,6 +128,25 @@ GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size)
 	}
 	r->size = new_size;
 	return 0;
+}
+
+GS_HIDDEN int gs_resv_reclaim(struct gs_resv *r)
+{
+	if (!r->active)
+		return 0;
+	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
+	if ((__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) == 0 ||
+	    gs_ld64(&gpu->used) - gs_ld64(&gpu->spilled) > gs_ld64(&gpu->min))
+		return 0; /* not within the guarantee: the device's answer stands */
+	return gs_elastic_borrow(gpu, r->size, 1) == 0;
+}
+
+GS_HIDDEN int gs_resv_managed(const struct gs_resv *r)
+{
+	if (!r->active)
+		return 0;
+	const struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
+	return gs_elastic_wants_managed(gpu, gs_ld64(&gpu->used));
 }
 
 GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)

@@ -11,6 +11,7 @@
 
 #include "group.h"
 #include "internal.h"
+#include "elastic.h"
 #include "ptrtab.h"
 
 struct gs_resv {
@@ -35,6 +36,12 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 /* Grow (or shrink) an active reservation by delta bytes: 0 or -1 (refused,
  * message printed, reservation unchanged). */
 GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size);
+/* After the device refused an active reservation (out of memory): if it is
+ * within an elastic guarantee, asks the daemon to make room; 1: try again. */
+GS_HIDDEN int gs_resv_reclaim(struct gs_resv *r);
+/* Whether the reservation should be served as managed memory (a spill group
+ * past its guarantee). */
+GS_HIDDEN int gs_resv_managed(const struct gs_resv *r);
 /* Uncount an entry taken from the pointer table. */
 GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
 /* Uncount every allocation made in context ctx (it was destroyed): their
@@ -53,6 +60,8 @@ GS_HIDDEN void gs_release_ctx(uint64_t ctx);
 	if (rc_ == CUDA_SUCCESS) {                                                                \
 		errno = errno_;                                                                   \
 		rc_ = fn_ args;                                                                   \
+		if (rc_ == CUDA_ERROR_OUT_OF_MEMORY && gs_resv_reclaim(&r_))                      \
+			rc_ = fn_ args;                                                           \
 		errno_ = errno;                                                                   \
 		gs_resv_finish(&r_, rc_, kind, rc_ == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0);   \
 	}                                                                                         \
@@ -69,8 +78,11 @@ GS_HIDDEN void gs_release_ctx(uint64_t ctx);
 	errno = errno_;                                                                           \
 	CUresult rc_ = fn_ args;                                                                  \
 	errno_ = errno;                                                                           \
-	if (had_ && rc_ == CUDA_SUCCESS)                                                          \
+	if (had_ && rc_ == CUDA_SUCCESS) {                                                        \
 		gs_release_entry(&e_);                                                            \
+		if (kind == GS_KIND_PTR)                                                          \
+			gs_elastic_freed((CUdeviceptr)(key_arg));                                 \
+	}                                                                                         \
 	else if (had_)                                                                            \
 		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &e_);                                    \
 	errno = errno_;                                                                           \

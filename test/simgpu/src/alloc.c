@@ -112,10 +112,36 @@ CUresult sim_alloc_remove(CUdeviceptr base, unsigned kinds_mask, struct sim_allo
 	tab.n--;
 	pthread_mutex_unlock(&tab.mu);
 	if (charged(a.kind))
-		sim_uncharge(a.dev, a.size);
+		sim_uncharge(a.dev, a.size - a.on_host);
 	if (out != NULL)
 		*out = a;
 	return CUDA_SUCCESS;
+}
+
+CUresult sim_alloc_migrate(CUdeviceptr p, size_t n, bool to_host)
+{
+	CUresult rc = CUDA_SUCCESS;
+	size_t i;
+
+	pthread_mutex_lock(&tab.mu);
+	i = upper(p);
+	if (i == 0 || p - tab.v[i - 1].base >= tab.v[i - 1].size || tab.v[i - 1].kind != SIM_AK_MANAGED) {
+		pthread_mutex_unlock(&tab.mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct sim_alloc *a = &tab.v[i - 1];
+	if (to_host) {
+		size_t m = n < a->size - a->on_host ? n : a->size - a->on_host;
+		sim_uncharge(a->dev, m);
+		a->on_host += m;
+	} else {
+		size_t m = n < a->on_host ? n : a->on_host;
+		rc = sim_charge(a->dev, m);
+		if (rc == CUDA_SUCCESS)
+			a->on_host -= m;
+	}
+	pthread_mutex_unlock(&tab.mu);
+	return rc;
 }
 
 bool sim_alloc_find(CUdeviceptr p, struct sim_alloc *out)
@@ -159,7 +185,7 @@ void sim_mem_free_ctx(struct sim_ctx *c)
 			tab.v[k++] = *a;
 			continue;
 		}
-		sim_uncharge(a->dev, a->size);
+		sim_uncharge(a->dev, a->size - a->on_host);
 		if (a->kind == SIM_AK_MANAGED)
 			munmap((void *)(uintptr_t)a->base, a->size);
 	}

@@ -21,6 +21,7 @@ struct sim_alloc {
 	struct sim_ctx *ctx;
 	void *pool;
 	unsigned flags;
+	size_t on_host; /* managed: bytes prefetched to the host (not charged on dev) */
 };
 
 /* Charges size on dev (unless host/reserved), assigns an address (or uses
@@ -31,6 +32,9 @@ SIM_HIDDEN CUresult sim_alloc_add(struct sim_alloc *a, size_t align);
 SIM_HIDDEN CUresult sim_alloc_remove(CUdeviceptr base, unsigned kinds_mask, struct sim_alloc *out);
 /* Finds the allocation containing p. */
 SIM_HIDDEN bool sim_alloc_find(CUdeviceptr p, struct sim_alloc *out);
+/* Managed memory containing p: moves up to n bytes to the host (to_host)
+ * or back to its device (charged; CUDA_ERROR_OUT_OF_MEMORY if full). */
+SIM_HIDDEN CUresult sim_alloc_migrate(CUdeviceptr p, size_t n, bool to_host);
 /* Charges / uncharges without an address (VMM handles, arrays). */
 SIM_HIDDEN CUresult sim_charge(int dev, size_t size);
 SIM_HIDDEN void sim_uncharge(int dev, size_t size);

@@ -84,6 +84,8 @@ A CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h,
 A CUresult cuMemFree(CUdeviceptr_v1 p);
 A CUresult cuMemFree_v2(CUdeviceptr p);
 A CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags);
+A CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice dev);
+A CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s);
 A CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 A CUresult cuMemAllocHost_v2(void **p, size_t n);
 A CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags);

@@ -157,6 +157,38 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags)
 	return rc;
 }
 
+/* Managed memory: advice is accepted (where pages prefer to live does not
+ * change the simulator's charge); prefetch to the host moves the bytes off the
+ * device's charge, prefetch to the device charges them again. The data always
+ * stays in the host mapping, as the real driver keeps it intact across
+ * migrations. */
+SIM_API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice dev)
+{
+	struct sim_alloc a;
+
+	if (n == 0 || !sim_alloc_find(p, &a) || a.kind != SIM_AK_MANAGED || p - a.base + n > a.size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (advice < 1 || advice > 6 || (dev != CU_DEVICE_CPU && (dev < 0 || (uint32_t)dev >= sim_g.st->ndev)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
+{
+	struct sim_alloc a;
+	struct sim_ctx *c;
+	CUresult rc = sim_ctx_get(&c);
+
+	(void)s;
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (n == 0 || !sim_alloc_find(p, &a) || a.kind != SIM_AK_MANAGED || p - a.base + n > a.size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dst != CU_DEVICE_CPU && dst != a.dev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return sim_alloc_migrate(p, n, dst == CU_DEVICE_CPU);
+}
+
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
 	struct sim_alloc a;

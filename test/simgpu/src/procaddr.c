@@ -78,6 +78,8 @@
 	X(cuMemFree, 2000, 0, cuMemFree)                                                               \
 	X(cuMemFree, 3020, 0, cuMemFree_v2)                                                            \
 	X(cuMemAllocManaged, 6000, 0, cuMemAllocManaged)                                               \
+	X(cuMemAdvise, 8000, 0, cuMemAdvise)                                                           \
+	X(cuMemPrefetchAsync, 8000, 0, cuMemPrefetchAsync)                                             \
 	X(cuMemGetAddressRange, 3020, 0, cuMemGetAddressRange_v2)                                      \
 	X(cuMemAllocHost, 3020, 0, cuMemAllocHost_v2)                                                  \
 	X(cuMemHostAlloc, 2020, 0, cuMemHostAlloc)                                                     \
