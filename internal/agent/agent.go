@@ -93,7 +93,10 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
 	g.Go(func() error { return units.Run(gctx) })
-	g.Go(func() error { return newPublisher(cfg, dyn, drv.NVML, pods.Lister()).Run(gctx) })
+	pub := newPublisher(cfg, dyn, drv.NVML, pods.Lister())
+	pub.State = (&stateReader{ctx: gctx, cs: cs, dyn: dyn, node: cfg.NodeName}).read
+	pub.Observe = (&pluginHealth{gpus: gpus, plugins: []*deviceplugin.Plugin{plugin, units}}).observe
+	g.Go(func() error { return pub.Run(gctx) })
 	return g.Wait()
 }
 

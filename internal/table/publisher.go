@@ -25,6 +25,10 @@ func conflictBackoff() wait.Backoff {
 // StateFunc tells the node's working state and an optional message.
 type StateFunc func() (api.NodeState, string)
 
+// ObserveFunc receives each published state and the GPUs measured (none
+// when reading them failed).
+type ObserveFunc func(state api.NodeState, devs []Device)
+
 // Publisher writes one node's GPUNode row.
 type Publisher struct {
 	Client dynamic.Interface
@@ -32,18 +36,17 @@ type Publisher struct {
 	GPUs   GPUReader
 	Held   AllocationReader
 	State  StateFunc // nil: always Working
-	Clock  clock.PassiveClock
-	Period time.Duration
+	// Observe, if set, sees every state written (the node agent marks
+	// its device plugins' GPUs unhealthy unless Working).
+	Observe ObserveFunc
+	Clock   clock.PassiveClock
+	Period  time.Duration
 }
 
 // PublishOnce measures and writes the row: create if absent, else an update
 // conditioned on the resourceVersion just read, retried on conflict. Fields
 // it does not own (labels, annotations, ...) are kept.
 func (p *Publisher) PublishOnce(ctx context.Context) error {
-	devs, err := p.GPUs.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("read GPUs: %w", err)
-	}
 	held, err := p.Held.Held(ctx)
 	if err != nil {
 		return fmt.Errorf("read holdings: %w", err)
@@ -52,13 +55,26 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	if p.State != nil {
 		state, msg = p.State()
 	}
+	// A driver that fails (NVML error, GPUs gone) is published as
+	// NotReady, so the scheduler stops placing pods at once instead of
+	// waiting for the heartbeat to go stale.
+	devs, derr := p.GPUs.Devices(ctx)
+	if derr != nil {
+		devs, state, msg = nil, api.NodeNotReady, clipMessage("reading the GPUs failed: "+derr.Error())
+	}
 	st, err := Status(devs, held, state, msg)
 	if err != nil {
 		return err
 	}
 	st.Heartbeat = metav1.NewTime(p.Clock.Now())
 	st.PeriodSeconds = int32(p.Period / time.Second)
-	return p.write(ctx, st)
+	if p.Observe != nil {
+		p.Observe(state, devs)
+	}
+	if err := p.write(ctx, st); err != nil || derr == nil {
+		return err
+	}
+	return fmt.Errorf("read GPUs: %w", derr)
 }
 
 func (p *Publisher) write(ctx context.Context, st api.GPUNodeStatus) error {
@@ -111,4 +127,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// clipMessage bounds a state message taken from an error.
+func clipMessage(s string) string {
+	const limit = 256
+	if len(s) > limit {
+		return s[:limit] + "..."
+	}
+	return s
 }

@@ -29,6 +29,11 @@ const (
 	NodeNotReady NodeState = "NotReady"
 )
 
+// AnnotationDrain on a GPUNode: "true" makes its node agent publish the node
+// Draining (no new pods; pods already there keep running), as cordoning the
+// Node does.
+const AnnotationDrain = Group + "/drain"
+
 // GPUHealth is the health the node agent measured for one GPU.
 type GPUHealth string
 

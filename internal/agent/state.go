@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// drainState is the node's state from what the API server says: Draining
+// when the Node is cordoned or its GPUNode carries api.AnnotationDrain
+// "true"; else Working.
+func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (api.NodeState, string) {
+	switch {
+	case cordoned:
+		return api.NodeDraining, "the node is cordoned"
+	case gpuNodeAnnotations[api.AnnotationDrain] == "true":
+		return api.NodeDraining, "the GPUNode is annotated " + api.AnnotationDrain + "=true"
+	}
+	return api.NodeWorking, ""
+}
+
+// stateReader reads the node's drain state before each publication; a
+// failed read keeps the last state.
+type stateReader struct {
+	ctx  context.Context
+	cs   kubernetes.Interface
+	dyn  dynamic.Interface
+	node string
+
+	mu         sync.Mutex
+	state      api.NodeState
+	msg        string
+	cordoned   bool
+	annotation map[string]string
+}
+
+func (s *stateReader) read() (api.NodeState, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, err := s.cs.CoreV1().Nodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
+		s.cordoned = n.Spec.Unschedulable
+	} else {
+		klog.FromContext(s.ctx).V(2).Info("read node for its drain state", "err", err)
+	}
+	if g, err := s.dyn.Resource(api.GPUNodeGVR).Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
+		s.annotation = g.GetAnnotations()
+	}
+	s.state, s.msg = drainState(s.cordoned, s.annotation)
+	return s.state, s.msg
+}
+
+// pluginHealth marks the device plugins' GPUs healthy only while the node
+// is Working and NVML calls the GPU healthy, so the kubelet admits no new
+// pod onto a Draining or NotReady GPU (running pods keep their devices).
+type pluginHealth struct {
+	gpus    []deviceplugin.GPU
+	plugins []*deviceplugin.Plugin
+	mu      sync.Mutex
+	last    []deviceplugin.GPU
+}
+
+func (h *pluginHealth) observe(state api.NodeState, devs []table.Device) {
+	out := advertised(h.gpus, state, devs)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Equal(out, h.last) {
+		return
+	}
+	h.last = out
+	for _, p := range h.plugins {
+		p.SetGPUs(out)
+	}
+}
+
+// advertised is gpus with Healthy = state is Working and devs (NVML's view)
+// call the GPU healthy.
+func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []table.Device) []deviceplugin.GPU {
+	ok := map[string]bool{}
+	for _, d := range devs {
+		ok[d.UUID] = d.Healthy
+	}
+	out := slices.Clone(gpus)
+	for i := range out {
+		out[i].Healthy = state == api.NodeWorking && ok[out[i].UUID]
+	}
+	return out
+}
