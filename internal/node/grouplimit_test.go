@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,5 +78,38 @@ func TestGroupLimitWrittenByRun(t *testing.T) {
 	}
 	if _, err := SetGroupLimit(filepath.Join(dir, "missing"), 1); err == nil {
 		t.Fatal("SetGroupLimit on a missing file succeeded")
+	}
+}
+
+// A state file truncated while the daemon has it mapped gives an error, not
+// a crash of the daemon (SIGBUS on the mapping).
+func TestGroupLimitTruncatedStateFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpu.state")
+	if err := CreateGroupState("/proc", path, "g"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openState(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	walk := func() (err error) {
+		defer guardFault(&err)()
+		s.procs(func(int, GroupProcess) bool { return true })
+		return nil
+	}
+	if err := walk(); !errors.Is(err, errTruncated) {
+		t.Fatalf("walk of a truncated file: %v, want errTruncated", err)
+	}
+	if err := s.close(); err != nil { // drops its lock
+		t.Fatal(err)
+	}
+	if _, err := GroupProcesses(path); err == nil {
+		t.Fatal("GroupProcesses of an empty file succeeded")
+	}
+	if _, err := SetGroupLimit(path, 1); err == nil {
+		t.Fatal("SetGroupLimit on an empty file succeeded")
 	}
 }

@@ -123,6 +123,7 @@ type slotLimits struct {
 // setSlots writes l into the ready GPU slots of a state file (only the one
 // of uuid when not empty).
 func setSlots(path, uuid string, l slotLimits) (changed int, err error) {
+	defer guardFault(&err)()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err

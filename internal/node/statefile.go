@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"unsafe"
 
@@ -38,6 +39,27 @@ type GroupProcess struct {
 	HostPID   int32  // as NVML names it; 0 = not known yet
 	StartTime uint64 // /proc/<pid>/stat field 22
 	PIDNS     uint64 // inode of its pid namespace
+}
+
+// errTruncated: a state file shrank under its mapping (anyone who can write
+// it can truncate it); the access faulted and was turned into this error.
+var errTruncated = errors.New("group state file truncated while in use")
+
+// guardFault turns a memory fault while the caller touches a mapped state
+// file into errTruncated in *err instead of a crash of the daemon. Use as
+// `defer guardFault(&err)()` in functions that access a mapping.
+func guardFault(err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if re, ok := r.(interface{ Addr() uintptr }); ok && re != nil {
+				*err = errors.Join(*err, errTruncated)
+				return
+			}
+			panic(r)
+		}
+	}
 }
 
 // stateFile is a mapped group state file, locked against the library's
@@ -115,7 +137,8 @@ func CreateGroupState(procRoot, path, group string) error {
 }
 
 // createGroupState is CreateGroupState with the file's mode.
-func createGroupState(procRoot, path, group string, mode os.FileMode) error {
+func createGroupState(procRoot, path, group string, mode os.FileMode) (err error) {
+	defer guardFault(&err)()
 	var ns unix.Stat_t
 	if err := unix.Stat(procRoot+"/self/ns/pid", &ns); err != nil {
 		return fmt.Errorf("pid namespace: %w", err)
@@ -169,7 +192,8 @@ func (s *stateFile) procs(fn func(off int, p GroupProcess) bool) {
 }
 
 // GroupProcesses returns the live processes of a group state file.
-func GroupProcesses(path string) ([]GroupProcess, error) {
+func GroupProcesses(path string) (_ []GroupProcess, err error) {
+	defer guardFault(&err)()
 	s, err := openState(path, false)
 	if err != nil {
 		return nil, err
@@ -186,7 +210,8 @@ func GroupProcesses(path string) ([]GroupProcess, error) {
 // setHostPID records hostPID in the live entry of the process (pid, pidns,
 // start) of a group state file, under the file's lock; start 0 matches any.
 // It reports whether the entry was there.
-func setHostPID(path string, pid int32, pidns, start uint64, hostPID int32) (bool, error) {
+func setHostPID(path string, pid int32, pidns, start uint64, hostPID int32) (_ bool, err error) {
+	defer guardFault(&err)()
 	s, err := openState(path, false)
 	if err != nil {
 		return false, err
@@ -219,6 +244,7 @@ const (
 // slot already claimed. Under the file's lock, so no member claims a slot in
 // between.
 func SetGroupLimit(path string, limit uint64) (changed int, err error) {
+	defer guardFault(&err)()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err

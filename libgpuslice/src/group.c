@@ -169,6 +169,8 @@ static void group_init(void)
 		rc = open_private(g, c->group, err, sizeof(err));
 	if (rc == 0) {
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		if (g->fd >= 0)
+			gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, c->group_file);
 		gs.ok = g;
 	} else {
 		gs_log("%s; refusing GPU memory allocations", err);
@@ -179,7 +181,7 @@ static void group_init(void)
 GS_HIDDEN struct gs_group *gs_group_get(void)
 {
 	pthread_once(&gs.once, group_init);
-	return gs.ok;
+	return GS_UNLIKELY(gs_group_fault_broken()) ? NULL : gs.ok;
 }
 
 GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g)

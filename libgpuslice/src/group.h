@@ -35,6 +35,13 @@ GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid);
  * at most every 100 ms. */
 GS_HIDDEN void gs_group_reap(struct gs_group *g, int force);
 
+/* Guards the mapping of a shared group file against truncation (SIGBUS):
+ * a fault inside it turns the group broken instead of killing the process
+ * (group_fault.c). */
+GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path);
+/* 1 once the group file was truncated under us (says so once). */
+GS_HIDDEN int gs_group_fault_broken(void);
+
 /* Pure: is a rate-limited action due at now_ns (last_ns = 0: never ran)? */
 GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now_ns, uint64_t interval_ns);
 

@@ -54,6 +54,8 @@ static CUresult reserve(struct gs_resv *r, uint64_t size)
 			return refuse(r->g, r->slot, size);
 	}
 	gs_acct_proc_add(r->self, r->slot, size);
+	if (GS_UNLIKELY(gs_group_fault_broken()))
+		return GS_BROKEN_RC; /* the file went away under this very reservation */
 	return CUDA_SUCCESS;
 }
 

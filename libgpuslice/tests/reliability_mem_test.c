@@ -9,6 +9,7 @@
  * member's environment.
  */
 #include <errno.h>
+#include <signal.h>
 
 #include "../src/internal.h"
 #include "simview.h"
@@ -219,6 +220,61 @@ static void group_limit_wins(void)
 	HT_RUN(member_with_env, "8589934592");    /* 8 GiB of its own: still 1 GiB */
 }
 
+/* A member whose group file is truncated under it (by anyone who can write
+ * it) refuses from then on, with one line, instead of dying of SIGBUS. */
+static int truncated_file(void *arg)
+{
+	off_t to = (off_t)(intptr_t)arg;
+	const char *path = ht_group(to == 0 ? "trunc0" : "trunchalf", "1073741824");
+	drv_open(&d, &primary);
+	ht_capture_stderr(to == 0 ? "trunc0" : "trunchalf");
+	CUdeviceptr p, q;
+	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS);
+	CHECK(truncate(path, to) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&q, 1 * MiB), CUDA_ERROR_OPERATING_SYSTEM);
+	CHECK_EQ(cuMemAlloc_v2(&q, 1 * MiB), CUDA_ERROR_OPERATING_SYSTEM);
+	size_t fr, tot;
+	CHECK_EQ(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_OPERATING_SYSTEM);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS); /* the driver's memory is still freed */
+	char buf[1024];
+	ht_stderr(buf, sizeof(buf));
+	CHECK_EQ(ht_count_lines(buf), 1);
+	CHECK(strstr(buf, "was truncated") != NULL && strstr(buf, path) != NULL);
+	return 0;
+}
+
+/* A fault outside the group file is not ours: the process dies of it as before. */
+static int foreign_sigbus(void *arg)
+{
+	(void)arg;
+	ht_group("foreign", "1073741824");
+	drv_open(&d, &primary);
+	ht_capture_stderr("foreign");
+	CUdeviceptr p;
+	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS); /* the guard is installed */
+	char path[320];
+	snprintf(path, sizeof(path), "%s/other", ht_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && ftruncate(fd, 8192) == 0);
+	volatile char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(m != MAP_FAILED && ftruncate(fd, 0) == 0);
+	m[4096] = 1; /* SIGBUS */
+	return 0;
+}
+
+/* Dies of the signal, or under ASan of its report (its handler was there first). */
+static void foreign_dies(void)
+{
+	fprintf(stderr, "--- foreign_sigbus\n");
+	int rc = ht_wait(ht_spawn(foreign_sigbus, NULL));
+	char p[320], buf[4096] = {0};
+	snprintf(p, sizeof(p), "%s/foreign.stderr", ht_dir);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0 && read(fd, buf, sizeof(buf) - 1) >= 0);
+	close(fd);
+	CHECK(rc == 128 + SIGBUS || (rc == 1 && strstr(buf, "AddressSanitizer") != NULL && strstr(buf, "BUS") != NULL));
+}
+
 int main(void)
 {
 	ht_setup();
@@ -228,6 +284,8 @@ int main(void)
 	HT_RUN(primary_last_release, NULL);
 	HT_RUN(pitch_worst_case, NULL);
 	group_limit_wins();
+	HT_RUN(truncated_file, (void *)(intptr_t)0);
+	foreign_dies();
 	ht_teardown();
 	fprintf(stderr, "reliability_mem_test: ok\n");
 	return 0;

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * A group file truncated under a member (by anyone who can write it) must not
+ * crash the member: touching the mapping past the new end of file raises
+ * SIGBUS. Our handler recognises a fault inside the group mapping, replaces
+ * the mapping with zeroed private pages (the faulting access then completes
+ * harmlessly) and marks the group broken: from then on every allocation is
+ * refused with one line on stderr, as for a malformed file. Faults anywhere
+ * else go to the handler that was there before (or the default action).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "group.h"
+#include "log.h"
+
+static struct {
+	char *_Atomic base;
+	size_t len;
+	struct sigaction prev;
+	_Atomic int broken, said;
+	char path[PATH_MAX];
+} gf;
+
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+	const struct sigaction *p = &gf.prev;
+	if (p->sa_flags & SA_SIGINFO) {
+		if (p->sa_sigaction != NULL)
+			p->sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (p->sa_handler == SIG_IGN)
+		return;
+	if (p->sa_handler == SIG_DFL) { /* the access faults again and the default action runs */
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		(void)sigaction(sig, &dfl, NULL);
+		return;
+	}
+	p->sa_handler(sig);
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	char *base = atomic_load(&gf.base);
+	char *a = si != NULL ? (char *)si->si_addr : NULL;
+	if (base != NULL && a >= base && a < base + gf.len) {
+		int e = errno;
+		void *m = mmap(base, gf.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		errno = e;
+		if (m != MAP_FAILED) {
+			atomic_store(&gf.broken, 1);
+			return;
+		}
+	}
+	chain(sig, si, uc);
+}
+
+GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path)
+{
+	size_t n = strnlen(path, sizeof(gf.path) - 1);
+	memcpy(gf.path, path, n);
+	gf.path[n] = '\0';
+	gf.len = len;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	int e = errno;
+	if (sigaction(SIGBUS, &sa, &gf.prev) == 0)
+		atomic_store(&gf.base, (char *)base);
+	errno = e;
+}
+
+GS_HIDDEN int gs_group_fault_broken(void)
+{
+	if (GS_UNLIKELY(atomic_load_explicit(&gf.broken, memory_order_relaxed))) {
+		gs_log_once(&gf.said, "group file %s was truncated under this process; refusing GPU memory allocations",
+			    gf.path);
+		return 1;
+	}
+	return 0;
+}
