@@ -8,6 +8,8 @@
  *   alloc SIZE   one more allocation: "alloc ..." as below
  *   free         frees the last piece: "free ok"
  *   info         "info total=<bytes> free=<bytes>" (cuMemGetInfo)
+ *   bench N SIZE N allocations of SIZE, each freed at once: "bench n=N us_per_op=<alloc+free>"
+ *   grow N SIZE  N allocations of SIZE kept, then freed: "grow n=<made> us_per_alloc=<alloc>"
  *   exit
  * Output: "alloc n=<i> bytes=<size> rc=<CUDA error name> us=<latency>" per
  * allocation, then "held bytes=<total>" and "ready". Exit 0 unless the driver
@@ -98,6 +100,38 @@ static void check(const struct cuapi *api)
 	printf("check ok kept=%d\n", kept);
 }
 
+/* "bench": alloc+free pairs; "grow": allocations kept (each past the
+ * allowance borrows), then freed. */
+static void loop(const struct cuapi *api, const char *what, char *args)
+{
+	char *save = NULL;
+	char *ns = strtok_r(args, " \n", &save), *ss = strtok_r(NULL, " \n", &save);
+	long n = ns != NULL ? atol(ns) : 0;
+	size_t size = ss != NULL ? cuapi_parse_size(ss) : 0;
+	if (n <= 0 || n > 1000000 || size == 0) {
+		printf("%s bad arguments\n", what);
+		return;
+	}
+	int grow = strcmp(what, "grow") == 0;
+	CUdeviceptr *kept = grow ? calloc((size_t)n, sizeof(*kept)) : NULL;
+	long made = 0;
+	long long t = now_us();
+	for (; made < n; made++) {
+		CUdeviceptr p;
+		if (api->MemAlloc(&p, size) != CUDA_SUCCESS)
+			break;
+		if (kept != NULL)
+			kept[made] = p;
+		else
+			(void)api->MemFree(p);
+	}
+	long long us = now_us() - t;
+	for (long i = 0; kept != NULL && i < made; i++)
+		(void)api->MemFree(kept[i]);
+	free(kept);
+	printf("%s n=%ld us_per_%s=%.3f\n", what, made, grow ? "alloc" : "op", made > 0 ? (double)us / made : 0.0);
+}
+
 int main(int argc, char **argv)
 {
 	size_t hold = 0, chunk = 1u << 30;
@@ -139,6 +173,9 @@ int main(int argc, char **argv)
 			size_t f = 0, t = 0;
 			CUresult r = api.MemGetInfo(&f, &t);
 			printf("info total=%zu free=%zu rc=%s\n", t, f, cuapi_err(&api, r));
+		} else if (strncmp(line, "bench ", 6) == 0 || strncmp(line, "grow ", 5) == 0) {
+			line[strcspn(line, " ")] = '\0';
+			loop(&api, line, line + strlen(line) + 1);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			break;
 		}

@@ -40,3 +40,13 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/node/ 2>&1 \
 		| grep -v '^[IE][0-9]'
 	$(GO) test -count=1 -v -run 'Sim' ./internal/slice/ | grep -E 'tenants|latency|ok'
+
+.PHONY: bench-elastic
+# Elastic memory (docs/elastic-memory.md): borrow round trip, allocation cost below/above memory.min, the
+# three-group spill scenario on the simulated GPU, the model's random interleavings, four bursty tenants
+# elastic vs static. Last line: the summary (`elastic: guarantees broken ...`).
+bench-elastic: all
+	@GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -tags elasticbench -count=1 -v -run '^TestBenchElastic$$' ./test/e2e/ >$(BUILD)/bench-elastic.log 2>&1; \
+	  rc=$$?; grep '^figure: ' $(BUILD)/bench-elastic.log | sed 's/^figure: //'; \
+	  test $$rc -eq 0 || { grep -v '^I[0-9]' $(BUILD)/bench-elastic.log | tail -30; exit 1; }; \
+	  grep '^elastic: ' $(BUILD)/bench-elastic.log
