@@ -9,6 +9,14 @@ CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fvisibility=hidde
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -O1 -g
 ALL_TARGETS :=
 TEST_TARGETS :=
+# Every Go binary is stamped here, and only here: its --version and start log
+# (internal/version), and the Kubernetes version the scheduler is built on.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+K8S_VERSION := v1.35.4
+GO_LDFLAGS := -X github.com/gpuslice/gpuslice/internal/version.version=$(VERSION) \
+	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+GO_BUILD = $(GO) build -ldflags '$(GO_LDFLAGS)'
 
 .DEFAULT_GOAL := all
 

@@ -1,13 +1,11 @@
 # Go binaries and tests.
 GO_SOURCES := $(shell find cmd internal pkg -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-GO_LDFLAGS := -X github.com/gpuslice/gpuslice/internal/cli.Version=$(VERSION)
 ALL_TARGETS += $(BIN)/gpuslice
 TEST_TARGETS += test-go-vet test-go
 
 $(BIN)/gpuslice: $(GO_SOURCES)
 	@mkdir -p $(BIN)
-	CGO_ENABLED=1 $(GO) build -ldflags '$(GO_LDFLAGS)' -o $@ ./cmd/gpuslice
+	CGO_ENABLED=1 $(GO_BUILD) -o $@ ./cmd/gpuslice
 
 .PHONY: test-go test-go-vet fuzz-smoke
 test-go-vet:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/version"
 )
 
 func main() {
@@ -44,9 +45,15 @@ func main() {
 	fs.DurationVar(&cfg.Resync, "resync", cfg.Resync, "re-apply every container's devices this often")
 	fs.DurationVar(&cfg.PublishPeriod, "publish-period", cfg.PublishPeriod, "publish the node's GPUNode row this often")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "the kubelet's cgroupRoot")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	install := fs.String("install-library", "", "copy this libgpuslice.so to --library at start (and remove it at exit when no GPU pod is left)")
 	fs.StringVar(&cfg.RuntimeStateDir, "runtime-state-dir", cfg.RuntimeStateDir, "directory of running containers' OCI config.json (cgroup v2)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.String("gpuslice-node"))
+		return
 	}
 	mode, err := gpu.ParseMode(*driver)
 	if err != nil {
@@ -63,7 +70,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if err := agent.Run(ctx, cfg, env); err != nil {
+	klog.Background().Info("starting gpuslice-node", "version", version.Get(), "node", cfg.NodeName, "driver", cfg.Driver)
+	if *install != "" {
+		err = agent.RunInstalled(ctx, cfg, env, *install)
+	} else {
+		err = agent.Run(ctx, cfg, env)
+	}
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "gpuslice-node")
 		stop()
 		klog.Flush()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"k8s.io/klog/v2"
 )
@@ -30,8 +31,13 @@ func main() {
 	fs.StringVar(&c.SimDir, "sim-dir", "bin/sim", "directory of the simulated libnvidia-ml.so.1")
 	fs.StringVar(&state, "state", string(api.NodeWorking), "node state to publish: Working, Draining or NotReady")
 	fs.BoolVar(&c.Once, "once", false, "publish once and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
+	if *showVersion {
+		fmt.Println(version.String("gpuslice-publisher"))
+		return
+	}
 	mode, err := gpu.ParseMode(driver)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
@@ -41,6 +47,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
+	klog.Background().Info("starting gpuslice-publisher", "version", version.Get(), "node", c.Node)
 	if err := table.Run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
 		os.Exit(1)

@@ -1,6 +1,7 @@
 // Command gpuslice-scheduler is kube-scheduler with the gpuslice plugin
 // compiled in. It takes every kube-scheduler flag; enable the plugin with a
-// KubeSchedulerConfiguration profile (see docs/scheduling.md).
+// KubeSchedulerConfiguration profile (see docs/scheduling.md). With leader
+// election on, the resize controller runs in the leader only.
 package main
 
 import (
@@ -9,15 +10,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpuslice/gpuslice/internal/sched"
-	"k8s.io/component-base/cli"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"github.com/gpuslice/gpuslice/internal/schedapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmd := app.NewSchedulerCommand(app.WithPlugin(sched.Name, sched.New))
-	cmd.SetContext(ctx)
-	os.Exit(cli.Run(cmd))
+	code := schedapp.Main(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
 }

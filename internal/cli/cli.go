@@ -11,7 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/version"
 )
 
 // ExitUsage is the exit code for bad flags, unparseable values and refused requests.
@@ -80,6 +81,9 @@ func Main(ctx context.Context, args []string, env *Env) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	for _, c := range commands() {
 		if c.Name == args[0] {
 			return exitCode(env, c.Run(ctx, env, args[1:]))
@@ -145,10 +149,7 @@ func versionCommand() Command {
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "gpuslice %s\n", strings.TrimSpace(Version))
+		fmt.Fprintln(env.Stdout, version.String("gpuslice"))
 		return nil
 	}}
 }
-
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
-var Version = "dev"

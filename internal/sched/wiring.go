@@ -44,8 +44,15 @@ const (
 	ReasonInvalidAssignment = "InvalidGPUAssignment"
 )
 
-// New is the plugin factory for app.WithPlugin.
+// New is the plugin factory for app.WithPlugin in a scheduler without leader
+// election: the resize controller starts at once (see Factory).
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	l := NewLeader()
+	l.Lead()
+	return newPlugin(ctx, obj, h, l.Leading())
+}
+
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-chan struct{}) (fwk.Plugin, error) {
 	st, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -67,7 +74,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := watchGPUNodes(ctx, dyn, ledger, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
-	if err := startResize(ctx, h, resizeBooks{Ledger: ledger, ctx: ctx, wait: w}); err != nil {
+	if err := startResize(ctx, h, resizeBooks{Ledger: ledger, ctx: ctx, wait: w}, leading); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
@@ -78,14 +85,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 
 // startResize runs the resize controller (in-place GPU grants and releases
 // for api.AnnotationGPUs) on the scheduler's pod informer and the plugin's
-// books, for as long as the scheduler runs.
-func startResize(ctx context.Context, h fwk.Handle, books resizeBooks) error {
+// books, for as long as the scheduler runs, once this replica leads.
+func startResize(ctx context.Context, h fwk.Handle, books resizeBooks, leading <-chan struct{}) error {
 	c, err := resize.New(resize.Config{Client: h.ClientSet(), Pods: h.SharedInformerFactory().Core().V1().Pods(),
 		Books: books, Events: h.EventRecorder()})
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	go func() {
+		if !waitLeading(ctx, leading) {
+			return
+		}
+		klog.FromContext(ctx).Info("resize controller starting: this replica leads")
 		if err := c.Run(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "resize controller stopped")
 		}

@@ -1,0 +1,115 @@
+package ociimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestWrite: the archive is an OCI layout whose index names the image, whose
+// manifest points at the config and layer by digest, and whose layer holds
+// the files with their modes; two writes are byte-identical.
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "tool")
+	if err := os.WriteFile(src, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := Image{Name: "example.local/tool:1", Files: Files{"/usr/bin/tool": src}, Entrypoint: []string{"/usr/bin/tool"},
+		User: "65532:65532", Labels: map[string]string{"org.opencontainers.image.version": "1"}}
+	a, b := filepath.Join(dir, "a.tar"), filepath.Join(dir, "b.tar")
+	if _, err := Write(a, img); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(b, img); err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if !bytes.Equal(ab, bb) {
+		t.Fatal("two writes of one image differ")
+	}
+	entries := untar(t, ab)
+	var index struct {
+		Manifests []struct {
+			Digest      string
+			Annotations map[string]string
+		}
+	}
+	if err := json.Unmarshal(entries["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("index %s: %v", entries["index.json"], err)
+	}
+	if got := index.Manifests[0].Annotations["io.containerd.image.name"]; got != img.Name {
+		t.Fatalf("image name %q", got)
+	}
+	var m struct {
+		Config struct{ Digest string }
+		Layers []struct{ Digest string }
+	}
+	if err := json.Unmarshal(entries[blobPath(index.Manifests[0].Digest)], &m); err != nil || len(m.Layers) != 1 {
+		t.Fatalf("manifest: %v", err)
+	}
+	var cfg struct {
+		Config struct {
+			User   string
+			Labels map[string]string
+		}
+	}
+	if err := json.Unmarshal(entries[blobPath(m.Config.Digest)], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Config.User != img.User || cfg.Config.Labels["org.opencontainers.image.version"] != "1" {
+		t.Fatalf("config %+v", cfg)
+	}
+	layer := tar.NewReader(bytes.NewReader(entries[blobPath(m.Layers[0].Digest)]))
+	found := false
+	for {
+		h, err := layer.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "usr/bin/tool" {
+			found = h.Mode == 0o755
+		}
+	}
+	if !found {
+		t.Fatal("layer lacks usr/bin/tool with mode 0755")
+	}
+}
+
+func TestWriteRejectsRelativePaths(t *testing.T) {
+	_, err := Write(filepath.Join(t.TempDir(), "x.tar"), Image{Name: "x:1", Files: Files{"usr/bin/x": "/dev/null"}})
+	if err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func blobPath(d string) string { return "blobs/sha256/" + strings.TrimPrefix(d, "sha256:") }
+
+func untar(t *testing.T, b []byte) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = c
+	}
+}

@@ -1,0 +1,76 @@
+package schedapp
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/gpuslice/gpuslice/internal/sched"
+)
+
+type fakeLock struct {
+	resourcelock.Interface
+	err error
+}
+
+func (f fakeLock) Identity() string { return "me" }
+func (f fakeLock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
+	return f.err
+}
+func (f fakeLock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+	return f.err
+}
+
+func leading(l *sched.Leader) bool {
+	select {
+	case <-l.Leading():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestLeadingLock: the replica leads once it has written itself into the
+// lock as holder, and not when the write failed or named another holder.
+func TestLeadingLock(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		holder string
+		err    error
+		create bool
+		want   bool
+	}{
+		{"update other holder", "other", nil, false, false},
+		{"update failed", "me", errors.New("conflict"), false, false},
+		{"create failed", "me", errors.New("exists"), true, false},
+		{"update self", "me", nil, false, true},
+		{"create self", "me", nil, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := sched.NewLeader()
+			lock := &leadingLock{Interface: fakeLock{err: tc.err}, leader: l}
+			r := resourcelock.LeaderElectionRecord{HolderIdentity: tc.holder}
+			var err error
+			if tc.create {
+				err = lock.Create(ctx, r)
+			} else {
+				err = lock.Update(ctx, r)
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			if got := leading(l); got != tc.want {
+				t.Fatalf("leading = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	if code := Main(context.Background(), []string{"--version"}); code != 0 {
+		t.Fatalf("--version exit %d", code)
+	}
+}
