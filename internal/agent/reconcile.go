@@ -134,7 +134,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
-	if err := applySettings(ctx, r.tree, pod, want); err != nil {
+	if err := applySettings(ctx, r.tree, pod, want, r.memoryOver(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	var applied api.Applied
@@ -277,5 +277,24 @@ func (r *reconciler) gcGroups(ctx context.Context, pods []*corev1.Pod) {
 			continue
 		}
 		klog.FromContext(ctx).Info("removed group of a departed container", "group", n)
+	}
+}
+
+// memoryOver reports a limit lowered below what a container holds as a
+// Warning Event on its pod.
+func (r *reconciler) memoryOver(ctx context.Context) overLimit {
+	return func(pod *corev1.Pod, container string, current, limit uint64, n int) {
+		now := metav1.NewTime(time.Now())
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			Reason:         api.ReasonMemoryOverLimit, Type: corev1.EventTypeWarning, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+			Message: fmt.Sprintf("container %s holds %d bytes of GPU memory on %d GPU(s), its new limit is %d bytes per GPU: "+
+				"new allocations fail until it fits; nothing is killed", container, current, n, limit),
+			Source: corev1.EventSource{Component: "gpuslice-node"},
+		}
+		if _, err := r.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			klog.FromContext(ctx).Error(err, "memory over limit event", "pod", klog.KObj(pod), "container", container)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -48,10 +49,16 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 	return s, nil
 }
 
+// overLimit is told when a container's new memory limit is below what its
+// group holds (current bytes on its n GPUs).
+type overLimit func(pod *corev1.Pod, container string, current, limit uint64, n int)
+
 // applySettings makes the groups of pod's containers (those Allocate made)
 // match their settings; a group already right is not rewritten, so the node
-// daemon sees a change only when there is one.
-func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want map[string][]api.GPUAssignment) error {
+// daemon sees a change only when there is one. A limit lowered below what
+// the group holds is applied too (its new allocations fail until it fits;
+// nothing is killed) and reported to over (may be nil).
+func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want map[string][]api.GPUAssignment, over overLimit) error {
 	for _, c := range pod.Spec.Containers {
 		gpus, ok := want[c.Name]
 		if !ok {
@@ -65,14 +72,31 @@ func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want m
 		if err != nil {
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
-		if cur, err := tree.Read(name); err == nil && cur == s {
+		cur, err := tree.Read(name)
+		if err == nil && cur == s {
 			continue
 		}
 		if err := tree.Write(name, s); err != nil {
 			return err
 		}
+		if lowered := s.MemoryMax > 0 && (cur.MemoryMax == 0 || s.MemoryMax < cur.MemoryMax); lowered && over != nil {
+			if held, ok := groupHolds(tree, name); ok && held > s.MemoryMax*uint64(max(len(gpus), 1)) {
+				over(pod, c.Name, held, s.MemoryMax, len(gpus))
+			}
+		}
 		klog.FromContext(ctx).Info("applied group settings", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
 			"group", name, "share", s.Share, "priority", s.Priority.String(), "memoryMax", s.MemoryMax)
 	}
 	return nil
+}
+
+// groupHolds reads the bytes a group holds on its GPUs (memory.current,
+// kept by the node daemon).
+func groupHolds(tree group.Tree, name string) (uint64, bool) {
+	v, err := tree.ReadFile(name, group.FileMemoryCurrent)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return n, err == nil
 }

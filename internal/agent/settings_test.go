@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestApplySettingsLive(t *testing.T) {
 		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u, MemoryBytes: 1 << 30}}, "other": {{Index: 0, UUID: "g", Units: 10}}}
 	}
 	ctx := context.Background()
-	if err := applySettings(ctx, tree, pod, want(25)); err != nil {
+	if err := applySettings(ctx, tree, pod, want(25), nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := tree.Read(name); err != nil || s.Share != 0.25 || s.MemoryMax != 1<<30 {
@@ -79,17 +80,50 @@ func TestApplySettingsLive(t *testing.T) {
 	if tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "other", UID: "u1"})) {
 		t.Fatal("a group was made for a container Allocate never saw")
 	}
-	if err := applySettings(ctx, tree, pod, want(50)); err != nil {
+	if err := applySettings(ctx, tree, pod, want(50), nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FileShare); s != "50%" {
 		t.Fatalf("share file %q after 25 -> 50", s)
 	}
 	pod.Annotations = map[string]string{api.AnnotationPriority: "high"}
-	if err := applySettings(ctx, tree, pod, want(50)); err != nil {
+	if err := applySettings(ctx, tree, pod, want(50), nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FilePriority); s != "high" {
 		t.Fatalf("priority file %q", s)
+	}
+}
+
+// Shrinking memory below what the group holds is applied (allocations fail
+// until it fits) and reported; growing it or shrinking above use is not.
+func TestApplySettingsMemoryBelowUse(t *testing.T) {
+	tree := group.NewTree(t.TempDir())
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
+	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
+	if err := tree.Create(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := tree.WriteFile(name, group.FileMemoryCurrent, "3221225472\n"); err != nil { // 3 GiB held
+		t.Fatal(err)
+	}
+	var told []string
+	over := func(_ *corev1.Pod, c string, cur, lim uint64, n int) {
+		told = append(told, fmt.Sprintf("%s %d>%d on %d", c, cur, lim, n))
+	}
+	mem := func(m int64) map[string][]api.GPUAssignment {
+		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: 25, MemoryBytes: m}}}
+	}
+	ctx := context.Background()
+	for _, m := range []int64{8 << 30, 4 << 30, 6 << 30, 2 << 30} {
+		if err := applySettings(ctx, tree, pod, mem(m), over); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(told) != 1 || told[0] != "main 3221225472>2147483648 on 1" {
+		t.Fatalf("told %v", told)
+	}
+	if s, _ := tree.Read(name); s.MemoryMax != 2<<30 {
+		t.Fatalf("limit %d not applied", s.MemoryMax)
 	}
 }
