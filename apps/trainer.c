@@ -6,7 +6,8 @@
  * each step. Prints one JSON line with what happened.
  *
  *   gs-trainer [--name T] [--steps N] [--kernels K] [--kernel-us U]
- *              [--fraction F] [--chunk SIZE] [--init-ms MS] [--via dlsym|procaddr|procaddr_v2]
+ *              [--fraction F | --need SIZE] [--chunk SIZE] [--init-ms MS] [--via dlsym|procaddr|procaddr_v2]
+ * --need: the model needs exactly SIZE (instead of a fraction of the free memory).
  * --duration-ms trains for that long instead of a number of steps (tasks started
  * together then contend for the GPU the whole time they are measured).
  * --init-ms is the framework's start-up time between sizing and allocating (building
@@ -25,7 +26,7 @@ struct opts {
 	long steps, kernels;
 	unsigned long long kernel_us;
 	double fraction;
-	size_t chunk;
+	size_t chunk, need;
 	long init_ms, duration_ms;
 	enum cuapi_via via;
 };
@@ -65,6 +66,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->fraction = atof(v);
 		else if (strcmp(a, "--chunk") == 0)
 			o->chunk = cuapi_parse_size(v);
+		else if (strcmp(a, "--need") == 0)
+			o->need = cuapi_parse_size(v);
 		else if (strcmp(a, "--init-ms") == 0)
 			o->init_ms = atol(v);
 		else if (strcmp(a, "--duration-ms") == 0)
@@ -94,7 +97,7 @@ static void grow_pool(const struct cuapi *api, const struct opts *o, struct resu
 	res->err = api->MemGetInfo(&res->free_start, &res->total);
 	if (res->err != CUDA_SUCCESS)
 		return;
-	target = (size_t)((double)res->free_start * o->fraction);
+	target = o->need > 0 ? o->need : (size_t)((double)res->free_start * o->fraction);
 	if (o->init_ms > 0) {
 		struct timespec ts = {o->init_ms / 1000, (o->init_ms % 1000) * 1000000L};
 		nanosleep(&ts, NULL);

@@ -15,7 +15,7 @@ import (
 )
 
 func demoCommand() Command {
-	return Command{Name: "demo", Summary: "four training tasks sharing one GPU, without and with gpuslice limits", Run: runDemo}
+	return Command{Name: "demo", Summary: "four training tasks sharing one GPU, without and with gpuslice limits, then with elastic memory", Run: runDemo}
 }
 
 func runDemo(ctx context.Context, env *Env, args []string) error {

@@ -102,6 +102,40 @@ func Scenarios(c *Config) []Scenario {
 	}
 }
 
+// ElasticScenarios are the elastic memory parts: models of different sizes
+// (NeedOf), which together fit the GPU, each guaranteed 1/(2 x tasks) of it:
+// (4) capped there, (5) with ceilings of 3/4 of the GPU (borrowed while free).
+func ElasticScenarios(c *Config) []Scenario {
+	small := c.GPUMemory / uint64(2*c.Tasks)
+	ceiling := c.GPUMemory / 4 * 3
+	run := func(i int, flags ...string) []string {
+		argv := append([]string{filepath.Join(c.BinDir, "gpuslice"), "run", "--memory", strconv.FormatUint(small, 10)}, flags...)
+		return append(append(append(argv, "--"), c.trainer(i)...), "--need", strconv.FormatUint(c.NeedOf(i), 10))
+	}
+	return []Scenario{
+		{
+			Title:   fmt.Sprintf("(4) models of different sizes, static caps: gpuslice run --memory %s each", sizeGiB(small)),
+			Command: func(i int) ([]string, uint64) { return run(i), small },
+			Policy:  func(int) string { return "equal" },
+		},
+		{
+			Title: fmt.Sprintf("(5) the same with elastic memory: --memory %s --memory-max %s (borrowed from the node daemon while free)",
+				sizeGiB(small), sizeGiB(ceiling)),
+			Command: func(i int) ([]string, uint64) {
+				return run(i, "--memory-max", strconv.FormatUint(ceiling, 10)), ceiling
+			},
+			Policy: func(int) string { return "equal" },
+		},
+	}
+}
+
+// NeedOf is task i's model size in the elastic parts: shares 1, 2, 3, ... of
+// 85 % of the GPU, so together they fit and the larger ones pass a static cap.
+func (c *Config) NeedOf(i int) uint64 {
+	parts := uint64(c.Tasks * (c.Tasks + 1) / 2)
+	return c.GPUMemory / 100 * 85 / parts * uint64(i+1)
+}
+
 func (c *Config) trainer(i int) []string {
 	return []string{
 		filepath.Join(c.BinDir, "gs-trainer"), "--name", fmt.Sprintf("task-%d", i+1),
@@ -117,7 +151,7 @@ func Run(ctx context.Context, c *Config) ([][]Outcome, error) {
 	}
 	fmt.Fprintf(c.Out, "gpuslice demo: %d training tasks share one GPU (%s, %s, %s)\n", c.Tasks, c.GPUName, sizeGiB(c.GPUMemory), kind)
 	var all [][]Outcome
-	for _, s := range Scenarios(c) {
+	for _, s := range append(Scenarios(c), ElasticScenarios(c)...) {
 		outs, err := RunScenario(ctx, c, s)
 		if err != nil {
 			return all, fmt.Errorf("%s: %w", s.Title, err)
@@ -128,7 +162,7 @@ func Run(ctx context.Context, c *Config) ([][]Outcome, error) {
 		}
 		all = append(all, outs)
 	}
-	if len(all) == 3 {
+	if len(all) >= 3 {
 		fmt.Fprintf(c.Out, "\n%s\n", Compare(all[1], all[2]))
 	}
 	return all, nil

@@ -43,6 +43,10 @@ func TestDemoIsolationOnSimulatedGPU(t *testing.T) {
 	if hi > 1.6*lo {
 		t.Errorf("part (2) speeds differ too much: %.1f .. %.1f steps/s", lo, hi)
 	}
+	if static := section(r.stdout, "(4)"); len(static) != 4 || !strings.Contains(strings.Join(flatten(static), " "), "out of memory") {
+		t.Errorf("part (4): the larger models should fail under static caps:\n%s", r.stdout)
+	}
+	rates(t, section(r.stdout, "(5)")) // elastic memory: every task finishes
 	prio := rates(t, section(r.stdout, "(3)"))
 	if prio[0] < 1.3*equal[0] {
 		t.Errorf("part (3): the high-priority task ran %.1f steps/s, not clearly faster than %.1f in the equal split", prio[0], equal[0])
