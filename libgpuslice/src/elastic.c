@@ -237,6 +237,35 @@ GS_HIDDEN int gs_elastic_borrow(struct gs_shm_gpu *gpu, uint64_t size, int recla
 	return rc;
 }
 
+static _Atomic uint64_t view_avail[GS_SHM_MAX_GPUS], view_at[GS_SHM_MAX_GPUS];
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+GS_HIDDEN uint64_t gs_elastic_view_limit(struct gs_shm_gpu *gpu, int slot)
+{
+	uint64_t limit = gs_ld64(&gpu->limit);
+	if ((__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) == 0 || slot < 0 ||
+	    slot >= GS_SHM_MAX_GPUS)
+		return limit;
+	uint64_t now = mono_ns(), at = atomic_load(&view_at[slot]);
+	if (at == 0 || now - at > 100000000ull) { /* ask at most every 100 ms */
+		int saved = errno;
+		struct gs_msg_borrow b = {.size = 0};
+		struct gs_msg_lend reply;
+		if (uuid_parse(gpu->uuid, b.gpu) == 0 && request(&b, &reply) == 0 && reply.status == GS_LEND_GRANTED)
+			atomic_store(&view_avail[slot], reply.available);
+		atomic_store(&view_at[slot], now);
+		errno = saved;
+	}
+	uint64_t avail = atomic_load(&view_avail[slot]);
+	return avail > limit ? avail : limit;
+}
+
 GS_HIDDEN int gs_elastic_wants_managed(const struct gs_shm_gpu *gpu, uint64_t used_after)
 {
 	uint32_t fl = __atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE);

@@ -28,6 +28,10 @@ GS_HIDDEN int gs_elastic_wants_managed(const struct gs_shm_gpu *gpu, uint64_t us
 /* Allocates size bytes of managed memory preferring dev, recorded as
  * spillable on slot. */
 GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUdevice dev, int slot);
+/* What the group's view reports as the card's size on slot: its allowance,
+ * or for an elastic slot what it could hold now (guarantee plus what it
+ * could borrow, asked of the daemon at most every 100 ms). */
+GS_HIDDEN uint64_t gs_elastic_view_limit(struct gs_shm_gpu *gpu, int slot);
 /* A pointer freed: if it was managed memory, drop it (and its counts). */
 GS_HIDDEN void gs_elastic_freed(CUdeviceptr ptr);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "account.h"
+#include "elastic.h"
 #include "device.h"
 #include "memcore.h"
 #include "view.h"
@@ -38,9 +39,10 @@ GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 		rc = GS_BROKEN_RC;
 	} else if (gs_current_device(&dev) == 0) {
 		(void)gs_group_self(g); /* a process with a context is listed by NVML */
-		struct gs_shm_gpu *gpu = view_gpu(g, gs_slot_cuda(g, dev));
+		int slot = gs_slot_cuda(g, dev);
+		struct gs_shm_gpu *gpu = view_gpu(g, slot);
 		if (gpu != NULL) {
-			struct gs_memview v = gs_view(gs_ld64(&gpu->limit), gs_ld64(&gpu->used), *total, *free);
+			struct gs_memview v = gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
 			*total = v.total;
 			*free = v.free;
 		}
@@ -64,7 +66,7 @@ GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	} else {
 		int slot = gs_slot_cuda(g, dev);
 		if (slot >= 0) {
-			uint64_t limit = gs_ld64(&gs_group_file(g)->gpu[slot].limit);
+			uint64_t limit = gs_elastic_view_limit(&gs_group_file(g)->gpu[slot], slot);
 			if (limit != 0 && limit < *bytes)
 				*bytes = limit;
 		}
@@ -80,10 +82,11 @@ static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned lo
 	struct gs_group *g = gs_group_get();
 	if (g == NULL)
 		return -1;
-	struct gs_shm_gpu *gpu = view_gpu(g, gs_slot_nvml(g, device));
+	int slot = gs_slot_nvml(g, device);
+	struct gs_shm_gpu *gpu = view_gpu(g, slot);
 	if (gpu == NULL || gs_ld64(&gpu->limit) == 0)
 		return 0;
-	struct gs_memview v = gs_view(gs_ld64(&gpu->limit), gs_ld64(&gpu->used), *total, *free);
+	struct gs_memview v = gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
 	*total = v.total;
 	*used = v.used;
 	*free = v.total - v.used;

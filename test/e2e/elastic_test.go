@@ -186,6 +186,13 @@ func TestElasticNoSpill(t *testing.T) {
 	c := startTenant(t, e, "c", "--memory", "6GiB", "--memory-max", "20GiB", "--", app, "--hold", "1GiB")
 	b.until("ready")
 	c.until("ready")
+	// cuMemGetInfo inside b: its guarantee plus what it could borrow now
+	// (24 GiB less c's guarantee and the reserve), not just the 6 GiB.
+	b.send("info")
+	info := b.until("info")
+	if total, _ := strconv.ParseUint(field(info[len(info)-1], "total"), 10, 64); total <= 6*gib || total > 20*gib {
+		t.Fatalf("b's cuMemGetInfo total %d: want more than its 6 GiB guarantee, at most its 20 GiB ceiling", total)
+	}
 	a := startTenant(t, e, "a", "--memory", "6GiB", "--memory-max", "20GiB", "--", app, "--hold", "20GiB", "--chunk", "2GiB")
 	la := a.until("ready")
 	// 24 GiB less b's and c's guarantees and the daemon's 256 MiB reserve: 11.75 GiB, in 2 GiB pieces.
