@@ -12,14 +12,19 @@ import (
 	"time"
 )
 
-// testMPS runs the MPS checks when this build has an MPS mode (bin/gs-mps-bench).
+// testMPS runs `make bench-mps`'s program (test/mpsbench): two MPS clients at 30 %
+// and 70 %, and a small-kernel tenant beside three busy ones under time slices and
+// under MPS, side by side; its last line is the summary.
 func (s *suite) testMPS(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(s.bin, "gs-mps-bench")); err != nil {
-		t.Skip("MPS: this build has no MPS benchmark program (bin/gs-mps-bench)")
+	if _, err := os.Stat(filepath.Join("..", "mpsbench")); err != nil {
+		t.Skip("MPS: this tree has no MPS benchmark (test/mpsbench)")
 	}
-	out := output(t, s.cmd(t.Context(), "gs-mps-bench"))
+	c := s.cmd(t.Context(), "go", "run", "./test/mpsbench", "--bin", s.bin)
+	c.Dir = filepath.Join("..", "..")
+	out := output(t, c)
+	t.Logf("bench-mps:\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	s.record(t, "mps", "shares and small-kernel latency", lines[len(lines)-1])
+	s.record(t, "mps", "time slices vs MPS (make bench-mps)", lines[len(lines)-1])
 }
 
 // report prints the summary table and writes it as Markdown: docs/benchmarks-gpu.md on
