@@ -48,6 +48,11 @@ func main() {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	install := fs.String("install-library", "", "copy this libgpuslice.so to --library at start (and remove it at exit when no GPU pod is left)")
 	fs.StringVar(&cfg.RuntimeStateDir, "runtime-state-dir", cfg.RuntimeStateDir, "directory of running containers' OCI config.json (cgroup v2)")
+	fs.StringVar(&cfg.Sharing, "sharing", cfg.Sharing, "GPU sharing mode: timeslice or mps for every GPU, or <index|uuid>=<mode>,...")
+	fs.StringVar(&cfg.MPSControl, "mps-control", cfg.MPSControl, "MPS control daemon (default nvidia-cuda-mps-control; on the simulated GPU its stand-in)")
+	fs.StringVar(&cfg.MPSDir, "mps-dir", cfg.MPSDir, "directory of the MPS daemons' per-GPU pipe and log directories")
+	fs.IntVar(&cfg.MPSServers, "mps-servers", cfg.MPSServers, "MPS servers per mps GPU (K)")
+	fs.IntVar(&cfg.MPSUnitsPerClient, "mps-units-per-client", cfg.MPSUnitsPerClient, "units per MPS client slot (M); an mps GPU has M x 48 x K units")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}

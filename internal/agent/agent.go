@@ -49,6 +49,10 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err != nil {
 		return err
 	}
+	sh, err := newSharing(cfg, drv, gpus)
+	if err != nil {
+		return err
+	}
 	mounts, err := hotplug.FindMounts(cfg.ProcRoot)
 	if err != nil {
 		return err
@@ -66,6 +70,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}
 	be := &backend{pods: pods.Lister(), client: cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
 		procRoot: cfg.ProcRoot, inject: injectFor(cfg, drv, env)}
+	be.inject.MPS = sh.inject()
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
 		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync}, be, gpus)
 	if err != nil {
@@ -80,6 +85,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	sh.run(gctx, g)
 	if cfg.RunDaemon {
 		ncfg := node.DefaultConfig(func(k string) string { return env[k] })
 		ncfg.Socket, ncfg.RunDir, ncfg.ProcRoot = cfg.Socket, cfg.RunDir, cfg.ProcRoot
@@ -93,7 +99,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
 	g.Go(func() error { return units.Run(gctx) })
-	pub := newPublisher(cfg, dyn, drv.NVML, pods.Lister())
+	pub := newPublisher(cfg, dyn, drv.NVML, pods.Lister(), sh)
 	pub.State = (&stateReader{ctx: gctx, cs: cs, dyn: dyn, node: cfg.NodeName}).read
 	pub.Observe = (&pluginHealth{gpus: gpus, plugins: []*deviceplugin.Plugin{plugin, units}}).observe
 	g.Go(func() error { return pub.Run(gctx) })

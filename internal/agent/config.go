@@ -56,26 +56,39 @@ type Config struct {
 	// containers (containerd: /run/containerd/io.containerd.runtime.v2.task/k8s.io),
 	// read for the device rules on cgroup v2.
 	RuntimeStateDir string
+	// Sharing is each GPU's sharing mode: "timeslice" or "mps" for all, or
+	// <index or UUID>=<mode>,... (internal/mps.ParseModes).
+	Sharing string
+	// MPSControl is the MPS control daemon ("": nvidia-cuda-mps-control,
+	// or the simulator's stand-in in SimDir on the simulated GPU); MPSDir
+	// holds each GPU's pipe and log directories; MPSServers (K) daemons run
+	// per mps GPU, each client slot worth MPSUnitsPerClient (M) units.
+	MPSControl, MPSDir            string
+	MPSServers, MPSUnitsPerClient int
 }
 
 // DefaultConfig returns the defaults for this environment.
 func DefaultConfig(getenv func(string) string) Config {
 	return Config{
-		NodeName:        getenv("NODE_NAME"),
-		Driver:          gpu.ModeAuto,
-		RunDir:          paths.RunDir(getenv),
-		Socket:          node.SocketPath(getenv),
-		RunDaemon:       true,
-		PluginDir:       pluginapi.DevicePluginPath,
-		PodResources:    "/var/lib/kubelet/pod-resources/kubelet.sock",
-		DevRoot:         "/dev",
-		ControlDevices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-		SlotsPerGPU:     api.MaxContainersPerGPU,
-		Resync:          time.Second,
-		PublishPeriod:   10 * time.Second,
-		ProcRoot:        "/proc",
-		CgroupRoot:      "/",
-		RuntimeStateDir: "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+		NodeName:          getenv("NODE_NAME"),
+		Driver:            gpu.ModeAuto,
+		RunDir:            paths.RunDir(getenv),
+		Socket:            node.SocketPath(getenv),
+		RunDaemon:         true,
+		PluginDir:         pluginapi.DevicePluginPath,
+		PodResources:      "/var/lib/kubelet/pod-resources/kubelet.sock",
+		DevRoot:           "/dev",
+		ControlDevices:    []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+		SlotsPerGPU:       api.MaxContainersPerGPU,
+		Resync:            time.Second,
+		PublishPeriod:     10 * time.Second,
+		ProcRoot:          "/proc",
+		CgroupRoot:        "/",
+		RuntimeStateDir:   "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+		Sharing:           string(api.SharingTimeslice),
+		MPSDir:            filepath.Join(paths.RunDir(getenv), "mps"),
+		MPSServers:        api.DefaultMPSServers,
+		MPSUnitsPerClient: api.DefaultMPSUnitsPerClient,
 	}
 }
 
@@ -99,6 +112,12 @@ func (c Config) Validate() error {
 	}
 	if c.PublishPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("publish period %s: want at least 1s", c.PublishPeriod))
+	}
+	if c.MPSServers < 1 || c.MPSServers > 8 || c.MPSUnitsPerClient < 1 || c.MPSUnitsPerClient > 100 {
+		errs = append(errs, fmt.Errorf("MPS servers %d (want 1..8) or units per client %d (want 1..100)", c.MPSServers, c.MPSUnitsPerClient))
+	}
+	if c.MPSDir == "" || !filepath.IsAbs(c.MPSDir) {
+		errs = append(errs, fmt.Errorf("MPS directory %q must be absolute", c.MPSDir))
 	}
 	if c.Resync < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))

@@ -29,10 +29,10 @@ import (
 // newPublisher publishes the node's GPUNode row every cfg.PublishPeriod:
 // GPUs as NVML measures them, holdings from the assignments of the node's
 // pods, and, per GPU, the processes no pod scheduled there owns.
-func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpu.NVML, pods listersv1.PodLister) *table.Publisher {
+func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpu.NVML, pods listersv1.PodLister, sh *sharing) *table.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
 	return &table.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
-		GPUs: ownedReader{own: own, r: table.NVMLReader{NVML: nvml, Owned: own.owned}},
+		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: table.NVMLReader{NVML: nvml, Owned: own.owned}}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}
 }
 

@@ -45,6 +45,8 @@ type Inject struct {
 	SimDir, SimState, SimHostProc string
 	// Env is added to every container (e.g. GPUSLICE_SIM_GPUS).
 	Env map[string]string
+	// MPS holds the GPUs in mps mode, by UUID (mps.go).
+	MPS map[string]MPSGPU
 }
 
 var groupUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -134,6 +136,9 @@ func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*plug
 	}
 	for k, v := range in.Env {
 		r.Envs[k] = v
+	}
+	if err := in.addMPS(c, group, r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

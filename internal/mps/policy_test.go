@@ -75,3 +75,27 @@ func TestPinnedMemLimitAndFreeUnits(t *testing.T) {
 		}
 	}
 }
+
+func TestParseModes(t *testing.T) {
+	gpus := []GPURef{{0, "GPU-a"}, {1, "GPU-b"}}
+	for _, tc := range []struct {
+		spec string
+		want string // modes of GPU-a, GPU-b
+		err  bool
+	}{
+		{"", "timeslice,timeslice", false}, {"mps", "mps,mps", false}, {"timeslice", "timeslice,timeslice", false},
+		{"1=mps", "timeslice,mps", false}, {"GPU-a=mps, 1=timeslice", "mps,timeslice", false},
+		{"MPS", "", true}, {"2=mps", "", true}, {"0=mps,GPU-a=mps", "", true}, {"0", "", true}, {"0=mps,", "", true},
+	} {
+		m, err := ParseModes(tc.spec, gpus)
+		if (err != nil) != tc.err {
+			t.Errorf("ParseModes(%q) error %v, want error %v", tc.spec, err, tc.err)
+			continue
+		}
+		if err == nil {
+			if got := string(m["GPU-a"]) + "," + string(m["GPU-b"]); got != tc.want {
+				t.Errorf("ParseModes(%q) = %s, want %s", tc.spec, got, tc.want)
+			}
+		}
+	}
+}

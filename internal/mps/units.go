@@ -3,6 +3,9 @@ package mps
 import (
 	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // ThreadPercentage is CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a client holding
@@ -40,4 +43,57 @@ func PinnedMemLimit(memBytes int64, gpus int) string {
 func FreeUnits(unbooked int64, liveClients, clientSlots, unitsPerClient int) int64 {
 	slots := int64(max(clientSlots-liveClients, 0)) * int64(unitsPerClient)
 	return max(min(unbooked, slots), 0)
+}
+
+// GPURef names one GPU for ParseModes.
+type GPURef struct {
+	Index int32
+	UUID  string
+}
+
+// ParseModes reads the node's sharing configuration: one mode for every GPU
+// ("timeslice", "mps"), or comma-separated <index or UUID>=<mode> entries
+// (GPUs not named: timeslice). Returns the mode of each GPU by UUID.
+func ParseModes(spec string, gpus []GPURef) (map[string]api.SharingMode, error) {
+	out := make(map[string]api.SharingMode, len(gpus))
+	for _, g := range gpus {
+		out[g.UUID] = api.SharingTimeslice
+	}
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return out, nil
+	}
+	if !strings.Contains(spec, "=") {
+		m, err := api.ParseSharingMode(spec)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gpus {
+			out[g.UUID] = m
+		}
+		return out, nil
+	}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		key, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("sharing %q: entry %q: want <index or UUID>=<mode>", spec, part)
+		}
+		m, err := api.ParseSharingMode(val)
+		if err != nil {
+			return nil, fmt.Errorf("sharing %q: %w", spec, err)
+		}
+		uuid := ""
+		for _, g := range gpus {
+			if key == g.UUID || key == strconv.Itoa(int(g.Index)) {
+				uuid = g.UUID
+			}
+		}
+		if uuid == "" || seen[uuid] {
+			return nil, fmt.Errorf("sharing %q: GPU %q not on this node or named twice", spec, key)
+		}
+		seen[uuid] = true
+		out[uuid] = m
+	}
+	return out, nil
 }

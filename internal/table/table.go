@@ -26,6 +26,11 @@ type Device struct {
 	// UnscheduledProcesses counts processes on the GPU that belong to no
 	// pod scheduled there.
 	UnscheduledProcesses int32
+	// SharingMode is the GPU's mode ("": timeslice). In mps mode the
+	// units free are also bounded by the client slots left:
+	// (MPSClientSlots - MPSClients) x MPSUnitsPerClient.
+	SharingMode                                   api.SharingMode
+	MPSClients, MPSClientSlots, MPSUnitsPerClient int32
 }
 
 // GPUReader reads the node's GPUs. The node agent implements it with NVML.
@@ -62,6 +67,15 @@ func Status(devs []Device, held map[int32]Held, state api.NodeState, message str
 		}
 		if d.Healthy {
 			g.Health = api.GPUHealthy
+		}
+		g.SharingMode = d.SharingMode
+		if g.SharingMode == "" {
+			g.SharingMode = api.SharingTimeslice
+		}
+		if g.SharingMode == api.SharingMPS {
+			g.MPSClients = max(d.MPSClients, 0)
+			slots := int64(max(d.MPSClientSlots-g.MPSClients, 0)) * int64(max(d.MPSUnitsPerClient, 0))
+			g.UnitsFree = min(g.UnitsFree, slots)
 		}
 		st.GPUs = append(st.GPUs, g)
 	}
