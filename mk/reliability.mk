@@ -9,7 +9,7 @@
 # kernel, a killed daemon coming back (TestReliability*; docs/node.md, "Bounds" and
 # "Supervision").
 TEST_TARGETS += test-reliability
-RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestReliability
+RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -46,13 +47,27 @@ func runGroup(_ context.Context, env *Env, args []string) error {
 	case a[0] == "set" && len(a) >= 3:
 		return groupSet(env, tree, a[1], a[2:])
 	case a[0] == "rm" && len(a) == 2:
-		if !tree.Exists(a[1]) {
-			return usagef("group rm: no group %q", a[1])
-		}
-		return tree.Remove(a[1])
+		return groupRemove(tree, *runDir, a[1])
 	}
 	fs.Usage()
 	return usagef("group: bad arguments %q", a)
+}
+
+// groupRemove deletes a group that no process uses: removing the state file
+// under live members would let the next member start a second state (and a
+// second limit) for the same group.
+func groupRemove(tree group.Tree, runDir, name string) error {
+	if !tree.Exists(name) {
+		return usagef("group rm: no group %q", name)
+	}
+	n, err := node.LiveMembers("/proc", paths.GroupStateFile(runDir, name))
+	if err != nil {
+		return fmt.Errorf("group rm %s: %w", name, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("group rm %s: %d process(es) of the group are running; stop them first", name, n)
+	}
+	return tree.Remove(name)
 }
 
 func groupSet(env *Env, tree group.Tree, name string, kvs []string) error {

@@ -71,9 +71,14 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, limit uint64) {
 	}
 }
 
-// memoryOf sums a group's GPU memory use from its state file.
+// memoryOf sums a group's GPU memory use from its state file, after
+// releasing what dead members still held (each status refresh).
 func (s *Server) memoryOf(name string) (used uint64, ok bool) {
-	gpus, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+	path := paths.GroupStateFile(s.cfg.RunDir, name)
+	if n, err := ReapDead(s.cfg.ProcRoot, path); err == nil && n > 0 {
+		s.log.V(1).Info("released the memory of dead members", "group", name, "members", n)
+	}
+	gpus, err := readMemory(path)
 	if err != nil {
 		return 0, false
 	}

@@ -31,6 +31,7 @@ const (
 	shmProcOffHost  = 8
 	shmProcOffStart = 16
 	shmProcOffNS    = 24
+	shmProcOffUsed  = 32
 )
 
 // GroupProcess is one live process of a group state file.
