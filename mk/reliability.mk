@@ -15,3 +15,11 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/node/
 	$(GO) test -count=1 -run 'TooLarge|BoundedQuote' ./internal/group/
+
+.PHONY: bench-reliability
+# Figures for docs/benchmarks.md: grant round trips idle vs during a 10,000-connection flood from one
+# user (root: the flood runs as nobody), and kill -9 of the daemon under `gpuslice run` -> a new daemon
+# answering -> the tenant's gate connected to it again (5 kills).
+bench-reliability: all
+	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery' -benchtime 1x \
+		./internal/node/ 2>&1 | grep -v '^[IE][0-9]'

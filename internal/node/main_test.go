@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -184,7 +185,10 @@ func childClient(mode string) error {
 			return err
 		}
 		fmt.Println("banked")
-		time.Sleep(300 * time.Millisecond)
+		// The test says when another group holds the GPU.
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return fmt.Errorf("wait for go: %w", err)
+		}
 		if g, err = c.Acquire(testGPU); err != nil {
 			return err
 		}
@@ -252,6 +256,7 @@ func startDaemon(t testing.TB, cfg Config) {
 // child starts the test binary as a client process in group (if not "").
 type childProc struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser // the child's standard input
 	lines chan string
 	done  chan error
 }
@@ -274,10 +279,14 @@ func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, en
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &childProc{cmd: cmd, lines: make(chan string, 1000), done: make(chan error, 1)}
+	p := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 1000), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {

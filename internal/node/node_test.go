@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,7 +91,8 @@ func TestKilledHolderLosesGrant(t *testing.T) {
 	if err := c.Send(&proto.Acquire{GPU: testGPU}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	me := "pid-" + strconv.Itoa(os.Getpid())
+	waitStatusWhere(t, cfg, "this process's group waiting", func(g GroupGPUStatus) bool { return g.Group == me && g.Waiting })
 	killed := time.Now()
 	if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -216,10 +219,17 @@ func TestConcurrentStartOneDaemon(t *testing.T) {
 	if !errors.Is(err, ErrRunning) {
 		t.Fatalf("second daemon: %v, want ErrRunning", err)
 	}
-	// Daemons that lost the race exit at once; give any still starting time
-	// to do so before the winner is stopped (or one of them would take over).
-	time.Sleep(time.Second)
+	// Daemons that lost the race exit at once: wait until only the winner
+	// runs before it is stopped (or one of them would take over).
 	st := waitStatus(t, cfg)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if d := daemonsOn(t, cfg.Socket); len(d) == 1 && d[0] == st.PID {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("daemons on the socket: %v, want only %d", d, st.PID)
+		}
+		st = waitStatus(t, cfg)
+	}
 	if st.PID <= 0 {
 		t.Fatalf("status pid %d", st.PID)
 	}
@@ -398,6 +408,9 @@ func TestOnlinePreemptsOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := io.WriteString(on.stdin, "go\n"); err != nil { // the online group asks now
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if err := off.SetDeadline(time.Now().Add(3 * time.Second)); err != nil {
 		t.Fatal(err)
@@ -418,4 +431,49 @@ func TestOnlinePreemptsOffline(t *testing.T) {
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Fatalf("preemption took %v", d)
 	}
+}
+
+// waitStatusWhere waits until status.json shows a group entry for which ok holds.
+func waitStatusWhere(t *testing.T, cfg Config, what string, ok func(GroupGPUStatus) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := ReadStatus(cfg.RunDir); err == nil {
+			for _, g := range st.GPUs {
+				for _, e := range g.Groups {
+					if ok(e) {
+						return
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed %s", what)
+		}
+	}
+}
+
+// daemonsOn returns the pids of processes started as daemons on socket
+// ("<exe> node ... --socket <socket> ...").
+func daemonsOn(t *testing.T, socket string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue // gone
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[1] == "node" && slices.Contains(args, socket) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,8 +54,34 @@ func floodChild(socket string) error {
 		}
 	}
 	fmt.Println("flood welcomed", welcomed, "refused", refused, "other", other)
-	time.Sleep(time.Hour)
-	return nil
+	defer runtime.KeepAlive(conns) // held open (unreferenced, the collector would close them)
+	if os.Getenv("GS_CHURN") == "" {
+		time.Sleep(time.Hour)
+		return nil
+	}
+	// A hostile client that keeps trying: connect, hello, refused, again.
+	counts := map[string]int{}
+	for start := time.Now(); ; {
+		c, err := Dial(context.Background(), socket)
+		switch {
+		case err == nil:
+			counts["welcomed"]++
+			err = c.Close()
+		case IsBusy(err):
+			counts["refused"]++
+			err = nil
+		default:
+			counts[err.Error()]++
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		if os.Getenv("GS_CHURN_REPORT") != "" && time.Since(start) > 2*time.Second {
+			fmt.Println("churn", counts)
+			start = time.Now()
+		}
+	}
 }
 
 // dialRetry connects, waiting while the listen backlog is full (EAGAIN).
