@@ -154,8 +154,8 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 
 // TestE2EGateEndsGrantOnItsOwn: the gate stops launching when its grant ends
 // even if no revoke comes (the daemon here is a bare protocol peer that grants
-// and then stays silent): it hands over (release with more work) within the
-// daemon's grace after the end, then launches nothing until the next grant.
+// and then stays silent): it hands over (release with more work) after the
+// end, never before, then launches nothing until the next grant.
 func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 	e := setupE2E(t)
 	dir := t.TempDir()
@@ -188,7 +188,7 @@ func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 	p.expect(&proto.Hello{})
 	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
 	acq := p.expect(&proto.Acquire{}).(*proto.Acquire)
-	const valid, grace = 20 * time.Millisecond, 20 * time.Millisecond
+	const valid = 20 * time.Millisecond
 	for seq := uint64(1); seq <= 3; seq++ {
 		sent := time.Now()
 		p.send(&proto.Grant{GPU: acq.GPU, Seq: seq, SliceNs: uint64(valid), ValidNs: uint64(valid)})
@@ -198,8 +198,12 @@ func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 		if rel.Seq != seq || rel.Flags&proto.ReleaseMore == 0 {
 			t.Fatalf("release %+v, want seq %d with more work", rel, seq)
 		}
-		if held < valid || held > valid+grace {
-			t.Errorf("grant %d of %v handed back after %v: want within [%v, %v]", seq, valid, held, valid, valid+grace)
+		// Never before the end; after it, on its own (no revoke comes). How soon
+		// after is CPU scheduling (the daemon's grace is 20 ms): a wall clock
+		// the machine's load changes, so the bound here only catches a gate
+		// that does not end the grant by itself at all.
+		if held < valid || held > valid+time.Second {
+			t.Errorf("grant %d of %v handed back after %v: want within [%v, %v]", seq, valid, held, valid, valid+time.Second)
 		}
 		// Withheld: the gate waits (sends nothing) until the next grant.
 		if err := nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
