@@ -18,7 +18,9 @@ import (
 
 type fixedReader []table.Device
 
-func (f fixedReader) Devices(context.Context) ([]table.Device, error) { return append([]table.Device(nil), f...), nil }
+func (f fixedReader) Devices(context.Context) ([]table.Device, error) {
+	return append([]table.Device(nil), f...), nil
+}
 
 // On the simulated GPU with its stand-in MPS daemon: the agent's daemon for
 // an mps GPU admits a client (a CUDA program with the injected environment),
