@@ -15,6 +15,7 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/node/
 	$(GO) test -count=1 -run 'TooLarge|BoundedQuote' ./internal/group/
+	$(GO) test -count=1 -run 'TestRemoveGroupDir' ./internal/runner/
 
 .PHONY: bench-reliability
 # Figures for docs/benchmarks.md: grant round trips idle vs during a 10,000-connection flood from one

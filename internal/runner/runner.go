@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -89,8 +90,9 @@ func Run(ctx context.Context, s *Spec) (int, error) {
 	}
 	if !s.KeepGroup {
 		defer func() {
-			if err := os.RemoveAll(dir); err != nil {
-				logger.Error(err, "remove group directory", "dir", dir)
+			// Not on stderr: it is the command's (only its documented notices go there).
+			if err := removeGroupDir(dir); err != nil {
+				logger.V(1).Info("group directory left behind", "dir", dir, "err", err)
 			}
 		}()
 	}
@@ -164,4 +166,26 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// removeGroupDir removes a run's group directory while the node daemon may
+// still be writing its read-back files into it: the directory is renamed
+// aside first (the daemon's next write by path then fails instead of landing
+// in it), then removed, with a second pass for a file the daemon was creating
+// at that very moment.
+func removeGroupDir(dir string) error {
+	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".removing-%s-%d", filepath.Base(dir), os.Getpid()))
+	if err := os.Rename(dir, aside); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove group directory: %w", err)
+	}
+	var err error
+	for range 3 {
+		if err = os.RemoveAll(aside); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("remove group directory: %w", err)
 }
