@@ -109,6 +109,15 @@ func (p *Process) Stop() {
 	}
 }
 
+// Kill sends SIGKILL to the process group (no cleanup of any kind) and waits.
+func (p *Process) Kill() {
+	if exited, _ := p.Exited(); exited {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Tail returns the end of the process log, for failure messages.
 func (p *Process) Tail() string {
 	b, err := os.ReadFile(p.Log)
