@@ -6,14 +6,16 @@
 # checked and the samples over the limit); the limit belongs to the group
 # (reliability_mem_test, TestGroupLimit*); the node daemon against hostile local
 # clients (connection floods, made-up GPUs, huge setting files), identity from the
-# kernel, a killed daemon coming back (TestReliability*; docs/node.md, "Bounds" and
-# "Supervision").
+# kernel, a killed daemon coming back, time slices that strand no member (a sibling's
+# expired grant, wall-clock steps, ON_LOSS=wait, 300 processes started at once with
+# GPUSLICE_NODE_MANY=300, which go test ./... skips) (TestReliability*; docs/node.md,
+# "Bounds" and "Supervision").
 TEST_TARGETS += test-reliability
 RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
-	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/node/
+	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/node/
 	$(GO) test -count=1 -run 'TooLarge|BoundedQuote' ./internal/group/
 	$(GO) test -count=1 -run 'TestRemoveGroupDir' ./internal/runner/
 

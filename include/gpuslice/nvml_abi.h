@@ -76,6 +76,16 @@ typedef struct nvmlProcessInfo_v2_st {
 } nvmlProcessInfo_v2_t;
 typedef nvmlProcessInfo_v2_t nvmlProcessInfo_t;
 
+/* nvmlDeviceGetProcessUtilization */
+typedef struct nvmlProcessUtilizationSample_st {
+	unsigned int pid;
+	unsigned long long timeStamp; /* CPU timestamp, µs */
+	unsigned int smUtil;
+	unsigned int memUtil;
+	unsigned int encUtil;
+	unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 typedef struct nvmlPciInfo_st {
 	char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
 	unsigned int domain;

@@ -170,6 +170,7 @@ func (g *gpuState) tick() {
 
 // apply carries out the policy's actions, then re-arms the deadline timer.
 func (g *gpuState) apply(acts []slice.Action, now time.Time) {
+	var again []*tenant
 	for _, a := range acts {
 		t := g.byID[a.Tenant]
 		if t == nil {
@@ -197,13 +198,34 @@ func (g *gpuState) apply(acts []slice.Action, now time.Time) {
 				}
 			}
 			g.log.V(2).Info("grant expired", "group", t.group, "seq", a.Grant.Seq)
+			// The policy forgets a holder that did not hand over; members
+			// of its group still waiting (they handed their part back and
+			// asked for more) keep their place for the group's next turn.
+			if t.any(isWaiting) {
+				again = append(again, t)
+			}
 		}
+	}
+	for _, t := range again {
+		g.reacquire(t, now)
 	}
 	if at, ok := g.sched.NextDeadline(); ok {
 		g.timer.Reset(at.Sub(time.Now()))
 	} else {
 		g.timer.Stop()
 	}
+}
+
+// reacquire puts a group with waiting members back in line (after its grant expired).
+func (g *gpuState) reacquire(t *tenant, now time.Time) {
+	if g.byID[t.id] != t || t.holding || !t.any(isWaiting) {
+		return
+	}
+	acts, err := g.sched.Acquire(t.id, now)
+	if err != nil {
+		g.log.Error(err, "acquire", "group", t.group)
+	}
+	g.apply(acts, now)
 }
 
 // grant gives the group's waiting members the GPU; a group with no one

@@ -59,12 +59,23 @@ static void default_socket(char *out, size_t n)
 		gs_fmt(out, n, "/tmp/gpuslice-%u/node.sock", (unsigned)geteuid());
 }
 
+/* Every wait of the gate is on CLOCK_MONOTONIC: a step of the wall clock
+ * (backwards during an outage) never stretches one. */
+static void init_cv(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&gs_gate.cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 static void after_fork_child(void)
 {
 	/* The child is a new caller: it connects with its own identity, from a
 	 * gate thread of its own (threads do not survive fork). */
 	pthread_mutex_init(&gs_gate.mu, NULL);
-	pthread_cond_init(&gs_gate.cv, NULL);
+	init_cv();
 	if (gs_gate.fd >= 0)
 		close(gs_gate.fd);
 	if (gs_gate.dead_fd >= 0)
@@ -95,6 +106,7 @@ static void cfg_init(void)
 	cfg.reconnect_ns = 100000000u;
 	cfg.step_ns = 100000000u;
 	default_socket(cfg.socket, sizeof(cfg.socket));
+	init_cv(); /* before anyone waits: every path to the gate reads cfg first */
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
@@ -151,20 +163,13 @@ static int find_gpu_locked(void)
 	return 0;
 }
 
-/* The condition's clock is CLOCK_REALTIME: wait in steps of at most 100 ms. */
+/* The condition's clock is CLOCK_MONOTONIC (init_cv). */
 GS_HIDDEN int gs_gate_wait_locked(uint64_t deadline)
 {
-	uint64_t now = gs_gate_now();
-	if (now >= deadline)
+	if (gs_gate_now() >= deadline)
 		return ETIMEDOUT;
-	uint64_t step = deadline - now < 100000000u ? deadline - now : 100000000u;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)(step % 1000000000u);
-	ts.tv_sec += (time_t)(step / 1000000000u) + ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	int rc = pthread_cond_timedwait(&gs_gate.cv, &gs_gate.mu, &ts);
-	return rc == ETIMEDOUT && gs_gate_now() < deadline ? 0 : rc;
+	struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000u), .tv_nsec = (long)(deadline % 1000000000u)};
+	return pthread_cond_timedwait(&gs_gate.cv, &gs_gate.mu, &ts);
 }
 
 /* Hands over at the end of a slice: outstanding work first (unlocked). */
@@ -191,7 +196,12 @@ static void receive_locked(uint64_t *wait_start)
 	if (*wait_start == 0)
 		*wait_start = now;
 	uint64_t deadline = *wait_start + cfg.timeout_ns;
-	if (now >= deadline) {
+	if (now >= deadline && cfg.wait_on_loss) {
+		/* GPUSLICE_GATE_ON_LOSS=wait: launches wait for the grant, however long. */
+		gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; launches "
+			    "wait until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
+		deadline = now + cfg.step_ns;
+	} else if (now >= deadline) {
 		gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; running "
 			    "without waiting for it until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
 		g->slow = 1;

@@ -8,6 +8,7 @@
  *   sync      launch one kernel, synchronize, repeat
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
+ *   job       --n kernels, synchronize, exit; prints "job <ns from t0 to done> <longest launch call ns>"
  * busy and sync print "win <second> <kernels launched> <run delay ns>" per 1 s
  * window: the run delay is the longest time one thread of this process spent
  * runnable but waiting for a CPU in that window (/proc/self/task/<tid>/schedstat),
@@ -158,6 +159,22 @@ static int run_requests(const struct cuapi *api, CUfunction fn, const struct opt
 	return 0;
 }
 
+static int run_job(const struct cuapi *api, CUfunction fn, const struct opts *o)
+{
+	unsigned long long longest = 0;
+	for (unsigned long long i = 0; i < o->n; i++) {
+		unsigned long long t = now_ns();
+		if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS)
+			return 1;
+		if (now_ns() - t > longest)
+			longest = now_ns() - t;
+	}
+	if (api->CtxSynchronize() != CUDA_SUCCESS)
+		return 1;
+	printf("job %llu %llu\n", now_ns() - o->t0, longest);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.mode = "busy", .kernel_us = 500, .seconds = 1, .n = 1, .gap_ms = 100};
@@ -166,7 +183,7 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	CUfunction fn;
 	if (parse(argc, argv, &o) != 0) {
-		fprintf(stderr, "usage: gs-tenant --mode busy|sync|requests --kernel-us N --seconds S [--t0 NS] "
+		fprintf(stderr, "usage: gs-tenant --mode busy|sync|requests|job --kernel-us N --seconds S [--t0 NS] "
 				"[--n N --gap-ms MS --jitter-ms MS]\n");
 		return 2;
 	}
@@ -183,6 +200,7 @@ int main(int argc, char **argv)
 	sleep_until(o.t0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	int rc = strcmp(o.mode, "requests") == 0 ? run_requests(&api, fn, &o)
+		 : strcmp(o.mode, "job") == 0    ? run_job(&api, fn, &o)
 						 : run_windows(&api, fn, &o, strcmp(o.mode, "sync") == 0);
 	if (rc != 0)
 		fprintf(stderr, "gs-tenant: a launch failed\n");

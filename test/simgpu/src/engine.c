@@ -118,9 +118,10 @@ static void hold_until(uint64_t deadline)
 		;
 }
 
-void sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_t start)
+uint64_t sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_t start)
 {
 	uint32_t t = sim_engine_acquire(e, pid, start);
+	uint64_t held = 0;
 
 	if (busy_ns != 0) {
 		uint64_t s = sim_now_ns();
@@ -129,9 +130,11 @@ void sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_
 		uint64_t end = sim_now_ns();
 		account(e, s, end);
 		atomic_store(&e->busy_since, 0);
+		held = end - s;
 	}
 	atomic_fetch_add(&e->kernels, 1);
 	sim_engine_release(e, t);
+	return held;
 }
 
 /* A holder killed while running a kernel leaves busy_since set and its

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  * nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses in their v1,
- * v2 and v3 struct layouts. */
+ * v2 and v3 struct layouts; nvmlDeviceGetProcessUtilization. */
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvml.h"
 
@@ -98,4 +100,72 @@ NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, u
 NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
 {
 	return running(h, n, p, 3, true);
+}
+
+/* Per process slot: its busy time when this process last sampled it. */
+static struct {
+	pthread_mutex_t mu;
+	struct util_seen {
+		int32_t pid;
+		uint64_t start, t_ns, busy[SIM_MAX_DEVICES];
+	} seen[SIM_MAX_PROCS];
+} util = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* One process's sample: the share of the time since this process last sampled
+ * it (first time: since it took the device) that its kernels held the engine. */
+static unsigned sm_util(int slot, const struct sim_proc_state *p, int idx, uint64_t now)
+{
+	struct util_seen *s = &util.seen[slot];
+	uint64_t busy = atomic_load(&p->busy_ns[idx]), t = p->since_ns, before = 0;
+
+	if (s->pid == atomic_load(&p->pid) && s->start == p->start) {
+		t = s->t_ns;
+		before = s->busy[idx];
+	}
+	unsigned pct = now > t && busy > before ? (unsigned)((busy - before) * 100 / (now - t)) : 0;
+	if (s->pid != atomic_load(&p->pid) || s->start != p->start)
+		*s = (struct util_seen){.pid = atomic_load(&p->pid), .start = p->start};
+	s->t_ns = now;
+	s->busy[idx] = busy;
+	return pct > 100 ? 100 : pct;
+}
+
+/* Samples for the processes with a context on the device, stamped now (newer
+ * than lastSeen unless lastSeen is in the future: NOT_FOUND). */
+NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *out,
+						      unsigned int *count, unsigned long long last_seen)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+	struct timespec ts;
+	int idx;
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (sim_nvml_dev(h, &idx) == NULL || count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
+	struct sim_state *st = sim_nvml.st;
+	unsigned n = last_seen >= stamp ? 0 : collect(idx, NULL, 0);
+	if (n == 0)
+		return NVML_ERROR_NOT_FOUND;
+	if (out == NULL || *count < n) {
+		*count = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	uint64_t now = sim_now_ns();
+	unsigned k = 0;
+	pthread_mutex_lock(&util.mu);
+	for (int i = 0; i < SIM_MAX_PROCS && k < n; i++) {
+		struct sim_proc_state *p = &st->proc[i];
+		int32_t pid = atomic_load(&p->pid);
+		if (pid == 0 || (!(p->dev_mask & (1u << idx)) && atomic_load(&p->used[idx]) == 0))
+			continue;
+		unsigned sm = sm_util(i, p, idx, now);
+		out[k++] = (nvmlProcessUtilizationSample_t){.pid = (unsigned)pid, .timeStamp = stamp, .smUtil = sm,
+							   .memUtil = sm / 2};
+	}
+	pthread_mutex_unlock(&util.mu);
+	*count = k;
+	return NVML_SUCCESS;
 }

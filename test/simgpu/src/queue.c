@@ -11,10 +11,13 @@
 static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t seq)
 {
 	switch (it->kind) {
-	case SIM_ITEM_KERNEL:
-		if (!sim_mps_run(&sim_g.st->dev[q->dev].engine, it->busy_ns))
-			sim_engine_run(&sim_g.st->dev[q->dev].engine, it->busy_ns, sim_g.pid, sim_g.start);
+	case SIM_ITEM_KERNEL: {
+		struct sim_engine *e = &sim_g.st->dev[q->dev].engine;
+		uint64_t ns = sim_mps_run(e, it->busy_ns) ? it->busy_ns : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
+		if (ns != 0 && sim_g.slot >= 0) /* the process's busy time (NVML process utilization) */
+			atomic_fetch_add(&sim_g.st->proc[sim_g.slot].busy_ns[q->dev], ns);
 		break;
+	}
 	case SIM_ITEM_EVENT:
 		sim_event_complete(it->ev, q, seq);
 		sim_event_put(it->ev);

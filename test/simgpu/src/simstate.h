@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
-#define SIM_STATE_VERSION 2u /* 2: sim_dev_state.minor (was padding in 1) */
+#define SIM_STATE_VERSION 3u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time */
 #define SIM_MAX_DEVICES 16
-#define SIM_MAX_PROCS 256
+#define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
 #define SIM_UTIL_BUCKETS 32
 #define SIM_UTIL_BUCKET_NS 50000000ull /* 50 ms; the NVML window is 20 buckets */
@@ -63,6 +63,8 @@ struct sim_proc_state {
 	uint32_t dev_mask;   /* devices this process has a context on */
 	uint64_t start;      /* /proc/<pid>/stat starttime, detects pid reuse */
 	_Atomic uint64_t used[SIM_MAX_DEVICES];
+	_Atomic uint64_t busy_ns[SIM_MAX_DEVICES]; /* time its kernels held each device's engine */
+	uint64_t since_ns;                         /* CLOCK_MONOTONIC ns the slot was taken */
 };
 
 struct sim_state {

@@ -193,8 +193,11 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 			continue;
 		p->start = start;
 		p->dev_mask = 0;
-		for (int d = 0; d < SIM_MAX_DEVICES; d++)
+		for (int d = 0; d < SIM_MAX_DEVICES; d++) {
 			atomic_store(&p->used[d], 0);
+			atomic_store(&p->busy_ns[d], 0);
+		}
+		p->since_ns = sim_now_ns();
 		atomic_store(&p->pid, pid);
 		return i;
 	}

@@ -44,8 +44,9 @@ SIM_HIDDEN void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_
 /* Engine: one kernel at a time per device across every process, FIFO. */
 SIM_HIDDEN uint32_t sim_engine_acquire(struct sim_engine *e, int32_t pid, uint64_t start);
 SIM_HIDDEN void sim_engine_release(struct sim_engine *e, uint32_t ticket);
-/* Runs one kernel: holds the engine for busy_ns nanoseconds (0: zero-time). */
-SIM_HIDDEN void sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_t start);
+/* Runs one kernel: holds the engine for busy_ns nanoseconds (0: zero-time);
+ * returns the time it held it. */
+SIM_HIDDEN uint64_t sim_engine_run(struct sim_engine *e, uint64_t busy_ns, int32_t pid, uint64_t start);
 /* Accounts busy time of a kernel that ran beside others (MPS) / counts one. */
 SIM_HIDDEN void sim_engine_account(struct sim_engine *e, uint64_t start_ns, uint64_t end_ns);
 SIM_HIDDEN void sim_engine_count(struct sim_engine *e);

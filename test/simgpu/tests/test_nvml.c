@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  * NVML: memory info, running compute processes (host PIDs and their memory,
- * v1/v2/v3 layouts), utilization from the engine's busy time. */
+ * v1/v2/v3 layouts), utilization from the engine's busy time, per process too. */
 #include "testutil.h"
 
 #define GiB (1ull << 30)
@@ -79,6 +79,30 @@ static void test_processes(nvmlDevice_t h, pid_t a, pid_t b)
 	CHECK(v1[0].usedGpuMemory + v1[1].usedGpuMemory == 3 * GiB);
 }
 
+/* Per-process busy time: each child held the engine 1 s of the ~2 s since it
+ * took the device (they alternate); a second sample sees no new work. */
+static void test_process_util(nvmlDevice_t h, pid_t a, pid_t b)
+{
+	nvmlProcessUtilizationSample_t s[8];
+	unsigned n = 0;
+
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(h, NULL, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, 2);
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(h, s, &n, 0), NVML_SUCCESS);
+	CHECK_EQ(n, 2);
+	for (unsigned i = 0; i < n; i++) {
+		CHECK(s[i].pid == (unsigned)a || s[i].pid == (unsigned)b);
+		CHECK(s[i].smUtil >= 20 && s[i].smUtil <= 100);
+		CHECK_EQ(s[i].memUtil, s[i].smUtil / 2);
+	}
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(h, s, &n, 0), NVML_SUCCESS);
+	CHECK(n == 2 && s[0].smUtil == 0 && s[1].smUtil == 0);
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(h, s, &n, s[0].timeStamp + 60000000ull), NVML_ERROR_NOT_FOUND);
+}
+
 static void test_nvml(void)
 {
 	nvmlDevice_t h;
@@ -105,6 +129,7 @@ static void test_nvml(void)
 	m2.version = 1;
 	CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(h, &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
 	test_processes(h, a, b);
+	test_process_util(h, a, b);
 	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_SUCCESS);
 	CHECK(u.gpu >= 50); /* the children kept the engine busy for the last second */
 	kill(a, SIGKILL);
