@@ -248,13 +248,16 @@ GS_HIDDEN void gs_gate_start_thread_locked(void)
 	pthread_attr_destroy(&attr);
 }
 
-/* Hello and welcome, with the socket's timeouts bounding a stuck daemon; then
- * a receive timeout of step_ns (a launcher waiting for its grant wakes up to
- * check its deadline; the gate thread reads with MSG_DONTWAIT). Returns 0,
- * GS_ERR_BUSY (refused for now: *f holds the refusal) or -1. */
-static int handshake(int fd, uint64_t step_ns, struct gs_frame *f)
+/* Hello and welcome, with the socket's timeouts (GPUSLICE_GATE_TIMEOUT_MS: a
+ * daemon welcoming hundreds of processes at once may take a while) bounding a
+ * stuck daemon; then a receive timeout of step_ns (a launcher waiting for its
+ * grant wakes up to check its deadline; the gate thread reads with
+ * MSG_DONTWAIT). Returns 0, GS_ERR_BUSY (refused for now: *f holds the
+ * refusal) or -1. */
+static int handshake(int fd, uint64_t timeout_ns, uint64_t step_ns, struct gs_frame *f)
 {
-	struct timeval tv = {.tv_sec = 1};
+	struct timeval tv = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
+			     .tv_usec = (suseconds_t)(timeout_ns % 1000000000u / 1000u)};
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return -1;
@@ -292,7 +295,7 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 	struct gs_frame f;
 	int rc = -1;
 	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-		rc = handshake(fd, c->step_ns, &f);
+		rc = handshake(fd, c->timeout_ns, c->step_ns, &f);
 	if (rc == GS_ERR_BUSY) {
 		close(fd);
 		refused_locked(&f);
