@@ -14,7 +14,7 @@
 #define SIM_HIDDEN __attribute__((visibility("hidden")))
 
 /* Opens (creating race-free if needed) the state file named by
- * GPUSLICE_SIM_STATE or /dev/shm/gpuslice-sim-<uid>, checking magic, version
+ * GPUSLICE_SIM_STATE or /dev/shm/gpuslice-sim-v<version>-<uid>, checking magic, version
  * and size, and the device table against cfg. Returns the mapping or NULL with
  * a one-line message in err. */
 SIM_HIDDEN struct sim_state *sim_state_open(const struct sim_config *cfg, char *err, size_t errlen);

@@ -29,7 +29,7 @@ static void state_path(char *buf, size_t len)
 	if (p != NULL && *p != '\0')
 		snprintf(buf, len, "%s", p);
 	else
-		snprintf(buf, len, "/dev/shm/gpuslice-sim-%u", (unsigned)getuid());
+		snprintf(buf, len, "/dev/shm/gpuslice-sim-v%u-%u", SIM_STATE_VERSION, (unsigned)getuid());
 }
 
 static bool devs_match(const struct sim_state *st, const struct sim_config *cfg)
