@@ -32,7 +32,7 @@ import (
 func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpu.NVML, pods listersv1.PodLister, sh *sharing) *table.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
 	return &table.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
-		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: table.NVMLReader{NVML: nvml, Owned: own.owned}}},
+		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: table.NVMLReader{NVML: nvml, Owned: own.owned}, runDir: cfg.RunDir}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}
 }
 
@@ -59,14 +59,44 @@ func (h podHoldings) Held(ctx context.Context) (map[int32]table.Held, error) {
 
 // ownedReader refreshes who owns which processes before each measurement.
 type ownedReader struct {
-	own *owners
-	r   table.NVMLReader
+	own    *owners
+	r      table.NVMLReader
+	runDir string
 }
 
 func (o ownedReader) Devices(ctx context.Context) ([]table.Device, error) {
 	o.own.refresh(ctx)
-	return o.r.Devices(ctx)
+	devs, err := o.r.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addElastic(ctx, o.runDir, devs)
+	return devs, nil
 }
+
+// addElastic adds the node daemon's elastic memory per GPU (status.json; a
+// daemon that has not written one yet adds nothing).
+func addElastic(ctx context.Context, runDir string, devs []table.Device) {
+	st, err := node.ReadStatus(runDir)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("no elastic memory status", "err", err)
+		return
+	}
+	for _, m := range st.Memory {
+		for i := range devs {
+			if !strings.EqualFold(devs[i].UUID, m.UUID) {
+				continue
+			}
+			for _, g := range m.Groups {
+				devs[i].MemoryGuaranteed += clampInt64(g.Guaranteed)
+				devs[i].MemoryBorrowed += clampInt64(g.Borrowed)
+				devs[i].MemorySpilled += clampInt64(g.Spilled)
+			}
+		}
+	}
+}
+
+func clampInt64(v uint64) int64 { return int64(min(v, 1<<62)) }
 
 // owners maps host pids to the GPUs their pod was assigned: the processes of
 // each container's group (the group file's process table; host pids are

@@ -37,6 +37,16 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 			units = g.Units
 		}
 	}
+	e, err := api.ParseElastic(pod)
+	if err != nil {
+		return s, err
+	}
+	if e.Max > 0 && s.MemoryMax > 0 { // elastic memory: gpu-memory is the guarantee
+		if e.Max < s.MemoryMax {
+			return s, fmt.Errorf("%w: %s below the container's %s", api.ErrInvalidElastic, api.AnnotationMemoryMax, api.ResourceMemory)
+		}
+		s.MemoryMin, s.MemoryMax, s.MemorySpill = s.MemoryMax, e.Max, e.Spill
+	}
 	switch {
 	case units > 0:
 		s.Share = float64(min(units, api.DefaultUnitsPerGPU)) / api.DefaultUnitsPerGPU

@@ -40,14 +40,17 @@ func TestGroupSettings(t *testing.T) {
 		"smallest of two GPUs": {gpus: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30, MemoryBytes: 2 << 30}, {Index: 1, UUID: "b", Units: 20, MemoryBytes: 3 << 30}},
 			want: group.Settings{MemoryMax: 2 << 30, Share: 0.2, Priority: slice.Low}},
 		"bad priority": {ann: map[string]string{api.AnnotationPriority: "max"}, gpus: share(25, 0), bad: true},
+		"elastic: gpu-memory is the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "20Gi", api.AnnotationMemorySpill: "host"},
+			gpus: share(25, 6<<30), want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true, Share: 0.25, Priority: slice.Low}},
+		"elastic ceiling below the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "4Gi"}, gpus: share(25, 6<<30), bad: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}, Spec: corev1.PodSpec{Priority: tc.prio}}
 			got, err := groupSettings(pod, tc.gpus)
 			if tc.bad {
-				if !errors.Is(err, api.ErrInvalidSlicing) {
-					t.Fatalf("err = %v, want ErrInvalidSlicing", err)
+				if !errors.Is(err, api.ErrInvalidSlicing) && !errors.Is(err, api.ErrInvalidElastic) {
+					t.Fatalf("err = %v, want ErrInvalidSlicing or ErrInvalidElastic", err)
 				}
 				return
 			}

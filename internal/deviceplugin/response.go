@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Paths inside the container.
@@ -119,6 +120,11 @@ func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*plug
 	}
 	if lim := MemoryLimit(c); lim > 0 {
 		r.Envs["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatInt(lim, 10)
+		if c.Pod != nil { // elastic memory: the limit is the guarantee
+			if e, err := api.ParseElastic(c.Pod); err == nil && e.Max > 0 {
+				r.Envs["GPUSLICE_MEMORY_ELASTIC"] = map[bool]string{false: "on", true: "spill"}[e.Spill]
+			}
+		}
 	}
 	if in.SimDir != "" {
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimDir, ContainerPath: ContainerSimDir, ReadOnly: true})

@@ -31,6 +31,8 @@ type Device struct {
 	// (MPSClientSlots - MPSClients) x MPSUnitsPerClient.
 	SharingMode                                   api.SharingMode
 	MPSClients, MPSClientSlots, MPSUnitsPerClient int32
+	// Elastic memory on the GPU (node daemon): guaranteed, borrowed and spilled bytes.
+	MemoryGuaranteed, MemoryBorrowed, MemorySpilled int64
 }
 
 // GPUReader reads the node's GPUs. The node agent implements it with NVML.
@@ -63,7 +65,9 @@ func Status(devs []Device, held map[int32]Held, state api.NodeState, message str
 			Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryBytes: d.MemoryBytes, UnitsTotal: units,
 			UnitsFree: max(units-h.Units, 0), MemoryFreeBytes: max(d.MemoryBytes-h.MemoryBytes, 0),
 			Health: api.GPUUnhealthy, UtilizationPercent: min(max(d.UtilizationPercent, 0), 100),
-			UnscheduledProcesses: max(d.UnscheduledProcesses, 0),
+			UnscheduledProcesses:  max(d.UnscheduledProcesses, 0),
+			MemoryGuaranteedBytes: max(d.MemoryGuaranteed, 0), MemoryBorrowedBytes: max(d.MemoryBorrowed, 0),
+			MemorySpilledBytes: max(d.MemorySpilled, 0),
 		}
 		if d.Healthy {
 			g.Health = api.GPUHealthy

@@ -87,6 +87,12 @@ type GPU struct {
 	SharingMode SharingMode `json:"sharingMode,omitempty"`
 	// MPSClients is the number of live MPS clients (mps mode).
 	MPSClients int32 `json:"mpsClients,omitempty"`
+	// Elastic memory (AnnotationMemoryMax), summed over the groups on the
+	// GPU: bytes on the device within guarantees, past them (borrowed from
+	// the node daemon), and borrowed bytes moved to host memory.
+	MemoryGuaranteedBytes int64 `json:"memoryGuaranteedBytes,omitempty"`
+	MemoryBorrowedBytes   int64 `json:"memoryBorrowedBytes,omitempty"`
+	MemorySpilledBytes    int64 `json:"memorySpilledBytes,omitempty"`
 }
 
 // Summary aggregates GPUs for printer columns.
