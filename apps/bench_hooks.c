@@ -3,10 +3,17 @@
  * gs-bench-hooks: the cost libgpuslice adds to the hot driver entry points,
  * measured side by side in one run. The same driver (the simulated GPU, or a
  * real one) is called directly and through libgpuslice's hooks, alternating
- * batch by batch; the median ns/call of each and the difference are printed.
+ * batch by batch; the median and p99 ns/call (over batches) of each, the
+ * difference and the ratio are printed:
+ *  - cuLaunchKernel: a batch of launches queued behind a 1 ms kernel, so that
+ *    only the launch call is timed, not the GPU draining the queue;
+ *  - cuMemAlloc_v2 + cuMemFree_v2 pairs;
+ *  - a launch-bound workload (bench_work.c), whole runs alternating: its
+ *    throughput through the hooks over direct.
  *
- *   gs-bench-hooks LIBGPUSLICE_SO [ROUNDS]
+ *   gs-bench-hooks LIBGPUSLICE_SO [ROUNDS [WORK_ROUNDS]]
  * The memory limit is active during the run (GPUSLICE_MEMORY_LIMIT, default 8 GiB).
+ * The last line: "launch x<r> alloc+free x<r> launch-bound throughput x<r>".
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -15,24 +22,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_work.h"
 #include "cuapi.h"
 
 #define BATCH 256
+#define BEHIND_US 1000ull /* each launch batch queues behind a kernel this long */
 
-typedef CUresult (*launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-			      unsigned int, unsigned int, CUstream, void **, void **);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
 
 struct variant {
 	const char *name;
-	launch_fn launch;
+	struct work_fns w;
 	alloc_fn alloc;
 	free_fn free;
 	double *launch_ns, *alloc_ns;
 };
 
-static double now_ns(void)
+double bench_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -45,40 +52,50 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+/* Sorts v; returns its q-quantile. */
+double bench_quantile(double *v, int n, double q)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return v[n / 2];
+	int i = (int)(q * (n - 1) + 0.5);
+	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
 static int one_round(const struct cuapi *api, struct variant *v, CUfunction fn, int round)
 {
-	unsigned long long us = 0;
-	void *params[] = {&us};
+	unsigned long long us = 0, behind = BEHIND_US;
+	void *params[] = {&us}, *bparams[] = {&behind};
 	CUdeviceptr ptrs[BATCH];
-	double t0 = now_ns();
 
+	/* Through the same path: a gate sees this variant's launches only. */
+	if (v->w.launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, bparams, NULL) != CUDA_SUCCESS)
+		return -1;
+	double t0 = bench_now_ns();
 	for (int i = 0; i < BATCH; i++)
-		if (v->launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS)
+		if (v->w.launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS)
 			return -1;
-	v->launch_ns[round] = (now_ns() - t0) / BATCH;
+	v->launch_ns[round] = (bench_now_ns() - t0) / BATCH;
 	if (api->CtxSynchronize() != CUDA_SUCCESS)
 		return -1;
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	for (int i = 0; i < BATCH; i++)
 		if (v->alloc(&ptrs[i], 4096) != CUDA_SUCCESS)
 			return -1;
 	for (int i = 0; i < BATCH; i++)
 		if (v->free(ptrs[i]) != CUDA_SUCCESS)
 			return -1;
-	v->alloc_ns[round] = (now_ns() - t0) / BATCH;
+	v->alloc_ns[round] = (bench_now_ns() - t0) / BATCH;
 	return 0;
 }
 
-static void report(const char *what, double direct, double hooked)
+/* Prints median and p99 of both; returns the ratio of the medians. */
+static double report(const char *what, double *direct, double *hooked, int n)
 {
-	printf("%-28s direct %8.1f ns  hooked %8.1f ns  added %+7.1f ns  ratio %.3f\n", what, direct, hooked,
-	       hooked - direct, hooked / direct);
+	double d50 = bench_quantile(direct, n, 0.5), d99 = bench_quantile(direct, n, 0.99);
+	double h50 = bench_quantile(hooked, n, 0.5), h99 = bench_quantile(hooked, n, 0.99);
+	printf("%-28s direct %8.1f ns  hooked %8.1f ns  added %+7.1f ns  ratio %.3f  p99 direct %8.1f ns  hooked %8.1f ns  "
+	       "ratio %.3f\n",
+	       what, d50, h50, h50 - d50, h50 / d50, d99, h99, h99 / d99);
+	return h50 / d50;
 }
 
 int main(int argc, char **argv)
@@ -87,11 +104,11 @@ int main(int argc, char **argv)
 	char err[256];
 	CUdevice dev;
 	CUfunction fn;
-	int rounds = argc > 2 ? atoi(argv[2]) : 2000;
-	void *hooks;
+	int rounds = argc > 2 ? atoi(argv[2]) : 2000, wrounds = argc > 3 ? atoi(argv[3]) : 15;
+	void *hooks, *cuda;
 
-	if (argc < 2 || rounds < 10) {
-		fprintf(stderr, "usage: gs-bench-hooks LIBGPUSLICE_SO [ROUNDS>=10]\n");
+	if (argc < 2 || (rounds < 10 && rounds != 0) || wrounds < 0) {
+		fprintf(stderr, "usage: gs-bench-hooks LIBGPUSLICE_SO [ROUNDS (0 or >=10) [WORK_ROUNDS (>=0)]]\n");
 		return 2;
 	}
 	setenv("GPUSLICE_MEMORY_LIMIT", "8589934592", 0);
@@ -105,20 +122,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gs-bench-hooks: cannot open the driver: %s\n", err);
 		return 1;
 	}
+	cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	hooks = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-	if (!hooks) {
+	if (!hooks || !cuda) {
 		fprintf(stderr, "gs-bench-hooks: %s\n", dlerror());
 		return 1;
 	}
-	double *buf = calloc((size_t)rounds * 4, sizeof(double));
+	double *buf = calloc((size_t)rounds * 4 + (size_t)wrounds * 2, sizeof(double));
 	if (!buf)
 		return 1;
 	struct variant vs[2] = {
-		{"direct", (launch_fn)api.LaunchKernel, (alloc_fn)api.MemAlloc, (free_fn)api.MemFree, buf, buf + rounds},
-		{"hooked", (launch_fn)dlsym(hooks, "cuLaunchKernel"), (alloc_fn)dlsym(hooks, "cuMemAlloc_v2"),
-		 (free_fn)dlsym(hooks, "cuMemFree_v2"), buf + 2 * rounds, buf + 3 * rounds},
+		{"direct", work_fns(cuda), (alloc_fn)api.MemAlloc, (free_fn)api.MemFree, buf, buf + rounds},
+		{"hooked", work_fns(hooks), (alloc_fn)dlsym(hooks, "cuMemAlloc_v2"), (free_fn)dlsym(hooks, "cuMemFree_v2"),
+		 buf + 2 * rounds, buf + 3 * rounds},
 	};
-	if (!vs[1].launch || !vs[1].alloc || !vs[1].free) {
+	if (!vs[0].w.launch || !vs[1].w.launch || !vs[1].w.graph_launch || !vs[1].alloc || !vs[1].free) {
 		fprintf(stderr, "gs-bench-hooks: %s lacks a hook\n", argv[1]);
 		return 1;
 	}
@@ -128,10 +146,44 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gs-bench-hooks: a driver call failed in round %d\n", r);
 				return 1;
 			}
-	printf("gs-bench-hooks: %d rounds x %d calls, median ns per call, direct vs through %s\n", rounds, BATCH,
-	       argv[1]);
-	report("cuLaunchKernel", median(vs[0].launch_ns, rounds), median(vs[1].launch_ns, rounds));
-	report("cuMemAlloc_v2+cuMemFree_v2", median(vs[0].alloc_ns, rounds), median(vs[1].alloc_ns, rounds));
+	double *wt[2] = {buf + 4 * rounds, buf + 4 * rounds + wrounds};
+	struct work work;
+	if (wrounds > 0 && work_setup(&work, cuda, fn) != 0) {
+		fprintf(stderr, "gs-bench-hooks: cannot set up the launch-bound workload\n");
+		return 1;
+	}
+	for (int r = 0; r < wrounds; r++)
+		for (int k = 0; k < 2; k++) {
+			int i = (r + k) % 2;
+			double t = work_run(&work, &vs[i].w, &api);
+			if (t < 0) {
+				fprintf(stderr, "gs-bench-hooks: the workload failed in round %d\n", r);
+				return 1;
+			}
+			wt[i][r] = t;
+		}
+	double launch = 0, alloc = 0, through = 0;
+	if (rounds > 0) {
+		printf("gs-bench-hooks: %d rounds x %d calls, median and p99 ns per call (over rounds), direct vs through %s\n",
+		       rounds, BATCH, argv[1]);
+		launch = report("cuLaunchKernel", vs[0].launch_ns, vs[1].launch_ns, rounds);
+		alloc = report("cuMemAlloc_v2+cuMemFree_v2", vs[0].alloc_ns, vs[1].alloc_ns, rounds);
+	}
+	if (wrounds > 0) {
+		/* The median of the rounds' ratios: the two runs of a round saw the same load. */
+		double *ratio = malloc((size_t)wrounds * sizeof(double));
+		if (ratio == NULL)
+			return 1;
+		for (int r = 0; r < wrounds; r++)
+			ratio[r] = wt[0][r] / wt[1][r];
+		through = bench_quantile(ratio, wrounds, 0.5);
+		free(ratio);
+		double wd = bench_quantile(wt[0], wrounds, 0.5), wh = bench_quantile(wt[1], wrounds, 0.5);
+		printf("launch-bound workload (%s): %d runs each, median %.2f ms direct, %.2f ms hooked; median "
+		       "throughput ratio (direct time / hooked time, per round) %.3f\n",
+		       WORK_DESCRIPTION, wrounds, wd / 1e6, wh / 1e6, through);
+	}
+	printf("launch x%.2f alloc+free x%.2f launch-bound throughput x%.2f\n", launch, alloc, through);
 	unlink(getenv("GPUSLICE_GROUP_FILE"));
 	free(buf);
 	return 0;

@@ -7,12 +7,14 @@ $(BIN)/gs-%: apps/%.c $(APPS_COMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $< apps/cuapi.c -ldl
 
-$(BIN)/gs-bench-hooks: apps/bench_hooks.c $(APPS_COMMON)
+$(BIN)/gs-bench-hooks: apps/bench_hooks.c apps/bench_work.c apps/bench_work.h $(APPS_COMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $< apps/cuapi.c -ldl
+	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $< apps/bench_work.c apps/cuapi.c -ldl
 
 .PHONY: bench-hooks
-# Hooked vs direct driver calls, side by side in one run (simulated GPU unless a driver is present).
-bench-hooks: $(BIN)/gs-bench-hooks $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1
+# Hooked vs direct driver calls per gate state (off, no daemon, grant held: unbounded, count bound, default),
+# side by side in one run each, and a launch-bound workload's throughput (simulated GPU unless a driver is
+# present). The last line: launch x<r> (default gate, grant held), launch-bound throughput x<r>, alloc+free x<r>.
+bench-hooks: $(BIN)/gs-bench-hooks $(BIN)/libgpuslice.so $(BIN)/gpuslice $(BIN)/sim/libcuda.so.1
 	LD_LIBRARY_PATH=$(if $(wildcard /usr/lib/x86_64-linux-gnu/libcuda.so.1),,$(abspath $(BIN)/sim)) \
-		$(BIN)/gs-bench-hooks $(abspath $(BIN)/libgpuslice.so) 2000
+		apps/bench_hooks.sh $(BIN) 2000 31

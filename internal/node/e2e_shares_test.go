@@ -102,6 +102,29 @@ func (s shareSummary) ok() bool {
 // sharesRun runs busy (even) and sync-after-every-kernel (odd) tenants with
 // slices 5, 10, 15 ms (repeating) for secs seconds.
 func sharesRun(t testing.TB, e *e2e, n int, secs int) shareResult {
+	r, _ := sharesRunOverrun(t, e, n, secs)
+	return r
+}
+
+// overrunStat: the tenants' hand-overs after a revoke, the worst p99 and the
+// longest time past it (the daemon's status).
+type overrunStat struct {
+	n        uint64
+	p99, max time.Duration
+}
+
+func overrunOf(st *Status) overrunStat {
+	var o overrunStat
+	for _, g := range st.GPUs {
+		for _, gr := range g.Groups {
+			o.n += gr.Overruns
+			o.p99, o.max = max(o.p99, time.Duration(gr.OverrunP99Ns)), max(o.max, time.Duration(gr.OverrunMaxNs))
+		}
+	}
+	return o
+}
+
+func sharesRunOverrun(t testing.TB, e *e2e, n int, secs int) (shareResult, overrunStat) {
 	cfg := testCfg(t)
 	cfg.Policy = slice.DefaultConfig()
 	startDaemon(t, cfg)
@@ -125,6 +148,12 @@ func sharesRun(t testing.TB, e *e2e, n int, secs int) shareResult {
 	go func() { held <- sampleHeld(cfg, t0, secs) }()
 	outs := e.run(t, cfg, filepath.Join(cfg.RunDir, "sim.state"), specs, t0)
 	samples := <-held
+	var over overrunStat // the last sample that has them (groups go when their tenants exit)
+	for _, s := range samples {
+		if s.over.n >= over.n {
+			over = s.over
+		}
+	}
 	if testing.Verbose() {
 		t.Logf("kernels per window: %q", outs)
 		for k := 1; k < len(samples); k++ {
@@ -156,7 +185,7 @@ func sharesRun(t testing.TB, e *e2e, n int, secs int) shareResult {
 		}
 		r = append(r, w)
 	}
-	return r
+	return r, over
 }
 
 func abs(x float64) float64 { return max(x, -x) }
@@ -166,6 +195,7 @@ func abs(x float64) float64 { return max(x, -x) }
 type heldSample struct {
 	granted map[string]int64
 	delays  map[string]time.Duration
+	over    overrunStat
 }
 
 // delay is the longest any one thread of this process waited for a CPU
@@ -190,6 +220,7 @@ func sampleHeld(cfg Config, t0 time.Time, secs int) []heldSample {
 			st, err = ReadStatus(cfg.RunDir)
 		}
 		if err == nil {
+			out[k].over = overrunOf(st)
 			for _, g := range st.GPUs {
 				for _, e := range g.Groups {
 					out[k].granted[e.Group] = e.AchievedNs

@@ -70,8 +70,13 @@ type GroupGPUStatus struct {
 	Waiting       bool    `json:"waiting,omitempty"`
 	Holding       bool    `json:"holding,omitempty"`
 	Grants        uint64  `json:"grants"`
-	MemoryMax     uint64  `json:"memoryMax,omitempty"`
-	MemoryUsed    uint64  `json:"memoryUsed,omitempty"`
+	// Hand-overs after a revoke and how long past it they came: the GPU work
+	// left queued at the end of a slice (or at a preemption), p99 and longest.
+	Overruns     uint64 `json:"overruns,omitempty"`
+	OverrunP99Ns int64  `json:"overrunP99Ns,omitempty"`
+	OverrunMaxNs int64  `json:"overrunMaxNs,omitempty"`
+	MemoryMax    uint64 `json:"memoryMax,omitempty"`
+	MemoryUsed   uint64 `json:"memoryUsed,omitempty"`
 }
 
 // ReadStatus reads a daemon's status.json.
@@ -148,7 +153,8 @@ func (s *Server) status(hist map[string][]sample) *Status {
 			e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
 				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
 				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants,
-				MemoryMax: s.settingsOf(t.Group).MemoryMax}
+				MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
+				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax)}
 			if total > 0 {
 				e.Expected = float64(t.Slice) / float64(total)
 			}

@@ -109,8 +109,13 @@ type TenantStats struct {
 	Debt     time.Duration
 	Achieved time.Duration // total time held, including the running grant
 	Grants   uint64
-	Waiting  bool
-	Holding  bool
+	// Hand-overs after a revoke: how many, the longest and the p99 (of the
+	// last 256) time past the revoke (slice end or preemption) they took.
+	Overruns   uint64
+	OverrunMax time.Duration
+	OverrunP99 time.Duration
+	Waiting    bool
+	Holding    bool
 }
 
 // Stats returns every tenant's state at now, in round-robin order.
@@ -121,6 +126,7 @@ func (s *Scheduler) Stats(now time.Time) []TenantStats {
 			ID: t.id, Params: t.params, Slice: s.cfg.SliceOf(t.params),
 			Banked: t.bank.total(now, s.cfg.BankMaxAge), Debt: t.debt,
 			Achieved: t.achieved, Grants: t.grants, Waiting: t.waiting,
+			Overruns: t.overrun.n, OverrunMax: t.overrun.max, OverrunP99: t.overrun.p99(),
 		}
 		if s.hold != nil && s.hold.t == t {
 			st.Holding = true

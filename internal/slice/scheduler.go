@@ -61,6 +61,7 @@ type tenant struct {
 	forfeit  bool          // took its turn early (preempt); skip one regular turn
 	achieved time.Duration // total time held
 	grants   uint64
+	overrun  overruns // hand-overs after a revoke: how long past it
 }
 
 type hold struct {
@@ -190,6 +191,9 @@ func (s *Scheduler) Release(id ID, seq uint64, now time.Time, more bool) ([]Acti
 		}
 		return nil, nil
 	}
+	if h.revoked {
+		t.overrun.add(now.Sub(h.hardEnd.Add(-s.cfg.Grace)))
+	}
 	s.settle(now)
 	t.waiting = more
 	return s.dispatch(now), nil
@@ -214,6 +218,7 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 		return nil
 	}
 	t, g := h.t, h.g
+	t.overrun.add(s.cfg.Grace)
 	s.settle(h.hardEnd)
 	t.waiting = false
 	return append([]Action{{Kind: ActExpire, Tenant: t.id, Grant: g}}, s.dispatch(now)...)

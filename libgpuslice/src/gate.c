@@ -99,7 +99,10 @@ static void cfg_init(void)
 	if (loss != NULL && *loss != '\0' && !cfg.wait_on_loss && strcmp(loss, "run") != 0)
 		gs_log("GPUSLICE_GATE_ON_LOSS=%s: want run or wait; using run", loss);
 	cfg.explicit_socket = getenv("GPUSLICE_NODE_SOCKET") != NULL;
-	cfg.depth = (unsigned)env_u64("GPUSLICE_GATE_DEPTH", 4, 0, 64);
+	cfg.depth = (unsigned)env_u64("GPUSLICE_GATE_DEPTH", 0, 0, 64);
+	cfg.queue_ns = getenv("GPUSLICE_GATE_QUEUE_US") == NULL || *getenv("GPUSLICE_GATE_QUEUE_US") == '\0'
+			       ? -1
+			       : (int64_t)env_u64("GPUSLICE_GATE_QUEUE_US", 0, 0, 10000000) * 1000;
 	cfg.idle_ns = env_u64("GPUSLICE_GATE_IDLE_US", 500, 10, 10000000) * 1000u;
 	cfg.timeout_ns = env_u64("GPUSLICE_GATE_TIMEOUT_MS", 5000, 1, 3600000) * 1000000u;
 	cfg.retry_ns = 1000000000u;
@@ -126,6 +129,10 @@ GS_HIDDEN void gs_gate_publish_locked(uint64_t now)
 	} else if (g->st == GS_GATE_HOLDING && !g->revoked && now < g->grant_end) {
 		atomic_store_explicit(&gs_gate_fast.end, g->grant_end, memory_order_relaxed);
 		state = cfg.depth > 0 ? GS_GATE_TRACK : GS_GATE_HELD;
+		if (state == GS_GATE_HELD) /* the next launch checks */
+			atomic_store_explicit(&gs_gate_fast.check_at,
+					      atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1,
+					      memory_order_relaxed);
 	} else if (g->st == GS_GATE_DOWN && !cfg.wait_on_loss && !g->refused) {
 		state = GS_GATE_PASS; /* ungated; the gate thread reconnects */
 	} else if ((g->st == GS_GATE_WAITING || g->st == GS_GATE_RELEASING) && g->slow) {

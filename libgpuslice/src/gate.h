@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Launch gate: every kernel/graph launch hook calls gs_gate_launch(stream)
- * before forwarding to the driver. The fast path reads one word, the gate's
- * state, with a relaxed atomic load:
+ * before forwarding to the driver. The fast path reads the gate's state with a
+ * relaxed atomic load:
  *  - PASS (no daemon configured or reachable and GPUSLICE_GATE_ON_LOSS=run, or
  *    GPUSLICE_GATE=off): the launch goes at once; nothing else is read.
- *  - HELD / TRACK (a grant is held): the launch is counted (the gate thread's
- *    idle check) and goes. HELD reads no clock: the gate thread turns the
- *    state to ASK when the grant ends or is revoked, and as a backstop (a
- *    gate thread starved of CPU) every GS_GATE_CHECK_EVERY-th launch compares
- *    the clock with the grant's end. TRACK (GPUSLICE_GATE_DEPTH > 0) bounds
- *    outstanding launches (gs_gate_track: driver calls per launch) and
- *    compares the clock at every launch.
+ *  - HELD (a grant is held, the default): the launch is counted (a relaxed load
+ *    and store: the gate thread's idle check and the queue bound) and goes
+ *    unless the count reached check_at: then gs_gate_check (gate_track.c, every
+ *    few launches, never on the fast path) reads the clock, bounds the GPU time
+ *    queued (it may wait there) and sets the next check_at. No clock read, no
+ *    system call, no lock per launch. The gate thread turns the state to ASK
+ *    when the grant ends or is revoked.
+ *  - TRACK (GPUSLICE_GATE_DEPTH=N > 0): a count bound instead: an event per
+ *    launch, the one N launches back waited for, the clock at every launch.
  *  - ASK: gs_gate_slow (gate.c) hands the GPU over at the end of a slice and
  *    asks for the next grant.
  * A non-zero CUresult is returned to the caller instead of launching. See
@@ -30,16 +32,19 @@
 
 /* gs_gate_fast.state: what a launch does. */
 enum { GS_GATE_ASK = 0, GS_GATE_PASS = 1, GS_GATE_HELD = 2, GS_GATE_TRACK = 3 };
-/* Under a grant, one launch in this many reads the clock (a power of two). */
-#define GS_GATE_CHECK_EVERY 16u
+/* Under a grant, at most this many launches between two checks. */
+#define GS_GATE_CHECK_EVERY 256u
 
 struct gs_gate_fast {
 	_Atomic int state;         /* GS_GATE_* */
-	_Atomic unsigned launches; /* launches under grants, counted without atomic RMW (a changed value is all it says) */
-	_Atomic uint64_t end;      /* CLOCK_MONOTONIC ns: the held grant's end (the backstop check) */
+	_Atomic unsigned launches; /* launches under grants, counted without atomic RMW (approximate with several launching threads) */
+	_Atomic unsigned check_at; /* HELD: the count at which the next launch runs gs_gate_check */
+	_Atomic uint64_t end;      /* CLOCK_MONOTONIC ns: the held grant's end */
 };
 GS_HIDDEN extern struct gs_gate_fast gs_gate_fast;
 GS_HIDDEN CUresult gs_gate_slow(CUstream stream);
+/* HELD, every few launches: the grant's end, and the GPU time queued bounded. */
+GS_HIDDEN CUresult gs_gate_check(CUstream stream, unsigned n);
 GS_HIDDEN void gs_gate_track(CUstream stream);
 /* TRACK: the clock checked at every launch (it makes driver calls anyway),
  * then gs_gate_track; past the grant's end, the slow path. */
@@ -57,14 +62,17 @@ static inline CUresult gs_gate_launch(CUstream stream)
 	int state = atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed);
 	if (__builtin_expect(state == GS_GATE_PASS, 1))
 		return CUDA_SUCCESS;
-	if (__builtin_expect(state >= GS_GATE_HELD, 1)) {
+	if (__builtin_expect(state == GS_GATE_HELD, 1)) {
 		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
 		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
-		if (state == GS_GATE_TRACK)
-			return gs_gate_track_launch(stream);
-		if (__builtin_expect(n % GS_GATE_CHECK_EVERY != 0, 1) ||
-		    gs_gate_now() < atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed))
+		if (__builtin_expect((int)(n - atomic_load_explicit(&gs_gate_fast.check_at, memory_order_relaxed)) < 0, 1))
 			return CUDA_SUCCESS;
+		return gs_gate_check(stream, n);
+	}
+	if (state == GS_GATE_TRACK) {
+		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
+		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
+		return gs_gate_track_launch(stream);
 	}
 	return gs_gate_slow(stream);
 }

@@ -75,9 +75,13 @@ GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 	case GS_MSG_GRANT:
 		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0)
 			return;
+		if (g->st != GS_GATE_HOLDING || g->seq != f->msg.grant.seq)
+			gs_gate_queue_grant(f->msg.grant.slice_ns,
+					    atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed));
 		g->st = GS_GATE_HOLDING;
 		g->seq = f->msg.grant.seq;
 		g->grant_end = now + f->msg.grant.valid_ns;
+		g->slice_ns = f->msg.grant.slice_ns;
 		g->revoked = 0;
 		g->slow = 0;
 		break;

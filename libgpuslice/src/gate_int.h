@@ -17,7 +17,8 @@ struct gs_gate_cfg {
 	int off;              /* GPUSLICE_GATE=off */
 	int wait_on_loss;     /* GPUSLICE_GATE_ON_LOSS=wait (default: run) */
 	int explicit_socket;  /* GPUSLICE_NODE_SOCKET was set: say when it is not reachable */
-	unsigned depth;       /* GPUSLICE_GATE_DEPTH: outstanding launches (0 = unbounded) */
+	unsigned depth;       /* GPUSLICE_GATE_DEPTH: outstanding launches (0: bounded by time, below) */
+	int64_t queue_ns;     /* GPUSLICE_GATE_QUEUE_US: GPU time left queued at a slice's end (-1: 10 % of the slice, 0: unbounded) */
 	uint64_t idle_ns;     /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
 	uint64_t timeout_ns;  /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
 	uint64_t retry_ns;    /* how often an idle gate thread checks its connection */
@@ -43,6 +44,7 @@ struct gs_gate {
 	enum gs_gate_state st;
 	uint64_t seq;
 	uint64_t grant_end;
+	uint64_t slice_ns; /* the held grant's slice */
 	int revoked;
 	int slow;          /* a grant took longer than timeout_ns: run until one comes */
 	int refused;       /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
@@ -74,7 +76,9 @@ GS_HIDDEN int gs_gate_wait_locked(uint64_t deadline);
 
 /* Finishes the outstanding work of ctx (NULL: the calling thread's). */
 GS_HIDDEN void gs_gate_sync(CUcontext ctx);
-/* Forgets the in-flight ring (after fork). */
+/* Forgets the in-flight ring and the queue markers (after fork). */
 GS_HIDDEN void gs_gate_track_reset(void);
+/* A grant starts (with gs_gate.mu held): the queue bound for it, from launch count n. */
+GS_HIDDEN void gs_gate_queue_grant(uint64_t slice_ns, unsigned n);
 
 #endif /* GS_GATE_INT_H */

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# make bench-hooks: gs-bench-hooks in each state of the launch gate, on the simulated GPU (or the driver
+# present): the gate off; no daemon; holding grants from a node daemon started here, with an unbounded
+# queue (GPUSLICE_GATE_QUEUE_US=0), the count bound (GPUSLICE_GATE_DEPTH=4) and the default gate (the queue
+# bounded by time). Per-call costs are taken under a daemon with 1 s slices, so that a timed batch rarely
+# contains a hand-over (the hand-overs' cost is in the workload and in make bench-node); the launch-bound
+# workload runs under a daemon with the default 10 ms slices, alone on the GPU.
+# The last line sums up the default gate.
+#   bench_hooks.sh BIN_DIR [ROUNDS [WORK_ROUNDS]]
+set -euo pipefail
+bin=$(cd "$1" && pwd)
+rounds=${2:-2000}
+wrounds=${3:-31}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+export GPUSLICE_SIM_STATE=$tmp/sim.state
+
+daemon() { # name, flags...
+	local name=$1
+	shift
+	"$bin/gpuslice" node --socket "$tmp/$name.sock" --run-dir "$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 500); do [ -S "$tmp/$name.sock" ] && return 0; sleep 0.01; done
+	echo "bench-hooks: the node daemon did not start:"
+	cat "$tmp/$name.log"
+	exit 1
+}
+
+run() { # title, rounds, work rounds, env...
+	local title=$1 r=$2 w=$3
+	shift 3
+	echo "== $title"
+	env "$@" "$bin/gs-bench-hooks" "$bin/libgpuslice.so" "$r" "$w" 2>&1 | tee "$tmp/out"
+}
+
+daemon long --default-slice 1s
+daemon std
+run "gate off (GPUSLICE_GATE=off)" "$rounds" "$wrounds" GPUSLICE_GATE=off GPUSLICE_NODE_SOCKET="$tmp/none.sock"
+run "no daemon (ungated)" "$rounds" "$wrounds" GPUSLICE_NODE_SOCKET="$tmp/none.sock" GPUSLICE_LOG=0
+for state in "unbounded queue (GPUSLICE_GATE_QUEUE_US=0):GPUSLICE_GATE_QUEUE_US=0" \
+	"count bound (GPUSLICE_GATE_DEPTH=4):GPUSLICE_GATE_DEPTH=4" "default gate (queue bounded by time):X=1"; do
+	title=${state%%:*}
+	run "grant held (1 s slices), $title" "$rounds" 0 GPUSLICE_NODE_SOCKET="$tmp/long.sock" "${state#*:}"
+	read -r _ launch _ alloc _ _ _ <<<"$(tail -n 1 "$tmp/out")"
+	run "grant held (10 ms slices), $title: launch-bound workload alone on the GPU" 0 "$wrounds" \
+		GPUSLICE_NODE_SOCKET="$tmp/std.sock" "${state#*:}"
+	read -r _ _ _ _ _ _ through <<<"$(tail -n 1 "$tmp/out")"
+done
+echo "launch $launch (default gate, grant held), launch-bound throughput $through, alloc+free $alloc"
