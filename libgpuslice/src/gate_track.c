@@ -14,7 +14,8 @@
  * launch may go while that stays within the time left in the grant plus the
  * bound (GPUSLICE_GATE_QUEUE_US, default 10 % of the slice); otherwise the
  * launcher waits for the oldest marker. The next check comes after as many
- * launches as the remaining room allows (at most GS_GATE_CHECK_EVERY). So the
+ * launches as the remaining room allows (at most GS_GATE_CHECK_EVERY); markers
+ * come every 64 launches, or sooner when those hold a quarter of the bound. So the
  * queue is deep early in a slice and drained to the bound at its end.
  *
  * By count (GPUSLICE_GATE_DEPTH=N, state TRACK): an event recorded before each
@@ -192,7 +193,11 @@ static unsigned bound_locked(CUstream stream, unsigned n)
 			wait_oldest_locked();
 			continue;
 		}
-		if (q.tail == q.head || n - q.m[(q.head - 1) % GS_MARKS].n >= GS_MARK_EVERY) {
+		/* A marker every GS_MARK_EVERY launches, or sooner when they hold a
+		 * quarter of the bound (long kernels): waits stay short. */
+		unsigned since = n - q.m[(q.head - 1) % GS_MARKS].n;
+		uint64_t quarter = atomic_load_explicit(&q.bound_ns, memory_order_relaxed) / 4;
+		if (q.tail == q.head || since >= GS_MARK_EVERY || (uint64_t)since * q.launch_ns >= quarter) {
 			struct mark *m = &q.m[q.head % GS_MARKS];
 			if (record(m->ev, stream) == CUDA_SUCCESS) {
 				m->stream = stream;
