@@ -22,7 +22,8 @@ const EnvSocket = "GPUSLICE_NODE_SOCKET"
 
 // Config is the daemon's configuration.
 type Config struct {
-	// Socket is the unix socket path; the lock file is Socket + ".lock".
+	// Socket is the unix socket path. The single-instance lock is a flock on
+	// RunDir itself.
 	Socket string
 	// RunDir holds the group tree (RunDir/groups) and status.json.
 	RunDir string

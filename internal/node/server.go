@@ -31,6 +31,8 @@ type Server struct {
 	adm   *admission
 	known *knownGPUs
 
+	runDir dirID // the run directory this daemon locked (watchdog: stop if it is replaced)
+
 	mu       sync.Mutex
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
@@ -39,7 +41,8 @@ type Server struct {
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
-// holds the lock on cfg.Socket + ".lock".
+// holds the lock on cfg.RunDir (one daemon per run directory, whatever socket
+// each was given).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("node config: %w", err)
@@ -50,7 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	unlock, err := lock(cfg.Socket + ".lock")
+	unlock, id, err := lockDir(cfg.RunDir)
 	if err != nil {
 		return err
 	}
@@ -74,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
 	}
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
-	s := &Server{cfg: cfg, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
+	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks(),
 		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
@@ -165,8 +168,8 @@ func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if _, err := os.Stat(s.cfg.RunDir); errors.Is(err, fs.ErrNotExist) {
-				s.log.Info("run directory removed; stopping", "runDir", s.cfg.RunDir)
+			if why := s.runDirGone(); why != "" {
+				s.log.Info("run directory "+why+"; stopping", "runDir", s.cfg.RunDir)
 				stop()
 				return
 			}
@@ -184,20 +187,46 @@ func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
 	}
 }
 
-// lock takes the single-instance lock (flock, released when the process dies).
-func lock(path string) (func() error, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+// dirID names a directory by device and inode.
+type dirID struct{ dev, ino uint64 }
+
+// lockDir takes the single-instance lock: a flock on the run directory itself
+// (released when the process dies), so two daemons given different sockets
+// but one run directory cannot both run. It returns what the directory is.
+func lockDir(dir string) (func() error, dirID, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open lock file: %w", err)
+		return nil, dirID{}, fmt.Errorf("open run directory %s: %w", dir, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		cerr := f.Close()
+	unlock := func() error { return unix.Close(fd) }
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, errors.Join(fmt.Errorf("%w (lock %s is held)", ErrRunning, path), cerr)
+			return nil, dirID{}, errors.Join(fmt.Errorf("%w (run directory %s is locked)", ErrRunning, dir), unlock())
 		}
-		return nil, errors.Join(fmt.Errorf("lock %s: %w", path, err), cerr)
+		return nil, dirID{}, errors.Join(fmt.Errorf("lock %s: %w", dir, err), unlock())
 	}
-	return f.Close, nil
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, dirID{}, errors.Join(fmt.Errorf("stat %s: %w", dir, err), unlock())
+	}
+	return unlock, dirID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// runDirGone says why the daemon's run directory is no longer the one it
+// locked ("" while it is): removed, or replaced by another directory (a
+// daemon serving it would be a second state for every live group).
+func (s *Server) runDirGone() string {
+	var st unix.Stat_t
+	err := unix.Stat(s.cfg.RunDir, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return "removed"
+	case err != nil:
+		return "" // unreadable for now (e.g. ENOMEM): look again at the next tick
+	case (dirID{dev: st.Dev, ino: st.Ino}) != s.runDir:
+		return "replaced"
+	}
+	return ""
 }
 
 // gpu returns the policy instance of a GPU, creating it on first use.

@@ -44,7 +44,7 @@ type StartOptions struct {
 
 // EnsureRunning starts `gpuslice node --if-not-running` in the background
 // unless a daemon already answers on socket, then waits until one does. Any
-// number of processes may call it at once: the daemon's lock file leaves one
+// number of processes may call it at once: the daemon's lock on the run directory leaves one
 // daemon running and the others exit.
 func EnsureRunning(ctx context.Context, socket string, o StartOptions) error {
 	if Reachable(ctx, socket) {
