@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -64,7 +65,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		o.FieldSelector = "spec.nodeName=" + cfg.NodeName
 	}))
 	pods := f.Core().V1().Pods()
+	met := newMetrics(cfg)
 	rec := newReconciler(cfg, cs, pods.Lister(), gpus, mounts)
+	rec.observe = met.HotplugApplied
 	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)
 	}
@@ -72,16 +75,19 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		procRoot: cfg.ProcRoot, inject: injectFor(cfg, drv, env)}
 	be.inject.MPS = sh.inject()
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
-		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync}, be, gpus)
+		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync, Observer: met}, be, gpus)
 	if err != nil {
 		return err
 	}
 	// Shares asked by units alone (no gpuslice.io/gpu) are allocated
 	// through the units resource.
 	units, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceUnits), PluginDir: cfg.PluginDir,
-		SocketName: "gpuslice-units.sock", SlotsPerGPU: api.DefaultUnitsPerGPU, Units: true, CheckEvery: cfg.Resync}, be, gpus)
+		SocketName: "gpuslice-units.sock", SlotsPerGPU: api.DefaultUnitsPerGPU, Units: true, CheckEvery: cfg.Resync, Observer: met}, be, gpus)
 	if err != nil {
 		return err
+	}
+	for _, g := range gpus {
+		met.SetHealth(g.UUID, true, "")
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -91,6 +97,10 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		ncfg.Socket, ncfg.RunDir, ncfg.ProcRoot = cfg.Socket, cfg.RunDir, cfg.ProcRoot
 		ncfg.ListGPUs = func() ([]proto.UUID, error) { return node.GPUsOf(drv.NVML) }
 		g.Go(func() error { return node.Run(gctx, ncfg) })
+	}
+	if cfg.MetricsAddress != "" {
+		live, ready := probes(cfg, []*deviceplugin.Plugin{plugin, units}, pods.Informer().HasSynced)
+		g.Go(func() error { return nodemetrics.Serve(gctx, cfg.MetricsAddress, met.Handler(live, ready)) })
 	}
 	f.Start(gctx.Done())
 	if !cache.WaitForCacheSync(gctx.Done(), pods.Informer().HasSynced) {
@@ -131,7 +141,7 @@ func clients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error)
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
 		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
-		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute,
+		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute, seen: map[string]time.Time{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }
 

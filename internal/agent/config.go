@@ -65,6 +65,11 @@ type Config struct {
 	// per mps GPU, each client slot worth MPSUnitsPerClient (M) units.
 	MPSControl, MPSDir            string
 	MPSServers, MPSUnitsPerClient int
+	// MetricsAddress serves /metrics, /healthz and /readyz ("": off).
+	MetricsAddress string
+	// MetricsMaxGroups is the most groups per GPU with series of their
+	// own; the rest are summed under group="_other".
+	MetricsMaxGroups int
 }
 
 // DefaultConfig returns the defaults for this environment.
@@ -89,6 +94,8 @@ func DefaultConfig(getenv func(string) string) Config {
 		MPSDir:            filepath.Join(paths.RunDir(getenv), "mps"),
 		MPSServers:        api.DefaultMPSServers,
 		MPSUnitsPerClient: api.DefaultMPSUnitsPerClient,
+		MetricsAddress:    ":9446",
+		MetricsMaxGroups:  64,
 	}
 }
 
@@ -118,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.MPSDir == "" || !filepath.IsAbs(c.MPSDir) {
 		errs = append(errs, fmt.Errorf("MPS directory %q must be absolute", c.MPSDir))
+	}
+	if c.MetricsMaxGroups < 1 {
+		errs = append(errs, fmt.Errorf("metrics max groups %d: want at least 1", c.MetricsMaxGroups))
 	}
 	if c.Resync < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,35 @@ type reconciler struct {
 	// container no longer on the node must be before it is removed.
 	tree  group.Tree
 	gcAge time.Duration
+	// observe gets each pod's hot-plug latency: from the agent seeing a
+	// new assignment (seen, by pod key) to its devices applied.
+	observe func(time.Duration)
+	seenMu  sync.Mutex
+	seen    map[string]time.Time
+}
+
+// maxSeen bounds the assignment changes waiting to be applied that are
+// timed (pods on one node).
+const maxSeen = 4096
+
+func (r *reconciler) markSeen(key string) {
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	if _, ok := r.seen[key]; !ok && len(r.seen) < maxSeen {
+		r.seen[key] = time.Now()
+	}
+}
+
+// applied ends the timing of key's assignment change: observed when
+// devices changed, dropped when nothing was left to do.
+func (r *reconciler) applied(key string, changed bool) {
+	r.seenMu.Lock()
+	at, ok := r.seen[key]
+	delete(r.seen, key)
+	r.seenMu.Unlock()
+	if ok && changed && r.observe != nil {
+		r.observe(time.Since(at))
+	}
 }
 
 func managedNodes(gpus []deviceplugin.GPU) []hotplug.Node {
@@ -65,14 +95,26 @@ func devPath(minor uint32) string { return "/dev/nvidia" + strconv.FormatUint(ui
 
 // handler enqueues pods with an assignment.
 func (r *reconciler) handler() cache.ResourceEventHandler {
-	add := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Annotations[api.AnnotationAssignment] != "" {
-			if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
-				r.queue.Add(key)
-			}
+	add := func(old, obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Annotations[api.AnnotationAssignment] == "" {
+			return
 		}
+		key, err := cache.MetaNamespaceKeyFunc(pod)
+		if err != nil {
+			return
+		}
+		if o, ok := old.(*corev1.Pod); !ok || o.Annotations[api.AnnotationAssignment] != pod.Annotations[api.AnnotationAssignment] {
+			r.markSeen(key)
+		}
+		r.queue.Add(key)
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }}
+	return cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { add(nil, obj) }, UpdateFunc: add,
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				r.applied(key, false)
+			}
+		}}
 }
 
 func (r *reconciler) run(ctx context.Context) error {
@@ -138,11 +180,14 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 		errs = append(errs, err)
 	}
 	var applied api.Applied
+	anyChanged, waiting := false, false
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running == nil || cs.ContainerID == "" {
+			waiting = waiting || len(want[cs.Name]) > 0
 			continue
 		}
-		idx, err := r.applyContainer(ctx, pod.UID, runtimeID(cs.ContainerID), want[cs.Name])
+		idx, changed, err := r.applyContainer(ctx, pod.UID, runtimeID(cs.ContainerID), want[cs.Name])
+		anyChanged = anyChanged || changed
 		if errors.Is(err, ErrNoContainer) {
 			continue // not started or already gone; the next event says
 		}
@@ -155,33 +200,35 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 	err = errors.Join(errs...)
 	if err != nil {
 		applied.Error = err.Error()
+	} else if anyChanged || !waiting {
+		r.applied(key, anyChanged)
 	}
 	return errors.Join(err, r.report(ctx, pod, applied))
 }
 
-func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, error) {
+func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, bool, error) {
 	c, err := r.container(uid, cid)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	want := map[string]bool{}
 	idx := make([]int32, 0, len(gpus))
 	for _, g := range gpus {
 		d, ok := r.gpus[g.UUID]
 		if !ok {
-			return nil, fmt.Errorf("assigned GPU %s is not on this node", g.UUID)
+			return nil, false, fmt.Errorf("assigned GPU %s is not on this node", g.UUID)
 		}
 		want[devPath(d.Minor)] = true
 		idx = append(idx, g.Index)
 	}
 	changed, err := hotplug.Apply(r.procRoot, c, r.managed, want, devices.Read|devices.Write)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if changed {
 		klog.FromContext(ctx).Info("applied devices", "podUID", uid, "container", cid, "gpus", idx, "cgroup", c.Cgroup.String())
 	}
-	return idx, nil
+	return idx, changed, nil
 }
 
 // container finds a running container's process, device cgroup and (on

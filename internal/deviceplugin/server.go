@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +33,27 @@ type Config struct {
 	// CheckEvery is how often the plugin checks that the kubelet still
 	// knows it (a restarted kubelet wipes the plugin directory).
 	CheckEvery time.Duration
+	// Observer is told the outcome of each Allocate (nil: nobody).
+	Observer Observer
+}
+
+// Observer is told the outcome of each container's Allocate.
+type Observer interface {
+	AllocateRefused(reason string)
+	Allocated()
+}
+
+// Allocate refusal reasons given to the Observer.
+const (
+	RefusedPending   = "pending"   // the kubelet's or API server's records could not be read
+	RefusedUnmatched = "unmatched" // no single waiting container matches the request
+	RefusedDevices   = "devices"   // the kubelet's device IDs do not match the assignment
+	RefusedPrepare   = "prepare"   // the group or the answer could not be made (an unhealthy GPU included)
+)
+
+// RefusalReasons lists every refusal reason.
+func RefusalReasons() []string {
+	return []string{RefusedPending, RefusedUnmatched, RefusedDevices, RefusedPrepare}
 }
 
 // Validate checks c.
@@ -66,6 +88,18 @@ type Plugin struct {
 	mu      sync.Mutex
 	gpus    []GPU
 	changed chan struct{} // closed when gpus change
+
+	registered atomic.Bool
+}
+
+// Registered says whether the plugin is registered with the kubelet and
+// serving.
+func (p *Plugin) Registered() bool { return p.registered.Load() }
+
+func (p *Plugin) refused(reason string) {
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.AllocateRefused(reason)
+	}
 }
 
 // New returns a plugin advertising gpus.
@@ -175,23 +209,33 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	for _, r := range req.ContainerRequests {
 		cands, err := p.backend.Pending(ctx, p.cfg.ResourceName)
 		if err != nil {
+			p.refused(RefusedPending)
 			return nil, fmt.Errorf("allocate: %w", err)
 		}
 		c, err := p.resolve(cands, len(r.DevicesIds))
-		switch {
-		case err == nil && p.cfg.Units:
+		if err != nil {
+			p.refused(RefusedUnmatched)
+			log.Error(err, "allocation refused", "deviceIDs", r.DevicesIds)
+			return nil, err
+		}
+		if p.cfg.Units {
 			err = TieUnits(c, r.DevicesIds)
-		case err == nil:
+		} else {
 			err = Tie(c, r.DevicesIds)
 		}
 		if err != nil {
+			p.refused(RefusedDevices)
 			log.Error(err, "allocation refused", "deviceIDs", r.DevicesIds)
 			return nil, err
 		}
 		resp, err := p.backend.Prepare(ctx, c, p.gpuMap())
 		if err != nil {
+			p.refused(RefusedPrepare)
 			log.Error(err, "allocation failed", "container", c.String())
 			return nil, fmt.Errorf("allocate %s: %w", c, err)
+		}
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.Allocated()
 		}
 		log.Info("allocated", "resource", p.cfg.ResourceName, "pod", c.Namespace+"/"+c.Name, "uid", c.UID, "container", c.Container, "deviceIDs", r.DevicesIds)
 		out.ContainerResponses = append(out.ContainerResponses, resp)
@@ -257,6 +301,8 @@ func (p *Plugin) serveOnce(ctx context.Context) error {
 		return err
 	}
 	log.Info("registered with the kubelet", "resource", p.cfg.ResourceName, "socket", sock)
+	p.registered.Store(true)
+	defer p.registered.Store(false)
 	ours := inode(sock)
 	for {
 		select {
@@ -303,3 +349,6 @@ func inode(path string) uint64 {
 	}
 	return 0
 }
+
+// ResourceName is the extended resource the plugin advertises.
+func (p *Plugin) ResourceName() string { return p.cfg.ResourceName }

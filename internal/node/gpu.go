@@ -31,6 +31,10 @@ type tenant struct {
 	members map[*conn]*member
 	grant   slice.Grant
 	holding bool
+	// revokes counts grants ended early or at their end by the daemon;
+	// granted sums the lengths of the grants handed out.
+	revokes uint64
+	granted time.Duration
 }
 
 type member struct{ waiting, holding bool }
@@ -184,6 +188,7 @@ func (g *gpuState) apply(acts []slice.Action, now time.Time) {
 			if now.Before(a.Grant.End) {
 				reason = proto.RevokePreempt
 			}
+			t.revokes++
 			for c, m := range t.members {
 				if m.holding {
 					c.sendRevoke(g.uuid, a.Grant.Seq, reason)
@@ -191,6 +196,7 @@ func (g *gpuState) apply(acts []slice.Action, now time.Time) {
 			}
 		case slice.ActExpire:
 			t.holding = false
+			t.revokes++
 			for c, m := range t.members {
 				if m.holding {
 					m.holding = false
@@ -232,6 +238,7 @@ func (g *gpuState) reacquire(t *tenant, now time.Time) {
 // waiting any more hands it straight back.
 func (g *gpuState) grant(t *tenant, gr slice.Grant, now time.Time) {
 	t.grant, t.holding = gr, true
+	t.granted += max(gr.End.Sub(gr.Start), 0)
 	sent := false
 	for c, m := range t.members {
 		if m.waiting {
@@ -252,7 +259,7 @@ func (g *gpuState) snapshot(now time.Time) []groupStats {
 	var out []groupStats
 	for _, st := range g.sched.Stats(now) {
 		if t := g.byID[st.ID]; t != nil {
-			out = append(out, groupStats{Group: t.group, Members: len(t.members), TenantStats: st})
+			out = append(out, groupStats{Group: t.group, Members: len(t.members), Revokes: t.revokes, Granted: t.granted, TenantStats: st})
 		}
 	}
 	return out
@@ -261,5 +268,7 @@ func (g *gpuState) snapshot(now time.Time) []groupStats {
 type groupStats struct {
 	Group   string
 	Members int
+	Revokes uint64
+	Granted time.Duration
 	slice.TenantStats
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -86,6 +87,19 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 		used += g.Used
 	}
 	return used, true
+}
+
+// memoryByGPU returns a group's GPU memory slots by GPU UUID (upper case).
+func (s *Server) memoryByGPU(name string) map[string]gpuMemory {
+	gpus, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]gpuMemory, len(gpus))
+	for _, g := range gpus {
+		out[strings.ToUpper(g.UUID)] = g
+	}
+	return out
 }
 
 // settingsOf returns the last valid settings of a group.

@@ -17,22 +17,23 @@ import (
 // (libgpuslice/include/gpuslice/shm.h, version 1); TestShmLayout checks it
 // against a C build of that header.
 const (
-	shmMagic       = 0x4543494c53555047
-	shmVersion     = 1
-	shmHeaderSize  = 256
-	shmGPUSize     = 128
-	shmMaxGPUs     = 16
-	shmSlotReady   = 2
-	shmOffVersion  = 8
-	shmOffHdrSize  = 12
-	shmOffMaxGPUs  = 24
-	shmOffGPUSize  = 32
-	shmOffGPUOff   = 40
-	shmGPUOffUUID  = 8
-	shmGPUUUIDLen  = 64
-	shmGPUOffLimit = 72
-	shmGPUOffUsed  = 80
-	shmGPUOffPeak  = 88
+	shmMagic         = 0x4543494c53555047
+	shmVersion       = 1
+	shmHeaderSize    = 256
+	shmGPUSize       = 128
+	shmMaxGPUs       = 16
+	shmSlotReady     = 2
+	shmOffVersion    = 8
+	shmOffHdrSize    = 12
+	shmOffMaxGPUs    = 24
+	shmOffGPUSize    = 32
+	shmOffGPUOff     = 40
+	shmGPUOffUUID    = 8
+	shmGPUUUIDLen    = 64
+	shmGPUOffLimit   = 72
+	shmGPUOffUsed    = 80
+	shmGPUOffPeak    = 88
+	shmGPUOffRefused = 96
 	// Elastic memory (zero in files of groups without it).
 	shmGPUOffElastic = 4
 	shmGPUOffMin     = 104
@@ -51,6 +52,8 @@ type gpuMemory struct {
 	// Elastic memory: Managed bytes were allocated as managed memory past
 	// the guarantee, Spilled of them lie in host memory now.
 	Managed, Spilled uint64
+	// Refused counts allocations refused at the limit.
+	Refused uint64
 }
 
 var errShm = errors.New("bad group state file")
@@ -100,7 +103,8 @@ func readMemory(path string) (out []gpuMemory, err error) {
 		}
 		out = append(out, gpuMemory{UUID: proto.String(s[shmGPUOffUUID : shmGPUOffUUID+shmGPUUUIDLen]),
 			Limit: le.Uint64(s[shmGPUOffLimit:]), Used: le.Uint64(s[shmGPUOffUsed:]), Peak: le.Uint64(s[shmGPUOffPeak:]),
-			Managed: le.Uint64(s[shmGPUOffManaged:]), Spilled: le.Uint64(s[shmGPUOffSpilled:])})
+			Managed: le.Uint64(s[shmGPUOffManaged:]), Spilled: le.Uint64(s[shmGPUOffSpilled:]),
+			Refused: le.Uint64(s[shmGPUOffRefused:])})
 	}
 	return out, nil
 }

@@ -26,12 +26,13 @@ int main(void) {
 	printf("%zu %zu ", offsetof(struct gs_shm_header, limit), offsetof(struct gs_shm_header, limit_set));
 	printf("%zu %zu %zu %zu %d %d ", offsetof(struct gs_shm_gpu, elastic), offsetof(struct gs_shm_gpu, min),
 		offsetof(struct gs_shm_gpu, managed), offsetof(struct gs_shm_gpu, spilled), GS_ELASTIC_ON, GS_ELASTIC_SPILL);
-	printf("%llu %u %zu %zu %d %d %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", (unsigned long long)GS_SHM_MAGIC,
+	printf("%llu %u %zu %zu %d %d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", (unsigned long long)GS_SHM_MAGIC,
 		GS_SHM_VERSION, sizeof(struct gs_shm_header), sizeof(struct gs_shm_gpu), GS_SHM_MAX_GPUS, GS_SLOT_READY,
 		offsetof(struct gs_shm_header, version), offsetof(struct gs_shm_header, header_size),
 		offsetof(struct gs_shm_header, max_gpus), offsetof(struct gs_shm_header, gpu_size),
 		offsetof(struct gs_shm_header, gpu_offset), offsetof(struct gs_shm_gpu, uuid),
-		offsetof(struct gs_shm_gpu, limit), offsetof(struct gs_shm_gpu, used), offsetof(struct gs_shm_gpu, peak));
+		offsetof(struct gs_shm_gpu, limit), offsetof(struct gs_shm_gpu, used), offsetof(struct gs_shm_gpu, peak),
+		offsetof(struct gs_shm_gpu, refused));
 	return 0;
 }`
 	dir := t.TempDir()
@@ -50,9 +51,9 @@ int main(void) {
 	want := fmt.Sprintf("%d %d ", shmOffLimit, shmOffLimitSet)
 	want += fmt.Sprintf("%d %d %d %d %d %d ", shmGPUOffElastic, shmGPUOffMin, shmGPUOffManaged, shmGPUOffSpilled,
 		shmElasticOn, shmElasticSpill)
-	want += fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", uint64(shmMagic), shmVersion, shmHeaderSize,
+	want += fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", uint64(shmMagic), shmVersion, shmHeaderSize,
 		shmGPUSize, shmMaxGPUs, shmSlotReady, shmOffVersion, shmOffHdrSize, shmOffMaxGPUs, shmOffGPUSize,
-		shmOffGPUOff, shmGPUOffUUID, shmGPUOffLimit, shmGPUOffUsed, shmGPUOffPeak)
+		shmOffGPUOff, shmGPUOffUUID, shmGPUOffLimit, shmGPUOffUsed, shmGPUOffPeak, shmGPUOffRefused)
 	if got := strings.TrimSpace(string(out)); got != want {
 		t.Fatalf("shm.h layout\n got %s\nwant %s", got, want)
 	}

@@ -17,13 +17,15 @@ const StatusVersion = 1
 
 // Status is what the daemon publishes in <run dir>/status.json.
 type Status struct {
-	Version  int         `json:"version"`
-	Time     time.Time   `json:"time"`
-	PID      int         `json:"pid"`
-	Socket   string      `json:"socket"`
-	PeriodNs int64       `json:"periodNs"`
-	Burst    bool        `json:"burst"`
-	GPUs     []GPUStatus `json:"gpus"`
+	Version  int       `json:"version"`
+	Time     time.Time `json:"time"`
+	PID      int       `json:"pid"`
+	Socket   string    `json:"socket"`
+	PeriodNs int64     `json:"periodNs"`
+	Burst    bool      `json:"burst"`
+	// Connections is the number of open client connections.
+	Connections int         `json:"connections"`
+	GPUs        []GPUStatus `json:"gpus"`
 	// Memory is elastic memory per GPU (GPUs where a group borrowed).
 	Memory []MemoryGPUStatus `json:"memory,omitempty"`
 }
@@ -75,8 +77,15 @@ type GroupGPUStatus struct {
 	Overruns     uint64 `json:"overruns,omitempty"`
 	OverrunP99Ns int64  `json:"overrunP99Ns,omitempty"`
 	OverrunMaxNs int64  `json:"overrunMaxNs,omitempty"`
-	MemoryMax    uint64 `json:"memoryMax,omitempty"`
-	MemoryUsed   uint64 `json:"memoryUsed,omitempty"`
+	// GrantedNs sums the lengths of the grants handed out; Revokes counts
+	// grants the daemon ended (preempted, at their end, or expired).
+	GrantedNs int64  `json:"grantedNs"`
+	Revokes   uint64 `json:"revokes"`
+	MemoryMax uint64 `json:"memoryMax,omitempty"` // per GPU
+	// MemoryUsed is what the group holds on this GPU; MemoryRefused counts
+	// its allocations refused at the limit on this GPU.
+	MemoryUsed    uint64 `json:"memoryUsed,omitempty"`
+	MemoryRefused uint64 `json:"memoryRefused,omitempty"`
 }
 
 // ReadStatus reads a daemon's status.json.
@@ -131,11 +140,13 @@ func (s *Server) status(hist map[string][]sample) *Status {
 	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket,
 		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
 	s.mu.Lock()
+	st.Connections = len(s.conns)
 	gpus := make([]*gpuState, 0, len(s.gpus))
 	for _, g := range s.gpus {
 		gpus = append(gpus, g)
 	}
 	s.mu.Unlock()
+	mem := map[string]map[string]gpuMemory{} // group -> GPU -> slot
 	for _, g := range gpus {
 		gs := GPUStatus{UUID: g.uuid.String()}
 		snap := g.snapshot(now)
@@ -154,14 +165,19 @@ func (s *Server) status(hist map[string][]sample) *Status {
 				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
 				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants,
 				MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
-				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax)}
+				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax),
+				GrantedNs: int64(t.Granted), Revokes: t.Revokes}
 			if total > 0 {
 				e.Expected = float64(t.Slice) / float64(total)
 			}
 			if dt := now.Sub(h[0].at); dt > 0 {
 				e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
 			}
-			e.MemoryUsed, _ = s.memoryOf(t.Group)
+			if _, ok := mem[t.Group]; !ok {
+				mem[t.Group] = s.memoryByGPU(t.Group)
+			}
+			m := mem[t.Group][strings.ToUpper(gs.UUID)]
+			e.MemoryUsed, e.MemoryRefused = m.Used, m.Refused
 			if t.Holding {
 				gs.Holder = t.Group
 			}

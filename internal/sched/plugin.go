@@ -48,6 +48,8 @@ type Plugin struct {
 	// heartbeatTimeout and now serve the GPUNode queueing hint.
 	heartbeatTimeout time.Duration
 	now              func() time.Time
+	// metrics: decisions and latencies (nil: none).
+	metrics *pluginMetrics
 }
 
 // cycle is the per-pod scheduling-cycle state.
@@ -77,18 +79,23 @@ func readCycle(state fwk.CycleState) (*cycle, bool) {
 
 // PreFilter parses the pod's gpuslice request; pods without one skip the
 // plugin, malformed ones are unschedulable with an Event saying why.
-func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (_ *fwk.PreFilterResult, _ *fwk.Status) {
+	start, result := time.Now(), ""
+	defer func() { p.metrics.done(pointPreFilter, result, start) }()
 	if p.synced != nil && !p.synced() && !cache.WaitForCacheSync(ctx.Done(), p.synced) {
 		return nil, fwk.AsStatus(errNotSynced)
 	}
 	req, err := api.ParseRequest(pod)
 	if err != nil {
 		p.events.InvalidRequest(ctx, pod, err)
+		result = resultInvalid
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if req.Empty() {
+		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	result = resultAllNodes
 	c := &cycle{req: req, gen: p.wait.generation()}
 	state.Write(stateKey, c)
 	if p.candidates == 0 || p.wait.widened(pod) {
@@ -99,6 +106,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	// pod's status says why each was rejected.
 	if best := p.alloc.Best(req, p.candidates); len(best) > 0 {
 		c.narrowed = true
+		result = resultCandidates
 		return &fwk.PreFilterResult{NodeNames: sets.New(best...)}, nil
 	}
 	return nil, nil
@@ -113,9 +121,12 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 	if !ok {
 		return fwk.AsStatus(errNoState)
 	}
+	start := time.Now()
 	if err := p.alloc.Check(ni.Node().Name, c.req); err != nil {
+		p.metrics.done(pointFilter, resultNoFit, start)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
+	p.metrics.done(pointFilter, resultFit, start)
 	return nil
 }
 
@@ -127,10 +138,14 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	switch {
 	case !ok:
 	case c.narrowed: // other plugins rejected our candidates: retry on all nodes now
+		start := time.Now()
 		p.wait.widen(pod)
 		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		p.metrics.done(pointPostFilter, resultWidened, start)
 	default:
+		start := time.Now()
 		p.wait.park(ctx, pod, c.gen)
+		p.metrics.done(pointPostFilter, resultParked, start)
 	}
 	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
@@ -141,7 +156,10 @@ func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, n
 	if !ok {
 		return 0, nil
 	}
-	return p.alloc.Score(ni.Node().Name, c.req), nil
+	start := time.Now()
+	score := p.alloc.Score(ni.Node().Name, c.req)
+	p.metrics.done(pointScore, "", start)
+	return score, nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.
@@ -154,10 +172,13 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	if !ok {
 		return nil
 	}
+	start := time.Now()
 	a, err := p.alloc.Reserve(string(pod.UID), node, c.req)
 	if err != nil {
+		p.metrics.done(pointReserve, resultConflict, start)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
+	p.metrics.done(pointReserve, resultReserved, start)
 	p.wait.forget(pod)
 	c.got = a
 	return nil
@@ -180,9 +201,12 @@ func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod
 	if !ok || c.got == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	start := time.Now()
 	if err := p.writer.Bind(ctx, pod, node, c.got); err != nil {
+		p.metrics.done(pointBind, resultError, start)
 		return fwk.AsStatus(err)
 	}
+	p.metrics.done(pointBind, resultBound, start)
 	c.boundByUs = true
 	return nil
 }

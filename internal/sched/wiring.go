@@ -69,8 +69,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
+	pm, err := newPluginMetrics()
+	if err != nil {
+		klog.FromContext(ctx).Info("plugin metrics already registered by another profile; this one's are not served", "err", err)
+	}
 	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
-		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now}
+		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now, metrics: pm}
 	if err := watchGPUNodes(ctx, dyn, ledger, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ package nodee2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,23 @@ type node struct {
 	agentLog   string
 	agentFlags []string
 	execs      int
+	// metrics is the agent's /metrics, /healthz and /readyz address.
+	metrics string
+}
+
+// freeAddr picks a free loopback TCP address (other nodes' agents may run
+// on this machine at the same time).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 func need(t *testing.T, env string) string {
@@ -98,6 +116,8 @@ func startNode(t *testing.T, ctx context.Context) *node {
 		"--run-dir", filepath.Join(n.dir, "run"), "--socket", filepath.Join(n.dir, "run", "node.sock"),
 		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
 		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), "-v", "2"}
+	n.metrics = freeAddr(t)
+	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics)
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
 	// The agent publishes the node's GPUNode row; the scheduler needs it.

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/nodemetrics"
+)
+
+// maxStatusAge: a daemon run by this process whose status.json is older than
+// this is stuck (it refreshes it every quarter second); liveness fails.
+const maxStatusAge = 30 * time.Second
+
+// probes are the agent's liveness and readiness checks.
+func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerSynced) (live, ready []nodemetrics.Check) {
+	daemonStatus := nodemetrics.Check{Name: "daemon-status", Run: func(context.Context) error {
+		st, err := node.ReadStatus(cfg.RunDir)
+		if err != nil {
+			return err
+		}
+		if age := time.Since(st.Time); age > maxStatusAge {
+			return fmt.Errorf("node daemon status is %s old", age.Round(time.Second))
+		}
+		return nil
+	}}
+	if cfg.RunDaemon {
+		live = append(live, daemonStatus)
+	}
+	ready = []nodemetrics.Check{
+		{Name: "daemon", Run: func(ctx context.Context) error {
+			if !node.Reachable(ctx, cfg.Socket) {
+				return fmt.Errorf("node daemon does not answer on %s", cfg.Socket)
+			}
+			return nil
+		}},
+		{Name: "device-plugins", Run: func(context.Context) error {
+			for _, p := range plugins {
+				if !p.Registered() {
+					return fmt.Errorf("device plugin %s not registered with the kubelet", p.ResourceName())
+				}
+			}
+			return nil
+		}},
+		{Name: "pod-informer", Run: func(context.Context) error {
+			if !informer() {
+				return errors.New("pod informer not synced")
+			}
+			return nil
+		}},
+	}
+	return live, ready
+}
+
+// newMetrics makes the agent's metrics: the daemon's status read at each
+// scrape, and the agent's own instruments.
+func newMetrics(cfg Config) *nodemetrics.Metrics {
+	return nodemetrics.New(nodemetrics.Config{MaxGroups: cfg.MetricsMaxGroups,
+		Status: func() (*node.Status, error) { return node.ReadStatus(cfg.RunDir) }})
+}

@@ -1,0 +1,75 @@
+package sched
+
+import (
+	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Extension points and results, the label values of the plugin's metrics
+// (fixed sets: bounded cardinality).
+const (
+	pointPreFilter  = "PreFilter"
+	pointFilter     = "Filter"
+	pointPostFilter = "PostFilter"
+	pointScore      = "Score"
+	pointReserve    = "Reserve"
+	pointBind       = "Bind"
+
+	resultSkip       = "skip"       // PreFilter: no GPU request
+	resultInvalid    = "invalid"    // PreFilter: malformed request
+	resultCandidates = "candidates" // PreFilter: only the best nodes go on
+	resultAllNodes   = "all_nodes"  // PreFilter: every node goes on
+	resultFit        = "fit"        // Filter: the node has room
+	resultNoFit      = "no_fit"     // Filter: it does not
+	resultWidened    = "widened"    // PostFilter: retried on every node
+	resultParked     = "parked"     // PostFilter: waits for capacity
+	resultReserved   = "reserved"   // Reserve: GPUs booked
+	resultConflict   = "conflict"   // Reserve: lost a race since Filter
+	resultBound      = "bound"      // Bind: bound with the assignment
+	resultError      = "error"      // Bind: the API call failed
+)
+
+// pluginMetrics are the plugin's decisions and latencies, registered in the
+// component-base legacy registry that kube-scheduler serves on /metrics
+// beside its own.
+type pluginMetrics struct {
+	decisions *metrics.CounterVec
+	duration  *metrics.HistogramVec
+}
+
+// newPluginMetrics registers the plugin's metrics. A second plugin instance
+// (a second profile) in the same process gets unregistered instruments: the
+// first profile's figures are the ones served.
+func newPluginMetrics() (*pluginMetrics, error) {
+	m := &pluginMetrics{
+		decisions: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: "gpuslice", Subsystem: "scheduler",
+			Name: "plugin_decisions_total", StabilityLevel: metrics.ALPHA,
+			Help: "Decisions of the GPUSlice plugin, by extension point and result."},
+			[]string{"extension_point", "result"}),
+		duration: metrics.NewHistogramVec(&metrics.HistogramOpts{Namespace: "gpuslice", Subsystem: "scheduler",
+			Name: "plugin_duration_seconds", StabilityLevel: metrics.ALPHA,
+			Help:    "Time the GPUSlice plugin spent at each extension point, per call.",
+			Buckets: metrics.ExponentialBuckets(1e-6, 4, 12)},
+			[]string{"extension_point"}),
+	}
+	for _, c := range []metrics.Registerable{m.decisions, m.duration} {
+		if err := legacyregistry.Register(c); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// done records one call of point that started at start, with its result
+// ("" records only the latency).
+func (m *pluginMetrics) done(point, result string, start time.Time) {
+	if m == nil {
+		return
+	}
+	m.duration.WithLabelValues(point).Observe(time.Since(start).Seconds())
+	if result != "" {
+		m.decisions.WithLabelValues(point, result).Inc()
+	}
+}

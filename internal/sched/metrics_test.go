@@ -1,0 +1,35 @@
+package sched
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+func TestPluginMetricsBesideTheScheduler(t *testing.T) {
+	m, err := newPluginMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.done(pointFilter, resultFit, time.Now())
+	m.done(pointFilter, resultFit, time.Now())
+	m.done(pointReserve, resultConflict, time.Now())
+	m.done(pointScore, "", time.Now())
+	want := `
+# HELP gpuslice_scheduler_plugin_decisions_total [ALPHA] Decisions of the GPUSlice plugin, by extension point and result.
+# TYPE gpuslice_scheduler_plugin_decisions_total counter
+gpuslice_scheduler_plugin_decisions_total{extension_point="Filter",result="fit"} 2
+gpuslice_scheduler_plugin_decisions_total{extension_point="Reserve",result="conflict"} 1
+`
+	if err := testutil.GatherAndCompare(legacyregistry.DefaultGatherer, strings.NewReader(want), "gpuslice_scheduler_plugin_decisions_total"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPluginMetrics(); err == nil {
+		t.Fatal("a second registration succeeded")
+	}
+	var nilMetrics *pluginMetrics
+	nilMetrics.done(pointBind, resultBound, time.Now()) // no metrics: no panic
+}
