@@ -53,6 +53,8 @@ func main() {
 	fs.StringVar(&cfg.MPSDir, "mps-dir", cfg.MPSDir, "directory of the MPS daemons' per-GPU pipe and log directories")
 	fs.IntVar(&cfg.MPSServers, "mps-servers", cfg.MPSServers, "MPS servers per mps GPU (K)")
 	fs.IntVar(&cfg.MPSUnitsPerClient, "mps-units-per-client", cfg.MPSUnitsPerClient, "units per MPS client slot (M); an mps GPU has M x 48 x K units")
+	fs.StringVar(&cfg.CDIKind, "cdi-kind", cfg.CDIKind, "CDI kind of the GPU devices named in Allocate: gpuslice.io/gpu (write the spec into --cdi-spec-dir), nvidia.com/gpu (the NVIDIA toolkit's spec) or \"\" (none)")
+	fs.StringVar(&cfg.CDISpecDir, "cdi-spec-dir", cfg.CDISpecDir, "where the gpuslice.io/gpu CDI spec is written")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve /metrics, /healthz and /readyz on this address (\"\": off)")
 	fs.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", cfg.MetricsMaxGroups, "most groups per GPU with metric series of their own (the rest: group=\"_other\")")
 	if err := fs.Parse(os.Args[1:]); err != nil {

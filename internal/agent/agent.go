@@ -50,6 +50,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := writeCDISpec(cfg, gpus); err != nil {
+		return err
+	}
 	sh, err := newSharing(cfg, drv, gpus)
 	if err != nil {
 		return err
@@ -172,7 +175,8 @@ func byUUID(gpus []deviceplugin.GPU) map[string]deviceplugin.GPU {
 // library, the daemon socket, and on the simulated GPU its libraries, state
 // file and GPUSLICE_SIM_* settings.
 func injectFor(cfg Config, drv *gpu.Driver, env map[string]string) deviceplugin.Inject {
-	in := deviceplugin.Inject{DevRoot: cfg.DevRoot, Library: cfg.Library, RunDir: cfg.RunDir, Socket: cfg.Socket, Env: map[string]string{}}
+	in := deviceplugin.Inject{DevRoot: cfg.DevRoot, Library: cfg.Library, RunDir: cfg.RunDir, Socket: cfg.Socket, Env: map[string]string{},
+		CDIKind: cfg.CDIKind}
 	for _, d := range cfg.ControlDevices {
 		if _, err := os.Stat(d); err == nil {
 			in.ControlDevices = append(in.ControlDevices, d)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpucdi"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -65,6 +66,11 @@ type Config struct {
 	// per mps GPU, each client slot worth MPSUnitsPerClient (M) units.
 	MPSControl, MPSDir            string
 	MPSServers, MPSUnitsPerClient int
+	// CDIKind names the CDI kind given to the runtime for the
+	// container's GPUs: gpucdi.Kind (the spec this agent writes into
+	// CDISpecDir), gpucdi.KindNVIDIA (the NVIDIA toolkit's spec) or ""
+	// (no CDI names).
+	CDIKind, CDISpecDir string
 	// MetricsAddress serves /metrics, /healthz and /readyz ("": off).
 	MetricsAddress string
 	// MetricsMaxGroups is the most groups per GPU with series of their
@@ -94,6 +100,8 @@ func DefaultConfig(getenv func(string) string) Config {
 		MPSDir:            filepath.Join(paths.RunDir(getenv), "mps"),
 		MPSServers:        api.DefaultMPSServers,
 		MPSUnitsPerClient: api.DefaultMPSUnitsPerClient,
+		CDIKind:           gpucdi.Kind,
+		CDISpecDir:        "/var/run/cdi",
 		MetricsAddress:    ":9446",
 		MetricsMaxGroups:  64,
 	}
@@ -125,6 +133,15 @@ func (c Config) Validate() error {
 	}
 	if c.MPSDir == "" || !filepath.IsAbs(c.MPSDir) {
 		errs = append(errs, fmt.Errorf("MPS directory %q must be absolute", c.MPSDir))
+	}
+	switch c.CDIKind {
+	case "", gpucdi.KindNVIDIA:
+	case gpucdi.Kind:
+		if !filepath.IsAbs(c.CDISpecDir) {
+			errs = append(errs, fmt.Errorf("CDI spec dir %q must be absolute", c.CDISpecDir))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("CDI kind %q: want %s, %s or \"\"", c.CDIKind, gpucdi.Kind, gpucdi.KindNVIDIA))
 	}
 	if c.MetricsMaxGroups < 1 {
 		errs = append(errs, fmt.Errorf("metrics max groups %d: want at least 1", c.MetricsMaxGroups))

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpucdi"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 )
@@ -62,4 +64,27 @@ func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerS
 func newMetrics(cfg Config) *nodemetrics.Metrics {
 	return nodemetrics.New(nodemetrics.Config{MaxGroups: cfg.MetricsMaxGroups,
 		Status: func() (*node.Status, error) { return node.ReadStatus(cfg.RunDir) }})
+}
+
+// writeCDISpec writes the CDI spec of the node's GPUs when the agent names
+// its own CDI devices (the control devices that exist are spec-wide).
+func writeCDISpec(cfg Config, gpus []deviceplugin.GPU) error {
+	if cfg.CDIKind != gpucdi.Kind {
+		return nil
+	}
+	gs := make([]gpucdi.GPU, 0, len(gpus))
+	for _, g := range gpus {
+		gs = append(gs, gpucdi.GPU{UUID: g.UUID, Minor: g.Minor})
+	}
+	var control []string
+	for _, d := range cfg.ControlDevices {
+		if _, err := os.Stat(d); err == nil {
+			control = append(control, d)
+		}
+	}
+	spec, err := gpucdi.Spec(gs, cfg.DevRoot, control)
+	if err != nil {
+		return err
+	}
+	return gpucdi.Write(cfg.CDISpecDir, spec)
 }

@@ -48,6 +48,10 @@ type Inject struct {
 	Env map[string]string
 	// MPS holds the GPUs in mps mode, by UUID (mps.go).
 	MPS map[string]MPSGPU
+	// CDIKind names the CDI kind of the node's GPU devices
+	// ("gpuslice.io/gpu": the spec gpuslice-node writes; "nvidia.com/gpu":
+	// the NVIDIA toolkit's); "" answers without CDI device names.
+	CDIKind string
 }
 
 var groupUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -84,7 +88,11 @@ func MemoryLimit(c Candidate) int64 {
 // the daemon socket and the environment the library reads.
 func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*pluginapi.ContainerAllocateResponse, error) {
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	if err := CheckContainerEnv(c.Pod, c.Container); err != nil {
+		return nil, fmt.Errorf("%s: %w", c, err)
+	}
 	minors := make([]uint32, 0, len(c.GPUs))
+	uuids := make([]string, 0, len(c.GPUs))
 	for _, a := range c.GPUs {
 		g, ok := gpus[a.UUID]
 		if !ok {
@@ -94,8 +102,11 @@ func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*plug
 			return nil, fmt.Errorf("%s: assigned GPU %s is unhealthy", c, a.UUID)
 		}
 		minors = append(minors, g.Minor)
+		uuids = append(uuids, g.UUID)
 	}
 	slices.Sort(minors)
+	slices.Sort(uuids)
+	nvidiaContract(r, uuids, in.CDIKind)
 	for _, m := range minors {
 		p := "/dev/nvidia" + strconv.FormatUint(uint64(m), 10)
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(in.DevRoot, filepath.Base(p)), Permissions: "rw"})
