@@ -117,7 +117,7 @@ func startNode(t *testing.T, ctx context.Context) *node {
 		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
 		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), "-v", "2"}
 	n.metrics = freeAddr(t)
-	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics)
+	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics, "--cdi-spec-dir", filepath.Join(n.dir, "cdi"))
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
 	// The agent publishes the node's GPUNode row; the scheduler needs it.
