@@ -25,7 +25,7 @@ test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
 		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' ./internal/node/
 	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/node/ \
-		| grep -E '^(---|\s+---|ok|FAIL|PASS)|attempt'; exit $${PIPESTATUS[0]}
+		| grep -E '^(---|\s+---|ok|FAIL|PASS)|whole run'; exit $${PIPESTATUS[0]}
 
 # Figures for docs/node.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
 # over the wall time: 1 client = 1 / round trip, N clients on GPUs of their own = the daemon's rate),

@@ -29,13 +29,13 @@ func BenchmarkE2EShares(b *testing.B) {
 					over.n, over.p99.Round(10*time.Microsecond), over.max.Round(10*time.Microsecond))
 				b.ReportMetric(float64(over.p99.Microseconds())/1e3, "overrun-p99-ms")
 				b.ReportMetric(float64(over.max.Microseconds())/1e3, "overrun-max-ms")
-				s := r.summary()
+				s := r.wins.summary()
 				b.ReportMetric(s.worstWork, "worst-pp-run")
 				b.ReportMetric(s.worstHeld, "worst-pp-granted")
 				b.ReportMetric(s.minBusy*100, "min-busy-%")
 				b.ReportMetric(float64(s.clean), "windows")
 				all := shareSummary{minBusy: 1}
-				for _, w := range r {
+				for _, w := range r.wins {
 					all.worstWork, all.worstHeld = max(all.worstWork, w.errWork), max(all.worstHeld, w.errHeld)
 					all.minBusy = min(all.minBusy, w.busy)
 				}
