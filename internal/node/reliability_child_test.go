@@ -20,7 +20,9 @@ import (
 )
 
 // floodChild opens GS_N connections that each say hello, reads every answer,
-// prints "flood welcomed W refused R other O", then holds them until killed.
+// prints "flood welcomed W refused R closed C other O" (closed: the daemon
+// closed the connection before its refusal could be read), then holds them
+// until killed.
 func floodChild(socket string) error {
 	var n int
 	if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
@@ -38,7 +40,8 @@ func floodChild(socket string) error {
 		}
 		conns = append(conns, c)
 	}
-	var welcomed, refused, other int
+	var welcomed, refused, closed, other int
+	firstOther := ""
 	for _, c := range conns {
 		if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
 			return err
@@ -49,11 +52,15 @@ func floodChild(socket string) error {
 			welcomed++
 		case IsBusy(err):
 			refused++
+		case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+			closed++
 		default:
-			other++
+			if other++; firstOther == "" {
+				firstOther = fmt.Sprintf(" (first: %v, message %v)", err, m)
+			}
 		}
 	}
-	fmt.Println("flood welcomed", welcomed, "refused", refused, "other", other)
+	fmt.Printf("flood welcomed %d refused %d closed %d other %d%s\n", welcomed, refused, closed, other, firstOther)
 	defer runtime.KeepAlive(conns) // held open (unreferenced, the collector would close them)
 	if os.Getenv("GS_CHURN") == "" {
 		time.Sleep(time.Hour)
