@@ -55,6 +55,8 @@ type Image struct {
 	Labels     map[string]string
 	// Dirs are empty directories made in the image (besides the files' parents).
 	Dirs []string
+	// Symlinks maps absolute paths in the image to their targets (e.g. busybox applets).
+	Symlinks map[string]string
 }
 
 // epoch is every entry's modification time (reproducible layers).
@@ -183,6 +185,23 @@ func layerTar(img Image) ([]byte, error) {
 			return nil, err
 		}
 		if err := writeFile(tw, strings.TrimPrefix(dst, "/"), int64(fi.Mode().Perm()), b); err != nil {
+			return nil, err
+		}
+	}
+	links := make([]string, 0, len(img.Symlinks))
+	for l := range img.Symlinks {
+		links = append(links, l)
+	}
+	sort.Strings(links)
+	for _, l := range links {
+		if !path.IsAbs(l) {
+			return nil, fmt.Errorf("image symlink %q is not absolute", l)
+		}
+		if err := mkdir(path.Dir(l)); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(l, "/"), Linkname: img.Symlinks[l], Typeflag: tar.TypeSymlink,
+			Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 	}

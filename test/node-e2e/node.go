@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/ociimage"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -166,18 +167,18 @@ func (n *node) images() {
 		run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "include"),
 			"-o", filepath.Join(n.dir, "gs-"+p), filepath.Join("images", p+".c"), "-ldl")
 	}
-	files := imageFiles{"/pause": filepath.Join(n.dir, "pause")}
+	files := ociimage.Files{"/pause": filepath.Join(n.dir, "pause")}
 	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {
 		t.Fatal(err)
 	}
-	files = imageFiles{"/probe": filepath.Join(n.dir, "probe"), "/bin/busybox": "/bin/busybox"}
+	files = ociimage.Files{"/probe": filepath.Join(n.dir, "probe"), "/bin/busybox": "/bin/busybox"}
 	for _, p := range []string{"gs-nvmlprocs", "gs-devcount"} {
-		if err := files.addWithLibs("/gs/"+p, filepath.Join(n.dir, p)); err != nil {
+		if err := files.AddWithLibs("/gs/"+p, filepath.Join(n.dir, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, f := range []string{"gs-memfill", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
-		if err := files.addWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {
+		if err := files.AddWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {
 			t.Fatal(err)
 		}
 	}
