@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 
@@ -11,6 +12,18 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
+
+// loadGroups applies the settings of every group already in the tree.
+func (s *Server) loadGroups(ctx context.Context) error {
+	names, err := s.tree.List()
+	if err != nil {
+		return fmt.Errorf("read group tree: %w", err)
+	}
+	for _, n := range names {
+		s.groupChanged(ctx, n)
+	}
+	return nil
+}
 
 // groupChanged applies a group's settings after its files changed. Invalid
 // settings change nothing: the last valid ones stay in force and are written

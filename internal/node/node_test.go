@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
@@ -374,9 +376,36 @@ func TestPrepareRun(t *testing.T) {
 	if err != nil || s.Slice != 20*time.Millisecond || s.MemoryMax != 1<<30 || s.Priority.String() != "high" {
 		t.Fatalf("group settings %+v %v", s, err)
 	}
-	st := waitStatus(t, cfg)
-	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	stopPID(t, waitStatus(t, cfg).PID)
+}
+
+// stopPID sends SIGTERM to pid and waits until it has exited, so that nothing
+// of it writes into the test's directories any more.
+func stopPID(t *testing.T, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd of %d: %v", pid, err)
+	}
+	defer func() { _ = unix.Close(fd) }() //nolint:errcheck // read-only descriptor
+	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("stop %d: %v", pid, err)
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 30_000)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			t.Fatalf("wait for %d: %v", pid, err)
+		case n == 0:
+			t.Fatalf("process %d still running 30 s after SIGTERM", pid)
+		}
+		return
 	}
 }
 
@@ -385,7 +414,7 @@ func TestPrepareRun(t *testing.T) {
 func stopStartedDaemon(t *testing.T, cfg Config) {
 	t.Cleanup(func() {
 		if st, err := ReadStatus(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
-			_ = syscall.Kill(st.PID, syscall.SIGTERM) //nolint:errcheck // may be gone already
+			stopPID(t, st.PID)
 		}
 	})
 }

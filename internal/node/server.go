@@ -80,6 +80,11 @@ func Run(ctx context.Context, cfg Config) error {
 	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks(),
 		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+	// Every existing group's settings are in force before the first client is
+	// served (the watcher's own first pass then finds nothing changed).
+	if err := s.loadGroups(ctx); err != nil {
+		return errors.Join(err, ln.Close())
+	}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
 	return s.serveAll(ctx, ln)
 }
