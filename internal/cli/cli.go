@@ -1,16 +1,18 @@
-// Package cli implements the gpuslice command line: a table of subcommands,
-// each in its own file, parsed with the standard flag package.
+// Package cli implements the gpuslice command line: one list of cobra
+// subcommands (commands), each in its own file, with flags parsed by pflag.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpuslice/gpuslice/internal/version"
 )
@@ -39,13 +41,6 @@ func DefaultEnv() (*Env, error) {
 	return &Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, Getenv: os.Getenv, BinDir: filepath.Dir(exe)}, nil
 }
 
-// Command is one subcommand.
-type Command struct {
-	Name    string
-	Summary string
-	Run     func(ctx context.Context, env *Env, args []string) error
-}
-
 // UsageError marks an error caused by the caller's input (exit code 2).
 type UsageError struct{ Err error }
 
@@ -55,42 +50,70 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // usagef builds a UsageError.
 func usagef(format string, a ...any) error { return &UsageError{Err: fmt.Errorf(format, a...)} }
 
-// ExitError carries a child's exit status through unchanged.
+// ExitError carries a child's exit status through unchanged (nothing is printed).
 type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
-func commands() []Command {
-	cmds := []Command{
-		runCommand(),
-		demoCommand(),
-		versionCommand(),
-		smiCommand(),
+// commands is gpuslice's one list of subcommands (cobra adds help and completion).
+func commands(env *Env) []*cobra.Command {
+	return []*cobra.Command{
+		runCommand(env, runRun),
+		demoCommand(env),
+		nodeCommand(env),
+		groupCommand(env),
+		statusCommand(env),
+		smiCommand(env),
+		versionCommand(env),
 	}
-	cmds = append(cmds, extraCommands()...)
-	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
-	return cmds
+}
+
+// NewRootCommand returns the gpuslice command with every subcommand.
+func NewRootCommand(env *Env) *cobra.Command { return newRoot(env, commands(env)) }
+
+func newRoot(env *Env, cmds []*cobra.Command) *cobra.Command {
+	var showVersion bool
+	root := &cobra.Command{
+		Use:           "gpuslice <command> [flags]",
+		Short:         "gpuslice: share GPUs safely between processes and containers.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case showVersion:
+				fmt.Fprintln(env.Stdout, version.String("gpuslice"))
+				return nil
+			case len(args) == 0:
+				if err := cmd.Help(); err != nil {
+					return err
+				}
+				return &ExitError{Code: ExitUsage}
+			}
+			return usagef("unknown command %q (see 'gpuslice help')", args[0])
+		},
+	}
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version")
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	root.SetIn(env.Stdin)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &UsageError{Err: fmt.Errorf("%s: %w", commandName(c), err)}
+	})
+	root.AddCommand(cmds...)
+	// Use lines spell out their flags where they matter.
+	visit(root, func(c *cobra.Command) { c.DisableFlagsInUseLine = true })
+	return root
 }
 
 // Main runs gpuslice with args (without the program name) and returns the exit code.
 func Main(ctx context.Context, args []string, env *Env) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(env.Stdout)
-		if len(args) == 0 {
-			return ExitUsage
-		}
-		return 0
-	}
-	if args[0] == "--version" || args[0] == "-version" {
-		args = []string{"version"}
-	}
-	for _, c := range commands() {
-		if c.Name == args[0] {
-			return exitCode(env, c.Run(ctx, env, args[1:]))
-		}
-	}
-	fmt.Fprintf(env.Stderr, "gpuslice: unknown command %q (see 'gpuslice help')\n", args[0])
-	return ExitUsage
+	return execute(ctx, env, NewRootCommand(env), args)
+}
+
+func execute(ctx context.Context, env *Env, root *cobra.Command, args []string) int {
+	root.SetArgs(legacyDashes(root, args))
+	return exitCode(env, root.ExecuteContext(ctx))
 }
 
 func exitCode(env *Env, err error) int {
@@ -98,8 +121,6 @@ func exitCode(env *Env, err error) int {
 	var usage *UsageError
 	switch {
 	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &exit):
 		return exit.Code
@@ -112,44 +133,50 @@ func exitCode(env *Env, err error) int {
 	}
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "gpuslice: share GPUs safely between processes and containers.")
-	fmt.Fprintln(w, "\nUsage: gpuslice <command> [flags]\n\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Summary)
-	}
-	fmt.Fprintln(w, "\nRun 'gpuslice <command> -h' for a command's flags.")
-}
-
-// newFlagSet returns a flag set that reports errors instead of exiting.
-func newFlagSet(env *Env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "Usage: gpuslice %s %s\n\nFlags:\n", name, usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args, turning flag errors into UsageErrors (exit 2).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// usageArgs wraps a cobra argument check so that its error is a usage error
+// naming the command, after the command's usage on stderr.
+func usageArgs(env *Env, check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			fmt.Fprint(env.Stderr, cmd.UsageString())
+			return &UsageError{Err: fmt.Errorf("%s: %w", commandName(cmd), err)}
 		}
-		return &UsageError{Err: fmt.Errorf("%s: %w", fs.Name(), err)}
-	}
-	return nil
-}
-
-func versionCommand() Command {
-	return Command{Name: "version", Summary: "print the version", Run: func(_ context.Context, env *Env, args []string) error {
-		fs := newFlagSet(env, "version", "")
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		fmt.Fprintln(env.Stdout, version.String("gpuslice"))
 		return nil
-	}}
+	}
+}
+
+// visit calls f on cmd and every command under it.
+func visit(cmd *cobra.Command, f func(*cobra.Command)) {
+	f(cmd)
+	for _, c := range cmd.Commands() {
+		visit(c, f)
+	}
+}
+
+// commandName is the command's path without the program name ("group set").
+func commandName(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return cmd.Name()
+	}
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// noArgs is cobra.NoArgs as a usage error.
+func noArgs(env *Env) cobra.PositionalArgs { return usageArgs(env, cobra.NoArgs) }
+
+// driverFlag registers --driver (default $GPUSLICE_DRIVER) on fs.
+func driverFlag(env *Env, fs *pflag.FlagSet, usage string) *string {
+	return fs.String("driver", env.Getenv("GPUSLICE_DRIVER"), usage)
+}
+
+func versionCommand(env *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version",
+		Args:  noArgs(env),
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintln(env.Stdout, version.String("gpuslice"))
+			return nil
+		},
+	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,27 +15,32 @@ import (
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
-func demoCommand() Command {
-	return Command{Name: "demo", Summary: "four training tasks sharing one GPU, without and with gpuslice limits, then with elastic memory", Run: runDemo}
-}
-
-func runDemo(ctx context.Context, env *Env, args []string) error {
-	fs := newFlagSet(env, "demo", "[flags]")
-	driver := fs.String("driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
-	simMemory := fs.String("sim-memory", "23GiB", "memory of the simulated GPU (when no driver is present)")
+func demoCommand(env *Env) *cobra.Command {
 	cfg := demo.Config{BinDir: env.BinDir, Out: env.Stdout}
+	cmd := &cobra.Command{
+		Use:   "demo [flags]",
+		Short: "four training tasks sharing one GPU, without and with gpuslice limits, then with elastic memory",
+		Args:  noArgs(env),
+	}
+	fs := cmd.Flags()
+	driver := driverFlag(env, fs, "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
+	simMemory := fs.String("sim-memory", "23GiB", "memory of the simulated GPU (when no driver is present)")
 	fs.IntVar(&cfg.Tasks, "tasks", 4, "number of training tasks")
 	fs.IntVar(&cfg.Steps, "steps", 40, "training steps per task (with --duration 0)")
 	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "train each task for this long (0: --steps steps)")
 	fs.IntVar(&cfg.Kernels, "kernels", 4, "kernels per step")
 	fs.IntVar(&cfg.KernelUS, "kernel-us", 2500, "GPU time of one kernel in microseconds")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runDemo(cmd.Context(), env, cfg, *driver, *simMemory)
 	}
+	return cmd
+}
+
+func runDemo(ctx context.Context, env *Env, cfg demo.Config, driver, simMemory string) error {
 	if cfg.Tasks < 1 || cfg.Steps < 1 || cfg.Kernels < 1 || cfg.KernelUS < 0 {
 		return usagef("demo: --tasks, --steps and --kernels must be at least 1, --kernel-us at least 0")
 	}
-	mem, err := units.ParseSize(*simMemory)
+	mem, err := units.ParseSize(simMemory)
 	if err != nil || mem == 0 {
 		return usagef("--sim-memory: %v", err)
 	}
@@ -56,7 +62,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 			return fmt.Errorf("set %s: %w", k, err)
 		}
 	}
-	drv, devs, err := inspectGPUs(env, *driver)
+	drv, devs, err := inspectGPUs(env, driver)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,9 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -13,8 +13,46 @@ import (
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
-func groupCommand() Command {
-	return Command{Name: "group", Summary: "show or change group settings: gpuslice group set|get|ls|rm", Run: runGroup}
+func groupCommand(env *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "group set|get|ls|rm",
+		Short: "show or change group settings: gpuslice group set|get|ls|rm",
+		Long:  "Show or change group settings.\n\nUsage: gpuslice group " + groupUsage,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprint(env.Stderr, cmd.UsageString())
+			if len(args) == 0 {
+				return usagef("group: want set, get, ls or rm")
+			}
+			return usagef("group: bad arguments %q", args)
+		},
+	}
+	runDir := cmd.PersistentFlags().String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
+	tree := func() group.Tree { return group.NewTree(*runDir) }
+	cmd.AddCommand(&cobra.Command{
+		Use:     "set NAME SETTING=VALUE...",
+		Short:   "change a group's settings (creating it), e.g. set train slice=20ms priority=high memory.max=6GiB",
+		Long:    "Change a group's settings (creating the group).\n\nUsage: gpuslice group " + groupUsage,
+		Example: "  gpuslice group set train slice=20ms priority=high memory.max=6GiB",
+		Args:    usageArgs(env, cobra.MinimumNArgs(2)),
+		RunE:    func(_ *cobra.Command, a []string) error { return groupSet(env, tree(), a[0], a[1:]) },
+	}, &cobra.Command{
+		Use:   "get NAME [FILE...]",
+		Short: "print a group's settings and read-back files (or only FILEs)",
+		Args:  usageArgs(env, cobra.MinimumNArgs(1)),
+		RunE:  func(_ *cobra.Command, a []string) error { return groupGet(env, tree(), a[0], a[1:]) },
+	}, &cobra.Command{
+		Use:   "ls",
+		Short: "list groups with their main settings and memory in use",
+		Args:  noArgs(env),
+		RunE:  func(*cobra.Command, []string) error { return groupList(env, tree()) },
+	}, &cobra.Command{
+		Use:   "rm NAME",
+		Short: "remove a group that no process uses",
+		Args:  usageArgs(env, cobra.ExactArgs(1)),
+		RunE:  func(_ *cobra.Command, a []string) error { return groupRemove(tree(), *runDir, a[0]) },
+	})
+	return cmd
 }
 
 const groupUsage = `set NAME SETTING=VALUE...   e.g. set train slice=20ms priority=high memory.max=6GiB
@@ -26,32 +64,6 @@ Settings: memory.max (bytes, a size such as 6GiB, or max; with memory.min, the c
 guarantee: elastic memory past it is borrowed from the node daemon; 0: none), memory.spill (host or none), slice (e.g. 20ms, 200us, default),
 share (e.g. 30%, default; replaces slice), priority (high or low).
 Read-back: memory.current, gpu_time.achieved, burst.banked.`
-
-func runGroup(_ context.Context, env *Env, args []string) error {
-	fs := newFlagSet(env, "group", groupUsage)
-	runDir := fs.String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	tree := group.NewTree(*runDir)
-	a := fs.Args()
-	if len(a) == 0 {
-		fs.Usage()
-		return usagef("group: want set, get, ls or rm")
-	}
-	switch {
-	case a[0] == "ls" && len(a) == 1:
-		return groupList(env, tree)
-	case a[0] == "get" && len(a) >= 2:
-		return groupGet(env, tree, a[1], a[2:])
-	case a[0] == "set" && len(a) >= 3:
-		return groupSet(env, tree, a[1], a[2:])
-	case a[0] == "rm" && len(a) == 2:
-		return groupRemove(tree, *runDir, a[1])
-	}
-	fs.Usage()
-	return usagef("group: bad arguments %q", a)
-}
 
 // groupRemove deletes a group that no process uses: removing the state file
 // under live members would let the next member start a second state (and a

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -28,6 +29,9 @@ func (f sizeFlag) String() string {
 	}
 	return units.FormatSize(*f.v)
 }
+
+// Type names the value in --help.
+func (f sizeFlag) Type() string { return "quantity" }
 
 func (f sizeFlag) Set(s string) error {
 	n, err := units.ParseSize(s)
@@ -86,13 +90,16 @@ func (d *deviceMemory) close(ctx context.Context) {
 	}
 }
 
-func nodeCommand() Command {
-	return Command{Name: "node", Summary: "run the node daemon that shares GPU time (gpuslice run starts it)", Run: runNode}
-}
-
-func runNode(ctx context.Context, env *Env, args []string) error {
+func nodeCommand(env *Env) *cobra.Command {
 	cfg := node.DefaultConfig(env.Getenv)
-	fs := newFlagSet(env, "node", "[flags]")
+	var o nodeOptions
+	cmd := &cobra.Command{
+		Use:   "node [flags]",
+		Short: "run the node daemon that shares GPU time (gpuslice run starts it)",
+		Args:  noArgs(env),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runNode(cmd.Context(), env, cfg, &o) },
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path (env "+node.EnvSocket+")")
 	fs.StringVar(&cfg.RunDir, "run-dir", cfg.RunDir, "run directory holding groups/ and status.json (env GPUSLICE_RUN_DIR)")
 	fs.DurationVar(&cfg.Policy.Period, "period", cfg.Policy.Period, "scheduling period that --share values are a fraction of")
@@ -101,20 +108,25 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	fs.IntVar(&cfg.Policy.BankMaxSlices, "bank-slices", cfg.Policy.BankMaxSlices, "burst buffer size, in slices of the group")
 	fs.DurationVar(&cfg.Policy.Grace, "grace", cfg.Policy.Grace, "time a holder gets to finish outstanding work after its grant ends")
 	fs.DurationVar(&cfg.IdleExit, "idle-exit", 0, "stop after no client has been connected for this long (0: never; gpuslice run starts daemons with 60s)")
-	noBurst := fs.Bool("no-burst", false, "disable burst buffers (and the online groups' early turns they allow)")
-	ifNot := fs.Bool("if-not-running", false, "exit quietly (status 0) if a daemon already runs")
+	fs.BoolVar(&o.noBurst, "no-burst", false, "disable burst buffers (and the online groups' early turns they allow)")
+	fs.BoolVar(&o.ifNot, "if-not-running", false, "exit quietly (status 0) if a daemon already runs")
 	fs.Var(sizeFlag{&cfg.Elastic.Reserve}, "memory-reserve", "elastic memory: device memory never lent (e.g. 256MiB)")
 	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
-	driver := fs.String("driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
-	verbosity := fs.Int("v", 0, "log verbosity")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("node: unexpected arguments %q", fs.Args())
-	}
-	cfg.Policy.Burst = !*noBurst
-	mode, err := gpu.ParseMode(*driver)
+	fs.StringVar(&o.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
+	fs.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity")
+	return cmd
+}
+
+// nodeOptions are node's flags that are not part of node.Config.
+type nodeOptions struct {
+	noBurst, ifNot bool
+	driver         string
+	verbosity      int
+}
+
+func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) error {
+	cfg.Policy.Burst = !o.noBurst
+	mode, err := gpu.ParseMode(o.driver)
 	if err != nil {
 		return usagef("node: --driver: %w", err)
 	}
@@ -122,10 +134,10 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}
-	if *verbosity > 0 {
+	if o.verbosity > 0 {
 		kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 		klog.InitFlags(kfs)
-		if err := kfs.Set("v", strconv.Itoa(*verbosity)); err != nil {
+		if err := kfs.Set("v", strconv.Itoa(o.verbosity)); err != nil {
 			return fmt.Errorf("set log verbosity: %w", err)
 		}
 	}
@@ -136,7 +148,7 @@ func runNode(ctx context.Context, env *Env, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err = node.Run(ctx, cfg)
-	if errors.Is(err, node.ErrRunning) && *ifNot {
+	if errors.Is(err, node.ErrRunning) && o.ifNot {
 		return nil
 	}
 	return err

@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
@@ -17,8 +20,37 @@ import (
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
-func runCommand() Command {
-	return Command{Name: "run", Summary: "run a command with GPU limits: gpuslice run [--gpu N] --memory 6GiB -- CMD...", Run: runRun}
+// runCommand is `gpuslice run`; do runs the parsed command (runRun, or a
+// test's recorder).
+func runCommand(env *Env, do func(ctx context.Context, env *Env, f *runFlags, command []string) error) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [--gpu N[,M...]] [--memory SIZE [--memory-max SIZE [--spill host]]] [--group NAME] -- CMD [ARGS...]",
+		Short: "run a command with GPU limits: gpuslice run [--gpu N] --memory 6GiB -- CMD...",
+		Long: "Run CMD and every process it starts as one group under GPU limits. Flags end at CMD (or at --):\n" +
+			"CMD's own arguments are passed through untouched.",
+		Annotations: map[string]string{stopsAtFirstArg: "true"},
+		Args: usageArgs(env, func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("no command given (gpuslice run --memory 6GiB -- CMD...)")
+			}
+			return nil
+		}),
+		RunE: func(cmd *cobra.Command, args []string) error { return do(cmd.Context(), env, &f, args) },
+	}
+	fs := cmd.Flags()
+	fs.SetInterspersed(false)
+	fs.StringVar(&f.gpus, "gpu", "", "GPU(s) the command may use: indices or UUIDs, comma-separated (default: all)")
+	fs.StringVar(&f.memory, "memory", "", "GPU memory limit per GPU for the command and every process it starts, e.g. 6GiB")
+	fs.StringVar(&f.memoryMax, "memory-max", "", "elastic memory: ceiling per GPU; --memory is then the guarantee and memory past it is borrowed from the node daemon while free, e.g. 20GiB")
+	fs.StringVar(&f.spill, "spill", "", "elastic memory: host lets borrowed memory move to host memory when a guarantee needs it back (default none)")
+	fs.StringVar(&f.group, "group", "", "group name; processes of one group share its limits (default: a new group per run)")
+	fs.StringVar(&f.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
+	goFlags := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.slices.Register(goFlags)
+	fs.AddGoFlagSet(goFlags)
+	fs.BoolVar(&f.noDaemon, "no-daemon", false, "do not start the node daemon if none runs (kernels then run ungated)")
+	return cmd
 }
 
 type runFlags struct {
@@ -28,29 +60,12 @@ type runFlags struct {
 	noDaemon                    bool
 }
 
-func runRun(ctx context.Context, env *Env, args []string) error {
-	var f runFlags
-	fs := newFlagSet(env, "run", "[--gpu N[,M...]] [--memory SIZE [--memory-max SIZE [--spill host]]] [--group NAME] -- CMD [ARGS...]")
-	fs.StringVar(&f.gpus, "gpu", "", "GPU(s) the command may use: indices or UUIDs, comma-separated (default: all)")
-	fs.StringVar(&f.memory, "memory", "", "GPU memory limit per GPU for the command and every process it starts, e.g. 6GiB")
-	fs.StringVar(&f.memoryMax, "memory-max", "", "elastic memory: ceiling per GPU; --memory is then the guarantee and memory past it is borrowed from the node daemon while free, e.g. 20GiB")
-	fs.StringVar(&f.spill, "spill", "", "elastic memory: host lets borrowed memory move to host memory when a guarantee needs it back (default none)")
-	fs.StringVar(&f.group, "group", "", "group name; processes of one group share its limits (default: a new group per run)")
-	fs.StringVar(&f.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
-	f.slices.Register(fs)
-	fs.BoolVar(&f.noDaemon, "no-daemon", false, "do not start the node daemon if none runs (kernels then run ungated)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return usagef("run: no command given (gpuslice run --memory 6GiB -- CMD...)")
-	}
-	spec, err := buildRunSpec(env, &f)
+func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error {
+	spec, err := buildRunSpec(env, f)
 	if err != nil {
 		return err
 	}
-	elastic, err := elasticFlags(&f, spec.MemoryLimit)
+	elastic, err := elasticFlags(f, spec.MemoryLimit)
 	if err != nil {
 		return err
 	}
@@ -61,7 +76,7 @@ func runRun(ctx context.Context, env *Env, args []string) error {
 		}
 		spec.ExtraEnv = append(spec.ExtraEnv, "GPUSLICE_MEMORY_ELASTIC="+mode)
 	}
-	spec.Command = fs.Args()
+	spec.Command = command
 	daemonArgs := []string{"--idle-exit", "60s"}
 	if f.driver != "" {
 		daemonArgs = append(daemonArgs, "--driver", f.driver)

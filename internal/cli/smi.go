@@ -1,28 +1,30 @@
 package cli
 
 import (
-	"context"
 	"fmt"
+	"github.com/spf13/cobra"
 	"text/tabwriter"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
-func smiCommand() Command {
-	return Command{Name: "smi", Summary: "list GPUs, memory and processes as NVML shows them to this process (like nvidia-smi)", Run: runSMI}
+func smiCommand(env *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "smi [--driver auto|real|sim]",
+		Short: "list GPUs, memory and processes as NVML shows them to this process (like nvidia-smi)",
+		Long: "List GPUs, memory and processes as NVML shows them to this process. Inside a gpuslice group, NVML is\n" +
+			"virtualized: the limit is the total, and only the group's processes are listed, with the PIDs this process sees.",
+		Args: noArgs(env),
+	}
+	driver := driverFlag(env, cmd.Flags(), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
+	cmd.RunE = func(*cobra.Command, []string) error { return runSMI(env, *driver) }
+	return cmd
 }
 
-// runSMI prints what NVML reports to the calling process. Inside a gpuslice
-// group, NVML is virtualized: the limit is the total, and only the group's
-// processes are listed, with the PIDs this process sees.
-func runSMI(_ context.Context, env *Env, args []string) error {
-	fs := newFlagSet(env, "smi", "[--driver auto|real|sim]")
-	driver := fs.String("driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	drv, devs, err := openDriver(env, *driver)
+// runSMI prints what NVML reports to the calling process.
+func runSMI(env *Env, driver string) error {
+	drv, devs, err := openDriver(env, driver)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
 	"text/tabwriter"
 	"time"
 
@@ -11,21 +12,23 @@ import (
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
-func statusCommand() Command {
-	return Command{Name: "status", Summary: "show GPU time and memory per GPU and group (from the node daemon)", Run: runStatus}
+func statusCommand(env *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status [--run-dir DIR]",
+		Short: "show GPU time and memory per GPU and group (from the node daemon)",
+		Args:  noArgs(env),
+	}
+	runDir := cmd.Flags().String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, *runDir) }
+	return cmd
 }
 
-func runStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlagSet(env, "status", "[--run-dir DIR]")
-	runDir := fs.String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
+func runStatus(ctx context.Context, env *Env, runDir string) error {
 	socket := node.SocketPath(env.Getenv)
 	if !node.Reachable(ctx, socket) {
 		return fmt.Errorf("no node daemon answers on %s (gpuslice run starts one; or run gpuslice node)", socket)
 	}
-	st, err := node.ReadStatus(*runDir)
+	st, err := node.ReadStatus(runDir)
 	if err != nil {
 		return err
 	}
