@@ -29,26 +29,59 @@ func (e *env) createPod(t *testing.T, ns, name, sched string, r harness.GPUReque
 	}
 }
 
-// waitBound waits until the named pods are bound and returns them.
+// waitBound waits until the named pods are bound and returns them. The wait
+// grows with the number of pods (the scheduler binds them one by one, slower
+// on a loaded machine); a failure says how many are left and why.
 func (e *env) waitBound(t *testing.T, ns string, names ...string) map[string]*corev1.Pod {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(len(names))*200*time.Millisecond)
 	defer cancel()
 	out := map[string]*corev1.Pod{}
+	var unbound []string
+	why := map[string]string{}
 	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		list, err := e.cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		byName := make(map[string]*corev1.Pod, len(list.Items))
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		unbound = unbound[:0]
 		for _, n := range names {
-			p, err := e.cp.Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
-			if err != nil || p.Spec.NodeName == "" {
-				return false, nil
+			p := byName[n]
+			if p == nil || p.Spec.NodeName == "" {
+				unbound = append(unbound, n)
+				if p != nil {
+					why[n] = scheduledMessage(p)
+				}
+				continue
 			}
 			out[n] = p
 		}
-		return true, nil
+		return len(unbound) == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("pods %v not bound: %v", names, err)
+		first := unbound[:min(len(unbound), 5)]
+		msgs := make([]string, 0, len(first))
+		for _, n := range first {
+			msgs = append(msgs, fmt.Sprintf("%s: %q", n, why[n]))
+		}
+		t.Fatalf("%d of %d pods not bound: %v; e.g. %s", len(unbound), len(names), err, strings.Join(msgs, "; "))
 	}
 	return out
+}
+
+// scheduledMessage is the reason a pod is not scheduled (its PodScheduled
+// condition), or "" if the scheduler has not said.
+func scheduledMessage(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
 }
 
 // assignment parses a bound pod's annotation.
