@@ -2,6 +2,15 @@
 // length (or a share of the period), a priority and a burst buffer of banked,
 // expiring time; it decides who holds the GPU next and for how long.
 //
+// The policy is work-conserving: idle time goes to whoever has work. A tenant
+// with a ceiling (Params.ShareMax) is the exception: its window is the period
+// (Config.Period, 100 ms by default), counted from when its cap was first
+// used, and in every window it holds the GPU at most ShareMax x Period, alone
+// or not, burst buffer or not; the GPU idles rather than exceed it. All the
+// time it held counts (a hand-over past its grant's end too); what went past
+// its budget is taken off its next windows, so over any span T it holds at
+// most ShareMax x (T + Period).
+//
 // Nothing here reads a clock, sleeps or does I/O: every call takes the current
 // time, and the caller (the node daemon, or a test with a fake clock) turns the
 // returned actions into messages and calls Tick at NextDeadline.
@@ -45,12 +54,19 @@ func ParsePriority(s string) (Priority, error) {
 }
 
 // Params are one tenant's settings. At most one of Slice and Share is set; with
-// neither, the tenant gets the default slice of its priority.
+// neither, the tenant gets the default slice of its priority. ShareMax caps the
+// tenant's GPU time; below Share, the cap wins.
 type Params struct {
 	Slice    time.Duration // explicit slice length per period
 	Share    float64       // fraction of Config.Period, in (0, 1]
 	Priority Priority
+	// ShareMax is the most of the GPU's time the tenant holds, a fraction in
+	// [MinShareMax, 1]; 0: no ceiling (work-conserving).
+	ShareMax float64
 }
+
+// MinShareMax is the smallest ceiling a tenant may set (1 %).
+const MinShareMax = 0.01
 
 // Config holds the policy settings shared by all tenants of one GPU.
 type Config struct {
@@ -128,6 +144,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("share %v: must be in (0%%, 100%%]", p.Share)
 	case p.Priority != Low && p.Priority != High:
 		return fmt.Errorf("unknown priority %d", p.Priority)
+	case p.ShareMax != 0 && !(p.ShareMax >= MinShareMax && p.ShareMax <= 1):
+		return fmt.Errorf("share ceiling %v: must be in [%g%%, 100%%]", p.ShareMax, MinShareMax*100)
 	}
 	return nil
 }

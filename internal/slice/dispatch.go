@@ -4,14 +4,15 @@ import "time"
 
 // dispatch picks the next holder when the GPU is free: a pending online
 // preempter first, else the next tenant in round-robin order that has work.
-// Tenants passed over for lack of work bank their whole slice (no idle slot).
+// Tenants passed over for lack of work bank their whole slice (no idle slot);
+// tenants held back by their ceiling are passed over and bank nothing.
 func (s *Scheduler) dispatch(now time.Time) []Action {
 	if s.hold != nil {
 		return nil
 	}
 	if p := s.preempter; p != nil {
 		s.preempter = nil
-		if p.waiting {
+		if s.ready(p, now) {
 			return s.grant(p, now, true)
 		}
 	}
@@ -25,7 +26,7 @@ func (s *Scheduler) dispatch(now time.Time) []Action {
 		// Two rounds: a tenant that forfeited its turn is skipped in the first only.
 		for step := 0; step < 2*n; step++ {
 			t := s.ring[(start+step)%n]
-			if !t.waiting {
+			if !s.ready(t, now) {
 				continue
 			}
 			if t.forfeit {
@@ -50,7 +51,7 @@ func (s *Scheduler) dispatch(now time.Time) []Action {
 		// Everyone waiting owes at least a slice: a round passes for all of
 		// them (a lone debtor is not kept off an otherwise idle GPU).
 		for _, t := range s.ring {
-			if t.waiting {
+			if s.ready(t, now) {
 				t.debt = max(0, t.debt-s.cfg.SliceOf(t.params))
 			}
 		}
@@ -81,17 +82,22 @@ func (s *Scheduler) bankPassed(start, steps int, now time.Time) {
 	}
 }
 
-// grant gives t the GPU: its slice (less debt repaid) plus its banked time.
+// grant gives t the GPU: its slice (less debt repaid) plus its banked time,
+// both cut to what its ceiling leaves it.
 func (s *Scheduler) grant(t *tenant, now time.Time, preempt bool) []Action {
 	own := s.cfg.SliceOf(t.params)
 	if repay := min(t.debt, own-s.cfg.MinSlice); repay > 0 {
 		t.debt -= repay
 		own -= repay
 	}
-	end := now.Add(own)
+	length := own
 	if s.cfg.Burst {
-		end = end.Add(t.bank.total(now, s.cfg.BankMaxAge))
+		length += t.bank.total(now, s.cfg.BankMaxAge)
 	}
+	if left, _ := s.budget(t, now); capped(t.params) {
+		own, length = min(own, left), min(length, left)
+	}
+	end := now.Add(length)
 	s.seq++
 	t.grants++
 	t.forfeit = t.forfeit || preempt

@@ -62,6 +62,7 @@ type tenant struct {
 	achieved time.Duration // total time held
 	grants   uint64
 	overrun  overruns // hand-overs after a revoke: how long past it
+	ceil     ceiling  // budget under Params.ShareMax
 }
 
 type hold struct {
@@ -116,6 +117,7 @@ func (s *Scheduler) Update(id ID, p Params) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("tenant %d: %w", id, err)
 	}
+	s.recap(t, p)
 	t.params = p
 	return nil
 }
@@ -174,7 +176,7 @@ func (s *Scheduler) Acquire(id ID, now time.Time) ([]Action, error) {
 func (s *Scheduler) canPreempt(t *tenant, now time.Time) bool {
 	h := s.hold
 	return s.cfg.Burst && s.preempter == nil && t.params.Priority == High &&
-		h.t.params.Priority == Low && t.bank.total(now, s.cfg.BankMaxAge) >= s.cfg.PreemptMin
+		h.t.params.Priority == Low && t.bank.total(now, s.cfg.BankMaxAge) >= s.cfg.PreemptMin && s.ready(t, now)
 }
 
 // Release ends grant seq of tenant id: more says whether it still has work.
@@ -199,12 +201,13 @@ func (s *Scheduler) Release(id ID, seq uint64, now time.Time, more bool) ([]Acti
 	return s.dispatch(now), nil
 }
 
-// Tick revokes a grant that reached its end and takes the GPU from a holder
-// that did not hand over within the grace time. Call it at NextDeadline.
+// Tick revokes a grant that reached its end, takes the GPU from a holder that
+// did not hand over within the grace time, and hands an idle GPU to a tenant
+// whose ceiling held it back. Call it at NextDeadline.
 func (s *Scheduler) Tick(now time.Time) []Action {
 	h := s.hold
 	if h == nil {
-		return nil
+		return s.dispatch(now)
 	}
 	if !h.revoked {
 		if now.Before(h.g.End) {
@@ -224,11 +227,12 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 	return append([]Action{{Kind: ActExpire, Tenant: t.id, Grant: g}}, s.dispatch(now)...)
 }
 
-// NextDeadline is when Tick has something to do; ok is false when nothing is held.
+// NextDeadline is when Tick has something to do; ok is false when nothing is
+// held and no tenant with work waits for its ceiling's next window.
 func (s *Scheduler) NextDeadline() (at time.Time, ok bool) {
 	switch h := s.hold; {
 	case h == nil:
-		return time.Time{}, false
+		return s.heldBackUntil()
 	case h.revoked:
 		return h.hardEnd, true
 	default:
@@ -252,6 +256,7 @@ func (s *Scheduler) settle(now time.Time) {
 	t := h.t
 	used := max(now.Sub(h.g.Start), 0)
 	t.achieved += used
+	s.charge(t, used, now)
 	own := h.g.SliceEnd.Sub(h.g.Start)
 	if used < own {
 		s.deposit(t, own-used, now)

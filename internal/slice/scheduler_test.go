@@ -15,7 +15,7 @@ const ms = time.Millisecond
 
 type step struct {
 	at   time.Duration
-	op   string // acq, rel (no more work), more (release, still has work), tick, rm
+	op   string // acq, rel (no more work), more (release, still has work), tick, rm, next (deadline)
 	id   ID
 	want []string
 }
@@ -79,6 +79,14 @@ func runSteps(t *testing.T, cfg Config, tenants []tenantSpec, steps []step) *Sch
 			acts = s.Tick(now)
 		case "rm":
 			acts = s.Remove(st.id, now)
+		case "next": // NextDeadline, as an offset from t0
+			if at, ok := s.NextDeadline(); ok {
+				acts = nil
+				if got, want := "at "+at.Sub(t0).String(), st.want; len(want) != 1 || got != want[0] {
+					t.Fatalf("step %d: next deadline %s, want %q", i, got, want)
+				}
+				continue
+			}
 		default:
 			t.Fatalf("step %d: unknown op %q", i, st.op)
 		}
