@@ -6,7 +6,7 @@ SIM_ASAN := $(BUILD)/asan/sim
 SIM_COMMON := config.c state.c statefile.c engine.c
 SIM_CUDA := init.c device.c errors.c ctx.c ctx_ops.c queue.c stream.c event.c module.c launch.c \
 	alloc.c mem.c pool.c vmm.c array.c copy.c misc.c graph.c graph_exec.c procaddr.c mps.c
-SIM_NVML := nvml.c nvml_device.c nvml_procs.c
+SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_events.c
 SIM_CUDA_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_CUDA))
 SIM_NVML_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_NVML))
 SIM_HDRS := $(wildcard $(SIM_DIR)/src/*.h) include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h
@@ -65,3 +65,13 @@ $(BUILD)/sim/bench_sim: $(SIM_DIR)/bench/bench_sim.c $(SIM_HDRS) $(SIM_BIN)/libc
 	$(CC) $(CFLAGS_COMMON) -I$(SIM_DIR)/src -o $@ $< -L$(SIM_BIN) -Wl,-rpath,'$$ORIGIN/../../$(SIM_BIN)' -lcuda -pthread
 bench-sim: $(BUILD)/sim/bench_sim
 	$(BUILD)/sim/bench_sim
+
+# gpuslice-sim-ctl: injects faults into a running simulation (XID events, lost GPUs).
+SIM_CTL_SRC := $(SIM_DIR)/ctl/sim_ctl.c $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON))
+ALL_TARGETS += $(SIM_BIN)/gpuslice-sim-ctl
+$(SIM_BIN)/gpuslice-sim-ctl: $(SIM_CTL_SRC) $(SIM_HDRS) | $(SIM_BIN)
+	$(CC) $(CFLAGS_COMMON) -I$(SIM_DIR)/src -o $@ $(SIM_CTL_SRC) -pthread
+$(SIM_ASAN)/gpuslice-sim-ctl: $(SIM_CTL_SRC) $(SIM_HDRS) | $(SIM_ASAN)
+	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(SIM_DIR)/src -o $@ $(SIM_CTL_SRC) -pthread
+# test_events runs the sanitizer build of the tool next to it.
+$(SIM_ASAN)/test_events: $(SIM_ASAN)/gpuslice-sim-ctl

@@ -96,6 +96,20 @@ typedef struct nvmlPciInfo_st {
 	char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
 } nvmlPciInfo_t;
 
+/* Events (nvmlEventSetCreate, nvmlDeviceRegisterEvents, nvmlEventSetWait_v2). */
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001ULL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002ULL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+
+typedef struct nvmlEventData_st {
+	nvmlDevice_t device;
+	unsigned long long eventType;
+	unsigned long long eventData; /* the XID for nvmlEventTypeXidCriticalError */
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+} nvmlEventData_t;
+
 #ifdef __cplusplus
 }
 #endif

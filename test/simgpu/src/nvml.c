@@ -134,6 +134,8 @@ NVML_API const char *nvmlErrorString(nvmlReturn_t r)
 	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
 	case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
 	case NVML_ERROR_MEMORY: return "Insufficient Memory";
+	case NVML_ERROR_TIMEOUT: return "Timeout";
+	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
 	case NVML_ERROR_NO_DATA: return "No data";
 	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
 	default: return "Unknown Error";

@@ -29,6 +29,15 @@ struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
 			return NVML_ERROR_INVALID_ARGUMENT;   \
 	} while (0)
 
+/* Measurements of a lost device (gpuslice-sim-ctl lost) fail like a GPU
+ * that fell off the bus; identity queries still answer. */
+#define LIVE_OR_RETURN(h, d, idx)                          \
+	do {                                               \
+		DEV_OR_RETURN(h, d, idx);                  \
+		if (sim_is_lost(sim_nvml.st, (idx)))       \
+			return NVML_ERROR_GPU_IS_LOST;     \
+	} while (0)
+
 static nvmlReturn_t get_count(unsigned int *n)
 {
 	nvmlReturn_t rc = sim_nvml_check();
@@ -181,7 +190,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
 	struct sim_dev_state *d;
 	int idx;
 
-	DEV_OR_RETURN(h, d, idx);
+	LIVE_OR_RETURN(h, d, idx);
 	if (m == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	mem_numbers(d, &m->total, &m->used);
@@ -194,7 +203,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t
 	struct sim_dev_state *d;
 	int idx;
 
-	DEV_OR_RETURN(h, d, idx);
+	LIVE_OR_RETURN(h, d, idx);
 	if (m == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (m->version != nvmlMemory_v2)
@@ -210,7 +219,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilizat
 	struct sim_dev_state *d;
 	int idx;
 
-	DEV_OR_RETURN(h, d, idx);
+	LIVE_OR_RETURN(h, d, idx);
 	if (u == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	u->gpu = sim_engine_utilization(&d->engine, sim_now_ns());

@@ -44,6 +44,8 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 		return rc;
 	if (sim_nvml_dev(h, &idx) == NULL || count == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (sim_is_lost(sim_nvml.st, idx))
+		return NVML_ERROR_GPU_IS_LOST;
 	n = none ? 0 : collect(idx, rows, SIM_MAX_PROCS);
 	if (n > *count || (infos == NULL && n > 0)) {
 		*count = n;
@@ -143,6 +145,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 		return rc;
 	if (sim_nvml_dev(h, &idx) == NULL || count == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (sim_is_lost(sim_nvml.st, idx))
+		return NVML_ERROR_GPU_IS_LOST;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
 	struct sim_state *st = sim_nvml.st;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
-#define SIM_STATE_VERSION 3u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time */
+#define SIM_STATE_VERSION 4u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
@@ -23,6 +23,7 @@
 #define SIM_UTIL_BUCKET_NS 50000000ull /* 50 ms; the NVML window is 20 buckets */
 #define SIM_UTIL_WINDOW_BUCKETS 20
 #define SIM_TICKET_SLOTS 1024
+#define SIM_EVENT_SLOTS 256
 
 /* Fair FIFO engine lock (ticket lock) that survives a holder's or a waiter's
  * death: each ticket's owner publishes its pid and start time in a slot, and
@@ -67,6 +68,24 @@ struct sim_proc_state {
 	uint64_t since_ns;                         /* CLOCK_MONOTONIC ns the slot was taken */
 };
 
+/* One NVML event (an injected XID). seq is the event's number + 1 once its
+ * fields are written (a reader that sees it change while reading retries). */
+struct sim_nvml_event {
+	_Atomic uint64_t seq;
+	uint32_t dev;
+	uint32_t pad;
+	uint64_t type; /* nvmlEventType* */
+	uint64_t data; /* the XID */
+};
+
+/* Events of every device, in posting order: a ring of the last
+ * SIM_EVENT_SLOTS. Posted under sim_state.lock. */
+struct sim_nvml_events {
+	_Atomic uint32_t posted;    /* events posted so far; futex word */
+	_Atomic uint32_t lost_mask; /* devices whose NVML queries fail with GPU_IS_LOST */
+	struct sim_nvml_event ring[SIM_EVENT_SLOTS];
+};
+
 struct sim_state {
 	uint64_t magic;
 	uint32_t version;
@@ -77,6 +96,7 @@ struct sim_state {
 	pthread_mutex_t lock;
 	struct sim_dev_state dev[SIM_MAX_DEVICES];
 	struct sim_proc_state proc[SIM_MAX_PROCS];
+	struct sim_nvml_events events;
 };
 
 #endif /* GPUSLICE_SIM_STATE_H */

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -310,4 +313,42 @@ bool sim_device_accessible(const struct sim_state *st, const struct sim_access *
 		close(fd);
 	errno = saved;
 	return ok;
+}
+
+int sim_event_post(struct sim_state *st, uint32_t dev, uint64_t type, uint64_t data)
+{
+	struct sim_nvml_events *ev = &st->events;
+	uint32_t k;
+	int saved = errno;
+
+	if (dev >= st->ndev || dev >= SIM_MAX_DEVICES || state_lock(st) != 0)
+		return -1;
+	k = atomic_load(&ev->posted);
+	struct sim_nvml_event *e = &ev->ring[k % SIM_EVENT_SLOTS];
+	atomic_store(&e->seq, 0); /* readers of the old event see it change */
+	e->dev = dev;
+	e->type = type;
+	e->data = data;
+	atomic_store(&e->seq, (uint64_t)k + 1);
+	atomic_store(&ev->posted, k + 1);
+	state_unlock(st);
+	syscall(SYS_futex, (uint32_t *)&ev->posted, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	errno = saved;
+	return 0;
+}
+
+void sim_set_lost(struct sim_state *st, uint32_t dev, bool lost)
+{
+	if (dev >= SIM_MAX_DEVICES)
+		return;
+	if (lost)
+		atomic_fetch_or(&st->events.lost_mask, 1u << dev);
+	else
+		atomic_fetch_and(&st->events.lost_mask, ~(1u << dev));
+}
+
+bool sim_is_lost(const struct sim_state *st, int dev)
+{
+	return dev >= 0 && dev < SIM_MAX_DEVICES &&
+	       (atomic_load(&((struct sim_state *)st)->events.lost_mask) & (1u << dev)) != 0;
 }

@@ -19,6 +19,16 @@
  * a one-line message in err. */
 SIM_HIDDEN struct sim_state *sim_state_open(const struct sim_config *cfg, char *err, size_t errlen);
 SIM_HIDDEN void sim_state_close(struct sim_state *st);
+/* Maps the existing state file (GPUSLICE_SIM_STATE or the default) without
+ * creating or rewriting it: for tools that act on a running simulation. */
+SIM_HIDDEN struct sim_state *sim_state_attach(char *err, size_t errlen);
+
+/* Events: posts one on device dev (every process's event sets see it) and
+ * wakes the waiters; -1 for a device that does not exist. */
+SIM_HIDDEN int sim_event_post(struct sim_state *st, uint32_t dev, uint64_t type, uint64_t data);
+/* A lost device's NVML queries fail with NVML_ERROR_GPU_IS_LOST. */
+SIM_HIDDEN void sim_set_lost(struct sim_state *st, uint32_t dev, bool lost);
+SIM_HIDDEN bool sim_is_lost(const struct sim_state *st, int dev);
 
 /* Process identity: pid and /proc start time (0 if unknown). With
  * GPUSLICE_SIM_HOST_PROC (the host's /proc, mounted in a container) pids are

@@ -172,6 +172,45 @@ out:
 	return st;
 }
 
+struct sim_state *sim_state_attach(char *err, size_t errlen)
+{
+	char path[4096];
+	struct stat sb;
+	struct sim_state *st;
+	int fd, saved = errno;
+
+	state_path(path, sizeof(path));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) != 0) {
+		set_err(err, errlen, "%s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		errno = saved;
+		return NULL;
+	}
+	if (sb.st_size != (off_t)sizeof(*st)) {
+		set_err(err, errlen, "%s: not a simulator state file of version %u", path, SIM_STATE_VERSION);
+		close(fd);
+		errno = saved;
+		return NULL;
+	}
+	st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (st == MAP_FAILED) {
+		set_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
+		errno = saved;
+		return NULL;
+	}
+	if (st->magic != SIM_STATE_MAGIC || st->version != SIM_STATE_VERSION || st->size != sizeof(*st) ||
+	    atomic_load(&st->ready) == 0) {
+		set_err(err, errlen, "%s: not a ready simulator state file of version %u", path, SIM_STATE_VERSION);
+		munmap(st, sizeof(*st));
+		st = NULL;
+	}
+	errno = saved;
+	return st;
+}
+
 void sim_state_close(struct sim_state *st)
 {
 	if (st != NULL)
