@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
@@ -36,17 +35,7 @@ func groupCommand(env *Env) *cobra.Command {
 		Example: "  gpuslice group set train slice=20ms priority=high memory.max=6GiB",
 		Args:    usageArgs(env, cobra.MinimumNArgs(2)),
 		RunE:    func(_ *cobra.Command, a []string) error { return groupSet(env, tree(), a[0], a[1:]) },
-	}, &cobra.Command{
-		Use:   "get NAME [FILE...]",
-		Short: "print a group's settings and read-back files (or only FILEs)",
-		Args:  usageArgs(env, cobra.MinimumNArgs(1)),
-		RunE:  func(_ *cobra.Command, a []string) error { return groupGet(env, tree(), a[0], a[1:]) },
-	}, &cobra.Command{
-		Use:   "ls",
-		Short: "list groups with their main settings and memory in use",
-		Args:  noArgs(env),
-		RunE:  func(*cobra.Command, []string) error { return groupList(env, tree()) },
-	}, &cobra.Command{
+	}, groupGetCommand(env, tree), groupListCommand(env, tree), &cobra.Command{
 		Use:   "rm NAME",
 		Short: "remove a group that no process uses",
 		Args:  usageArgs(env, cobra.ExactArgs(1)),
@@ -112,12 +101,44 @@ func printSettings(env *Env, s group.Settings) error {
 	return nil
 }
 
-func groupGet(env *Env, tree group.Tree, name string, files []string) error {
+func groupGetCommand(env *Env, tree func() group.Tree) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get NAME [FILE...] [-o json|yaml|wide]",
+		Short: "print a group's settings and read-back files (or only FILEs)",
+		Args:  usageArgs(env, cobra.MinimumNArgs(1)),
+	}
+	out := outputFlag(cmd.Flags())
+	cmd.RunE = func(_ *cobra.Command, a []string) error { return groupGet(env, tree(), a[0], a[1:], *out) }
+	return cmd
+}
+
+func groupListCommand(env *Env, tree func() group.Tree) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ls [-o json|yaml|wide]",
+		Short: "list groups with their main settings and memory in use",
+		Args:  noArgs(env),
+	}
+	out := outputFlag(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error { return groupList(env, tree(), *out) }
+	return cmd
+}
+
+func groupGet(env *Env, tree group.Tree, name string, files []string, f format) error {
 	if err := paths.ValidateGroup(name); err != nil {
 		return usagef("group get: %w", err)
 	}
 	if !tree.Exists(name) {
 		return usagef("group get: no group %q", name)
+	}
+	if f != formatTable {
+		if len(files) > 0 {
+			return usagef("group get: FILE arguments print plain values; -o %s prints the whole group", f)
+		}
+		d, err := readGroup(tree, name)
+		if err != nil {
+			return err
+		}
+		return writeGroups(env.Stdout, []GroupDoc{d}, f, false)
 	}
 	if len(files) == 0 {
 		s, err := tree.Read(name)
@@ -146,32 +167,18 @@ func groupGet(env *Env, tree group.Tree, name string, files []string) error {
 	return nil
 }
 
-func groupList(env *Env, tree group.Tree) error {
+func groupList(env *Env, tree group.Tree, f format) error {
 	names, err := tree.List()
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tPRIORITY\tSLICE\tSHARE\tMEMORY.MAX\tMEMORY.CURRENT")
+	docs := make([]GroupDoc, 0, len(names))
 	for _, n := range names {
-		s, err := tree.Read(n)
+		d, err := readGroup(tree, n)
 		if err != nil {
-			fmt.Fprintf(tw, "%s\t(%v)\n", n, err)
-			continue
+			d.Error = err.Error()
 		}
-		cur, rerr := tree.ReadFile(n, group.FileMemoryCurrent)
-		if rerr != nil {
-			cur = "-"
-		}
-		vals := []string{n}
-		for _, f := range []string{group.FilePriority, group.FileSlice, group.FileShare, group.FileMemoryMax} {
-			v, err := s.Format(f)
-			if err != nil {
-				return err
-			}
-			vals = append(vals, v)
-		}
-		fmt.Fprintln(tw, strings.Join(append(vals, cur), "\t"))
+		docs = append(docs, d)
 	}
-	return tw.Flush()
+	return writeGroups(env.Stdout, docs, f, true)
 }

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
-	"github.com/spf13/cobra"
+	"io"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/units"
@@ -11,50 +13,79 @@ import (
 
 func smiCommand(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "smi [--driver auto|real|sim]",
+		Use:   "smi [--driver auto|real|sim] [-o json|yaml|wide]",
 		Short: "list GPUs, memory and processes as NVML shows them to this process (like nvidia-smi)",
 		Long: "List GPUs, memory and processes as NVML shows them to this process. Inside a gpuslice group, NVML is\n" +
 			"virtualized: the limit is the total, and only the group's processes are listed, with the PIDs this process sees.",
 		Args: noArgs(env),
 	}
 	driver := driverFlag(env, cmd.Flags(), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
-	cmd.RunE = func(*cobra.Command, []string) error { return runSMI(env, *driver) }
+	out := outputFlag(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error { return runSMI(env, *driver, *out) }
 	return cmd
 }
 
 // runSMI prints what NVML reports to the calling process.
-func runSMI(env *Env, driver string) error {
+func runSMI(env *Env, driver string, f format) error {
 	drv, devs, err := openDriver(env, driver)
 	if err != nil {
 		return err
 	}
-	err = writeSMI(env, drv, devs)
+	doc, err := readSMI(drv, devs)
 	if shutdownErr := drv.NVML.Shutdown(); err == nil && shutdownErr != nil {
 		err = fmt.Errorf("close NVML: %w", shutdownErr)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return writeSMI(env.Stdout, doc, f)
 }
 
-func writeSMI(env *Env, drv *gpu.Driver, devs []gpu.Device) error {
-	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "driver %s\n\nGPU\tname\tUUID\tmemory used / total\tutilization\n", drv.Version)
-	var procs []string
+func readSMI(drv *gpu.Driver, devs []gpu.Device) (SMIDoc, error) {
+	doc := SMIDoc{TypeMeta: typeMeta("SMI"), Driver: drv.Version, Simulated: drv.Simulated, GPUs: []SMIGPU{}}
 	for _, d := range devs {
 		mem, err := drv.NVML.Memory(d.Index)
 		if err != nil {
-			return err
+			return doc, err
 		}
 		util, err := drv.NVML.Utilization(d.Index)
 		if err != nil {
-			return err
+			return doc, err
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s / %s\t%d%%\n", d.Index, d.Name, d.UUID, units.FormatSize(mem.Used), units.FormatSize(mem.Total), util.GPU)
 		ps, err := drv.NVML.Processes(d.Index)
 		if err != nil {
-			return err
+			return doc, err
 		}
+		g := SMIGPU{Index: d.Index, Name: d.Name, UUID: d.UUID, MemoryTotal: mem.Total, MemoryUsed: mem.Used,
+			MemoryFree: mem.Free, Utilization: util.GPU, MemoryUtilization: util.Memory, Processes: []SMIProcess{}}
 		for _, p := range ps {
-			procs = append(procs, fmt.Sprintf("%d\t%d\t%s", d.Index, p.PID, units.FormatSize(p.UsedMemory)))
+			g.Processes = append(g.Processes, SMIProcess{PID: p.PID, Memory: p.UsedMemory})
+		}
+		doc.GPUs = append(doc.GPUs, g)
+	}
+	return doc, nil
+}
+
+func writeSMI(w io.Writer, doc SMIDoc, f format) error {
+	if f.structured() {
+		return writeDoc(w, f, doc)
+	}
+	wide := f == formatWide
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "GPU\tname\tUUID\tmemory used / total\tutilization"
+	if wide {
+		head += "\tmemory free\tmemory utilization"
+	}
+	fmt.Fprintf(tw, "driver %s\n\n%s\n", doc.Driver, head)
+	var procs []string
+	for _, d := range doc.GPUs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s / %s\t%d%%", d.Index, d.Name, d.UUID, units.FormatSize(d.MemoryUsed), units.FormatSize(d.MemoryTotal), d.Utilization)
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%d%%", units.FormatSize(d.MemoryFree), d.MemoryUtilization)
+		}
+		fmt.Fprintln(tw)
+		for _, p := range d.Processes {
+			procs = append(procs, fmt.Sprintf("%d\t%d\t%s", d.Index, p.PID, units.FormatSize(p.Memory)))
 		}
 	}
 	fmt.Fprintf(tw, "\nGPU\tPID\tmemory\n")

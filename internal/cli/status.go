@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/spf13/cobra"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
@@ -14,16 +17,17 @@ import (
 
 func statusCommand(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "status [--run-dir DIR]",
+		Use:   "status [--run-dir DIR] [-o json|yaml|wide]",
 		Short: "show GPU time and memory per GPU and group (from the node daemon)",
 		Args:  noArgs(env),
 	}
 	runDir := cmd.Flags().String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, *runDir) }
+	out := outputFlag(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, *runDir, *out) }
 	return cmd
 }
 
-func runStatus(ctx context.Context, env *Env, runDir string) error {
+func runStatus(ctx context.Context, env *Env, runDir string, f format) error {
 	socket := node.SocketPath(env.Getenv)
 	if !node.Reachable(ctx, socket) {
 		return fmt.Errorf("no node daemon answers on %s (gpuslice run starts one; or run gpuslice node)", socket)
@@ -32,14 +36,22 @@ func runStatus(ctx context.Context, env *Env, runDir string) error {
 	if err != nil {
 		return err
 	}
+	return writeStatus(env.Stdout, st, f)
+}
+
+// writeStatus prints the daemon's status in format f.
+func writeStatus(w io.Writer, st *node.Status, f format) error {
+	if f.structured() {
+		return writeDoc(w, f, statusDoc(st))
+	}
 	burst := "on"
 	if !st.Burst {
 		burst = "off"
 	}
-	fmt.Fprintf(env.Stdout, "node daemon pid %d, socket %s, period %v, burst buffers %s, as of %s\n",
+	fmt.Fprintf(w, "node daemon pid %d, socket %s, period %v, burst buffers %s, as of %s\n",
 		st.PID, st.Socket, time.Duration(st.PeriodNs), burst, st.Time.Format(time.TimeOnly))
 	if len(st.GPUs) == 0 && len(st.Memory) == 0 {
-		fmt.Fprintln(env.Stdout, "no GPU in use")
+		fmt.Fprintln(w, "no GPU in use")
 		return nil
 	}
 	for _, g := range st.GPUs {
@@ -47,35 +59,64 @@ func runStatus(ctx context.Context, env *Env, runDir string) error {
 		if holder == "" {
 			holder = "-"
 		}
-		fmt.Fprintf(env.Stdout, "\n%s  holder: %s\n", g.UUID, holder)
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "GROUP\tPRIORITY\tSLICE\tEXPECTED\tACHIEVED(1s)\tGPU TIME\tBANKED\tPROCS\tMEMORY")
+		fmt.Fprintf(w, "\n%s  holder: %s\n", g.UUID, holder)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		head := "GROUP\tPRIORITY\tSLICE\tEXPECTED\tACHIEVED(1s)\tGPU TIME\tBANKED\tPROCS\tMEMORY"
+		if f == formatWide {
+			head += "\tSHARE\tSTATE\tGRANTS\tGRANTED\tREVOKES\tOVERRUNS\tOVERRUN P99\tOVERRUN MAX\tDEBT\tREFUSED"
+		}
+		fmt.Fprintln(tw, head)
 		for _, e := range g.Groups {
-			mem := "-"
-			if e.MemoryMax > 0 || e.MemoryUsed > 0 {
-				limit := "no limit"
-				if e.MemoryMax > 0 {
-					limit = units.FormatSize(e.MemoryMax)
-				}
-				mem = units.FormatSize(e.MemoryUsed) + " / " + limit
+			row := statusRow(e)
+			if f == formatWide {
+				row = append(row, statusWide(e)...)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f%%\t%.1f%%\t%v\t%v\t%d\t%s\n", e.Group, e.Priority,
-				time.Duration(e.SliceNs), e.Expected*100, e.AchievedShare*100,
-				time.Duration(e.AchievedNs).Round(time.Millisecond), time.Duration(e.BankedNs).Round(10*time.Microsecond),
-				e.Members, mem)
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	return printElastic(env, st.Memory)
+	return printElastic(w, st.Memory)
+}
+
+func statusRow(e node.GroupGPUStatus) []string {
+	mem := "-"
+	if e.MemoryMax > 0 || e.MemoryUsed > 0 {
+		limit := "no limit"
+		if e.MemoryMax > 0 {
+			limit = units.FormatSize(e.MemoryMax)
+		}
+		mem = units.FormatSize(e.MemoryUsed) + " / " + limit
+	}
+	return []string{e.Group, e.Priority, time.Duration(e.SliceNs).String(), fmt.Sprintf("%.1f%%", e.Expected*100),
+		fmt.Sprintf("%.1f%%", e.AchievedShare*100), time.Duration(e.AchievedNs).Round(time.Millisecond).String(),
+		time.Duration(e.BankedNs).Round(10 * time.Microsecond).String(), fmt.Sprint(e.Members), mem}
+}
+
+// statusWide is the wide table's extra columns.
+func statusWide(e node.GroupGPUStatus) []string {
+	share, state := "-", "idle"
+	if e.Share > 0 {
+		share = fmt.Sprintf("%.1f%%", e.Share*100)
+	}
+	switch {
+	case e.Holding:
+		state = "holding"
+	case e.Waiting:
+		state = "waiting"
+	}
+	ms := func(ns int64) string { return time.Duration(ns).Round(time.Microsecond).String() }
+	return []string{share, state, fmt.Sprint(e.Grants), time.Duration(e.GrantedNs).Round(time.Millisecond).String(),
+		fmt.Sprint(e.Revokes), fmt.Sprint(e.Overruns), ms(e.OverrunP99Ns), ms(e.OverrunMaxNs), ms(e.DebtNs),
+		fmt.Sprint(e.MemoryRefused)}
 }
 
 // printElastic shows elastic memory per GPU: guaranteed, borrowed and spilled.
-func printElastic(env *Env, gpus []node.MemoryGPUStatus) error {
+func printElastic(w io.Writer, gpus []node.MemoryGPUStatus) error {
 	for _, g := range gpus {
-		fmt.Fprintf(env.Stdout, "\n%s  elastic memory\n", g.UUID)
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "\n%s  elastic memory\n", g.UUID)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "GROUP\tMIN\tMAX\tSPILL\tGUARANTEED\tBORROWED\tSPILLED\tALLOWANCE")
 		for _, e := range g.Groups {
 			spill := "none"

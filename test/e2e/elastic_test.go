@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
@@ -175,6 +176,34 @@ func TestElasticSpill(t *testing.T) {
 			t.Fatalf("status should show a with 6 GiB guaranteed, 6 GiB borrowed, 6 GiB spilled:\n%s", st)
 		}
 	}
+	checkStatusJSON(t, e, "a", 6*gib)
+}
+
+// checkStatusJSON reads `gpuslice status -o json` as a script would and
+// finds group's elastic memory with spilled bytes spilled.
+func checkStatusJSON(t *testing.T, environ []string, group string, spilled uint64) {
+	t.Helper()
+	r := run(t, environ, filepath.Join(binDir(t), "gpuslice"), "status", "-o", "json")
+	var doc struct {
+		APIVersion, Kind string
+		GPUs             []struct {
+			ElasticMemory []struct {
+				Group        string `json:"group"`
+				SpilledBytes uint64 `json:"spilledBytes"`
+			} `json:"elasticMemory"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); r.code != 0 || err != nil || doc.APIVersion != "cli.gpuslice.io/v1" || doc.Kind != "Status" {
+		t.Fatalf("status -o json: exit %d, %v: %s %s", r.code, err, r.stdout, r.stderr)
+	}
+	for _, g := range doc.GPUs {
+		for _, m := range g.ElasticMemory {
+			if m.Group == group && m.SpilledBytes == spilled {
+				return
+			}
+		}
+	}
+	t.Fatalf("status -o json: no group %s with %d bytes spilled: %s", group, spilled, r.stdout)
 }
 
 // TestElasticNoSpill: without spill a borrow is refused once the other

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+)
+
+// readGroup reads a group's settings and the read-back files the daemon wrote.
+func readGroup(tree group.Tree, name string) (GroupDoc, error) {
+	d := GroupDoc{TypeMeta: typeMeta("Group"), Name: name, Settings: map[string]string{}, Status: map[string]string{}}
+	s, err := tree.Read(name)
+	if err != nil {
+		return d, err
+	}
+	for _, f := range group.SettingFiles() {
+		v, err := s.Format(f)
+		if err != nil {
+			return d, err
+		}
+		d.Settings[f] = v
+	}
+	for _, f := range group.ReadbackFiles() {
+		v, err := tree.ReadFile(name, f)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return d, err
+		default:
+			d.Status[f] = v
+		}
+	}
+	return d, nil
+}
+
+// writeGroups prints groups: as a GroupList (list) or one Group document, or
+// as a table (default: ls's columns; wide: every setting and read-back file).
+func writeGroups(w io.Writer, docs []GroupDoc, f format, list bool) error {
+	switch {
+	case f.structured() && list:
+		return writeDoc(w, f, GroupListDoc{TypeMeta: typeMeta("GroupList"), Items: docs})
+	case f.structured():
+		return writeDoc(w, f, docs[0])
+	}
+	cols := []string{group.FilePriority, group.FileSlice, group.FileShare, group.FileMemoryMax, group.FileMemoryCurrent}
+	if f == formatWide {
+		cols = append(group.SettingFiles(), group.ReadbackFiles()...)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := []string{"GROUP"}
+	for _, c := range cols {
+		head = append(head, strings.ToUpper(c))
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, d := range docs {
+		if d.Error != "" {
+			fmt.Fprintf(tw, "%s\t(%s)\n", d.Name, d.Error)
+			continue
+		}
+		row := []string{d.Name}
+		for _, c := range cols {
+			v, ok := d.Settings[c]
+			if !ok {
+				v, ok = d.Status[c]
+			}
+			if !ok || v == "" {
+				v = "-"
+			}
+			row = append(row, strings.ReplaceAll(v, "\n", "; "))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
