@@ -12,10 +12,14 @@ TEST_TARGETS :=
 # Every Go binary is stamped here, and only here: its --version and start log
 # (internal/version), and the Kubernetes version the scheduler is built on.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-K8S_VERSION := v1.35.4
+# The Kubernetes version is named in hack/k8s/version only (go.mod and hack/k8s/go.mod pin the
+# same one; test/k8sversion checks). Its binaries are cached by version under $(K8S_DIR).
+K8S_VERSION := $(shell cat hack/k8s/version)
+K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+K8S_DIR := $(or $(GPUSLICE_CACHE),$(HOME)/.cache/gpuslice)/k8s/$(K8S_VERSION)
 GO_LDFLAGS := -X github.com/gpuslice/gpuslice/internal/version.version=$(VERSION) \
 	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
-	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(K8S_MINOR)
 GO_BUILD = $(GO) build -ldflags '$(GO_LDFLAGS)'
 
 .DEFAULT_GOAL := all

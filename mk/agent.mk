@@ -2,14 +2,9 @@
 # and its end-to-end test on a real kubelet/containerd/runc.
 # Unit and root tests of internal/{devices,hotplug,deviceplugin,resize,agent}
 # run in test-go (root-only ones skip with a reason elsewhere).
-AGENT_GO_SOURCES := $(shell find cmd/gpuslice-node internal/version internal/agent internal/deviceplugin internal/hotplug internal/devices internal/table internal/node internal/group internal/gpu internal/slice internal/proto internal/paths internal/units pkg/api -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
-AGENT_K8S_DIR := $(or $(GPUSLICE_CACHE),$(HOME)/.cache/gpuslice)/k8s/v1.35.4
-ALL_TARGETS += $(BIN)/gpuslice-node
+# bin/gpuslice-node is built by mk/go.mk (every cmd/<name>).
+AGENT_K8S_DIR := $(K8S_DIR)
 TEST_TARGETS += test-node-e2e
-
-$(BIN)/gpuslice-node: $(AGENT_GO_SOURCES)
-	@mkdir -p $(BIN)
-	$(GO_BUILD) -o $@ ./cmd/gpuslice-node
 
 .PHONY: kubelet-bin e2e-hotplug test-node-e2e
 # The real kubelet (test/node-e2e/build-kubelet.sh) and the control-plane

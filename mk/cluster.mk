@@ -1,17 +1,8 @@
 # Cluster scheduling: gpuslice-scheduler, gpuslice-publisher, the real
 # Kubernetes binaries they are tested against, integration tests, benchmark.
-CLUSTER_GO_SOURCES := $(shell find cmd/gpuslice-scheduler cmd/gpuslice-publisher internal/schedapp internal/version internal/alloc internal/sched internal/resize internal/table internal/gpu pkg/api -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
-K8S_BIN_DIR := $(or $(GPUSLICE_CACHE),$(HOME)/.cache/gpuslice)/k8s/v1.35.4
-ALL_TARGETS += $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher
+# bin/gpuslice-scheduler and bin/gpuslice-publisher are built by mk/go.mk (every cmd/<name>).
+K8S_BIN_DIR := $(K8S_DIR)
 TEST_TARGETS += test-cluster
-
-$(BIN)/gpuslice-scheduler: $(CLUSTER_GO_SOURCES)
-	@mkdir -p $(BIN)
-	$(GO_BUILD) -o $@ ./cmd/gpuslice-scheduler
-
-$(BIN)/gpuslice-publisher: $(CLUSTER_GO_SOURCES)
-	@mkdir -p $(BIN)
-	$(GO_BUILD) -o $@ ./cmd/gpuslice-publisher
 
 .PHONY: k8s-bins test-cluster test-cluster-unit bench-scheduler
 # kube-apiserver, etcd, kube-scheduler, kubectl, kwok built from source, cached by version.

@@ -7,7 +7,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+# The version is named in hack/k8s/version only (this module's go.mod pins the same one).
+K8S_VERSION="$(cat "$here/version")"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 cache="${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/${K8S_VERSION}"
 stamp="$cache/.complete-kwok-${KWOK_VERSION}"

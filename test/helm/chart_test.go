@@ -24,14 +24,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuslice/gpuslice/internal/sched"
+	"github.com/gpuslice/gpuslice/test/k8sversion"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-const (
-	chart       = "../../deploy/helm/gpuslice"
-	kubeVersion = "v1.35.4"
-)
+const chart = "../../deploy/helm/gpuslice"
+
+// kubeVersion is the Kubernetes version the chart is rendered for (hack/k8s/version).
+func kubeVersion(t *testing.T) string {
+	t.Helper()
+	v, err := k8sversion.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
 
 func helmBin(t *testing.T) string {
 	t.Helper()
@@ -56,7 +64,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 
 func TestLint(t *testing.T) {
 	for _, v := range valueFiles(t) {
-		args := []string{"lint", "--strict", "--kube-version", kubeVersion, chart}
+		args := []string{"lint", "--strict", "--kube-version", kubeVersion(t), chart}
 		if v != "" {
 			args = append(args, "-f", v)
 		}
@@ -77,7 +85,7 @@ func valueFiles(t *testing.T) []string {
 
 func render(t *testing.T, values string, set ...string) string {
 	t.Helper()
-	args := []string{"template", "gs", chart, "--namespace", "gpuslice-system", "--kube-version", kubeVersion}
+	args := []string{"template", "gs", chart, "--namespace", "gpuslice-system", "--kube-version", kubeVersion(t)}
 	if values != "" {
 		args = append(args, "-f", values)
 	}
@@ -229,7 +237,7 @@ func checkSchedulerConfig(t *testing.T, c string) {
 
 // TestTemplateErrors: a bad combination of values fails with the reason.
 func TestTemplateErrors(t *testing.T) {
-	out, err := helm(t, "template", "gs", chart, "--kube-version", kubeVersion, "--set", "apiServer.host=10.0.0.1")
+	out, err := helm(t, "template", "gs", chart, "--kube-version", kubeVersion(t), "--set", "apiServer.host=10.0.0.1")
 	if err == nil || !strings.Contains(out, "apiServer.port is required") {
 		t.Fatalf("apiServer.host without a port: err %v, output:\n%s", err, out)
 	}

@@ -8,7 +8,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s="$here/../../hack/k8s"
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+K8S_VERSION="$(cat "$k8s/version")"
 cache="${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/${K8S_VERSION}/node"
 GO="${GO:-go}"
 if ! command -v "$GO" >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi

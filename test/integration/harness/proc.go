@@ -16,10 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// K8sVersion is the version hack/k8s/build.sh builds by default.
-const K8sVersion = "v1.35.4"
+	"github.com/gpuslice/gpuslice/test/k8sversion"
+)
 
 // Binaries locates the built Kubernetes binaries.
 type Binaries struct{ Dir string }
@@ -37,7 +36,11 @@ func FindBinaries() (Binaries, error) {
 			}
 			cache = filepath.Join(home, ".cache", "gpuslice")
 		}
-		dir = filepath.Join(cache, "k8s", K8sVersion)
+		v, err := k8sversion.Read()
+		if err != nil {
+			return Binaries{}, err
+		}
+		dir = filepath.Join(cache, "k8s", v)
 	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kwok"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
