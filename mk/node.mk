@@ -1,6 +1,6 @@
-# Node time slicing (issue 3): internal/slice, internal/proto, internal/node, internal/group and the
+# Node time slicing: internal/slice, internal/proto, internal/node, internal/group and the
 # launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
-# adds the end-to-end tests under ASan/UBSan and the benchmarks. Owner: node.
+# adds the end-to-end tests under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
 NODE_GRANTBENCH := $(NODE_BUILD)/gs-grantbench
 NODE_LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
@@ -27,7 +27,7 @@ test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/node/ \
 		| grep -E '^(---|\s+---|ok|FAIL|PASS)|whole run'; exit $${PIPESTATUS[0]}
 
-# Figures for docs/node.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
+# Figures for docs/benchmarks.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
 # over the wall time: 1 client = 1 / round trip, N clients on GPUs of their own = the daemon's rate),
 # the gate's cost per launch, policy simulation, end to end.
 bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NODE_SIM)

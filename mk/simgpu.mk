@@ -1,5 +1,5 @@
 # Simulated GPU (test double): bin/sim/libcuda.so.1 and bin/sim/libnvidia-ml.so.1.
-# Owner: test/simgpu. Tests: `make test-sim` (ASan/UBSan builds under build/asan/sim).
+# Tests: `make test-sim` (ASan/UBSan builds under build/asan/sim).
 SIM_DIR := test/simgpu
 SIM_BIN := $(BIN)/sim
 SIM_ASAN := $(BUILD)/asan/sim
