@@ -101,6 +101,11 @@ func (e *env) startScheduler(t *testing.T, name, args string) *harness.Process {
 	return p
 }
 
+// staticRows are the scheduler args of tests whose GPUNode rows are written
+// once by the test (no publisher renews their heartbeat): on a loaded machine
+// such a test outlives the default one-minute heartbeat timeout.
+const staticRows = `{heartbeatTimeout: 1h}`
+
 // groupLabel keeps each test's pods on its own nodes: nodes carry the
 // test's namespace, pods select it.
 const groupLabel = "test.gpuslice.io/group"

@@ -70,7 +70,7 @@ func TestMalformedRequestsGetEvents(t *testing.T) {
 	e, ns := setup(t)
 	e.nodes(t, ns+"-n", 1, 1)
 	sched := ns + "-sched"
-	e.startScheduler(t, sched, "")
+	e.startScheduler(t, sched, staticRows)
 	e.createPod(t, ns, "typo", sched, harness.GPURequest{}, func(p *corev1.Pod) {
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpuslice.io/gpus": *resourceQty(1)}
 	})
@@ -137,11 +137,11 @@ func TestRestartRebuildsBooks(t *testing.T) {
 	e, ns := setup(t)
 	e.nodes(t, ns+"-n", 1, 1)
 	sched := ns + "-sched"
-	s1 := e.startScheduler(t, sched, "")
+	s1 := e.startScheduler(t, sched, staticRows)
 	e.createPod(t, ns, "a", sched, harness.GPURequest{Units: 60})
 	e.waitBound(t, ns, "a")
 	s1.Stop()
-	e.startScheduler(t, sched, "")
+	e.startScheduler(t, sched, staticRows)
 	e.createPod(t, ns, "b", sched, harness.GPURequest{Units: 60})
 	e.createPod(t, ns, "c", sched, harness.GPURequest{Units: 40})
 	e.waitBound(t, ns, "c")

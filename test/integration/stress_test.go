@@ -45,7 +45,7 @@ func TestStressNoDoubleAllocation(t *testing.T) {
 	nodes, total := stressScale()
 	e.nodes(t, ns+"-n", nodes, 8)
 	sched := ns + "-sched"
-	s1 := e.startScheduler(t, sched, "")
+	s1 := e.startScheduler(t, sched, staticRows)
 	ctx := context.Background()
 	pods := e.cp.Client.CoreV1().Pods(ns)
 	zero := int64(0)
@@ -56,7 +56,7 @@ func TestStressNoDoubleAllocation(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second)
 	s1.Stop() // a restart in the middle of it
-	e.startScheduler(t, sched, "")
+	e.startScheduler(t, sched, staticRows)
 	<-done
 	b := e.waitSettled(t, ns, ns+"-n")
 	t.Logf("settled: %d bound, %d pending; %d/%d GPUs used, %d partly", b.Bound, b.Pending, b.UsedGPUs, b.GPUs, b.PartialGPUs)
