@@ -51,7 +51,8 @@ const groupUsage = `set NAME SETTING=VALUE...   e.g. set train slice=20ms priori
 
 Settings: memory.max (bytes, a size such as 6GiB, or max; with memory.min, the ceiling), memory.min (the
 guarantee: elastic memory past it is borrowed from the node daemon; 0: none), memory.spill (host or none), slice (e.g. 20ms, 200us, default),
-share (e.g. 30%, default; replaces slice), priority (high or low).
+share (e.g. 30%, default; replaces slice), share.max (a ceiling on the GPU time, even alone on the GPU,
+e.g. 40%, or none), priority (high or low).
 Read-back: memory.current, gpu_time.achieved, burst.banked.`
 
 // groupRemove deletes a group that no process uses: removing the state file

@@ -61,6 +61,9 @@ type runFlags struct {
 }
 
 func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error {
+	if _, err := f.slices.Changes(); err != nil { // a bad flag is a usage error, GPU or not
+		return &UsageError{Err: err}
+	}
 	spec, err := buildRunSpec(env, f)
 	if err != nil {
 		return err

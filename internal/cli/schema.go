@@ -40,7 +40,8 @@ type StatusGroup struct {
 	Name          string  `json:"name"`
 	Priority      string  `json:"priority"`
 	SliceNs       int64   `json:"sliceNs"`
-	Share         float64 `json:"share"` // configured share of the period; 0: none set
+	Share         float64 `json:"share"`              // configured share of the period; 0: none set
+	ShareMax      float64 `json:"shareMax,omitempty"` // ceiling (share.max); absent: none
 	ExpectedShare float64 `json:"expectedShare"`
 	AchievedShare float64 `json:"achievedShare"` // over the last second
 	GPUTimeNs     int64   `json:"gpuTimeNs"`
@@ -90,7 +91,7 @@ func statusDoc(st *node.Status) StatusDoc {
 		d := gpu(g.UUID)
 		d.Holder = g.Holder
 		for _, e := range g.Groups {
-			d.Groups = append(d.Groups, StatusGroup{Name: e.Group, Priority: e.Priority, SliceNs: e.SliceNs, Share: e.Share,
+			d.Groups = append(d.Groups, StatusGroup{Name: e.Group, Priority: e.Priority, SliceNs: e.SliceNs, Share: e.Share, ShareMax: e.ShareMax,
 				ExpectedShare: e.Expected, AchievedShare: e.AchievedShare, GPUTimeNs: e.AchievedNs, GrantedNs: e.GrantedNs,
 				BankedNs: e.BankedNs, DebtNs: e.DebtNs, Processes: e.Members, Waiting: e.Waiting, Holding: e.Holding,
 				Grants: e.Grants, Revokes: e.Revokes, Overruns: e.Overruns, OverrunP99Ns: e.OverrunP99Ns,

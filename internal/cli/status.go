@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/units"
@@ -89,7 +90,11 @@ func statusRow(e node.GroupGPUStatus) []string {
 		}
 		mem = units.FormatSize(e.MemoryUsed) + " / " + limit
 	}
-	return []string{e.Group, e.Priority, time.Duration(e.SliceNs).String(), fmt.Sprintf("%.1f%%", e.Expected*100),
+	expected := fmt.Sprintf("%.1f%%", e.Expected*100)
+	if e.ShareMax > 0 {
+		expected += " (max " + group.FormatPercent(e.ShareMax) + ")"
+	}
+	return []string{e.Group, e.Priority, time.Duration(e.SliceNs).String(), expected,
 		fmt.Sprintf("%.1f%%", e.AchievedShare*100), time.Duration(e.AchievedNs).Round(time.Millisecond).String(),
 		time.Duration(e.BankedNs).Round(10 * time.Microsecond).String(), fmt.Sprint(e.Members), mem}
 }

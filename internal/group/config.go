@@ -1,6 +1,6 @@
 // Package group is the operator's interface to process groups: a cgroup-like
 // file tree, one directory per group under <run dir>/groups/<name>/, with
-// writable settings (memory.max, slice, share, priority) and read-back files the
+// writable settings (memory.max, slice, share, share.max, priority) and read-back files the
 // node daemon keeps current (memory.current, gpu_time.achieved, burst.banked).
 // See docs/node.md.
 package group
@@ -24,6 +24,7 @@ const (
 	FileMemorySpill = "memory.spill"
 	FileSlice       = "slice"
 	FileShare       = "share"
+	FileShareMax    = "share.max"
 	FilePriority    = "priority"
 )
 
@@ -37,7 +38,7 @@ const (
 
 // SettingFiles lists the writable files in a fixed order.
 func SettingFiles() []string {
-	return []string{FileMemoryMax, FileMemoryMin, FileMemorySpill, FileSlice, FileShare, FilePriority}
+	return []string{FileMemoryMax, FileMemoryMin, FileMemorySpill, FileSlice, FileShare, FileShareMax, FilePriority}
 }
 
 // ReadbackFiles lists the read-back files.
@@ -58,12 +59,15 @@ type Settings struct {
 	MemorySpill bool // borrowed memory may move to host memory ("host"; default "none")
 	Slice       time.Duration
 	Share       float64 // fraction of the period, (0, 1]
-	Priority    slice.Priority
+	// ShareMax is the ceiling on the group's share of the GPU's time, even
+	// alone on it, a fraction in [1%, 100%]; 0: none (work-conserving).
+	ShareMax float64
+	Priority slice.Priority
 }
 
 // Params converts the settings to policy params.
 func (s Settings) Params() slice.Params {
-	return slice.Params{Slice: s.Slice, Share: s.Share, Priority: s.Priority}
+	return slice.Params{Slice: s.Slice, Share: s.Share, Priority: s.Priority, ShareMax: s.ShareMax}
 }
 
 // Validate checks the combination.
@@ -107,7 +111,12 @@ func (s Settings) Format(file string) (string, error) {
 		if s.Share == 0 {
 			return "default", nil
 		}
-		return strconv.FormatFloat(s.Share*100, 'f', -1, 64) + "%", nil
+		return FormatPercent(s.Share), nil
+	case FileShareMax:
+		if s.ShareMax == 0 {
+			return "none", nil
+		}
+		return FormatPercent(s.ShareMax), nil
 	case FilePriority:
 		return s.Priority.String(), nil
 	}
@@ -143,6 +152,8 @@ func (s *Settings) Apply(file, value string) error {
 		if n.Share != 0 {
 			n.Slice = 0
 		}
+	case FileShareMax:
+		n.ShareMax, err = ParseShareMax(v)
 	case FilePriority:
 		n.Priority, err = slice.ParsePriority(v)
 	default:
@@ -235,4 +246,27 @@ func ParseShare(v string) (float64, error) {
 		return 0, fmt.Errorf("share %q out of range (0%%, 100%%]", v)
 	}
 	return f, nil
+}
+
+// ParseShareMax parses a share ceiling: a percentage ("40%") or a fraction
+// ("0.4") of at least 1%, or "none" (also "max", "default" or empty) for no
+// ceiling.
+func ParseShareMax(v string) (float64, error) {
+	switch v {
+	case "none", "max", "default", "":
+		return 0, nil
+	}
+	f, err := ParseShare(v)
+	if err != nil {
+		return 0, err
+	}
+	if f < slice.MinShareMax {
+		return 0, fmt.Errorf("share ceiling %q below %g%%", v, slice.MinShareMax*100)
+	}
+	return f, nil
+}
+
+// FormatPercent renders a fraction as a percentage ("40%"), to 4 decimals.
+func FormatPercent(f float64) string {
+	return strconv.FormatFloat(math.Round(f*1e6)/1e4, 'f', -1, 64) + "%"
 }

@@ -33,6 +33,18 @@ func TestApply(t *testing.T) {
 		{FileShare, "0%", Settings{}, "out of range"},
 		{FileShare, "150%", Settings{}, "out of range"},
 		{FileShare, "NaN", Settings{}, "invalid share"},
+		{FileShareMax, "40%", Settings{ShareMax: 0.4}, ""},
+		{FileShareMax, "0.25\n", Settings{ShareMax: 0.25}, ""},
+		{FileShareMax, "100%", Settings{ShareMax: 1}, ""},
+		{FileShareMax, "none", Settings{}, ""},
+		{FileShareMax, "max", Settings{}, ""},
+		{FileShareMax, "40", Settings{}, "write a percentage"},
+		{FileShareMax, "0.5%", Settings{}, "below 1%"},
+		{FileShareMax, "0%", Settings{}, "out of range"},
+		{FileShareMax, "101%", Settings{}, "out of range"},
+		{FileShareMax, "-5%", Settings{}, "out of range"},
+		{FileShareMax, "Inf%", Settings{}, "invalid share"},
+		{FileShareMax, "lots", Settings{}, "invalid share"},
 		{FilePriority, "high", Settings{Priority: slice.High}, ""},
 		{FilePriority, "urgent", Settings{}, "invalid priority"},
 		{FileMemoryMax, "6GiB", Settings{MemoryMax: 6 << 30}, ""},
@@ -232,4 +244,47 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("%s=%q formats as %q which parses to %+v, %v; want %+v", file, value, text, again, err, s)
 		}
 	})
+}
+
+func TestShareMax(t *testing.T) {
+	tr := Tree{Dir: t.TempDir()}
+	if _, err := tr.Set("cap", []Change{{FileShare, "30%"}, {FileShareMax, "40%"}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := tr.ReadFile("cap", FileShareMax); v != "40%" {
+		t.Fatalf("share.max file %q", v)
+	}
+	got, err := tr.Read("cap")
+	if err != nil || got.Params() != (slice.Params{Share: 0.3, ShareMax: 0.4}) {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	before := snapshot(t, tr.Path("cap"))
+	if _, err := tr.Set("cap", []Change{{FileShareMax, "0.1%"}}); err == nil || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("share.max 0.1%%: %v", err)
+	}
+	if after := snapshot(t, tr.Path("cap")); !slices.Equal(before, after) {
+		t.Fatalf("failed set changed files:\n%v\n%v", before, after)
+	}
+	// A slice replaces the share; the ceiling stays.
+	if s, err := tr.Set("cap", []Change{{FileSlice, "20ms"}}); err != nil || s.ShareMax != 0.4 || s.Share != 0 {
+		t.Fatalf("slice: %+v %v", s, err)
+	}
+	if s, err := tr.Set("cap", []Change{{FileShareMax, "none"}}); err != nil || s.ShareMax != 0 {
+		t.Fatalf("none: %+v %v", s, err)
+	}
+	if v, _ := tr.ReadFile("cap", FileShareMax); v != "none" {
+		t.Fatalf("share.max file %q", v)
+	}
+	// Absent file: no ceiling.
+	if err := os.Remove(filepath.Join(tr.Path("cap"), FileShareMax)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := tr.Read("cap"); err != nil || s.ShareMax != 0 {
+		t.Fatalf("absent: %+v %v", s, err)
+	}
+	for _, f := range []float64{0.07, 0.29, 0.57, 0.125} {
+		if got, _ := ParseShareMax(FormatPercent(f)); got != f {
+			t.Errorf("%v formats as %q, parses back as %v", f, FormatPercent(f), got)
+		}
+	}
 }

@@ -365,7 +365,7 @@ func TestPrepareRun(t *testing.T) {
 		t.Fatal("a refused run created its group")
 	}
 	env, err := PrepareRun(context.Background(), getenv, RunSetup{Group: "job", MemoryMax: 1 << 30,
-		Flags: group.RunFlags{Slice: "20ms", Priority: "high"}, Start: StartOptions{Exe: exe}})
+		Flags: group.RunFlags{Slice: "20ms", ShareMax: "40%", Priority: "high"}, Start: StartOptions{Exe: exe}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,8 @@ func TestPrepareRun(t *testing.T) {
 		t.Fatalf("env %q", env)
 	}
 	s, err := group.NewTree(cfg.RunDir).Read("job")
-	if err != nil || s.Slice != 20*time.Millisecond || s.MemoryMax != 1<<30 || s.Priority.String() != "high" {
+	if err != nil || s.Slice != 20*time.Millisecond || s.MemoryMax != 1<<30 || s.Priority.String() != "high" ||
+		s.ShareMax != 0.4 {
 		t.Fatalf("group settings %+v %v", s, err)
 	}
 	stopPID(t, waitStatus(t, cfg).PID)

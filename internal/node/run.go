@@ -35,7 +35,7 @@ var ErrNoDaemon = errors.New("node daemon unavailable")
 // RunSetup is what `gpuslice run` asks of the node side.
 type RunSetup struct {
 	Group     string         // the run's group (a --group NAME, or run-<pid>)
-	Flags     group.RunFlags // --slice, --share, --priority
+	Flags     group.RunFlags // --slice, --share, --share-max, --priority
 	MemoryMax uint64         // --memory in bytes, recorded as memory.max (0: leave as is)
 	Elastic   ElasticSetup   // --memory-max, --spill (MemoryMax is then the guarantee)
 	NoDaemon  bool           // do not start a daemon if none runs

@@ -62,7 +62,10 @@ type GroupGPUStatus struct {
 	Priority string  `json:"priority"`
 	SliceNs  int64   `json:"sliceNs"`
 	Share    float64 `json:"share,omitempty"` // configured share of the period, if set
-	// Expected is the share of GPU time the group gets when every group here is busy.
+	// ShareMax is the group's ceiling on its share of the GPU's time (share.max), if set.
+	ShareMax float64 `json:"shareMax,omitempty"`
+	// Expected is the share of GPU time the group gets when every group here
+	// is busy (at most its ShareMax).
 	Expected      float64 `json:"expected"`
 	AchievedNs    int64   `json:"achievedNs"`
 	AchievedShare float64 `json:"achievedShare"` // over the last status interval window
@@ -169,6 +172,9 @@ func (s *Server) status(hist map[string][]sample) *Status {
 				GrantedNs: int64(t.Granted), Revokes: t.Revokes}
 			if total > 0 {
 				e.Expected = float64(t.Slice) / float64(total)
+			}
+			if m := t.Params.ShareMax; m > 0 {
+				e.ShareMax, e.Expected = m, min(e.Expected, m)
 			}
 			if dt := now.Sub(h[0].at); dt > 0 {
 				e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
