@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/version"
 )
 
@@ -28,7 +29,7 @@ func main() {
 	}
 	cfg := agent.DefaultConfig(func(k string) string { return env[k] })
 	fs := flag.NewFlagSet("gpuslice-node", flag.ExitOnError)
-	klog.InitFlags(fs)
+	logCfg := logflags.AddGoFlags(fs)
 	driver := fs.String("driver", string(cfg.Driver), "GPU driver: auto, real or sim")
 	control := fs.String("control-devices", strings.Join(cfg.ControlDevices, ","), "driver-wide device nodes given to GPU containers")
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "this node's name (default $NODE_NAME)")
@@ -65,6 +66,9 @@ func main() {
 		return
 	}
 	mode, err := gpu.ParseMode(*driver)
+	if err == nil {
+		err = logflags.Apply(logCfg)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpuslice-node: %v\n", err)
 		os.Exit(2)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -32,13 +33,16 @@ func main() {
 	fs.StringVar(&state, "state", string(api.NodeWorking), "node state to publish: Working, Draining or NotReady")
 	fs.BoolVar(&c.Once, "once", false, "publish once and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	klog.InitFlags(fs)
+	logCfg := logflags.AddGoFlags(fs)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
 	if *showVersion {
 		fmt.Println(version.String("gpuslice-publisher"))
 		return
 	}
 	mode, err := gpu.ParseMode(driver)
+	if err == nil {
+		err = logflags.Apply(logCfg)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
 		os.Exit(2)

@@ -3,11 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
@@ -113,7 +112,7 @@ func nodeCommand(env *Env) *cobra.Command {
 	fs.Var(sizeFlag{&cfg.Elastic.Reserve}, "memory-reserve", "elastic memory: device memory never lent (e.g. 256MiB)")
 	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
 	fs.StringVar(&o.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
-	fs.IntVarP(&o.verbosity, "v", "v", 0, "log verbosity")
+	o.logs = logflags.AddFlags(fs)
 	return cmd
 }
 
@@ -121,7 +120,7 @@ func nodeCommand(env *Env) *cobra.Command {
 type nodeOptions struct {
 	noBurst, ifNot bool
 	driver         string
-	verbosity      int
+	logs           *logflags.Config
 }
 
 func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) error {
@@ -134,12 +133,11 @@ func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) err
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}
-	if o.verbosity > 0 {
-		kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(kfs)
-		if err := kfs.Set("v", strconv.Itoa(o.verbosity)); err != nil {
-			return fmt.Errorf("set log verbosity: %w", err)
-		}
+	if err := logflags.Validate(o.logs); err != nil {
+		return usagef("node: %w", err)
+	}
+	if err := logflags.Apply(o.logs); err != nil {
+		return err
 	}
 	dev := &deviceMemory{mode: mode, simDir: filepath.Join(env.BinDir, "sim")}
 	defer dev.close(ctx)
