@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/version"
 )
@@ -58,6 +59,9 @@ func main() {
 	fs.StringVar(&cfg.CDISpecDir, "cdi-spec-dir", cfg.CDISpecDir, "where the gpuslice.io/gpu CDI spec is written")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve /metrics, /healthz and /readyz on this address (\"\": off)")
 	fs.IntVar(&cfg.MetricsMaxGroups, "metrics-max-groups", cfg.MetricsMaxGroups, "most groups per GPU with metric series of their own (the rest: group=\"_other\")")
+	fs.BoolVar(&cfg.HealthChecks, "health-checks", cfg.HealthChecks, "withdraw GPUs that report a critical XID (NVML events) or fail NVML queries")
+	fs.DurationVar(&cfg.HealthPeriod, "health-period", cfg.HealthPeriod, "query each GPU's health this often")
+	skipXIDs := fs.String("health-skip-xids", "", "comma-separated XIDs that do not withdraw a GPU (beyond the application XIDs 13,31,43,45,68,109)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -74,6 +78,10 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Driver = mode
+	if cfg.HealthSkipXIDs, err = health.ParseXIDs(*skipXIDs); err != nil {
+		fmt.Fprintf(os.Stderr, "gpuslice-node: --health-skip-xids: %v\n", err)
+		os.Exit(2)
+	}
 	cfg.ControlDevices = nil
 	for _, d := range strings.Split(*control, ",") {
 		if d = strings.TrimSpace(d); d != "" {

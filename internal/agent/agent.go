@@ -21,10 +21,12 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -46,7 +48,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 			err = errors.Join(err, fmt.Errorf("close NVML: %w", serr))
 		}
 	}()
-	gpus, err := discover(drv.NVML)
+	gpus, found, err := discover(drv.NVML)
 	if err != nil {
 		return err
 	}
@@ -92,6 +94,21 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	for _, g := range gpus {
 		met.SetHealth(g.UUID, true, "")
 	}
+	ph := &pluginHealth{gpus: gpus, plugins: []*deviceplugin.Plugin{plugin, units}}
+	kick := make(chan struct{}, 1)
+	mon := newHealthMonitor(cfg, drv, gpus, func(changes []health.Change) {
+		for _, c := range changes {
+			met.SetHealth(c.UUID, c.Healthy, string(c.Cause))
+		}
+		ph.refresh()
+		select { // publish the row now, not at the next period
+		case kick <- struct{}{}:
+		default:
+		}
+	})
+	if cfg.HealthChecks {
+		ph.healthy = func(uuid string) bool { return mon.status(uuid).Healthy }
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	sh.run(gctx, g)
@@ -103,6 +120,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}
 	if cfg.MetricsAddress != "" {
 		live, ready := probes(cfg, []*deviceplugin.Plugin{plugin, units}, pods.Informer().HasSynced)
+		if cfg.HealthChecks {
+			ready = append(ready, nodemetrics.Check{Name: "gpu-health", Run: mon.ready})
+		}
 		g.Go(func() error { return nodemetrics.Serve(gctx, cfg.MetricsAddress, met.Handler(live, ready)) })
 	}
 	f.Start(gctx.Done())
@@ -112,9 +132,17 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	g.Go(func() error { return rec.run(gctx) })
 	g.Go(func() error { return plugin.Run(gctx) })
 	g.Go(func() error { return units.Run(gctx) })
-	pub := newPublisher(cfg, dyn, drv.NVML, pods.Lister(), sh)
+	if cfg.HealthChecks {
+		g.Go(func() error { return mon.run(gctx) })
+	}
+	var readHealth func(string) (bool, string)
+	if cfg.HealthChecks {
+		readHealth = func(uuid string) (bool, string) { st := mon.status(uuid); return st.Healthy, st.Reason }
+	}
+	pub := newPublisher(cfg, dyn, table.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
 	pub.State = (&stateReader{ctx: gctx, cs: cs, dyn: dyn, node: cfg.NodeName}).read
-	pub.Observe = (&pluginHealth{gpus: gpus, plugins: []*deviceplugin.Plugin{plugin, units}}).observe
+	pub.Observe = ph.observe
+	pub.Kick = kick
 	g.Go(func() error { return pub.Run(gctx) })
 	return g.Wait()
 }
@@ -148,19 +176,19 @@ func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }
 
-func discover(n gpu.NVML) ([]deviceplugin.GPU, error) {
+func discover(n gpu.NVML) ([]deviceplugin.GPU, []gpu.Device, error) {
 	devs, err := gpu.Devices(n)
 	if err != nil {
-		return nil, fmt.Errorf("discover GPUs: %w", err)
+		return nil, nil, fmt.Errorf("discover GPUs: %w", err)
 	}
 	out := make([]deviceplugin.GPU, 0, len(devs))
 	for _, d := range devs {
 		if d.Minor < 0 {
-			return nil, fmt.Errorf("GPU %d (%s): no device minor number", d.Index, d.UUID)
+			return nil, nil, fmt.Errorf("GPU %d (%s): no device minor number", d.Index, d.UUID)
 		}
 		out = append(out, deviceplugin.GPU{Index: int32(d.Index), UUID: d.UUID, Minor: uint32(d.Minor), Healthy: true})
 	}
-	return out, nil
+	return out, devs, nil
 }
 
 func byUUID(gpus []deviceplugin.GPU) map[string]deviceplugin.GPU {

@@ -76,6 +76,13 @@ type Config struct {
 	// MetricsMaxGroups is the most groups per GPU with series of their
 	// own; the rest are summed under group="_other".
 	MetricsMaxGroups int
+	// HealthChecks withdraws GPUs that report a critical XID or fail
+	// NVML queries (internal/health); HealthPeriod is how often each GPU
+	// is queried; HealthSkipXIDs are XIDs not critical beyond the
+	// application ones (13, 31, 43, 45, 68, 109).
+	HealthChecks   bool
+	HealthPeriod   time.Duration
+	HealthSkipXIDs []uint64
 }
 
 // DefaultConfig returns the defaults for this environment.
@@ -104,6 +111,8 @@ func DefaultConfig(getenv func(string) string) Config {
 		CDISpecDir:        "/var/run/cdi",
 		MetricsAddress:    ":9446",
 		MetricsMaxGroups:  64,
+		HealthChecks:      true,
+		HealthPeriod:      5 * time.Second,
 	}
 }
 
@@ -145,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsMaxGroups < 1 {
 		errs = append(errs, fmt.Errorf("metrics max groups %d: want at least 1", c.MetricsMaxGroups))
+	}
+	if c.HealthPeriod < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("health period %s: want at least 100ms", c.HealthPeriod))
 	}
 	if c.Resync < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))

@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
-	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/table"
@@ -27,12 +26,13 @@ import (
 )
 
 // newPublisher publishes the node's GPUNode row every cfg.PublishPeriod:
-// GPUs as NVML measures them, holdings from the assignments of the node's
+// GPUs as nvml measures them (with the health monitor's verdict), holdings from the assignments of the node's
 // pods, and, per GPU, the processes no pod scheduled there owns.
-func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpu.NVML, pods listersv1.PodLister, sh *sharing) *table.Publisher {
+func newPublisher(cfg Config, dyn dynamic.Interface, nvml table.NVMLReader, pods listersv1.PodLister, sh *sharing) *table.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
+	nvml.Owned = own.owned
 	return &table.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
-		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: table.NVMLReader{NVML: nvml, Owned: own.owned}, runDir: cfg.RunDir}},
+		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: nvml, runDir: cfg.RunDir}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}
 }
 

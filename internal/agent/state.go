@@ -59,19 +59,37 @@ func (s *stateReader) read() (api.NodeState, string) {
 }
 
 // pluginHealth marks the device plugins' GPUs healthy only while the node
-// is Working and NVML calls the GPU healthy, so the kubelet admits no new
-// pod onto a Draining or NotReady GPU (running pods keep their devices).
+// is Working, the last measurement (the publisher's) called the GPU healthy
+// and the health monitor (XID events, queries) does, so the kubelet admits no
+// new pod onto a Draining, NotReady or unhealthy GPU (running pods keep their
+// devices). Either source re-evaluates at once.
 type pluginHealth struct {
 	gpus    []deviceplugin.GPU
 	plugins []*deviceplugin.Plugin
+	healthy func(uuid string) bool // the monitor's view; nil: healthy
 	mu      sync.Mutex
+	state   api.NodeState  // "" before the first publication: Working
+	devs    []table.Device // nil before the first publication: all healthy
 	last    []deviceplugin.GPU
 }
 
+// observe takes a published state and the GPUs measured.
 func (h *pluginHealth) observe(state api.NodeState, devs []table.Device) {
-	out := advertised(h.gpus, state, devs)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.state, h.devs = state, append(make([]table.Device, 0, len(devs)), devs...)
+	h.refreshLocked()
+}
+
+// refresh re-evaluates after a health change.
+func (h *pluginHealth) refresh() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refreshLocked()
+}
+
+func (h *pluginHealth) refreshLocked() {
+	out := advertised(h.gpus, h.state, h.devs, h.healthy)
 	if slices.Equal(out, h.last) {
 		return
 	}
@@ -81,16 +99,18 @@ func (h *pluginHealth) observe(state api.NodeState, devs []table.Device) {
 	}
 }
 
-// advertised is gpus with Healthy = state is Working and devs (NVML's view)
-// call the GPU healthy.
-func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []table.Device) []deviceplugin.GPU {
+// advertised is gpus with Healthy = state is Working (or not yet published),
+// devs (the last measurement; nil: none yet) call the GPU healthy, and so
+// does healthy (nil: no monitor).
+func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []table.Device, healthy func(string) bool) []deviceplugin.GPU {
 	ok := map[string]bool{}
 	for _, d := range devs {
 		ok[d.UUID] = d.Healthy
 	}
 	out := slices.Clone(gpus)
 	for i := range out {
-		out[i].Healthy = state == api.NodeWorking && ok[out[i].UUID]
+		u := out[i].UUID
+		out[i].Healthy = (state == "" || state == api.NodeWorking) && (devs == nil || ok[u]) && (healthy == nil || healthy(u))
 	}
 	return out
 }

@@ -30,15 +30,25 @@ func TestDrainState(t *testing.T) {
 func TestAdvertisedHealth(t *testing.T) {
 	gpus := []deviceplugin.GPU{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: true}}
 	devs := []table.Device{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: false}}
-	health := func(g []deviceplugin.GPU) [2]bool { return [2]bool{g[0].Healthy, g[1].Healthy} }
-	if got := health(advertised(gpus, api.NodeWorking, devs)); got != [2]bool{true, false} {
-		t.Errorf("working, GPU b unhealthy: %v", got)
-	}
-	if got := health(advertised(gpus, api.NodeDraining, devs)); got != [2]bool{false, false} {
-		t.Errorf("draining: %v", got)
-	}
-	if got := health(advertised(gpus, api.NodeNotReady, nil)); got != [2]bool{false, false} {
-		t.Errorf("NVML failed: %v", got)
+	notA := func(u string) bool { return u != "a" }
+	for _, tc := range []struct {
+		name    string
+		state   api.NodeState
+		devs    []table.Device
+		healthy func(string) bool
+		want    [2]bool
+	}{
+		{"working, GPU b measured unhealthy", api.NodeWorking, devs, nil, [2]bool{true, false}},
+		{"draining", api.NodeDraining, devs, nil, [2]bool{false, false}},
+		{"NVML failed", api.NodeNotReady, nil, nil, [2]bool{false, false}},
+		{"not published yet", "", nil, nil, [2]bool{true, true}},
+		{"not published yet, XID on a", "", nil, notA, [2]bool{false, true}},
+		{"working, XID on a", api.NodeWorking, devs, notA, [2]bool{false, false}},
+	} {
+		g := advertised(gpus, tc.state, tc.devs, tc.healthy)
+		if got := [2]bool{g[0].Healthy, g[1].Healthy}; got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 	if !gpus[0].Healthy || !gpus[1].Healthy {
 		t.Error("advertised changed its input")

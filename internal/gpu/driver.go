@@ -30,7 +30,9 @@ func ParseMode(s string) (Mode, error) {
 
 // Driver is the GPU driver gpuslice found and opened.
 type Driver struct {
-	NVML      NVML
+	NVML NVML
+	// Events watches XID errors through the same library.
+	Events    XIDWatcher
 	Simulated bool
 	// LibDir is the directory holding the simulated libcuda.so.1 and
 	// libnvidia-ml.so.1 (empty for the real driver).
@@ -50,7 +52,7 @@ func OpenDriver(mode Mode, simDir string) (*Driver, error) {
 		if err := n.Init(); err == nil {
 			v, verr := n.DriverVersion()
 			if verr == nil && !strings.Contains(v, simMarker) {
-				return &Driver{NVML: n, Version: v}, nil
+				return &Driver{NVML: n, Events: watcher(n), Version: v}, nil
 			}
 			if serr := n.Shutdown(); serr != nil {
 				return nil, fmt.Errorf("close NVML: %w", serr)
@@ -71,5 +73,11 @@ func OpenDriver(mode Mode, simDir string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulated GPU at %s: %w", simDir, err)
 	}
-	return &Driver{NVML: n, Simulated: true, LibDir: simDir, Version: v}, nil
+	return &Driver{NVML: n, Events: watcher(n), Simulated: true, LibDir: simDir, Version: v}, nil
+}
+
+// watcher is n's XID event watcher, nil if it has none.
+func watcher(n NVML) XIDWatcher {
+	w, _ := n.(XIDWatcher)
+	return w
 }

@@ -41,6 +41,9 @@ type Publisher struct {
 	Observe ObserveFunc
 	Clock   clock.PassiveClock
 	Period  time.Duration
+	// Kick, if set, publishes at once (a GPU's health changed) instead of
+	// at the next period.
+	Kick <-chan struct{}
 }
 
 // PublishOnce measures and writes the row: create if absent, else an update
@@ -125,13 +128,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-p.Kick:
 		}
 	}
 }
 
 // clipMessage bounds a state message taken from an error.
-func clipMessage(s string) string {
-	const limit = 256
+func clipMessage(s string) string { return clipTo(s, 256) }
+
+// clipTo bounds s to limit bytes (and an ellipsis).
+func clipTo(s string, limit int) string {
 	if len(s) > limit {
 		return s[:limit] + "..."
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -20,8 +21,10 @@ type Device struct {
 	Model       string
 	MemoryBytes int64
 	// UnitsTotal is the GPU's logical units (0: api.DefaultUnitsPerGPU).
-	UnitsTotal         int64
-	Healthy            bool
+	UnitsTotal int64
+	Healthy    bool
+	// HealthMessage says why an unhealthy GPU is unhealthy.
+	HealthMessage      string
 	UtilizationPercent int32
 	// UnscheduledProcesses counts processes on the GPU that belong to no
 	// pod scheduled there.
@@ -71,6 +74,8 @@ func Status(devs []Device, held map[int32]Held, state api.NodeState, message str
 		}
 		if d.Healthy {
 			g.Health = api.GPUHealthy
+		} else {
+			g.HealthMessage = clipMessage(d.HealthMessage)
 		}
 		g.SharingMode = d.SharingMode
 		if g.SharingMode == "" {
@@ -84,9 +89,36 @@ func Status(devs []Device, held map[int32]Held, state api.NodeState, message str
 		st.GPUs = append(st.GPUs, g)
 	}
 	st.Summary = api.Summarize(st.GPUs)
+	st.State, st.Message = healthState(st.State, st.Message, st.GPUs)
 	probe := api.GPUNode{Status: st}
 	if err := probe.Validate(); err != nil {
 		return api.GPUNodeStatus{}, fmt.Errorf("measured GPUs: %w", err)
 	}
 	return st, nil
+}
+
+// healthState: a Working node without a healthy GPU is NotReady; the message
+// names each unhealthy GPU and why (beside a Working or Draining state too).
+func healthState(state api.NodeState, msg string, gpus []api.GPU) (api.NodeState, string) {
+	var sick []string
+	for _, g := range gpus {
+		if g.Health != api.GPUHealthy {
+			why := g.HealthMessage
+			if why == "" {
+				why = "unhealthy"
+			}
+			sick = append(sick, fmt.Sprintf("GPU %d (%s): %s", g.Index, g.UUID, why))
+		}
+	}
+	if len(sick) == 0 {
+		return state, msg
+	}
+	if state == api.NodeWorking && len(sick) == len(gpus) {
+		state = api.NodeNotReady
+		sick = append([]string{"no healthy GPU"}, sick...)
+	}
+	if msg != "" {
+		sick = append([]string{msg}, sick...)
+	}
+	return state, clipTo(strings.Join(sick, "; "), 1000)
 }

@@ -28,11 +28,46 @@ func TestStatus(t *testing.T) {
 	if g1.UnitsTotal != api.DefaultUnitsPerGPU || g1.UnitsFree != 0 || g1.Health != api.GPUUnhealthy || g1.UtilizationPercent != 100 {
 		t.Fatalf("gpu1 %+v", g1)
 	}
-	if st.State != api.NodeDraining || st.Message != "maintenance" || st.Summary.GPUs != 2 || st.Summary.HealthyGPUs != 1 || st.Summary.UnitsFree != 150 {
+	if st.State != api.NodeDraining || st.Message != "maintenance; GPU 1 (b): unhealthy" || st.Summary.GPUs != 2 || st.Summary.HealthyGPUs != 1 || st.Summary.UnitsFree != 150 {
 		t.Fatalf("status %+v", st)
 	}
 	if _, err := Status([]Device{{Index: 0, UUID: "a", MemoryBytes: 1}, {Index: 0, UUID: "b", MemoryBytes: 1}}, nil, api.NodeWorking, ""); !errors.Is(err, api.ErrInvalidGPUNode) {
 		t.Fatalf("duplicate index: %v", err)
+	}
+}
+
+func TestHealthState(t *testing.T) {
+	ok := api.GPU{Index: 0, UUID: "a", Health: api.GPUHealthy}
+	sick := api.GPU{Index: 1, UUID: "b", Health: api.GPUUnhealthy, HealthMessage: "XID 79 (GPU has fallen off the bus)"}
+	sick2 := api.GPU{Index: 2, UUID: "c", Health: api.GPUUnhealthy}
+	for _, tc := range []struct {
+		name      string
+		state     api.NodeState
+		msg       string
+		gpus      []api.GPU
+		wantState api.NodeState
+		wantMsg   string
+	}{
+		{"all healthy", api.NodeWorking, "", []api.GPU{ok}, api.NodeWorking, ""},
+		{"no GPUs", api.NodeWorking, "", nil, api.NodeWorking, ""},
+		{"one of two", api.NodeWorking, "", []api.GPU{ok, sick}, api.NodeWorking, "GPU 1 (b): XID 79 (GPU has fallen off the bus)"},
+		{"none healthy", api.NodeWorking, "", []api.GPU{sick, sick2}, api.NodeNotReady,
+			"no healthy GPU; GPU 1 (b): XID 79 (GPU has fallen off the bus); GPU 2 (c): unhealthy"},
+		{"draining stays draining", api.NodeDraining, "the node is cordoned", []api.GPU{sick}, api.NodeDraining,
+			"the node is cordoned; GPU 1 (b): XID 79 (GPU has fallen off the bus)"},
+		{"draining healthy", api.NodeDraining, "the node is cordoned", []api.GPU{ok}, api.NodeDraining, "the node is cordoned"},
+	} {
+		st, msg := healthState(tc.state, tc.msg, tc.gpus)
+		if st != tc.wantState || msg != tc.wantMsg {
+			t.Errorf("%s: %s %q, want %s %q", tc.name, st, msg, tc.wantState, tc.wantMsg)
+		}
+	}
+	long := make([]api.GPU, 16)
+	for i := range long {
+		long[i] = api.GPU{Index: int32(i), UUID: strings.Repeat("u", 40), Health: api.GPUUnhealthy, HealthMessage: strings.Repeat("x", 200)}
+	}
+	if _, msg := healthState(api.NodeWorking, "", long); len(msg) > 1003 {
+		t.Errorf("message of %d bytes: the CRD allows 1024", len(msg))
 	}
 }
 
@@ -87,5 +122,42 @@ func TestNVMLReader(t *testing.T) {
 	}
 	if len(devs) != 2 || devs[0].UtilizationPercent != 42 || !devs[0].Healthy || devs[0].UnscheduledProcesses != 2 || devs[1].Healthy || devs[0].MemoryBytes != 1<<30 {
 		t.Fatalf("devices %+v", devs)
+	}
+}
+
+// lostDouble: a third GPU NVML can no longer describe.
+type lostDouble struct{ nvmlDouble }
+
+func (lostDouble) Count() (int, error) { return 3, nil }
+func (d lostDouble) Device(i int) (gpu.Device, error) {
+	if i == 2 {
+		return gpu.Device{}, gpu.ErrNVML
+	}
+	return d.nvmlDouble.Device(i)
+}
+
+func TestNVMLReaderHealth(t *testing.T) {
+	known := []gpu.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}, {Index: 2, UUID: "GPU-c", Name: "sim", MemoryTotal: 1 << 30}}
+	r := NVMLReader{NVML: lostDouble{}, Known: known, Health: func(uuid string) (bool, string) {
+		if uuid == "GPU-a" {
+			return false, "XID 79"
+		}
+		return true, ""
+	}}
+	devs, err := r.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 3 || devs[0].Healthy || devs[0].HealthMessage != "XID 79" {
+		t.Fatalf("GPU 0: %+v", devs)
+	}
+	if devs[1].Healthy || !strings.HasPrefix(devs[1].HealthMessage, "NVML query failed: ") {
+		t.Fatalf("GPU 1 (utilization fails): %+v", devs[1])
+	}
+	if c := devs[2]; c.Healthy || c.UUID != "GPU-c" || c.MemoryBytes != 1<<30 || !strings.HasPrefix(c.HealthMessage, "NVML cannot describe the GPU: ") {
+		t.Fatalf("GPU 2 (lost): %+v", c)
+	}
+	if _, err := (NVMLReader{NVML: lostDouble{}}).Devices(context.Background()); !errors.Is(err, gpu.ErrNVML) {
+		t.Fatalf("a GPU not known at start that NVML cannot describe: %v", err)
 	}
 }

@@ -76,6 +76,9 @@ type GPU struct {
 	UnitsFree       int64     `json:"unitsFree"`
 	MemoryFreeBytes int64     `json:"memoryFreeBytes"`
 	Health          GPUHealth `json:"health"`
+	// HealthMessage says why an Unhealthy GPU is unhealthy (an XID, a
+	// failing NVML query, ...).
+	HealthMessage string `json:"healthMessage,omitempty"`
 	// UtilizationPercent is the measured compute utilization (0-100).
 	UtilizationPercent int32 `json:"utilizationPercent"`
 	// UnscheduledProcesses counts processes on the GPU that belong to no

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/health"
+)
+
+// eventWait bounds one NVML event wait, so the loop sees ctx end.
+const eventWait = time.Second
+
+// healthMonitor watches the node's GPUs through NVML, as NVIDIA's device
+// plugin does: XID critical error events (a critical XID withdraws the GPU
+// until the agent restarts) and, every period, a measurement query per GPU
+// (a failing one withdraws it while it fails). Works on any NVML: the real
+// driver or the simulated GPU. Every change goes to onChange.
+type healthMonitor struct {
+	nvml     gpu.NVML
+	watcher  gpu.XIDWatcher // nil: queries only
+	gpus     []deviceplugin.GPU
+	period   time.Duration
+	clock    clock.PassiveClock
+	onChange func([]health.Change)
+
+	mu      sync.Mutex
+	tracker *health.Tracker
+	// watching is closed once the GPUs are registered for XID events (or
+	// that failed, or NVML has no events): events from then on are seen.
+	watching     chan struct{}
+	watchingOnce sync.Once
+}
+
+func newHealthMonitor(cfg Config, drv *gpu.Driver, gpus []deviceplugin.GPU, onChange func([]health.Change)) *healthMonitor {
+	uuids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	return &healthMonitor{nvml: drv.NVML, watcher: drv.Events, gpus: gpus, period: cfg.HealthPeriod, clock: clock.RealClock{},
+		onChange: onChange, tracker: health.NewTracker(uuids, cfg.HealthSkipXIDs), watching: make(chan struct{})}
+}
+
+// ready fails until the GPUs are registered for XID events (a readiness
+// check: an XID before that would go unseen).
+func (m *healthMonitor) ready(context.Context) error {
+	select {
+	case <-m.watching:
+		return nil
+	default:
+		return errors.New("GPUs not registered for NVML XID events yet")
+	}
+}
+
+// status is one GPU's health now.
+func (m *healthMonitor) status(uuid string) health.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tracker.Status(uuid)
+}
+
+// apply runs one tracker update and reports what changed.
+func (m *healthMonitor) apply(ctx context.Context, update func(*health.Tracker) []health.Change) {
+	m.mu.Lock()
+	changes := update(m.tracker)
+	m.mu.Unlock()
+	for _, c := range changes {
+		if c.Healthy {
+			klog.FromContext(ctx).Info("GPU healthy again", "gpu", c.UUID)
+		} else {
+			klog.FromContext(ctx).Info("GPU unhealthy", "gpu", c.UUID, "cause", c.Cause, "reason", c.Reason)
+		}
+	}
+	if len(changes) > 0 {
+		m.onChange(changes)
+	}
+}
+
+// run watches until ctx ends.
+func (m *healthMonitor) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.watchEvents(ctx)
+	}()
+	t := time.NewTicker(m.period)
+	defer t.Stop()
+	for {
+		m.queryAll(ctx)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (m *healthMonitor) queryAll(ctx context.Context) {
+	for _, g := range m.gpus {
+		_, err := m.nvml.Memory(int(g.Index))
+		m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Query(g.UUID, err) })
+	}
+}
+
+// watchEvents registers every GPU for XID events and turns them into health
+// until ctx ends. A GPU without XID events is watched by queries only; a
+// failed registration marks it unhealthy.
+func (m *healthMonitor) watchEvents(ctx context.Context) {
+	log := klog.FromContext(ctx)
+	defer m.watchingOnce.Do(func() { close(m.watching) })
+	if m.watcher == nil {
+		log.Info("NVML has no event API; GPU health from queries only")
+		return
+	}
+	idx := make([]int, 0, len(m.gpus))
+	for _, g := range m.gpus {
+		idx = append(idx, int(g.Index))
+	}
+	set, failed, err := m.watcher.WatchXIDs(idx)
+	if err != nil {
+		m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Wait(err) })
+		return
+	}
+	defer func() {
+		if err := set.Close(); err != nil {
+			log.Error(err, "free the NVML event set")
+		}
+	}()
+	for _, g := range m.gpus {
+		err := failed[int(g.Index)]
+		if errors.Is(err, gpu.ErrNoEvents) {
+			log.Info("GPU reports no XID events; health from queries only", "gpu", g.UUID)
+			err = nil
+		}
+		m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Register(g.UUID, err) })
+	}
+	m.watchingOnce.Do(func() { close(m.watching) })
+	log.Info("watching GPUs for XID events", "gpus", len(m.gpus)-len(failed))
+	for ctx.Err() == nil {
+		ev, err := set.Wait(eventWait)
+		switch {
+		case errors.Is(err, gpu.ErrTimeout):
+			m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Wait(nil) })
+		case err != nil:
+			m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Wait(err) })
+			select { // a failing wait returns at once: do not spin
+			case <-ctx.Done():
+			case <-time.After(eventWait):
+			}
+		default:
+			log.Info("XID event", "gpu", ev.UUID, "xid", ev.XID, "uuidErr", ev.UUIDErr)
+			at := m.clock.Now()
+			m.apply(ctx, func(t *health.Tracker) []health.Change { return append(t.Wait(nil), t.XID(ev.UUID, ev.XID, at)...) })
+		}
+	}
+}

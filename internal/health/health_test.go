@@ -1,0 +1,134 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCritical(t *testing.T) {
+	for _, tc := range []struct {
+		xid  uint64
+		skip []uint64
+		want bool
+	}{
+		{13, nil, false}, {31, nil, false}, {43, nil, false}, {45, nil, false}, {68, nil, false}, {109, nil, false},
+		{48, nil, true}, {79, nil, true}, {94, nil, true}, {0, nil, true}, {1 << 40, nil, true},
+		{79, []uint64{79}, false}, {48, []uint64{79}, true}, {13, []uint64{79}, false},
+	} {
+		if got := Critical(tc.xid, tc.skip); got != tc.want {
+			t.Errorf("Critical(%d, %v) = %v, want %v", tc.xid, tc.skip, got, tc.want)
+		}
+	}
+	if d := Describe(79); d != "XID 79 (GPU has fallen off the bus)" {
+		t.Errorf("Describe(79) = %q", d)
+	}
+	if d := Describe(7); d != "XID 7" {
+		t.Errorf("Describe(7) = %q", d)
+	}
+}
+
+// step is one input to the tracker and the statuses it must leave.
+type step struct {
+	name    string
+	do      func(*Tracker) []Change
+	changed []string          // UUIDs reported changed, in order
+	want    map[string]string // UUID -> "" healthy, else a substring of the reason
+	cause   map[string]Cause
+}
+
+func TestTracker(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	failed := errors.New("GPU is lost")
+	for _, tc := range []struct {
+		name  string
+		skip  []uint64
+		steps []step
+	}{
+		{name: "application XIDs change nothing", steps: []step{
+			{"xid 13", func(t *Tracker) []Change { return t.XID("a", 13, at) }, nil, map[string]string{"a": "", "b": ""}, nil},
+			{"xid 109 on any", func(t *Tracker) []Change { return t.XID("", 109, at) }, nil, map[string]string{"a": "", "b": ""}, nil},
+		}},
+		{name: "critical XID is sticky and first one reported", steps: []step{
+			{"xid 79", func(t *Tracker) []Change { return t.XID("b", 79, at) }, []string{"b"},
+				map[string]string{"a": "", "b": "XID 79 (GPU has fallen off the bus) at 2026-01-02T03:04:05Z"}, map[string]Cause{"b": CauseXID}},
+			{"xid 48 after", func(t *Tracker) []Change { return t.XID("b", 48, at) }, nil, map[string]string{"b": "XID 79"}, nil},
+			{"queries succeed", func(t *Tracker) []Change { return t.Query("b", nil) }, nil, map[string]string{"b": "XID 79"}, nil},
+			{"wait ok", func(t *Tracker) []Change { return t.Wait(nil) }, nil, map[string]string{"a": "", "b": "XID 79"}, nil},
+		}},
+		{name: "skipped XID", skip: []uint64{79}, steps: []step{
+			{"xid 79 skipped", func(t *Tracker) []Change { return t.XID("a", 79, at) }, nil, map[string]string{"a": ""}, nil},
+			{"xid 94", func(t *Tracker) []Change { return t.XID("a", 94, at) }, []string{"a"}, map[string]string{"a": "XID 94"}, nil},
+		}},
+		{name: "XID on an unnamed GPU marks all", steps: []step{
+			{"xid 48 unnamed", func(t *Tracker) []Change { return t.XID("", 48, at) }, []string{"a", "b"},
+				map[string]string{"a": "could not name", "b": "could not name"}, nil},
+		}},
+		{name: "XID on a foreign GPU is ignored", steps: []step{
+			{"xid 48 other", func(t *Tracker) []Change { return t.XID("zz", 48, at) }, nil, map[string]string{"a": "", "b": ""}, nil},
+		}},
+		{name: "failing queries come and go", steps: []step{
+			{"fail", func(t *Tracker) []Change { return t.Query("a", failed) }, []string{"a"},
+				map[string]string{"a": "NVML query failed: GPU is lost", "b": ""}, map[string]Cause{"a": CauseQuery}},
+			{"fail again", func(t *Tracker) []Change { return t.Query("a", failed) }, nil, map[string]string{"a": "GPU is lost"}, nil},
+			{"answers", func(t *Tracker) []Change { return t.Query("a", nil) }, []string{"a"}, map[string]string{"a": ""}, nil},
+		}},
+		{name: "XID wins over a failing query", steps: []step{
+			{"fail", func(t *Tracker) []Change { return t.Query("a", failed) }, []string{"a"}, map[string]string{"a": "query failed"}, nil},
+			{"xid", func(t *Tracker) []Change { return t.XID("a", 79, at) }, []string{"a"}, map[string]string{"a": "XID 79"}, map[string]Cause{"a": CauseXID}},
+			{"answers", func(t *Tracker) []Change { return t.Query("a", nil) }, nil, map[string]string{"a": "XID 79"}, nil},
+		}},
+		{name: "registration and wait failures", steps: []step{
+			{"register fails", func(t *Tracker) []Change { return t.Register("b", failed) }, []string{"b"},
+				map[string]string{"a": "", "b": "event registration failed"}, map[string]Cause{"b": CauseEvents}},
+			{"wait fails", func(t *Tracker) []Change { return t.Wait(failed) }, []string{"a"},
+				map[string]string{"a": "waiting for NVML events failed", "b": "registration"}, nil},
+			{"wait ok", func(t *Tracker) []Change { return t.Wait(nil) }, []string{"a"}, map[string]string{"a": "", "b": "registration"}, nil},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker([]string{"a", "b", "a"}, tc.skip)
+			for _, s := range tc.steps {
+				var got []string
+				for _, c := range s.do(tr) {
+					got = append(got, c.UUID)
+				}
+				if strings.Join(got, ",") != strings.Join(s.changed, ",") {
+					t.Errorf("%s: changed %v, want %v", s.name, got, s.changed)
+				}
+				for uuid, want := range s.want {
+					st := tr.Status(uuid)
+					if want == "" && (!st.Healthy || st.Reason != "") || want != "" && (st.Healthy || !strings.Contains(st.Reason, want)) {
+						t.Errorf("%s: %s = %+v, want %q", s.name, uuid, st, want)
+					}
+				}
+				for uuid, c := range s.cause {
+					if got := tr.Status(uuid).Cause; got != c {
+						t.Errorf("%s: %s cause %q, want %q", s.name, uuid, got, c)
+					}
+				}
+			}
+			if n := len(tr.All()); n != 2 {
+				t.Errorf("All lists %d GPUs, want 2", n)
+			}
+		})
+	}
+	if st := NewTracker(nil, nil).Status("x"); st.Healthy {
+		t.Error("an unknown GPU is healthy")
+	}
+}
+
+func TestParseXIDs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		bad  bool
+	}{{"", "[]", false}, {"79", "[79]", false}, {" 48, 79 ,", "[48 79]", false}, {"x", "", true}, {"-1", "", true}, {"99999999999", "", true}} {
+		got, err := ParseXIDs(tc.in)
+		if (err != nil) != tc.bad || !tc.bad && fmt.Sprint(got) != tc.want && !(tc.want == "[]" && got == nil) {
+			t.Errorf("ParseXIDs(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
