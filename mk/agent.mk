@@ -4,9 +4,9 @@
 # run in test-go (root-only ones skip with a reason elsewhere).
 # bin/gpuslice-node is built by mk/go.mk (every cmd/<name>).
 AGENT_K8S_DIR := $(K8S_DIR)
-TEST_TARGETS += test-node-e2e
+TEST_TARGETS += test-node-e2e e2e-pod-shares
 
-.PHONY: kubelet-bin e2e-hotplug test-node-e2e
+.PHONY: kubelet-bin e2e-hotplug test-node-e2e e2e-pod-shares
 # The real kubelet (test/node-e2e/build-kubelet.sh) and the control-plane
 # binaries (hack/k8s/build.sh), built from source and cached by version.
 kubelet-bin:
@@ -35,3 +35,19 @@ e2e-hotplug: all kubelet-bin
 # The same end to end with fewer timed resizes (about a minute once built).
 test-node-e2e: all kubelet-bin
 	$(call run_node_e2e,40)
+
+# The same real node (root; skips otherwise): pods of 25 and 75 gpuslice.io/gpu-units
+# on one GPU running busy kernels (shares of the daemon's granted time and of the
+# simulated GPU's busy time within 5 points), gpuslice.io/units 25 -> 50 refused
+# while the GPU is full, then applied live (timed), a pod that fits nowhere and a
+# pod on a Draining node left Pending with the reason, an online pod beside three
+# offline ones. Ends with "pod shares 25/75: <a>% / <b>%, change 25->50 enforced in <ms> ms".
+e2e-pod-shares: all kubelet-bin
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/e2e-pod-shares.summary
+	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
+	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-pod-shares.summary \
+	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestPodShares$$' ./test/node-e2e/ >$(BUILD)/e2e-pod-shares.log 2>&1; \
+	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-pod-shares.log | grep -v '^I[0-9]' ; \
+	  test $$rc -eq 0 || { echo "pod shares e2e failed; log: $(BUILD)/e2e-pod-shares.log"; exit 1; }
+	@if [ -f $(BUILD)/e2e-pod-shares.summary ]; then tail -n 1 $(BUILD)/e2e-pod-shares.summary; fi

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -19,47 +18,19 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-const nsEnv = "GPUSLICE_NODE_E2E_PRIVATE_NS"
-
-// TestHotplug runs the whole node: the kubelet's device-plugin directory is
-// fixed (/var/lib/kubelet), so the test re-executes itself in a private mount
-// namespace with a tmpfs on /var/lib, where containerd, the kubelet and the
-// agent all run.
+// TestHotplug runs the whole node (privateNode): whole-GPU pods, GPU-count
+// resizes and an agent restart.
 func TestHotplug(t *testing.T) {
-	if os.Getenv(nsEnv) == "" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root: runs containerd, runc and a kubelet")
-		}
-		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^TestHotplug$", "-test.v", "-test.timeout=25m")
-		cmd.Env = append(os.Environ(), nsEnv+"=1")
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("node e2e in a private mount namespace: %v", err)
-		}
+	ctx, n, ok := privateNode(t, "TestHotplug")
+	if !ok {
 		return
 	}
-	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
-		t.Fatalf("tmpfs on /var/lib: %v", err)
-	}
-	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, tctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(tctx, 20*time.Minute)
-	defer cancel()
-	n := startNode(t, ctx)
 	defer n.stop()
-	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Run("share", func(t *testing.T) { n.t = t; testShare(t, ctx, n) })
 	var lat []time.Duration
 	resized := t.Run("resize", func(t *testing.T) { n.t = t; lat = testResize(t, ctx, n) })
@@ -350,8 +321,8 @@ func (n *node) containerCgroup(p *corev1.Pod) (string, int) {
 	}
 	id := p.Status.ContainerStatuses[0].ContainerID
 	_, id, _ = strings.Cut(id, "://")
-	matches, _ := filepath.Glob(filepath.Join(m.V1Devices, "kubepods", "*", "pod"+string(p.UID), id))
-	more, _ := filepath.Glob(filepath.Join(m.V1Devices, "kubepods", "pod"+string(p.UID), id))
+	matches, _ := filepath.Glob(filepath.Join(m.V1Devices, n.cgroupRoot, "kubepods", "*", "pod"+string(p.UID), id))
+	more, _ := filepath.Glob(filepath.Join(m.V1Devices, n.cgroupRoot, "kubepods", "pod"+string(p.UID), id))
 	matches = append(matches, more...)
 	if len(matches) != 1 {
 		n.t.Fatalf("container cgroup of %s: %v", p.Name, matches)

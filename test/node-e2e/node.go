@@ -40,6 +40,7 @@ type node struct {
 	procs      []*harness.Process
 	ctrSock    string
 	stateDir   string // containerd task state (OCI config.json of containers)
+	cgroupRoot string // the kubelet's and the agent's (cgroups.go)
 	podLogs    string
 	gpus       []gpu.Device
 	agent      *exec.Cmd
@@ -96,6 +97,10 @@ func startNode(t *testing.T, ctx context.Context) *node {
 		t.Fatal(err)
 	}
 	t.Logf("e2e: logs and state in %s", n.dir)
+	n.cgroupRoot = "/" + filepath.Base(n.dir)
+	if err := makeCgroupRoot(n.cgroupRoot); err != nil {
+		t.Fatal(err)
+	}
 	if n.cp, err = harness.StartControlPlane(ctx, bins, n.dir); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +121,8 @@ func startNode(t *testing.T, ctx context.Context) *node {
 		"--sim-dir", filepath.Join(n.bin, "sim"), "--library", filepath.Join(n.bin, "libgpuslice.so"),
 		"--run-dir", filepath.Join(n.dir, "run"), "--socket", filepath.Join(n.dir, "run", "node.sock"),
 		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
-		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), "-v", "2"}
+		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"),
+		"--cgroup-root", n.cgroupRoot, "-v", "2"}
 	n.metrics = freeAddr(t)
 	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics, "--cdi-spec-dir", filepath.Join(n.dir, "cdi"))
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
@@ -167,6 +173,9 @@ func (n *node) images() {
 		run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "include"),
 			"-o", filepath.Join(n.dir, "gs-"+p), filepath.Join("images", p+".c"), "-ldl")
 	}
+	// The simulated GPU's per-process busy time, read on the host.
+	run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "simgpu", "src"),
+		"-o", filepath.Join(n.dir, "gs-simbusy"), filepath.Join("host", "simbusy.c"))
 	files := ociimage.Files{"/pause": filepath.Join(n.dir, "pause")}
 	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {
 		t.Fatal(err)
@@ -177,7 +186,7 @@ func (n *node) images() {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"gs-memfill", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
+	for _, f := range []string{"gs-memfill", "gs-tenant", "libgpuslice.so", "sim/libcuda.so.1", "sim/libnvidia-ml.so.1"} {
 		if err := files.AddWithLibs("/gs/"+f, filepath.Join(n.bin, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -246,6 +255,7 @@ func (n *node) startKubelet(ctx context.Context, kubelet string) {
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: %s
 failSwapOn: false
 address: 127.0.0.1
 port: %d
@@ -259,7 +269,7 @@ imageGCHighThresholdPercent: 100
 containerRuntimeEndpoint: unix://%s
 podLogsDir: %s
 syncFrequency: 5s
-`, port, n.ctrSock, n.podLogs)
+`, n.cgroupRoot, port, n.ctrSock, n.podLogs)
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -335,6 +345,7 @@ func (n *node) stop() {
 	if n.cp != nil {
 		n.cp.Stop()
 	}
+	removeCgroupRoot(n.cgroupRoot)
 	if !n.t.Failed() {
 		unmountUnder(n.dir)
 		if err := os.RemoveAll(n.dir); err != nil {

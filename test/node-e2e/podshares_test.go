@@ -1,0 +1,276 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// Measurement windows: the shares are asserted over these (cumulative
+// granted and busy time at both ends), not per wall-clock window.
+const (
+	shareWindow   = 6 * time.Second
+	latencyCount  = 10 // online requests measured alone and beside offline pods
+	stepTimeout   = 90 * time.Second
+	podMemory     = 1 << 30
+	unfitMemory   = 20 << 30 // more than any simulated GPU (16 GiB)
+	drainedUnits  = 10
+	unfitUnits    = 50
+	sharesSummary = "GPUSLICE_E2E_SUMMARY"
+)
+
+// TestPodShares: pods asking for units of one GPU on the real kubelet, placed
+// by gpuslice-scheduler, get their shares from the node daemon; a live change
+// of units is applied on the node; a pod that does not fit and a pod on a
+// Draining node stay Pending with the reason; an online pod beside three
+// offline ones. Ends with "pod shares 25/75: <a>% / <b>%, change 25->50
+// enforced in <ms> ms" (make e2e-pod-shares).
+func TestPodShares(t *testing.T) {
+	ctx, n, ok := privateNode(t, "TestPodShares")
+	if !ok {
+		return
+	}
+	defer n.stop()
+	n.checkBooks(ctx)
+	var busy []float64
+	var change time.Duration
+	shared := t.Run("shares", func(t *testing.T) { n.t = t; busy, change = testPodShares(t, ctx, n) })
+	t.Run("unfit", func(t *testing.T) { n.t = t; testUnfit(t, ctx, n) })
+	t.Run("draining", func(t *testing.T) { n.t = t; testDraining(t, ctx, n) })
+	t.Run("online", func(t *testing.T) { n.t = t; testOnline(t, ctx, n) })
+	n.t = t
+	if !shared { // it has said why; no figures then
+		return
+	}
+	line := fmt.Sprintf("pod shares 25/75: %.1f%% / %.1f%%, change 25->50 enforced in %d ms", busy[0], busy[1], change.Milliseconds())
+	fmt.Println(line)
+	if path := os.Getenv(sharesSummary); path != "" {
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// bounded is ctx limited to one step's time.
+func bounded(ctx context.Context) context.Context {
+	c, cancel := context.WithTimeout(ctx, stepTimeout)
+	go func() { <-c.Done(); cancel() }()
+	return c
+}
+
+// checkBooks: the kubelet's view of the node's share capacity is the
+// scheduler's (the GPUNode row): units per GPU as device-plugin slots, and
+// as many share slots as the scheduler places containers on a GPU.
+func (n *node) checkBooks(ctx context.Context) {
+	row := n.waitRow(ctx, "published", time.Time{}, func(g *api.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
+	var units int64
+	err := waitFor(ctx, func() bool {
+		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		q := node.Status.Allocatable[api.ResourceUnits]
+		units = q.Value()
+		return units == row.Status.Summary.UnitsTotal
+	})
+	if err != nil {
+		n.t.Fatalf("the kubelet offers %d %s, the scheduler books %d: %v", units, api.ResourceUnits, row.Status.Summary.UnitsTotal, err)
+	}
+	n.t.Logf("e2e books: the kubelet offers %d %s on %d GPUs, as the GPUNode row", units, api.ResourceUnits, numGPUs)
+}
+
+// testPodShares: 25 and 75 units on one GPU, both busy: shares of the granted
+// time and of the simulated GPU's busy time within 5 points. Then 25 -> 50
+// while the GPU is full is refused with an Event (nothing changes on the
+// node), 75 -> 50 shrinks, and 25 -> 50 is applied on the running group
+// (timed: patch to the group's new share on the node), both then at 50/50.
+func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.Duration) {
+	big := n.createPod(ctx, sharePod("big", 75, podMemory, "", busyTenant()...))
+	big = n.waitPod(bounded(ctx), big.Name, "running", running)
+	small := n.createPod(ctx, sharePod("small", 25, podMemory, "", busyTenant()...))
+	small = n.waitPod(bounded(ctx), small.Name, "running", running)
+	pods := []*corev1.Pod{small, big}
+	if a, b := n.minors(assignment(small), "main"), n.minors(assignment(big), "main"); len(a) != 1 || !slices.Equal(a, b) {
+		t.Fatalf("share pods on GPUs %v and %v, want one GPU (binpack)", a, b)
+	}
+	if s, b := n.waitShare(bounded(ctx), small, 0.25), n.waitShare(bounded(ctx), big, 0.75); s.IsZero() || b.IsZero() {
+		t.Fatal("no shares")
+	}
+	held, busy := n.shares(bounded(ctx), pods, shareWindow)
+	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%", held[0], held[1], busy[0], busy[1])
+	n.checkShares("25/75", []float64{25, 75}, held, busy)
+
+	// The GPU is full: 25 -> 50 is refused, all or nothing.
+	n.setUnits(ctx, small.Name, 50)
+	note := n.waitEvent(ctx, small.Name, api.ReasonShareRefused)
+	t.Logf("e2e event %s: %s", api.ReasonShareRefused, note)
+	if v := n.share(small); v != 0.25 {
+		t.Fatalf("after a refused change the group's share is %.2f, want 0.25", v)
+	}
+	n.setUnits(ctx, small.Name, 25) // withdrawn
+	n.setUnits(ctx, big.Name, 50)
+	n.waitShare(bounded(ctx), big, 0.5)
+	// The books must have freed the 25 units before the next change is asked.
+	n.waitPod(bounded(ctx), big.Name, "booked at 50 units", func(p *corev1.Pod) bool {
+		a := assignment(p)
+		return a != nil && len(a.Containers) == 1 && len(a.Containers[0].GPUs) == 1 && a.Containers[0].GPUs[0].Units == 50
+	})
+	t0 := n.setUnits(ctx, small.Name, 50)
+	applied := n.waitShare(bounded(ctx), small, 0.5)
+	change := applied.Sub(t0)
+	t.Logf("e2e change 25 -> 50: the group's share on the node changed %v after the annotation", change.Round(time.Millisecond))
+	note = n.waitEvent(ctx, small.Name, api.ReasonShareResized)
+	t.Logf("e2e event %s: %s", api.ReasonShareResized, note)
+	n.waitDaemonShare(bounded(ctx), pods, 0.5)
+	held2, busy2 := n.shares(bounded(ctx), pods, shareWindow)
+	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%", held2[0], held2[1], busy2[0], busy2[1])
+	n.checkShares("50/50 after the change", []float64{50, 50}, held2, busy2)
+	return busy, change
+}
+
+// waitDaemonShare waits until the node daemon schedules every pod's group
+// with share want (its status, refreshed every 250 ms).
+func (n *node) waitDaemonShare(ctx context.Context, pods []*corev1.Pod, want float64) {
+	var last string
+	err := waitFor(ctx, func() bool {
+		groups, err := n.daemonGroups()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := json.Marshal(groups)
+		last = string(b)
+		for _, p := range pods {
+			if g := groups[groupOf(p)]; g.Share < want-1e-9 || g.Share > want+1e-9 {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		n.t.Fatalf("the node daemon never scheduled the groups at share %.2f: %v\nstatus: %s", want, err, last)
+	}
+}
+
+// testUnfit: a pod that fits no GPU (more memory than a GPU has) stays
+// Pending, and the scheduler says why.
+func testUnfit(t *testing.T, ctx context.Context, n *node) {
+	p := n.createPod(ctx, sharePod("unfit", unfitUnits, unfitMemory, "", busyTenant()...))
+	msg := n.pending(bounded(ctx), p.Name)
+	t.Logf("e2e unfit pod: %s", msg)
+	want := fmt.Sprintf("needs 1 GPUs with %d units and %d bytes free", unfitUnits, int64(unfitMemory))
+	if !strings.Contains(msg, want) {
+		t.Errorf("unschedulable message %q does not say %q", msg, want)
+	}
+	n.deletePods(bounded(ctx), p.Name)
+}
+
+// testDraining: with the GPUNode annotated to drain, the agent publishes the
+// node Draining; a new pod that would fit stays Pending, saying so, while
+// the pods already there keep running.
+func testDraining(t *testing.T, ctx context.Context, n *node) {
+	setDrain := func(v any) time.Time {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationDrain: v}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		if _, err := n.cp.Dynamic.Resource(api.GPUNodeGVR).Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	at := setDrain("true")
+	n.waitRow(bounded(ctx), "Draining", at, func(g *api.GPUNode) bool { return g.Status.State == api.NodeDraining })
+	p := n.createPod(ctx, sharePod("drained", drainedUnits, podMemory, "", busyTenant()...))
+	msg := n.pending(bounded(ctx), p.Name)
+	t.Logf("e2e pod on a draining node: %s", msg)
+	if want := fmt.Sprintf("node %s is %s", nodeName, api.NodeDraining); !strings.Contains(msg, want) {
+		t.Errorf("unschedulable message %q does not say %q", msg, want)
+	}
+	for _, name := range []string{"small", "big"} {
+		if cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil || cur.Status.Phase != corev1.PodRunning {
+			t.Errorf("pod %s on the draining node: %v (%v), want it still running", name, cur.Status.Phase, err)
+		}
+	}
+	n.deletePods(bounded(ctx), p.Name)
+	at = setDrain(nil)
+	n.waitRow(bounded(ctx), "Working again", at, func(g *api.GPUNode) bool { return g.Status.State == api.NodeWorking })
+}
+
+// testOnline: an online pod (priority high, 25 units) whose requests need
+// 60 kernels of 500 µs, alone and then beside three busy offline pods (25
+// units, priority low) on its GPU. Its latencies are figures, not asserts:
+// they depend on the machine's load.
+func testOnline(t *testing.T, ctx context.Context, n *node) {
+	n.deletePods(bounded(ctx), "small", "big")
+	online := n.createPod(ctx, sharePod("online", 25, podMemory, api.PriorityHigh, "/gs/gs-tenant", "--mode", "requests",
+		"--kernel-us", "500", "--n", "60", "--gap-ms", "200", "--jitter-ms", "100", "--seconds", "3600"))
+	online = n.waitPod(bounded(ctx), online.Name, "running", running)
+	alone := n.latencies(bounded(ctx), online, time.Time{}, latencyCount)
+	pods := []*corev1.Pod{online}
+	for i := range 3 {
+		p := n.createPod(ctx, sharePod(fmt.Sprintf("offline-%d", i), 25, podMemory, api.PriorityLow, busyTenant()...))
+		pods = append(pods, n.waitPod(bounded(ctx), p.Name, "running", running))
+	}
+	for _, p := range pods[1:] {
+		if a, b := n.minors(assignment(p), "main"), n.minors(assignment(online), "main"); !slices.Equal(a, b) {
+			t.Fatalf("offline pod %s on GPUs %v, the online pod on %v: want one GPU (binpack)", p.Name, a, b)
+		}
+	}
+	n.waitBusy(bounded(ctx), pods[1:])
+	since := time.Now()
+	beside := n.latencies(bounded(ctx), online, since, latencyCount)
+	a50, a99 := percentiles(alone)
+	b50, b99 := percentiles(beside)
+	t.Logf("e2e online pod (priority high, requests of 60 x 500 us kernels): alone p50 %v max %v, beside 3 busy offline pods p50 %v max %v (%d requests each): %.2fx alone at p50",
+		a50.Round(10*time.Microsecond), a99.Round(10*time.Microsecond), b50.Round(10*time.Microsecond), b99.Round(10*time.Microsecond),
+		len(alone), float64(b50)/float64(a50))
+}
+
+// latencies waits for count request latencies ("lat <ns>") the online pod
+// printed after since, skipping the first one after since (a group's bank
+// starts empty, and the request may have begun before since).
+func (n *node) latencies(ctx context.Context, p *corev1.Pod, since time.Time, count int) []time.Duration {
+	var out []time.Duration
+	err := waitFor(ctx, func() bool {
+		out = out[:0]
+		skipped := false
+		for _, e := range n.logEntries(p) {
+			var ns int64
+			if c, _ := fmt.Sscanf(e.msg, "lat %d", &ns); c != 1 || e.at.Before(since) {
+				continue
+			}
+			if !skipped {
+				skipped = true
+				continue
+			}
+			out = append(out, time.Duration(ns))
+		}
+		return len(out) >= count
+	})
+	if err != nil {
+		n.t.Fatalf("pod %s printed %d request latencies, want %d: %v\n%s", p.Name, len(out), count, err, n.podLog(p))
+	}
+	return out[:count]
+}
+
+// percentiles returns the median and the largest of d.
+func percentiles(d []time.Duration) (time.Duration, time.Duration) {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)-1]
+}
