@@ -23,9 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
-	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -113,10 +111,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	sh.run(gctx, g)
 	if cfg.RunDaemon {
-		ncfg := node.DefaultConfig(func(k string) string { return env[k] })
-		ncfg.Socket, ncfg.RunDir, ncfg.ProcRoot = cfg.Socket, cfg.RunDir, cfg.ProcRoot
-		ncfg.ListGPUs = func() ([]proto.UUID, error) { return node.GPUsOf(drv.NVML) }
-		g.Go(func() error { return node.Run(gctx, ncfg) })
+		g.Go(func() error { return superviseDaemon(gctx, cfg) })
 	}
 	if cfg.MetricsAddress != "" {
 		live, ready := probes(cfg, []*deviceplugin.Plugin{plugin, units}, pods.Informer().HasSynced)

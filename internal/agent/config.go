@@ -33,8 +33,12 @@ type Config struct {
 	Library string
 	// RunDir is the node daemon's run directory; Socket its socket.
 	RunDir, Socket string
-	// RunDaemon starts the node daemon in this process.
+	// RunDaemon runs the node daemon as a supervised child process
+	// (DaemonBinary node ...): killed or crashed, it is started again at once.
 	RunDaemon bool
+	// DaemonBinary is the gpuslice CLI that runs the daemon ("": gpuslice
+	// beside this executable).
+	DaemonBinary string
 	// PluginDir is the kubelet's device plugin directory; PodResources the
 	// kubelet's pod-resources socket.
 	PluginDir, PodResources string

@@ -112,6 +112,8 @@ func nodeCommand(env *Env) *cobra.Command {
 	fs.Var(sizeFlag{&cfg.Elastic.Reserve}, "memory-reserve", "elastic memory: device memory never lent (e.g. 256MiB)")
 	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
 	fs.StringVar(&o.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
+	fs.StringVar(&o.simDir, "sim-dir", filepath.Join(env.BinDir, "sim"), "directory of the simulated driver libraries (--driver sim or auto)")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", cfg.ProcRoot, "where the host's /proc is mounted (members are identified there)")
 	o.logs = logflags.AddFlags(fs)
 	return cmd
 }
@@ -119,7 +121,7 @@ func nodeCommand(env *Env) *cobra.Command {
 // nodeOptions are node's flags that are not part of node.Config.
 type nodeOptions struct {
 	noBurst, ifNot bool
-	driver         string
+	driver, simDir string
 	logs           *logflags.Config
 }
 
@@ -129,7 +131,7 @@ func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) err
 	if err != nil {
 		return usagef("node: --driver: %w", err)
 	}
-	cfg.ListGPUs = node.DriverGPUs(mode, filepath.Join(env.BinDir, "sim"))
+	cfg.ListGPUs = node.DriverGPUs(mode, o.simDir)
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}
@@ -139,7 +141,7 @@ func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) err
 	if err := logflags.Apply(o.logs); err != nil {
 		return err
 	}
-	dev := &deviceMemory{mode: mode, simDir: filepath.Join(env.BinDir, "sim")}
+	dev := &deviceMemory{mode: mode, simDir: o.simDir}
 	defer dev.close(ctx)
 	cfg.DeviceMemory = dev.read
 	ctx = klog.NewContext(ctx, klog.NewKlogr())

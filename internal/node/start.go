@@ -38,6 +38,9 @@ type StartOptions struct {
 	Env []string
 	// LogFile receives the daemon's output (default: <dir of socket>/node.log).
 	LogFile string
+	// Output, if set, receives the daemon's output instead of LogFile (a
+	// supervising agent passes its own stderr).
+	Output *os.File
 	// Wait bounds how long to wait for the socket (default 10 s).
 	Wait time.Duration
 }
@@ -67,7 +70,7 @@ func EnsureRunning(ctx context.Context, socket string, o StartOptions) error {
 	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
 		return fmt.Errorf("start node daemon: %w", err)
 	}
-	out, err := os.OpenFile(o.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	out, err := o.output()
 	if err != nil {
 		return fmt.Errorf("start node daemon: %w", err)
 	}
@@ -76,7 +79,7 @@ func EnsureRunning(ctx context.Context, socket string, o StartOptions) error {
 	cmd.Env, cmd.Stdout, cmd.Stderr = o.Env, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the caller's terminal
 	serr := cmd.Start()
-	if cerr := out.Close(); serr == nil && cerr != nil {
+	if cerr := o.closeOutput(out); serr == nil && cerr != nil {
 		log.V(2).Info("close daemon log", "err", cerr)
 	}
 	if serr != nil {
@@ -86,6 +89,22 @@ func EnsureRunning(ctx context.Context, socket string, o StartOptions) error {
 	go func() { exited <- cmd.Wait() }() // reap it if it loses the race and exits
 	log.V(1).Info("started node daemon", "pid", cmd.Process.Pid, "socket", socket, "log", o.LogFile)
 	return waitReachable(ctx, socket, o.Wait, exited)
+}
+
+// output is where the daemon writes: Output, else LogFile opened for append.
+func (o StartOptions) output() (*os.File, error) {
+	if o.Output != nil {
+		return o.Output, nil
+	}
+	return os.OpenFile(o.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+}
+
+// closeOutput closes what output opened (Output belongs to the caller).
+func (o StartOptions) closeOutput(f *os.File) error {
+	if o.Output != nil {
+		return nil
+	}
+	return f.Close()
 }
 
 func waitReachable(ctx context.Context, socket string, wait time.Duration, exited <-chan error) error {

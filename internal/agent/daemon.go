@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/node"
+)
+
+// daemonStopWait bounds how long the agent waits for the daemon it
+// supervised to exit at shutdown.
+const daemonStopWait = 10 * time.Second
+
+// superviseDaemon runs the node daemon as a child process (`gpuslice node`)
+// until ctx ends. A killed or crashed daemon is started again as soon as its
+// supervision connection breaks (node.Supervise), with every group's settings
+// read back from the run directory, while the device plugin, the publisher
+// and the reconciler in this process keep running. At the end it stops the
+// daemon, so that none outlives the agent that supervised it.
+func superviseDaemon(ctx context.Context, cfg Config) error {
+	o, err := daemonStart(cfg)
+	if err != nil {
+		return err
+	}
+	log := klog.FromContext(ctx)
+	if err := node.EnsureRunning(ctx, cfg.Socket, o); err != nil && ctx.Err() == nil {
+		log.Error(err, "start node daemon (retrying)")
+	}
+	node.Supervise(ctx, cfg.Socket, cfg.RunDir, o)
+	return stopDaemon(log, cfg.RunDir)
+}
+
+// daemonStart says how the daemon is started: the agent's own GPU driver,
+// simulator directory, run directory and /proc, output to the agent's stderr.
+func daemonStart(cfg Config) (node.StartOptions, error) {
+	exe := cfg.DaemonBinary
+	if exe == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return node.StartOptions{}, fmt.Errorf("node daemon binary: %w", err)
+		}
+		exe = filepath.Join(filepath.Dir(self), "gpuslice")
+	}
+	if _, err := os.Stat(exe); err != nil {
+		return node.StartOptions{}, fmt.Errorf("node daemon binary (--daemon-binary): %w", err)
+	}
+	args := []string{"--run-dir", cfg.RunDir, "--proc-root", cfg.ProcRoot, "--driver", string(cfg.Driver)}
+	if cfg.SimDir != "" {
+		args = append(args, "--sim-dir", cfg.SimDir)
+	}
+	return node.StartOptions{Exe: exe, Args: args, Env: os.Environ(), Output: os.Stderr}, nil
+}
+
+// stopDaemon stops the daemon serving runDir (SIGTERM) and waits for it to
+// exit.
+func stopDaemon(log klog.Logger, runDir string) error {
+	st, err := node.ReadStatus(runDir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && st.PID <= 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop node daemon: %w", err)
+	}
+	fd, err := unix.PidfdOpen(st.PID, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop node daemon %d: %w", st.PID, err)
+	}
+	defer func() {
+		if err := unix.Close(fd); err != nil {
+			log.V(2).Info("close pidfd", "err", err)
+		}
+	}()
+	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("stop node daemon %d: %w", st.PID, err)
+	}
+	for deadline := time.Now().Add(daemonStopWait); ; {
+		wait := max(time.Until(deadline), 0)
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(wait.Milliseconds()))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("wait for node daemon %d: %w", st.PID, err)
+		case n == 0:
+			return fmt.Errorf("node daemon %d still running %v after SIGTERM", st.PID, daemonStopWait)
+		}
+		log.Info("node daemon stopped", "pid", st.PID)
+		return nil
+	}
+}

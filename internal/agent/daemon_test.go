@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/proto"
+)
+
+// The test binary doubles as the gpuslice CLI the agent supervises: started
+// as "<test binary> node ..." it is a node daemon.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		if err := childDaemon(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "node:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// childDaemon takes the flags the agent passes to `gpuslice node`.
+func childDaemon(args []string) error {
+	cfg := node.DefaultConfig(os.Getenv)
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.StringVar(&cfg.Socket, "socket", "", "")
+	fs.StringVar(&cfg.RunDir, "run-dir", "", "")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "", "")
+	fs.Bool("if-not-running", false, "")
+	fs.String("driver", "", "")
+	fs.String("sim-dir", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return node.Run(ctx, cfg)
+}
+
+// A daemon killed under the agent is serving again at once, and the agent
+// stops the daemon it supervised when it ends.
+func TestSuperviseDaemon(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := Config{RunDir: filepath.Join(dir, "run"), Socket: filepath.Join(dir, "node.sock"), ProcRoot: "/proc",
+		Driver: gpu.ModeSim, DaemonBinary: exe}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- superviseDaemon(ctx, cfg) }()
+	first := daemonPID(t, cfg, 0)
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	second := daemonPID(t, cfg, first)
+	t.Logf("daemon %d killed; daemon %d serving %d ms later", first, second, time.Since(killed).Milliseconds())
+	fd, err := unix.PidfdOpen(second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(fd) }() //nolint:errcheck // test
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("supervision ended with %v", err)
+	}
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0); err != nil || n != 1 {
+		t.Fatalf("daemon %d still running after the agent ended (%d, %v)", second, n, err)
+	}
+}
+
+// A missing daemon binary is a clear error, not a silent agent without one.
+func TestSuperviseDaemonMissingBinary(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{RunDir: dir, Socket: filepath.Join(dir, "s"), DaemonBinary: filepath.Join(dir, "gpuslice")}
+	err := superviseDaemon(context.Background(), cfg)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err %v, want not-exist", err)
+	}
+}
+
+// daemonPID waits for a daemon other than not to serve cfg.Socket.
+func daemonPID(t *testing.T, cfg Config, not int) int {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := node.ReadStatus(cfg.RunDir)
+		if err == nil && st.PID > 0 && st.PID != not && node.Reachable(context.Background(), cfg.Socket) {
+			return st.PID
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon other than %d came up: %v", not, err)
+		}
+	}
+}
