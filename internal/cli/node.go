@@ -106,6 +106,7 @@ func nodeCommand(env *Env) *cobra.Command {
 	fs.DurationVar(&cfg.Policy.BankMaxAge, "bank-age", cfg.Policy.BankMaxAge, "how long banked (unused) slice time stays usable")
 	fs.IntVar(&cfg.Policy.BankMaxSlices, "bank-slices", cfg.Policy.BankMaxSlices, "burst buffer size, in slices of the group")
 	fs.DurationVar(&cfg.Policy.Grace, "grace", cfg.Policy.Grace, "time a holder gets to finish outstanding work after its grant ends")
+	fs.DurationVar(&cfg.Policy.Renew, "renew", cfg.Policy.Renew, "renew a lone holder's grant this long before its end (at most half its slice; 0: hand over every slice)")
 	fs.DurationVar(&cfg.IdleExit, "idle-exit", 0, "stop after no client has been connected for this long (0: never; gpuslice run starts daemons with 60s)")
 	fs.BoolVar(&o.noBurst, "no-burst", false, "disable burst buffers (and the online groups' early turns they allow)")
 	fs.BoolVar(&o.ifNot, "if-not-running", false, "exit quietly (status 0) if a daemon already runs")

@@ -30,8 +30,10 @@ type conn struct {
 	s    *Server
 	fd   int // the socket (blocking; sends use MSG_DONTWAIT)
 	peer Peer
-	log  klog.Logger
-	gpus map[proto.UUID]*gpuState // touched only by the connection's goroutine
+	// features: the GS_FEATURE_* bits both sides understand (set by the handshake).
+	features uint32
+	log      klog.Logger
+	gpus     map[proto.UUID]*gpuState // touched only by the connection's goroutine
 
 	wmu    sync.Mutex
 	broken bool
@@ -142,10 +144,12 @@ func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := m.(*proto.Hello); !ok {
+	hello, ok := m.(*proto.Hello)
+	if !ok {
 		c.sendError(proto.ErrProtocol, fmt.Sprintf("expected hello, got %T", m))
 		return fmt.Errorf("expected hello, got %T", m)
 	}
+	c.features = hello.Features & (proto.FeatureRevoke | proto.FeatureRenew)
 	if err := c.setReadTimeout(0); err != nil {
 		return err
 	}
@@ -157,7 +161,7 @@ func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 	} else if filled {
 		c.s.log.V(4).Info("host pid recorded", "pid", c.peer.PID, "group", c.peer.Group)
 	}
-	w := &proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(c.s.cfg.Policy.Period)}
+	w := &proto.Welcome{Features: proto.FeatureRevoke | c.features, PeriodNs: uint64(c.s.cfg.Policy.Period)}
 	proto.SetString(w.Group[:], c.peer.Group)
 	c.send(w)
 	return nil
@@ -266,6 +270,9 @@ func (c *conn) sendGrant(u proto.UUID, g slice.Grant, now time.Time) {
 	var flags uint32
 	if g.Preempt {
 		flags = proto.GrantPreempt
+	}
+	if g.Alone && c.features&proto.FeatureRenew != 0 {
+		flags |= proto.GrantAlone
 	}
 	c.send(&proto.Grant{GPU: u, Seq: g.Seq, SliceNs: uint64(g.SliceEnd.Sub(g.Start)),
 		ValidNs: uint64(max(g.End.Sub(now), 0)), Flags: flags})

@@ -104,6 +104,9 @@ func (g *gpuState) release(c *conn, seq uint64, more bool) {
 	}
 	m.holding, m.waiting = false, more
 	if t.any(isHolding) {
+		if more { // this member waits for the group's next turn: not a renewal of this one
+			g.apply(g.sched.Queued(t.id), now)
+		}
 		return
 	}
 	g.groupRelease(t, now)
@@ -183,6 +186,8 @@ func (g *gpuState) apply(acts []slice.Action, now time.Time) {
 		switch a.Kind {
 		case slice.ActGrant:
 			g.grant(t, a.Grant, now)
+		case slice.ActRenew:
+			g.renew(t, a.Grant, now)
 		case slice.ActRevoke:
 			reason := proto.RevokeSliceEnd
 			if now.Before(a.Grant.End) {
@@ -249,6 +254,22 @@ func (g *gpuState) grant(t *tenant, gr slice.Grant, now time.Time) {
 	}
 	if !sent {
 		g.groupRelease(t, now)
+	}
+}
+
+// renew sends a group's renewed grant (same seq, later end) to its holding
+// members that understand renewals; the others hand over at the old end, and
+// their group's grant goes back to the policy when its last holder releases.
+func (g *gpuState) renew(t *tenant, gr slice.Grant, now time.Time) {
+	if !t.holding || t.grant.Seq != gr.Seq {
+		return
+	}
+	t.granted += max(gr.End.Sub(t.grant.End), 0)
+	t.grant = gr
+	for c, m := range t.members {
+		if m.holding && c.features&proto.FeatureRenew != 0 {
+			c.sendGrant(g.uuid, gr, now)
+		}
 	}
 }
 

@@ -75,6 +75,8 @@ type GroupGPUStatus struct {
 	Waiting       bool    `json:"waiting,omitempty"`
 	Holding       bool    `json:"holding,omitempty"`
 	Grants        uint64  `json:"grants"`
+	// Renewals: grants renewed before their end because no other group waited.
+	Renewals uint64 `json:"renewals,omitempty"`
 	// Hand-overs after a revoke and how long past it they came: the GPU work
 	// left queued at the end of a slice (or at a preemption), p99 and longest.
 	Overruns     uint64 `json:"overruns,omitempty"`
@@ -166,7 +168,7 @@ func (s *Server) status(hist map[string][]sample) *Status {
 			hist[key] = h
 			e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
 				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
-				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants,
+				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants, Renewals: t.Renewals,
 				MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
 				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax),
 				GrantedNs: int64(t.Granted), Revokes: t.Revokes}

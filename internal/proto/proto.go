@@ -53,8 +53,16 @@ const (
 
 // Flag bits and codes (copied into the C header by Constants).
 const (
-	FeatureRevoke  uint32 = 1 << 0 // the client honours Revoke at its next kernel boundary
-	GrantPreempt   uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
+	FeatureRevoke uint32 = 1 << 0 // the client honours Revoke at its next kernel boundary
+	// FeatureRenew: the client takes a Grant of the Seq it holds as a renewal
+	// (a later end) and ignores one of a Seq it handed back. Added within
+	// version 2: the daemon renews only clients that announce it.
+	FeatureRenew uint32 = 1 << 1
+	GrantPreempt uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
+	// GrantAlone: no other group waits for the GPU (an idle holder need not
+	// hand back); a grant of the same seq without it says one now does. Sent
+	// only to clients that announce FeatureRenew.
+	GrantAlone     uint32 = 1 << 1
 	ReleaseMore    uint32 = 1 << 0 // the client still has work: queue it for the next grant
 	RevokeSliceEnd uint32 = 1      // the grant reached its end
 	RevokePreempt  uint32 = 2      // an online group takes over at the next kernel boundary
@@ -122,7 +130,9 @@ type Const struct {
 func Constants() []Const {
 	return []Const{
 		{"GS_FEATURE_REVOKE", FeatureRevoke, "client honours revoke at its next kernel boundary"},
+		{"GS_FEATURE_RENEW", FeatureRenew, "client takes a grant of the seq it holds as a renewal, ignores one it handed back"},
 		{"GS_GRANT_PREEMPT", GrantPreempt, "an online group's turn pulled ahead of offline work"},
+		{"GS_GRANT_ALONE", GrantAlone, "no other group waits: an idle holder need not hand back"},
 		{"GS_RELEASE_MORE", ReleaseMore, "the client still has work: queue it for the next grant"},
 		{"GS_REVOKE_SLICE_END", RevokeSliceEnd, "the grant reached its end"},
 		{"GS_REVOKE_PREEMPT", RevokePreempt, "an online group takes over at the next kernel boundary"},
@@ -250,11 +260,11 @@ func validate(m Message) error {
 		if err := checkString(m.Group[:]); err != nil {
 			return fmt.Errorf("group: %w", err)
 		}
-		return check(m.Reserved, m.Features, FeatureRevoke)
+		return check(m.Reserved, m.Features, FeatureRevoke|FeatureRenew)
 	case *Acquire:
 		return check(m.Reserved, m.Flags, 0)
 	case *Grant:
-		return check(m.Reserved, m.Flags, GrantPreempt)
+		return check(m.Reserved, m.Flags, GrantPreempt|GrantAlone)
 	case *Release:
 		return check(m.Reserved, m.Flags, ReleaseMore)
 	case *Revoke:

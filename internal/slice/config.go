@@ -89,6 +89,11 @@ type Config struct {
 	Grace time.Duration
 	// PreemptMin is the least banked time an online tenant needs to preempt.
 	PreemptMin time.Duration
+	// Renew is how long before its grant's end a holder that no other tenant
+	// waits for gets its grant renewed for its next turn (ActRenew), instead
+	// of handing over and asking again: a lone tenant's queue never drains.
+	// At most half the holder's slice; 0 turns renewal off.
+	Renew time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/node.md.
@@ -103,6 +108,7 @@ func DefaultConfig() Config {
 		BankMaxSlices: 4,
 		Grace:         20 * time.Millisecond,
 		PreemptMin:    500 * time.Microsecond,
+		Renew:         2 * time.Millisecond,
 	}
 }
 
@@ -129,6 +135,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grace %v: must be positive", c.Grace)
 	case c.PreemptMin < 0:
 		return fmt.Errorf("preempt minimum %v: must not be negative", c.PreemptMin)
+	case c.Renew < 0 || c.Renew > MaxSlice:
+		return fmt.Errorf("renewal lead %v: must be in [0, %v]", c.Renew, MaxSlice)
 	}
 	return nil
 }

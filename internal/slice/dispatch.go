@@ -103,6 +103,8 @@ func (s *Scheduler) grant(t *tenant, now time.Time, preempt bool) []Action {
 	t.forfeit = t.forfeit || preempt
 	g := Grant{Tenant: t.id, Seq: s.seq, Start: now, SliceEnd: now.Add(own), End: end, Preempt: preempt}
 	s.hold = &hold{t: t, g: g}
+	_, s.hold.g.Alone = s.renewAt()
+	g = s.hold.g
 	return []Action{{Kind: ActGrant, Tenant: t.id, Grant: g}}
 }
 
@@ -115,6 +117,7 @@ type TenantStats struct {
 	Debt     time.Duration
 	Achieved time.Duration // total time held, including the running grant
 	Grants   uint64
+	Renewals uint64 // grants renewed with no other tenant waiting
 	// Hand-overs after a revoke: how many, the longest and the p99 (of the
 	// last 256) time past the revoke (slice end or preemption) they took.
 	Overruns   uint64
@@ -131,7 +134,7 @@ func (s *Scheduler) Stats(now time.Time) []TenantStats {
 		st := TenantStats{
 			ID: t.id, Params: t.params, Slice: s.cfg.SliceOf(t.params),
 			Banked: t.bank.total(now, s.cfg.BankMaxAge), Debt: t.debt,
-			Achieved: t.achieved, Grants: t.grants, Waiting: t.waiting,
+			Achieved: t.achieved, Grants: t.grants, Renewals: t.renewals, Waiting: t.waiting,
 			Overruns: t.overrun.n, OverrunMax: t.overrun.max, OverrunP99: t.overrun.p99(),
 		}
 		if s.hold != nil && s.hold.t == t {

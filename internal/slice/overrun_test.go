@@ -10,7 +10,7 @@ import (
 func TestOverruns(t *testing.T) {
 	s := runSteps(t, testConfig(), []tenantSpec{{1, Params{}}, {2, Params{}}}, []step{
 		{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-		{1 * ms, "acq", 2, nil},
+		{1 * ms, "acq", 2, []string{"shared 1"}},
 		{10 * ms, "tick", 0, []string{"revoke 1"}},
 		{13 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 3 ms past its end
 		{15 * ms, "more", 2, []string{"grant 1 7ms/7ms"}},   // early: not an overrun; 1 repays 3 ms of debt

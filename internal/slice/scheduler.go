@@ -18,6 +18,10 @@ type Grant struct {
 	End      time.Time
 	// Preempt marks an online tenant's turn pulled ahead of offline work.
 	Preempt bool
+	// Alone: no other tenant waited when the grant was made or last renewed
+	// (and renewal is on). An idle holder need not hand back; the policy
+	// says so (ActRenew, Alone false) as soon as another tenant waits.
+	Alone bool
 }
 
 // ActionKind says what the caller must tell a tenant.
@@ -31,6 +35,10 @@ const (
 	ActRevoke
 	// ActExpire: the holder did not hand over in time; its grant is void.
 	ActExpire
+	// ActRenew: the holder's grant (same Seq) changed: renewed (a later End,
+	// Alone) because no other tenant waits, or no longer Alone because one
+	// now does.
+	ActRenew
 )
 
 func (k ActionKind) String() string {
@@ -41,6 +49,8 @@ func (k ActionKind) String() string {
 		return "revoke"
 	case ActExpire:
 		return "expire"
+	case ActRenew:
+		return "renew"
 	}
 	return fmt.Sprintf("action(%d)", uint8(k))
 }
@@ -61,6 +71,7 @@ type tenant struct {
 	forfeit  bool          // took its turn early (preempt); skip one regular turn
 	achieved time.Duration // total time held
 	grants   uint64
+	renewals uint64
 	overrun  overruns // hand-overs after a revoke: how long past it
 	ceil     ceiling  // budget under Params.ShareMax
 }
@@ -70,6 +81,7 @@ type hold struct {
 	g       Grant
 	revoked bool
 	hardEnd time.Time // when revoked: the GPU is taken away at this time
+	noRenew bool      // Queued: the holder's next turn is a new grant
 }
 
 // Scheduler is the policy state of one GPU. It is not safe for concurrent use.
@@ -162,8 +174,13 @@ func (s *Scheduler) Acquire(id ID, now time.Time) ([]Action, error) {
 	case h.t == t:
 		return []Action{{Kind: ActGrant, Tenant: id, Grant: h.g}}, nil
 	case !s.canPreempt(t, now):
-		return nil, nil
+		if !h.g.Alone {
+			return nil, nil
+		}
+		h.g.Alone = false
+		return []Action{{Kind: ActRenew, Tenant: h.t.id, Grant: h.g}}, nil
 	}
+	h.g.Alone = false
 	s.preempter = t
 	if h.revoked {
 		return nil, nil
@@ -201,7 +218,8 @@ func (s *Scheduler) Release(id ID, seq uint64, now time.Time, more bool) ([]Acti
 	return s.dispatch(now), nil
 }
 
-// Tick revokes a grant that reached its end, takes the GPU from a holder that
+// Tick renews the grant of a holder no one else waits for shortly before its
+// end, revokes a grant that reached its end, takes the GPU from a holder that
 // did not hand over within the grace time, and hands an idle GPU to a tenant
 // whose ceiling held it back. Call it at NextDeadline.
 func (s *Scheduler) Tick(now time.Time) []Action {
@@ -210,6 +228,9 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 		return s.dispatch(now)
 	}
 	if !h.revoked {
+		if at, ok := s.renewAt(); ok && !now.Before(at) {
+			return s.renew(now)
+		}
 		if now.Before(h.g.End) {
 			return nil
 		}
@@ -236,6 +257,9 @@ func (s *Scheduler) NextDeadline() (at time.Time, ok bool) {
 	case h.revoked:
 		return h.hardEnd, true
 	default:
+		if at, ok := s.renewAt(); ok {
+			return at, true
+		}
 		return h.g.End, true
 	}
 }

@@ -30,10 +30,12 @@ type tenantSpec struct {
 func render(acts []Action) []string {
 	var out []string
 	for _, a := range acts {
-		switch a.Kind {
-		case ActGrant:
+		switch {
+		case a.Kind == ActRenew && !a.Grant.Alone:
+			out = append(out, fmt.Sprintf("shared %d", a.Tenant))
+		case a.Kind == ActGrant, a.Kind == ActRenew:
 			g := a.Grant
-			s := fmt.Sprintf("grant %d %v/%v", a.Tenant, g.SliceEnd.Sub(g.Start), g.End.Sub(g.Start))
+			s := fmt.Sprintf("%v %d %v/%v", a.Kind, a.Tenant, g.SliceEnd.Sub(g.Start), g.End.Sub(g.Start))
 			if g.Preempt {
 				s += "!"
 			}
@@ -104,6 +106,8 @@ func TestSchedulerSequences(t *testing.T) {
 	three := []tenantSpec{{1, Params{}}, {2, Params{}}, {3, Params{}}}
 	noBurst := testConfig()
 	noBurst.Burst = false
+	noRenew := testConfig()
+	noRenew.Renew = 0
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -112,14 +116,14 @@ func TestSchedulerSequences(t *testing.T) {
 	}{
 		{"round robin among busy tenants", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{0, "acq", 2, nil}, {0, "acq", 3, nil},
+			{0, "acq", 2, []string{"shared 1"}}, {0, "acq", 3, nil},
 			{10 * ms, "more", 1, []string{"grant 2 10ms/10ms"}},
 			{20 * ms, "more", 2, []string{"grant 3 10ms/10ms"}},
 			{30 * ms, "more", 3, []string{"grant 1 10ms/10ms"}},
 		}},
 		{"tenant without work banks its slice and the GPU moves on", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{0, "acq", 3, nil},
+			{0, "acq", 3, []string{"shared 1"}},
 			{10 * ms, "more", 1, []string{"grant 3 10ms/10ms"}}, // 2 passed: banks 10ms
 			{20 * ms, "more", 3, []string{"grant 1 10ms/10ms"}},
 			{25 * ms, "acq", 2, nil},
@@ -138,20 +142,20 @@ func TestSchedulerSequences(t *testing.T) {
 			{20 * ms, "more", 1, []string{"grant 1 10ms/10ms"}},
 			{30 * ms, "more", 1, []string{"grant 1 10ms/10ms"}},
 			{40 * ms, "more", 1, []string{"grant 1 10ms/10ms"}}, // 2 and 3 at cap 30ms
-			{45 * ms, "acq", 2, nil},
+			{45 * ms, "acq", 2, []string{"shared 1"}},
 			{50 * ms, "more", 1, []string{"grant 2 10ms/40ms"}},
 		}},
 		{"burst spends bank, overrun beyond it becomes debt", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{2 * ms, "rel", 1, nil},                           // banks 8ms
 			{5 * ms, "acq", 1, []string{"grant 1 10ms/18ms"}}, // 2 and 3 passed: bank 10ms
-			{5 * ms, "acq", 2, nil},
+			{5 * ms, "acq", 2, []string{"shared 1"}},
 			{26 * ms, "more", 1, []string{"grant 2 10ms/20ms"}}, // used 21: 8 banked, 3 debt
 			{36 * ms, "more", 2, []string{"grant 1 7ms/7ms"}},
 		}},
 		{"a tenant in debt passes its turns until it has repaid", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{0, "acq", 2, nil},
+			{0, "acq", 2, []string{"shared 1"}},
 			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 30ms debt
 			{50 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // 1 passes: 20ms debt
 			{60 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // 10ms
@@ -160,31 +164,31 @@ func TestSchedulerSequences(t *testing.T) {
 		}},
 		{"partial debt shortens the slice, never below the minimum", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{0, "acq", 2, nil},
+			{0, "acq", 2, []string{"shared 1"}},
 			{19*ms + 950*time.Microsecond, "more", 1, []string{"grant 2 10ms/10ms"}}, // 9.95ms debt
 			{29*ms + 950*time.Microsecond, "more", 2, []string{"grant 1 100µs/100µs"}},
 		}},
 		{"everyone waiting in debt: the GPU is still handed out", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{0, "acq", 2, nil},
+			{0, "acq", 2, []string{"shared 1"}},
 			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 1 owes 30ms
 			{80 * ms, "rel", 2, []string{"grant 1 10ms/10ms"}},  // 2 owes 30ms and has no work
 		}},
 		{"grant end revokes, grace end expires and moves on", testConfig(), three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
-			{1 * ms, "acq", 2, nil},
+			{1 * ms, "acq", 2, []string{"shared 1"}},
 			{9 * ms, "tick", 0, nil},
 			{10 * ms, "tick", 0, []string{"revoke 1"}},
 			{11 * ms, "tick", 0, nil},
 			{12 * ms, "tick", 0, []string{"expire 1", "grant 2 10ms/10ms"}}, // 1 owes 2ms
 			{13 * ms, "rel", 1, nil},                                        // late release of the void grant: ignored
 			{22 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},             // 3 banks 10ms, 1 repays 2 and banks 8
-			{23 * ms, "acq", 1, nil},
+			{23 * ms, "acq", 1, []string{"shared 2"}},
 			{32 * ms, "more", 2, []string{"grant 1 10ms/18ms"}},
 		}},
 		{"online tenant with bank preempts offline at the next boundary", testConfig(),
 			[]tenantSpec{{1, Params{Priority: High}}, {2, Params{}}, {3, Params{}}}, []step{
-				{0, "acq", 2, []string{"grant 2 10ms/10ms"}}, {0, "acq", 3, nil},
+				{0, "acq", 2, []string{"grant 2 10ms/10ms"}}, {0, "acq", 3, []string{"shared 2"}},
 				{10 * ms, "more", 2, []string{"grant 3 10ms/10ms"}},
 				{20 * ms, "more", 3, []string{"grant 2 10ms/10ms"}}, // 1 banks 20ms
 				{22 * ms, "acq", 1, []string{"revoke 2"}},
@@ -198,23 +202,57 @@ func TestSchedulerSequences(t *testing.T) {
 			[]tenantSpec{{1, Params{Priority: High}}, {2, Params{}}}, []step{
 				{0, "acq", 2, []string{"grant 2 10ms/10ms"}},
 				{10 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},
-				{12 * ms, "acq", 1, nil},
+				{12 * ms, "acq", 1, []string{"shared 2"}},
 				{20 * ms, "more", 2, []string{"grant 1 20ms/20ms"}},
 			}},
 		{"online without bank waits its turn", testConfig(),
 			[]tenantSpec{{2, Params{}}, {1, Params{Priority: High}}}, []step{
 				{0, "acq", 2, []string{"grant 2 10ms/10ms"}},
-				{1 * ms, "acq", 1, nil},
+				{1 * ms, "acq", 1, []string{"shared 2"}},
 				{10 * ms, "more", 2, []string{"grant 1 20ms/20ms"}},
 			}},
 		{"removing the holder grants the next at once", testConfig(), three, []step{
-			{0, "acq", 1, []string{"grant 1 10ms/10ms"}}, {0, "acq", 2, nil},
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}}, {0, "acq", 2, []string{"shared 1"}},
 			{3 * ms, "rm", 1, []string{"grant 2 10ms/10ms"}},
 			{13 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},
 		}},
+		{"a lone holder's grant is renewed before its end, others bank a slice", testConfig(), three, []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{7 * ms, "tick", 0, nil},
+			{8 * ms, "tick", 0, []string{"renew 1 20ms/20ms"}},  // 2 and 3 bank 10ms each
+			{18 * ms, "tick", 0, []string{"renew 1 30ms/30ms"}}, // ... 20ms each
+			{19 * ms, "acq", 2, []string{"shared 1"}},           // waits for the renewed end
+			{28 * ms, "tick", 0, nil},                           // not alone: no renewal
+			{30 * ms, "tick", 0, []string{"revoke 1"}},
+			{31 * ms, "more", 1, []string{"grant 2 10ms/30ms"}}, // its slice + 20ms banked
+		}},
+		{"renewal off, or a revoked grant: hand over at the end", noRenew, three, []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{8 * ms, "tick", 0, nil},
+			{10 * ms, "tick", 0, []string{"revoke 1"}},
+			{11 * ms, "more", 1, []string{"grant 1 9ms/9ms"}}, // 1ms past its end: debt
+		}},
+		{"renewal repays debt and its lead is at most half the slice", testConfig(),
+			[]tenantSpec{{1, Params{Slice: 2 * ms}}, {2, Params{}}}, []step{
+				{0, "acq", 1, []string{"grant 1 2ms/2ms"}},
+				{0, "acq", 2, []string{"shared 1"}},
+				{3950 * us, "more", 1, []string{"grant 2 10ms/10ms"}},      // 1 owes 1.95ms
+				{13950 * us, "rel", 2, []string{"grant 1 100µs/100µs"}},    // 1.9ms repaid
+				{13950 * us, "tick", 0, []string{"renew 1 2.05ms/2.05ms"}}, // lead 1ms; 50µs repaid
+				{14 * ms, "tick", 0, nil},
+				{15 * ms, "tick", 0, []string{"renew 1 4.05ms/4.05ms"}},
+			}},
+		{"an online tenant preempting a lone holder stops renewal", testConfig(),
+			[]tenantSpec{{1, Params{Priority: High}}, {2, Params{}}}, []step{
+				{0, "acq", 2, []string{"grant 2 10ms/10ms"}},
+				{8 * ms, "tick", 0, []string{"renew 2 20ms/20ms"}}, // 1 banks 20ms more (40ms)
+				{9 * ms, "acq", 1, []string{"revoke 2"}},
+				{9500 * us, "tick", 0, nil},
+				{10 * ms, "more", 2, []string{"grant 1 20ms/60ms!"}},
+			}},
 		{"share of the period and explicit slices", testConfig(),
 			[]tenantSpec{{1, Params{Share: 0.3}}, {2, Params{Slice: 5 * ms}}}, []step{
-				{0, "acq", 1, []string{"grant 1 30ms/30ms"}}, {0, "acq", 2, nil},
+				{0, "acq", 1, []string{"grant 1 30ms/30ms"}}, {0, "acq", 2, []string{"shared 1"}},
 				{30 * ms, "more", 1, []string{"grant 2 5ms/5ms"}},
 			}},
 	}
@@ -304,7 +342,33 @@ func TestStats(t *testing.T) {
 	if !slices.Equal(st, want) {
 		t.Fatalf("stats\n got %+v\nwant %+v", st, want)
 	}
-	if at, ok := s.NextDeadline(); !ok || !at.Equal(t0.Add(25*ms)) {
+	// 2 holds alone: its grant (to 25ms) is renewed 2ms before its end.
+	if at, ok := s.NextDeadline(); !ok || !at.Equal(t0.Add(23*ms)) {
 		t.Fatalf("deadline %v %v", at, ok)
+	}
+}
+
+// TestQueuedStopsRenewal: a holder with work queued for its next turn (a
+// member of its group waits) is not renewed; an Alone grant says it no longer is.
+func TestQueuedStopsRenewal(t *testing.T) {
+	s, _ := New(testConfig())
+	if err := s.Add(1, Params{}); err != nil {
+		t.Fatal(err)
+	}
+	acts, _ := s.Acquire(1, t0)
+	if !acts[0].Grant.Alone {
+		t.Fatalf("a lone tenant's grant is not Alone: %+v", acts[0].Grant)
+	}
+	if got := render(s.Queued(1)); !slices.Equal(got, []string{"shared 1"}) {
+		t.Fatalf("Queued: %q", got)
+	}
+	if acts := s.Queued(1); acts != nil {
+		t.Fatalf("Queued again: %q", render(acts))
+	}
+	if at, _ := s.NextDeadline(); !at.Equal(t0.Add(10 * ms)) {
+		t.Fatalf("deadline %v, want the grant's end (no renewal)", at.Sub(t0))
+	}
+	if got := render(s.Tick(t0.Add(10 * ms))); !slices.Equal(got, []string{"revoke 1"}) {
+		t.Fatalf("at the end: %q", got)
 	}
 }

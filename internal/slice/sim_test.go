@@ -173,3 +173,24 @@ func TestSimBurstBuffer(t *testing.T) {
 		})
 	}
 }
+
+// TestSimAlone: a lone busy tenant keeps the GPU busy without a hand-over per
+// slice (its grant is renewed), and with renewal off hands over every slice.
+func TestSimAlone(t *testing.T) {
+	for _, renew := range []time.Duration{DefaultConfig().Renew, 0} {
+		cfg := DefaultConfig()
+		cfg.Renew = renew
+		w := newWorld(cfg, time.Second)
+		w.addClient(Params{}).busyLoop(50 * us)
+		w.addClient(Params{}) // registered, no work: banks
+		w.run(t0.Add(2 * time.Second))
+		busy := w.busy[0][1].Seconds() / w.window.Seconds()
+		t.Logf("renew %v: %d hand-overs in 2 s, GPU busy %.2f%% in the second window", renew, w.releases, busy*100)
+		switch {
+		case renew > 0 && w.releases != 0:
+			t.Errorf("renewal on: %d hand-overs, want 0", w.releases)
+		case renew == 0 && w.releases < 150:
+			t.Errorf("renewal off: %d hand-overs, want one per 10 ms slice", w.releases)
+		}
+	}
+}

@@ -52,6 +52,7 @@ type world struct {
 	clients  []*client
 	inflight int // kernels per client at most (the gate's bound)
 	idle     time.Duration
+	releases int // hand-overs (releases with more work)
 }
 
 func newWorld(cfg Config, window time.Duration) *world {
@@ -109,6 +110,8 @@ func (w *world) deliver(acts []Action) {
 		switch a.Kind {
 		case ActGrant:
 			w.after(w.oneWay, func() { c.onGrant(g.Seq, w.now.Add(g.End.Sub(sent))) })
+		case ActRenew:
+			w.after(w.oneWay, func() { c.onRenew(g.Seq, w.now.Add(g.End.Sub(sent))) })
 		case ActRevoke, ActExpire:
 			w.after(w.oneWay, func() { c.onRevoke(g.Seq) })
 		}
@@ -225,6 +228,9 @@ func (c *client) sync(cont func()) {
 
 func (c *client) release(more bool) {
 	seq := c.seq
+	if more {
+		c.w.releases++
+	}
 	c.holding, c.revoked = false, false
 	c.asked = more // a release with more work left also asks for the next grant
 	c.w.daemon(func(now time.Time) []Action { a, _ := c.w.sched.Release(c.id, seq, now, more); return a })
@@ -239,6 +245,14 @@ func (c *client) onGrant(seq uint64, until time.Time) {
 	c.onGranted = nil
 	for _, f := range run {
 		f()
+	}
+}
+
+// onRenew: the held grant ends later; a renewal of a grant already handed
+// back is ignored (the release crossed it).
+func (c *client) onRenew(seq uint64, until time.Time) {
+	if c.holding && c.seq == seq && !c.revoked {
+		c.until = until
 	}
 }
 

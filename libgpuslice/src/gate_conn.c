@@ -64,6 +64,7 @@ GS_HIDDEN int gs_gate_release_locked(uint64_t seq, int more)
 {
 	struct gs_msg_release r = {.seq = seq, .flags = more ? GS_RELEASE_MORE : 0};
 	memcpy(r.gpu, gs_gate.gpu, sizeof(r.gpu));
+	gs_gate.released = seq;
 	return send_locked(GS_MSG_RELEASE, &r, sizeof(r));
 }
 
@@ -73,15 +74,19 @@ GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 	uint64_t now = gs_gate_now();
 	switch (f->header.type) {
 	case GS_MSG_GRANT:
-		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0)
+		/* A grant of the seq held (or being handed over) is a renewal: a
+		 * later end, the queue kept. One of a seq handed back crossed the
+		 * release: stale. Seqs only grow on one connection. */
+		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0 || f->msg.grant.seq == g->released)
 			return;
-		if (g->st != GS_GATE_HOLDING || g->seq != f->msg.grant.seq)
+		if ((g->st != GS_GATE_HOLDING && g->st != GS_GATE_RELEASING) || g->seq != f->msg.grant.seq)
 			gs_gate_queue_grant(f->msg.grant.slice_ns,
 					    atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed));
 		g->st = GS_GATE_HOLDING;
 		g->seq = f->msg.grant.seq;
 		g->grant_end = now + f->msg.grant.valid_ns;
 		g->slice_ns = f->msg.grant.slice_ns;
+		g->alone = (f->msg.grant.flags & GS_GRANT_ALONE) != 0;
 		g->revoked = 0;
 		g->slow = 0;
 		break;
@@ -120,7 +125,9 @@ struct idle {
 
 /* A holder that launched nothing for idle_ns (at once if revoked) has its
  * outstanding work waited for, without blocking new launches; if it still
- * launched nothing idle_ns later, its grant is handed back. */
+ * launched nothing idle_ns later, its grant is handed back. Not while the
+ * daemon says no other group waits (it says so when one starts to): handing
+ * back would only cost the holder a round trip at its next launch. */
 static void idle_locked(struct idle *s)
 {
 	struct gs_gate *g = &gs_gate;
@@ -156,6 +163,10 @@ static uint64_t holder_step_locked(struct idle *s)
 		gs_gate_publish_locked(now); /* the grant ran out: the next launch hands over */
 	unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed);
 	uint64_t idle = g->revoked ? 0 : gs_gate_cfg()->idle_ns;
+	if (g->alone && !g->revoked) {
+		*s = (struct idle){.gen = g->gen, .seq = g->seq, .seen = n, .since = now};
+		return over ? idle : g->grant_end - now;
+	}
 	if (s->gen != g->gen || s->seq != g->seq || s->seen != n) {
 		*s = (struct idle){.gen = g->gen, .seq = g->seq, .seen = n, .since = now};
 	} else if (now - s->since >= idle) {
@@ -265,7 +276,7 @@ static int handshake(int fd, uint64_t timeout_ns, uint64_t step_ns, struct gs_fr
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return -1;
-	int rc = gs_hello_exchange(fd, GS_FEATURE_REVOKE, f);
+	int rc = gs_hello_exchange(fd, GS_FEATURE_REVOKE | GS_FEATURE_RENEW, f);
 	if (rc != 0)
 		return rc;
 	tv.tv_sec = (time_t)(step_ns / 1000000000u);
@@ -318,6 +329,7 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 	g->fd = fd;
 	g->gen++;
 	g->st = GS_GATE_IDLE;
+	g->seq = g->released = 0; /* a restarted daemon counts seqs from 1 again */
 	g->revoked = g->slow = g->refused = 0;
 	if (atomic_exchange(&g->said_down, 0))
 		gs_log("node daemon at %s is back: GPU time slicing resumed", c->socket);

@@ -43,9 +43,11 @@ struct gs_gate {
 	unsigned gen;      /* connection generation */
 	enum gs_gate_state st;
 	uint64_t seq;
+	uint64_t released; /* the seq last handed back (0: none on this connection): a renewal of it is stale */
 	uint64_t grant_end;
 	uint64_t slice_ns; /* the held grant's slice */
 	int revoked;
+	int alone;         /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */
 	int slow;          /* a grant took longer than timeout_ns: run until one comes */
 	int refused;       /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
 	int receiving;     /* a launcher is blocked reading the socket for its grant */
