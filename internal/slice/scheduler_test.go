@@ -372,3 +372,22 @@ func TestQueuedStopsRenewal(t *testing.T) {
 		t.Fatalf("at the end: %q", got)
 	}
 }
+
+// TestCappedNotRenewed: a tenant with a ceiling hands over at its grant's end
+// even alone (its ceiling is enforced at grant boundaries).
+func TestCappedNotRenewed(t *testing.T) {
+	s, _ := New(testConfig())
+	if err := s.Add(1, Params{ShareMax: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	acts, _ := s.Acquire(1, t0)
+	if g := acts[0].Grant; g.Alone {
+		t.Fatalf("a capped tenant's grant is Alone: %+v", g)
+	}
+	if got := render(s.Tick(t0.Add(8 * ms))); got != nil {
+		t.Fatalf("renewed: %q", got)
+	}
+	if got := render(s.Tick(t0.Add(10 * ms))); !slices.Equal(got, []string{"revoke 1"}) {
+		t.Fatalf("at the end: %q", got)
+	}
+}
