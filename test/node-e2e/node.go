@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	gsnode "github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/ociimage"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -322,6 +323,24 @@ func (n *node) killAgent() {
 	n.agent = nil
 }
 
+// killDaemon kills the node daemon the agent supervised: it runs in a
+// session of its own (it outlives a killed agent, as in a container until
+// the container ends), so killing the agent's process group leaves it.
+func (n *node) killDaemon() {
+	st, err := gsnode.ReadStatus(filepath.Join(n.dir, "run"))
+	if err != nil || st.PID <= 0 {
+		return
+	}
+	fd, err := unix.PidfdOpen(st.PID, 0)
+	if err != nil {
+		return // gone already
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10_000)
+	}
+}
+
 // stop deletes the pods (so the kubelet stops their containers), removes
 // what containerd still holds, and stops every process.
 func (n *node) stop() {
@@ -336,6 +355,7 @@ func (n *node) stop() {
 		})
 	}
 	n.killAgent()
+	n.killDaemon()
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		if n.procs[i].Name == "containerd" {
 			n.removeContainers()
