@@ -1,6 +1,6 @@
-# Cluster scheduling: gpuslice-scheduler, gpuslice-publisher, the real
+# Cluster scheduling: gpuslice-scheduler, gpuslice-publisher, kubectl-gpuslice, the real
 # Kubernetes binaries they are tested against, integration tests, benchmark.
-# bin/gpuslice-scheduler and bin/gpuslice-publisher are built by mk/go.mk (every cmd/<name>).
+# bin/gpuslice-scheduler, bin/gpuslice-publisher and bin/kubectl-gpuslice are built by mk/go.mk (every cmd/<name>).
 K8S_BIN_DIR := $(K8S_DIR)
 TEST_TARGETS += test-cluster
 
@@ -15,12 +15,13 @@ test-cluster-unit:
 # Integration tests on a real apiserver/etcd/scheduler (modest scale, a few minutes).
 # If the Kubernetes binaries cannot be built here, the tests skip with the reason; with
 # GPUSLICE_INTEGRATION_REQUIRED=1 (CI sets it: .ci/run) that is a failure instead.
-test-cluster: $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher test-cluster-unit
+test-cluster: $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher $(BIN)/kubectl-gpuslice test-cluster-unit
 	@hack/k8s/build.sh || { if [ "$$GPUSLICE_INTEGRATION_REQUIRED" = 1 ]; then \
 	  echo "gpuslice: Kubernetes binaries could not be built (GPUSLICE_INTEGRATION_REQUIRED=1): integration tests fail"; exit 1; fi; \
 	  echo "gpuslice: WARNING: Kubernetes binaries could not be built; integration tests will skip"; }
 	$(GO) vet -tags integration ./test/integration/...
 	GPUSLICE_K8S_BIN=$(K8S_BIN_DIR) GPUSLICE_SCHEDULER=$(abspath $(BIN)/gpuslice-scheduler) GPUSLICE_PUBLISHER=$(abspath $(BIN)/gpuslice-publisher) \
+	  GPUSLICE_KUBECTL_PLUGIN=$(abspath $(BIN)/kubectl-gpuslice) \
 	  $(GO) test -tags integration -count=1 -timeout 20m ./test/integration/...
 
 # Ours vs stock kube-scheduler on KWOK nodes; the last line is the summary.

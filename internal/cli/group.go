@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -108,7 +109,7 @@ func groupGetCommand(env *Env, tree func() group.Tree) *cobra.Command {
 		Short: "print a group's settings and read-back files (or only FILEs)",
 		Args:  usageArgs(env, cobra.MinimumNArgs(1)),
 	}
-	out := outputFlag(cmd.Flags())
+	out := output.AddFlag(cmd.Flags())
 	cmd.RunE = func(_ *cobra.Command, a []string) error { return groupGet(env, tree(), a[0], a[1:], *out) }
 	return cmd
 }
@@ -119,19 +120,19 @@ func groupListCommand(env *Env, tree func() group.Tree) *cobra.Command {
 		Short: "list groups with their main settings and memory in use",
 		Args:  noArgs(env),
 	}
-	out := outputFlag(cmd.Flags())
+	out := output.AddFlag(cmd.Flags())
 	cmd.RunE = func(*cobra.Command, []string) error { return groupList(env, tree(), *out) }
 	return cmd
 }
 
-func groupGet(env *Env, tree group.Tree, name string, files []string, f format) error {
+func groupGet(env *Env, tree group.Tree, name string, files []string, f output.Format) error {
 	if err := paths.ValidateGroup(name); err != nil {
 		return usagef("group get: %w", err)
 	}
 	if !tree.Exists(name) {
 		return usagef("group get: no group %q", name)
 	}
-	if f != formatTable {
+	if f != output.Table {
 		if len(files) > 0 {
 			return usagef("group get: FILE arguments print plain values; -o %s prints the whole group", f)
 		}
@@ -168,7 +169,7 @@ func groupGet(env *Env, tree group.Tree, name string, files []string, f format) 
 	return nil
 }
 
-func groupList(env *Env, tree group.Tree, f format) error {
+func groupList(env *Env, tree group.Tree, f output.Format) error {
 	names, err := tree.List()
 	if err != nil {
 		return err

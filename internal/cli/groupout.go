@@ -9,11 +9,12 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/output"
 )
 
 // readGroup reads a group's settings and the read-back files the daemon wrote.
 func readGroup(tree group.Tree, name string) (GroupDoc, error) {
-	d := GroupDoc{TypeMeta: typeMeta("Group"), Name: name, Settings: map[string]string{}, Status: map[string]string{}}
+	d := GroupDoc{TypeMeta: output.Meta("Group"), Name: name, Settings: map[string]string{}, Status: map[string]string{}}
 	s, err := tree.Read(name)
 	if err != nil {
 		return d, err
@@ -40,15 +41,15 @@ func readGroup(tree group.Tree, name string) (GroupDoc, error) {
 
 // writeGroups prints groups: as a GroupList (list) or one Group document, or
 // as a table (default: ls's columns; wide: every setting and read-back file).
-func writeGroups(w io.Writer, docs []GroupDoc, f format, list bool) error {
+func writeGroups(w io.Writer, docs []GroupDoc, f output.Format, list bool) error {
 	switch {
-	case f.structured() && list:
-		return writeDoc(w, f, GroupListDoc{TypeMeta: typeMeta("GroupList"), Items: docs})
-	case f.structured():
-		return writeDoc(w, f, docs[0])
+	case f.Structured() && list:
+		return output.Write(w, f, GroupListDoc{TypeMeta: output.Meta("GroupList"), Items: docs})
+	case f.Structured():
+		return output.Write(w, f, docs[0])
 	}
 	cols := []string{group.FilePriority, group.FileSlice, group.FileShare, group.FileMemoryMax, group.FileMemoryCurrent}
-	if f == formatWide {
+	if f == output.Wide {
 		cols = append(group.SettingFiles(), group.ReadbackFiles()...)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

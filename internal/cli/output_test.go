@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/output"
 )
 
 func sampleStatus() *node.Status {
@@ -33,7 +34,7 @@ func sampleStatus() *node.Status {
 }
 
 func sampleSMI() SMIDoc {
-	return SMIDoc{TypeMeta: typeMeta("SMI"), Driver: "570.1", Simulated: true, GPUs: []SMIGPU{
+	return SMIDoc{TypeMeta: output.Meta("SMI"), Driver: "570.1", Simulated: true, GPUs: []SMIGPU{
 		{Index: 0, Name: "Sim A100", UUID: "GPU-a", MemoryTotal: 40 << 30, MemoryUsed: 1 << 30, MemoryFree: 39 << 30,
 			Utilization: 50, MemoryUtilization: 10, Processes: []SMIProcess{{PID: 7, Memory: 1 << 30}}},
 		{Index: 1, Name: "Sim A100", UUID: "GPU-b", MemoryTotal: 40 << 30, Processes: []SMIProcess{}},
@@ -60,22 +61,22 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestStatusFormats(t *testing.T) {
-	for _, f := range []format{formatTable, formatWide, formatJSON, formatYAML} {
+	for _, f := range []output.Format{output.Table, output.Wide, output.JSON, output.YAML} {
 		var b bytes.Buffer
 		if err := writeStatus(&b, sampleStatus(), f); err != nil {
 			t.Fatal(err)
 		}
-		golden(t, "status."+map[format]string{formatTable: "table"}[f]+string(f), b.Bytes())
+		golden(t, "status."+map[output.Format]string{output.Table: "table"}[f]+string(f), b.Bytes())
 	}
 	var doc StatusDoc
 	var b bytes.Buffer
-	if err := writeStatus(&b, sampleStatus(), formatJSON); err != nil {
+	if err := writeStatus(&b, sampleStatus(), output.JSON); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.APIVersion != APIVersion || doc.Kind != "Status" || len(doc.GPUs) != 2 || doc.GPUs[1].UUID != "GPU-b" ||
+	if doc.APIVersion != output.APIVersion || doc.Kind != "Status" || len(doc.GPUs) != 2 || doc.GPUs[1].UUID != "GPU-b" ||
 		len(doc.GPUs[1].ElasticMemory) != 1 || doc.GPUs[0].Groups[0].GPUTimeNs != int64(1500*time.Millisecond) {
 		t.Errorf("status document %+v", doc)
 	}
@@ -84,37 +85,22 @@ func TestStatusFormats(t *testing.T) {
 func TestStatusEmpty(t *testing.T) {
 	st := &node.Status{Version: node.StatusVersion, PID: 1}
 	var b bytes.Buffer
-	if err := writeStatus(&b, st, formatTable); err != nil || !strings.Contains(b.String(), "no GPU in use") {
+	if err := writeStatus(&b, st, output.Table); err != nil || !strings.Contains(b.String(), "no GPU in use") {
 		t.Errorf("table %q %v", b.String(), err)
 	}
 	b.Reset()
-	if err := writeStatus(&b, st, formatJSON); err != nil || !strings.Contains(b.String(), `"gpus": []`) {
+	if err := writeStatus(&b, st, output.JSON); err != nil || !strings.Contains(b.String(), `"gpus": []`) {
 		t.Errorf("json %q %v; want an empty list, not null", b.String(), err)
 	}
 }
 
 func TestSMIFormats(t *testing.T) {
-	for _, f := range []format{formatTable, formatWide, formatJSON, formatYAML} {
+	for _, f := range []output.Format{output.Table, output.Wide, output.JSON, output.YAML} {
 		var b bytes.Buffer
 		if err := writeSMI(&b, sampleSMI(), f); err != nil {
 			t.Fatal(err)
 		}
-		golden(t, "smi."+map[format]string{formatTable: "table"}[f]+string(f), b.Bytes())
-	}
-}
-
-func TestFormatFlag(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want format
-		ok   bool
-	}{{"json", formatJSON, true}, {"yaml", formatYAML, true}, {"wide", formatWide, true}, {"", formatTable, true},
-		{"JSON", "", false}, {"table", "", false}, {"jsonpath={.x}", "", false}} {
-		var f format
-		err := formatFlag{&f}.Set(c.in)
-		if (err == nil) != c.ok || f != c.want {
-			t.Errorf("-o %q: %q %v", c.in, f, err)
-		}
+		golden(t, "smi."+map[output.Format]string{output.Table: "table"}[f]+string(f), b.Bytes())
 	}
 }
 
@@ -145,7 +131,7 @@ func TestGroupCommands(t *testing.T) {
 	}
 	code, out, _ = groupCLI(t, dir, "get", "train", "-o", "json")
 	var d GroupDoc
-	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.APIVersion != APIVersion || d.Kind != "Group" ||
+	if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil || d.APIVersion != output.APIVersion || d.Kind != "Group" ||
 		d.Name != "train" || d.Settings["memory.max"] != "6442450944" || d.Status["memory.current"] != "1048576" {
 		t.Errorf("get -o json: exit %d, %v, %+v", code, err, d)
 	}

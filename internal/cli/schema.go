@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/output"
 )
 
 // The documents `-o json|yaml` prints (apiVersion cli.gpuslice.io/v1,
@@ -12,9 +13,9 @@ import (
 
 // StatusDoc is `gpuslice status -o json|yaml` (kind Status).
 type StatusDoc struct {
-	TypeMeta `json:",inline"`
-	Daemon   StatusDaemon `json:"daemon"`
-	GPUs     []StatusGPU  `json:"gpus"`
+	output.TypeMeta `json:",inline"`
+	Daemon          StatusDaemon `json:"daemon"`
+	GPUs            []StatusGPU  `json:"gpus"`
 }
 
 // StatusDaemon is the node daemon that wrote the status.
@@ -75,7 +76,7 @@ type ElasticMemory struct {
 }
 
 func statusDoc(st *node.Status) StatusDoc {
-	doc := StatusDoc{TypeMeta: typeMeta("Status"), GPUs: []StatusGPU{}, Daemon: StatusDaemon{PID: st.PID, Socket: st.Socket,
+	doc := StatusDoc{TypeMeta: output.Meta("Status"), GPUs: []StatusGPU{}, Daemon: StatusDaemon{PID: st.PID, Socket: st.Socket,
 		Time: st.Time, PeriodNs: st.PeriodNs, Burst: st.Burst, Connections: st.Connections}}
 	index := map[string]int{}
 	gpu := func(uuid string) *StatusGPU {
@@ -110,10 +111,10 @@ func statusDoc(st *node.Status) StatusDoc {
 
 // SMIDoc is `gpuslice smi -o json|yaml` (kind SMI): what NVML shows this process.
 type SMIDoc struct {
-	TypeMeta  `json:",inline"`
-	Driver    string   `json:"driver"`
-	Simulated bool     `json:"simulated"`
-	GPUs      []SMIGPU `json:"gpus"`
+	output.TypeMeta `json:",inline"`
+	Driver          string   `json:"driver"`
+	Simulated       bool     `json:"simulated"`
+	GPUs            []SMIGPU `json:"gpus"`
 }
 
 // SMIGPU is one GPU as NVML shows it.
@@ -141,16 +142,16 @@ type SMIProcess struct {
 // daemon's read-back files (memory.current, gpu_time.achieved, ...), which are
 // absent until the daemon writes them.
 type GroupDoc struct {
-	TypeMeta `json:",inline"`
-	Name     string            `json:"name"`
-	Settings map[string]string `json:"settings"`
-	Status   map[string]string `json:"status"`
+	output.TypeMeta `json:",inline"`
+	Name            string            `json:"name"`
+	Settings        map[string]string `json:"settings"`
+	Status          map[string]string `json:"status"`
 	// Error says why the group's settings could not be read (group ls only).
 	Error string `json:"error,omitempty"`
 }
 
 // GroupListDoc is `gpuslice group ls -o json|yaml` (kind GroupList).
 type GroupListDoc struct {
-	TypeMeta `json:",inline"`
-	Items    []GroupDoc `json:"items"`
+	output.TypeMeta `json:",inline"`
+	Items           []GroupDoc `json:"items"`
 }

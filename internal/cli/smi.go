@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -20,13 +21,13 @@ func smiCommand(env *Env) *cobra.Command {
 		Args: noArgs(env),
 	}
 	driver := driverFlag(env, cmd.Flags(), "GPU driver: auto, real or sim (env GPUSLICE_DRIVER)")
-	out := outputFlag(cmd.Flags())
+	out := output.AddFlag(cmd.Flags())
 	cmd.RunE = func(*cobra.Command, []string) error { return runSMI(env, *driver, *out) }
 	return cmd
 }
 
 // runSMI prints what NVML reports to the calling process.
-func runSMI(env *Env, driver string, f format) error {
+func runSMI(env *Env, driver string, f output.Format) error {
 	drv, devs, err := openDriver(env, driver)
 	if err != nil {
 		return err
@@ -42,7 +43,7 @@ func runSMI(env *Env, driver string, f format) error {
 }
 
 func readSMI(drv *gpu.Driver, devs []gpu.Device) (SMIDoc, error) {
-	doc := SMIDoc{TypeMeta: typeMeta("SMI"), Driver: drv.Version, Simulated: drv.Simulated, GPUs: []SMIGPU{}}
+	doc := SMIDoc{TypeMeta: output.Meta("SMI"), Driver: drv.Version, Simulated: drv.Simulated, GPUs: []SMIGPU{}}
 	for _, d := range devs {
 		mem, err := drv.NVML.Memory(d.Index)
 		if err != nil {
@@ -66,11 +67,11 @@ func readSMI(drv *gpu.Driver, devs []gpu.Device) (SMIDoc, error) {
 	return doc, nil
 }
 
-func writeSMI(w io.Writer, doc SMIDoc, f format) error {
-	if f.structured() {
-		return writeDoc(w, f, doc)
+func writeSMI(w io.Writer, doc SMIDoc, f output.Format) error {
+	if f.Structured() {
+		return output.Write(w, f, doc)
 	}
-	wide := f == formatWide
+	wide := f == output.Wide
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "GPU\tname\tUUID\tmemory used / total\tutilization"
 	if wide {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
@@ -23,12 +24,12 @@ func statusCommand(env *Env) *cobra.Command {
 		Args:  noArgs(env),
 	}
 	runDir := cmd.Flags().String("run-dir", paths.RunDir(env.Getenv), "run directory (env GPUSLICE_RUN_DIR)")
-	out := outputFlag(cmd.Flags())
+	out := output.AddFlag(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, *runDir, *out) }
 	return cmd
 }
 
-func runStatus(ctx context.Context, env *Env, runDir string, f format) error {
+func runStatus(ctx context.Context, env *Env, runDir string, f output.Format) error {
 	socket := node.SocketPath(env.Getenv)
 	if !node.Reachable(ctx, socket) {
 		return fmt.Errorf("no node daemon answers on %s (gpuslice run starts one; or run gpuslice node)", socket)
@@ -41,9 +42,9 @@ func runStatus(ctx context.Context, env *Env, runDir string, f format) error {
 }
 
 // writeStatus prints the daemon's status in format f.
-func writeStatus(w io.Writer, st *node.Status, f format) error {
-	if f.structured() {
-		return writeDoc(w, f, statusDoc(st))
+func writeStatus(w io.Writer, st *node.Status, f output.Format) error {
+	if f.Structured() {
+		return output.Write(w, f, statusDoc(st))
 	}
 	burst := "on"
 	if !st.Burst {
@@ -63,13 +64,13 @@ func writeStatus(w io.Writer, st *node.Status, f format) error {
 		fmt.Fprintf(w, "\n%s  holder: %s\n", g.UUID, holder)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		head := "GROUP\tPRIORITY\tSLICE\tEXPECTED\tACHIEVED(1s)\tGPU TIME\tBANKED\tPROCS\tMEMORY"
-		if f == formatWide {
+		if f == output.Wide {
 			head += "\tSHARE\tSTATE\tGRANTS\tGRANTED\tREVOKES\tOVERRUNS\tOVERRUN P99\tOVERRUN MAX\tDEBT\tREFUSED"
 		}
 		fmt.Fprintln(tw, head)
 		for _, e := range g.Groups {
 			row := statusRow(e)
-			if f == formatWide {
+			if f == output.Wide {
 				row = append(row, statusWide(e)...)
 			}
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
