@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -23,6 +24,18 @@ type sharing struct {
 	modes          map[string]api.SharingMode // by UUID
 	daemons        map[string][]*mps.Daemon   // mps GPUs' daemons, by UUID
 	unitsPerClient int
+
+	mu      sync.Mutex
+	servers map[uint32]bool // the MPS servers' pids at the last measurement
+}
+
+// server tells whether pid is one of the node's MPS servers: the agent runs
+// them, so they are no unscheduled process (on a real driver the compute list
+// shows a server in place of its clients).
+func (s *sharing) server(pid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.servers[pid]
 }
 
 // newSharing reads cfg.Sharing for gpus and prepares K daemons per mps GPU.
@@ -91,6 +104,10 @@ type sharingReader struct {
 }
 
 func (sr sharingReader) Devices(ctx context.Context) ([]table.Device, error) {
+	clients, servers := sr.s.count(ctx)
+	sr.s.mu.Lock()
+	sr.s.servers = servers
+	sr.s.mu.Unlock()
 	devs, err := sr.r.Devices(ctx)
 	if err != nil {
 		return nil, err
@@ -104,17 +121,34 @@ func (sr sharingReader) Devices(ctx context.Context) ([]table.Device, error) {
 		}
 		d.UnitsTotal = api.MPSUnits(sr.s.unitsPerClient, api.MPSClientLimit, len(ds))
 		d.MPSClientSlots, d.MPSUnitsPerClient = int32(api.MPSClientLimit*len(ds)), int32(sr.s.unitsPerClient)
-		for _, dm := range ds {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			n, err := dm.Clients(cctx)
-			cancel()
-			if err != nil {
-				// Unknown: count the server as full until it answers.
-				klog.FromContext(ctx).Error(err, "count MPS clients", "gpu", d.UUID, "pipeDir", dm.PipeDir)
-				n = api.MPSClientLimit
-			}
-			d.MPSClients += int32(n)
-		}
+		d.MPSClients = clients[d.UUID]
 	}
 	return devs, nil
+}
+
+// count asks every daemon for its servers and their live clients: clients
+// per GPU UUID, and the servers' pids. A daemon that does not answer counts
+// as full until it answers.
+func (s *sharing) count(ctx context.Context) (map[string]int32, map[uint32]bool) {
+	clients, servers := map[string]int32{}, map[uint32]bool{}
+	for uuid, ds := range s.daemons {
+		for _, dm := range ds {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ps, err := dm.Servers(cctx)
+			n := 0
+			if err == nil {
+				n, err = dm.ClientsOf(cctx, ps)
+			}
+			cancel()
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "count MPS clients", "gpu", uuid, "pipeDir", dm.PipeDir)
+				n = api.MPSClientLimit
+			}
+			for _, p := range ps {
+				servers[uint32(p)] = true
+			}
+			clients[uuid] += int32(n)
+		}
+	}
+	return clients, servers
 }

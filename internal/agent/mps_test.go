@@ -24,7 +24,8 @@ func (f fixedReader) Devices(context.Context) ([]table.Device, error) {
 
 // On the simulated GPU with its stand-in MPS daemon: the agent's daemon for
 // an mps GPU admits a client (a CUDA program with the injected environment),
-// and the GPUNode measurement counts it and bounds the units free.
+// and the GPUNode measurement counts it and bounds the units free; the
+// daemon's server is known as the agent's (not an unscheduled process).
 func TestSharingMeasuresLiveClients(t *testing.T) {
 	bin := os.Getenv("GPUSLICE_BIN")
 	if bin == "" {
@@ -99,6 +100,12 @@ func TestSharingMeasuresLiveClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitClients(1)
+	// The server (the agent's) is no unscheduled process; its client is not a server.
+	ps, err := sh.daemons[uuid][0].Servers(ctx)
+	if err != nil || len(ps) != 1 || !sh.server(uint32(ps[0])) || sh.server(uint32(tenant.Process.Pid)) {
+		t.Fatalf("servers %v (%v): server(%v) = %v, server(client %d) = %v", ps, err, ps, len(ps) == 1 && sh.server(uint32(ps[0])),
+			tenant.Process.Pid, sh.server(uint32(tenant.Process.Pid)))
+	}
 	_ = tenant.Process.Kill()
 	_ = tenant.Wait()
 	waitClients(0)

@@ -30,7 +30,7 @@ import (
 // pods, and, per GPU, the processes no pod scheduled there owns.
 func newPublisher(cfg Config, dyn dynamic.Interface, nvml table.NVMLReader, pods listersv1.PodLister, sh *sharing) *table.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
-	nvml.Owned = own.owned
+	nvml.Owned = func(index int, pid uint32) bool { return own.owned(index, pid) || sh.server(pid) }
 	return &table.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
 		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: nvml, runDir: cfg.RunDir}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}

@@ -141,6 +141,10 @@ func (l *lib) Utilization(index int) (Utilization, error) {
 	return Utilization{GPU: u.Gpu, Memory: u.Memory}, nil
 }
 
+// Processes lists the device's compute processes and its MPS clients (a real
+// driver lists an MPS server in the compute list and its clients only in the
+// MPS list), once per pid. A driver without the MPS list gives the compute
+// list alone.
 func (l *lib) Processes(index int) ([]Process, error) {
 	d, err := l.handle(index)
 	if err != nil {
@@ -150,9 +154,16 @@ func (l *lib) Processes(index int) ([]Process, error) {
 	if err := check(fmt.Sprintf("device %d processes", index), ret); err != nil {
 		return nil, err
 	}
+	if more, ret := d.GetMPSComputeRunningProcesses(); ret == nvml.SUCCESS {
+		ps = append(ps, more...)
+	}
 	out := make([]Process, 0, len(ps))
+	seen := make(map[uint32]bool, len(ps))
 	for _, p := range ps {
-		out = append(out, Process{PID: p.Pid, UsedMemory: p.UsedGpuMemory})
+		if !seen[p.Pid] {
+			seen[p.Pid] = true
+			out = append(out, Process{PID: p.Pid, UsedMemory: p.UsedGpuMemory})
+		}
 	}
 	return out, nil
 }

@@ -40,14 +40,24 @@ func TestUtilizationAndProcesses(t *testing.T) {
 	dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		return []nvml.ProcessInfo{{Pid: 42, UsedGpuMemory: 1 << 30}}, nvml.SUCCESS
 	}
+	// MPS clients (a real driver lists them only here), once per pid.
+	dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 42, UsedGpuMemory: 1 << 30}, {Pid: 43, UsedGpuMemory: 1 << 20}}, nvml.SUCCESS
+	}
 	n := Wrap(server)
 	u, err := n.Utilization(2)
 	if err != nil || u.GPU != 73 || u.Memory != 12 {
 		t.Fatalf("Utilization = %+v, %v", u, err)
 	}
 	ps, err := n.Processes(2)
-	if err != nil || len(ps) != 1 || ps[0].PID != 42 || ps[0].UsedMemory != 1<<30 {
+	if err != nil || len(ps) != 2 || ps[0].PID != 42 || ps[0].UsedMemory != 1<<30 || ps[1].PID != 43 {
 		t.Fatalf("Processes = %+v, %v", ps, err)
+	}
+	dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return nil, nvml.ERROR_FUNCTION_NOT_FOUND // an older driver: the compute list alone
+	}
+	if ps, err := n.Processes(2); err != nil || len(ps) != 1 || ps[0].PID != 42 {
+		t.Fatalf("Processes without an MPS list = %+v, %v", ps, err)
 	}
 }
 

@@ -115,15 +115,29 @@ func (d *Daemon) Command(ctx context.Context, command string) (string, error) {
 	return out.String(), nil
 }
 
+// Servers lists the pids of the daemon's MPS servers (get_server_list).
+func (d *Daemon) Servers(ctx context.Context) ([]int, error) {
+	out, err := d.Command(ctx, "get_server_list")
+	if err != nil {
+		return nil, err
+	}
+	return pids(out), nil
+}
+
 // Clients counts the live clients of the daemon's servers
 // (get_server_list, then get_client_list of each).
 func (d *Daemon) Clients(ctx context.Context) (int, error) {
-	servers, err := d.Command(ctx, "get_server_list")
+	servers, err := d.Servers(ctx)
 	if err != nil {
 		return 0, err
 	}
+	return d.ClientsOf(ctx, servers)
+}
+
+// ClientsOf counts the live clients of servers (get_client_list of each).
+func (d *Daemon) ClientsOf(ctx context.Context, servers []int) (int, error) {
 	n := 0
-	for _, s := range pids(servers) {
+	for _, s := range servers {
 		out, err := d.Command(ctx, "get_client_list "+strconv.Itoa(s))
 		if err != nil {
 			return 0, err

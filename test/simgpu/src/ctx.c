@@ -51,6 +51,7 @@ CUresult sim_register_process(int dev)
 	if (slot < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY; /* process table full */
 	sim_g.slot = slot;
+	atomic_store(&sim_g.st->proc[slot].mps_server, sim_mps_server());
 	return CUDA_SUCCESS;
 }
 

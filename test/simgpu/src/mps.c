@@ -152,6 +152,11 @@ CUresult sim_mps_attach(void)
 	return CUDA_SUCCESS;
 }
 
+int32_t sim_mps_server(void)
+{
+	return atomic_load(&mps.state) == MPS_OFF || mps.t == NULL ? 0 : mps.t->server_pid;
+}
+
 /* Also peeks at the connection, so a server that is gone (its process
  * reaped) fails the very next call, not only once the monitor has run. */
 CUresult sim_mps_check(void)

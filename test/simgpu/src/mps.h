@@ -13,6 +13,8 @@
  * CUDA_MPS_PIPE_DIRECTORY (once per process). CUDA_SUCCESS also when there is
  * none; the refusal (client limit) or failure otherwise. */
 SIM_HIDDEN CUresult sim_mps_attach(void);
+/* The pid of the process's MPS server once it is a client, else 0. */
+SIM_HIDDEN int32_t sim_mps_server(void);
 /* CUDA_ERROR_MPS_RPC_FAILURE once the process's server died, else success. */
 SIM_HIDDEN CUresult sim_mps_check(void);
 /* Runs one kernel as an MPS client; false if the process is not one (the

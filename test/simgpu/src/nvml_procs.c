@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  * nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses in their v1,
- * v2 and v3 struct layouts; nvmlDeviceGetProcessUtilization. */
+ * v2 and v3 struct layouts; nvmlDeviceGetProcessUtilization. As on a real
+ * driver, MPS clients are listed by the MPS list and their server (once, with
+ * its clients' memory) by the compute list. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -12,8 +14,25 @@ struct proc_row {
 	unsigned long long mem;
 };
 
-/* Live processes with a context or memory on device idx. */
-static unsigned collect(int idx, struct proc_row *rows, unsigned cap)
+/* LIST_ALL: every process with a context or memory (utilization samples). */
+enum list { LIST_NONE, LIST_COMPUTE, LIST_MPS, LIST_ALL };
+
+/* Adds mem to the server's row, appending one if it has none yet. */
+static unsigned add_server(struct proc_row *rows, unsigned n, unsigned cap, unsigned pid, unsigned long long mem)
+{
+	for (unsigned i = 0; i < n && i < cap; i++)
+		if (rows[i].pid == pid) {
+			rows[i].mem += mem;
+			return n;
+		}
+	if (n < cap)
+		rows[n] = (struct proc_row){pid, mem};
+	return n + 1;
+}
+
+/* Live processes with a context or memory on device idx: MPS clients in the
+ * MPS list, every other process and the clients' servers in the compute list. */
+static unsigned collect(int idx, enum list which, struct proc_row *rows, unsigned cap)
 {
 	struct sim_state *st = sim_nvml.st;
 	unsigned n = 0;
@@ -22,8 +41,19 @@ static unsigned collect(int idx, struct proc_row *rows, unsigned cap)
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
 		struct sim_proc_state *p = &st->proc[i];
 		int32_t pid = atomic_load(&p->pid);
+		int32_t server = atomic_load(&p->mps_server);
 		unsigned long long mem = atomic_load(&p->used[idx]);
 		if (pid == 0 || (!(p->dev_mask & (1u << idx)) && mem == 0))
+			continue;
+		if (which == LIST_ALL) {
+			n++;
+			continue;
+		}
+		if (which == LIST_COMPUTE && server != 0) {
+			n = add_server(rows, n, cap, (unsigned)server, mem);
+			continue;
+		}
+		if ((which == LIST_MPS) != (server != 0))
 			continue;
 		if (n < cap)
 			rows[n] = (struct proc_row){(unsigned)pid, mem};
@@ -33,7 +63,7 @@ static unsigned collect(int idx, struct proc_row *rows, unsigned cap)
 }
 
 /* v: 1, 2 or 3 (v2 and v3 share nvmlProcessInfo_v2_t's layout). */
-static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v, bool none)
+static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v, enum list which)
 {
 	struct proc_row rows[SIM_MAX_PROCS];
 	nvmlReturn_t rc = sim_nvml_check();
@@ -46,7 +76,7 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (sim_is_lost(sim_nvml.st, idx))
 		return NVML_ERROR_GPU_IS_LOST;
-	n = none ? 0 : collect(idx, rows, SIM_MAX_PROCS);
+	n = which == LIST_NONE ? 0 : collect(idx, which, rows, SIM_MAX_PROCS);
 	if (n > *count || (infos == NULL && n > 0)) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -71,37 +101,47 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
 {
-	return running(h, n, p, 1, false);
+	return running(h, n, p, 1, LIST_COMPUTE);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
 {
-	return running(h, n, p, 2, false);
+	return running(h, n, p, 2, LIST_COMPUTE);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
 {
-	return running(h, n, p, 3, false);
+	return running(h, n, p, 3, LIST_COMPUTE);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
 {
-	return running(h, n, p, 1, true);
+	return running(h, n, p, 1, LIST_NONE);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
 {
-	return running(h, n, p, 2, true);
+	return running(h, n, p, 2, LIST_NONE);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
 {
-	return running(h, n, p, 3, true);
+	return running(h, n, p, 3, LIST_NONE);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
+{
+	return running(h, n, p, 1, LIST_MPS);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
+{
+	return running(h, n, p, 2, LIST_MPS);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
 {
-	return running(h, n, p, 3, true);
+	return running(h, n, p, 3, LIST_MPS);
 }
 
 /* Per process slot: its busy time when this process last sampled it. */
@@ -150,7 +190,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
 	struct sim_state *st = sim_nvml.st;
-	unsigned n = last_seen >= stamp ? 0 : collect(idx, NULL, 0);
+	unsigned n = last_seen >= stamp ? 0 : collect(idx, LIST_ALL, NULL, 0);
 	if (n == 0)
 		return NVML_ERROR_NOT_FOUND;
 	if (out == NULL || *count < n) {

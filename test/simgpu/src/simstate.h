@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
-#define SIM_STATE_VERSION 4u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events */
+#define SIM_STATE_VERSION 5u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
+                              5: sim_proc_state.mps_server */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
@@ -63,6 +64,8 @@ struct sim_proc_state {
 	_Atomic int32_t pid; /* 0: free slot */
 	uint32_t dev_mask;   /* devices this process has a context on */
 	uint64_t start;      /* /proc/<pid>/stat starttime, detects pid reuse */
+	_Atomic int32_t mps_server; /* pid of its MPS server when an MPS client, else 0 */
+	uint32_t reserved;
 	_Atomic uint64_t used[SIM_MAX_DEVICES];
 	_Atomic uint64_t busy_ns[SIM_MAX_DEVICES]; /* time its kernels held each device's engine */
 	uint64_t since_ns;                         /* CLOCK_MONOTONIC ns the slot was taken */

@@ -140,6 +140,7 @@ static void reap_locked(struct sim_state *st)
 			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
 		}
 		p->dev_mask = 0;
+		atomic_store(&p->mps_server, 0);
 		atomic_store(&p->pid, 0);
 	}
 }
@@ -196,6 +197,7 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 			continue;
 		p->start = start;
 		p->dev_mask = 0;
+		atomic_store(&p->mps_server, 0);
 		for (int d = 0; d < SIM_MAX_DEVICES; d++) {
 			atomic_store(&p->used[d], 0);
 			atomic_store(&p->busy_ns[d], 0);
@@ -238,6 +240,7 @@ void sim_proc_release(struct sim_state *st, int slot, int32_t pid)
 			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
 		}
 		p->dev_mask = 0;
+		atomic_store(&p->mps_server, 0);
 		atomic_store(&p->pid, 0);
 	}
 	state_unlock(st);

@@ -3,7 +3,8 @@
  * (gpuslice-sim-mps-control, built next to this test): two clients at 30 %
  * and 70 % share the GPU's throughput at the same time; the 49th client is
  * refused; a killed server fails its clients and a restarted one admits new
- * clients. */
+ * clients; NVML lists a client in the MPS list and its server in the compute
+ * list, as a real driver does. */
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -134,6 +135,33 @@ static void test_client_limit(void)
 	stop_daemon(d, SIGTERM);
 }
 
+static void test_process_lists(void)
+{
+	pid_t d = start_daemon(), kid;
+	int res[2], hold[2], code;
+	nvmlDevice_t h;
+	nvmlProcessInfo_t v[8];
+	unsigned int n = 8;
+
+	MUST(pipe2(res, O_CLOEXEC) == 0 && pipe2(hold, O_CLOEXEC) == 0);
+	kid = spawn_hold(res[1], hold[0]);
+	MUST(read(res[0], &code, sizeof(code)) == (ssize_t)sizeof(code));
+	CHECK_EQ(code, CUDA_SUCCESS);
+	MUST(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2(0, &h) == NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMPSComputeRunningProcesses_v3(h, &n, v), NVML_SUCCESS);
+	CHECK(n == 1 && v[0].pid == (unsigned)kid); /* the client */
+	n = 8;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v), NVML_SUCCESS);
+	CHECK(n == 1 && v[0].pid == (unsigned)d); /* its server, not the client */
+	nvmlShutdown();
+	close(hold[1]);
+	CHECK_EQ(t_wait(kid), 0);
+	close(res[0]);
+	close(res[1]);
+	close(hold[0]);
+	stop_daemon(d, SIGTERM);
+}
+
 /* Child: a client whose server is killed while it is connected. */
 static int child_orphan(void)
 {
@@ -209,9 +237,10 @@ int main(int argc, char **argv)
 	setenv("CUDA_MPS_LOG_DIRECTORY", logd, 1);
 	test_shares();
 	test_client_limit();
+	test_process_lists();
 	test_server_death();
 	char cmd[PATH_MAX * 2];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
 	CHECK_EQ(system(cmd), 0);
-	return t_done("mps: shares 30/70, client limit 48, server death and restart");
+	return t_done("mps: shares 30/70, client limit 48, process lists, server death and restart");
 }
