@@ -54,6 +54,9 @@ type reconciler struct {
 	observe func(time.Duration)
 	seenMu  sync.Mutex
 	seen    map[string]time.Time
+	// badShareMax is, per pod, the malformed share ceiling last reported
+	// in an Event (guarded by seenMu; at most maxSeen pods).
+	badShareMax map[types.UID]string
 }
 
 // maxSeen bounds the assignment changes waiting to be applied that are
@@ -133,6 +136,7 @@ func (r *reconciler) run(ctx context.Context) error {
 				continue
 			}
 			r.gcGroups(ctx, pods)
+			r.forgetPods(pods)
 			for _, p := range pods {
 				if key, err := cache.MetaNamespaceKeyFunc(p); err == nil && p.Annotations[api.AnnotationAssignment] != "" {
 					r.queue.Add(key)
@@ -176,7 +180,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
-	if err := applySettings(ctx, r.tree, pod, want, r.memoryOver(ctx)); err != nil {
+	if err := applySettings(ctx, r.tree, pod, want, r.memoryOver(ctx), r.shareMaxTold(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	var applied api.Applied
@@ -331,17 +335,64 @@ func (r *reconciler) gcGroups(ctx context.Context, pods []*corev1.Pod) {
 // Warning Event on its pod.
 func (r *reconciler) memoryOver(ctx context.Context) overLimit {
 	return func(pod *corev1.Pod, container string, current, limit uint64, n int) {
-		now := metav1.NewTime(time.Now())
-		ev := &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-			Reason:         api.ReasonMemoryOverLimit, Type: corev1.EventTypeWarning, FirstTimestamp: now, LastTimestamp: now, Count: 1,
-			Message: fmt.Sprintf("container %s holds %d bytes of GPU memory on %d GPU(s), its new limit is %d bytes per GPU: "+
-				"new allocations fail until it fits; nothing is killed", container, current, n, limit),
-			Source: corev1.EventSource{Component: "gpuslice-node"},
+		r.warn(ctx, pod, api.ReasonMemoryOverLimit, fmt.Sprintf("container %s holds %d bytes of GPU memory on %d GPU(s), "+
+			"its new limit is %d bytes per GPU: new allocations fail until it fits; nothing is killed", container, current, n, limit))
+	}
+}
+
+// warn creates a Warning Event on pod (failures are logged).
+func (r *reconciler) warn(ctx context.Context, pod *corev1.Pod, reason, msg string) {
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Reason:         reason, Type: corev1.EventTypeWarning, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		Message: msg, Source: corev1.EventSource{Component: "gpuslice-node"},
+	}
+	if _, err := r.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "create event", "pod", klog.KObj(pod), "reason", reason)
+	}
+}
+
+// shareMaxTold reports a malformed share ceiling in a Warning Event, once
+// per value and pod.
+func (r *reconciler) shareMaxTold(ctx context.Context) shareMaxTold {
+	return func(pod *corev1.Pod, bad error) {
+		if r.noteShareMax(pod.UID, pod.Annotations[api.AnnotationShareMax], bad != nil) {
+			r.warn(ctx, pod, api.ReasonShareMaxInvalid, bad.Error()+"; ignored: the pod's containers keep the ceiling they had")
 		}
-		if _, err := r.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-			klog.FromContext(ctx).Error(err, "memory over limit event", "pod", klog.KObj(pod), "container", container)
+	}
+}
+
+// noteShareMax records whether pod uid's share ceiling v is malformed, and
+// says whether to report it: a malformed value not reported yet.
+func (r *reconciler) noteShareMax(uid types.UID, v string, bad bool) bool {
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	last, told := r.badShareMax[uid]
+	switch {
+	case !bad:
+		delete(r.badShareMax, uid)
+		return false
+	case told && last == v:
+		return false
+	case told || len(r.badShareMax) < maxSeen:
+		r.badShareMax[uid] = v
+	}
+	return true
+}
+
+// forgetPods drops what is remembered of pods no longer on the node.
+func (r *reconciler) forgetPods(pods []*corev1.Pod) {
+	live := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		live[p.UID] = true
+	}
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	for uid := range r.badShareMax {
+		if !live[uid] {
+			delete(r.badShareMax, uid)
 		}
 	}
 }

@@ -63,12 +63,23 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 // group holds (current bytes on its n GPUs).
 type overLimit func(pod *corev1.Pod, container string, current, limit uint64, n int)
 
+// shareMaxTold is told at every pass whether pod's api.AnnotationShareMax is
+// malformed (err, the annotation then ignored) or not (nil).
+type shareMaxTold func(pod *corev1.Pod, err error)
+
 // applySettings makes the groups of pod's containers (those Allocate made)
 // match their settings; a group already right is not rewritten, so the node
 // daemon sees a change only when there is one. A limit lowered below what
 // the group holds is applied too (its new allocations fail until it fits;
-// nothing is killed) and reported to over (may be nil).
-func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want map[string][]api.GPUAssignment, over overLimit) error {
+// nothing is killed) and reported to over (may be nil). The pod's share
+// ceiling (api.AnnotationShareMax) goes to every group; a malformed one is
+// ignored (each group keeps the ceiling it had) and reported to told (may be nil).
+func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want map[string][]api.GPUAssignment,
+	over overLimit, told shareMaxTold) error {
+	shareMax, smErr := api.ParseShareMax(pod)
+	if told != nil {
+		told(pod, smErr)
+	}
 	for _, c := range pod.Spec.Containers {
 		gpus, ok := want[c.Name]
 		if !ok {
@@ -83,6 +94,12 @@ func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want m
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 		cur, err := tree.Read(name)
+		switch {
+		case smErr == nil:
+			s.ShareMax = shareMax
+		case err == nil: // a malformed ceiling changes nothing
+			s.ShareMax = cur.ShareMax
+		}
 		if err == nil && cur == s {
 			continue
 		}
@@ -95,7 +112,7 @@ func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want m
 			}
 		}
 		klog.FromContext(ctx).Info("applied group settings", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
-			"group", name, "share", s.Share, "priority", s.Priority.String(), "memoryMax", s.MemoryMax)
+			"group", name, "share", s.Share, "shareMax", s.ShareMax, "priority", s.Priority.String(), "memoryMax", s.MemoryMax)
 	}
 	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
@@ -74,7 +76,7 @@ func TestApplySettingsLive(t *testing.T) {
 		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u, MemoryBytes: 1 << 30}}, "other": {{Index: 0, UUID: "g", Units: 10}}}
 	}
 	ctx := context.Background()
-	if err := applySettings(ctx, tree, pod, want(25), nil); err != nil {
+	if err := applySettings(ctx, tree, pod, want(25), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := tree.Read(name); err != nil || s.Share != 0.25 || s.MemoryMax != 1<<30 {
@@ -83,14 +85,14 @@ func TestApplySettingsLive(t *testing.T) {
 	if tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "other", UID: "u1"})) {
 		t.Fatal("a group was made for a container Allocate never saw")
 	}
-	if err := applySettings(ctx, tree, pod, want(50), nil); err != nil {
+	if err := applySettings(ctx, tree, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FileShare); s != "50%" {
 		t.Fatalf("share file %q after 25 -> 50", s)
 	}
 	pod.Annotations = map[string]string{api.AnnotationPriority: "high"}
-	if err := applySettings(ctx, tree, pod, want(50), nil); err != nil {
+	if err := applySettings(ctx, tree, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FilePriority); s != "high" {
@@ -119,7 +121,7 @@ func TestApplySettingsMemoryBelowUse(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, m := range []int64{8 << 30, 4 << 30, 6 << 30, 2 << 30} {
-		if err := applySettings(ctx, tree, pod, mem(m), over); err != nil {
+		if err := applySettings(ctx, tree, pod, mem(m), over, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,5 +130,77 @@ func TestApplySettingsMemoryBelowUse(t *testing.T) {
 	}
 	if s, _ := tree.Read(name); s.MemoryMax != 2<<30 {
 		t.Fatalf("limit %d not applied", s.MemoryMax)
+	}
+}
+
+// The pod's share ceiling goes to every group; a malformed one changes
+// nothing (the ceiling stays, the other settings still apply) and is told.
+func TestApplySettingsShareMax(t *testing.T) {
+	tree := group.NewTree(t.TempDir())
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1", Annotations: map[string]string{api.AnnotationShareMax: "40%"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
+	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
+	if err := tree.Create(name); err != nil {
+		t.Fatal(err)
+	}
+	units := func(u int64) map[string][]api.GPUAssignment {
+		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u}}}
+	}
+	var told []string
+	tell := func(_ *corev1.Pod, err error) { told = append(told, fmt.Sprint(err)) }
+	ctx := context.Background()
+	check := func(step string, share, shareMax float64) {
+		t.Helper()
+		if s, err := tree.Read(name); err != nil || s.Share != share || s.ShareMax != shareMax {
+			t.Fatalf("%s: %+v %v; want share %v, share.max %v", step, s, err, share, shareMax)
+		}
+	}
+	if err := applySettings(ctx, tree, pod, units(25), nil, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("40%", 0.25, 0.4)
+	if v, _ := tree.ReadFile(name, group.FileShareMax); v != "40%" {
+		t.Fatalf("share.max file %q", v)
+	}
+	pod.Annotations[api.AnnotationShareMax] = "33"
+	if err := applySettings(ctx, tree, pod, units(25), nil, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("units 33", 0.25, 0.33)
+	pod.Annotations[api.AnnotationShareMax] = "lots"
+	if err := applySettings(ctx, tree, pod, units(50), nil, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("lots", 0.5, 0.33)
+	delete(pod.Annotations, api.AnnotationShareMax)
+	if err := applySettings(ctx, tree, pod, units(50), nil, tell); err != nil {
+		t.Fatal(err)
+	}
+	check("none", 0.5, 0)
+	if len(told) != 4 || told[0] != "<nil>" || told[1] != "<nil>" || !strings.Contains(told[2], `gpuslice.io/share-max="lots"`) || told[3] != "<nil>" {
+		t.Fatalf("told %q", told)
+	}
+}
+
+// A malformed ceiling is reported once per value and pod.
+func TestNoteShareMax(t *testing.T) {
+	r := &reconciler{badShareMax: map[types.UID]string{}}
+	steps := []struct {
+		uid  types.UID
+		v    string
+		bad  bool
+		want bool
+	}{
+		{"a", "lots", true, true}, {"a", "lots", true, false}, {"b", "lots", true, true}, {"a", "0%", true, true},
+		{"a", "40%", false, false}, {"a", "0%", true, true}, {"b", "", false, false}, {"b", "lots", true, true},
+	}
+	for i, s := range steps {
+		if got := r.noteShareMax(s.uid, s.v, s.bad); got != s.want {
+			t.Fatalf("step %d (%s %q bad %v): report %v, want %v", i, s.uid, s.v, s.bad, got, s.want)
+		}
+	}
+	r.forgetPods([]*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "b"}}})
+	if _, ok := r.badShareMax["a"]; ok || len(r.badShareMax) != 1 {
+		t.Fatalf("after forgetting a: %v", r.badShareMax)
 	}
 }

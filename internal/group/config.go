@@ -245,6 +245,11 @@ func ParseShare(v string) (float64, error) {
 	if f <= 0 || f > 1 {
 		return 0, fmt.Errorf("share %q out of range (0%%, 100%%]", v)
 	}
+	// To a millionth: "1.12%" reads as 112/10000 does, so a value written
+	// and read back compares equal.
+	if r := math.Round(f*1e6) / 1e6; r > 0 {
+		return r, nil
+	}
 	return f, nil
 }
 

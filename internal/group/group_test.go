@@ -282,6 +282,12 @@ func TestShareMax(t *testing.T) {
 	if s, err := tr.Read("cap"); err != nil || s.ShareMax != 0 {
 		t.Fatalf("absent: %+v %v", s, err)
 	}
+	for h := 100; h <= 10000; h++ { // every hundredth of a percent, as the node agent writes them
+		f := float64(h) / 10000
+		if got, err := ParseShareMax(FormatPercent(f)); err != nil || got != f {
+			t.Fatalf("%v formats as %q, parses back as %v, %v", f, FormatPercent(f), got, err)
+		}
+	}
 	for _, f := range []float64{0.07, 0.29, 0.57, 0.125} {
 		if got, _ := ParseShareMax(FormatPercent(f)); got != f {
 			t.Errorf("%v formats as %q, parses back as %v", f, FormatPercent(f), got)

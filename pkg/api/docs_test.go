@@ -16,8 +16,8 @@ func TestDocsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(b, -1)
-	if len(blocks) != 4 {
-		t.Fatalf("%d yaml blocks, want 4", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("%d yaml blocks, want 5", len(blocks))
 	}
 	pods := map[string]*corev1.Pod{}
 	for _, m := range blocks {
@@ -52,6 +52,9 @@ func TestDocsPods(t *testing.T) {
 	}
 	if m, err := ParseMemoryWant(live.Annotations[AnnotationMemory]); err != nil || m[0].Value != 12<<30 {
 		t.Errorf("live memory: %v %v", m, err)
+	}
+	if m, err := ParseShareMax(pods["steady/"]); err != nil || m != 0.4 || c("steady/").Units != 25 {
+		t.Errorf("ceiling: %v %v", m, err)
 	}
 	if n, err := ParseGPUs(pods["train/3"].Annotations[AnnotationGPUs]); err != nil || n[0].Count != 3 {
 		t.Errorf("gpus: %v %v", n, err)
