@@ -133,8 +133,8 @@ int main(int argc, char **argv)
 		return 1;
 	struct variant vs[2] = {
 		{"direct", work_fns(cuda), (alloc_fn)api.MemAlloc, (free_fn)api.MemFree, buf, buf + rounds},
-		{"hooked", work_fns(hooks), (alloc_fn)dlsym(hooks, "cuMemAlloc_v2"), (free_fn)dlsym(hooks, "cuMemFree_v2"),
-		 buf + 2 * rounds, buf + 3 * rounds},
+		{"hooked", work_fns(hooks), (alloc_fn)dlsym(hooks, "cuMemAlloc_v2"),
+		 (free_fn)dlsym(hooks, "cuMemFree_v2"), buf + 2 * rounds, buf + 3 * rounds},
 	};
 	if (!vs[0].w.launch || !vs[1].w.launch || !vs[1].w.graph_launch || !vs[1].alloc || !vs[1].free) {
 		fprintf(stderr, "gs-bench-hooks: %s lacks a hook\n", argv[1]);

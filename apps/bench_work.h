@@ -6,7 +6,7 @@
 
 #include "cuapi.h"
 
-#define WORK_DESCRIPTION                                                                                \
+#define WORK_DESCRIPTION                                                                                    \
 	"4 streams x 300 kernels of 1-20 us, then 400 with a stream sync every 10, then 20 graph launches " \
 	"of 20 kernels of 1-5 us"
 

@@ -12,24 +12,23 @@
 typedef CUresult (*procaddr_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*procaddr_v2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
-static const char busy_ptx[] =
-	".version 7.0\n"
-	".target sm_70\n"
-	".address_size 64\n"
-	".visible .entry gpuslice_sim_busy(.param .u64 p_us)\n"
-	"{\n"
-	"  .reg .pred %p<2>;\n"
-	"  .reg .b64 %rd<6>;\n"
-	"  ld.param.u64 %rd1, [p_us];\n"
-	"  mul.lo.s64 %rd2, %rd1, 1000;\n"
-	"  mov.u64 %rd3, %globaltimer;\n"
-	"LOOP:\n"
-	"  mov.u64 %rd4, %globaltimer;\n"
-	"  sub.s64 %rd5, %rd4, %rd3;\n"
-	"  setp.lt.u64 %p1, %rd5, %rd2;\n"
-	"  @%p1 bra LOOP;\n"
-	"  ret;\n"
-	"}\n";
+static const char busy_ptx[] = ".version 7.0\n"
+			       ".target sm_70\n"
+			       ".address_size 64\n"
+			       ".visible .entry gpuslice_sim_busy(.param .u64 p_us)\n"
+			       "{\n"
+			       "  .reg .pred %p<2>;\n"
+			       "  .reg .b64 %rd<6>;\n"
+			       "  ld.param.u64 %rd1, [p_us];\n"
+			       "  mul.lo.s64 %rd2, %rd1, 1000;\n"
+			       "  mov.u64 %rd3, %globaltimer;\n"
+			       "LOOP:\n"
+			       "  mov.u64 %rd4, %globaltimer;\n"
+			       "  sub.s64 %rd5, %rd4, %rd3;\n"
+			       "  setp.lt.u64 %p1, %rd5, %rd2;\n"
+			       "  @%p1 bra LOOP;\n"
+			       "  ret;\n"
+			       "}\n";
 
 int cuapi_parse_via(const char *s)
 {
@@ -57,7 +56,8 @@ static void *resolve(void *lib, enum cuapi_via via, void *getproc, const char *s
 	case CUAPI_DLSYM:
 		return dlsym(lib, sym);
 	case CUAPI_PROCADDR:
-		if (((procaddr_v1_fn)getproc)(base, &fn, CUAPI_CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS)
+		if (((procaddr_v1_fn)getproc)(base, &fn, CUAPI_CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT) !=
+		    CUDA_SUCCESS)
 			return NULL;
 		return fn;
 	case CUAPI_PROCADDR_V2:
@@ -82,15 +82,16 @@ int cuapi_load(struct cuapi *api, enum cuapi_via via, char *err, size_t errlen)
 	if (via != CUAPI_DLSYM) {
 		getproc = dlsym(lib, via == CUAPI_PROCADDR ? "cuGetProcAddress" : "cuGetProcAddress_v2");
 		if (!getproc) {
-			snprintf(err, errlen, "libcuda.so.1 has no cuGetProcAddress%s", via == CUAPI_PROCADDR ? "" : "_v2");
+			snprintf(err, errlen, "libcuda.so.1 has no cuGetProcAddress%s",
+				 via == CUAPI_PROCADDR ? "" : "_v2");
 			return -1;
 		}
 	}
-#define CUAPI_LOAD(field, sym, base, params)                                               \
-	api->field = (CUresult(*) params)resolve(lib, via, getproc, sym, base);           \
-	if (!api->field) {                                                                 \
+#define CUAPI_LOAD(field, sym, base, params)                                                  \
+	api->field = (CUresult(*) params)resolve(lib, via, getproc, sym, base);               \
+	if (!api->field) {                                                                    \
 		snprintf(err, errlen, "cannot resolve %s via %s", base, cuapi_via_name(via)); \
-		return -1;                                                                 \
+		return -1;                                                                    \
 	}
 	CUAPI_FUNCS(CUAPI_LOAD)
 #undef CUAPI_LOAD
@@ -146,11 +147,25 @@ size_t cuapi_parse_size(const char *s)
 	if (end == s || v < 0)
 		return 0;
 	switch (*end) {
-	case 'k': case 'K': mult = 1024.0; end++; break;
-	case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-	case '\0': break;
-	default: return 0;
+	case 'k':
+	case 'K':
+		mult = 1024.0;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1024.0 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1024.0 * 1024 * 1024;
+		end++;
+		break;
+	case '\0':
+		break;
+	default:
+		return 0;
 	}
 	if (*end == 'i')
 		end++;

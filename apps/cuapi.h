@@ -12,43 +12,39 @@
 #include "gpuslice/cuda_abi.h"
 
 /* X(field, versioned symbol for dlsym, base name for cuGetProcAddress, parameter list); all return CUresult */
-#define CUAPI_FUNCS(X)                                                                          \
-	X(Init, "cuInit", "cuInit", (unsigned int))                                   \
-	X(DeviceGet, "cuDeviceGet", "cuDeviceGet", (CUdevice *, int))                  \
-	X(DeviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount", (int *))             \
-	X(DeviceGetName, "cuDeviceGetName", "cuDeviceGetName", (char *, int, CUdevice)) \
-	X(DeviceTotalMem, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", (size_t *, CUdevice)) \
-	X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain",                \
-	  (CUcontext *, CUdevice))                                                       \
-	X(CtxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent", (CUcontext))            \
-	X(CtxSynchronize, "cuCtxSynchronize", "cuCtxSynchronize", (void))              \
-	X(MemGetInfo, "cuMemGetInfo_v2", "cuMemGetInfo", (size_t *, size_t *))         \
-	X(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc", (CUdeviceptr *, size_t))            \
-	X(MemAllocPitch, "cuMemAllocPitch_v2", "cuMemAllocPitch",                                  \
-	  (CUdeviceptr *, size_t *, size_t, size_t, unsigned int))                       \
-	X(MemAllocManaged, "cuMemAllocManaged", "cuMemAllocManaged",                               \
-	  (CUdeviceptr *, size_t, unsigned int))                                         \
-	X(MemAllocAsync, "cuMemAllocAsync", "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream)) \
-	X(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync",             \
-	  (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                               \
-	X(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool",       \
-	  (CUmemoryPool *, CUdevice))                                                    \
-	X(MemFree, "cuMemFree_v2", "cuMemFree", (CUdeviceptr))                         \
-	X(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD", (CUdeviceptr, const void *, size_t)) \
-	X(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH", (void *, CUdeviceptr, size_t)) \
-	X(MemCreate, "cuMemCreate", "cuMemCreate",                                                 \
-	  (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
-	X(MemRelease, "cuMemRelease", "cuMemRelease", (CUmemGenericAllocationHandle))  \
-	X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity", \
-	  (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))     \
-	X(ArrayCreate, "cuArrayCreate_v2", "cuArrayCreate",                                        \
-	  (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))                                    \
-	X(ModuleLoadData, "cuModuleLoadData", "cuModuleLoadData", (CUmodule *, const void *)) \
-	X(ModuleGetFunction, "cuModuleGetFunction", "cuModuleGetFunction",                         \
-	  (CUfunction *, CUmodule, const char *))                                        \
-	X(LaunchKernel, "cuLaunchKernel", "cuLaunchKernel",                                        \
-	  (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,          \
-		       unsigned int, unsigned int, unsigned int, CUstream, void **, void **))        \
+#define CUAPI_FUNCS(X)                                                                                             \
+	X(Init, "cuInit", "cuInit", (unsigned int))                                                                \
+	X(DeviceGet, "cuDeviceGet", "cuDeviceGet", (CUdevice *, int))                                              \
+	X(DeviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount", (int *))                                         \
+	X(DeviceGetName, "cuDeviceGetName", "cuDeviceGetName", (char *, int, CUdevice))                            \
+	X(DeviceTotalMem, "cuDeviceTotalMem_v2", "cuDeviceTotalMem", (size_t *, CUdevice))                         \
+	X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))       \
+	X(CtxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent", (CUcontext))                                        \
+	X(CtxSynchronize, "cuCtxSynchronize", "cuCtxSynchronize", (void))                                          \
+	X(MemGetInfo, "cuMemGetInfo_v2", "cuMemGetInfo", (size_t *, size_t *))                                     \
+	X(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc", (CUdeviceptr *, size_t))                                        \
+	X(MemAllocPitch, "cuMemAllocPitch_v2", "cuMemAllocPitch",                                                  \
+	  (CUdeviceptr *, size_t *, size_t, size_t, unsigned int))                                                 \
+	X(MemAllocManaged, "cuMemAllocManaged", "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned int))        \
+	X(MemAllocAsync, "cuMemAllocAsync", "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))                  \
+	X(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync",                             \
+	  (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                                                         \
+	X(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool",                       \
+	  (CUmemoryPool *, CUdevice))                                                                              \
+	X(MemFree, "cuMemFree_v2", "cuMemFree", (CUdeviceptr))                                                     \
+	X(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD", (CUdeviceptr, const void *, size_t))                      \
+	X(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH", (void *, CUdeviceptr, size_t))                            \
+	X(MemCreate, "cuMemCreate", "cuMemCreate",                                                                 \
+	  (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))               \
+	X(MemRelease, "cuMemRelease", "cuMemRelease", (CUmemGenericAllocationHandle))                              \
+	X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity",           \
+	  (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                               \
+	X(ArrayCreate, "cuArrayCreate_v2", "cuArrayCreate", (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))            \
+	X(ModuleLoadData, "cuModuleLoadData", "cuModuleLoadData", (CUmodule *, const void *))                      \
+	X(ModuleGetFunction, "cuModuleGetFunction", "cuModuleGetFunction", (CUfunction *, CUmodule, const char *)) \
+	X(LaunchKernel, "cuLaunchKernel", "cuLaunchKernel",                                                        \
+	  (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,         \
+	   unsigned int, CUstream, void **, void **))                                                              \
 	X(GetErrorName, "cuGetErrorName", "cuGetErrorName", (CUresult, const char **))
 
 struct cuapi {

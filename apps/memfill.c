@@ -51,7 +51,8 @@ static CUresult alloc_one(const struct cuapi *api, const struct opts *o, CUdevic
 	}
 	if (strcmp(o->path, "array") == 0) {
 		CUarray a;
-		CUDA_ARRAY_DESCRIPTOR d = {.Width = 1024, .Height = n / 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+		CUDA_ARRAY_DESCRIPTOR d = {
+			.Width = 1024, .Height = n / 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
 		return api->ArrayCreate(&a, &d);
 	}
 	return CUDA_ERROR_NOT_SUPPORTED;

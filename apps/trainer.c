@@ -123,7 +123,8 @@ static void train(const struct cuapi *api, const struct opts *o, struct result *
 		return;
 	res->phase = "training";
 	start = now_s();
-	for (res->steps = 0; o->duration_ms > 0 ? now_s() - start < (double)o->duration_ms / 1000 : res->steps < o->steps;
+	for (res->steps = 0;
+	     o->duration_ms > 0 ? now_s() - start < (double)o->duration_ms / 1000 : res->steps < o->steps;
 	     res->steps++) {
 		for (long k = 0; k < o->kernels && res->err == CUDA_SUCCESS; k++)
 			res->err = cuapi_launch_busy(api, fn, o->kernel_us);
@@ -137,8 +138,13 @@ static void train(const struct cuapi *api, const struct opts *o, struct result *
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.name = "task", .steps = 50, .kernels = 4, .kernel_us = 2000, .fraction = 0.9,
-			 .chunk = 512u << 20, .via = CUAPI_DLSYM};
+	struct opts o = {.name = "task",
+			 .steps = 50,
+			 .kernels = 4,
+			 .kernel_us = 2000,
+			 .fraction = 0.9,
+			 .chunk = 512u << 20,
+			 .via = CUAPI_DLSYM};
 	struct result res = {.phase = "init"};
 	struct cuapi api;
 	char err[256];

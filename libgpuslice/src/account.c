@@ -4,8 +4,7 @@
 #include "account.h"
 #include "log.h"
 
-GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err,
-					  size_t errlen)
+GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err, size_t errlen)
 {
 	if (file_size == 0)
 		return GS_SHM_EMPTY;
@@ -212,8 +211,7 @@ GS_HIDDEN uint64_t gs_array_bytes(size_t w, size_t h, size_t d, int format, unsi
 	return mul_sat(v, format_bytes(format));
 }
 
-GS_HIDDEN uint64_t gs_mipmap_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels,
-				   unsigned int levels)
+GS_HIDDEN uint64_t gs_mipmap_bytes(size_t w, size_t h, size_t d, int format, unsigned int channels, unsigned int levels)
 {
 	uint64_t total = 0;
 	for (unsigned int l = 0; l < (levels ? levels : 1) && l < 64; l++) {

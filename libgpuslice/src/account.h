@@ -20,8 +20,7 @@ enum gs_shm_status { GS_SHM_OK = 0, GS_SHM_EMPTY = 1, GS_SHM_BAD = -1 };
  * when file_size < sizeof(*h)). GS_SHM_EMPTY: size 0, or exactly the expected
  * size with magic 0 (creation interrupted): safe to initialise. GS_SHM_BAD
  * comes with a one-line reason in err. */
-GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err,
-					  size_t errlen);
+GS_HIDDEN enum gs_shm_status gs_shm_check(const struct gs_shm_header *h, uint64_t file_size, char *err, size_t errlen);
 /* Fills a zeroed file; magic is stored last (release). */
 GS_HIDDEN void gs_shm_init(struct gs_shm_file *f, uint64_t host_pidns, const char *group);
 

@@ -11,14 +11,14 @@
 #include "internal.h"
 
 struct gs_config {
-	int log;                        /* GPUSLICE_LOG != "0" */
-	int limit_bad;                  /* GPUSLICE_MEMORY_LIMIT is malformed */
-	uint64_t limit;                 /* GPUSLICE_MEMORY_LIMIT, bytes; 0 = none */
-	char limit_raw[64];             /* for the error message */
-	char group[GS_SHM_NAME_LEN];    /* GPUSLICE_GROUP */
-	char group_file[PATH_MAX];      /* GPUSLICE_GROUP_FILE; "" = private group */
-	char node_socket[108];          /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
-	uint32_t elastic;               /* GPUSLICE_MEMORY_ELASTIC: "on", "spill" -> GS_ELASTIC_* bits */
+	int log;                     /* GPUSLICE_LOG != "0" */
+	int limit_bad;               /* GPUSLICE_MEMORY_LIMIT is malformed */
+	uint64_t limit;              /* GPUSLICE_MEMORY_LIMIT, bytes; 0 = none */
+	char limit_raw[64];          /* for the error message */
+	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP */
+	char group_file[PATH_MAX];   /* GPUSLICE_GROUP_FILE; "" = private group */
+	char node_socket[108];       /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
+	uint32_t elastic;            /* GPUSLICE_MEMORY_ELASTIC: "on", "spill" -> GS_ELASTIC_* bits */
 };
 
 GS_HIDDEN const struct gs_config *gs_config(void);

@@ -38,8 +38,7 @@ static struct {
 	struct managed tab[GS_MANAGED_MAX];
 	_Atomic int count;
 	_Atomic int said_refused, said_conn, said_full;
-} em = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1,
-	.tmu = PTHREAD_MUTEX_INITIALIZER};
+} em = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1, .tmu = PTHREAD_MUTEX_INITIALIZER};
 
 static int hexval(char c)
 {
@@ -223,8 +222,9 @@ GS_HIDDEN int gs_elastic_borrow(struct gs_shm_gpu *gpu, uint64_t size, int recla
 	gs_fmt_size(want, sizeof(want), size);
 	int rc = -1;
 	if (uuid_parse(gpu->uuid, b.gpu) != 0 || request(&b, &reply) != 0) {
-		gs_log_once(&em.said_conn, "allocation of %s on %s past the group's guarantee: no node daemon to borrow from",
-			    want, gpu->uuid);
+		gs_log_once(&em.said_conn,
+			    "allocation of %s on %s past the group's guarantee: no node daemon to borrow from", want,
+			    gpu->uuid);
 	} else if (reply.status == GS_LEND_GRANTED) {
 		rc = 0;
 	} else {

@@ -15,11 +15,8 @@
 #include "log.h"
 
 GS_HIDDEN struct gs_gate_fast gs_gate_fast;
-GS_HIDDEN struct gs_gate gs_gate = {.mu = PTHREAD_MUTEX_INITIALIZER,
-				      .cv = PTHREAD_COND_INITIALIZER,
-				      .fd = -1,
-				      .dead_fd = -1,
-				      .st = GS_GATE_DOWN};
+GS_HIDDEN struct gs_gate gs_gate = {
+	.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1, .dead_fd = -1, .st = GS_GATE_DOWN};
 
 static struct gs_gate_cfg cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -205,12 +202,16 @@ static void receive_locked(uint64_t *wait_start)
 	uint64_t deadline = *wait_start + cfg.timeout_ns;
 	if (now >= deadline && cfg.wait_on_loss) {
 		/* GPUSLICE_GATE_ON_LOSS=wait: launches wait for the grant, however long. */
-		gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; launches "
-			    "wait until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
+		gs_log_once(&g->said_slow,
+			    "the node daemon has not granted GPU time for %llu ms; launches "
+			    "wait until it does",
+			    (unsigned long long)(cfg.timeout_ns / 1000000u));
 		deadline = now + cfg.step_ns;
 	} else if (now >= deadline) {
-		gs_log_once(&g->said_slow, "the node daemon has not granted GPU time for %llu ms; running "
-			    "without waiting for it until it does", (unsigned long long)(cfg.timeout_ns / 1000000u));
+		gs_log_once(&g->said_slow,
+			    "the node daemon has not granted GPU time for %llu ms; running "
+			    "without waiting for it until it does",
+			    (unsigned long long)(cfg.timeout_ns / 1000000u));
 		g->slow = 1;
 		gs_gate_publish_locked(now);
 		pthread_cond_broadcast(&g->cv); /* the gate thread reads the socket now */

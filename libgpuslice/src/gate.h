@@ -36,8 +36,9 @@ enum { GS_GATE_ASK = 0, GS_GATE_PASS = 1, GS_GATE_HELD = 2, GS_GATE_TRACK = 3 };
 #define GS_GATE_CHECK_EVERY 256u
 
 struct gs_gate_fast {
-	_Atomic int state;         /* GS_GATE_* */
-	_Atomic unsigned launches; /* launches under grants, counted without atomic RMW (approximate with several launching threads) */
+	_Atomic int state; /* GS_GATE_* */
+	_Atomic unsigned
+		launches; /* launches under grants, counted without atomic RMW (approximate with several launching threads) */
 	_Atomic unsigned check_at; /* HELD: the count at which the next launch runs gs_gate_check */
 	_Atomic uint64_t end;      /* CLOCK_MONOTONIC ns: the held grant's end */
 };
@@ -65,7 +66,8 @@ static inline CUresult gs_gate_launch(CUstream stream)
 	if (__builtin_expect(state == GS_GATE_HELD, 1)) {
 		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
 		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
-		if (__builtin_expect((int)(n - atomic_load_explicit(&gs_gate_fast.check_at, memory_order_relaxed)) < 0, 1))
+		if (__builtin_expect((int)(n - atomic_load_explicit(&gs_gate_fast.check_at, memory_order_relaxed)) < 0,
+				     1))
 			return CUDA_SUCCESS;
 		return gs_gate_check(stream, n);
 	}

@@ -293,8 +293,10 @@ static void refused_locked(const struct gs_frame *f)
 	memcpy(msg, f->msg.error.message, sizeof(f->msg.error.message));
 	msg[sizeof(msg) - 1] = '\0';
 	gs_gate.refused = 1;
-	gs_log_once(&gs_gate.said_down, "the node daemon refused this process for now (%s): launches wait until it "
-		    "accepts", msg);
+	gs_log_once(&gs_gate.said_down,
+		    "the node daemon refused this process for now (%s): launches wait until it "
+		    "accepts",
+		    msg);
 }
 
 GS_HIDDEN int gs_gate_connect_locked(uint64_t now)

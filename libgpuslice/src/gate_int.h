@@ -14,16 +14,16 @@
 
 /* Configuration, read once from the environment (docs/node.md). */
 struct gs_gate_cfg {
-	int off;              /* GPUSLICE_GATE=off */
-	int wait_on_loss;     /* GPUSLICE_GATE_ON_LOSS=wait (default: run) */
-	int explicit_socket;  /* GPUSLICE_NODE_SOCKET was set: say when it is not reachable */
-	unsigned depth;       /* GPUSLICE_GATE_DEPTH: outstanding launches (0: bounded by time, below) */
-	int64_t queue_ns;     /* GPUSLICE_GATE_QUEUE_US: GPU time left queued at a slice's end (-1: 10 % of the slice, 0: unbounded) */
-	uint64_t idle_ns;     /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
-	uint64_t timeout_ns;  /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
-	uint64_t retry_ns;    /* how often an idle gate thread checks its connection */
+	int off;             /* GPUSLICE_GATE=off */
+	int wait_on_loss;    /* GPUSLICE_GATE_ON_LOSS=wait (default: run) */
+	int explicit_socket; /* GPUSLICE_NODE_SOCKET was set: say when it is not reachable */
+	unsigned depth;      /* GPUSLICE_GATE_DEPTH: outstanding launches (0: bounded by time, below) */
+	int64_t queue_ns; /* GPUSLICE_GATE_QUEUE_US: GPU time left queued at a slice's end (-1: 10 % of the slice, 0: unbounded) */
+	uint64_t idle_ns;      /* GPUSLICE_GATE_IDLE_US: idle holder hands the GPU back */
+	uint64_t timeout_ns;   /* GPUSLICE_GATE_TIMEOUT_MS: longest wait for a grant */
+	uint64_t retry_ns;     /* how often an idle gate thread checks its connection */
 	uint64_t reconnect_ns; /* reconnect interval: a restarted daemon enforces again within it */
-	uint64_t step_ns;     /* a launcher waiting for a grant re-checks its deadline this often */
+	uint64_t step_ns;      /* a launcher waiting for a grant re-checks its deadline this often */
 	char socket[108];
 };
 
@@ -47,11 +47,11 @@ struct gs_gate {
 	uint64_t grant_end;
 	uint64_t slice_ns; /* the held grant's slice */
 	int revoked;
-	int alone;         /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */
-	int slow;          /* a grant took longer than timeout_ns: run until one comes */
-	int refused;       /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
-	int receiving;     /* a launcher is blocked reading the socket for its grant */
-	int thread;        /* the gate thread was started (in this process) */
+	int alone;     /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */
+	int slow;      /* a grant took longer than timeout_ns: run until one comes */
+	int refused;   /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
+	int receiving; /* a launcher is blocked reading the socket for its grant */
+	int thread;    /* the gate thread was started (in this process) */
 	int have_gpu;
 	uint8_t gpu[16];
 	CUcontext ctx;     /* the holder's context, for the gate thread's idle release */

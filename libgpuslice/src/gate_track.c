@@ -38,7 +38,7 @@ static struct {
 	unsigned char used[GS_TRACK_MAX];
 } ring = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-#define GS_MARKS 16            /* markers in the ring (one slot kept: the last completed) */
+#define GS_MARKS 16             /* markers in the ring (one slot kept: the last completed) */
 #define GS_MARK_EVERY 64u       /* launches between two markers, at least */
 #define GS_QUEUE_MIN_NS 200000u /* the default bound, at least */
 #define GS_LAUNCH_NS0 1000000u  /* GPU time per launch until measured: pessimistic (a first drain learns it) */
@@ -47,9 +47,9 @@ static struct {
 	pthread_mutex_t mu;
 	CUcontext ctx;
 	int broken;
-	unsigned head, tail;   /* markers recorded / completed (tail-1: the last completed) */
-	unsigned done;         /* launch count the GPU has surely finished */
-	uint64_t launch_ns;    /* GPU time per launch */
+	unsigned head, tail; /* markers recorded / completed (tail-1: the last completed) */
+	unsigned done;       /* launch count the GPU has surely finished */
+	uint64_t launch_ns;  /* GPU time per launch */
 	_Atomic uint64_t bound_ns;
 	_Atomic unsigned base; /* launch count at the grant's start */
 	struct mark {

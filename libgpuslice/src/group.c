@@ -87,8 +87,8 @@ static int open_file(struct gs_group *g, const char *path, const char *name, cha
 		goto out;
 	}
 	char why[200];
-	enum gs_shm_status s = gs_shm_check(st.st_size >= (off_t)sizeof(h) ? &h : NULL, (uint64_t)st.st_size,
-					    why, sizeof(why));
+	enum gs_shm_status s =
+		gs_shm_check(st.st_size >= (off_t)sizeof(h) ? &h : NULL, (uint64_t)st.st_size, why, sizeof(why));
 	if (s == GS_SHM_BAD) {
 		gs_fmt(err, n, "group file %s: %s", path, why);
 		goto out;
@@ -161,7 +161,8 @@ static void group_init(void)
 	g->pidns = gs_pidns_self();
 	int rc;
 	if (c->limit_bad)
-		rc = (gs_fmt(err, sizeof(err), "GPUSLICE_MEMORY_LIMIT=\"%s\" is not a decimal byte count", c->limit_raw),
+		rc = (gs_fmt(err, sizeof(err), "GPUSLICE_MEMORY_LIMIT=\"%s\" is not a decimal byte count",
+			     c->limit_raw),
 		      -1);
 	else if (c->group_file[0] != '\0')
 		rc = open_file(g, c->group_file, c->group, err, sizeof(err));
@@ -256,8 +257,9 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	if (need_host_pid)
 		(void)gs_hello_node();
 	if (self == NULL)
-		gs_log_once(&g->said_full_procs, "group \"%s\" has %d processes already; refusing GPU memory allocations",
-			    gs_group_name(g), GS_SHM_MAX_PROCS);
+		gs_log_once(&g->said_full_procs,
+			    "group \"%s\" has %d processes already; refusing GPU memory allocations", gs_group_name(g),
+			    GS_SHM_MAX_PROCS);
 	errno = saved;
 	return self;
 }

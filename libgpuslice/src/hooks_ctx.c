@@ -41,17 +41,17 @@ static void released(CUdevice dev)
 }
 
 #define CTX_HOOK(name, params, args, after)          \
-	GS_EXPORT CUresult name params                \
-	{                                             \
-		gs_fn_##name fn = GS_REAL(name);      \
-		if (fn == NULL)                       \
-			return CUDA_ERROR_NOT_FOUND;  \
-		CUresult rc = fn args;                \
-		int e = errno;                        \
-		if (rc == CUDA_SUCCESS)               \
-			after;                        \
-		errno = e;                            \
-		return rc;                            \
+	GS_EXPORT CUresult name params               \
+	{                                            \
+		gs_fn_##name fn = GS_REAL(name);     \
+		if (fn == NULL)                      \
+			return CUDA_ERROR_NOT_FOUND; \
+		CUresult rc = fn args;               \
+		int e = errno;                       \
+		if (rc == CUDA_SUCCESS)              \
+			after;                       \
+		errno = e;                           \
+		return rc;                           \
 	}
 
 CTX_HOOK(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev), released(dev))

@@ -12,7 +12,6 @@
 
 #include "internal.h"
 
-
 /* cu[A-Z]* or nvml[A-Z]*: the only names we may hook (no lookup otherwise). */
 GS_NOSAN static int maybe_hooked(const char *n)
 {
@@ -48,7 +47,7 @@ GS_NOSAN __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dls
 }
 
 GS_NOSAN __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlvsym(void *handle, const char *name,
-									    const char *version)
+										    const char *version)
 {
 	gs_dlvsym_fn real = gs_libc_dlvsym();
 	int id;

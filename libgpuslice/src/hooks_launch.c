@@ -10,24 +10,24 @@
 
 #define HOOK(lib, ret, name, params, args)
 #define REAL(lib, ret, name, params, args)
-#define GATE(lib, ret, name, params, args, stream)                                           \
-	static __attribute__((noinline, cold)) ret cold_##name params                        \
-	{                                                                                    \
-		gs_fn_##name real_fn = (gs_fn_##name)gs_real_slow(GS_ID_##name);             \
-		if (real_fn == NULL)                                                         \
-			return CUDA_ERROR_NOT_FOUND;                                         \
-		return real_fn args;                                                         \
-	}                                                                                    \
-	GS_EXPORT ret name params                                                            \
-	{                                                                                    \
-		CUresult gate_rc = gs_gate_launch(stream);                                   \
-		if (GS_UNLIKELY(gate_rc != CUDA_SUCCESS))                                    \
-			return gate_rc;                                                      \
-		gs_fn_##name real_fn = (gs_fn_##name)atomic_load_explicit(                   \
-			&gs_real_tab[GS_ID_##name], memory_order_acquire);                   \
-		if (GS_UNLIKELY(real_fn == NULL))                                            \
-			return cold_##name args;                                             \
-		return real_fn args;                                                         \
+#define GATE(lib, ret, name, params, args, stream)                                                            \
+	static __attribute__((noinline, cold)) ret cold_##name params                                         \
+	{                                                                                                     \
+		gs_fn_##name real_fn = (gs_fn_##name)gs_real_slow(GS_ID_##name);                              \
+		if (real_fn == NULL)                                                                          \
+			return CUDA_ERROR_NOT_FOUND;                                                          \
+		return real_fn args;                                                                          \
+	}                                                                                                     \
+	GS_EXPORT ret name params                                                                             \
+	{                                                                                                     \
+		CUresult gate_rc = gs_gate_launch(stream);                                                    \
+		if (GS_UNLIKELY(gate_rc != CUDA_SUCCESS))                                                     \
+			return gate_rc;                                                                       \
+		gs_fn_##name real_fn =                                                                        \
+			(gs_fn_##name)atomic_load_explicit(&gs_real_tab[GS_ID_##name], memory_order_acquire); \
+		if (GS_UNLIKELY(real_fn == NULL))                                                             \
+			return cold_##name args;                                                              \
+		return real_fn args;                                                                          \
 	}
 #include "hooks.def"
 #undef HOOK

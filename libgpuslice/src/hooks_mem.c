@@ -41,14 +41,12 @@ GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 
 GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-	GS_ALLOC_BODY(cuMemAllocManaged, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
-		      (dptr, bytesize, flags));
+	GS_ALLOC_BODY(cuMemAllocManaged, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize, flags));
 }
 
 GS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	GS_ALLOC_BODY(cuMemAllocAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
-		      (dptr, bytesize, hStream));
+	GS_ALLOC_BODY(cuMemAllocAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -57,15 +55,13 @@ GS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUst
 		      (dptr, bytesize, hStream));
 }
 
-GS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-					   CUstream hStream)
+GS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
 	GS_ALLOC_BODY(cuMemAllocFromPoolAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
 		      (dptr, bytesize, pool, hStream));
 }
 
-GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-						CUstream hStream)
+GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
 	GS_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
 		      (dptr, bytesize, pool, hStream));
@@ -79,8 +75,9 @@ GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 
 static uint64_t pitch_bound(size_t width, size_t height)
 {
-	uint64_t w = width > UINT64_MAX - GS_PITCH_ALIGN ? UINT64_MAX : ((uint64_t)width + GS_PITCH_ALIGN - 1) /
-									 GS_PITCH_ALIGN * GS_PITCH_ALIGN;
+	uint64_t w = width > UINT64_MAX - GS_PITCH_ALIGN
+			     ? UINT64_MAX
+			     : ((uint64_t)width + GS_PITCH_ALIGN - 1) / GS_PITCH_ALIGN * GS_PITCH_ALIGN;
 	return gs_array_bytes(w, height, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1);
 }
 

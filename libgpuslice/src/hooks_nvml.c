@@ -50,8 +50,7 @@ static int has_pid(const unsigned char *base, unsigned int n, size_t elem, const
 
 /* The compute list and, when mps is a driver function that answers, the MPS
  * list's entries not already in it (by pid), in one malloc'd buffer. */
-static nvmlReturn_t fetch_merged(procs_fn fn, procs_fn mps, nvmlDevice_t dev, size_t elem, void **out,
-				 unsigned int *n)
+static nvmlReturn_t fetch_merged(procs_fn fn, procs_fn mps, nvmlDevice_t dev, size_t elem, void **out, unsigned int *n)
 {
 	nvmlReturn_t rc = fetch_all(fn, dev, elem, out, n);
 	void *more = NULL;

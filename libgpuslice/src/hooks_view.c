@@ -42,7 +42,8 @@ GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 		int slot = gs_slot_cuda(g, dev);
 		struct gs_shm_gpu *gpu = view_gpu(g, slot);
 		if (gpu != NULL) {
-			struct gs_memview v = gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
+			struct gs_memview v =
+				gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
 			*total = v.total;
 			*free = v.free;
 		}
@@ -76,8 +77,7 @@ GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 }
 
 /* NVML: returns the view for device, or 0 (real numbers stay) / -1 (broken). */
-static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *used,
-		     unsigned long long *free)
+static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *used, unsigned long long *free)
 {
 	struct gs_group *g = gs_group_get();
 	if (g == NULL)

@@ -181,7 +181,8 @@ GS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *han
 	if (s.n == 1) {
 		struct gs_ptrent hd;
 		if (gs_ptrtab_ref(gs_ptrtab_vmm(), GS_KIND_VHANDLE, (uint64_t)*handle, 1, &hd) < 0) {
-			hd = (struct gs_ptrent){.key = (uint64_t)*handle, .aux = s.ids[0], .refs = 1, .kind = GS_KIND_VHANDLE};
+			hd = (struct gs_ptrent){
+				.key = (uint64_t)*handle, .aux = s.ids[0], .refs = 1, .kind = GS_KIND_VHANDLE};
 			if (gs_ptrtab_insert(gs_ptrtab_vmm(), &hd) != 0)
 				track_failed();
 		}

@@ -64,8 +64,8 @@ static inline void *gs_real_ptr(enum gs_id id)
 #define GS_REAL(name) ((gs_fn_##name)gs_real_ptr(GS_ID_##name))
 
 /* Lookups used by the dlsym / cuGetProcAddress hooks (resolve.c). */
-GS_HIDDEN int gs_hook_id_by_name(const char *name);       /* -1 if not hooked */
-GS_HIDDEN void *gs_hook_for_real(const void *real_fn);    /* NULL if not a hooked real */
+GS_HIDDEN int gs_hook_id_by_name(const char *name);    /* -1 if not hooked */
+GS_HIDDEN void *gs_hook_for_real(const void *real_fn); /* NULL if not a hooked real */
 GS_HIDDEN void *gs_hook_addr(enum gs_id id);
 
 /* libc's own dlsym / dlvsym, found without going through the global scope

@@ -20,12 +20,12 @@
 
 struct gs_elf {
 	ElfW(Addr) base;
-	const ElfW(Sym) *symtab;
+	const ElfW(Sym) * symtab;
 	const char *strtab;
 	const uint32_t *gnu_hash;
 	const uint32_t *sysv_hash;
-	const ElfW(Half) *versym;
-	const ElfW(Verdef) *verdef;
+	const ElfW(Half) * versym;
+	const ElfW(Verdef) * verdef;
 };
 
 GS_NOSAN static int str_eq(const char *a, const char *b)
@@ -61,13 +61,26 @@ GS_NOSAN static int find_libc(struct gs_elf *e)
 		for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
 			const void *p = dyn_ptr(e->base, d->d_un.d_ptr);
 			switch (d->d_tag) {
-			case DT_SYMTAB: e->symtab = p; break;
-			case DT_STRTAB: e->strtab = p; break;
-			case DT_GNU_HASH: e->gnu_hash = p; break;
-			case DT_HASH: e->sysv_hash = p; break;
-			case DT_VERSYM: e->versym = p; break;
-			case DT_VERDEF: e->verdef = p; break;
-			default: break;
+			case DT_SYMTAB:
+				e->symtab = p;
+				break;
+			case DT_STRTAB:
+				e->strtab = p;
+				break;
+			case DT_GNU_HASH:
+				e->gnu_hash = p;
+				break;
+			case DT_HASH:
+				e->sysv_hash = p;
+				break;
+			case DT_VERSYM:
+				e->versym = p;
+				break;
+			case DT_VERDEF:
+				e->verdef = p;
+				break;
+			default:
+				break;
 			}
 		}
 		return 1;

@@ -112,7 +112,8 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 		unreserve(r->g, r->self, r->slot, r->size);
 		return;
 	}
-	struct gs_ptrent e = {.key = key, .size = r->size, .aux = r->ctx, .kind = (uint8_t)kind, .slot = (uint8_t)r->slot};
+	struct gs_ptrent e = {
+		.key = key, .size = r->size, .aux = r->ctx, .kind = (uint8_t)kind, .slot = (uint8_t)r->slot};
 	if (gs_ptrtab_insert(gs_ptrtab_proc(), &e) != 0) {
 		static _Atomic int said;
 		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");

@@ -48,44 +48,42 @@ GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
  * memory went with it. */
 GS_HIDDEN void gs_release_ctx(uint64_t ctx);
 
-
 /* Bodies of the simple allocation / release hooks. */
-#define GS_ALLOC_BODY(name, resv_expr, kind, key_expr, args)                                     \
-	gs_fn_##name fn_ = GS_REAL(name);                                                         \
-	if (fn_ == NULL)                                                                          \
-		return CUDA_ERROR_NOT_FOUND;                                                      \
-	int errno_ = errno;                                                                       \
-	struct gs_resv r_;                                                                        \
-	CUresult rc_ = (resv_expr);                                                               \
-	if (rc_ == CUDA_SUCCESS) {                                                                \
-		errno = errno_;                                                                   \
-		rc_ = fn_ args;                                                                   \
-		if (rc_ == CUDA_ERROR_OUT_OF_MEMORY && gs_resv_reclaim(&r_))                      \
-			rc_ = fn_ args;                                                           \
-		errno_ = errno;                                                                   \
-		gs_resv_finish(&r_, rc_, kind, rc_ == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0);   \
-	}                                                                                         \
-	errno = errno_;                                                                           \
+#define GS_ALLOC_BODY(name, resv_expr, kind, key_expr, args)                                    \
+	gs_fn_##name fn_ = GS_REAL(name);                                                       \
+	if (fn_ == NULL)                                                                        \
+		return CUDA_ERROR_NOT_FOUND;                                                    \
+	int errno_ = errno;                                                                     \
+	struct gs_resv r_;                                                                      \
+	CUresult rc_ = (resv_expr);                                                             \
+	if (rc_ == CUDA_SUCCESS) {                                                              \
+		errno = errno_;                                                                 \
+		rc_ = fn_ args;                                                                 \
+		if (rc_ == CUDA_ERROR_OUT_OF_MEMORY && gs_resv_reclaim(&r_))                    \
+			rc_ = fn_ args;                                                         \
+		errno_ = errno;                                                                 \
+		gs_resv_finish(&r_, rc_, kind, rc_ == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0); \
+	}                                                                                       \
+	errno = errno_;                                                                         \
 	return rc_
 
-#define GS_FREE_BODY(name, kind, key_arg, args)                                                      \
-	gs_fn_##name fn_ = GS_REAL(name);                                                         \
-	if (fn_ == NULL)                                                                          \
-		return CUDA_ERROR_NOT_FOUND;                                                      \
-	int errno_ = errno;                                                                       \
-	struct gs_ptrent e_;                                                                      \
-	int had_ = gs_ptrtab_take(gs_ptrtab_proc(), kind, (uint64_t)(key_arg), &e_);                 \
-	errno = errno_;                                                                           \
-	CUresult rc_ = fn_ args;                                                                  \
-	errno_ = errno;                                                                           \
-	if (had_ && rc_ == CUDA_SUCCESS) {                                                        \
-		gs_release_entry(&e_);                                                            \
-		if (kind == GS_KIND_PTR)                                                          \
-			gs_elastic_freed((CUdeviceptr)(key_arg));                                 \
-	}                                                                                         \
-	else if (had_)                                                                            \
-		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &e_);                                    \
-	errno = errno_;                                                                           \
+#define GS_FREE_BODY(name, kind, key_arg, args)                                      \
+	gs_fn_##name fn_ = GS_REAL(name);                                            \
+	if (fn_ == NULL)                                                             \
+		return CUDA_ERROR_NOT_FOUND;                                         \
+	int errno_ = errno;                                                          \
+	struct gs_ptrent e_;                                                         \
+	int had_ = gs_ptrtab_take(gs_ptrtab_proc(), kind, (uint64_t)(key_arg), &e_); \
+	errno = errno_;                                                              \
+	CUresult rc_ = fn_ args;                                                     \
+	errno_ = errno;                                                              \
+	if (had_ && rc_ == CUDA_SUCCESS) {                                           \
+		gs_release_entry(&e_);                                               \
+		if (kind == GS_KIND_PTR)                                             \
+			gs_elastic_freed((CUdeviceptr)(key_arg));                    \
+	} else if (had_)                                                             \
+		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &e_);                       \
+	errno = errno_;                                                              \
 	return rc_
 
 #endif /* GS_MEMCORE_H */

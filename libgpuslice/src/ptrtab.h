@@ -15,14 +15,14 @@
 
 enum gs_kind {
 	GS_KIND_NONE = 0,
-	GS_KIND_PTR = 1,      /* CUdeviceptr (cuMemAlloc*, cuMemAllocAsync*, ...) */
-	GS_KIND_HANDLE = 2,   /* CUmemGenericAllocationHandle (cuMemCreate) */
-	GS_KIND_ARRAY = 3,    /* CUarray */
-	GS_KIND_MIPMAP = 4,   /* CUmipmappedArray */
-	GS_KIND_VHANDLE = 5,  /* VMM handle -> physical id (aux), refs = releases owed */
-	GS_KIND_PHYS = 6,     /* VMM physical memory by id: counted size, refs = handles + mappings */
-	GS_KIND_VMAP = 7,     /* VMM mapping at a VA (key): size mapped, physical id (aux) */
-	GS_KIND_DEAD = 0xff,  /* tombstone */
+	GS_KIND_PTR = 1,     /* CUdeviceptr (cuMemAlloc*, cuMemAllocAsync*, ...) */
+	GS_KIND_HANDLE = 2,  /* CUmemGenericAllocationHandle (cuMemCreate) */
+	GS_KIND_ARRAY = 3,   /* CUarray */
+	GS_KIND_MIPMAP = 4,  /* CUmipmappedArray */
+	GS_KIND_VHANDLE = 5, /* VMM handle -> physical id (aux), refs = releases owed */
+	GS_KIND_PHYS = 6,    /* VMM physical memory by id: counted size, refs = handles + mappings */
+	GS_KIND_VMAP = 7,    /* VMM mapping at a VA (key): size mapped, physical id (aux) */
+	GS_KIND_DEAD = 0xff, /* tombstone */
 };
 
 struct gs_ptrent {
@@ -37,12 +37,15 @@ struct gs_ptrent {
 struct gs_ptrtab {
 	pthread_mutex_t mu;
 	struct gs_ptrent *ent;
-	size_t cap;   /* power of two, 0 before first insert */
-	size_t used;  /* live + tombstones */
+	size_t cap;  /* power of two, 0 before first insert */
+	size_t used; /* live + tombstones */
 	size_t live;
 };
 
-#define GS_PTRTAB_INIT {.mu = PTHREAD_MUTEX_INITIALIZER}
+#define GS_PTRTAB_INIT                          \
+	{                                       \
+		.mu = PTHREAD_MUTEX_INITIALIZER \
+	}
 
 /* Records an allocation; -1 if out of host memory (then nothing changed). */
 GS_HIDDEN int gs_ptrtab_put(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key, uint64_t size, int slot);

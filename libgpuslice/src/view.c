@@ -6,8 +6,8 @@
 
 GS_HIDDEN struct gs_memview gs_view(uint64_t limit, uint64_t group_used, uint64_t real_total, uint64_t real_free)
 {
-	struct gs_memview v = {.total = real_total, .free = real_free,
-			       .used = real_total > real_free ? real_total - real_free : 0};
+	struct gs_memview v = {
+		.total = real_total, .free = real_free, .used = real_total > real_free ? real_total - real_free : 0};
 	if (limit == 0)
 		return v;
 	v.total = limit < real_total ? limit : real_total;
@@ -36,8 +36,8 @@ GS_HIDDEN uint32_t gs_view_pid(const struct gs_shm_file *f, uint32_t host_pid, u
 	return 0;
 }
 
-GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos,
-				       unsigned int n, size_t elem)
+GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
+				       size_t elem)
 {
 	unsigned char *base = infos;
 	unsigned int kept = 0;

@@ -25,7 +25,7 @@ GS_HIDDEN uint32_t gs_view_pid(const struct gs_shm_file *f, uint32_t host_pid, u
 
 /* Keeps the entries (elem bytes each, pid as the first unsigned int) of
  * group members, with pids translated; returns the new count. */
-GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos,
-				       unsigned int n, size_t elem);
+GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
+				       size_t elem);
 
 #endif /* GS_VIEW_H */

@@ -249,7 +249,8 @@ static int expect_broken(void *arg)
 	char buf[512] = {0};
 	if (pread(fd, buf, sizeof(buf) - 1, 0) <= 0)
 		return 12;
-	return strstr(buf, want) != NULL && strncmp(buf, "gpuslice: ", 10) == 0 && strchr(buf, '\n') == strrchr(buf, '\n')
+	return strstr(buf, want) != NULL && strncmp(buf, "gpuslice: ", 10) == 0 &&
+			       strchr(buf, '\n') == strrchr(buf, '\n')
 		       ? 0
 		       : 13;
 }

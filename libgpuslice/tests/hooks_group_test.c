@@ -118,8 +118,13 @@ static int threads(void *arg)
 	struct hammer h[8];
 	pthread_t t[8], w;
 	for (int i = 0; i < 8; i++) {
-		h[i] = (struct hammer){.ctx = ctx, .set_current = d.cuCtxSetCurrent, .f = ht_map(path), .stop = &stop, .violations = &violations,
-				       .refusals = &refusals, .seed = (unsigned)i * 7919u + 1};
+		h[i] = (struct hammer){.ctx = ctx,
+				       .set_current = d.cuCtxSetCurrent,
+				       .f = ht_map(path),
+				       .stop = &stop,
+				       .violations = &violations,
+				       .refusals = &refusals,
+				       .seed = (unsigned)i * 7919u + 1};
 		CHECK(h[i].f != NULL);
 	}
 	CHECK(pthread_create(&w, NULL, watch_thread, &h[0]) == 0);

@@ -74,8 +74,8 @@ static void vmm_and_array_paths(void)
 	USED(16 * MiB);
 	CHECK_EQ(cuArrayDestroy(a), CUDA_SUCCESS);
 	USED(0);
-	CUDA_ARRAY3D_DESCRIPTOR d3 = {.Width = 64, .Height = 64, .Depth = 64, .Format = CU_AD_FORMAT_UNSIGNED_INT8,
-				      .NumChannels = 1};
+	CUDA_ARRAY3D_DESCRIPTOR d3 = {
+		.Width = 64, .Height = 64, .Depth = 64, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
 	CHECK_EQ(cuArray3DCreate_v2(&a, &d3), CUDA_SUCCESS);
 	USED(256 * 1024);
 	CHECK_EQ(cuArrayDestroy(a), CUDA_SUCCESS);
@@ -120,8 +120,8 @@ static void refused_everywhere(void)
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
 	CUDA_ARRAY_DESCRIPTOR big = {.Width = 32768, .Height = 32768, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
-	CUDA_ARRAY3D_DESCRIPTOR big3 = {.Width = 1024, .Height = 1024, .Depth = 1024, .Format = CU_AD_FORMAT_FLOAT,
-					.NumChannels = 1};
+	CUDA_ARRAY3D_DESCRIPTOR big3 = {
+		.Width = 1024, .Height = 1024, .Depth = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
 	CHECK_EQ(cuMemAlloc_v2(&p, 1 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(cuMemAllocManaged(&p, 1 * GiB, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(cuMemAllocAsync(&p, 1 * GiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);

@@ -151,8 +151,8 @@ static int launches(void *arg)
 	CHECK_EQ(cuLaunchKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
 	CHECK_EQ(cuLaunchCooperativeKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params), CUDA_SUCCESS);
 	CHECK_EQ(cuLaunchCooperativeKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params), CUDA_SUCCESS);
-	CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
-			      .blockDimZ = 1};
+	CUlaunchConfig cfg = {
+		.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
 	CHECK_EQ(cuLaunchKernelEx(&cfg, fn, params, NULL), CUDA_SUCCESS);
 	CHECK_EQ(cuLaunchKernelEx_ptsz(&cfg, fn, params, NULL), CUDA_SUCCESS);
 	CHECK_EQ(d.cuCtxSynchronize(), CUDA_SUCCESS);

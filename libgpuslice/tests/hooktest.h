@@ -77,14 +77,14 @@ static inline int ht_wait(pid_t pid)
 }
 
 /* Runs fn in a child and checks it exits 0. */
-#define HT_RUN(fn, arg)                                                \
-	do {                                                           \
-		fprintf(stderr, "--- %s\n", #fn);                      \
-		int rc_ = ht_wait(ht_spawn(fn, arg));                  \
-		if (rc_ != 0) {                                        \
+#define HT_RUN(fn, arg)                                                    \
+	do {                                                               \
+		fprintf(stderr, "--- %s\n", #fn);                          \
+		int rc_ = ht_wait(ht_spawn(fn, arg));                      \
+		if (rc_ != 0) {                                            \
 			fprintf(stderr, "%s failed: exit %d\n", #fn, rc_); \
-			exit(1);                                       \
-		}                                                      \
+			exit(1);                                           \
+		}                                                          \
 	} while (0)
 
 /* The group file, mapped read-only (NULL if it does not exist yet). */

@@ -31,7 +31,8 @@ int main(int argc, char **argv)
 	gpa2_fn gpa2 = strcmp(argv[1], "procaddr") == 0 ? (gpa2_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
 	CUresult (*init)(unsigned) = lookup(h, gpa2, "cuInit", "cuInit");
 	CUresult (*get)(CUdevice *, int) = lookup(h, gpa2, "cuDeviceGet", "cuDeviceGet");
-	CUresult (*retain)(CUcontext *, CUdevice) = lookup(h, gpa2, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+	CUresult (*retain)(CUcontext *, CUdevice) =
+		lookup(h, gpa2, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
 	CUresult (*set)(CUcontext) = lookup(h, gpa2, "cuCtxSetCurrent", "cuCtxSetCurrent");
 	CUresult (*info)(size_t *, size_t *) = lookup(h, gpa2, "cuMemGetInfo", "cuMemGetInfo_v2");
 	CUresult (*alloc)(CUdeviceptr *, size_t) = lookup(h, gpa2, "cuMemAlloc", "cuMemAlloc_v2");

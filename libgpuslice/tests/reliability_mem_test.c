@@ -18,10 +18,10 @@ static const struct gs_shm_file *grp;
 static const struct sim_state *sim;
 
 /* The group holds exactly n bytes, and so does the simulated GPU. */
-#define HOLDS(n)                                         \
-	do {                                             \
-		CHECK_EQ(ht_used(grp), (n));             \
-		CHECK_EQ(sv_group_held(sim, grp), (n));  \
+#define HOLDS(n)                                        \
+	do {                                            \
+		CHECK_EQ(ht_used(grp), (n));            \
+		CHECK_EQ(sv_group_held(sim, grp), (n)); \
 	} while (0)
 
 typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
@@ -164,7 +164,8 @@ static int pitch_worst_case(void *arg)
 	CUdeviceptr a, b, p;
 	size_t pitch;
 	CHECK_EQ(cuMemAlloc_v2(&a, 1 * MiB), CUDA_SUCCESS);
-	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1, 4 * MiB, 4), CUDA_ERROR_OUT_OF_MEMORY); /* 4 MiB wide, 2 GiB padded */
+	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1, 4 * MiB, 4),
+		 CUDA_ERROR_OUT_OF_MEMORY); /* 4 MiB wide, 2 GiB padded */
 	CHECK_EQ(cuMemAlloc_v2(&b, 1 * MiB), CUDA_SUCCESS);
 	CHECK(b - a < 4 * MiB);
 	HOLDS(2 * MiB);
@@ -216,8 +217,8 @@ static int member_with_env(void *env_limit)
 static void group_limit_wins(void)
 {
 	managed_group("owned", 1 * GiB);
-	HT_RUN(member_with_env, NULL);            /* no limit of its own: not unlimited */
-	HT_RUN(member_with_env, "8589934592");    /* 8 GiB of its own: still 1 GiB */
+	HT_RUN(member_with_env, NULL);         /* no limit of its own: not unlimited */
+	HT_RUN(member_with_env, "8589934592"); /* 8 GiB of its own: still 1 GiB */
 }
 
 /* A member whose group file is truncated under it (by anyone who can write

@@ -35,8 +35,8 @@ enum item_kind { IT_NONE, IT_PTR, IT_ASYNC, IT_ARRAY, IT_VMAP, IT_HANDLE };
 
 struct item {
 	enum item_kind kind;
-	uint64_t v;  /* pointer, array, mapped VA, or handle */
-	size_t size; /* VMM: bytes */
+	uint64_t v;                     /* pointer, array, mapped VA, or handle */
+	size_t size;                    /* VMM: bytes */
 	CUmemGenericAllocationHandle h; /* IT_VMAP: a retained handle (0: none) */
 };
 
@@ -154,8 +154,8 @@ static void step_ctx(struct worker *w)
 	for (int i = 0, n = 1 + (int)rnd(w, 3); i < n; i++) {
 		CUdeviceptr p;
 		CUarray a;
-		CUDA_ARRAY_DESCRIPTOR ad = {.Width = 256, .Height = 1 + rnd(w, 1024), .Format = CU_AD_FORMAT_FLOAT,
-					    .NumChannels = 4};
+		CUDA_ARRAY_DESCRIPTOR ad = {
+			.Width = 256, .Height = 1 + rnd(w, 1024), .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
 		note(rnd(w, 2) ? cuMemAlloc_v2(&p, (1 + rnd(w, 32)) * MiB) : cuArrayCreate_v2(&a, &ad));
 	}
 	CHECK_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS);
@@ -187,8 +187,10 @@ static void step(struct worker *w)
 		return;
 	case 4: {
 		CUarray a;
-		CUDA_ARRAY_DESCRIPTOR ad = {.Width = 1 + rnd(w, 1024), .Height = 1 + rnd(w, 1024),
-					    .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
+		CUDA_ARRAY_DESCRIPTOR ad = {.Width = 1 + rnd(w, 1024),
+					    .Height = 1 + rnd(w, 1024),
+					    .Format = CU_AD_FORMAT_FLOAT,
+					    .NumChannels = 4};
 		rc = cuArrayCreate_v2(&a, &ad);
 		note(rc);
 		if (rc == CUDA_SUCCESS)

@@ -168,11 +168,11 @@ static void test_view(void)
 		uint64_t limit, used, rtotal, rfree;
 		uint64_t total, vused, free;
 	} cases[] = {
-		{0, 5, 100, 60, 100, 40, 60},      /* no limit: real numbers */
-		{50, 20, 100, 60, 50, 20, 30},     /* limit - used */
-		{50, 20, 100, 10, 50, 20, 10},     /* others took the card: real free */
-		{50, 70, 100, 60, 50, 50, 0},      /* over (limit lowered): no wrap */
-		{200, 20, 100, 60, 100, 20, 60},   /* limit above the card */
+		{0, 5, 100, 60, 100, 40, 60},    /* no limit: real numbers */
+		{50, 20, 100, 60, 50, 20, 30},   /* limit - used */
+		{50, 20, 100, 10, 50, 20, 10},   /* others took the card: real free */
+		{50, 70, 100, 60, 50, 50, 0},    /* over (limit lowered): no wrap */
+		{200, 20, 100, 60, 100, 20, 60}, /* limit above the card */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct gs_memview v = gs_view(cases[i].limit, cases[i].used, cases[i].rtotal, cases[i].rfree);
@@ -196,8 +196,10 @@ static void test_view_pids(void)
 	CHECK_EQ(gs_view_pid(&file, 0, 100), 0);
 
 	nvmlProcessInfo_v2_t infos[4] = {
-		{.pid = 5555, .usedGpuMemory = 1}, {.pid = 4007, .usedGpuMemory = 2},
-		{.pid = 1, .usedGpuMemory = 3}, {.pid = 4008, .usedGpuMemory = 4},
+		{.pid = 5555, .usedGpuMemory = 1},
+		{.pid = 4007, .usedGpuMemory = 2},
+		{.pid = 1, .usedGpuMemory = 3},
+		{.pid = 4008, .usedGpuMemory = 4},
 	};
 	unsigned int n = gs_filter_procs(&file, 100, infos, 4, sizeof(infos[0]));
 	CHECK_EQ(n, 2);

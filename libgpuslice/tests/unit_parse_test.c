@@ -78,8 +78,8 @@ static void test_parse_stat(void)
 		char state;
 		uint64_t start;
 	} cases[] = {
-		{"42 (sleep) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200 18446744073709551615\n", 1,
-		 'S', 7654321},
+		{"42 (sleep) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200 18446744073709551615\n",
+		 1, 'S', 7654321},
 		{"42 (a b) c) Z 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 99 0", 1, 'Z', 99},
 		{"42 ()) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123", 1, 'R', 123},
 		{"42 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18", 0, 0, 0},
@@ -157,7 +157,8 @@ static uint64_t rnd(void)
 /* Seeded fuzzing of every parser: random bytes, and mutations of valid input. */
 static void test_fuzz_parsers(void)
 {
-	static const char seed[] = "42 (sl ee)p) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200\n";
+	static const char seed[] =
+		"42 (sl ee)p) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200\n";
 	static const char alphabet[] = "0123456789 ()SZx-+\n\0";
 	static struct gs_shm_file f;
 	char err[200];

@@ -131,7 +131,8 @@ static int bench(const char *path, uint8_t gpu, long n, int floor)
 int main(int argc, char **argv)
 {
 	const char *mode = argc == 5 ? argv[4] : "own";
-	if (argc < 4 || argc > 5 || (strcmp(mode, "own") != 0 && strcmp(mode, "shared") != 0 && strcmp(mode, "floor") != 0)) {
+	if (argc < 4 || argc > 5 ||
+	    (strcmp(mode, "own") != 0 && strcmp(mode, "shared") != 0 && strcmp(mode, "floor") != 0)) {
 		fprintf(stderr, "usage: gs-grantbench SOCKET N PROCS [own|shared|floor]\n");
 		return 2;
 	}

@@ -130,7 +130,8 @@ static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts
 			win = w;
 			count = 0;
 		}
-		if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS || (sync && api->CtxSynchronize() != CUDA_SUCCESS))
+		if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS ||
+		    (sync && api->CtxSynchronize() != CUDA_SUCCESS))
 			return 1;
 		count++;
 	}
@@ -141,7 +142,8 @@ static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts
 static int run_requests(const struct cuapi *api, CUfunction fn, const struct opts *o)
 {
 	/* The first request comes one gap after t0, as later ones do. */
-	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), arrival = o->t0 + o->gap_ms * 1000000ull;
+	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9),
+			   arrival = o->t0 + o->gap_ms * 1000000ull;
 	unsigned seed = 12345;
 	while (arrival < end) {
 		sleep_until(arrival);

@@ -42,43 +42,43 @@ enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1 };
  * (lower-case hex), so CUDA ordinals under CUDA_VISIBLE_DEVICES and NVML
  * handles land on the same slot. 128 bytes. */
 struct gs_shm_gpu {
-	uint32_t state;      /* atomic; GS_SLOT_READY once uuid/limit are written */
-	uint32_t elastic;    /* atomic; GS_ELASTIC_* bits */
+	uint32_t state;   /* atomic; GS_SLOT_READY once uuid/limit are written */
+	uint32_t elastic; /* atomic; GS_ELASTIC_* bits */
 	char uuid[GS_SHM_UUID_LEN];
-	uint64_t limit;      /* atomic; bytes, 0 = no limit */
-	uint64_t used;       /* atomic; bytes the group holds now */
-	uint64_t peak;       /* atomic; highest `used` seen */
-	uint64_t refused;    /* atomic; allocations refused at the limit */
+	uint64_t limit;   /* atomic; bytes, 0 = no limit */
+	uint64_t used;    /* atomic; bytes the group holds now */
+	uint64_t peak;    /* atomic; highest `used` seen */
+	uint64_t refused; /* atomic; allocations refused at the limit */
 	/* Elastic memory: `limit` is the allowance (min plus what the node daemon
 	 * lent); past it the library asks the daemon for a borrow. */
-	uint64_t min;        /* atomic; the guarantee (memory.min) */
-	uint64_t managed;    /* atomic; bytes allocated as managed memory past min (spillable) */
-	uint64_t spilled;    /* atomic; bytes of those moved to host memory */
+	uint64_t min;     /* atomic; the guarantee (memory.min) */
+	uint64_t managed; /* atomic; bytes allocated as managed memory past min (spillable) */
+	uint64_t spilled; /* atomic; bytes of those moved to host memory */
 };
 
 /* One process of the group (attached on its first allocation). 160 bytes. */
 struct gs_shm_proc {
-	uint32_t state;      /* atomic; GS_PROC_LIVE while the entry is in use */
-	int32_t pid;         /* pid in the process's own pid namespace */
-	int32_t host_pid;    /* atomic; pid as the driver/NVML sees it; 0 = unknown yet
+	uint32_t state;   /* atomic; GS_PROC_LIVE while the entry is in use */
+	int32_t pid;      /* pid in the process's own pid namespace */
+	int32_t host_pid; /* atomic; pid as the driver/NVML sees it; 0 = unknown yet
 			      * (filled in by the node daemon for another pid namespace) */
 	uint32_t reserved0;
-	uint64_t start_time; /* /proc/<pid>/stat field 22: detects pid reuse */
-	uint64_t pidns;      /* inode of /proc/<pid>/ns/pid */
+	uint64_t start_time;            /* /proc/<pid>/stat field 22: detects pid reuse */
+	uint64_t pidns;                 /* inode of /proc/<pid>/ns/pid */
 	uint64_t used[GS_SHM_MAX_GPUS]; /* atomic; bytes per gpu[] slot */
 };
 
 struct gs_shm_header {
-	uint64_t magic;        /* GS_SHM_MAGIC, stored last at creation */
-	uint32_t version;      /* GS_SHM_VERSION */
-	uint32_t header_size;  /* sizeof(struct gs_shm_header) */
-	uint64_t file_size;    /* GS_SHM_FILE_SIZE */
-	uint32_t max_gpus;     /* GS_SHM_MAX_GPUS */
-	uint32_t max_procs;    /* GS_SHM_MAX_PROCS */
-	uint32_t gpu_size;     /* sizeof(struct gs_shm_gpu) */
-	uint32_t proc_size;    /* sizeof(struct gs_shm_proc) */
-	uint64_t gpu_offset;   /* offsetof(struct gs_shm_file, gpu) */
-	uint64_t proc_offset;  /* offsetof(struct gs_shm_file, proc) */
+	uint64_t magic;       /* GS_SHM_MAGIC, stored last at creation */
+	uint32_t version;     /* GS_SHM_VERSION */
+	uint32_t header_size; /* sizeof(struct gs_shm_header) */
+	uint64_t file_size;   /* GS_SHM_FILE_SIZE */
+	uint32_t max_gpus;    /* GS_SHM_MAX_GPUS */
+	uint32_t max_procs;   /* GS_SHM_MAX_PROCS */
+	uint32_t gpu_size;    /* sizeof(struct gs_shm_gpu) */
+	uint32_t proc_size;   /* sizeof(struct gs_shm_proc) */
+	uint64_t gpu_offset;  /* offsetof(struct gs_shm_file, gpu) */
+	uint64_t proc_offset; /* offsetof(struct gs_shm_file, proc) */
 	/* Inode of the host pid namespace: the creator's (the node agent creates
 	 * the files of pod containers). A member in that namespace records
 	 * host_pid = getpid(); others leave 0 and say hello to the node daemon,
@@ -90,8 +90,8 @@ struct gs_shm_header {
 	 * limit_set is 1, every GPU slot a member claims takes this limit, whatever
 	 * the member's own GPUSLICE_MEMORY_LIMIT says: the limit belongs to the
 	 * group. 0 (files made by the library alone): the member's variable. */
-	uint64_t limit;        /* atomic; bytes, 0 = no limit */
-	uint32_t limit_set;    /* atomic; 1 once `limit` is written (stored after it) */
+	uint64_t limit;     /* atomic; bytes, 0 = no limit */
+	uint32_t limit_set; /* atomic; 1 once `limit` is written (stored after it) */
 	uint32_t reserved0;
 	uint64_t reserved[14];
 };

@@ -43,7 +43,8 @@ int main(int argc, char **argv)
 			continue;
 		for (uint32_t d = 0; d < s->ndev; d++)
 			if (p->dev_mask & (1u << d))
-				printf("proc %d %u %llu\n", (int)pid, d, (unsigned long long)atomic_load(&p->busy_ns[d]));
+				printf("proc %d %u %llu\n", (int)pid, d,
+				       (unsigned long long)atomic_load(&p->busy_ns[d]));
 	}
 	return 0;
 }

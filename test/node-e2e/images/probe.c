@@ -50,7 +50,8 @@ int main(void)
 					n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", count ? "," : "", i);
 					count++;
 				}
-			printf("%lld %d %s\n", (long long)now.tv_sec * 1000000000LL + now.tv_nsec, count, count ? list : "-");
+			printf("%lld %d %s\n", (long long)now.tv_sec * 1000000000LL + now.tv_nsec, count,
+			       count ? list : "-");
 			fflush(stdout);
 			last = set;
 		}

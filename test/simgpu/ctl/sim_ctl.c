@@ -18,8 +18,10 @@
 
 static int usage(const char *why)
 {
-	fprintf(stderr, "gpuslice-sim-ctl: %s\nusage: gpuslice-sim-ctl xid GPU XID | lost GPU | found GPU "
-			"(GPU: index or UUID)\n", why);
+	fprintf(stderr,
+		"gpuslice-sim-ctl: %s\nusage: gpuslice-sim-ctl xid GPU XID | lost GPU | found GPU "
+		"(GPU: index or UUID)\n",
+		why);
 	return 2;
 }
 

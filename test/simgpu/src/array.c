@@ -10,8 +10,8 @@ struct sim_array {
 	int dev;
 	size_t bytes;
 	CUDA_ARRAY3D_DESCRIPTOR desc;
-	struct sim_ctx *ctx;     /* arrays go with their context, like the driver's */
-	struct sim_array *next;  /* registry */
+	struct sim_ctx *ctx;    /* arrays go with their context, like the driver's */
+	struct sim_array *next; /* registry */
 };
 
 static struct {
@@ -86,8 +86,8 @@ static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
 		return rc;
 	}
 	pthread_mutex_lock(&arrays.mu);
-	*a = (struct sim_array){.magic = SIM_MAGIC_ARRAY, .dev = c->dev, .bytes = bytes, .desc = *d, .ctx = c,
-				.next = arrays.all};
+	*a = (struct sim_array){
+		.magic = SIM_MAGIC_ARRAY, .dev = c->dev, .bytes = bytes, .desc = *d, .ctx = c, .next = arrays.all};
 	arrays.all = a;
 	pthread_mutex_unlock(&arrays.mu);
 	*out = (CUarray)a;

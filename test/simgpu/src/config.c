@@ -28,10 +28,20 @@ struct unit {
 };
 
 static const struct unit units[] = {
-	{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
-	{"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30},  {"Ti", 1ull << 40},
-	{"KB", 1000ull},     {"MB", 1000000ull},  {"GB", 1000000000ull}, {"TB", 1000000000000ull},
-	{"B", 1},            {"", 1},
+	{"KiB", 1ull << 10},
+	{"MiB", 1ull << 20},
+	{"GiB", 1ull << 30},
+	{"TiB", 1ull << 40},
+	{"Ki", 1ull << 10},
+	{"Mi", 1ull << 20},
+	{"Gi", 1ull << 30},
+	{"Ti", 1ull << 40},
+	{"KB", 1000ull},
+	{"MB", 1000000ull},
+	{"GB", 1000000000ull},
+	{"TB", 1000000000000ull},
+	{"B", 1},
+	{"", 1},
 };
 
 int sim_parse_size(const char *s, uint64_t *out)
@@ -94,10 +104,8 @@ int sim_parse_uuid(const char *s, unsigned char out[16])
 
 void sim_format_uuid(const unsigned char u[16], char *buf, size_t len)
 {
-	snprintf(buf, len,
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-		 u[13], u[14], u[15]);
+	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
 void sim_default_uuid(int index, unsigned char out[16])
@@ -122,8 +130,7 @@ static int parse_sms(const char *v, uint32_t *out)
 {
 	uint64_t n;
 
-	if (sim_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v) || n == 0 ||
-	    n > 1024)
+	if (sim_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v) || n == 0 || n > 1024)
 		return -1;
 	*out = (uint32_t)n;
 	return 0;
@@ -147,16 +154,20 @@ static int apply_value(struct sim_dev_config *d, unsigned key, const char *val)
 			return -1;
 		snprintf(d->name, sizeof(d->name), "%s", val);
 		return 0;
-	case 1: return sim_parse_uuid(val, d->uuid);
-	case 2: return (sim_parse_size(val, &d->memory) != 0 || d->memory < (1ull << 20)) ? -1 : 0;
-	case 3: return parse_sms(val, &d->sms);
-	default: return parse_minor(val, &d->minor);
+	case 1:
+		return sim_parse_uuid(val, d->uuid);
+	case 2:
+		return (sim_parse_size(val, &d->memory) != 0 || d->memory < (1ull << 20)) ? -1 : 0;
+	case 3:
+		return parse_sms(val, &d->sms);
+	default:
+		return parse_minor(val, &d->minor);
 	}
 }
 
 /* Applies one key=value to a device. Returns 0 or -1 with err set. */
-static int apply_kv(struct sim_dev_config *d, const char *key, const char *val, unsigned *seen,
-		    char *err, size_t errlen)
+static int apply_kv(struct sim_dev_config *d, const char *key, const char *val, unsigned *seen, char *err,
+		    size_t errlen)
 {
 	static const char *const keys[] = {"name", "uuid", "memory", "sms", "minor"};
 	unsigned k = 0;
@@ -345,12 +356,10 @@ static int config_from_file(const char *path, struct sim_config *out, char *err,
 	return rc;
 }
 
-static int env_uint(const char *name, const char *v, uint64_t max, uint64_t *out, char *err,
-		    size_t errlen)
+static int env_uint(const char *name, const char *v, uint64_t max, uint64_t *out, char *err, size_t errlen)
 {
 	if (sim_parse_size(v, out) != 0 || strspn(v, "0123456789") != strlen(v) || *out > max) {
-		set_err(err, errlen, "%s=\"%s\": want an integer 0..%llu", name, v,
-			(unsigned long long)max);
+		set_err(err, errlen, "%s=\"%s\": want an integer 0..%llu", name, v, (unsigned long long)max);
 		return -1;
 	}
 	return 0;
@@ -389,8 +398,7 @@ static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
 	if ((v = getenv("GPUSLICE_SIM_GPUS")) != NULL &&
 	    env_uint("GPUSLICE_SIM_GPUS", v, SIM_MAX_DEVICES, &n, err, errlen) != 0)
 		return -1;
-	if ((v = getenv("GPUSLICE_SIM_MEMORY")) != NULL &&
-	    (sim_parse_size(v, &mem) != 0 || mem < (1ull << 20))) {
+	if ((v = getenv("GPUSLICE_SIM_MEMORY")) != NULL && (sim_parse_size(v, &mem) != 0 || mem < (1ull << 20))) {
 		set_err(err, errlen, "GPUSLICE_SIM_MEMORY=\"%s\": want a size like 24GiB", v);
 		return -1;
 	}

@@ -101,10 +101,22 @@ static CUresult dtoh(void *d, CUdeviceptr s, size_t n, CUstream st, bool sync)
 }
 
 #define LEGACY NULL
-SIM_API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(d, true, s, true, n, LEGACY, true); }
-SIM_API CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(d, true, s, true, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(d, true, s, true, n, st, false); }
-SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(d, true, s, true, n, st, false); }
+SIM_API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+	return copy(d, true, s, true, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+	return copy(d, true, s, true, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return copy(d, true, s, true, n, st, false);
+}
+SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return copy(d, true, s, true, n, st, false);
+}
 SIM_API CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
 {
 	(void)dc, (void)sc;
@@ -115,22 +127,58 @@ SIM_API CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, C
 	(void)dc, (void)sc;
 	return copy(d, false, s, false, n, st, false);
 }
-SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(d, false, s, false, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(d, false, s, false, n, LEGACY, true); }
-SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return htod(d, s, n, st, false); }
-SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st) { return htod(d, s, n, st, false); }
-SIM_API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return dtoh(d, s, n, st, false); }
-SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) { return dtoh(d, s, n, st, false); }
-SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(d, false, s, false, n, st, false); }
-SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(d, false, s, false, n, st, false); }
+SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
+{
+	return htod(d, s, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n)
+{
+	return htod(d, s, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
+{
+	return dtoh(d, s, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n)
+{
+	return dtoh(d, s, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+	return copy(d, false, s, false, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+	return copy(d, false, s, false, n, LEGACY, true);
+}
+SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st)
+{
+	return htod(d, s, n, st, false);
+}
+SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st)
+{
+	return htod(d, s, n, st, false);
+}
+SIM_API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return dtoh(d, s, n, st, false);
+}
+SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return dtoh(d, s, n, st, false);
+}
+SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return copy(d, false, s, false, n, st, false);
+}
+SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+	return copy(d, false, s, false, n, st, false);
+}
 
 /* One 2D side: checks every row's range and resolves host memory. */
-static CUresult side_2d(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
-			size_t w, size_t h, struct side *s, size_t *pitch_out)
+static CUresult side_2d(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, size_t w,
+			size_t h, struct side *s, size_t *pitch_out)
 {
 	size_t span;
 
@@ -174,10 +222,22 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream st, bool sync)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy_2d(c, LEGACY, true); }
-SIM_API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c) { return copy_2d(c, LEGACY, true); }
-SIM_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream st) { return copy_2d(c, st, false); }
-SIM_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream st) { return copy_2d(c, st, false); }
+SIM_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c)
+{
+	return copy_2d(c, LEGACY, true);
+}
+SIM_API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c)
+{
+	return copy_2d(c, LEGACY, true);
+}
+SIM_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream st)
+{
+	return copy_2d(c, st, false);
+}
+SIM_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream st)
+{
+	return copy_2d(c, st, false);
+}
 
 static CUresult set(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h, CUstream st, bool sync)
 {
@@ -202,19 +262,67 @@ static CUresult set(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return set(d, 0, v, 1, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) { return set(d, 0, v, 1, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return set(d, 0, v, 2, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) { return set(d, 0, v, 2, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return set(d, 0, v, 4, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) { return set(d, 0, v, 4, n, 1, LEGACY, true); }
-SIM_API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { return set(d, 0, v, 1, n, 1, st, false); }
-SIM_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { return set(d, 0, v, 1, n, 1, st, false); }
-SIM_API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st) { return set(d, 0, v, 2, n, 1, st, false); }
-SIM_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st) { return set(d, 0, v, 2, n, 1, st, false); }
-SIM_API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st) { return set(d, 0, v, 4, n, 1, st, false); }
-SIM_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st) { return set(d, 0, v, 4, n, 1, st, false); }
-SIM_API CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) { return set(d, p, v, 1, w, h, LEGACY, true); }
-SIM_API CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) { return set(d, p, v, 1, w, h, LEGACY, true); }
-SIM_API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st) { return set(d, p, v, 1, w, h, st, false); }
-SIM_API CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st) { return set(d, p, v, 1, w, h, st, false); }
+SIM_API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+	return set(d, 0, v, 1, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n)
+{
+	return set(d, 0, v, 1, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
+{
+	return set(d, 0, v, 2, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n)
+{
+	return set(d, 0, v, 2, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n)
+{
+	return set(d, 0, v, 4, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n)
+{
+	return set(d, 0, v, 4, n, 1, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 1, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 1, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 2, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 2, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 4, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st)
+{
+	return set(d, 0, v, 4, n, 1, st, false);
+}
+SIM_API CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
+{
+	return set(d, p, v, 1, w, h, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
+{
+	return set(d, p, v, 1, w, h, LEGACY, true);
+}
+SIM_API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st)
+{
+	return set(d, p, v, 1, w, h, st, false);
+}
+SIM_API CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st)
+{
+	return set(d, p, v, 1, w, h, st, false);
+}

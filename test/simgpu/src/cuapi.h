@@ -78,8 +78,7 @@ A CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 A CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 A CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int n);
 A CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-A CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned int w, unsigned int h,
-			   unsigned int elem);
+A CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned int w, unsigned int h, unsigned int elem);
 A CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem);
 A CUresult cuMemFree(CUdeviceptr_v1 p);
 A CUresult cuMemFree_v2(CUdeviceptr p);
@@ -108,14 +107,12 @@ A CUresult cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute a, void *v)
 A CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute a, void *v);
 
 /* virtual memory management */
-A CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr,
-			       unsigned long long flags);
+A CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags);
 A CUresult cuMemAddressFree(CUdeviceptr p, size_t n);
 A CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
 		       unsigned long long flags);
 A CUresult cuMemRelease(CUmemGenericAllocationHandle h);
-A CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,
-		    unsigned long long flags);
+A CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long flags);
 A CUresult cuMemUnmap(CUdeviceptr p, size_t n);
 A CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count);
 A CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr p);
@@ -137,8 +134,7 @@ A CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n);
 A CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st);
 A CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st);
 A CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n);
-A CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
-			     CUstream st);
+A CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st);
 A CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n);
 A CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n);
 A CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n);
@@ -170,8 +166,7 @@ A CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstre
 A CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h);
 A CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h);
 A CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream st);
-A CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
-				  CUstream st);
+A CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream st);
 
 /* modules, libraries, functions */
 A CUresult cuModuleLoad(CUmodule *m, const char *path);
@@ -184,8 +179,8 @@ A CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, CUmodule m, const cha
 A CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 A CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,
 			     CUlibraryOption *lo, void **lv, unsigned int ln);
-A CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv,
-				 unsigned int jn, CUlibraryOption *lo, void **lv, unsigned int ln);
+A CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv, unsigned int jn,
+				 CUlibraryOption *lo, void **lv, unsigned int ln);
 A CUresult cuLibraryUnload(CUlibrary l);
 A CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name);
 A CUresult cuLibraryGetModule(CUmodule *m, CUlibrary l);
@@ -203,21 +198,19 @@ A CUresult cuFuncGetName(const char **name, CUfunction f);
 A CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t smem);
 A CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction f, int block, size_t smem,
 								unsigned int flags);
-A CUresult cuOccupancyMaxPotentialBlockSize(int *grid, int *block, CUfunction f, CUoccupancyB2DSize fn,
-					    size_t smem, int limit);
+A CUresult cuOccupancyMaxPotentialBlockSize(int *grid, int *block, CUfunction f, CUoccupancyB2DSize fn, size_t smem,
+					    int limit);
 
 /* launches */
 A CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-			  unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params,
-			  void **extra);
-A CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-			       unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, CUstream s,
-			       void **params, void **extra);
+			  unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params, void **extra);
+A CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+			       unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params,
+			       void **extra);
 A CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
 A CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
-A CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-				     unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
-				     CUstream s, void **params);
+A CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+				     unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params);
 A CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 					  unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
 					  CUstream s, void **params);
@@ -264,8 +257,7 @@ A CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *st,
 A CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
 				     const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps);
 A CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
-					  const CUgraphNode **deps, const CUgraphEdgeData **edges,
-					  size_t *ndeps);
+					  const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps);
 A CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m);
 A CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
 A CUresult cuGraphDestroy(CUgraph g);

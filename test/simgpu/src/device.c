@@ -6,13 +6,13 @@
 #include "cuapi.h"
 #include "sim.h"
 
-#define DEV_OR_RETURN(idx, d)                       \
-	do {                                        \
-		CUresult rc_ = sim_check_init();    \
-		if (rc_ != CUDA_SUCCESS)            \
-			return rc_;                 \
-		(idx) = sim_device(d);              \
-		if ((idx) < 0)                      \
+#define DEV_OR_RETURN(idx, d)                             \
+	do {                                              \
+		CUresult rc_ = sim_check_init();          \
+		if (rc_ != CUDA_SUCCESS)                  \
+			return rc_;                       \
+		(idx) = sim_device(d);                    \
+		if ((idx) < 0)                            \
 			return CUDA_ERROR_INVALID_DEVICE; \
 	} while (0)
 

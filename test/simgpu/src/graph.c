@@ -104,10 +104,22 @@ static CUresult begin_capture(CUstream h, int mode)
 	return rc;
 }
 
-SIM_API CUresult cuStreamBeginCapture(CUstream s) { return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL); }
-SIM_API CUresult cuStreamBeginCapture_ptsz(CUstream s) { return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL); }
-SIM_API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m); }
-SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m); }
+SIM_API CUresult cuStreamBeginCapture(CUstream s)
+{
+	return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+SIM_API CUresult cuStreamBeginCapture_ptsz(CUstream s)
+{
+	return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+SIM_API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
+{
+	return begin_capture(s, m);
+}
+SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m)
+{
+	return begin_capture(s, m);
+}
 
 static CUresult end_capture(CUstream h, CUgraph *out)
 {
@@ -137,8 +149,14 @@ static CUresult end_capture(CUstream h, CUgraph *out)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return end_capture(s, g); }
-SIM_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return end_capture(s, g); }
+SIM_API CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+	return end_capture(s, g);
+}
+SIM_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+	return end_capture(s, g);
+}
 
 static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g)
 {
@@ -150,8 +168,9 @@ static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *
 	if (st == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&s->cap_mu);
-	*st = s->capture == NULL ? CU_STREAM_CAPTURE_STATUS_NONE
-				 : (s->cap_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE);
+	*st = s->capture == NULL
+		      ? CU_STREAM_CAPTURE_STATUS_NONE
+		      : (s->cap_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE);
 	if (id != NULL && s->capture != NULL)
 		*id = s->cap_id;
 	if (g != NULL)
@@ -160,10 +179,22 @@ static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { return capture_info(s, st, NULL, NULL); }
-SIM_API CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) { return capture_info(s, st, NULL, NULL); }
-SIM_API CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id) { return capture_info(s, st, id, NULL); }
-SIM_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id) { return capture_info(s, st, id, NULL); }
+SIM_API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+	return capture_info(s, st, NULL, NULL);
+}
+SIM_API CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st)
+{
+	return capture_info(s, st, NULL, NULL);
+}
+SIM_API CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+	return capture_info(s, st, id, NULL);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+	return capture_info(s, st, id, NULL);
+}
 
 static CUresult capture_info_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
 				const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
@@ -200,8 +231,7 @@ SIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *st
 }
 
 SIM_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
-						const CUgraphNode **deps, const CUgraphEdgeData **edges,
-						size_t *ndeps)
+						const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
 {
 	return capture_info_v3(s, st, id, g, deps, edges, ndeps);
 }

@@ -148,8 +148,10 @@ static CUresult graph_launch(CUgraphExec h, CUstream hs)
 	if (rc == CUDA_SUCCESS)
 		rc = sim_stream_resolve(hs, &s);
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < e->n; i++) {
-		struct sim_item it = {.kind = e->nodes[i].kind, .busy_ns = e->nodes[i].busy_ns,
-				      .fn = e->nodes[i].fn, .arg = e->nodes[i].arg};
+		struct sim_item it = {.kind = e->nodes[i].kind,
+				      .busy_ns = e->nodes[i].busy_ns,
+				      .fn = e->nodes[i].fn,
+				      .arg = e->nodes[i].arg};
 		rc = sim_stream_submit(s, &it);
 	}
 	return rc;

@@ -82,9 +82,9 @@ SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 	return launch(f, g, b, smem, s, params, extra);
 }
 
-SIM_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-				     unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
-				     CUstream s, void **params, void **extra)
+SIM_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+				     unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params,
+				     void **extra)
 {
 	const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
 
@@ -131,11 +131,21 @@ SIM_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
 static CUresult func_attr(struct sim_func *f, CUfunction_attribute a, int *v)
 {
 	switch (a) {
-	case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-	case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 32; break;
-	case CU_FUNC_ATTRIBUTE_PTX_VERSION: *v = 90; break;
-	case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
-	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = f->max_dyn_smem; break;
+	case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+		*v = 1024;
+		break;
+	case CU_FUNC_ATTRIBUTE_NUM_REGS:
+		*v = 32;
+		break;
+	case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+		*v = 90;
+		break;
+	case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+		*v = 90;
+		break;
+	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+		*v = f->max_dyn_smem;
+		break;
 	default:
 		if (a < 0 || a > 20)
 			return CUDA_ERROR_INVALID_VALUE;

@@ -8,23 +8,40 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, const struct 
 	bool host_backed = a->kind == SIM_AK_MANAGED || a->kind == SIM_AK_HOST;
 
 	switch (attr) {
-	case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)a->ctx; break;
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)a->ctx;
+		break;
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		*(unsigned *)data = a->kind == SIM_AK_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
 		break;
-	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		*(CUdeviceptr *)data = p;
+		break;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
 		if (!host_backed)
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)p;
 		break;
-	case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = a->kind == SIM_AK_MANAGED; break;
-	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a->ctx != NULL ? a->ctx->ordinal : 0; break;
-	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = a->base; break;
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a->size; break;
-	case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
-	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data = a->pool; break;
-	default: return CUDA_ERROR_INVALID_VALUE;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = a->kind == SIM_AK_MANAGED;
+		break;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = a->ctx != NULL ? a->ctx->ordinal : 0;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = a->base;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = a->size;
+		break;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = 1;
+		break;
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+		*(void **)data = a->pool;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_SUCCESS;
 }

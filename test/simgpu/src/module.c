@@ -204,14 +204,14 @@ static CUresult lib_load(CUlibrary *l, const void *code, CUjit_option *jo, void 
 	return module_new((CUmodule *)l, code, false);
 }
 
-SIM_API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv,
-				   unsigned int jn, CUlibraryOption *lo, void **lv, unsigned int ln)
+SIM_API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,
+				   CUlibraryOption *lo, void **lv, unsigned int ln)
 {
 	return lib_load(l, code, jo, jv, jn, lo, lv, ln);
 }
 
-SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv,
-				       unsigned int jn, CUlibraryOption *lo, void **lv, unsigned int ln)
+SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv, unsigned int jn,
+				       CUlibraryOption *lo, void **lv, unsigned int ln)
 {
 	CUresult rc = sim_check_init();
 

@@ -31,8 +31,8 @@ enum sim_mps_kind { SIM_MPS_HELLO = 1, SIM_MPS_COMMAND = 2 };
 
 struct sim_mps_hello {
 	uint32_t version;
-	uint32_t kind;     /* SIM_MPS_HELLO */
-	uint32_t pct;      /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 */
+	uint32_t kind; /* SIM_MPS_HELLO */
+	uint32_t pct;  /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1..100 */
 	uint32_t reserved;
 };
 
@@ -45,7 +45,7 @@ struct sim_mps_reply {
 
 struct sim_mps_command {
 	uint32_t version;
-	uint32_t kind; /* SIM_MPS_COMMAND */
+	uint32_t kind;  /* SIM_MPS_COMMAND */
 	char text[120]; /* NUL-terminated, e.g. "quit", "get_server_list" */
 };
 

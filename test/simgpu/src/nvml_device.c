@@ -20,22 +20,22 @@ struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
 	return &sim_nvml.st->dev[d->index];
 }
 
-#define DEV_OR_RETURN(h, d, idx)                              \
-	do {                                                  \
-		nvmlReturn_t rc_ = sim_nvml_check();          \
-		if (rc_ != NVML_SUCCESS)                      \
-			return rc_;                           \
+#define DEV_OR_RETURN(h, d, idx)                               \
+	do {                                                   \
+		nvmlReturn_t rc_ = sim_nvml_check();           \
+		if (rc_ != NVML_SUCCESS)                       \
+			return rc_;                            \
 		if (((d) = sim_nvml_dev((h), &(idx))) == NULL) \
-			return NVML_ERROR_INVALID_ARGUMENT;   \
+			return NVML_ERROR_INVALID_ARGUMENT;    \
 	} while (0)
 
 /* Measurements of a lost device (gpuslice-sim-ctl lost) fail like a GPU
  * that fell off the bus; identity queries still answer. */
-#define LIVE_OR_RETURN(h, d, idx)                          \
-	do {                                               \
-		DEV_OR_RETURN(h, d, idx);                  \
-		if (sim_is_lost(sim_nvml.st, (idx)))       \
-			return NVML_ERROR_GPU_IS_LOST;     \
+#define LIVE_OR_RETURN(h, d, idx)                      \
+	do {                                           \
+		DEV_OR_RETURN(h, d, idx);              \
+		if (sim_is_lost(sim_nvml.st, (idx)))   \
+			return NVML_ERROR_GPU_IS_LOST; \
 	} while (0)
 
 static nvmlReturn_t get_count(unsigned int *n)
@@ -50,8 +50,14 @@ static nvmlReturn_t get_count(unsigned int *n)
 	return NVML_SUCCESS;
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return get_count(n); }
-NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return get_count(n); }
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n)
+{
+	return get_count(n);
+}
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+	return get_count(n);
+}
 
 static nvmlReturn_t by_index(unsigned int i, nvmlDevice_t *h)
 {
@@ -65,8 +71,14 @@ static nvmlReturn_t by_index(unsigned int i, nvmlDevice_t *h)
 	return NVML_SUCCESS;
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *h) { return by_index(i, h); }
-NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h) { return by_index(i, h); }
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *h)
+{
+	return by_index(i, h);
+}
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h)
+{
+	return by_index(i, h);
+}
 
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h)
 {

@@ -20,7 +20,7 @@
 struct nvmlEventSet_st {
 	unsigned magic;
 	pthread_mutex_t mu;
-	uint32_t next;                               /* number of the next event to read */
+	uint32_t next;                             /* number of the next event to read */
 	unsigned long long types[SIM_MAX_DEVICES]; /* registered types by simulator device */
 };
 
@@ -145,14 +145,15 @@ static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsign
 			return NVML_ERROR_TIMEOUT;
 		}
 		uint64_t left = deadline - now;
-		struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull), .tv_nsec = (long)(left % 1000000000ull)};
+		struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
+				      .tv_nsec = (long)(left % 1000000000ull)};
 		syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, posted, &ts, NULL, 0);
 	}
 	errno = saved;
 	data->device = h;
 	data->eventType = e.type;
 	data->eventData = e.data;
-	if (v2) { /* the v1 structure ends after eventData */
+	if (v2) {                                  /* the v1 structure ends after eventData */
 		data->gpuInstanceId = 0xffffffffu; /* no MIG */
 		data->computeInstanceId = 0xffffffffu;
 	}

@@ -134,7 +134,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t h, un
 	return running(h, n, p, 1, LIST_MPS);
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
+NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n,
+								 nvmlProcessInfo_v2_t *p)
 {
 	return running(h, n, p, 2, LIST_MPS);
 }
@@ -206,8 +207,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 		if (pid == 0 || (!(p->dev_mask & (1u << idx)) && atomic_load(&p->used[idx]) == 0))
 			continue;
 		unsigned sm = sm_util(i, p, idx, now);
-		out[k++] = (nvmlProcessUtilizationSample_t){.pid = (unsigned)pid, .timeStamp = stamp, .smUtil = sm,
-							   .memUtil = sm / 2};
+		out[k++] = (nvmlProcessUtilizationSample_t){
+			.pid = (unsigned)pid, .timeStamp = stamp, .smUtil = sm, .memUtil = sm / 2};
 	}
 	pthread_mutex_unlock(&util.mu);
 	*count = k;

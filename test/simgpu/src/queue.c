@@ -13,7 +13,8 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 	switch (it->kind) {
 	case SIM_ITEM_KERNEL: {
 		struct sim_engine *e = &sim_g.st->dev[q->dev].engine;
-		uint64_t ns = sim_mps_run(e, it->busy_ns) ? it->busy_ns : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
+		uint64_t ns = sim_mps_run(e, it->busy_ns) ? it->busy_ns
+							  : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
 		if (ns != 0 && sim_g.slot >= 0) /* the process's busy time (NVML process utilization) */
 			atomic_fetch_add(&sim_g.st->proc[sim_g.slot].busy_ns[q->dev], ns);
 		break;
@@ -124,8 +125,8 @@ void sim_queue_stop(struct sim_queue *q)
 	pthread_mutex_destroy(&q->mu);
 }
 
-uint64_t sim_queue_push(struct sim_queue *q, const struct sim_item *it, _Atomic uint64_t *last,
-			sim_seq_hook hook, void *arg)
+uint64_t sim_queue_push(struct sim_queue *q, const struct sim_item *it, _Atomic uint64_t *last, sim_seq_hook hook,
+			void *arg)
 {
 	uint64_t seq;
 

@@ -40,8 +40,8 @@ struct sim_queue;
 struct sim_item {
 	enum sim_item_kind kind;
 	uint64_t busy_ns;
-	struct sim_event *ev;     /* EVENT: holds a reference */
-	void (*fn)(void *);       /* HOSTFN */
+	struct sim_event *ev; /* EVENT: holds a reference */
+	void (*fn)(void *);   /* HOSTFN */
 	void *arg;
 	struct sim_queue *wait_q; /* WAIT: until wait_q has completed wait_upto */
 	uint64_t wait_upto;
@@ -146,7 +146,7 @@ struct sim_global {
 	int32_t local_pid; /* getpid() at init: a forked child differs */
 	uint64_t start;
 	struct sim_state *st;
-	int slot; /* process table slot, -1 until the first context */
+	int slot;                 /* process table slot, -1 until the first context */
 	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
 	/* CUDA ordinal -> simulator device. Append-only: vis[i] is written under
 	 * mu before nvis (release) covers it, so readers need no lock. */

@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
-#define SIM_STATE_VERSION 5u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
+#define SIM_STATE_VERSION \
+	5u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
                               5: sim_proc_state.mps_server */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 1024
@@ -53,7 +54,7 @@ struct sim_engine {
 struct sim_dev_state {
 	char name[SIM_NAME_LEN];
 	unsigned char uuid[16];
-	uint64_t total;    /* bytes */
+	uint64_t total; /* bytes */
 	uint32_t sms;
 	uint32_t minor;        /* device node /dev/nvidia<minor> */
 	_Atomic uint64_t used; /* bytes; changed only under sim_state.lock */
@@ -61,9 +62,9 @@ struct sim_dev_state {
 };
 
 struct sim_proc_state {
-	_Atomic int32_t pid; /* 0: free slot */
-	uint32_t dev_mask;   /* devices this process has a context on */
-	uint64_t start;      /* /proc/<pid>/stat starttime, detects pid reuse */
+	_Atomic int32_t pid;        /* 0: free slot */
+	uint32_t dev_mask;          /* devices this process has a context on */
+	uint64_t start;             /* /proc/<pid>/stat starttime, detects pid reuse */
 	_Atomic int32_t mps_server; /* pid of its MPS server when an MPS client, else 0 */
 	uint32_t reserved;
 	_Atomic uint64_t used[SIM_MAX_DEVICES];

@@ -280,8 +280,7 @@ void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes)
 	struct sim_proc_state *p;
 	uint64_t mine, cur;
 
-	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev ||
-	    state_lock(st) != 0)
+	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev || state_lock(st) != 0)
 		return;
 	p = &st->proc[slot];
 	mine = atomic_load(&p->used[dev]);

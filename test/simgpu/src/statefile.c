@@ -93,8 +93,8 @@ static bool any_live_proc(const struct sim_state *st, int32_t *pid)
 }
 
 /* Called with the flock held. */
-static int check_or_init(struct sim_state *st, bool fresh, const struct sim_config *cfg,
-			 const char *path, char *err, size_t errlen)
+static int check_or_init(struct sim_state *st, bool fresh, const struct sim_config *cfg, const char *path, char *err,
+			 size_t errlen)
 {
 	int32_t pid = 0;
 
@@ -103,8 +103,7 @@ static int check_or_init(struct sim_state *st, bool fresh, const struct sim_conf
 	/* Version 1 differs only in that minor was padding: treat it like a
 	 * different device configuration (rewritten when nobody uses it). */
 	bool v1 = st->magic == SIM_STATE_MAGIC && st->version == 1 && st->size == sizeof(*st);
-	if (!v1 && (st->magic != SIM_STATE_MAGIC || st->version != SIM_STATE_VERSION ||
-		    st->size != sizeof(*st))) {
+	if (!v1 && (st->magic != SIM_STATE_MAGIC || st->version != SIM_STATE_VERSION || st->size != sizeof(*st))) {
 		set_err(err, errlen, "%s: not a simulator state file of version %u (remove it)", path,
 			SIM_STATE_VERSION);
 		return -1;
@@ -112,8 +111,7 @@ static int check_or_init(struct sim_state *st, bool fresh, const struct sim_conf
 	if (!v1 && devs_match(st, cfg))
 		return 0;
 	if (any_live_proc(st, &pid)) {
-		set_err(err, errlen, "%s: in use by pid %d with a different device configuration", path,
-			(int)pid);
+		set_err(err, errlen, "%s: in use by pid %d with a different device configuration", path, (int)pid);
 		return -1;
 	}
 	return init_state(st, cfg) == 0 ? 0 : (set_err(err, errlen, "%s: mutex init failed", path), -1);

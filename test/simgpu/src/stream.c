@@ -205,14 +205,38 @@ static CUresult stream_get(CUstream h, int what, void *out)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuStreamGetPriority(CUstream s, int *p) { return stream_get(s, 0, p); }
-SIM_API CUresult cuStreamGetPriority_ptsz(CUstream s, int *p) { return stream_get(s, 0, p); }
-SIM_API CUresult cuStreamGetFlags(CUstream s, unsigned int *f) { return stream_get(s, 1, f); }
-SIM_API CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int *f) { return stream_get(s, 1, f); }
-SIM_API CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { return stream_get(s, 2, c); }
-SIM_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c) { return stream_get(s, 2, c); }
-SIM_API CUresult cuStreamGetId(CUstream s, unsigned long long *id) { return stream_get(s, 3, id); }
-SIM_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id) { return stream_get(s, 3, id); }
+SIM_API CUresult cuStreamGetPriority(CUstream s, int *p)
+{
+	return stream_get(s, 0, p);
+}
+SIM_API CUresult cuStreamGetPriority_ptsz(CUstream s, int *p)
+{
+	return stream_get(s, 0, p);
+}
+SIM_API CUresult cuStreamGetFlags(CUstream s, unsigned int *f)
+{
+	return stream_get(s, 1, f);
+}
+SIM_API CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int *f)
+{
+	return stream_get(s, 1, f);
+}
+SIM_API CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
+{
+	return stream_get(s, 2, c);
+}
+SIM_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c)
+{
+	return stream_get(s, 2, c);
+}
+SIM_API CUresult cuStreamGetId(CUstream s, unsigned long long *id)
+{
+	return stream_get(s, 3, id);
+}
+SIM_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id)
+{
+	return stream_get(s, 3, id);
+}
 
 static CUresult host_func(CUstream h, CUhostFn fn, void *arg)
 {

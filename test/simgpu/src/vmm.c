@@ -73,8 +73,7 @@ SIM_API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationP
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr,
-				     unsigned long long flags)
+SIM_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags)
 {
 	struct sim_alloc a = {.size = n, .dev = -1, .kind = SIM_AK_RESERVED};
 	CUresult rc = sim_check_init();
@@ -126,7 +125,13 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CU
 		return rc;
 	}
 	pthread_mutex_lock(&vmm.mu);
-	*p = (struct phys){.next = vmm.handles, .magic = PHYS_MAGIC, .dev = dev, .size = n, .refs = 1, .handles = 1, .prop = *prop};
+	*p = (struct phys){.next = vmm.handles,
+			   .magic = PHYS_MAGIC,
+			   .dev = dev,
+			   .size = n,
+			   .refs = 1,
+			   .handles = 1,
+			   .prop = *prop};
 	vmm.handles = p;
 	pthread_mutex_unlock(&vmm.mu);
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)p;
@@ -174,8 +179,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t n, size_t off, CUmemGenericAll
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (n == 0 || flags != 0 || !sim_alloc_find(ptr, &r) || r.kind != SIM_AK_RESERVED ||
-	    ptr + n > r.base + r.size)
+	if (n == 0 || flags != 0 || !sim_alloc_find(ptr, &r) || r.kind != SIM_AK_RESERVED || ptr + n > r.base + r.size)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((m = calloc(1, sizeof(*m))) == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;

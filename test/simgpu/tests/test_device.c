@@ -145,8 +145,8 @@ static void test_visible_devices(void)
 	cvd_case("1", buf);
 	cvd_case("GPU-aaaa", buf); /* UUID prefix */
 	cvd_case(uuid1, buf);
-	cvd_case("1,7,0", buf);    /* stops at the first invalid entry */
-	cvd_case("1,1", buf);      /* and at a repeated one */
+	cvd_case("1,7,0", buf); /* stops at the first invalid entry */
+	cvd_case("1,1", buf);   /* and at a repeated one */
 	snprintf(buf, sizeof(buf), "2 %s", uuid1);
 	cvd_case("1,0", buf);
 	cvd_case("", "0 -");
@@ -202,8 +202,8 @@ static void test_get_proc_address(void)
 
 		if (rc != c->rc || st != c->st || (c->rc != CUDA_ERROR_INVALID_VALUE && pfn != want) ||
 		    (c->want != NULL && want == NULL)) {
-			fprintf(stderr, "cuGetProcAddress_v2(%s, %d, %llu): rc %d status %d, want %s\n", c->sym,
-				c->ver, (unsigned long long)c->flags, rc, st, c->want ? c->want : "not found");
+			fprintf(stderr, "cuGetProcAddress_v2(%s, %d, %llu): rc %d status %d, want %s\n", c->sym, c->ver,
+				(unsigned long long)c->flags, rc, st, c->want ? c->want : "not found");
 			t_failures++;
 		}
 		/* v1 (4 arguments) resolves the same way. */

@@ -127,7 +127,11 @@ static void list_opens(struct obs_state *s)
 		if (fd >= 0)
 			close(fd);
 		put(s, "%s%s", m ? "," : "",
-		    fd >= 0 ? "ok" : e == ENXIO ? "ENXIO" : e == EPERM ? "EPERM" : e == ENOENT ? "ENOENT" : "other");
+		    fd >= 0       ? "ok"
+		    : e == ENXIO  ? "ENXIO"
+		    : e == EPERM  ? "EPERM"
+		    : e == ENOENT ? "ENOENT"
+				  : "other");
 	}
 }
 
@@ -282,7 +286,7 @@ static void test_files(void)
 	unsetenv("CUDA_VISIBLE_DEVICES");
 	for (int m = 0; m < NODES; m++)
 		node_file(m, false);
-	FRESH("cuda=none nvml=- ctx=none"); /* nothing accessible: cuInit CUDA_ERROR_NO_DEVICE */
+	FRESH("cuda=none nvml=- ctx=none");      /* nothing accessible: cuInit CUDA_ERROR_NO_DEVICE */
 	setenv("GPUSLICE_SIM_DEVNODES", "0", 1); /* off: nodes are not looked at */
 	FRESH("cuda=0,1,2 nvml=0:0,1:1,2:2");
 	unsetenv("GPUSLICE_SIM_DEVNODES");
@@ -388,8 +392,7 @@ static bool make_cgroup(void)
 	char line[512], own[160] = "";
 	FILE *f = fopen("/proc/self/cgroup", "r");
 
-	if (access("/sys/fs/cgroup/devices/devices.deny", W_OK) != 0 &&
-	    access("/sys/fs/cgroup/devices", F_OK) != 0)
+	if (access("/sys/fs/cgroup/devices/devices.deny", W_OK) != 0 && access("/sys/fs/cgroup/devices", F_OK) != 0)
 		return skip("devices cgroup", "no cgroup v1 devices controller at /sys/fs/cgroup/devices");
 	MUST(f != NULL);
 	while (fgets(line, sizeof(line), f) != NULL) {

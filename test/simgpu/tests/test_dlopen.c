@@ -33,12 +33,13 @@ static void test_release_library(const char *dir)
 	MUST(gpa != NULL);
 	CHECK(dlsym(lib, "sim_check_init") == NULL && dlsym(lib, "sim_g") == NULL);
 
-	CUresult (*init)(unsigned) = (CUresult (*)(unsigned))sym(lib, gpa, "cuInit");
-	CUresult (*retain)(CUcontext *, CUdevice) = (CUresult (*)(CUcontext *, CUdevice))sym(lib, gpa, "cuDevicePrimaryCtxRetain");
-	CUresult (*setcur)(CUcontext) = (CUresult (*)(CUcontext))sym(lib, gpa, "cuCtxSetCurrent");
-	CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult (*)(CUdeviceptr *, size_t))sym(lib, gpa, "cuMemAlloc");
-	CUresult (*info)(size_t *, size_t *) = (CUresult (*)(size_t *, size_t *))sym(lib, gpa, "cuMemGetInfo");
-	CHECK(alloc == (CUresult (*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2"));
+	CUresult (*init)(unsigned) = (CUresult(*)(unsigned))sym(lib, gpa, "cuInit");
+	CUresult (*retain)(CUcontext *, CUdevice) =
+		(CUresult(*)(CUcontext *, CUdevice))sym(lib, gpa, "cuDevicePrimaryCtxRetain");
+	CUresult (*setcur)(CUcontext) = (CUresult(*)(CUcontext))sym(lib, gpa, "cuCtxSetCurrent");
+	CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))sym(lib, gpa, "cuMemAlloc");
+	CUresult (*info)(size_t *, size_t *) = (CUresult(*)(size_t *, size_t *))sym(lib, gpa, "cuMemGetInfo");
+	CHECK(alloc == (CUresult(*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2"));
 
 	CUcontext c;
 	CUdeviceptr p;
@@ -63,7 +64,8 @@ static void test_exports(const char *dir)
 	snprintf(cmd, sizeof(cmd),
 		 "nm -D --defined-only %s/libcuda.so.1 | awk '{print $3}' | grep -v '^cu' | grep -q . && exit 1;"
 		 "nm -D --defined-only %s/libnvidia-ml.so.1 | awk '{print $3}' | grep -v '^nvml' | grep -q . && exit 1;"
-		 "exit 0", dir, dir);
+		 "exit 0",
+		 dir, dir);
 	CHECK_EQ(system(cmd), 0);
 }
 

@@ -18,22 +18,21 @@
 
 static int t_failures;
 
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (!(cond)) {                                                            \
+#define CHECK(cond)                                                                              \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
 			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			t_failures++;                                                     \
-		}                                                                         \
+			t_failures++;                                                            \
+		}                                                                                \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                         \
-	do {                                                                                   \
-		long long a_ = (long long)(a), b_ = (long long)(b);                            \
-		if (a_ != b_) {                                                                \
-			fprintf(stderr, "%s:%d: %s == %lld, want %s == %lld\n", __FILE__, __LINE__, #a, \
-				a_, #b, b_);                                                   \
-			t_failures++;                                                          \
-		}                                                                              \
+#define CHECK_EQ(a, b)                                                                                               \
+	do {                                                                                                         \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                                  \
+		if (a_ != b_) {                                                                                      \
+			fprintf(stderr, "%s:%d: %s == %lld, want %s == %lld\n", __FILE__, __LINE__, #a, a_, #b, b_); \
+			t_failures++;                                                                                \
+		}                                                                                                    \
 	} while (0)
 
 /* Fatal: later steps depend on it. */
@@ -69,10 +68,9 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *s, unsigned int *n,
-						unsigned long long last_seen);
+					     unsigned long long last_seen);
 nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p);
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci);
-
 
 static char t_state[256];
 
