@@ -132,3 +132,31 @@ func TestParseXIDs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseXIDs: any input parses or fails cleanly; what parses has one XID
+// per non-empty field, each within 32 bits.
+func FuzzParseXIDs(f *testing.F) {
+	for _, s := range []string{"", "79", "48, 79,", "x", "-1", ",,,", "4294967296", " 13 ,109"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		xids, err := ParseXIDs(s)
+		if err != nil {
+			return
+		}
+		fields := 0
+		for _, x := range strings.Split(s, ",") {
+			if strings.TrimSpace(x) != "" {
+				fields++
+			}
+		}
+		if fields != len(xids) {
+			t.Fatalf("ParseXIDs(%q) = %v from %d fields", s, xids, fields)
+		}
+		for _, x := range xids {
+			if x > 1<<32-1 {
+				t.Fatalf("ParseXIDs(%q): %d out of range", s, x)
+			}
+		}
+	})
+}
