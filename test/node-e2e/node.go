@@ -51,6 +51,12 @@ type node struct {
 	execs      int
 	// metrics is the agent's /metrics, /healthz and /readyz address.
 	metrics string
+	// simState is the simulated GPU's state file (default dir/sim.state).
+	simState string
+	// extraImages are OCI archives imported into containerd besides the
+	// test images; nodeLabels are the kubelet's --node-labels.
+	extraImages []string
+	nodeLabels  string
 }
 
 // freeAddr picks a free loopback TCP address (other nodes' agents may run
@@ -86,10 +92,10 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-// startNode brings everything up; stop takes it down.
-func startNode(t *testing.T, ctx context.Context) *node {
+// newNode starts the control plane (etcd, kube-apiserver) of a node whose
+// other parts the caller starts, and makes the node's cgroup root.
+func newNode(t *testing.T, ctx context.Context, o harness.Options) (*node, harness.Binaries) {
 	n := &node{t: t, bin: need(t, "GPUSLICE_BIN")}
-	kubelet := need(t, "GPUSLICE_KUBELET")
 	bins, err := harness.FindBinaries()
 	if err != nil {
 		t.Fatal(err)
@@ -102,9 +108,16 @@ func startNode(t *testing.T, ctx context.Context) *node {
 	if err := makeCgroupRoot(n.cgroupRoot); err != nil {
 		t.Fatal(err)
 	}
-	if n.cp, err = harness.StartControlPlane(ctx, bins, n.dir); err != nil {
+	if n.cp, err = harness.StartControlPlaneWith(ctx, bins, n.dir, o); err != nil {
 		t.Fatal(err)
 	}
+	return n, bins
+}
+
+// startNode brings everything up; stop takes it down.
+func startNode(t *testing.T, ctx context.Context) *node {
+	kubelet := need(t, "GPUSLICE_KUBELET")
+	n, _ := newNode(t, ctx, harness.Options{})
 	if err := n.cp.InstallCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +150,11 @@ func startNode(t *testing.T, ctx context.Context) *node {
 // the host device nodes (c 195:N, no driver behind them).
 func (n *node) simGPUs() {
 	t := n.t
+	if n.simState == "" {
+		n.simState = filepath.Join(n.dir, "sim.state")
+	}
 	for k, v := range map[string]string{"GPUSLICE_SIM_GPUS": strconv.Itoa(numGPUs), "GPUSLICE_SIM_MEMORY": "16GiB",
-		"GPUSLICE_SIM_STATE": filepath.Join(n.dir, "sim.state")} {
+		"GPUSLICE_SIM_STATE": n.simState} {
 		if err := os.Setenv(k, v); err != nil {
 			t.Fatal(err)
 		}
@@ -241,8 +257,9 @@ state = %q
 	}); err != nil {
 		t.Fatalf("containerd: %v\n%s", err, p.Tail())
 	}
-	for _, img := range []string{"pause.tar", "e2e.tar"} {
-		run(t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "images", "import", filepath.Join(n.dir, img))
+	imgs := append([]string{filepath.Join(n.dir, "pause.tar"), filepath.Join(n.dir, "e2e.tar")}, n.extraImages...)
+	for _, img := range imgs {
+		run(t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "images", "import", img)
 	}
 }
 
@@ -275,8 +292,11 @@ syncFrequency: 5s
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := harness.Start(n.dir, "kubelet", kubelet, "--config", path, "--kubeconfig", n.cp.Kubeconfig,
-		"--hostname-override", nodeName, "--node-ip", "127.0.0.1", "-v", "1")
+	args := []string{"--config", path, "--kubeconfig", n.cp.Kubeconfig, "--hostname-override", nodeName, "--node-ip", "127.0.0.1", "-v", "1"}
+	if n.nodeLabels != "" {
+		args = append(args, "--node-labels", n.nodeLabels)
+	}
+	p, err := harness.Start(n.dir, "kubelet", kubelet, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

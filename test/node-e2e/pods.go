@@ -262,12 +262,28 @@ func (n *node) logLines(p *corev1.Pod, prefix string) string {
 // and is checked too; a failure prints the report, ctr's output and what the
 // container sees.
 func (n *node) freshCount(p *corev1.Pod) int {
-	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
 	n.execs++
 	report := fmt.Sprintf("/tmp/gs-devcount-%d.out", n.execs)
+	out, err := n.execReport(p, report, "/gs/gs-devcount", "--once", "--out", report)
+	v, cerr := strconv.Atoi(strings.TrimPrefix(out, "cuda-once "))
+	if err != nil || cerr != nil || !strings.HasPrefix(out, "cuda-once ") {
+		_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+		pid, _ := n.initPid(id)
+		n.t.Fatalf("a new CUDA process in %s (gs-devcount --once): %v; report %s: %q\n%s", p.Name, err, report, out, n.containerState(p, pid))
+	}
+	return v
+}
+
+// execReport runs argv as a new process in the pod's running container
+// (ctr task exec, with the container's own environment) and returns what it
+// wrote to report, a file in the container read back through
+// /proc/<pid>/root: the output stream of `ctr task exec` is not reliable.
+func (n *node) execReport(p *corev1.Pod, report string, argv ...string) (string, error) {
+	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	n.execs++
 	start := time.Now()
-	cmd := exec.Command("ctr", "--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id", fmt.Sprintf("count-%d", n.execs),
-		id, "/gs/gs-devcount", "--once", "--out", report)
+	cmd := exec.Command("ctr", append([]string{"--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id",
+		fmt.Sprintf("exec-%d", n.execs), id}, argv...)...)
 	ctrOut, err := cmd.CombinedOutput()
 	took := time.Since(start)
 	pid, perr := n.initPid(id)
@@ -276,12 +292,10 @@ func (n *node) freshCount(p *corev1.Pod) int {
 		got, perr = os.ReadFile(fmt.Sprintf("/proc/%d/root%s", pid, report))
 	}
 	out := strings.TrimSpace(string(got))
-	v, cerr := strconv.Atoi(strings.TrimPrefix(out, "cuda-once "))
-	if err != nil || perr != nil || cerr != nil || !strings.HasPrefix(out, "cuda-once ") {
-		n.t.Fatalf("a new CUDA process in %s (gs-devcount --once, %v): exec: %v (ctr said %q); report %s: %q (%v)\n%s",
-			p.Name, took.Round(time.Millisecond), exitStatus(err), ctrOut, report, out, perr, n.containerState(p, pid))
+	if err != nil || perr != nil {
+		return out, fmt.Errorf("exec %v (%v): %s (ctr said %q); report: %v", argv, took.Round(time.Millisecond), exitStatus(err), ctrOut, perr)
 	}
-	return v
+	return out, nil
 }
 
 // exitStatus describes how a command ended.

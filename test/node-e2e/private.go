@@ -25,25 +25,8 @@ const nsEnv = "GPUSLICE_NODE_E2E_PRIVATE_NS"
 // child, it returns the started node (with the test namespace created) and
 // ok = true. The caller stops the node.
 func privateNode(t *testing.T, name string) (context.Context, *node, bool) {
-	if os.Getenv(nsEnv) == "" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root: runs containerd, runc and a kubelet")
-		}
-		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.timeout=25m")
-		cmd.Env = append(os.Environ(), nsEnv+"=1")
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("node e2e in a private mount namespace: %v", err)
-		}
+	if !privateMountNS(t, name) {
 		return nil, nil, false
-	}
-	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
-		t.Fatalf("tmpfs on /var/lib: %v", err)
-	}
-	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
 	}
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(tctx, 20*time.Minute)
@@ -54,4 +37,31 @@ func privateNode(t *testing.T, name string) (context.Context, *node, bool) {
 		t.Fatal(err)
 	}
 	return ctx, n, true
+}
+
+// privateMountNS re-executes test name in a private mount namespace and
+// returns false in the parent; in the child it mounts the tmpfs on /var/lib
+// with the kubelet's directories and returns true.
+func privateMountNS(t *testing.T, name string) bool {
+	if os.Getenv(nsEnv) == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: runs containerd, runc and a kubelet")
+		}
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.timeout=25m")
+		cmd.Env = append(os.Environ(), nsEnv+"=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("node e2e in a private mount namespace: %v", err)
+		}
+		return false
+	}
+	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatalf("tmpfs on /var/lib: %v", err)
+	}
+	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return true
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -27,13 +28,36 @@ type ControlPlane struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
-	etcd, api  *Process
+	// Port is the API server's HTTPS port on 127.0.0.1.
+	Port int
+	// CAFile holds the certificates that verify the API server's serving
+	// certificate (self-signed at its start: the certificate and its CA).
+	CAFile    string
+	opts      Options
+	etcd, api *Process
+}
+
+// Options of a control plane. The zero value is the loopback API server most
+// tests use: every request allowed, pods without ServiceAccount tokens.
+type Options struct {
+	// InCluster makes pods run as in a real cluster: the ServiceAccount
+	// admission plugin gives them a token volume (the kubelet fetches the
+	// tokens; StartControllerManager publishes kube-root-ca.crt and the
+	// default ServiceAccounts), requests are authorized by RBAC (the Node
+	// authorizer and RBAC; the test's own token stays system:masters), and
+	// privileged containers are allowed.
+	InCluster bool
 }
 
 // StartControlPlane starts etcd and kube-apiserver with state under dir and
 // waits until the API server is ready.
 func StartControlPlane(ctx context.Context, bins Binaries, dir string) (*ControlPlane, error) {
-	cp := &ControlPlane{Dir: dir}
+	return StartControlPlaneWith(ctx, bins, dir, Options{})
+}
+
+// StartControlPlaneWith is StartControlPlane with options.
+func StartControlPlaneWith(ctx context.Context, bins Binaries, dir string, o Options) (*ControlPlane, error) {
+	cp := &ControlPlane{Dir: dir, opts: o, CAFile: filepath.Join(dir, "certs", "apiserver.crt")}
 	ok := false
 	defer func() {
 		if !ok {
@@ -61,7 +85,8 @@ func StartControlPlane(ctx context.Context, bins Binaries, dir string) (*Control
 	if err != nil {
 		return nil, err
 	}
-	args, err := apiserverArgs(dir, etcdURL, apiPort)
+	cp.Port = apiPort
+	args, err := apiserverArgs(dir, etcdURL, apiPort, o)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +113,7 @@ func StartControlPlane(ctx context.Context, bins Binaries, dir string) (*Control
 	return cp, nil
 }
 
-func apiserverArgs(dir, etcdURL string, port int) ([]string, error) {
+func apiserverArgs(dir, etcdURL string, port int, o Options) ([]string, error) {
 	pub, key := filepath.Join(dir, "sa.pub"), filepath.Join(dir, "sa.key")
 	if err := writeServiceAccountKeys(pub, key); err != nil {
 		return nil, err
@@ -97,16 +122,63 @@ func apiserverArgs(dir, etcdURL string, port int) ([]string, error) {
 	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	return []string{
+	authz, disabled := "AlwaysAllow", "ServiceAccount,TaintNodesByCondition,Priority"
+	if o.InCluster {
+		authz, disabled = "Node,RBAC", "TaintNodesByCondition,Priority"
+	}
+	args := []string{
 		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", itoa(port), "--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
-		"--authorization-mode", "AlwaysAllow", "--service-account-issuer", "https://kubernetes.default.svc",
+		"--authorization-mode", authz, "--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", pub, "--service-account-signing-key-file", key,
 		"--service-cluster-ip-range", "10.96.0.0/16", "--endpoint-reconciler-type", "none",
-		"--disable-admission-plugins", "ServiceAccount,TaintNodesByCondition,Priority",
+		"--disable-admission-plugins", disabled,
 		"--enable-priority-and-fairness=false", "--max-requests-inflight", "3000", "--max-mutating-requests-inflight", "1500",
 		"--event-ttl", "30m",
-	}, nil
+	}
+	if o.InCluster {
+		args = append(args, "--allow-privileged=true") // node agents and CNI pods are privileged
+	}
+	return args, nil
+}
+
+// StartControllerManager starts kube-controller-manager (bin) with the
+// controllers an in-cluster control plane needs: DaemonSets, Deployments and
+// their ReplicaSets, the garbage collector (a deleted DaemonSet's pods),
+// namespaces, the default ServiceAccount of each namespace, and the
+// kube-root-ca.crt ConfigMap (CAFile) pods verify the API server with.
+func (cp *ControlPlane) StartControllerManager(ctx context.Context, bin string) (*Process, error) {
+	if !cp.opts.InCluster {
+		return nil, fmt.Errorf("kube-controller-manager: the control plane was not started with InCluster")
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := Start(cp.Dir, "kube-controller-manager", bin, "--kubeconfig", cp.Kubeconfig,
+		"--authentication-kubeconfig", cp.Kubeconfig, "--authorization-kubeconfig", cp.Kubeconfig,
+		"--bind-address", "127.0.0.1", "--secure-port", itoa(port), "--leader-elect=false",
+		"--root-ca-file", cp.CAFile, "--use-service-account-credentials=false",
+		"--controllers", "daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,"+
+			"namespace-controller,serviceaccount-controller,root-ca-certificate-publisher-controller",
+		"--concurrent-gc-syncs", "5", "-v", "1")
+	if err != nil {
+		return nil, err
+	}
+	// Ready once the default namespace has its ServiceAccount and CA.
+	err = WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		if err := exitedErr(p); err != nil {
+			return false, err
+		}
+		_, err1 := cp.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		_, err2 := cp.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err1 == nil && err2 == nil, nil
+	})
+	if err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("kube-controller-manager not ready: %w\n%s", err, p.Tail())
+	}
+	return p, nil
 }
 
 func writeServiceAccountKeys(pub, key string) error {
