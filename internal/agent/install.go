@@ -8,12 +8,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/gpucdi"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -75,27 +81,25 @@ func InstallLibrary(src, dst string) (err error) {
 }
 
 // RemoveHostFilesIfUnused removes what the agent put on the host (the
-// library copy, and the run directory's groups) once no pod bound to this
+// library copy, the run directory's groups, its CDI spec) once no pod bound to this
 // node holds a GPU assignment any more: an agent stopped for an upgrade
 // while GPU pods run leaves them their files; one stopped for good after
 // its GPU pods are gone leaves nothing. It reports whether it removed them.
 func RemoveHostFilesIfUnused(ctx context.Context, cfg Config) (bool, error) {
-	cs, _, err := clients(cfg.Kubeconfig)
+	remain, err := gpuPodsRemain(ctx, cfg)
 	if err != nil {
 		return false, err
 	}
-	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + cfg.NodeName})
-	if err != nil {
-		return false, fmt.Errorf("list pods on %s: %w", cfg.NodeName, err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Annotations[api.AnnotationAssignment] != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			klog.FromContext(ctx).Info("GPU pods remain: host files kept", "pod", klog.KObj(p))
-			return false, nil
-		}
+	if remain != "" {
+		klog.FromContext(ctx).Info("GPU pods remain: host files kept", "pod", remain)
+		return false, nil
 	}
 	var errs []error
+	if cfg.CDIKind == gpucdi.Kind {
+		if err := gpucdi.Remove(cfg.CDISpecDir); err != nil {
+			errs = append(errs, fmt.Errorf("remove the CDI spec: %w", err))
+		}
+	}
 	for _, p := range []string{cfg.Library, filepath.Join(cfg.RunDir, "groups")} {
 		if p == "" {
 			continue
@@ -105,4 +109,55 @@ func RemoveHostFilesIfUnused(ctx context.Context, cfg Config) (bool, error) {
 		}
 	}
 	return true, errors.Join(errs...)
+}
+
+// gpuPodsRemain names a pod on this node that still holds gpuslice devices
+// ("" when none). The kubelet's pod-resources API answers first: it needs
+// no credentials, which a stopping agent may have lost already (helm
+// uninstall deletes the ServiceAccount and its RBAC while the DaemonSet's
+// pods stop). The API server answers when the kubelet does not.
+func gpuPodsRemain(ctx context.Context, cfg Config) (string, error) {
+	name, perr := podResourcesHolder(ctx, cfg.PodResources)
+	if perr == nil {
+		return name, nil
+	}
+	cs, _, err := clients(cfg.Kubeconfig)
+	if err != nil {
+		return "", errors.Join(perr, err)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + cfg.NodeName})
+	if err != nil {
+		return "", errors.Join(perr, fmt.Errorf("list pods on %s: %w", cfg.NodeName, err))
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Annotations[api.AnnotationAssignment] != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return klog.KObj(p).String(), nil
+		}
+	}
+	return "", nil
+}
+
+// podResourcesHolder names a pod the kubelet runs that holds devices of a
+// gpuslice.io resource ("" when none).
+func podResourcesHolder(ctx context.Context, socket string) (string, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", fmt.Errorf("pod-resources: %w", err)
+	}
+	defer func() { _ = conn.Close() }() // the List result is what matters
+	resp, err := podresources.NewPodResourcesListerClient(conn).List(ctx, &podresources.ListPodResourcesRequest{})
+	if err != nil {
+		return "", fmt.Errorf("pod-resources list: %w", err)
+	}
+	for _, pr := range resp.PodResources {
+		for _, c := range pr.Containers {
+			for _, d := range c.Devices {
+				if strings.HasPrefix(d.ResourceName, api.Group+"/") && len(d.DeviceIds) > 0 {
+					return pr.Namespace + "/" + pr.Name, nil
+				}
+			}
+		}
+	}
+	return "", nil
 }
