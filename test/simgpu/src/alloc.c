@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include "alloc.h"
+#include "mps.h"
 
 #define VA_BASE 0x200000000000ull /* fake device addresses start at 32 TiB */
 
@@ -19,7 +20,8 @@ CUresult sim_charge(int dev, size_t size)
 {
 	if (sim_g.slot < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return sim_mem_reserve(sim_g.st, sim_g.slot, dev, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	return sim_mem_reserve(sim_g.st, sim_g.slot, dev, size, sim_mps_limit(dev)) == 0 ? CUDA_SUCCESS
+											  : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void sim_uncharge(int dev, size_t size)

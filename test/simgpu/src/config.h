@@ -48,6 +48,9 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen);
 
 /* "24GiB", "512MiB", "1.5GiB" is rejected; "1000000" bytes; KB/MB/GB/TB decimal. */
 int sim_parse_size(const char *s, uint64_t *out);
+/* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=1G,1=512M"): limits[ordinal] in bytes,
+ * 0 for none. NULL or empty: no limits. Returns 0, or -1 with a message in err. */
+int sim_parse_pinned_limits(const char *s, uint64_t limits[SIM_MAX_DEVICES], char *err, size_t errlen);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" -> 16 bytes. */
 int sim_parse_uuid(const char *s, unsigned char out[16]);
 /* Writes "GPU-..." (41 bytes with NUL); buf must hold at least 41 bytes. */

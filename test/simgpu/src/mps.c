@@ -9,7 +9,9 @@
  * each at its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the GPU's throughput
  * (scaled down together when running kernels ask for more than 100 %). If
  * the server dies, every later launch or synchronize returns
- * CUDA_ERROR_MPS_RPC_FAILURE. No daemon listening: a normal (non-MPS) process. */
+ * CUDA_ERROR_MPS_RPC_FAILURE. A client's device memory is bounded by
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. No daemon listening: a normal (non-MPS)
+ * process. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "mps.h"
 #include "mps_table.h"
 #include "sim.h"
@@ -34,6 +37,7 @@ static struct {
 	int fd, slot;
 	uint32_t pct;
 	struct sim_mps_table *t;
+	uint64_t limit[SIM_MAX_DEVICES]; /* pinned device memory limit per simulator device, 0: none */
 } mps = {.fd = -1, .slot = -1};
 
 static uint32_t env_pct(void)
@@ -119,6 +123,34 @@ static CUresult handshake(int fd)
 	return CUDA_SUCCESS;
 }
 
+/* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT by CUDA ordinal -> mps.limit by simulator
+ * device (ordinals this process does not list are ignored). */
+static int pinned_limits(void)
+{
+	uint64_t by_ord[SIM_MAX_DEVICES];
+	char err[SIM_ERR_LEN];
+
+	if (sim_parse_pinned_limits(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), by_ord, err, sizeof(err)) != 0) {
+		fprintf(stderr, "gpuslice: simulated GPU: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: %s\n", err);
+		return -1;
+	}
+	for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+		int d = by_ord[i] != 0 ? sim_device(i) : -1;
+		if (d >= 0 && d < SIM_MAX_DEVICES)
+			mps.limit[d] = by_ord[i];
+	}
+	return 0;
+}
+
+uint64_t sim_mps_limit(int dev)
+{
+	int st = atomic_load(&mps.state);
+
+	if ((st != MPS_CLIENT && st != MPS_FAILED) || dev < 0 || dev >= SIM_MAX_DEVICES)
+		return 0;
+	return mps.limit[dev];
+}
+
 CUresult sim_mps_attach(void)
 {
 	pthread_t th;
@@ -136,6 +168,10 @@ CUresult sim_mps_attach(void)
 	if (fd < 0) {
 		atomic_store(&mps.state, MPS_OFF);
 		return CUDA_SUCCESS;
+	}
+	if (pinned_limits() != 0) {
+		close(fd);
+		return CUDA_ERROR_INVALID_VALUE;
 	}
 	rc = handshake(fd);
 	if (rc != CUDA_SUCCESS) {

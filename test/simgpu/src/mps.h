@@ -13,6 +13,9 @@
  * CUDA_MPS_PIPE_DIRECTORY (once per process). CUDA_SUCCESS also when there is
  * none; the refusal (client limit) or failure otherwise. */
 SIM_HIDDEN CUresult sim_mps_attach(void);
+/* The client's pinned device memory limit on simulator device dev in bytes
+ * (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), 0 for none or when not a client. */
+SIM_HIDDEN uint64_t sim_mps_limit(int dev);
 /* The pid of the process's MPS server once it is a client, else 0. */
 SIM_HIDDEN int32_t sim_mps_server(void);
 /* CUDA_ERROR_MPS_RPC_FAILURE once the process's server died, else success. */

@@ -246,19 +246,21 @@ void sim_proc_release(struct sim_state *st, int slot, int32_t pid)
 	state_unlock(st);
 }
 
-static int try_reserve_locked(struct sim_state *st, int slot, int dev, uint64_t bytes)
+static int try_reserve_locked(struct sim_state *st, int slot, int dev, uint64_t bytes, uint64_t cap)
 {
 	struct sim_dev_state *d = &st->dev[dev];
-	uint64_t used = atomic_load(&d->used);
+	uint64_t used = atomic_load(&d->used), mine = atomic_load(&st->proc[slot].used[dev]);
 
 	if (bytes > d->total || used > d->total - bytes)
+		return -1;
+	if (cap != 0 && (bytes > cap || mine > cap - bytes))
 		return -1;
 	atomic_store(&d->used, used + bytes);
 	atomic_fetch_add(&st->proc[slot].used[dev], bytes);
 	return 0;
 }
 
-int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes)
+int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes, uint64_t cap)
 {
 	int rc;
 
@@ -266,10 +268,10 @@ int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes)
 		return -1;
 	if (state_lock(st) != 0)
 		return -1;
-	rc = try_reserve_locked(st, slot, dev, bytes);
+	rc = try_reserve_locked(st, slot, dev, bytes, cap);
 	if (rc != 0) {
 		reap_locked(st);
-		rc = try_reserve_locked(st, slot, dev, bytes);
+		rc = try_reserve_locked(st, slot, dev, bytes, cap);
 	}
 	state_unlock(st);
 	return rc;

@@ -47,8 +47,9 @@ SIM_HIDDEN void sim_proc_release(struct sim_state *st, int slot, int32_t pid);
 SIM_HIDDEN void sim_reap(struct sim_state *st);
 
 /* Reserves bytes on dev for the slot; reaps dead processes before giving up.
- * Returns 0 or -1 (out of memory). */
-SIM_HIDDEN int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes);
+ * cap: the most the slot may hold on dev (0: no cap; an MPS client's pinned
+ * device memory limit). Returns 0 or -1 (out of memory or over cap). */
+SIM_HIDDEN int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes, uint64_t cap);
 SIM_HIDDEN void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes);
 
 /* Engine: one kernel at a time per device across every process, FIFO. */

@@ -210,6 +210,70 @@ static void test_fuzz(void)
 	}
 }
 
+/* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: a table, then seeded mutations of its
+ * valid entries (0 or -1 with a one-line message, never a crash). */
+static void test_pinned_limits(void)
+{
+	static const struct {
+		const char *in;
+		int rc, ord;
+		uint64_t want;
+	} tab[] = {
+		{"", 0, 0, 0},
+		{"0=1G", 0, 0, 1ull << 30},
+		{"0=512M,1=2g", 0, 1, 2ull << 30},
+		{"3=4096", 0, 3, 4096},
+		{"15=1T", 0, 15, 1ull << 40},
+		{"0=1k", 0, 0, 1024},
+		{"16=1G", -1, 0, 0},
+		{"0=0", -1, 0, 0},
+		{"0=1G,0=2G", -1, 0, 0},
+		{"0=1GB", -1, 0, 0},
+		{"0=1.5G", -1, 0, 0},
+		{"0=", -1, 0, 0},
+		{"=1G", -1, 0, 0},
+		{"0=1G,", -1, 0, 0},
+		{"GPU-1=1G", -1, 0, 0},
+		{"0=99999999999999999999", -1, 0, 0},
+		{"0=17179869184T", -1, 0, 0},
+		{"0=1X", -1, 0, 0},
+	};
+	uint64_t lim[SIM_MAX_DEVICES];
+	char err[SIM_ERR_LEN], buf[64];
+	uint64_t x = 0x243f6a8885a308d3ull;
+	const char alphabet[] = "0123456789=,KMGTkmgtB.-x ";
+
+	for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+		err[0] = '\0';
+		int rc = sim_parse_pinned_limits(tab[i].in, lim, err, sizeof(err));
+		CHECK_EQ(rc, tab[i].rc);
+		if (rc == 0)
+			CHECK_EQ(lim[tab[i].ord], tab[i].want);
+		else
+			CHECK(err[0] != '\0');
+		if (rc != tab[i].rc)
+			fprintf(stderr, "pinned limit \"%s\": rc %d (%s)\n", tab[i].in, rc, err);
+	}
+	CHECK_EQ(sim_parse_pinned_limits(NULL, lim, err, sizeof(err)), 0);
+	for (int it = 0; it < 50000; it++) {
+		const char *seed = tab[1 + it % 5].in;
+		size_t n = strlen(seed);
+		memcpy(buf, seed, n + 1);
+		for (int k = 0; k < 1 + it % 3; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			size_t pos = x % (n + 1);
+			char ch = alphabet[(x >> 32) % (sizeof(alphabet) - 1)];
+			if ((x >> 60) & 1 && n < sizeof(buf) - 2)
+				memmove(buf + pos + 1, buf + pos, n++ - pos + 1), buf[pos] = ch;
+			else if (pos < n)
+				buf[pos] = ch;
+		}
+		err[0] = '\0';
+		if (sim_parse_pinned_limits(buf, lim, err, sizeof(err)) != 0)
+			CHECK(err[0] != '\0' && strchr(err, '\n') == NULL);
+	}
+}
+
 /* Child: cuInit and nvmlInit must fail cleanly (exit 0), stderr captured by the parent. */
 static int child_bad(void)
 {
@@ -369,9 +433,10 @@ int main(int argc, char **argv)
 	test_sizes_and_uuids();
 	test_access_env();
 	test_fuzz();
+	test_pinned_limits();
 	test_bad_config_end_to_end();
 	test_bad_state_file();
 	test_v1_state_file();
 	test_config_mismatch();
-	return t_done("configuration parsing, fuzz, bad config and state file");
+	return t_done("configuration parsing, fuzz, pinned memory limits, bad config and state file");
 }

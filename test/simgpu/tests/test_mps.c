@@ -4,7 +4,8 @@
  * and 70 % share the GPU's throughput at the same time; the 49th client is
  * refused; a killed server fails its clients and a restarted one admits new
  * clients; NVML lists a client in the MPS list and its server in the compute
- * list, as a real driver does. */
+ * list, as a real driver does; a client's allocations stop at its
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. */
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -162,6 +163,57 @@ static void test_process_lists(void)
 	stop_daemon(d, SIGTERM);
 }
 
+#define MiB (1024ull * 1024ull)
+
+/* Child: a client under CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (arg) allocates up to
+ * exactly its 64 MiB limit, never past it; a malformed limit ("bad") fails
+ * context creation with a line on stderr. Exit 0 when all as expected. */
+static int child_pinned(const char *arg)
+{
+	CUcontext c;
+	CUdeviceptr a, b, d;
+
+	setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", strcmp(arg, "bad") == 0 ? "0=64Q" : "0=64M", 1);
+	MUST(cuInit(0) == CUDA_SUCCESS);
+	CUresult rc = cuDevicePrimaryCtxRetain(&c, 0);
+	if (strcmp(arg, "bad") == 0)
+		return rc == CUDA_ERROR_INVALID_VALUE ? 0 : 10;
+	if (rc != CUDA_SUCCESS || cuCtxSetCurrent(c) != CUDA_SUCCESS)
+		return 11;
+	if (cuMemAlloc_v2(&a, 48 * MiB) != CUDA_SUCCESS)
+		return 12;
+	if (cuMemAlloc_v2(&b, 32 * MiB) != CUDA_ERROR_OUT_OF_MEMORY) /* 80 MiB > 64 MiB */
+		return 13;
+	if (cuMemAlloc_v2(&b, 16 * MiB) != CUDA_SUCCESS) /* exactly the limit */
+		return 14;
+	if (cuMemAllocManaged(&d, 1, CU_MEM_ATTACH_GLOBAL) != CUDA_ERROR_OUT_OF_MEMORY)
+		return 15;
+	if (cuMemFree_v2(a) != CUDA_SUCCESS || cuMemAlloc_v2(&a, 40 * MiB) != CUDA_SUCCESS)
+		return 16;
+	return 0;
+}
+
+static void test_pinned_limit(void)
+{
+	pid_t d = start_daemon();
+
+	CHECK_EQ(t_wait(t_spawn("pinned", "ok")), 0);
+	CHECK_EQ(t_wait(t_spawn("pinned", "bad")), 0);
+	stop_daemon(d, SIGTERM);
+	/* No daemon: a normal process, the MPS variable means nothing. */
+	CHECK_EQ(t_wait(t_spawn("nolimit", "-")), 0);
+}
+
+/* Child: no MPS daemon, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT set: not enforced. */
+static int child_nolimit(void)
+{
+	CUdeviceptr a;
+
+	setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=64M", 1);
+	t_primary(0);
+	return cuMemAlloc_v2(&a, 128 * MiB) == CUDA_SUCCESS ? 0 : 1;
+}
+
 /* Child: a client whose server is killed while it is connected. */
 static int child_orphan(void)
 {
@@ -223,6 +275,10 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[1], "child") == 0) {
 		if (strcmp(argv[2], "share") == 0)
 			return child_share(argv[3]);
+		if (strcmp(argv[2], "pinned") == 0)
+			return child_pinned(argv[3]);
+		if (strcmp(argv[2], "nolimit") == 0)
+			return child_nolimit();
 		return strcmp(argv[2], "hold") == 0 ? child_hold() : child_orphan();
 	}
 	t_private_state("mps");
@@ -238,9 +294,10 @@ int main(int argc, char **argv)
 	test_shares();
 	test_client_limit();
 	test_process_lists();
+	test_pinned_limit();
 	test_server_death();
 	char cmd[PATH_MAX * 2];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
 	CHECK_EQ(system(cmd), 0);
-	return t_done("mps: shares 30/70, client limit 48, process lists, server death and restart");
+	return t_done("mps: shares 30/70, client limit 48, process lists, pinned memory limit, server death and restart");
 }
