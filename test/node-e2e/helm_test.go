@@ -58,8 +58,8 @@ func TestHelm(t *testing.T) {
 	before := h.observe(ctx, pods)
 
 	upStart := time.Now()
-	h.helm("upgrade", release, chartDir, "--namespace", releaseNS, "--wait", "--timeout", "5m",
-		"-f", e2eValues, "-f", h.values, "--set", "image.tag="+tag2)
+	h.helm("upgrade", release, chartDir, "--namespace", releaseNS, "--reuse-values", "--set", "image.tag="+tag2,
+		"--wait", "--timeout", "5m")
 	newAgent := h.waitInstalled(ctx, tag2, upStart)
 	if newAgent.UID == agent.UID {
 		t.Fatalf("helm upgrade to %s kept the agent pod %s", tag2, agent.Name)
