@@ -23,7 +23,14 @@ type gpuState struct {
 	nextID slice.ID
 	timer  *time.Timer
 	log    klog.Logger
+	// budgets keeps the ceiling budget (share.max) of groups that left this
+	// GPU while it still mattered, for when they come back (at most
+	// maxBudgets; expired ones are dropped).
+	budgets map[string]slice.Budget
 }
+
+// maxBudgets bounds gpuState.budgets.
+const maxBudgets = 4096
 
 type tenant struct {
 	id      slice.ID
@@ -57,7 +64,7 @@ func newGPU(uuid proto.UUID, cfg slice.Config, log klog.Logger) (*gpuState, erro
 		return nil, err
 	}
 	g := &gpuState{uuid: uuid, sched: s, groups: map[string]*tenant{}, byID: map[slice.ID]*tenant{},
-		log: log.WithValues("gpu", uuid.String())}
+		log: log.WithValues("gpu", uuid.String()), budgets: map[string]slice.Budget{}}
 	g.timer = time.AfterFunc(time.Hour, g.tick)
 	g.timer.Stop()
 	return g, nil
@@ -73,6 +80,12 @@ func (g *gpuState) acquire(c *conn, p slice.Params) error {
 		g.nextID++
 		if err := g.sched.Add(g.nextID, p); err != nil {
 			return err
+		}
+		if b, ok := g.budgets[c.peer.Group]; ok { // back before its overdraft was repaid
+			delete(g.budgets, c.peer.Group)
+			if err := g.sched.Restore(g.nextID, b); err != nil {
+				return err
+			}
 		}
 		t = &tenant{id: g.nextID, group: c.peer.Group, members: map[*conn]*member{}}
 		g.groups[t.group], g.byID[t.id] = t, t
@@ -150,6 +163,7 @@ func (g *gpuState) disconnect(c *conn) {
 	if len(t.members) == 0 {
 		delete(g.groups, t.group)
 		delete(g.byID, t.id)
+		g.keepBudget(t, now)
 		g.apply(g.sched.Remove(t.id, now), now)
 		return
 	}
@@ -158,12 +172,36 @@ func (g *gpuState) disconnect(c *conn) {
 	}
 }
 
-// update applies new settings of a group.
+// keepBudget remembers the ceiling budget of a group leaving the GPU, so a
+// group cannot start a fresh one by disconnecting and coming back.
+func (g *gpuState) keepBudget(t *tenant, now time.Time) {
+	b, ok := g.sched.Budget(t.id, now)
+	if !ok || !b.Until.After(now) {
+		return
+	}
+	if len(g.budgets) >= maxBudgets {
+		for name, o := range g.budgets {
+			if !o.Until.After(now) {
+				delete(g.budgets, name)
+			}
+		}
+	}
+	if len(g.budgets) < maxBudgets {
+		g.budgets[t.group] = b
+	}
+}
+
+// update applies new settings of a group; a changed ceiling applies at once
+// (a group it held back may go now).
 func (g *gpuState) update(groupName string, p slice.Params) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if t := g.groups[groupName]; t != nil {
-		return g.sched.Update(t.id, p)
+		if err := g.sched.Update(t.id, p); err != nil {
+			return err
+		}
+		now := time.Now()
+		g.apply(g.sched.Tick(now), now)
 	}
 	return nil
 }

@@ -194,12 +194,19 @@ func childClient(mode string) error {
 		}
 		fmt.Println("grant", g.Flags&proto.GrantPreempt != 0, time.Duration(g.ValidNs) > time.Duration(g.SliceNs))
 		return c.Close()
-	case "cycle":
+	case "cycle", "redial":
 		var n int
 		if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
 			return fmt.Errorf("GS_N: %w", err)
 		}
-		return cycle(c, n)
+		if err := cycle(c, n); err != nil || mode == "cycle" {
+			return err
+		}
+		// redial: leave the GPU (the group's last connection) and come back for one more grant.
+		if c, err = Dial(ctx, socket); err != nil {
+			return err
+		}
+		return cycle(c, 1)
 	}
 	return c.Close()
 }

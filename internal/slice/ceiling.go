@@ -1,6 +1,9 @@
 package slice
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ceiling is a capped tenant's budget (Params.ShareMax): in every window of
 // one Config.Period, counted from when the cap was first used, the tenant may
@@ -105,4 +108,44 @@ func (s *Scheduler) recap(t *tenant, p Params) {
 	if !capped(p) || !capped(t.params) {
 		t.ceil.set = false
 	}
+}
+
+// Budget is a capped tenant's standing under its ceiling: its current window
+// and the time it held in it (with any overdraft). A caller that removes a
+// tenant and adds it back later (a group whose last process left) restores it,
+// so that leaving and coming back never starts a fresh budget.
+type Budget struct {
+	Start time.Time
+	Used  time.Duration
+	// Until is when it no longer matters: every overdraft repaid.
+	Until time.Time
+}
+
+// Budget returns tenant id's standing at now, counting a running grant up to
+// now; ok is false for a tenant without a ceiling or that never used it.
+func (s *Scheduler) Budget(id ID, now time.Time) (b Budget, ok bool) {
+	t := s.byID[id]
+	if t == nil || !capped(t.params) || !t.ceil.set {
+		return Budget{}, false
+	}
+	s.refresh(t, now)
+	used := t.ceil.used
+	if h := s.hold; h != nil && h.t == t {
+		used += max(now.Sub(h.g.Start), 0)
+	}
+	q := s.cfg.quota(t.params.ShareMax)
+	k := (used + q - 1) / q // windows until it is repaid (this one counts)
+	return Budget{Start: t.ceil.start, Used: used, Until: t.ceil.start.Add(max(k, 1) * s.cfg.Period)}, true
+}
+
+// Restore gives tenant id the standing b (from Budget), if it has a ceiling.
+func (s *Scheduler) Restore(id ID, b Budget) error {
+	t := s.byID[id]
+	if t == nil {
+		return fmt.Errorf("unknown tenant %d", id)
+	}
+	if capped(t.params) && b.Used > 0 {
+		t.ceil = ceiling{set: true, start: b.Start, used: b.Used}
+	}
+	return nil
 }

@@ -261,3 +261,41 @@ func randomRun(t *testing.T, cfg Config, params []Params, seed uint64, d time.Du
 	}
 	return s, spans
 }
+
+// TestCeilingBudgetCarriedOver: a capped tenant removed while holding and
+// added back (a group whose last process left and came back) gets the budget
+// it had left, not a fresh one.
+func TestCeilingBudgetCarriedOver(t *testing.T) {
+	s := runSteps(t, testConfig(), []tenantSpec{{1, Params{ShareMax: 0.25}}, {3, Params{}}}, []step{
+		{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+		{10 * ms, "more", 1, []string{"grant 1 10ms/10ms"}},
+	})
+	now := t0.Add(15 * ms)
+	b, ok := s.Budget(1, now)
+	if !ok || b.Used != 15*ms || !b.Start.Equal(t0) || !b.Until.Equal(t0.Add(100*ms)) {
+		t.Fatalf("budget %+v %v", b, ok)
+	}
+	if _, ok := s.Budget(3, now); ok {
+		t.Fatal("a tenant without a ceiling has a budget")
+	}
+	s.Remove(1, now)
+	if err := s.Add(2, Params{ShareMax: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(2, b); err != nil {
+		t.Fatal(err)
+	}
+	acts, _ := s.Acquire(2, now)
+	if got := strings.Join(render(acts), ","); got != "grant 2 10ms/10ms" {
+		t.Fatalf("back: %q", got)
+	}
+	if acts, _ = s.Release(2, acts[0].Grant.Seq, t0.Add(25*ms), true); acts != nil {
+		t.Fatalf("a fresh budget after coming back: %q", render(acts))
+	}
+	if at, ok := s.NextDeadline(); !ok || !at.Equal(t0.Add(100*ms)) {
+		t.Fatalf("next %v %v", at, ok)
+	}
+	if err := s.Restore(9, b); err == nil {
+		t.Fatal("restored an unknown tenant")
+	}
+}
