@@ -4,9 +4,9 @@
 # run in test-go (root-only ones skip with a reason elsewhere).
 # bin/gpuslice-node is built by mk/go.mk (every cmd/<name>).
 AGENT_K8S_DIR := $(K8S_DIR)
-TEST_TARGETS += test-node-e2e e2e-pod-shares
+TEST_TARGETS += test-node-e2e e2e-pod-shares e2e-mps
 
-.PHONY: kubelet-bin e2e-hotplug test-node-e2e e2e-pod-shares
+.PHONY: kubelet-bin e2e-hotplug test-node-e2e e2e-pod-shares e2e-mps
 # The real kubelet (test/node-e2e/build-kubelet.sh) and the control-plane
 # binaries (hack/k8s/build.sh), built from source and cached by version.
 kubelet-bin:
@@ -51,3 +51,15 @@ e2e-pod-shares: all kubelet-bin
 	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-pod-shares.log | grep -v '^I[0-9]' ; \
 	  test $$rc -eq 0 || { echo "pod shares e2e failed; log: $(BUILD)/e2e-pod-shares.log"; exit 1; }
 	@if [ -f $(BUILD)/e2e-pod-shares.summary ]; then tail -n 1 $(BUILD)/e2e-pod-shares.summary; fi
+
+# The same real node (root; skips otherwise) with GPU 0 in mps mode: a pod of 25
+# units runs as MPS clients of the agent's daemon (environment, pipe directory,
+# libgpuslice's hard limit, NVML's process list in the pod), the GPUNode row
+# counts its clients and units; a killed MPS server is restarted by the agent and
+# the pod's next client works (about a minute once built).
+e2e-mps: all kubelet-bin
+	@mkdir -p $(BUILD)
+	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
+	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestMPS$$' ./test/node-e2e/ >$(BUILD)/e2e-mps.log 2>&1; \
+	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-mps.log | grep -v '^I[0-9]' ; \
+	  test $$rc -eq 0 || { echo "mps e2e failed; log: $(BUILD)/e2e-mps.log"; exit 1; }

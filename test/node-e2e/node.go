@@ -114,8 +114,8 @@ func newNode(t *testing.T, ctx context.Context, o harness.Options) (*node, harne
 	return n, bins
 }
 
-// startNode brings everything up; stop takes it down.
-func startNode(t *testing.T, ctx context.Context) *node {
+// startNode brings everything up (the agent with agentFlags added); stop takes it down.
+func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 	kubelet := need(t, "GPUSLICE_KUBELET")
 	n, _ := newNode(t, ctx, harness.Options{})
 	if err := n.cp.InstallCRDs(ctx); err != nil {
@@ -137,6 +137,7 @@ func startNode(t *testing.T, ctx context.Context) *node {
 		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
 		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"),
 		"--cgroup-root", n.cgroupRoot, "-v", "2"}
+	n.agentFlags = append(n.agentFlags, agentFlags...)
 	n.metrics = freeAddr(t)
 	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics, "--cdi-spec-dir", filepath.Join(n.dir, "cdi"))
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
