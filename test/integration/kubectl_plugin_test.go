@@ -17,7 +17,10 @@ import (
 )
 
 // topGPU is what the test reads of a GPU in `kubectl gpuslice top -o json`
-// (decoded as any script would, without gpuslice's Go types).
+// (decoded as any script would, without gpuslice's Go types). This package
+// must not import internal/kubectlplugin: cli-runtime brings in Go's plugin
+// package, with which the linker binds every symbol at start (BIND_NOW), and
+// go-nvml's symbols (linked here through internal/table) are then missing.
 type topGPU struct {
 	Index             int32  `json:"index"`
 	UUID              string `json:"uuid"`
