@@ -245,12 +245,13 @@ func ParseShare(v string) (float64, error) {
 	if f <= 0 || f > 1 {
 		return 0, fmt.Errorf("share %q out of range (0%%, 100%%]", v)
 	}
-	// To a millionth: "1.12%" reads as 112/10000 does, so a value written
-	// and read back compares equal.
-	if r := math.Round(f*1e6) / 1e6; r > 0 {
-		return r, nil
+	// To a millionth (what Format writes): "1.12%" reads as 112/10000 does,
+	// so a value written and read back compares equal.
+	r := math.Round(f*1e6) / 1e6
+	if r <= 0 {
+		return 0, fmt.Errorf("share %q below 0.0001%%", v)
 	}
-	return f, nil
+	return r, nil
 }
 
 // ParseShareMax parses a share ceiling: a percentage ("40%") or a fraction

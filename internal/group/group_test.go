@@ -33,6 +33,8 @@ func TestApply(t *testing.T) {
 		{FileShare, "0%", Settings{}, "out of range"},
 		{FileShare, "150%", Settings{}, "out of range"},
 		{FileShare, "NaN", Settings{}, "invalid share"},
+		{FileShare, "0.00000049", Settings{}, "below 0.0001%"},
+		{FileShare, "12.3456789%", Settings{Share: 0.123457}, ""},
 		{FileShareMax, "40%", Settings{ShareMax: 0.4}, ""},
 		{FileShareMax, "0.25\n", Settings{ShareMax: 0.25}, ""},
 		{FileShareMax, "100%", Settings{ShareMax: 1}, ""},
