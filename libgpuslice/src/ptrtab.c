@@ -53,6 +53,27 @@ static size_t find(const struct gs_ptrtab *t, enum gs_kind kind, uint64_t key)
 	return SIZE_MAX;
 }
 
+/* Removes the entry at i without a tombstone (backward-shift deletion for
+ * linear probing): each later entry of the run that may sit earlier moves
+ * into the hole, so lookups and inserts never walk over dead slots. */
+static void remove_at(struct gs_ptrtab *t, size_t i)
+{
+	size_t mask = t->cap - 1, j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (t->ent[j].kind == GS_KIND_NONE)
+			break;
+		size_t k = hash_key(t->ent[j].kind, t->ent[j].key) & mask; /* its home */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue; /* its home lies after the hole: it stays */
+		t->ent[i] = t->ent[j];
+		i = j;
+	}
+	memset(&t->ent[i], 0, sizeof(t->ent[i]));
+	t->used--;
+	t->live--;
+}
+
 GS_HIDDEN int gs_ptrtab_insert(struct gs_ptrtab *t, const struct gs_ptrent *e)
 {
 	int rc = 0;
@@ -102,10 +123,8 @@ GS_HIDDEN int gs_ptrtab_ref(struct gs_ptrtab *t, enum gs_kind kind, uint64_t key
 		e->refs = v > 0 ? (uint32_t)v : 0;
 		n = (int)e->refs;
 		*out = *e;
-		if (n == 0) {
-			e->kind = GS_KIND_DEAD;
-			t->live--;
-		}
+		if (n == 0)
+			remove_at(t, at);
 	}
 	pthread_mutex_unlock(&t->mu);
 	return n;
@@ -125,6 +144,8 @@ GS_HIDDEN size_t gs_ptrtab_drain(struct gs_ptrtab *t, int (*match)(const struct 
 		t->live--;
 		n++;
 	}
+	if (n > 0)
+		(void)grow(t); /* rehash without the tombstones (out of memory: they stay, still correct) */
 	pthread_mutex_unlock(&t->mu);
 	return n;
 }
@@ -135,8 +156,7 @@ GS_HIDDEN int gs_ptrtab_take(struct gs_ptrtab *t, enum gs_kind kind, uint64_t ke
 	size_t at = find(t, kind, key);
 	if (at != SIZE_MAX) {
 		*out = t->ent[at];
-		t->ent[at].kind = GS_KIND_DEAD;
-		t->live--;
+		remove_at(t, at);
 	}
 	pthread_mutex_unlock(&t->mu);
 	return at != SIZE_MAX;

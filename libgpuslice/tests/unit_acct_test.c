@@ -156,6 +156,23 @@ static void test_ptrtab(void)
 		CHECK(gs_ptrtab_take(&t, GS_KIND_HANDLE, r, &e) == 1 && e.size == r);
 	}
 	CHECK(t.cap <= 16384);
+	CHECK_EQ(t.used, t.live); /* removals leave no tombstones */
+	/* Random keys, random order of removal: every entry found until taken. */
+	uint64_t keys[3000], x = 88172645463325252ull;
+	for (int i = 0; i < 3000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		keys[i] = x & 0xffffffull; /* collisions on purpose */
+		if (gs_ptrtab_get(&t, GS_KIND_MIPMAP, keys[i], &e) == 1)
+			keys[i] = 0;
+		else
+			CHECK(gs_ptrtab_put(&t, GS_KIND_MIPMAP, keys[i], i, 1) == 0);
+	}
+	for (int i = 2999; i >= 0; i -= 3)
+		CHECK(keys[i] == 0 || gs_ptrtab_take(&t, GS_KIND_MIPMAP, keys[i], &e) == 1);
+	for (int i = 0; i < 3000; i++)
+		if (i % 3 != 2999 % 3 && keys[i] != 0)
+			CHECK(gs_ptrtab_take(&t, GS_KIND_MIPMAP, keys[i], &e) == 1 && e.size == (uint64_t)i);
+	CHECK_EQ(t.used, t.live);
 	for (uint64_t i = 1; i < N; i += 2)
 		CHECK(gs_ptrtab_take(&t, GS_KIND_PTR, 0x7f0000000000ull + i * 512, &e) == 1 && e.size == i + 1);
 	CHECK_EQ(gs_ptrtab_count(&t), 0);
