@@ -335,3 +335,17 @@ GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
 	errno = saved;
 	return CUDA_SUCCESS;
 }
+
+GS_HIDDEN CUresult gs_gate_resume(CUstream stream)
+{
+	int state = atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed);
+	if (state == GS_GATE_PASS) /* changed since the fast path read it */
+		return CUDA_SUCCESS;
+	if (state == GS_GATE_HELD) /* counted by gs_gate_pass (or not, if it just changed: the count is approximate) */
+		return gs_gate_check(stream, atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed));
+	if (state == GS_GATE_TRACK) {
+		atomic_fetch_add_explicit(&gs_gate_fast.launches, 1, memory_order_relaxed);
+		return gs_gate_track_launch(stream);
+	}
+	return gs_gate_slow(stream);
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Launch gate: every kernel/graph launch hook calls gs_gate_launch(stream)
- * before forwarding to the driver. The fast path reads the gate's state with a
+ * Launch gate: every kernel/graph launch hook calls gs_gate_pass() (then, when
+ * it says 0, gs_gate_resume(stream)) before forwarding to the driver. The fast path reads the gate's state with a
  * relaxed atomic load:
  *  - PASS (no daemon configured or reachable and GPUSLICE_GATE_ON_LOSS=run, or
  *    GPUSLICE_GATE=off): the launch goes at once; nothing else is read.
@@ -58,25 +58,25 @@ static inline uint64_t gs_gate_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline CUresult gs_gate_launch(CUstream stream)
+/* The fast path, inline in every launch hook: 1 when the launch goes at once
+ * (PASS, or HELD below the next check: a relaxed load and store of the count,
+ * a compare). 0: the hook calls gs_gate_resume out of line, so that its own
+ * fast path saves no registers and ends in a tail call. */
+static inline int gs_gate_pass(void)
 {
 	int state = atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed);
 	if (__builtin_expect(state == GS_GATE_PASS, 1))
-		return CUDA_SUCCESS;
+		return 1;
 	if (__builtin_expect(state == GS_GATE_HELD, 1)) {
 		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
 		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
-		if (__builtin_expect((int)(n - atomic_load_explicit(&gs_gate_fast.check_at, memory_order_relaxed)) < 0,
-				     1))
-			return CUDA_SUCCESS;
-		return gs_gate_check(stream, n);
+		return (int)(n - atomic_load_explicit(&gs_gate_fast.check_at, memory_order_relaxed)) < 0;
 	}
-	if (state == GS_GATE_TRACK) {
-		unsigned n = atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) + 1;
-		atomic_store_explicit(&gs_gate_fast.launches, n, memory_order_relaxed);
-		return gs_gate_track_launch(stream);
-	}
-	return gs_gate_slow(stream);
+	return 0;
 }
+
+/* After gs_gate_pass said 0: HELD at a check (the launch was counted), TRACK or
+ * ASK (counted there). A non-zero CUresult is returned instead of launching. */
+GS_HIDDEN CUresult gs_gate_resume(CUstream stream);
 
 #endif /* GS_GATE_H */

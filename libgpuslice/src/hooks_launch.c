@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Launch hooks, generated from the GATE entries of hooks.def: the gate
- * (gate.h), one load of the real pointer and a tail call. The first call of
- * each goes through a cold out-of-line function that resolves the driver, so
- * the hot path saves no registers.
+ * Launch hooks, generated from the GATE entries of hooks.def: the gate's fast
+ * path (gate.h), one load of the real pointer and a tail call. Everything else
+ * (a check of the queue, the slow path, the first call that resolves the
+ * driver) is in cold out-of-line functions reached by tail calls, so the hot
+ * path saves no registers and moves no arguments.
  */
 #include "gate.h"
 #include "internal.h"
@@ -18,11 +19,17 @@
 			return CUDA_ERROR_NOT_FOUND;                                                          \
 		return real_fn args;                                                                          \
 	}                                                                                                     \
+	static __attribute__((noinline, cold)) ret gated_##name params                                        \
+	{                                                                                                     \
+		CUresult gate_rc = gs_gate_resume(stream);                                                    \
+		if (gate_rc != CUDA_SUCCESS)                                                                  \
+			return gate_rc;                                                                       \
+		return cold_##name args;                                                                      \
+	}                                                                                                     \
 	GS_EXPORT ret name params                                                                             \
 	{                                                                                                     \
-		CUresult gate_rc = gs_gate_launch(stream);                                                    \
-		if (GS_UNLIKELY(gate_rc != CUDA_SUCCESS))                                                     \
-			return gate_rc;                                                                       \
+		if (GS_UNLIKELY(!gs_gate_pass()))                                                             \
+			return gated_##name args;                                                             \
 		gs_fn_##name real_fn =                                                                        \
 			(gs_fn_##name)atomic_load_explicit(&gs_real_tab[GS_ID_##name], memory_order_acquire); \
 		if (GS_UNLIKELY(real_fn == NULL))                                                             \
