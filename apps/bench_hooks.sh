@@ -51,4 +51,30 @@ for state in "unbounded queue (GPUSLICE_GATE_QUEUE_US=0):GPUSLICE_GATE_QUEUE_US=
 		GPUSLICE_NODE_SOCKET="$tmp/std.sock" "${state#*:}"
 	read -r _ _ _ _ _ _ through <<<"$(tail -n 1 "$tmp/out")"
 done
+
+# gpuslice run start-up: the wall time of `gpuslice run -- true` over `true`, medians of 15, with the
+# daemon running, and when it starts one (a fresh run directory each time; that daemon is stopped after).
+ns_now() { date +%s%N; }
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+startup() { # run dir or "fresh", command...
+	local i t0 d dir=$1
+	shift
+	for i in $(seq 15); do
+		d=$dir
+		[ "$d" = fresh ] && d=$tmp/fresh-$i
+		t0=$(ns_now)
+		GPUSLICE_RUN_DIR=$d GPUSLICE_LOG=0 "$@" >/dev/null 2>&1 || true
+		echo $((($(ns_now) - t0) / 1000))
+	done | median
+}
+base=$(for i in $(seq 15); do t0=$(ns_now); /bin/true; echo $((($(ns_now) - t0) / 1000)); done | median)
+GPUSLICE_RUN_DIR=$tmp/warm GPUSLICE_LOG=0 "$bin/gpuslice" run -- true >/dev/null 2>&1
+warm=$(startup "$tmp/warm" "$bin/gpuslice" run -- true)
+cold=$(startup fresh "$bin/gpuslice" run -- true)
+sleep 0.5 # status.json names each daemon's pid (a daemon also stops when its run directory is removed)
+for f in "$tmp"/warm/status.json "$tmp"/fresh-*/status.json; do
+	p=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$f" 2>/dev/null | head -1 || true)
+	[ -n "$p" ] && kill "$p" 2>/dev/null || true
+done
+echo "gpuslice run start-up (true: $((base / 1000)).$(((base % 1000) / 100)) ms): $(((warm - base) / 1000)).$((((warm - base) % 1000) / 100)) ms added with the daemon running, $(((cold - base) / 1000)).$((((cold - base) % 1000) / 100)) ms when it starts one"
 echo "launch $launch (default gate, grant held), launch-bound throughput $through, alloc+free $alloc"
