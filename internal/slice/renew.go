@@ -47,6 +47,7 @@ func (s *Scheduler) renew(now time.Time) []Action {
 	h.g.SliceEnd = h.g.SliceEnd.Add(own)
 	h.g.End = h.g.End.Add(own)
 	h.g.Alone = true
+	h.renewed = true
 	t.renewals++
 	return []Action{{Kind: ActRenew, Tenant: t.id, Grant: h.g}}
 }
@@ -66,4 +67,22 @@ func (s *Scheduler) Queued(id ID) []Action {
 	}
 	h.g.Alone = false
 	return []Action{{Kind: ActRenew, Tenant: id, Grant: h.g}}
+}
+
+// shared tells a lone holder that another tenant now waits (an ActRenew
+// without Alone). A holder whose grant was renewed may hold up to a slice of
+// work queued ahead (its queue is not bound to a renewal's end), so its grant
+// is stretched to at least a slice from now: at that end it has drained to the
+// usual bound, and the tenant that asked waits at most a slice (plus the lead).
+func (s *Scheduler) shared(now time.Time) []Action {
+	h := s.hold
+	if !h.g.Alone {
+		return nil
+	}
+	h.g.Alone = false
+	if end := now.Add(s.cfg.SliceOf(h.t.params)); h.renewed && end.After(h.g.End) {
+		h.g.SliceEnd = h.g.SliceEnd.Add(end.Sub(h.g.End))
+		h.g.End = end
+	}
+	return []Action{{Kind: ActRenew, Tenant: h.t.id, Grant: h.g}}
 }

@@ -82,6 +82,7 @@ type hold struct {
 	revoked bool
 	hardEnd time.Time // when revoked: the GPU is taken away at this time
 	noRenew bool      // Queued: the holder's next turn is a new grant
+	renewed bool      // renewed at least once
 }
 
 // Scheduler is the policy state of one GPU. It is not safe for concurrent use.
@@ -174,11 +175,7 @@ func (s *Scheduler) Acquire(id ID, now time.Time) ([]Action, error) {
 	case h.t == t:
 		return []Action{{Kind: ActGrant, Tenant: id, Grant: h.g}}, nil
 	case !s.canPreempt(t, now):
-		if !h.g.Alone {
-			return nil, nil
-		}
-		h.g.Alone = false
-		return []Action{{Kind: ActRenew, Tenant: h.t.id, Grant: h.g}}, nil
+		return s.shared(now), nil
 	}
 	h.g.Alone = false
 	s.preempter = t

@@ -226,6 +226,13 @@ func TestSchedulerSequences(t *testing.T) {
 			{30 * ms, "tick", 0, []string{"revoke 1"}},
 			{31 * ms, "more", 1, []string{"grant 2 10ms/30ms"}}, // its slice + 20ms banked
 		}},
+		{"a renewed holder told it is shared keeps at least a slice", testConfig(), three, []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{8 * ms, "tick", 0, []string{"renew 1 20ms/20ms"}},
+			{17 * ms, "acq", 3, []string{"shared 1"}}, // end 20ms -> 27ms
+			{20 * ms, "tick", 0, nil},
+			{27 * ms, "tick", 0, []string{"revoke 1"}},
+		}},
 		{"renewal off, or a revoked grant: hand over at the end", noRenew, three, []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{8 * ms, "tick", 0, nil},

@@ -79,14 +79,23 @@ GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 		 * release: stale. Seqs only grow on one connection. */
 		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0 || f->msg.grant.seq == g->released)
 			return;
-		if ((g->st != GS_GATE_HOLDING && g->st != GS_GATE_RELEASING) || g->seq != f->msg.grant.seq)
+		if ((g->st != GS_GATE_HOLDING && g->st != GS_GATE_RELEASING) || g->seq != f->msg.grant.seq) {
 			gs_gate_queue_grant(f->msg.grant.slice_ns,
 					    atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed));
+			g->turn_ns = f->msg.grant.slice_ns;
+			g->renewed = 0;
+		} else {
+			g->renewed = 1;
+		}
 		g->st = GS_GATE_HOLDING;
 		g->seq = f->msg.grant.seq;
 		g->grant_end = now + f->msg.grant.valid_ns;
 		g->slice_ns = f->msg.grant.slice_ns;
 		g->alone = (f->msg.grant.flags & GS_GRANT_ALONE) != 0;
+		/* Renewed and alone: a slice of work may stay queued ahead, so the queue
+		 * never drains toward a renewal's end (the daemon stretches the grant to
+		 * a slice from when another group asks, so it drains by then). */
+		gs_gate_queue_alone(g->alone && g->renewed ? g->turn_ns : 0);
 		g->revoked = 0;
 		g->slow = 0;
 		break;

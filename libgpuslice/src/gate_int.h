@@ -47,11 +47,13 @@ struct gs_gate {
 	uint64_t grant_end;
 	uint64_t slice_ns; /* the held grant's slice */
 	int revoked;
-	int alone;     /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */
-	int slow;      /* a grant took longer than timeout_ns: run until one comes */
-	int refused;   /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
-	int receiving; /* a launcher is blocked reading the socket for its grant */
-	int thread;    /* the gate thread was started (in this process) */
+	int alone;        /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */
+	int renewed;      /* the held grant was renewed (a grant of its seq came again) */
+	uint64_t turn_ns; /* the held grant's slice when first granted */
+	int slow;         /* a grant took longer than timeout_ns: run until one comes */
+	int refused;      /* the daemon refused the last connection for now (GS_ERR_BUSY): launches wait */
+	int receiving;    /* a launcher is blocked reading the socket for its grant */
+	int thread;       /* the gate thread was started (in this process) */
 	int have_gpu;
 	uint8_t gpu[16];
 	CUcontext ctx;     /* the holder's context, for the gate thread's idle release */
@@ -82,5 +84,8 @@ GS_HIDDEN void gs_gate_sync(CUcontext ctx);
 GS_HIDDEN void gs_gate_track_reset(void);
 /* A grant starts (with gs_gate.mu held): the queue bound for it, from launch count n. */
 GS_HIDDEN void gs_gate_queue_grant(uint64_t slice_ns, unsigned n);
+/* A renewed grant with no other group waiting: work up to ahead_ns past now may
+ * be queued, whatever the time left in the grant (0: none). */
+GS_HIDDEN void gs_gate_queue_alone(uint64_t ahead_ns);
 
 #endif /* GS_GATE_INT_H */

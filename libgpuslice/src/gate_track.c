@@ -51,7 +51,8 @@ static struct {
 	unsigned done;       /* launch count the GPU has surely finished */
 	uint64_t launch_ns;  /* GPU time per launch */
 	_Atomic uint64_t bound_ns;
-	_Atomic unsigned base; /* launch count at the grant's start */
+	_Atomic uint64_t alone_ns; /* gs_gate_queue_alone */
+	_Atomic unsigned base;     /* launch count at the grant's start */
 	struct mark {
 		CUevent ev;
 		CUstream stream;
@@ -68,6 +69,11 @@ GS_HIDDEN void gs_gate_queue_grant(uint64_t slice_ns, unsigned n)
 	atomic_store_explicit(&q.base, n, memory_order_relaxed);
 }
 
+GS_HIDDEN void gs_gate_queue_alone(uint64_t ahead_ns)
+{
+	atomic_store_explicit(&q.alone_ns, ahead_ns, memory_order_relaxed);
+}
+
 GS_HIDDEN void gs_gate_track_reset(void)
 {
 	pthread_mutex_init(&q.mu, NULL);
@@ -75,6 +81,7 @@ GS_HIDDEN void gs_gate_track_reset(void)
 	q.broken = 0;
 	q.head = q.tail = q.done = 0;
 	q.launch_ns = GS_LAUNCH_NS0;
+	atomic_store(&q.alone_ns, 0);
 	pthread_mutex_init(&ring.mu, NULL);
 	ring.ctx = NULL;
 	ring.broken = 0;
@@ -187,7 +194,9 @@ static unsigned bound_locked(CUstream stream, unsigned n)
 		unsigned base = atomic_load_explicit(&q.base, memory_order_relaxed);
 		unsigned done = (int)(q.done - base) > 0 ? q.done : base; /* launches before the grant: drained */
 		uint64_t queued = (uint64_t)(unsigned)(n - done) * q.launch_ns;
-		uint64_t room = end - now + atomic_load_explicit(&q.bound_ns, memory_order_relaxed);
+		uint64_t ahead = end - now, alone = atomic_load_explicit(&q.alone_ns, memory_order_relaxed);
+		uint64_t room =
+			(ahead > alone ? ahead : alone) + atomic_load_explicit(&q.bound_ns, memory_order_relaxed);
 		int full = q.head - q.tail >= GS_MARKS - 1;
 		if ((queued > room || full) && q.tail != q.head) {
 			wait_oldest_locked();
