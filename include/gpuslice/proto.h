@@ -4,6 +4,8 @@
  * socket(AF_UNIX, GS_PROTO_SOCK_TYPE, 0); every record is one frame of
  * GS_PROTO_FRAME_SIZE bytes: a header, one message, zero padding; little-endian.
  */
+/* Generated and compared byte for byte by TestHeaderFresh: not reformatted. */
+/* clang-format off */
 #ifndef GPUSLICE_PROTO_H
 #define GPUSLICE_PROTO_H
 
@@ -21,42 +23,42 @@
 #define GS_PROTO_SOCK_TYPE SOCK_SEQPACKET /* <sys/socket.h>: one frame per record */
 
 enum gs_msg_type {
-	GS_MSG_HELLO = 1,   /* client -> daemon, first frame on a connection */
+	GS_MSG_HELLO = 1, /* client -> daemon, first frame on a connection */
 	GS_MSG_WELCOME = 2, /* daemon -> client, answers hello */
 	GS_MSG_ACQUIRE = 3, /* client -> daemon: has work for a GPU */
-	GS_MSG_GRANT = 4,   /* daemon -> client: holds the GPU until valid_ns after sending */
+	GS_MSG_GRANT = 4, /* daemon -> client: holds the GPU until valid_ns after sending */
 	GS_MSG_RELEASE = 5, /* client -> daemon: outstanding work done, GPU handed back */
-	GS_MSG_REVOKE = 6,  /* daemon -> client: finish outstanding work and release now */
-	GS_MSG_ERROR = 7,   /* daemon -> client: request refused; the connection closes */
-	GS_MSG_BORROW = 8,  /* client -> daemon: an allocation past the group's allowance (or a reclaim) */
-	GS_MSG_LEND = 9,    /* daemon -> client: answers borrow */
-	GS_MSG_SPILL = 10,  /* daemon -> client: move borrowed managed memory to the host */
+	GS_MSG_REVOKE = 6, /* daemon -> client: finish outstanding work and release now */
+	GS_MSG_ERROR = 7, /* daemon -> client: request refused; the connection closes */
+	GS_MSG_BORROW = 8, /* client -> daemon: an allocation past the group's allowance (or a reclaim) */
+	GS_MSG_LEND = 9, /* daemon -> client: answers borrow */
+	GS_MSG_SPILL = 10, /* daemon -> client: move borrowed managed memory to the host */
 };
 
-#define GS_FEATURE_REVOKE 0x1u   /* client honours revoke at its next kernel boundary */
-#define GS_FEATURE_RENEW 0x2u    /* client takes a grant of the seq it holds as a renewal, ignores one it handed back */
-#define GS_GRANT_PREEMPT 0x1u    /* an online group's turn pulled ahead of offline work */
-#define GS_GRANT_ALONE 0x2u      /* no other group waits: an idle holder need not hand back */
-#define GS_RELEASE_MORE 0x1u     /* the client still has work: queue it for the next grant */
+#define GS_FEATURE_REVOKE 0x1u /* client honours revoke at its next kernel boundary */
+#define GS_FEATURE_RENEW 0x2u /* client takes a grant of the seq it holds as a renewal, ignores one it handed back */
+#define GS_GRANT_PREEMPT 0x1u /* an online group's turn pulled ahead of offline work */
+#define GS_GRANT_ALONE 0x2u /* no other group waits: an idle holder need not hand back */
+#define GS_RELEASE_MORE 0x1u /* the client still has work: queue it for the next grant */
 #define GS_REVOKE_SLICE_END 0x1u /* the grant reached its end */
-#define GS_REVOKE_PREEMPT 0x2u   /* an online group takes over at the next kernel boundary */
-#define GS_REVOKE_EXPIRED 0x3u   /* the holder did not hand over in time: the grant is void */
-#define GS_ERR_VERSION 0x1u      /* unsupported protocol version */
-#define GS_ERR_PROTOCOL 0x2u     /* malformed or unexpected frame */
-#define GS_ERR_IDENTITY 0x3u     /* the daemon could not identify the caller */
-#define GS_ERR_LIMIT 0x4u        /* a request past a fixed bound (e.g. a GPU the daemon does not know) */
-#define GS_ERR_BUSY 0x5u         /* too many connections for now: stay gated, connect again later */
-#define GS_BORROW_RECLAIM 0x1u   /* the allocation is within the guarantee: make room for it */
-#define GS_LEND_GRANTED 0x1u     /* the allowance covers the allocation */
-#define GS_LEND_REFUSED 0x2u     /* no memory to lend; the message says why */
-#define GS_LEND_UNKNOWN 0x3u     /* the group has no elastic memory on this GPU */
+#define GS_REVOKE_PREEMPT 0x2u /* an online group takes over at the next kernel boundary */
+#define GS_REVOKE_EXPIRED 0x3u /* the holder did not hand over in time: the grant is void */
+#define GS_ERR_VERSION 0x1u /* unsupported protocol version */
+#define GS_ERR_PROTOCOL 0x2u /* malformed or unexpected frame */
+#define GS_ERR_IDENTITY 0x3u /* the daemon could not identify the caller */
+#define GS_ERR_LIMIT 0x4u /* a request past a fixed bound (e.g. a GPU the daemon does not know) */
+#define GS_ERR_BUSY 0x5u /* too many connections for now: stay gated, connect again later */
+#define GS_BORROW_RECLAIM 0x1u /* the allocation is within the guarantee: make room for it */
+#define GS_LEND_GRANTED 0x1u /* the allowance covers the allocation */
+#define GS_LEND_REFUSED 0x2u /* no memory to lend; the message says why */
+#define GS_LEND_UNKNOWN 0x3u /* the group has no elastic memory on this GPU */
 
 /* starts every frame */
 struct gs_header {
-	uint32_t magic;    /* GS_PROTO_MAGIC */
-	uint16_t version;  /* GS_PROTO_VERSION */
-	uint16_t type;     /* GS_MSG_* value */
-	uint32_t len;      /* size of the message after the header */
+	uint32_t magic; /* GS_PROTO_MAGIC */
+	uint16_t version; /* GS_PROTO_VERSION */
+	uint16_t type; /* GS_MSG_* value */
+	uint32_t len; /* size of the message after the header */
 	uint32_t reserved; /* zero */
 };
 
@@ -68,74 +70,74 @@ struct gs_msg_hello {
 
 /* daemon -> client, answers hello */
 struct gs_msg_welcome {
-	uint32_t features;  /* GS_FEATURE_* bits both sides understand */
-	uint32_t reserved;  /* zero */
+	uint32_t features; /* GS_FEATURE_* bits both sides understand */
+	uint32_t reserved; /* zero */
 	uint64_t period_ns; /* the scheduling period, informational */
-	char group[64];     /* the group the daemon placed the caller in */
+	char group[64]; /* the group the daemon placed the caller in */
 };
 
 /* client -> daemon: has work for a GPU */
 struct gs_msg_acquire {
-	uint8_t gpu[16];   /* the GPU, as the 16 bytes of cuDeviceGetUuid */
-	uint32_t flags;    /* zero */
+	uint8_t gpu[16]; /* the GPU, as the 16 bytes of cuDeviceGetUuid */
+	uint32_t flags; /* zero */
 	uint32_t reserved; /* zero */
 };
 
 /* daemon -> client: holds the GPU until valid_ns after sending */
 struct gs_msg_grant {
-	uint8_t gpu[16];   /* the GPU */
-	uint64_t seq;      /* grant number, echoed by Release; revokes name it too */
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t seq; /* grant number, echoed by Release; revokes name it too */
 	uint64_t slice_ns; /* the group's own slice; time past it is borrowed from its burst buffer */
 	uint64_t valid_ns; /* the grant ends this long after it was sent */
-	uint32_t flags;    /* GS_GRANT_* bits */
+	uint32_t flags; /* GS_GRANT_* bits */
 	uint32_t reserved; /* zero */
 };
 
 /* client -> daemon: outstanding work done, GPU handed back */
 struct gs_msg_release {
-	uint8_t gpu[16];   /* the GPU */
-	uint64_t seq;      /* the grant released */
-	uint32_t flags;    /* GS_RELEASE_* bits */
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t seq; /* the grant released */
+	uint32_t flags; /* GS_RELEASE_* bits */
 	uint32_t reserved; /* zero */
 };
 
 /* daemon -> client: finish outstanding work and release now */
 struct gs_msg_revoke {
-	uint8_t gpu[16];   /* the GPU */
-	uint64_t seq;      /* the grant revoked */
-	uint32_t reason;   /* GS_REVOKE_* value */
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t seq; /* the grant revoked */
+	uint32_t reason; /* GS_REVOKE_* value */
 	uint32_t reserved; /* zero */
 };
 
 /* daemon -> client: request refused; the connection closes */
 struct gs_msg_error {
-	uint32_t code;     /* GS_ERR_* value */
+	uint32_t code; /* GS_ERR_* value */
 	uint32_t reserved; /* zero */
-	char message[96];  /* one line, NUL-padded */
+	char message[96]; /* one line, NUL-padded */
 };
 
 /* client -> daemon: an allocation past the group's allowance (or a reclaim) */
 struct gs_msg_borrow {
-	uint8_t gpu[16];   /* the GPU */
-	uint64_t size;     /* bytes of the allocation */
-	uint32_t flags;    /* GS_BORROW_* bits */
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t size; /* bytes of the allocation */
+	uint32_t flags; /* GS_BORROW_* bits */
 	uint32_t reserved; /* zero */
 };
 
 /* daemon -> client: answers borrow */
 struct gs_msg_lend {
-	uint8_t gpu[16];    /* the GPU */
+	uint8_t gpu[16]; /* the GPU */
 	uint64_t allowance; /* bytes the group may hold without asking */
 	uint64_t available; /* bytes the group could hold now (guarantee plus what it could borrow) */
-	uint32_t status;    /* GS_LEND_* value */
-	uint32_t reserved;  /* zero */
-	char message[72];   /* why, when refused; NUL-padded */
+	uint32_t status; /* GS_LEND_* value */
+	uint32_t reserved; /* zero */
+	char message[72]; /* why, when refused; NUL-padded */
 };
 
 /* daemon -> client: move borrowed managed memory to the host */
 struct gs_msg_spill {
-	uint8_t gpu[16];   /* the GPU */
-	uint64_t bytes;    /* bytes to move */
+	uint8_t gpu[16]; /* the GPU */
+	uint64_t bytes; /* bytes to move */
 	uint64_t reserved; /* zero */
 };
 

@@ -20,6 +20,8 @@ func CHeader() ([]byte, error) {
  * socket(AF_UNIX, GS_PROTO_SOCK_TYPE, 0); every record is one frame of
  * GS_PROTO_FRAME_SIZE bytes: a header, one message, zero padding; little-endian.
  */
+/* Generated and compared byte for byte by TestHeaderFresh: not reformatted. */
+/* clang-format off */
 #ifndef GPUSLICE_PROTO_H
 #define GPUSLICE_PROTO_H
 
