@@ -77,19 +77,24 @@ func TestHelm(t *testing.T) {
 	h.waitCgroupsGone(ctx)
 	h.helm("uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "5m")
 	h.waitNoPods(ctx, releaseNS)
-	left := h.leftovers(ctx)
+	helmSummary(t, ready, kept, len(pods), h.leftovers(ctx))
+}
+
+// helmSummary prints (and writes to $GPUSLICE_E2E_SUMMARY) the last line and
+// fails the test unless every pod was kept and nothing was left.
+func helmSummary(t *testing.T, ready time.Duration, kept, pods int, left []string) {
 	for _, l := range left {
 		t.Logf("e2e helm: left after uninstall: %s", l)
 	}
-	line := fmt.Sprintf("helm install ready in %.1f s, upgrade kept %d/%d pods, uninstall left %d objects", ready.Seconds(), kept, len(pods), len(left))
+	line := fmt.Sprintf("helm install ready in %.1f s, upgrade kept %d/%d pods, uninstall left %d objects", ready.Seconds(), kept, pods, len(left))
 	fmt.Println(line)
 	if path := os.Getenv("GPUSLICE_E2E_SUMMARY"); path != "" {
 		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
 			t.Error(err)
 		}
 	}
-	if kept != len(pods) {
-		t.Errorf("helm upgrade: %d of %d GPU pods kept their GPUs, limit and share", kept, len(pods))
+	if kept != pods {
+		t.Errorf("helm upgrade: %d of %d GPU pods kept their GPUs, limit and share", kept, pods)
 	}
 	if len(left) != 0 {
 		t.Errorf("helm uninstall left %d objects: %v", len(left), left)
