@@ -109,9 +109,10 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	if s, b := n.waitShare(bounded(ctx), small, 0.25), n.waitShare(bounded(ctx), big, 0.75); s.IsZero() || b.IsZero() {
 		t.Fatal("no shares")
 	}
-	held, busy := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%", held[0], held[1], busy[0], busy[1])
-	n.checkShares("25/75", []float64{25, 75}, held, busy)
+	r := n.shares(bounded(ctx), pods, shareWindow)
+	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window",
+		r.held[0], r.held[1], r.busy[0], r.busy[1], r.over[0], r.over[1])
+	n.checkShares("25/75", []float64{25, 75}, r)
 
 	// The GPU is full: 25 -> 50 is refused, all or nothing.
 	n.setUnits(ctx, small.Name, 50)
@@ -135,10 +136,11 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	note = n.waitEvent(ctx, small.Name, api.ReasonShareResized)
 	t.Logf("e2e event %s: %s", api.ReasonShareResized, note)
 	n.waitDaemonShare(bounded(ctx), pods, 0.5)
-	held2, busy2 := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%", held2[0], held2[1], busy2[0], busy2[1])
-	n.checkShares("50/50 after the change", []float64{50, 50}, held2, busy2)
-	return busy, change
+	r2 := n.shares(bounded(ctx), pods, shareWindow)
+	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window",
+		r2.held[0], r2.held[1], r2.busy[0], r2.busy[1], r2.over[0], r2.over[1])
+	n.checkShares("50/50 after the change", []float64{50, 50}, r2)
+	return r.busy, change
 }
 
 // waitDaemonShare waits until the node daemon schedules every pod's group

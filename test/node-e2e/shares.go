@@ -217,10 +217,18 @@ func (n *node) waitBusy(ctx context.Context, pods []*corev1.Pod) shareSample {
 	return last
 }
 
-// shares measures for d: each pod's share (percent) of the granted time and
-// of the simulated GPU's busy time between two samples.
-func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) (held, busy []float64) {
+// shareResult is what each pod got over a window: its share (percent) of
+// the granted time and of the simulated GPU's busy time, and how far (percent
+// of the window) its kernels ran beyond the time it was granted.
+type shareResult struct {
+	held, busy, over []float64
+}
+
+// shares measures for d each pod's shares of the granted time and of the
+// simulated GPU's busy time between two samples.
+func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) shareResult {
 	s0 := n.waitBusy(ctx, pods)
+	start := time.Now()
 	select {
 	case <-ctx.Done():
 		n.t.Fatal(ctx.Err())
@@ -230,6 +238,7 @@ func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) 
 	if err != nil {
 		n.t.Fatal(err)
 	}
+	window := time.Since(start)
 	pct := func(a, b []int64) []float64 {
 		var sum int64
 		for i := range a {
@@ -243,16 +252,31 @@ func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) 
 		}
 		return out
 	}
-	n.t.Logf("e2e pod shares over %v: granted ns %v -> %v, simulated GPU busy ns %v -> %v", d, s0.held, s1.held, s0.busy, s1.busy)
-	return pct(s0.held, s1.held), pct(s0.busy, s1.busy)
+	over := make([]float64, len(pods))
+	for i := range pods {
+		over[i] = 100 * float64((s1.busy[i]-s0.busy[i])-(s1.held[i]-s0.held[i])) / float64(window.Nanoseconds())
+	}
+	n.t.Logf("e2e pod shares over %v: granted ns %v -> %v, simulated GPU busy ns %v -> %v", window, s0.held, s1.held, s0.busy, s1.busy)
+	return shareResult{held: pct(s0.held, s1.held), busy: pct(s0.busy, s1.busy), over: over}
 }
 
-// checkShares fails unless every pod's shares are within 5 points of want.
-func (n *node) checkShares(what string, want, held, busy []float64) {
+// checkShares fails unless every pod's share of the granted time is within
+// 5 points of want, and no pod's kernels ran on the simulated GPU for more
+// than 5 % of the window beyond the time it was granted (the work a tenant
+// leaves queued past its slice is bounded). The busy-time shares are
+// reported, not asserted: a tenant starved of CPU (a loaded machine) leaves
+// part of its granted time unused, which lowers its busy share without any
+// fault in the enforcement.
+func (n *node) checkShares(what string, want []float64, r shareResult) {
 	for i := range want {
-		if abs(held[i]-want[i]) > 5 || abs(busy[i]-want[i]) > 5 {
-			n.t.Errorf("%s: pod %d got %.1f%% of the granted time and %.1f%% of the simulated GPU's busy time, want %.0f%% +- 5",
-				what, i, held[i], busy[i], want[i])
+		if abs(r.held[i]-want[i]) > 5 {
+			n.t.Errorf("%s: pod %d got %.1f%% of the granted time, want %.0f%% +- 5", what, i, r.held[i], want[i])
+		}
+		if r.over[i] > 5 {
+			n.t.Errorf("%s: pod %d ran on the simulated GPU %.1f%% of the window beyond its granted time, want <= 5%%", what, i, r.over[i])
+		}
+		if abs(r.busy[i]-want[i]) > 5 {
+			n.t.Logf("%s: pod %d got %.1f%% of the simulated GPU's busy time (want %.0f%% +- 5): it left part of its granted time unused", what, i, r.busy[i], want[i])
 		}
 	}
 }
