@@ -121,8 +121,11 @@ func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 	if err := n.cp.InstallCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Share pods here run busy kernels on purpose: the GPU's measured
+	// utilization (published by the agent a moment later) must not decide
+	// where the next share pod goes, or placement depends on timing.
 	sp, err := n.cp.StartScheduler(ctx, filepath.Join(n.bin, "gpuslice-scheduler"), "scheduler",
-		harness.SchedulerOptions{SchedulerName: scheduler, GPUSlice: true, Args: "{heartbeatTimeout: 1h}"})
+		harness.SchedulerOptions{SchedulerName: scheduler, GPUSlice: true, Args: "{heartbeatTimeout: 1h, utilizationThreshold: 100}"})
 	if err != nil {
 		t.Fatal(err)
 	}
