@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -63,12 +64,35 @@ func ParseSize(s string) (uint64, error) {
 	}
 	n, exact := q.AsInt64()
 	if !exact {
-		if q.MilliValue()%1000 != 0 || q.Value() < 0 {
+		v, ok := wholeBytes(q)
+		if !ok {
 			return 0, fmt.Errorf("%w %q: not a whole number of bytes", ErrSize, s)
 		}
-		n = q.Value()
+		n = v
 	}
 	return uint64(n), nil
+}
+
+// wholeBytes is q's exact value when it is a whole number that fits an
+// int64 (q is known to be below 2^63: MilliValue would overflow here).
+func wholeBytes(q resource.Quantity) (int64, bool) {
+	d := q.AsDec()
+	v := new(big.Int).Set(d.UnscaledBig())
+	scale := int64(d.Scale())
+	ten := big.NewInt(10)
+	if scale < 0 {
+		v.Mul(v, new(big.Int).Exp(ten, big.NewInt(-scale), nil))
+	} else if scale > 0 {
+		var rem big.Int
+		v.QuoRem(v, new(big.Int).Exp(ten, big.NewInt(scale), nil), &rem)
+		if rem.Sign() != 0 {
+			return 0, false
+		}
+	}
+	if !v.IsInt64() || v.Sign() < 0 {
+		return 0, false
+	}
+	return v.Int64(), true
 }
 
 // FormatSize renders n with a binary unit and one decimal, e.g. "5.8 GiB".

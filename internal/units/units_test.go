@@ -21,6 +21,9 @@ func TestParseSize(t *testing.T) {
 		{"1.5Gi", 3 << 29, false},
 		{"100B", 100, false},
 		{"1e9", 1e9, false},
+		{"1000000000000000000", 1e18, false}, // 19 digits: held as a decimal, not an int64
+		{"1E", 1e18, false},
+		{"10000000000000000000.5", 0, true},
 		{"4k", 4000, false},
 		{"4KB", 4000, false},
 		{"4KiB", 4096, false},
