@@ -167,29 +167,3 @@ func ParseList(s string) (e *Emulator, known bool, err error) {
 	}
 	return e, !e.defaultAllow, nil
 }
-
-// Transition returns the writes that turn e (as read from the kernel; known
-// as returned by ParseList) into target. Between two deny-all states only the
-// differing exceptions are written, removals first, so no intermediate state
-// allows anything that neither e nor target allows. Otherwise the default is
-// reset first ("a") and every exception of target written.
-func (e *Emulator) Transition(known bool, target *Emulator) []Rule {
-	if !known || e.defaultAllow || target.defaultAllow {
-		out := []Rule{{Type: TypeAll, Major: Wildcard, Minor: Wildcard, Perms: PermsAll, Allow: target.defaultAllow}}
-		return append(out, target.Exceptions()...)
-	}
-	var deny, allow []Rule
-	for _, r := range e.Exceptions() {
-		if gone := r.Perms &^ target.exceptions[key{r.Type, r.Major, r.Minor}]; gone != 0 {
-			r.Perms, r.Allow = gone, false
-			deny = append(deny, r)
-		}
-	}
-	for _, r := range target.Exceptions() {
-		if add := r.Perms &^ e.exceptions[key{r.Type, r.Major, r.Minor}]; add != 0 {
-			r.Perms = add
-			allow = append(allow, r)
-		}
-	}
-	return append(deny, allow...)
-}

@@ -93,46 +93,6 @@ func TestParseList(t *testing.T) {
 	}
 }
 
-func TestTransitionTables(t *testing.T) {
-	base := []string{"allow c 1:3 rwm", "allow c *:* m", "allow c 136:* rwm"}
-	cases := []struct {
-		name     string
-		from, to []string
-		want     []string
-	}{
-		{"add gpu", base, append(base[:3:3], "allow c 195:1 rw"), []string{"c 195:1 rw allow"}},
-		{"remove gpu", append(base[:3:3], "allow c 195:1 rw"), base, []string{"c 195:1 rw deny"}},
-		{"swap gpu: deny first", append(base[:3:3], "allow c 195:0 rw"), append(base[:3:3], "allow c 195:2 rw"),
-			[]string{"c 195:0 rw deny", "c 195:2 rw allow"}},
-		{"narrow", append(base[:3:3], "allow c 195:0 rwm"), append(base[:3:3], "allow c 195:0 rw"), []string{"c 195:0 m deny"}},
-		{"same", base, base, nil},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			from, to := NewEmulator(false), NewEmulator(false)
-			write(t, from, tc.from...)
-			write(t, to, tc.to...)
-			got := from.Transition(true, to)
-			var s []string
-			for _, r := range got {
-				verb := "deny"
-				if r.Allow {
-					verb = "allow"
-				}
-				s = append(s, r.String()+" "+verb)
-			}
-			if len(s) != len(tc.want) {
-				t.Fatalf("writes %q, want %q", s, tc.want)
-			}
-			for i := range s {
-				if s[i] != tc.want[i] {
-					t.Fatalf("writes %q, want %q", s, tc.want)
-				}
-			}
-		})
-	}
-}
-
 func randomRule(rng *rand.Rand) Rule {
 	types := []Type{TypeChar, TypeChar, TypeBlock, TypeAll}
 	num := func() int64 {
@@ -157,33 +117,6 @@ func randomEmulator(rng *rand.Rand, n int) *Emulator {
 		}
 	}
 	return e
-}
-
-// Transition always reaches the target, and between two deny-all states no
-// intermediate state allows anything neither end allows.
-func TestTransitionReachesTarget(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 3000 {
-		from, to := randomEmulator(rng, rng.IntN(8)), randomEmulator(rng, rng.IntN(8))
-		known := !from.DefaultAllow()
-		cur := from.Clone()
-		for _, w := range from.Transition(known, to) {
-			if err := cur.Apply(w); err != nil {
-				t.Fatal(err)
-			}
-			if !known || to.DefaultAllow() {
-				continue
-			}
-			forEachAccess(func(d Device, p Perms) {
-				if cur.Allows(d, p) && !from.Allows(d, p) && !to.Allows(d, p) {
-					t.Fatalf("case %d: intermediate state allows %s %s: from %q to %q", i, d, p, from.List(), to.List())
-				}
-			})
-		}
-		if !cur.Equal(to) {
-			t.Fatalf("case %d: reached %q, want %q", i, cur.List(), to.List())
-		}
-	}
 }
 
 func forEachAccess(fn func(Device, Perms)) {

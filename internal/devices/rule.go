@@ -1,10 +1,11 @@
 // Package devices is pure logic about Linux device access rules: the rule set
 // a container should have, an emulator of the cgroup v1 devices controller
-// (what devices.list shows, which writes to devices.allow/deny turn one state
-// into another), and the builder of the cgroup v2 eBPF device program that
-// enforces the same state. It performs no system calls; internal/hotplug
-// applies its results. Modelled on the devices package of
-// opencontainers/cgroups (written anew here).
+// (what devices.list shows, what a state allows, the target state of a
+// change), and the builder of the cgroup v2 eBPF device program that enforces
+// the same state. It performs no system calls; internal/hotplug applies its
+// results. The writes that take a v1 cgroup from one state to another are
+// opencontainers/cgroups' v1 device setter; its emulator is not exported, so
+// reading devices.list, the kernel's access checks and the refusals stay here.
 package devices
 
 import (

@@ -7,6 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/moby/sys/userns"
+	"github.com/opencontainers/cgroups"
+	// Registers the library's device setters (cgroups.DevicesSetV1/V2).
+	_ "github.com/opencontainers/cgroups/devices"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
+
 	"github.com/gpuslice/gpuslice/internal/devices"
 )
 
@@ -20,8 +26,10 @@ var ErrCovered = errors.New("device allowed by a wildcard rule")
 
 // SyncV1 makes the managed devices of a cgroup v1 devices directory allowed
 // with exactly the access in want (absent: denied), leaving every other rule
-// as it is. It reads devices.list, writes only the difference (removals
-// first) and reads the result back.
+// as it is. It reads devices.list and decides the target state; the
+// writes are opencontainers/cgroups' v1 device setter (only the difference,
+// removals first, checked against devices.list after). Nothing is written
+// when the cgroup is in the target state already.
 func SyncV1(dir string, managed []devices.Device, want map[devices.Device]devices.Perms) (changed bool, err error) {
 	cur, err := readV1(dir)
 	if err != nil {
@@ -43,27 +51,41 @@ func SyncV1(dir string, managed []devices.Device, want map[devices.Device]device
 			return false, fmt.Errorf("%s: %w", d, ErrCovered)
 		}
 	}
-	writes := cur.Transition(true, target)
-	for _, w := range writes {
-		file := "devices.deny"
-		if w.Allow {
-			file = "devices.allow"
-		}
-		if err := writeCgroupFile(filepath.Join(dir, file), w.String()); err != nil {
-			return true, err
-		}
-	}
-	if len(writes) == 0 {
+	if target.Equal(cur) {
 		return false, nil
 	}
-	got, err := readV1(dir)
-	if err != nil {
+	if err := SetV1(dir, target); err != nil {
 		return true, err
 	}
-	if !got.Equal(target) {
-		return true, fmt.Errorf("%s: devices.list is %q after writing %v, want %q", dir, got.List(), writes, target.List())
-	}
 	return true, nil
+}
+
+// SetV1 puts a v1 devices directory in state target (a deny-all default and
+// its exceptions) with the library's setter, which writes the difference and
+// checks devices.list after. The setter silently writes nothing inside a user
+// namespace, so SetV1 refuses to run there rather than report a state the
+// kernel does not hold.
+func SetV1(dir string, target *devices.Emulator) error {
+	set := cgroups.DevicesSetV1
+	if set == nil {
+		return errors.New("opencontainers/cgroups: no v1 device setter registered")
+	}
+	if userns.RunningInUserNS() {
+		return fmt.Errorf("%s: cannot set device rules from inside a user namespace", dir)
+	}
+	if target.DefaultAllow() {
+		return fmt.Errorf("%s: refusing to allow every device", dir)
+	}
+	ex := target.Exceptions()
+	rules := make([]*devconfig.Rule, 0, len(ex))
+	for _, r := range ex {
+		rules = append(rules, &devconfig.Rule{Type: devconfig.Type(r.Type), Major: r.Major, Minor: r.Minor,
+			Permissions: devconfig.Permissions(r.Perms.String()), Allow: r.Allow})
+	}
+	if err := set(dir, &cgroups.Resources{Devices: rules}); err != nil {
+		return fmt.Errorf("%s: set device rules %q: %w", dir, target.List(), err)
+	}
+	return nil
 }
 
 func readV1(dir string) (*devices.Emulator, error) {
