@@ -85,25 +85,26 @@ func (p *Publisher) write(ctx context.Context, st api.GPUNodeStatus) error {
 	if err != nil {
 		return fmt.Errorf("encode status: %w", err)
 	}
+	// The row's status is written through the status subresource: the
+	// API server ignores status on create and on a plain update.
 	rc := p.Client.Resource(api.GPUNodeGVR)
 	err = retry.RetryOnConflict(conflictBackoff(), func() error {
 		cur, err := rc.Get(ctx, p.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			obj := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+			obj := &unstructured.Unstructured{Object: map[string]any{}}
 			obj.SetAPIVersion(api.Group + "/" + api.GPUNodeVersion)
 			obj.SetKind(api.GPUNodeKind)
 			obj.SetName(p.Node)
-			_, err = rc.Create(ctx, obj, metav1.CreateOptions{})
+			cur, err = rc.Create(ctx, obj, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(api.GPUNodeGVR.GroupResource(), p.Node, err)
 			}
-			return err
 		}
 		if err != nil {
 			return err
 		}
 		cur.Object["status"] = status // cur carries the resourceVersion read
-		_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
+		_, err = rc.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {

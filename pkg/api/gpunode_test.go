@@ -44,6 +44,7 @@ func TestGPUNodeValidate(t *testing.T) {
 func TestSummarizeAndDeepCopy(t *testing.T) {
 	gpus := []GPU{{UnitsTotal: 100, UnitsFree: 40, MemoryBytes: 10, MemoryFreeBytes: 3, Health: GPUHealthy}, {UnitsTotal: 100, UnitsFree: 100, MemoryBytes: 10, MemoryFreeBytes: 10, Health: GPUUnhealthy}}
 	s := Summarize(gpus)
+	s.Memory, s.MemoryFree = nil, nil
 	if s != (Summary{GPUs: 2, HealthyGPUs: 1, UnitsTotal: 200, UnitsFree: 140, MemoryBytes: 20, MemoryFreeBytes: 13}) {
 		t.Fatalf("summary = %+v", s)
 	}
@@ -52,5 +53,22 @@ func TestSummarizeAndDeepCopy(t *testing.T) {
 	c.Status.GPUs[0].UnitsFree = 0
 	if n.Status.GPUs[0].UnitsFree != 40 {
 		t.Fatal("DeepCopy shares the GPU slice")
+	}
+}
+
+func TestSummaryHumanUnits(t *testing.T) {
+	for _, tc := range []struct {
+		bytes int64
+		want  string
+	}{
+		{80 << 30, "80Gi"},
+		{81559<<20 + 12345, "81559Mi"},
+		{1<<20 - 1, "0"},
+		{0, "0"},
+	} {
+		s := Summarize([]GPU{{MemoryBytes: tc.bytes, MemoryFreeBytes: tc.bytes}})
+		if got := s.Memory.String(); got != tc.want || s.MemoryFree.String() != tc.want {
+			t.Errorf("%d bytes: memory %s, memoryFree %s, want %s", tc.bytes, got, s.MemoryFree, tc.want)
+		}
 	}
 }

@@ -15,8 +15,11 @@ import (
 	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -30,13 +33,19 @@ type noHoldings struct{}
 func (noHoldings) Held(context.Context) (map[int32]table.Held, error) { return nil, nil }
 
 // TestPublisherConcurrentWritersLoseNothing: several publishers of one row
-// and a concurrent label writer; every write lands (the object's generation
-// counts them all), no label is lost, and the status is never torn.
+// and a concurrent label writer; every write lands (a watch of the row sees
+// each publication's distinct heartbeat), no label is lost, and the status is
+// never torn.
 func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	e, ns := setup(t)
 	node := ns + "-pub"
 	const writers, rounds, labels = 4, 20, 30
 	ctx := context.Background()
+	rows, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)
 	for w := 0; w < writers; w++ {
@@ -62,10 +71,10 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every publication changed the object (distinct heartbeats), and the
-	// generation counts content changes (not metadata): one per publication.
-	if got, want := u.GetGeneration(), int64(writers*rounds); got != want {
-		t.Fatalf("generation %d, want %d (one per publication): a write was lost", got, want)
+	// Every publication changed the status (distinct heartbeats): the watch
+	// sees one heartbeat per publication.
+	if got, want := heartbeatsSeen(t, rows, u.GetResourceVersion()), writers*rounds; got != want {
+		t.Fatalf("%d heartbeats published, want %d (one per publication): a write was lost", got, want)
 	}
 	if n := len(u.GetLabels()); n != labels {
 		t.Fatalf("%d labels survived, want %d", n, labels)
@@ -80,8 +89,35 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 			t.Fatalf("torn status: %+v", g.Status.GPUs)
 		}
 	}
-	if g.Status.Summary != api.Summarize(g.Status.GPUs) {
+	if !apiequality.Semantic.DeepEqual(g.Status.Summary, api.Summarize(g.Status.GPUs)) {
 		t.Fatalf("summary %+v does not match GPUs", g.Status.Summary)
+	}
+}
+
+// heartbeatsSeen counts the distinct status heartbeats in w's events up to
+// the one of resourceVersion last.
+func heartbeatsSeen(t *testing.T, w watch.Interface, last string) int {
+	seen := map[string]bool{}
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch of the row ended early")
+			}
+			u, isObj := ev.Object.(*unstructured.Unstructured)
+			if !isObj {
+				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+			}
+			if hb, _, _ := unstructured.NestedString(u.Object, "status", "heartbeat"); hb != "" {
+				seen[hb] = true
+			}
+			if u.GetResourceVersion() == last {
+				return len(seen)
+			}
+		case <-timeout:
+			t.Fatalf("watch never reached resourceVersion %s (%d heartbeats seen)", last, len(seen))
+		}
 	}
 }
 

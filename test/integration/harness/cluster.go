@@ -100,7 +100,8 @@ func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Tim
 	return PutGPUNode(ctx, cp.Dynamic, s.GPUNode(now))
 }
 
-// PutGPUNode creates or replaces a GPUNode row.
+// PutGPUNode creates or replaces a GPUNode row: metadata by create or update,
+// status through the status subresource, as the node agent writes it.
 func PutGPUNode(ctx context.Context, dyn dynamic.Interface, g *api.GPUNode) error {
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
 	if err != nil {
@@ -110,14 +111,18 @@ func PutGPUNode(ctx context.Context, dyn dynamic.Interface, g *api.GPUNode) erro
 	rc := dyn.Resource(api.GPUNodeGVR)
 	cur, err := rc.Get(ctx, g.Name, metav1.GetOptions{})
 	if err != nil {
-		if _, err := rc.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		if cur, err = rc.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create GPUNode %s: %w", g.Name, err)
 		}
-		return nil
+	} else {
+		u.SetResourceVersion(cur.GetResourceVersion())
+		if cur, err = rc.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update GPUNode %s: %w", g.Name, err)
+		}
 	}
-	u.SetResourceVersion(cur.GetResourceVersion())
-	if _, err := rc.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update GPUNode %s: %w", g.Name, err)
+	cur.Object["status"] = obj["status"]
+	if _, err := rc.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update GPUNode %s status: %w", g.Name, err)
 	}
 	return nil
 }
