@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -50,7 +52,9 @@ func TestPodShares(t *testing.T) {
 	shared := t.Run("shares", func(t *testing.T) { n.t = t; busy, change = testPodShares(t, ctx, n) })
 	t.Run("unfit", func(t *testing.T) { n.t = t; testUnfit(t, ctx, n) })
 	t.Run("draining", func(t *testing.T) { n.t = t; testDraining(t, ctx, n) })
+	t.Run("not-ready-gpus", func(t *testing.T) { n.t = t; testNotReady(t, ctx, n) })
 	t.Run("online", func(t *testing.T) { n.t = t; testOnline(t, ctx, n) })
+	t.Run("slots", func(t *testing.T) { n.t = t; testSlots(t, ctx, n) })
 	n.t = t
 	if !shared { // it has said why; no figures then
 		return
@@ -72,8 +76,9 @@ func bounded(ctx context.Context) context.Context {
 }
 
 // checkBooks: the kubelet's view of the node's share capacity is the
-// scheduler's (the GPUNode row): units per GPU as device-plugin slots, and
-// as many share slots as the scheduler places containers on a GPU.
+// scheduler's: the units of the GPUNode row as device-plugin slots, and as
+// many gpuslice.io/gpu slots per GPU as the scheduler places containers on
+// one GPU.
 func (n *node) checkBooks(ctx context.Context) {
 	row := n.waitRow(ctx, "published", time.Time{}, func(g *api.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
 	var units int64
@@ -89,7 +94,15 @@ func (n *node) checkBooks(ctx context.Context) {
 	if err != nil {
 		n.t.Fatalf("the kubelet offers %d %s, the scheduler books %d: %v", units, api.ResourceUnits, row.Status.Summary.UnitsTotal, err)
 	}
-	n.t.Logf("e2e books: the kubelet offers %d %s on %d GPUs, as the GPUNode row", units, api.ResourceUnits, numGPUs)
+	node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	slots := node.Status.Allocatable[api.ResourceGPU]
+	if slots.Value() != numGPUs*api.MaxContainersPerGPU {
+		n.t.Fatalf("the kubelet offers %d %s slots, the scheduler places up to %d containers on each of %d GPUs", slots.Value(), api.ResourceGPU, api.MaxContainersPerGPU, numGPUs)
+	}
+	n.t.Logf("e2e books: the kubelet offers %d %s and %d %s slots on %d GPUs, as the scheduler books them", units, api.ResourceUnits, slots.Value(), api.ResourceGPU, numGPUs)
 }
 
 // testPodShares: 25 and 75 units on one GPU, both busy: shares of the granted
@@ -213,6 +226,74 @@ func testDraining(t *testing.T, ctx context.Context, n *node) {
 	n.waitRow(bounded(ctx), "Working again", at, func(g *api.GPUNode) bool { return g.Status.State == api.NodeWorking })
 }
 
+// testNotReady: every GPU but the full one (the share pods') made lost on
+// the simulated GPU (NVML queries fail with GPU_IS_LOST, as after XID 79):
+// the agent publishes them Unhealthy, and a pod that would fit on any of
+// them stays Pending; once they are found again it is placed on one.
+func testNotReady(t *testing.T, ctx context.Context, n *node) {
+	big, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := n.minors(assignment(big), "main")
+	lost := n.loseOthers(ctx, full)
+	defer n.setLost("found", lost)
+	p := n.createPod(ctx, sharePod("not-ready", drainedUnits, podMemory, "", busyTenant()...))
+	msg := n.pending(bounded(ctx), p.Name)
+	t.Logf("e2e pod with only unhealthy GPUs free: %s", msg)
+	if want := fmt.Sprintf("needs 1 GPUs with %d units and %d bytes free, 0 have (%d unhealthy", drainedUnits, podMemory, len(lost)); !strings.Contains(msg, want) {
+		t.Errorf("unschedulable message %q does not say %q", msg, want)
+	}
+	at := n.setLost("found", lost)
+	n.waitRow(bounded(ctx), "GPUs found", at, func(g *api.GPUNode) bool { return healthy(g) == numGPUs })
+	p = n.waitPod(bounded(ctx), p.Name, "running once the GPUs are healthy", running)
+	if got := n.minors(assignment(p), "main"); len(got) != 1 || slices.Contains(full, got[0]) {
+		t.Errorf("pod placed on GPUs %v, the full GPU is %v", got, full)
+	}
+	n.deletePods(bounded(ctx), p.Name)
+}
+
+// setLost runs gpuslice-sim-ctl verb (lost, found) on the GPUs of indices
+// idx and returns when it began.
+func (n *node) setLost(verb string, idx []string) time.Time {
+	at := time.Now()
+	for _, i := range idx {
+		n.simCtl(verb, i)
+	}
+	return at
+}
+
+// healthy counts the Healthy GPUs of a row.
+func healthy(g *api.GPUNode) int {
+	c := 0
+	for _, gpu := range g.Status.GPUs {
+		if gpu.Health == api.GPUHealthy {
+			c++
+		}
+	}
+	return c
+}
+
+// loseOthers makes every GPU whose minor is not in keep lost on the
+// simulated GPU, waits until the agent publishes them Unhealthy, and returns
+// their indices.
+func (n *node) loseOthers(ctx context.Context, keep []int) []string {
+	var lost []string
+	for _, g := range n.gpus {
+		if !slices.Contains(keep, g.Minor) {
+			lost = append(lost, strconv.Itoa(g.Index))
+		}
+	}
+	at := n.setLost("lost", lost)
+	row := n.waitRow(bounded(ctx), "GPUs lost", at, func(g *api.GPUNode) bool { return healthy(g) == numGPUs-len(lost) })
+	for _, g := range row.Status.GPUs {
+		if g.Health != api.GPUHealthy {
+			n.t.Logf("e2e GPU %d %s: %s", g.Index, g.Health, g.HealthMessage)
+		}
+	}
+	return lost
+}
+
 // testOnline: an online pod (priority high, 25 units) whose requests need
 // 60 kernels of 500 µs, alone and then beside three busy offline pods (25
 // units, priority low) on its GPU. Its latencies are figures, not asserts:
@@ -275,4 +356,61 @@ func percentiles(d []time.Duration) (time.Duration, time.Duration) {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2], s[len(s)-1]
+}
+
+// slotPods is one more share pod on a GPU than the 16 device-plugin slots a
+// GPU once had (the 17th failed the kubelet's admission).
+const slotPods = 17
+
+// testSlots: memory-only share pods (gpuslice.io/gpu: 1 and memory, the
+// gpuslice.io/gpu device plugin) placed on one GPU (the others lost) beyond
+// 16 are all admitted by the kubelet and run, as many as the scheduler
+// booked there.
+func testSlots(t *testing.T, ctx context.Context, n *node) {
+	online, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, "online", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the online pod's GPU is left to place them on.
+	lost := n.loseOthers(ctx, n.minors(assignment(online), "main"))
+	defer n.setLost("found", lost)
+	var names []string
+	for i := range slotPods {
+		p := sharePod(fmt.Sprintf("slot-%d", i), 0, 256<<20, "", "/bin/sleep", "3600")
+		delete(p.Spec.Containers[0].Resources.Limits, api.ResourceUnits)
+		p.Spec.Containers[0].Resources.Limits[api.ResourceGPU] = *resource.NewQuantity(1, resource.DecimalSI)
+		names = append(names, n.createPod(ctx, p).Name)
+	}
+	perGPU := map[int]int{}
+	for _, name := range names {
+		p := n.waitPod(bounded(ctx), name, "running", func(p *corev1.Pod) bool {
+			if p.Status.Phase == corev1.PodFailed {
+				t.Fatalf("share pod %s failed: %s %s", p.Name, p.Status.Reason, p.Status.Message)
+			}
+			return running(p)
+		})
+		for _, m := range n.minors(assignment(p), "main") {
+			perGPU[m]++
+		}
+	}
+	l, err := n.cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	most, on := 0, -1
+	for m, c := range perGPU {
+		if c > most {
+			most, on = c, m
+		}
+	}
+	booked := 0
+	for _, p := range l.Items {
+		if a := assignment(&p); a != nil && slices.Contains(n.minors(a, "main"), on) {
+			booked++
+		}
+	}
+	t.Logf("e2e slots: %d memory-only share pods running, %d on GPU %d; the scheduler booked %d share containers there (per GPU %v)", len(names), most, on, booked, perGPU)
+	if most < slotPods {
+		t.Errorf("only %d of the %d share pods on one GPU (%v), the only healthy one", most, slotPods, perGPU)
+	}
 }
