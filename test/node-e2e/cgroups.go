@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -16,6 +17,14 @@ import (
 // would kill each other's containers under the default root, so each run's
 // kubelet (and agent) gets a cgroup root of its own, made here in every
 // hierarchy and removed when the run stops.
+
+// cpuWeight is the CPU weight (cgroup v1 cpu.shares; a process alone is
+// 1024) of a run's cgroup root, which holds the test process and so every
+// process of the run (control plane, kubelet, agent, node daemon, pods): on
+// a machine shared with other work, the node's processes get the CPU when
+// they need it, as on a node of their own, instead of waiting behind every
+// foreign runnable thread.
+const cpuWeight = "102400"
 
 // cgroupMounts lists the cgroup (v1) and cgroup2 mount points.
 func cgroupMounts() ([]string, error) {
@@ -55,6 +64,38 @@ func makeCgroupRoot(root string) error {
 			if err := os.WriteFile(filepath.Join(dir, f), parent, 0o644); err != nil {
 				return fmt.Errorf("cgroup root %s: %s: %w", dir, f, err)
 			}
+		}
+	}
+	return nil
+}
+
+// joinCgroupRoot gives root its CPU weight in the v1 cpu hierarchy and moves
+// this process there (its children follow); leaveCgroupRoot moves it back.
+func joinCgroupRoot(root string) error {
+	return moveSelf(root, true)
+}
+
+func leaveCgroupRoot() {
+	_ = moveSelf("/", false) // best effort: the root is then left in place
+}
+
+func moveSelf(root string, weight bool) error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, "cpu.shares")); err != nil {
+			continue // not the v1 cpu hierarchy
+		}
+		dir := filepath.Join(m, root)
+		if weight {
+			if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(cpuWeight), 0o644); err != nil {
+				return fmt.Errorf("cgroup %s: cpu.shares: %w", dir, err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: move the test process: %w", dir, err)
 		}
 	}
 	return nil

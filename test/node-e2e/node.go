@@ -108,6 +108,9 @@ func newNode(t *testing.T, ctx context.Context, o harness.Options) (*node, harne
 	if err := makeCgroupRoot(n.cgroupRoot); err != nil {
 		t.Fatal(err)
 	}
+	if err := joinCgroupRoot(n.cgroupRoot); err != nil {
+		t.Fatal(err)
+	}
 	if n.cp, err = harness.StartControlPlaneWith(ctx, bins, n.dir, o); err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +392,7 @@ func (n *node) stop() {
 	if n.cp != nil {
 		n.cp.Stop()
 	}
+	leaveCgroupRoot()
 	removeCgroupRoot(n.cgroupRoot)
 	if !n.t.Failed() {
 		unmountUnder(n.dir)
