@@ -113,11 +113,16 @@ func (n *node) checkBooks(ctx context.Context) {
 func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.Duration) {
 	big := n.createPod(ctx, sharePod("big", 75, podMemory, "", busyTenant()...))
 	big = n.waitPod(bounded(ctx), big.Name, "running", running)
+	// The other GPUs are lost while the second pod is placed, so that it
+	// goes beside the first (placement also weighs measured utilization).
+	lost := n.loseOthers(ctx, n.minors(assignment(big), "main"))
 	small := n.createPod(ctx, sharePod("small", 25, podMemory, "", busyTenant()...))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
+	at := n.setLost("found", lost)
+	n.waitRow(bounded(ctx), "GPUs found", at, func(g *api.GPUNode) bool { return healthy(g) == numGPUs })
 	pods := []*corev1.Pod{small, big}
 	if a, b := n.minors(assignment(small), "main"), n.minors(assignment(big), "main"); len(a) != 1 || !slices.Equal(a, b) {
-		t.Fatalf("share pods on GPUs %v and %v, want one GPU (binpack)", a, b)
+		t.Fatalf("share pods on GPUs %v and %v, want one GPU (the only healthy one)", a, b)
 	}
 	if s, b := n.waitShare(bounded(ctx), small, 0.25), n.waitShare(bounded(ctx), big, 0.75); s.IsZero() || b.IsZero() {
 		t.Fatal("no shares")
@@ -305,13 +310,17 @@ func testOnline(t *testing.T, ctx context.Context, n *node) {
 	online = n.waitPod(bounded(ctx), online.Name, "running", running)
 	alone := n.latencies(bounded(ctx), online, time.Time{}, latencyCount)
 	pods := []*corev1.Pod{online}
+	// The offline pods go beside it: the other GPUs are lost meanwhile
+	// (placement also weighs measured utilization).
+	lost := n.loseOthers(ctx, n.minors(assignment(online), "main"))
+	defer n.setLost("found", lost)
 	for i := range 3 {
 		p := n.createPod(ctx, sharePod(fmt.Sprintf("offline-%d", i), 25, podMemory, api.PriorityLow, busyTenant()...))
 		pods = append(pods, n.waitPod(bounded(ctx), p.Name, "running", running))
 	}
 	for _, p := range pods[1:] {
 		if a, b := n.minors(assignment(p), "main"), n.minors(assignment(online), "main"); !slices.Equal(a, b) {
-			t.Fatalf("offline pod %s on GPUs %v, the online pod on %v: want one GPU (binpack)", p.Name, a, b)
+			t.Fatalf("offline pod %s on GPUs %v, the online pod on %v: want one GPU (the only healthy one)", p.Name, a, b)
 		}
 	}
 	n.waitBusy(bounded(ctx), pods[1:])
