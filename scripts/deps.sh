@@ -32,4 +32,6 @@ if ! command -v go >/dev/null; then
   fi
   exit 1
 fi
+# golangci-lint for make lint, built from source (Go module proxy), cached by version.
+bash "$(dirname "$0")/../hack/lint/build.sh" >/dev/null
 echo "deps: ok ($(go version))"

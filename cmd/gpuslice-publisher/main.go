@@ -12,12 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"k8s.io/klog/v2"
 )
 
 func main() {

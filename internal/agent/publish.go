@@ -171,8 +171,9 @@ func (o *owners) owned(index int, pid uint32) bool {
 // (systemd) path element.
 func podOfCgroup(s string) (types.UID, bool) {
 	for line := range strings.SplitSeq(s, "\n") {
-		_, path, ok := strings.Cut(line, ":")
-		if _, path, ok = strings.Cut(path, ":"); !ok {
+		_, rest, _ := strings.Cut(line, ":") // hierarchy-ID:controllers:path
+		_, path, ok := strings.Cut(rest, ":")
+		if !ok {
 			continue
 		}
 		for el := range strings.SplitSeq(path, "/") {

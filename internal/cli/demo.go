@@ -3,11 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"k8s.io/klog/v2"
 

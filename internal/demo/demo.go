@@ -197,7 +197,7 @@ func runTask(ctx context.Context, env []string, argv []string) (Outcome, error) 
 		line = line[i+1:]
 	}
 	if err := json.Unmarshal(line, &out); err != nil {
-		return Outcome{}, fmt.Errorf("task %v gave no result (%v): %w; stderr: %s", argv, runErr, err, stderr.String())
+		return Outcome{}, fmt.Errorf("task %v gave no result (%w): %w; stderr: %s", argv, runErr, err, stderr.String())
 	}
 	out.Stderr = stderr.String()
 	return out, nil

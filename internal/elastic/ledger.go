@@ -131,9 +131,6 @@ func (e *entry) slack() uint64 {
 
 func (e *entry) device() uint64 { return e.use.Used - e.use.Spilled }
 
-// unmet is what the group may still claim on the device under its guarantee.
-func (e *entry) unmet() uint64 { return sub(e.set.Min, e.device()) }
-
 // spillable is the group's managed memory on the device that may move to
 // the host without taking the group below its guarantee.
 func (e *entry) spillable() uint64 {

@@ -59,14 +59,14 @@ func helperDo(verb, path string) string {
 	case "open":
 		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return unix.ErrnoName(err.(unix.Errno))
+			return errnoName(err)
 		}
 		_ = unix.Close(fd)
 		return "ok"
 	case "stat":
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err != nil {
-			return unix.ErrnoName(err.(unix.Errno))
+			return errnoName(err)
 		}
 		return fmt.Sprintf("%#o %d:%d", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	}
@@ -176,4 +176,13 @@ func moveAll(t testing.TB, from, to string) {
 			t.Logf("move %s out: %v", p, err)
 		}
 	}
+}
+
+// errnoName names the errno an open or stat failed with.
+func errnoName(err error) string {
+	var en unix.Errno
+	if errors.As(err, &en) {
+		return unix.ErrnoName(en)
+	}
+	return err.Error()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/sys/userns"
 	"github.com/opencontainers/cgroups"
+
 	// Registers the library's device setters (cgroups.DevicesSetV1/V2).
 	_ "github.com/opencontainers/cgroups/devices"
 	devconfig "github.com/opencontainers/cgroups/devices/config"

@@ -72,7 +72,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { done <- cmd.Wait() }()
 		select {
 		case <-ctx.Done():
-			d.stop(cmd, done)
+			d.stop(log, cmd, done)
 			log.Info("MPS control daemon stopped")
 			return nil
 		case err := <-done:
@@ -87,18 +87,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-func (d *Daemon) stop(cmd *exec.Cmd, done <-chan error) {
+func (d *Daemon) stop(log klog.Logger, cmd *exec.Cmd, done <-chan error) {
 	qctx, cancel := context.WithTimeout(context.Background(), d.QuitTimeout)
 	defer cancel()
 	if _, err := d.Command(qctx, "quit"); err == nil {
 		select {
-		case <-done:
+		case err := <-done:
+			log.V(1).Info("MPS control daemon quit", "exit", err)
 			return
 		case <-qctx.Done():
 		}
 	}
 	_ = cmd.Process.Kill()
-	<-done
+	log.V(1).Info("MPS control daemon killed", "exit", <-done)
 }
 
 // Command sends one command to the daemon (`echo CMD | <binary>`) and

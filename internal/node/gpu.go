@@ -259,7 +259,7 @@ func (g *gpuState) apply(acts []slice.Action, now time.Time) {
 		g.reacquire(t, now)
 	}
 	if at, ok := g.sched.NextDeadline(); ok {
-		g.timer.Reset(at.Sub(time.Now()))
+		g.timer.Reset(time.Until(at))
 	} else {
 		g.timer.Stop()
 	}

@@ -43,7 +43,9 @@ func BenchmarkConnFlood(b *testing.B) {
 				if err := p.cmd.Process.Kill(); err != nil {
 					b.Fatal(err)
 				}
-				<-p.done
+				if err := <-p.done; err == nil {
+					b.Fatalf("%s exited 0 after SIGKILL", p.cmd.Path)
+				}
 			}
 			waitConns(b, cfg) // the daemon has seen every flood connection close
 		}

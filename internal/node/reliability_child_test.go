@@ -130,7 +130,7 @@ func unknownGPUsChild(socket string) error {
 	case errors.Is(err, io.EOF):
 		fmt.Println("unknown-gpu closed")
 	default:
-		return fmt.Errorf("unknown GPUs: %v %v", m, err)
+		return fmt.Errorf("unknown GPUs: %v %w", m, err)
 	}
 	return nil
 }

@@ -257,7 +257,7 @@ func SetGroupLimit(path string, limit uint64) (changed int, err error) {
 	}
 	size := shmHeaderSize + shmMaxGPUs*shmGPUSize
 	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
-		return 0, fmt.Errorf("%s: %w: too short (%v)", path, errShm, err)
+		return 0, fmt.Errorf("%s: %w: too short (%w)", path, errShm, err)
 	}
 	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

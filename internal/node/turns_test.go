@@ -111,7 +111,7 @@ func manyJobs(t testing.TB, e *e2e, cfg Config, n, kernels, kernelUs int, gated 
 			res[i].stderr = stderr.String()
 			var done, longest int64
 			if _, serr := fmt.Sscanf(string(out), "job %d %d", &done, &longest); err != nil || serr != nil {
-				errs <- fmt.Errorf("job %d: %v %v: %q\n%s", i, err, serr, out, stderr.String())
+				errs <- fmt.Errorf("job %d: %w %w: %q\n%s", i, err, serr, out, stderr.String())
 				return
 			}
 			res[i].done, res[i].longest = time.Duration(done), time.Duration(longest)

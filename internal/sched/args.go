@@ -8,12 +8,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Plugin args identity: the args object in a KubeSchedulerConfiguration's

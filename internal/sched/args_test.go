@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func TestDecodeArgs(t *testing.T) {

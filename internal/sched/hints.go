@@ -4,10 +4,11 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // rowMayAdmitMore reports whether a GPUNode change can let a pod in that did

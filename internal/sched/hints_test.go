@@ -4,8 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func TestRowMayAdmitMore(t *testing.T) {

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Allocator is what the plugin needs from the allocation state.

@@ -10,12 +10,13 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.

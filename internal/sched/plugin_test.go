@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // writerDouble stands in for the API server's Binding endpoint.

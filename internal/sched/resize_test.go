@@ -5,10 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/resize"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // wholePod is pod uid bound to n1 holding whole GPUs idx.

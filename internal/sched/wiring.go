@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/resize"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +20,9 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
+
+	"github.com/gpuslice/gpuslice/internal/resize"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // AssignmentWriter stores an assignment on its pod.

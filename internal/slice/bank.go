@@ -65,6 +65,3 @@ func (b *bank) withdraw(d time.Duration, now time.Time, maxAge time.Duration) ti
 	}
 	return d
 }
-
-// clear empties the bank.
-func (b *bank) clear() { b.entries = b.entries[:0] }

@@ -44,8 +44,8 @@ func (s *Scheduler) refresh(t *tenant, now time.Time) {
 		return
 	}
 	if el := now.Sub(c.start); el >= s.cfg.Period {
-		k := el / s.cfg.Period
-		c.start = c.start.Add(k * s.cfg.Period)
+		k := int64(el / s.cfg.Period) // periods passed
+		c.start = c.start.Add(time.Duration(k) * s.cfg.Period)
 		// k x quota <= the time passed: no overflow.
 		c.used = max(0, c.used-time.Duration(k)*s.cfg.quota(t.params.ShareMax))
 	}
@@ -93,8 +93,8 @@ func (s *Scheduler) heldBackUntil() (at time.Time, ok bool) {
 		if over <= 0 {
 			continue // not held back
 		}
-		k := (over + q - 1) / q
-		if next := t.ceil.start.Add(k * s.cfg.Period); !ok || next.Before(at) {
+		k := int64((over + q - 1) / q) // periods to repay it
+		if next := t.ceil.start.Add(time.Duration(k) * s.cfg.Period); !ok || next.Before(at) {
 			at, ok = next, true
 		}
 	}

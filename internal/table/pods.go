@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // PodHoldings reads holdings from the assignment annotations of the

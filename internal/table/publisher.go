@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,6 +14,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // conflictBackoff spreads retries of concurrent writers of one object.

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Config configures a standalone publisher (gpuslice-publisher).

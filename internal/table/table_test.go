@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func TestStatus(t *testing.T) {

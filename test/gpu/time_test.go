@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os/exec"
@@ -43,7 +44,7 @@ func (s *suite) runTenants(t *testing.T, seconds float64, ts []tenant) [][]strin
 		go func(i int, c *exec.Cmd) {
 			defer wg.Done()
 			out, err := c.Output()
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				err = fmt.Errorf("%w: %s", err, ee.Stderr)
 			}
 			outs[i], errs[i] = strings.Split(strings.TrimSpace(string(out)), "\n"), err
@@ -72,7 +73,6 @@ func kernels(lines []string, seconds int) float64 {
 
 func (s *suite) testTime(t *testing.T) {
 	for _, shares := range [][]int{{25, 75}, {10, 20, 30, 40}} {
-		shares := shares
 		t.Run(fmt.Sprintf("Shares%v", shares), func(t *testing.T) { s.testShares(t, shares) })
 	}
 	t.Run("OnlineBesideOffline", s.testLatency)

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 func (e *env) createPod(t *testing.T, ns, name, sched string, r harness.GPURequest, mut ...func(*corev1.Pod)) {

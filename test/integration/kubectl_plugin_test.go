@@ -11,9 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // topGPU is what the test reads of a GPU in `kubectl gpuslice top -o json`

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 const resizeStarted = "resize controller starting: this replica leads"

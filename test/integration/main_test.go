@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 // env is the one control plane every test shares; tests isolate themselves

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/table"
-	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 type fixedGPUs []table.Device

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 // TestSchedulesWholeAndShares: the real scheduler with our plugin binds

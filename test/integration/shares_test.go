@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 // TestShareChangesUnderChurn: running pods ask for new units

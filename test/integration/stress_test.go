@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 func stressScale() (nodes, pods int) {

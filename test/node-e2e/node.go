@@ -310,7 +310,7 @@ syncFrequency: 5s
 	n.procs = append(n.procs, p)
 	if err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("kubelet exited: %v", err)
+			return false, fmt.Errorf("kubelet exited: %w", err)
 		}
 		_, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil, nil

@@ -293,7 +293,7 @@ func (n *node) execReport(p *corev1.Pod, report string, argv ...string) (string,
 	}
 	out := strings.TrimSpace(string(got))
 	if err != nil || perr != nil {
-		return out, fmt.Errorf("exec %v (%v): %s (ctr said %q); report: %v", argv, took.Round(time.Millisecond), exitStatus(err), ctrOut, perr)
+		return out, fmt.Errorf("exec %v (%v): %s (ctr said %q); report: %w", argv, took.Round(time.Millisecond), exitStatus(err), ctrOut, perr)
 	}
 	return out, nil
 }

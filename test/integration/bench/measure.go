@@ -8,11 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 // podMix returns the i-th pod's request: the same sequence for every run.

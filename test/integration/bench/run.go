@@ -7,10 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuslice/gpuslice/test/integration/harness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 type options struct {

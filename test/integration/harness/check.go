@@ -7,9 +7,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Books is what the API server alone says about GPU use: the GPUNode rows

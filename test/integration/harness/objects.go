@@ -7,12 +7,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // RepoRoot walks up from the working directory to the gpuslice module root.

@@ -1,11 +1,12 @@
 package harness
 
 import (
-	"github.com/gpuslice/gpuslice/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func toUnstructured(obj map[string]any) *unstructured.Unstructured {

@@ -164,7 +164,7 @@ var errExited = errors.New("process exited")
 
 func exitedErr(p *Process) error {
 	if exited, err := p.Exited(); exited {
-		return fmt.Errorf("%s: %w (%v):\n%s", p.Name, errExited, err, p.Tail())
+		return fmt.Errorf("%s: %w (%w):\n%s", p.Name, errExited, err, p.Tail())
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ CUresult sim_charge(int dev, size_t size)
 	if (sim_g.slot < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return sim_mem_reserve(sim_g.st, sim_g.slot, dev, size, sim_mps_limit(dev)) == 0 ? CUDA_SUCCESS
-											  : CUDA_ERROR_OUT_OF_MEMORY;
+											 : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void sim_uncharge(int dev, size_t size)

@@ -299,5 +299,6 @@ int main(int argc, char **argv)
 	char cmd[PATH_MAX * 2];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
 	CHECK_EQ(system(cmd), 0);
-	return t_done("mps: shares 30/70, client limit 48, process lists, pinned memory limit, server death and restart");
+	return t_done(
+		"mps: shares 30/70, client limit 48, process lists, pinned memory limit, server death and restart");
 }
