@@ -134,8 +134,8 @@ func (s *Scheduler) Budget(id ID, now time.Time) (b Budget, ok bool) {
 		used += max(now.Sub(h.g.Start), 0)
 	}
 	q := s.cfg.quota(t.params.ShareMax)
-	k := (used + q - 1) / q // windows until it is repaid (this one counts)
-	return Budget{Start: t.ceil.start, Used: used, Until: t.ceil.start.Add(max(k, 1) * s.cfg.Period)}, true
+	k := int64((used + q - 1) / q) // windows until it is repaid (this one counts)
+	return Budget{Start: t.ceil.start, Used: used, Until: t.ceil.start.Add(time.Duration(max(k, 1)) * s.cfg.Period)}, true
 }
 
 // Restore gives tenant id the standing b (from Budget), if it has a ceiling.
