@@ -4,32 +4,22 @@ import (
 	"encoding/json"
 	"fmt"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gpuslice/gpuslice/internal/devices"
 )
 
-// ociConfig is the part of an OCI runtime config.json that holds the device
-// cgroup rules (linux.resources.devices), in order.
-type ociConfig struct {
-	Linux struct {
-		Resources struct {
-			Devices []struct {
-				Allow  bool    `json:"allow"`
-				Type   string  `json:"type"`
-				Major  *int64  `json:"major"`
-				Minor  *int64  `json:"minor"`
-				Access *string `json:"access"`
-			} `json:"devices"`
-		} `json:"resources"`
-	} `json:"linux"`
-}
-
 // OCIDeviceRules reads a container's device cgroup rules from its OCI
-// runtime config (what runc turns into the v1 rules or the v2 program): an
-// absent type, major or minor means all, an absent access "rwm".
+// runtime config (linux.resources.devices, what runc turns into the v1 rules
+// or the v2 program): an absent type, major or minor means all, an absent
+// access "rwm".
 func OCIDeviceRules(configJSON []byte) ([]devices.Rule, error) {
-	var c ociConfig
+	var c specs.Spec
 	if err := json.Unmarshal(configJSON, &c); err != nil {
 		return nil, fmt.Errorf("OCI config: %w", err)
+	}
+	if c.Linux == nil || c.Linux.Resources == nil {
+		return nil, nil
 	}
 	var out []devices.Rule
 	for i, d := range c.Linux.Resources.Devices {
@@ -46,8 +36,8 @@ func OCIDeviceRules(configJSON []byte) ([]devices.Rule, error) {
 		if d.Minor != nil {
 			r.Minor = *d.Minor
 		}
-		if d.Access != nil && *d.Access != "" {
-			p, err := devices.ParsePerms(*d.Access)
+		if d.Access != "" {
+			p, err := devices.ParsePerms(d.Access)
 			if err != nil {
 				return nil, fmt.Errorf("OCI device rule %d: %w", i, err)
 			}
