@@ -1,13 +1,14 @@
 package hotplug
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Mounts are where the cgroup hierarchies that decide device access live.
@@ -19,55 +20,30 @@ type Mounts struct {
 	V2 string
 }
 
-// ParseMountinfo finds the cgroup mounts in a /proc/<pid>/mountinfo file. The
-// first mount of each kind wins.
-func ParseMountinfo(b []byte) Mounts {
+// ParseMountinfo finds the cgroup mounts in a /proc/<pid>/mountinfo file
+// (parsed by moby/sys/mountinfo; a malformed line is an error). The first
+// mount of each kind wins.
+func ParseMountinfo(b []byte) (Mounts, error) {
+	infos, err := mountinfo.GetMountsFromReader(bytes.NewReader(b), mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return Mounts{}, fmt.Errorf("mountinfo: %w", err)
+	}
 	var m Mounts
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
-			continue
-		}
-		point := unescapeMount(pf[4])
-		switch qf[0] {
+	for _, i := range infos {
+		switch i.FSType {
 		case "cgroup2":
 			if m.V2 == "" {
-				m.V2 = point
+				m.V2 = i.Mountpoint
 			}
 		case "cgroup":
-			for _, o := range strings.Split(qf[2], ",") {
+			for o := range strings.SplitSeq(i.VFSOptions, ",") {
 				if o == "devices" && m.V1Devices == "" {
-					m.V1Devices = point
+					m.V1Devices = i.Mountpoint
 				}
 			}
 		}
 	}
-	return m
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return m, nil
 }
 
 // FindMounts reads the cgroup mounts of this process's mount namespace.
@@ -76,7 +52,10 @@ func FindMounts(procRoot string) (Mounts, error) {
 	if err != nil {
 		return Mounts{}, fmt.Errorf("cgroup mounts: %w", err)
 	}
-	m := ParseMountinfo(b)
+	m, err := ParseMountinfo(b)
+	if err != nil {
+		return Mounts{}, fmt.Errorf("cgroup mounts: %w", err)
+	}
 	if m.V1Devices == "" && m.V2 == "" {
 		return m, fmt.Errorf("cgroup mounts: neither a v1 devices controller nor cgroup v2 is mounted")
 	}

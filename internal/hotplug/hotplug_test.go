@@ -18,14 +18,16 @@ func TestParseMountinfo(t *testing.T) {
 36 30 0:32 / /sys/fs/cgroup/cpu\040x rw,relatime - cgroup cgroup rw,cpu
 40 30 0:36 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 41 30 0:37 / /other rw,relatime - cgroup2 cgroup2 rw
-garbage line
 `
-	m := ParseMountinfo([]byte(mi))
-	if m != (Mounts{V1Devices: "/sys/fs/cgroup/devices", V2: "/sys/fs/cgroup/unified"}) {
+	m, err := ParseMountinfo([]byte(mi))
+	if err != nil || m != (Mounts{V1Devices: "/sys/fs/cgroup/devices", V2: "/sys/fs/cgroup/unified"}) {
 		t.Fatalf("mounts = %+v", m)
 	}
-	if m := ParseMountinfo([]byte(`1 0 0:1 / /a\040b rw - cgroup2 cgroup2 rw`)); m.V2 != "/a b" {
-		t.Fatalf("escaped mount point = %q", m.V2)
+	if m, err := ParseMountinfo([]byte(`1 0 0:1 / /a\040b rw - cgroup2 cgroup2 rw`)); err != nil || m.V2 != "/a b" {
+		t.Fatalf("escaped mount point = %q, %v", m.V2, err)
+	}
+	if _, err := ParseMountinfo([]byte(mi + "garbage line\n")); err == nil {
+		t.Fatal("a malformed line parsed")
 	}
 }
 
