@@ -39,6 +39,11 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Use:  Binary,
 		Long: Binary + " is kube-scheduler with the gpuslice plugin compiled in; it takes every kube-scheduler flag.",
 		PersistentPreRunE: func(*cobra.Command, []string) error {
+			// Before the configuration is loaded: its loader decodes the
+			// plugin's args (GPUSliceArgs) through the registered types.
+			if err := sched.RegisterArgs(); err != nil {
+				return err
+			}
 			return opts.ComponentGlobalsRegistry.Set()
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -215,6 +215,9 @@ func checkSchedulerConfig(t *testing.T, c string) {
 	if err := os.WriteFile(path, []byte(c), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := sched.RegisterArgs(); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := options.LoadConfigFromFile(klog.Background(), path)
 	if err != nil {
 		t.Fatalf("scheduler configuration: %v\n%s", err, c)
