@@ -1,11 +1,9 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 )
 
 // AssignmentVersion is the version of the Assignment JSON this package writes
@@ -60,17 +58,9 @@ func (a *Assignment) Marshal() ([]byte, error) {
 // unknown fields, trailing data, a missing or unknown version and
 // inconsistent contents are all errors wrapping ErrInvalidAssignment.
 func ParseAssignment(s string) (*Assignment, error) {
-	if len(s) > MaxAssignmentBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidAssignment, len(s), MaxAssignmentBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
-	dec.DisallowUnknownFields()
 	var a Assignment
-	if err := dec.Decode(&a); err != nil {
+	if err := decodeStrict(s, MaxAssignmentBytes, &a); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidAssignment, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidAssignment)
 	}
 	if err := a.Validate(); err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,47 +72,21 @@ func ParseGPUs(s string) ([]GPUCount, error) {
 	return out, nil
 }
 
-// parseGPUObject reads {"name": count, ...} token by token, so duplicate
-// names and trailing data are caught (encoding/json would keep the last).
+// parseGPUObject reads {"name": count, ...} (decodeContainerObject).
 func parseGPUObject(s string) ([]GPUCount, error) {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // the '{' checked by the caller
-		return nil, fmt.Errorf("JSON: %w", err)
-	}
 	var out []GPUCount
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("JSON: %w", err)
-		}
-		name, _ := key.(string) // object keys are always strings
+	err := decodeContainerObject(s, func(name, raw string) error {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return nil, fmt.Errorf("container name %q: %s", name, errs[0])
+			return fmt.Errorf("container name %q: %s", clip(name), errs[0])
 		}
-		if slices.ContainsFunc(out, func(c GPUCount) bool { return c.Container == name }) {
-			return nil, fmt.Errorf("container %q named twice", name)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("container %q: JSON: %w", name, err)
-		}
-		n, err := parseCount(string(raw))
+		n, err := parseCount(raw)
 		if err != nil {
-			return nil, fmt.Errorf("container %q: %w", name, err)
+			return fmt.Errorf("container %q: %w", name, err)
 		}
 		out = append(out, GPUCount{Container: name, Count: n})
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return nil, fmt.Errorf("JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("trailing data after the object")
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no containers in the object")
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 func parseCount(s string) (int, error) {
@@ -202,17 +175,9 @@ func (a Applied) Marshal() (string, error) {
 // unknown fields, trailing data, a missing or other version and
 // inconsistent contents are errors wrapping ErrInvalidApplied.
 func ParseApplied(s string) (*Applied, error) {
-	if len(s) > MaxAppliedBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidApplied, len(s), MaxAppliedBytes)
-	}
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
 	var a Applied
-	if err := dec.Decode(&a); err != nil {
+	if err := decodeStrict(s, MaxAppliedBytes, &a); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidApplied, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidApplied)
 	}
 	if a.Containers == nil {
 		return nil, fmt.Errorf("%w: containers missing", ErrInvalidApplied)

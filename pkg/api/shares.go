@@ -1,11 +1,8 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -99,45 +96,19 @@ func parseShareWant(ann, s string, value func(string) (int64, error)) ([]ShareVa
 	return out, nil
 }
 
-// parseShareObject reads {"name": value, ...} token by token (duplicate
-// names and trailing data are errors).
+// parseShareObject reads {"name": value, ...} (decodeContainerObject).
 func parseShareObject(s string, value func(string) (int64, error)) ([]ShareValue, error) {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("JSON: %w", err)
-	}
 	var out []ShareValue
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("JSON: %w", err)
-		}
-		name, _ := key.(string)
+	err := decodeContainerObject(s, func(name, raw string) error {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			return nil, fmt.Errorf("container name %q: %s", clip(name), errs[0])
+			return fmt.Errorf("container name %q: %s", clip(name), errs[0])
 		}
-		if slices.ContainsFunc(out, func(c ShareValue) bool { return c.Container == name }) {
-			return nil, fmt.Errorf("container %q named twice", name)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("container %q: JSON: %w", name, err)
-		}
-		n, err := value(string(raw))
+		n, err := value(raw)
 		if err != nil {
-			return nil, fmt.Errorf("container %q: %w", name, err)
+			return fmt.Errorf("container %q: %w", name, err)
 		}
 		out = append(out, ShareValue{Container: name, Value: n})
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the object")
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no containers in the object")
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
