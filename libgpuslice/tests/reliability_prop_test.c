@@ -277,9 +277,11 @@ static void *sampler(void *arg)
 {
 	(void)arg;
 	const struct gs_shm_file *g = NULL;
-	const struct sim_state *s = sv_map();
+	const struct sim_state *s = NULL; /* the first process to open the driver creates it */
 	while (!atomic_load(&sh->stop)) {
 		sched_yield();
+		if (s == NULL && (s = sv_try_map()) == NULL)
+			continue;
 		if (g == NULL && (g = ht_map(getenv("GPUSLICE_GROUP_FILE"))) == NULL)
 			continue;
 		if (ht_used(g) > LIMIT || sv_group_held(s, g) > LIMIT)

@@ -5,19 +5,37 @@
 #ifndef GS_TEST_SIMVIEW_H
 #define GS_TEST_SIMVIEW_H
 
+#include <errno.h>
+
 #include "../../test/simgpu/src/simstate.h"
 #include "hooktest.h"
 
-static inline const struct sim_state *sv_map(void)
+/* The simulator's state, or NULL while no process has created it yet. */
+static inline const struct sim_state *sv_try_map(void)
 {
 	const char *path = getenv("GPUSLICE_SIM_STATE");
 	CHECK(path != NULL);
 	int fd = open(path, O_RDONLY);
+	if (fd < 0 && errno == ENOENT)
+		return NULL;
 	CHECK(fd >= 0);
+	struct stat st;
+	CHECK(fstat(fd, &st) == 0);
+	if ((size_t)st.st_size < sizeof(struct sim_state)) { /* still being created */
+		close(fd);
+		return NULL;
+	}
 	void *m = mmap(NULL, sizeof(struct sim_state), PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	CHECK(m != MAP_FAILED);
 	return m;
+}
+
+static inline const struct sim_state *sv_map(void)
+{
+	const struct sim_state *s = sv_try_map();
+	CHECK(s != NULL);
+	return s;
 }
 
 /* Bytes the simulator says the group's live members hold on device 0. */
