@@ -146,6 +146,13 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *wai
 	inf := f.ForResource(api.GPUNodeGVR).Informer()
 	set := func(oldObj, obj any) {
 		n, err := GPUNodeFromUnstructured(obj)
+		if err == nil && unpublished(n) {
+			// Created, its status not written yet (the publisher creates
+			// the row, then writes gpunodes/status): no node to place on.
+			l.RemoveGPUNode(n.Name)
+			logger.V(4).Info("GPUNode not published yet", "node", n.Name)
+			return
+		}
 		if err == nil {
 			err = l.SetGPUNode(n)
 		}
@@ -254,3 +261,8 @@ var (
 	errNoState   = errors.New("gpuslice: no PreFilter state")
 	errNotSynced = errors.New("gpuslice: pod informer not synced")
 )
+
+// unpublished: a row whose status was never written.
+func unpublished(n *api.GPUNode) bool {
+	return n.Status.State == "" && n.Status.Heartbeat.IsZero() && len(n.Status.GPUs) == 0
+}
