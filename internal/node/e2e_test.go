@@ -158,36 +158,8 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 // end, never before, then launches nothing until the next grant.
 func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 	e := setupE2E(t)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "peer.sock")
-	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: sock, Net: proto.Network})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close() //nolint:errcheck // test
-	cmd := exec.Command(e.tenant, "--mode", "busy", "--kernel-us", "500", "--seconds", "2")
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), EnvSocket+"="+sock)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() //nolint:errcheck // may have exited
-	if err := ln.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := ln.AcceptUnix()
-	if err != nil {
-		t.Fatalf("the gate did not connect: %v\n%s", err, stderr.String())
-	}
-	p := &peer{t: t, c: &Client{nc: nc}}
-	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	p.expect(&proto.Hello{})
-	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
-	acq := p.expect(&proto.Acquire{}).(*proto.Acquire)
+	p, acq, _ := e.protocolPeer(t, []string{"--mode", "busy", "--kernel-us", "500", "--seconds", "2"}, nil, nil)
+	nc := p.c.nc
 	const valid = 20 * time.Millisecond
 	for seq := uint64(1); seq <= 3; seq++ {
 		sent := time.Now()
@@ -221,6 +193,48 @@ func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 type peer struct {
 	t *testing.T
 	c *Client
+}
+
+// protocolPeer starts the tenant program with args under libgpuslice, its
+// daemon a bare protocol peer played by the test (socket in a fresh
+// directory); env adds to the tenant's environment, prepare (if set) sees the
+// command before it starts. It returns the peer after the hello and welcome,
+// the tenant's first Acquire and its stderr. The tenant is killed at the end.
+func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.Cmd)) (*peer, *proto.Acquire, *bytes.Buffer) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "peer.sock")
+	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: sock, Net: proto.Network})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() }) //nolint:errcheck // test
+	cmd := exec.Command(e.tenant, args...)
+	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
+		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), EnvSocket+"="+sock), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if prepare != nil {
+		prepare(cmd)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) //nolint:errcheck // may have exited
+	if err := ln.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatalf("the gate did not connect: %v\n%s", err, stderr.String())
+	}
+	p := &peer{t: t, c: &Client{nc: nc}}
+	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	p.expect(&proto.Hello{})
+	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
+	return p, p.expect(&proto.Acquire{}).(*proto.Acquire), &stderr
 }
 
 // expect reads the next message and checks its type.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,38 +158,9 @@ func runDaemon(t testing.TB, cfg Config) (stop func()) {
 // grant, when it comes, lets them go.
 func TestReliabilityE2EWaitOnLoss(t *testing.T) {
 	e := setupE2E(t)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "peer.sock")
-	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: sock, Net: proto.Network})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close() //nolint:errcheck // test
-	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "100", "--seconds", "30")
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), EnvSocket+"="+sock,
-		"GPUSLICE_GATE_ON_LOSS=wait", "GPUSLICE_GATE_TIMEOUT_MS=100")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	lines := readLines(t, cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() //nolint:errcheck // killed at the end
-	if err := ln.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := ln.AcceptUnix()
-	if err != nil {
-		t.Fatalf("the gate did not connect: %v\n%s", err, stderr.String())
-	}
-	p := &peer{t: t, c: &Client{nc: nc}}
-	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	p.expect(&proto.Hello{})
-	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
-	acq := p.expect(&proto.Acquire{}).(*proto.Acquire)
+	var lines *lineReader
+	p, acq, stderr := e.protocolPeer(t, []string{"--mode", "sync", "--kernel-us", "100", "--seconds", "30"},
+		[]string{"GPUSLICE_GATE_ON_LOSS=wait", "GPUSLICE_GATE_TIMEOUT_MS=100"}, func(cmd *exec.Cmd) { lines = readLines(t, cmd) })
 	// No grant for 1.5 s (15x the timeout), then one of 10 s.
 	time.Sleep(1500 * time.Millisecond)
 	p.send(&proto.Grant{GPU: acq.GPU, Seq: 1, SliceNs: uint64(10 * time.Second), ValidNs: uint64(10 * time.Second)})
