@@ -69,36 +69,9 @@ func stopDaemon(log klog.Logger, runDir string) error {
 	if err != nil {
 		return fmt.Errorf("stop node daemon: %w", err)
 	}
-	fd, err := unix.PidfdOpen(st.PID, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
+	if err := node.StopPID(st.PID, unix.SIGTERM, daemonStopWait); err != nil {
+		return fmt.Errorf("stop node daemon: %w", err)
 	}
-	if err != nil {
-		return fmt.Errorf("stop node daemon %d: %w", st.PID, err)
-	}
-	defer func() {
-		if err := unix.Close(fd); err != nil {
-			log.V(2).Info("close pidfd", "err", err)
-		}
-	}()
-	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("stop node daemon %d: %w", st.PID, err)
-	}
-	for deadline := time.Now().Add(daemonStopWait); ; {
-		wait := max(time.Until(deadline), 0)
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(wait.Milliseconds()))
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return fmt.Errorf("wait for node daemon %d: %w", st.PID, err)
-		case n == 0:
-			return fmt.Errorf("node daemon %d still running %v after SIGTERM", st.PID, daemonStopWait)
-		}
-		log.Info("node daemon stopped", "pid", st.PID)
-		return nil
-	}
+	log.Info("node daemon stopped", "pid", st.PID)
+	return nil
 }

@@ -380,33 +380,12 @@ func TestPrepareRun(t *testing.T) {
 	stopPID(t, waitStatus(t, cfg).PID)
 }
 
-// stopPID sends SIGTERM to pid and waits until it has exited, so that nothing
-// of it writes into the test's directories any more.
+// stopPID stops pid (SIGTERM) and waits until it has exited, so that
+// nothing of it writes into the test's directories any more.
 func stopPID(t *testing.T, pid int) {
 	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return
-	}
-	if err != nil {
-		t.Fatalf("pidfd of %d: %v", pid, err)
-	}
-	defer func() { _ = unix.Close(fd) }() //nolint:errcheck // read-only descriptor
-	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		t.Fatalf("stop %d: %v", pid, err)
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, 30_000)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			t.Fatalf("wait for %d: %v", pid, err)
-		case n == 0:
-			t.Fatalf("process %d still running 30 s after SIGTERM", pid)
-		}
-		return
+	if err := StopPID(pid, unix.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -358,13 +358,8 @@ func (n *node) killDaemon() {
 	if err != nil || st.PID <= 0 {
 		return
 	}
-	fd, err := unix.PidfdOpen(st.PID, 0)
-	if err != nil {
-		return // gone already
-	}
-	defer func() { _ = unix.Close(fd) }()
-	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
-		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10_000)
+	if err := gsnode.StopPID(st.PID, unix.SIGKILL, 10*time.Second); err != nil {
+		n.t.Logf("e2e: %v", err)
 	}
 }
 
