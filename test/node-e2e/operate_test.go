@@ -16,10 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpuslice/gpuslice/internal/cli"
 	nodeapi "github.com/gpuslice/gpuslice/internal/node"
@@ -34,17 +31,11 @@ import (
 // Ends with "metrics N series checked, cdi N devices, unhealthy GPU withdrawn
 // in X ms" (also in $GPUSLICE_E2E_OPERATE_SUMMARY).
 func TestOperate(t *testing.T) {
-	if !opPrivateNS(t, "TestOperate") {
+	ctx, n, ok := privateNode(t, "TestOperate")
+	if !ok {
 		return
 	}
-	_, tctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(tctx, 10*time.Minute)
-	defer cancel()
-	n := startNode(t, ctx)
 	defer n.stop()
-	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	n.opWaitReady(ctx)
 	n.opImage()
 	// A share of one GPU: 2 GiB limit, 50 units, 1 GiB held, 20 kernels run
@@ -91,34 +82,6 @@ func (n *node) opImage() {
 		t.Fatal(err)
 	}
 	run(t, "ctr", "--address", n.ctrSock, "-n", "k8s.io", "images", "import", tar)
-}
-
-// opPrivateNS re-executes the test named in a private mount namespace
-// with a tmpfs on /var/lib (the kubelet's device-plugin directory is fixed)
-// and returns false in the parent, which has nothing left to do; true in the
-// child, set up.
-func opPrivateNS(t *testing.T, name string) bool {
-	if os.Getenv(nsEnv) == "" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root: runs containerd, runc and a kubelet")
-		}
-		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.timeout=15m")
-		cmd.Env = append(os.Environ(), nsEnv+"=1")
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("node e2e in a private mount namespace: %v", err)
-		}
-		return false
-	}
-	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
-		t.Fatalf("tmpfs on /var/lib: %v", err)
-	}
-	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return true
 }
 
 // waitReady waits for the agent's /readyz (daemon, device plugins, informer,
