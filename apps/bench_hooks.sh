@@ -71,7 +71,14 @@ base=$(for i in $(seq 15); do t0=$(ns_now); /bin/true; echo $((($(ns_now) - t0) 
 GPUSLICE_RUN_DIR=$tmp/warm GPUSLICE_LOG=0 "$bin/gpuslice" run -- true >/dev/null 2>&1
 warm=$(startup "$tmp/warm" "$bin/gpuslice" run -- true)
 cold=$(startup fresh "$bin/gpuslice" run -- true)
-sleep 0.5 # status.json names each daemon's pid (a daemon also stops when its run directory is removed)
+# status.json names each daemon's pid: wait until every run directory has one (a daemon writes it within
+# its first status refresh), then stop them (a daemon also stops when its run directory is removed).
+for _ in $(seq 500); do
+	missing=0
+	for d in "$tmp"/warm "$tmp"/fresh-*; do [ -s "$d/status.json" ] || missing=1; done
+	[ "$missing" = 0 ] && break
+	sleep 0.01
+done
 for f in "$tmp"/warm/status.json "$tmp"/fresh-*/status.json; do
 	p=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$f" 2>/dev/null | head -1 || true)
 	[ -n "$p" ] && kill "$p" 2>/dev/null || true
