@@ -79,21 +79,6 @@ func TestLeaderKilledMidResize(t *testing.T) {
 	e.checkBooks(t, ns, ns+"-n")
 }
 
-func (e *env) startReplica(t *testing.T, name string, o harness.SchedulerOptions) *harness.Process {
-	t.Helper()
-	p, err := e.cp.StartScheduler(context.Background(), e.scheduler, name, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, p.Tail())
-		}
-	})
-	return p
-}
-
 // waitLeaseHolder waits until the Lease names a holder other than not.
 func (e *env) waitLeaseHolder(t *testing.T, ns, name, not string) string {
 	t.Helper()

@@ -85,11 +85,11 @@ func setup(t *testing.T) (*env, string) {
 	return shared, ns
 }
 
-// startScheduler starts gpuslice-scheduler with the plugin args and stops it
-// at the end of the test.
-func (e *env) startScheduler(t *testing.T, name, args string) *harness.Process {
+// startReplica starts a scheduler with options o; it is stopped (its log
+// tail printed if the test failed) at the end of the test.
+func (e *env) startReplica(t *testing.T, name string, o harness.SchedulerOptions) *harness.Process {
 	t.Helper()
-	p, err := e.cp.StartScheduler(context.Background(), e.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true, Args: args})
+	p, err := e.cp.StartScheduler(context.Background(), e.scheduler, name, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,13 @@ func (e *env) startScheduler(t *testing.T, name, args string) *harness.Process {
 		}
 	})
 	return p
+}
+
+// startScheduler starts gpuslice-scheduler with the plugin args and stops it
+// at the end of the test.
+func (e *env) startScheduler(t *testing.T, name, args string) *harness.Process {
+	t.Helper()
+	return e.startReplica(t, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true, Args: args})
 }
 
 // staticRows are the scheduler args of tests whose GPUNode rows are written
