@@ -239,6 +239,23 @@ static void receive_locked(uint64_t *wait_start)
 	pthread_cond_broadcast(&g->cv);
 }
 
+/* At a grant's end, before handing over: a renewal the gate thread has not
+ * read yet (the daemon sends it a little before the end) keeps the grant. */
+static void take_pending_locked(void)
+{
+	struct gs_gate *g = &gs_gate;
+	struct gs_frame f;
+	while (g->st == GS_GATE_HOLDING && !g->receiving && g->fd >= 0) {
+		if (gs_wire_recv(g->fd, &f, MSG_DONTWAIT) == 0) {
+			gs_gate_handle_locked(&f);
+		} else {
+			if (errno != EAGAIN)
+				gs_gate_down_locked(errno == EPROTO ? "a malformed frame" : "connection closed");
+			return;
+		}
+	}
+}
+
 /* One step of the slow path; returns 1 when the launch may go. */
 static int step_locked(uint64_t *wait_start)
 {
@@ -254,6 +271,12 @@ static int step_locked(uint64_t *wait_start)
 		gs_gate_wait_locked(now + 100000000u);
 		return 0;
 	case GS_GATE_HOLDING:
+		if (!g->revoked && now >= g->grant_end) {
+			take_pending_locked();
+			if (g->st != GS_GATE_HOLDING)
+				return 0;
+			now = gs_gate_now();
+		}
 		if (!g->revoked && now < g->grant_end) {
 			gs_gate_publish_locked(now);
 			return 1;
