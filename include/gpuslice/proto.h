@@ -39,6 +39,7 @@ enum gs_msg_type {
 #define GS_FEATURE_RENEW 0x2u /* client takes a grant of the seq it holds as a renewal, ignores one it handed back */
 #define GS_GRANT_PREEMPT 0x1u /* an online group's turn pulled ahead of offline work */
 #define GS_GRANT_ALONE 0x2u /* no other group waits: an idle holder need not hand back */
+#define GS_GRANT_RENEWAL 0x4u /* renews the running grant of its seq: stale if that seq was handed back */
 #define GS_RELEASE_MORE 0x1u /* the client still has work: queue it for the next grant */
 #define GS_REVOKE_SLICE_END 0x1u /* the grant reached its end */
 #define GS_REVOKE_PREEMPT 0x2u /* an online group takes over at the next kernel boundary */

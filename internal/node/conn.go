@@ -267,9 +267,18 @@ func (c *conn) gpu(u proto.UUID) (*gpuState, error) {
 }
 
 func (c *conn) sendGrant(u proto.UUID, g slice.Grant, now time.Time) {
-	var flags uint32
+	c.sendGrantFlags(u, g, now, 0)
+}
+
+// sendRenewal sends a renewal (or update) of the running grant g to a client
+// that announced FeatureRenew: it ignores it if it handed g's seq back.
+func (c *conn) sendRenewal(u proto.UUID, g slice.Grant, now time.Time) {
+	c.sendGrantFlags(u, g, now, proto.GrantRenewal)
+}
+
+func (c *conn) sendGrantFlags(u proto.UUID, g slice.Grant, now time.Time, flags uint32) {
 	if g.Preempt {
-		flags = proto.GrantPreempt
+		flags |= proto.GrantPreempt
 	}
 	if g.Alone && c.features&proto.FeatureRenew != 0 {
 		flags |= proto.GrantAlone

@@ -256,3 +256,35 @@ func (p *peer) send(m proto.Message) {
 		p.t.Fatal(err)
 	}
 }
+
+// TestE2EGateSharesGroupGrantAfterHandBack: a member that handed its group's
+// grant back (idle) and asks again while its siblings still hold it is sent
+// the same grant (same seq) again, as the daemon's join does. The gate must
+// take it: only a renewal of a seq handed back is stale. (A gate that ignored
+// every grant of the seq it last released waited out the gate timeout: the
+// stranded members of a 300-process group.)
+func TestE2EGateSharesGroupGrantAfterHandBack(t *testing.T) {
+	e := setupE2E(t)
+	p, acq, stderr := e.protocolPeer(t, []string{"--mode", "requests", "--kernel-us", "200", "--n", "5",
+		"--gap-ms", "100", "--seconds", "30"}, []string{"GPUSLICE_GATE_TIMEOUT_MS=60000"}, nil)
+	grant := &proto.Grant{GPU: acq.GPU, Seq: 1, SliceNs: uint64(10 * time.Second), ValidNs: uint64(10 * time.Second)}
+	p.send(grant)
+	for round := range 3 {
+		rel := p.expect(&proto.Release{}).(*proto.Release)
+		if rel.Seq != 1 || rel.Flags&proto.ReleaseMore != 0 {
+			t.Fatalf("round %d: release %+v, want seq 1 handed back idle", round, rel)
+		}
+		p.expect(&proto.Acquire{}) // the next request
+		p.send(grant)              // the group still holds seq 1: the member shares it again
+	}
+	// A renewal of seq 1 after it was handed back crossed the release: stale.
+	rel := p.expect(&proto.Release{}).(*proto.Release)
+	if rel.Seq != 1 {
+		t.Fatalf("release %+v, want seq 1", rel)
+	}
+	p.send(&proto.Grant{GPU: acq.GPU, Seq: 1, SliceNs: grant.SliceNs, ValidNs: grant.ValidNs, Flags: proto.GrantRenewal})
+	p.expect(&proto.Acquire{}) // the renewal did not count as a grant: the next request asks
+	if strings.Contains(stderr.String(), "has not granted") {
+		t.Fatalf("stderr %q", stderr.String())
+	}
+}

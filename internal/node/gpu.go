@@ -306,7 +306,7 @@ func (g *gpuState) renew(t *tenant, gr slice.Grant, now time.Time) {
 	t.grant = gr
 	for c, m := range t.members {
 		if m.holding && c.features&proto.FeatureRenew != 0 {
-			c.sendGrant(g.uuid, gr, now)
+			c.sendRenewal(g.uuid, gr, now)
 		}
 	}
 }

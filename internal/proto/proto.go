@@ -62,7 +62,13 @@ const (
 	// GrantAlone: no other group waits for the GPU (an idle holder need not
 	// hand back); a grant of the same seq without it says one now does. Sent
 	// only to clients that announce FeatureRenew.
-	GrantAlone     uint32 = 1 << 1
+	GrantAlone uint32 = 1 << 1
+	// GrantRenewal: this grant renews (or, without GrantAlone, updates) the
+	// running grant of its seq; a client ignores it if it already handed that
+	// seq back. A grant without it answers the client's Acquire (a member may
+	// share its group's running grant again after handing it back). Sent only
+	// to clients that announce FeatureRenew.
+	GrantRenewal   uint32 = 1 << 2
 	ReleaseMore    uint32 = 1 << 0 // the client still has work: queue it for the next grant
 	RevokeSliceEnd uint32 = 1      // the grant reached its end
 	RevokePreempt  uint32 = 2      // an online group takes over at the next kernel boundary
@@ -133,6 +139,7 @@ func Constants() []Const {
 		{"GS_FEATURE_RENEW", FeatureRenew, "client takes a grant of the seq it holds as a renewal, ignores one it handed back"},
 		{"GS_GRANT_PREEMPT", GrantPreempt, "an online group's turn pulled ahead of offline work"},
 		{"GS_GRANT_ALONE", GrantAlone, "no other group waits: an idle holder need not hand back"},
+		{"GS_GRANT_RENEWAL", GrantRenewal, "renews the running grant of its seq: stale if that seq was handed back"},
 		{"GS_RELEASE_MORE", ReleaseMore, "the client still has work: queue it for the next grant"},
 		{"GS_REVOKE_SLICE_END", RevokeSliceEnd, "the grant reached its end"},
 		{"GS_REVOKE_PREEMPT", RevokePreempt, "an online group takes over at the next kernel boundary"},
@@ -264,7 +271,7 @@ func validate(m Message) error {
 	case *Acquire:
 		return check(m.Reserved, m.Flags, 0)
 	case *Grant:
-		return check(m.Reserved, m.Flags, GrantPreempt|GrantAlone)
+		return check(m.Reserved, m.Flags, GrantPreempt|GrantAlone|GrantRenewal)
 	case *Release:
 		return check(m.Reserved, m.Flags, ReleaseMore)
 	case *Revoke:

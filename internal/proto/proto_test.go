@@ -77,7 +77,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"length", frame(t, grant, func(b []byte) { b[8] = 8 }), "grant of 8 bytes"},
 		{"header reserved", frame(t, grant, func(b []byte) { b[12] = 1 }), "reserved header"},
 		{"padding", frame(t, grant, func(b []byte) { b[FrameSize-1] = 1 }), "padding"},
-		{"flags", frame(t, grant, func(b []byte) { b[HeaderSize+40] = 4 }), "unknown flags 0x4"},
+		{"flags", frame(t, grant, func(b []byte) { b[HeaderSize+40] = 8 }), "unknown flags 0x8"},
 		{"reserved", frame(t, grant, func(b []byte) { b[HeaderSize+44] = 1 }), "reserved field"},
 		{"revoke reason", frame(t, &Revoke{Reason: RevokeSliceEnd}, func(b []byte) { b[HeaderSize+24] = 9 }), "revoke reason 9"},
 		{"unterminated string", frame(t, &Error{}, func(b []byte) {

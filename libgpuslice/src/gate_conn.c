@@ -75,9 +75,12 @@ GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 	switch (f->header.type) {
 	case GS_MSG_GRANT:
 		/* A grant of the seq held (or being handed over) is a renewal: a
-		 * later end, the queue kept. One of a seq handed back crossed the
-		 * release: stale. Seqs only grow on one connection. */
-		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0 || f->msg.grant.seq == g->released)
+		 * later end, the queue kept. A renewal (GS_GRANT_RENEWAL) of a seq
+		 * handed back crossed the release: stale. A grant without the flag
+		 * answers an acquire: after handing its group's grant back, a member
+		 * may be given the same, still running, grant again. */
+		if (memcmp(f->msg.grant.gpu, g->gpu, sizeof(g->gpu)) != 0 ||
+		    ((f->msg.grant.flags & GS_GRANT_RENEWAL) && f->msg.grant.seq == g->released))
 			return;
 		if ((g->st != GS_GATE_HOLDING && g->st != GS_GATE_RELEASING) || g->seq != f->msg.grant.seq) {
 			gs_gate_queue_grant(f->msg.grant.slice_ns,
