@@ -1,4 +1,4 @@
-# Node time slicing: internal/slice, internal/proto, internal/node, internal/group and the
+# Node time slicing: internal/timeslice/policy, internal/proto, internal/timeslice, internal/group and the
 # launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
 # adds the end-to-end tests under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
@@ -23,8 +23,8 @@ proto-generate:
 # `go test ./...` they would share the CPUs with other packages' tests; there only 2 tenants run).
 test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
-		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' ./internal/node/
-	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/node/ \
+		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' ./internal/timeslice/
+	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/timeslice/ \
 		| grep -E '^(---|\s+---|ok|FAIL|PASS)|whole run'; exit $${PIPESTATUS[0]}
 
 # Figures for docs/benchmarks.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
@@ -35,11 +35,11 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 		"wall time. clients=1, procs=1: ONE client (1 / round trip); procs=4/gpu=own, clients=4: 4 CONCURRENT" \
 		"clients on GPUs of their own (the daemon's rate); gpu=shared: 4 on one GPU (each grant a hand-over);" \
 		"gpu=floor: the same exchange with a C peer that answers at once (no daemon: this machine's bound)."
-	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/node/ 2>&1 | grep -v '^[IE][0-9]'
+	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
-		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/node/ 2>&1 \
+		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/timeslice/ 2>&1 \
 		| grep -v '^[IE][0-9]'
-	$(GO) test -count=1 -v -run 'Sim' ./internal/slice/ | grep -E 'tenants|latency|ok'
+	$(GO) test -count=1 -v -run 'Sim' ./internal/timeslice/policy/ | grep -E 'tenants|latency|ok'
 
 .PHONY: bench-elastic
 # Elastic memory (docs/elastic-memory.md): borrow round trip, allocation cost below/above memory.min, the

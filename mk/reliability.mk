@@ -15,7 +15,7 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
-	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/node/
+	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/timeslice/
 	$(GO) test -count=1 -run 'TooLarge|BoundedQuote' ./internal/group/
 	$(GO) test -count=1 -run 'TestRemoveGroupDir' ./internal/runner/
 
@@ -25,4 +25,4 @@ test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.
 # answering -> the tenant's gate connected to it again (5 kills).
 bench-reliability: all
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery' -benchtime 1x \
-		./internal/node/ 2>&1 | grep -v '^[IE][0-9]'
+		./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'

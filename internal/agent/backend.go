@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -89,7 +89,7 @@ func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[
 	if err := b.tree.Create(name); err != nil {
 		return nil, err
 	}
-	if err := node.CreateGroupState(b.procRoot, filepath.Join(b.tree.Path(name), "gpu.state"), name); err != nil {
+	if err := timeslice.CreateGroupState(b.procRoot, filepath.Join(b.tree.Path(name), "gpu.state"), name); err != nil {
 		return nil, fmt.Errorf("group %s: %w", name, err)
 	}
 	if c.Pod == nil {

@@ -3,7 +3,7 @@
 // row), and the hot-plug reconciler that keeps every running container's GPU
 // devices equal to its assignment (adding and removing them in place when the
 // assignment changes), reporting what it applied on the pod. Wiring only; the logic lives in internal/deviceplugin,
-// internal/hotplug, internal/devices, internal/table and internal/node.
+// internal/hotplug, internal/devices, internal/table and internal/timeslice.
 package agent
 
 import (
@@ -17,8 +17,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -95,7 +95,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		NodeName:          getenv("NODE_NAME"),
 		Driver:            gpu.ModeAuto,
 		RunDir:            paths.RunDir(getenv),
-		Socket:            node.SocketPath(getenv),
+		Socket:            timeslice.SocketPath(getenv),
 		RunDaemon:         true,
 		PluginDir:         pluginapi.DevicePluginPath,
 		PodResources:      "/var/lib/kubelet/pod-resources/kubelet.sock",

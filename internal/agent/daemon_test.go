@@ -16,8 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
 // The test binary doubles as the gpuslice CLI the agent supervises: started
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 
 // childDaemon takes the flags the agent passes to `gpuslice node`.
 func childDaemon(args []string) error {
-	cfg := node.DefaultConfig(os.Getenv)
+	cfg := timeslice.DefaultConfig(os.Getenv)
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.StringVar(&cfg.Socket, "socket", "", "")
 	fs.StringVar(&cfg.RunDir, "run-dir", "", "")
@@ -49,7 +50,7 @@ func childDaemon(args []string) error {
 	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	return node.Run(ctx, cfg)
+	return timeslice.Run(ctx, cfg)
 }
 
 // A daemon killed under the agent is serving again at once, and the agent
@@ -100,8 +101,8 @@ func TestSuperviseDaemonMissingBinary(t *testing.T) {
 func daemonPID(t *testing.T, cfg Config, not int) int {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := node.ReadStatus(cfg.RunDir)
-		if err == nil && st.PID > 0 && st.PID != not && node.Reachable(context.Background(), cfg.Socket) {
+		st, err := timeslice.ReadStatus(cfg.RunDir)
+		if err == nil && st.PID > 0 && st.PID != not && client.Reachable(context.Background(), cfg.Socket) {
 			return st.PID
 		}
 		if time.Now().After(deadline) {

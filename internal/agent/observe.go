@@ -11,8 +11,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
 // maxStatusAge: a daemon run by this process whose status.json is older than
@@ -22,7 +23,7 @@ const maxStatusAge = 30 * time.Second
 // probes are the agent's liveness and readiness checks.
 func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerSynced) (live, ready []nodemetrics.Check) {
 	daemonStatus := nodemetrics.Check{Name: "daemon-status", Run: func(context.Context) error {
-		st, err := node.ReadStatus(cfg.RunDir)
+		st, err := timeslice.ReadStatus(cfg.RunDir)
 		if err != nil {
 			return err
 		}
@@ -36,7 +37,7 @@ func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerS
 	}
 	ready = []nodemetrics.Check{
 		{Name: "daemon", Run: func(ctx context.Context) error {
-			if !node.Reachable(ctx, cfg.Socket) {
+			if !client.Reachable(ctx, cfg.Socket) {
 				return fmt.Errorf("node daemon does not answer on %s", cfg.Socket)
 			}
 			return nil
@@ -63,7 +64,7 @@ func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerS
 // scrape, and the agent's own instruments.
 func newMetrics(cfg Config) *nodemetrics.Metrics {
 	return nodemetrics.New(nodemetrics.Config{MaxGroups: cfg.MetricsMaxGroups,
-		Status: func() (*node.Status, error) { return node.ReadStatus(cfg.RunDir) }})
+		Status: func() (*timeslice.Status, error) { return timeslice.ReadStatus(cfg.RunDir) }})
 }
 
 // writeCDISpec writes the CDI spec of the node's GPUs when the agent names

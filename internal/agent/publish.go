@@ -20,8 +20,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -77,7 +77,7 @@ func (o ownedReader) Devices(ctx context.Context) ([]table.Device, error) {
 // addElastic adds the node daemon's elastic memory per GPU (status.json; a
 // daemon that has not written one yet adds nothing).
 func addElastic(ctx context.Context, runDir string, devs []table.Device) {
-	st, err := node.ReadStatus(runDir)
+	st, err := timeslice.ReadStatus(runDir)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("no elastic memory status", "err", err)
 		return
@@ -129,7 +129,7 @@ func (o *owners) refresh(ctx context.Context) {
 			}
 			byPod[p.UID] = append(byPod[p.UID], idx...)
 			name := deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: c.Name, UID: p.UID})
-			procs, err := node.GroupProcesses(filepath.Join(o.tree.Path(name), "gpu.state"))
+			procs, err := timeslice.GroupProcesses(filepath.Join(o.tree.Path(name), "gpu.state"))
 			if err != nil {
 				continue // no process has attached yet (or the group is elsewhere)
 			}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -25,7 +25,7 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 	if err != nil {
 		return s, err
 	}
-	if s.Priority, err = slice.ParsePriority(sl.Priority); err != nil {
+	if s.Priority, err = policy.ParsePriority(sl.Priority); err != nil {
 		return s, fmt.Errorf("%w: %w", api.ErrInvalidSlicing, err)
 	}
 	var units int64

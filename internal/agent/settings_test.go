@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -31,19 +31,19 @@ func TestGroupSettings(t *testing.T) {
 		want group.Settings
 		bad  bool
 	}{
-		"units and memory":       {gpus: share(25, 10<<30), want: group.Settings{MemoryMax: 10 << 30, Share: 0.25, Priority: slice.Low}},
-		"units only":             {gpus: share(75, 0), want: group.Settings{Share: 0.75, Priority: slice.Low}},
-		"memory only":            {gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Priority: slice.Low}},
-		"memory and slice":       {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Slice: 20 * time.Millisecond, Priority: slice.Low}},
-		"units win over a slice": {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(40, 0), want: group.Settings{Share: 0.4, Priority: slice.Low}},
-		"high by annotation":     {ann: map[string]string{api.AnnotationPriority: "high"}, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: slice.High}},
-		"high by class":          {prio: &high, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: slice.High}},
-		"whole GPU: no share":    {gpus: whole, want: group.Settings{MemoryMax: 80 << 30, Priority: slice.Low}},
+		"units and memory":       {gpus: share(25, 10<<30), want: group.Settings{MemoryMax: 10 << 30, Share: 0.25, Priority: policy.Low}},
+		"units only":             {gpus: share(75, 0), want: group.Settings{Share: 0.75, Priority: policy.Low}},
+		"memory only":            {gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Priority: policy.Low}},
+		"memory and slice":       {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(0, 1<<30), want: group.Settings{MemoryMax: 1 << 30, Slice: 20 * time.Millisecond, Priority: policy.Low}},
+		"units win over a slice": {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(40, 0), want: group.Settings{Share: 0.4, Priority: policy.Low}},
+		"high by annotation":     {ann: map[string]string{api.AnnotationPriority: "high"}, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: policy.High}},
+		"high by class":          {prio: &high, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: policy.High}},
+		"whole GPU: no share":    {gpus: whole, want: group.Settings{MemoryMax: 80 << 30, Priority: policy.Low}},
 		"smallest of two GPUs": {gpus: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30, MemoryBytes: 2 << 30}, {Index: 1, UUID: "b", Units: 20, MemoryBytes: 3 << 30}},
-			want: group.Settings{MemoryMax: 2 << 30, Share: 0.2, Priority: slice.Low}},
+			want: group.Settings{MemoryMax: 2 << 30, Share: 0.2, Priority: policy.Low}},
 		"bad priority": {ann: map[string]string{api.AnnotationPriority: "max"}, gpus: share(25, 0), bad: true},
 		"elastic: gpu-memory is the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "20Gi", api.AnnotationMemorySpill: "host"},
-			gpus: share(25, 6<<30), want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true, Share: 0.25, Priority: slice.Low}},
+			gpus: share(25, 6<<30), want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true, Share: 0.25, Priority: policy.Low}},
 		"elastic ceiling below the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "4Gi"}, gpus: share(25, 6<<30), bad: true},
 	}
 	for name, tc := range cases {

@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 func groupCommand(env *Env) *cobra.Command {
@@ -64,7 +64,7 @@ func groupRemove(tree group.Tree, runDir, name string) error {
 	if !tree.Exists(name) {
 		return usagef("group rm: no group %q", name)
 	}
-	n, err := node.LiveMembers("/proc", paths.GroupStateFile(runDir, name))
+	n, err := timeslice.LiveMembers("/proc", paths.GroupStateFile(runDir, name))
 	if err != nil {
 		return fmt.Errorf("group rm %s: %w", name, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/logflags"
-	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -90,7 +90,7 @@ func (d *deviceMemory) close(ctx context.Context) {
 }
 
 func nodeCommand(env *Env) *cobra.Command {
-	cfg := node.DefaultConfig(env.Getenv)
+	cfg := timeslice.DefaultConfig(env.Getenv)
 	var o nodeOptions
 	cmd := &cobra.Command{
 		Use:   "node [flags]",
@@ -99,7 +99,7 @@ func nodeCommand(env *Env) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runNode(cmd.Context(), env, cfg, &o) },
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path (env "+node.EnvSocket+")")
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path (env "+timeslice.EnvSocket+")")
 	fs.StringVar(&cfg.RunDir, "run-dir", cfg.RunDir, "run directory holding groups/ and status.json (env GPUSLICE_RUN_DIR)")
 	fs.DurationVar(&cfg.Policy.Period, "period", cfg.Policy.Period, "scheduling period that --share values are a fraction of")
 	fs.DurationVar(&cfg.Policy.DefaultSlice, "default-slice", cfg.Policy.DefaultSlice, "slice of a low-priority group that sets none (high: 2x)")
@@ -119,20 +119,20 @@ func nodeCommand(env *Env) *cobra.Command {
 	return cmd
 }
 
-// nodeOptions are node's flags that are not part of node.Config.
+// nodeOptions are node's flags that are not part of timeslice.Config.
 type nodeOptions struct {
 	noBurst, ifNot bool
 	driver, simDir string
 	logs           *logflags.Config
 }
 
-func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) error {
+func runNode(ctx context.Context, env *Env, cfg timeslice.Config, o *nodeOptions) error {
 	cfg.Policy.Burst = !o.noBurst
 	mode, err := gpu.ParseMode(o.driver)
 	if err != nil {
 		return usagef("node: --driver: %w", err)
 	}
-	cfg.ListGPUs = node.DriverGPUs(mode, o.simDir)
+	cfg.ListGPUs = timeslice.DriverGPUs(mode, o.simDir)
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}
@@ -148,8 +148,8 @@ func runNode(ctx context.Context, env *Env, cfg node.Config, o *nodeOptions) err
 	ctx = klog.NewContext(ctx, klog.NewKlogr())
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = node.Run(ctx, cfg)
-	if errors.Is(err, node.ErrRunning) && o.ifNot {
+	err = timeslice.Run(ctx, cfg)
+	if errors.Is(err, timeslice.ErrRunning) && o.ifNot {
 		return nil
 	}
 	return err

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/runner"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -84,16 +84,16 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	if f.driver != "" {
 		daemonArgs = append(daemonArgs, "--driver", f.driver)
 	}
-	setup := node.RunSetup{
+	setup := runner.RunSetup{
 		Group: spec.Group, Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
 		Elastic: elastic,
-		Start:   node.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
+		Start:   client.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
 	}
-	extra, err := node.PrepareRun(ctx, env.Getenv, setup)
+	extra, err := runner.PrepareRun(ctx, env.Getenv, setup)
 	switch {
 	case errors.Is(err, group.ErrInvalid):
 		return &UsageError{Err: err}
-	case errors.Is(err, node.ErrNoDaemon):
+	case errors.Is(err, runner.ErrNoDaemon):
 		fmt.Fprintf(env.Stderr, "gpuslice: warning: %v; kernels run without time slices\n", err)
 	case err != nil:
 		return fmt.Errorf("prepare group %s: %w", spec.Group, err)
@@ -103,7 +103,7 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	// it is started again at once (docs/node.md, supervision).
 	sctx, stopSupervising := context.WithCancel(ctx)
 	supervised := make(chan struct{})
-	go func() { defer close(supervised); node.SuperviseRun(sctx, env.Getenv, setup) }()
+	go func() { defer close(supervised); runner.SuperviseRun(sctx, env.Getenv, setup) }()
 	code, err := runner.Run(ctx, spec)
 	stopSupervising()
 	<-supervised
@@ -117,8 +117,8 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 }
 
 // elasticFlags validates --memory-max and --spill against --memory (the guarantee).
-func elasticFlags(f *runFlags, guarantee uint64) (node.ElasticSetup, error) {
-	var e node.ElasticSetup
+func elasticFlags(f *runFlags, guarantee uint64) (runner.ElasticSetup, error) {
+	var e runner.ElasticSetup
 	spill, err := group.ParseSpill(f.spill)
 	if err != nil {
 		return e, usagef("--spill: %w", err)
@@ -139,7 +139,7 @@ func elasticFlags(f *runFlags, guarantee uint64) (node.ElasticSetup, error) {
 	case ceiling < guarantee:
 		return e, usagef("--memory-max %s is below --memory %s", f.memoryMax, f.memory)
 	}
-	return node.ElasticSetup{Max: ceiling, Spill: spill}, nil
+	return runner.ElasticSetup{Max: ceiling, Spill: spill}, nil
 }
 
 // buildRunSpec validates the flags against the GPUs present and prepares the run.

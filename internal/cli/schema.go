@@ -3,8 +3,8 @@ package cli
 import (
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/output"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // The documents `-o json|yaml` prints (apiVersion cli.gpuslice.io/v1,
@@ -75,7 +75,7 @@ type ElasticMemory struct {
 	Allowance  uint64 `json:"allowanceBytes"`
 }
 
-func statusDoc(st *node.Status) StatusDoc {
+func statusDoc(st *timeslice.Status) StatusDoc {
 	doc := StatusDoc{TypeMeta: output.Meta("Status"), GPUs: []StatusGPU{}, Daemon: StatusDaemon{PID: st.PID, Socket: st.Socket,
 		Time: st.Time, PeriodNs: st.PeriodNs, Burst: st.Burst, Connections: st.Connections}}
 	index := map[string]int{}

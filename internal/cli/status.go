@@ -11,9 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -30,11 +31,11 @@ func statusCommand(env *Env) *cobra.Command {
 }
 
 func runStatus(ctx context.Context, env *Env, runDir string, f output.Format) error {
-	socket := node.SocketPath(env.Getenv)
-	if !node.Reachable(ctx, socket) {
+	socket := timeslice.SocketPath(env.Getenv)
+	if !client.Reachable(ctx, socket) {
 		return fmt.Errorf("no node daemon answers on %s (gpuslice run starts one; or run gpuslice node)", socket)
 	}
-	st, err := node.ReadStatus(runDir)
+	st, err := timeslice.ReadStatus(runDir)
 	if err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func runStatus(ctx context.Context, env *Env, runDir string, f output.Format) er
 }
 
 // writeStatus prints the daemon's status in format f.
-func writeStatus(w io.Writer, st *node.Status, f output.Format) error {
+func writeStatus(w io.Writer, st *timeslice.Status, f output.Format) error {
 	if f.Structured() {
 		return output.Write(w, f, statusDoc(st))
 	}
@@ -82,7 +83,7 @@ func writeStatus(w io.Writer, st *node.Status, f output.Format) error {
 	return printElastic(w, st.Memory)
 }
 
-func statusRow(e node.GroupGPUStatus) []string {
+func statusRow(e timeslice.GroupGPUStatus) []string {
 	mem := "-"
 	if e.MemoryMax > 0 || e.MemoryUsed > 0 {
 		limit := "no limit"
@@ -101,7 +102,7 @@ func statusRow(e node.GroupGPUStatus) []string {
 }
 
 // statusWide is the wide table's extra columns.
-func statusWide(e node.GroupGPUStatus) []string {
+func statusWide(e timeslice.GroupGPUStatus) []string {
 	share, state := "-", "idle"
 	if e.Share > 0 {
 		share = fmt.Sprintf("%.1f%%", e.Share*100)
@@ -119,7 +120,7 @@ func statusWide(e node.GroupGPUStatus) []string {
 }
 
 // printElastic shows elastic memory per GPU: guaranteed, borrowed and spilled.
-func printElastic(w io.Writer, gpus []node.MemoryGPUStatus) error {
+func printElastic(w io.Writer, gpus []timeslice.MemoryGPUStatus) error {
 	for _, g := range gpus {
 		fmt.Fprintf(w, "\n%s  elastic memory\n", g.UUID)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 
@@ -62,12 +62,12 @@ type Settings struct {
 	// ShareMax is the ceiling on the group's share of the GPU's time, even
 	// alone on it, a fraction in [1%, 100%]; 0: none (work-conserving).
 	ShareMax float64
-	Priority slice.Priority
+	Priority policy.Priority
 }
 
 // Params converts the settings to policy params.
-func (s Settings) Params() slice.Params {
-	return slice.Params{Slice: s.Slice, Share: s.Share, Priority: s.Priority, ShareMax: s.ShareMax}
+func (s Settings) Params() policy.Params {
+	return policy.Params{Slice: s.Slice, Share: s.Share, Priority: s.Priority, ShareMax: s.ShareMax}
 }
 
 // Validate checks the combination.
@@ -155,7 +155,7 @@ func (s *Settings) Apply(file, value string) error {
 	case FileShareMax:
 		n.ShareMax, err = ParseShareMax(v)
 	case FilePriority:
-		n.Priority, err = slice.ParsePriority(v)
+		n.Priority, err = policy.ParsePriority(v)
 	default:
 		_, err = s.Format(file)
 		return err
@@ -219,8 +219,8 @@ func ParseSlice(v string) (time.Duration, error) {
 	} else if d, err = time.ParseDuration(v); err != nil {
 		return 0, fmt.Errorf("invalid duration %q: want e.g. 20ms, 200us, or default", v)
 	}
-	if d < 100*time.Microsecond || d > slice.MaxSlice {
-		return 0, fmt.Errorf("slice %v out of range [100µs, %v]", d, slice.MaxSlice)
+	if d < 100*time.Microsecond || d > policy.MaxSlice {
+		return 0, fmt.Errorf("slice %v out of range [100µs, %v]", d, policy.MaxSlice)
 	}
 	return d, nil
 }
@@ -266,8 +266,8 @@ func ParseShareMax(v string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if f < slice.MinShareMax {
-		return 0, fmt.Errorf("share ceiling %q below %g%%", v, slice.MinShareMax*100)
+	if f < policy.MinShareMax {
+		return 0, fmt.Errorf("share ceiling %q below %g%%", v, policy.MinShareMax*100)
 	}
 	return f, nil
 }

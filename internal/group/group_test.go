@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/slice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 func TestApply(t *testing.T) {
@@ -47,7 +47,7 @@ func TestApply(t *testing.T) {
 		{FileShareMax, "-5%", Settings{}, "out of range"},
 		{FileShareMax, "Inf%", Settings{}, "invalid share"},
 		{FileShareMax, "lots", Settings{}, "invalid share"},
-		{FilePriority, "high", Settings{Priority: slice.High}, ""},
+		{FilePriority, "high", Settings{Priority: policy.High}, ""},
 		{FilePriority, "urgent", Settings{}, "invalid priority"},
 		{FileMemoryMax, "6GiB", Settings{MemoryMax: 6 << 30}, ""},
 		{FileMemoryMax, "max", Settings{}, ""},
@@ -109,7 +109,7 @@ func TestTreeSetReadList(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := tr.Read("train")
-	if err != nil || got != s || got.Slice != 20*time.Millisecond || got.Priority != slice.High {
+	if err != nil || got != s || got.Slice != 20*time.Millisecond || got.Priority != policy.High {
 		t.Fatalf("read back %+v %v, want %+v", got, err, s)
 	}
 	if v, _ := tr.ReadFile("train", FileMemoryMax); v != "1073741824" {
@@ -257,7 +257,7 @@ func TestShareMax(t *testing.T) {
 		t.Fatalf("share.max file %q", v)
 	}
 	got, err := tr.Read("cap")
-	if err != nil || got.Params() != (slice.Params{Share: 0.3, ShareMax: 0.4}) {
+	if err != nil || got.Params() != (policy.Params{Share: 0.3, ShareMax: 0.4}) {
 		t.Fatalf("read back %+v %v", got, err)
 	}
 	before := snapshot(t, tr.Path("cap"))

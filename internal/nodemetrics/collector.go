@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // OtherGroup is the group label of the groups past the per-GPU limit.
@@ -26,7 +26,7 @@ const OtherGroup = "_other"
 const ns = "gpuslice"
 
 // StatusFunc reads the node daemon's status.
-type StatusFunc func() (*node.Status, error)
+type StatusFunc func() (*timeslice.Status, error)
 
 type desc struct {
 	memUsed, memLimit, memRefused           *prometheus.Desc
@@ -100,7 +100,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e node.GroupGPUStatus) {
+func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e timeslice.GroupGPUStatus) {
 	m := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, gpu, e.Group)
 	}
@@ -121,13 +121,13 @@ func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e node.GroupG
 // Fold keeps the first limit groups by name (a set that stays put while
 // groups stay) and sums the rest into one OtherGroup entry. limit < 1 keeps
 // every group.
-func Fold(groups []node.GroupGPUStatus, limit int) []node.GroupGPUStatus {
+func Fold(groups []timeslice.GroupGPUStatus, limit int) []timeslice.GroupGPUStatus {
 	if limit < 1 || len(groups) <= limit {
 		return groups
 	}
 	s := slices.Clone(groups)
-	slices.SortFunc(s, func(a, b node.GroupGPUStatus) int { return strings.Compare(a.Group, b.Group) })
-	other := node.GroupGPUStatus{Group: OtherGroup}
+	slices.SortFunc(s, func(a, b timeslice.GroupGPUStatus) int { return strings.Compare(a.Group, b.Group) })
+	other := timeslice.GroupGPUStatus{Group: OtherGroup}
 	for _, e := range s[limit:] {
 		other.MemoryUsed += e.MemoryUsed
 		other.MemoryMax += e.MemoryMax

@@ -1,6 +1,8 @@
 // Package runner starts a command as one gpuslice group: the interception
 // library preloaded, the group's limits in its environment, and the group's
 // state cleaned up when the command ends.
+// Before that, PrepareRun (prepare.go) writes the group's settings and state
+// file and makes sure a time-slice daemon runs (internal/timeslice/client).
 package runner
 
 import (

@@ -19,8 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	gsnode "github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/ociimage"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -354,11 +355,11 @@ func (n *node) killAgent() {
 // session of its own (it outlives a killed agent, as in a container until
 // the container ends), so killing the agent's process group leaves it.
 func (n *node) killDaemon() {
-	st, err := gsnode.ReadStatus(filepath.Join(n.dir, "run"))
+	st, err := timeslice.ReadStatus(filepath.Join(n.dir, "run"))
 	if err != nil || st.PID <= 0 {
 		return
 	}
-	if err := gsnode.StopPID(st.PID, unix.SIGKILL, 10*time.Second); err != nil {
+	if err := client.StopPID(st.PID, unix.SIGKILL, 10*time.Second); err != nil {
 		n.t.Logf("e2e: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	noded "github.com/gpuslice/gpuslice/internal/node"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -107,12 +107,12 @@ func (n *node) waitShare(ctx context.Context, p *corev1.Pod, want float64) time.
 
 // daemonGroups returns the node daemon's status of every group (summed over
 // GPUs: each pod here uses one).
-func (n *node) daemonGroups() (map[string]noded.GroupGPUStatus, error) {
-	st, err := noded.ReadStatus(n.runDir())
+func (n *node) daemonGroups() (map[string]timeslice.GroupGPUStatus, error) {
+	st, err := timeslice.ReadStatus(n.runDir())
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]noded.GroupGPUStatus{}
+	out := map[string]timeslice.GroupGPUStatus{}
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {
 			cur := out[e.Group]

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * gs-tenant: a synthetic GPU tenant for the time-slice end-to-end tests and
- * benchmarks (internal/node/e2e_test.go). It runs the busy kernel through the
+ * benchmarks (internal/timeslice/e2e_test.go). It runs the busy kernel through the
  * hooked launch path (dlsym of libcuda.so.1, as apps/ do) in one of three modes
  * from --t0 (CLOCK_REALTIME ns) for --seconds:
  *   busy      launch kernels back to back, never synchronizing

@@ -1,0 +1,112 @@
+// Package timeslice is the time-slice daemon (`gpuslice node`): it owns GPU
+// time. Client libraries connect over a unix socket (internal/proto), the
+// daemon identifies each caller through the kernel (SO_PEERCRED,
+// /proc/<pid>/cgroup and the group file it was started with), runs one
+// time-slice policy (internal/timeslice/policy) per GPU with one tenant per
+// group, and applies the group tree (internal/group) to running processes.
+// Its Go client, and starting and supervising it, are internal/timeslice/client.
+// See docs/node.md.
+package timeslice
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/elastic"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+)
+
+// EnvSocket overrides the socket path.
+const EnvSocket = "GPUSLICE_NODE_SOCKET"
+
+// Config is the daemon's configuration.
+type Config struct {
+	// Socket is the unix socket path. The single-instance lock is a flock on
+	// RunDir itself.
+	Socket string
+	// RunDir holds the group tree (RunDir/groups) and status.json.
+	RunDir string
+	Policy policy.Config
+	// StatusEvery is how often read-back files and status.json are refreshed.
+	StatusEvery time.Duration
+	// HelloTimeout bounds how long a new connection may take to say hello.
+	HelloTimeout time.Duration
+	// MaxGPUs bounds the number of distinct GPUs (policy instances).
+	MaxGPUs int
+	// ListGPUs lists the GPUs of the node (NVML): the only GPUs the daemon
+	// schedules, whatever clients send.
+	ListGPUs func() ([]proto.UUID, error)
+	// MaxConns, MaxConnsPerUID (root exempt) and MaxConnsPerGroup bound the
+	// connections served; more are refused (proto.ErrBusy). MaxConns is
+	// lowered to the descriptor limit if that is smaller.
+	MaxConns, MaxConnsPerUID, MaxConnsPerGroup int
+	// ProcRoot is where /proc is mounted (tests may point elsewhere).
+	ProcRoot string
+	// IdleExit, when positive, stops the daemon once no client has been
+	// connected for that long (daemons started by `gpuslice run` use it; the
+	// next run starts a new one, and the group tree on disk keeps the settings).
+	IdleExit time.Duration
+	// Elastic tunes elastic memory (borrow grants and reclaims).
+	Elastic elastic.Config
+	// DeviceMemory reads a GPU's memory from the driver; nil: no elastic
+	// memory (borrows are refused with a reason).
+	DeviceMemory DeviceMemory
+}
+
+// SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else
+// <run dir>/node.sock (/run/gpuslice/node.sock for root).
+func SocketPath(getenv func(string) string) string {
+	if s := getenv(EnvSocket); s != "" {
+		return s
+	}
+	return filepath.Join(paths.RunDir(getenv), "node.sock")
+}
+
+// DefaultConfig returns the defaults for this environment.
+func DefaultConfig(getenv func(string) string) Config {
+	return Config{
+		Socket:       SocketPath(getenv),
+		RunDir:       paths.RunDir(getenv),
+		Policy:       policy.DefaultConfig(),
+		StatusEvery:  250 * time.Millisecond,
+		HelloTimeout: 5 * time.Second,
+		MaxGPUs:      64,
+		ProcRoot:     "/proc",
+		Elastic:      elastic.DefaultConfig(),
+		// A thread each (Go allows 10,000): far more than one node's GPU
+		// processes (each holds one, briefly two), far fewer than a flood.
+		MaxConns:         4096,
+		MaxConnsPerUID:   1024,
+		MaxConnsPerGroup: 1024,
+	}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	switch {
+	case c.Socket == "":
+		return fmt.Errorf("no socket path")
+	case c.RunDir == "":
+		return fmt.Errorf("no run directory")
+	case c.StatusEvery <= 0 || c.HelloTimeout <= 0 || c.MaxGPUs <= 0:
+		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
+	case c.MaxConns <= 0 || c.MaxConnsPerUID <= 0 || c.MaxConnsPerGroup <= 0:
+		return fmt.Errorf("connection bounds must be positive")
+	case c.ListGPUs == nil:
+		return fmt.Errorf("no GPU lister (the daemon schedules only the node's GPUs)")
+	case c.IdleExit < 0:
+		return fmt.Errorf("idle exit must not be negative")
+	case c.Elastic.Hold <= 0 || c.Elastic.ReclaimWait < 0:
+		return fmt.Errorf("elastic hold must be positive and reclaim wait not negative")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return nil
+}
+
+// StatusPath is where the daemon publishes its status (status.json).
+func StatusPath(runDir string) string { return filepath.Join(runDir, "status.json") }

@@ -1,0 +1,333 @@
+package timeslice
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+)
+
+// gpuState is one GPU: its policy instance and the groups (tenants) using it.
+// A group's grant is shared by its member connections: every member that
+// asks while the group holds the GPU gets the same grant, and the group hands
+// the GPU back when its last holding member releases (or disconnects).
+type gpuState struct {
+	mu     sync.Mutex
+	uuid   proto.UUID
+	sched  *policy.Scheduler
+	groups map[string]*tenant
+	byID   map[policy.ID]*tenant
+	nextID policy.ID
+	timer  *time.Timer
+	log    klog.Logger
+	// budgets keeps the ceiling budget (share.max) of groups that left this
+	// GPU while it still mattered, for when they come back (at most
+	// maxBudgets; expired ones are dropped).
+	budgets map[string]policy.Budget
+}
+
+// maxBudgets bounds gpuState.budgets.
+const maxBudgets = 4096
+
+type tenant struct {
+	id      policy.ID
+	group   string
+	members map[*conn]*member
+	grant   policy.Grant
+	holding bool
+	// revokes counts grants ended early or at their end by the daemon;
+	// granted sums the lengths of the grants handed out.
+	revokes uint64
+	granted time.Duration
+}
+
+type member struct{ waiting, holding bool }
+
+func (t *tenant) any(f func(*member) bool) bool {
+	for _, m := range t.members {
+		if f(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func isWaiting(m *member) bool { return m.waiting }
+func isHolding(m *member) bool { return m.holding }
+
+func newGPU(uuid proto.UUID, cfg policy.Config, log klog.Logger) (*gpuState, error) {
+	s, err := policy.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &gpuState{uuid: uuid, sched: s, groups: map[string]*tenant{}, byID: map[policy.ID]*tenant{},
+		log: log.WithValues("gpu", uuid.String()), budgets: map[string]policy.Budget{}}
+	g.timer = time.AfterFunc(time.Hour, g.tick)
+	g.timer.Stop()
+	return g, nil
+}
+
+// acquire: member c of its group has work.
+func (g *gpuState) acquire(c *conn, p policy.Params) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	t := g.groups[c.peer.Group]
+	if t == nil {
+		g.nextID++
+		if err := g.sched.Add(g.nextID, p); err != nil {
+			return err
+		}
+		if b, ok := g.budgets[c.peer.Group]; ok { // back before its overdraft was repaid
+			delete(g.budgets, c.peer.Group)
+			if err := g.sched.Restore(g.nextID, b); err != nil {
+				return err
+			}
+		}
+		t = &tenant{id: g.nextID, group: c.peer.Group, members: map[*conn]*member{}}
+		g.groups[t.group], g.byID[t.id] = t, t
+	}
+	m := t.members[c]
+	if m == nil {
+		m = &member{}
+		t.members[c] = m
+	}
+	g.join(t, m, c, now)
+	return nil
+}
+
+// release: member c finished grant seq; more says it still has work.
+func (g *gpuState) release(c *conn, seq uint64, more bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.groups[c.peer.Group]
+	if t == nil || t.members[c] == nil {
+		return
+	}
+	m := t.members[c]
+	now := time.Now()
+	if !m.holding || !t.holding || t.grant.Seq != seq { // stale: that grant is over
+		if more {
+			g.join(t, m, c, now)
+		}
+		return
+	}
+	m.holding, m.waiting = false, more
+	if t.any(isHolding) {
+		if more { // this member waits for the group's next turn: not a renewal of this one
+			g.apply(g.sched.Queued(t.id), now)
+		}
+		return
+	}
+	g.groupRelease(t, now)
+}
+
+// join makes member m wait for the GPU, or share its group's running grant.
+func (g *gpuState) join(t *tenant, m *member, c *conn, now time.Time) {
+	if t.holding {
+		m.holding, m.waiting = true, false
+		c.sendGrant(g.uuid, t.grant, now)
+		return
+	}
+	m.waiting = true
+	acts, err := g.sched.Acquire(t.id, now)
+	if err != nil {
+		g.log.Error(err, "acquire", "group", t.group)
+	}
+	g.apply(acts, now)
+}
+
+// groupRelease hands the group's grant back to the policy.
+func (g *gpuState) groupRelease(t *tenant, now time.Time) {
+	t.holding = false
+	acts, err := g.sched.Release(t.id, t.grant.Seq, now, t.any(isWaiting))
+	if err != nil {
+		g.log.Error(err, "release", "group", t.group)
+	}
+	g.apply(acts, now)
+}
+
+// disconnect drops member c: a holder loses its grant at once.
+func (g *gpuState) disconnect(c *conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	t := g.groups[c.peer.Group]
+	if t == nil || t.members[c] == nil {
+		return
+	}
+	delete(t.members, c)
+	if len(t.members) == 0 {
+		delete(g.groups, t.group)
+		delete(g.byID, t.id)
+		g.keepBudget(t, now)
+		g.apply(g.sched.Remove(t.id, now), now)
+		return
+	}
+	if t.holding && !t.any(isHolding) {
+		g.groupRelease(t, now)
+	}
+}
+
+// keepBudget remembers the ceiling budget of a group leaving the GPU, so a
+// group cannot start a fresh one by disconnecting and coming back.
+func (g *gpuState) keepBudget(t *tenant, now time.Time) {
+	b, ok := g.sched.Budget(t.id, now)
+	if !ok || !b.Until.After(now) {
+		return
+	}
+	if len(g.budgets) >= maxBudgets {
+		for name, o := range g.budgets {
+			if !o.Until.After(now) {
+				delete(g.budgets, name)
+			}
+		}
+	}
+	if len(g.budgets) < maxBudgets {
+		g.budgets[t.group] = b
+	}
+}
+
+// update applies new settings of a group; a changed ceiling applies at once
+// (a group it held back may go now).
+func (g *gpuState) update(groupName string, p policy.Params) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.groups[groupName]; t != nil {
+		if err := g.sched.Update(t.id, p); err != nil {
+			return err
+		}
+		now := time.Now()
+		g.apply(g.sched.Tick(now), now)
+	}
+	return nil
+}
+
+func (g *gpuState) tick() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	g.apply(g.sched.Tick(now), now)
+}
+
+// apply carries out the policy's actions, then re-arms the deadline timer.
+func (g *gpuState) apply(acts []policy.Action, now time.Time) {
+	var again []*tenant
+	for _, a := range acts {
+		t := g.byID[a.Tenant]
+		if t == nil {
+			continue
+		}
+		switch a.Kind {
+		case policy.ActGrant:
+			g.grant(t, a.Grant, now)
+		case policy.ActRenew:
+			g.renew(t, a.Grant, now)
+		case policy.ActRevoke:
+			reason := proto.RevokeSliceEnd
+			if now.Before(a.Grant.End) {
+				reason = proto.RevokePreempt
+			}
+			t.revokes++
+			for c, m := range t.members {
+				if m.holding {
+					c.sendRevoke(g.uuid, a.Grant.Seq, reason)
+				}
+			}
+		case policy.ActExpire:
+			t.holding = false
+			t.revokes++
+			for c, m := range t.members {
+				if m.holding {
+					m.holding = false
+					c.sendRevoke(g.uuid, a.Grant.Seq, proto.RevokeExpired)
+				}
+			}
+			g.log.V(2).Info("grant expired", "group", t.group, "seq", a.Grant.Seq)
+			// The policy forgets a holder that did not hand over; members
+			// of its group still waiting (they handed their part back and
+			// asked for more) keep their place for the group's next turn.
+			if t.any(isWaiting) {
+				again = append(again, t)
+			}
+		}
+	}
+	for _, t := range again {
+		g.reacquire(t, now)
+	}
+	if at, ok := g.sched.NextDeadline(); ok {
+		g.timer.Reset(time.Until(at))
+	} else {
+		g.timer.Stop()
+	}
+}
+
+// reacquire puts a group with waiting members back in line (after its grant expired).
+func (g *gpuState) reacquire(t *tenant, now time.Time) {
+	if g.byID[t.id] != t || t.holding || !t.any(isWaiting) {
+		return
+	}
+	acts, err := g.sched.Acquire(t.id, now)
+	if err != nil {
+		g.log.Error(err, "acquire", "group", t.group)
+	}
+	g.apply(acts, now)
+}
+
+// grant gives the group's waiting members the GPU; a group with no one
+// waiting any more hands it straight back.
+func (g *gpuState) grant(t *tenant, gr policy.Grant, now time.Time) {
+	t.grant, t.holding = gr, true
+	t.granted += max(gr.End.Sub(gr.Start), 0)
+	sent := false
+	for c, m := range t.members {
+		if m.waiting {
+			m.waiting, m.holding = false, true
+			c.sendGrant(g.uuid, gr, now)
+			sent = true
+		}
+	}
+	if !sent {
+		g.groupRelease(t, now)
+	}
+}
+
+// renew sends a group's renewed grant (same seq, later end) to its holding
+// members that understand renewals; the others hand over at the old end, and
+// their group's grant goes back to the policy when its last holder releases.
+func (g *gpuState) renew(t *tenant, gr policy.Grant, now time.Time) {
+	if !t.holding || t.grant.Seq != gr.Seq {
+		return
+	}
+	t.granted += max(gr.End.Sub(t.grant.End), 0)
+	t.grant = gr
+	for c, m := range t.members {
+		if m.holding && c.features&proto.FeatureRenew != 0 {
+			c.sendRenewal(g.uuid, gr, now)
+		}
+	}
+}
+
+// snapshot returns the policy's view of every group on this GPU.
+func (g *gpuState) snapshot(now time.Time) []groupStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []groupStats
+	for _, st := range g.sched.Stats(now) {
+		if t := g.byID[st.ID]; t != nil {
+			out = append(out, groupStats{Group: t.group, Members: len(t.members), Revokes: t.revokes, Granted: t.granted, TenantStats: st})
+		}
+	}
+	return out
+}
+
+type groupStats struct {
+	Group   string
+	Members int
+	Revokes uint64
+	Granted time.Duration
+	policy.TenantStats
+}

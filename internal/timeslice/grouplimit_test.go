@@ -1,0 +1,121 @@
+package timeslice
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// readGroupLimit returns the header's group limit and whether it is set.
+func readGroupLimit(t *testing.T, path string) (uint64, bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != shmFileSize {
+		t.Fatalf("state file is %d bytes, want %d", len(b), shmFileSize)
+	}
+	le := binary.LittleEndian
+	return le.Uint64(b[shmOffLimit:]), le.Uint32(b[shmOffLimitSet:]) == 1
+}
+
+// The limit belongs to the group: `gpuslice run` writes the group's
+// memory.max into its state file before any member starts (members then take
+// it whatever their own environment says; the library side is checked by
+// libgpuslice's reliability_mem_test), a later run without --memory keeps it,
+// one with --memory changes it for the slots already claimed too.
+func TestGroupLimitWrittenByRun(t *testing.T) {
+	dir := t.TempDir()
+	state := paths.GroupStateFile(dir, "g")
+	// What `gpuslice run --memory` does (internal/runner): the plain limit's
+	// settings into the group tree, then the group's state file prepared.
+	run := func(max uint64) {
+		t.Helper()
+		var changes []group.Change
+		if max != 0 {
+			changes = []group.Change{{File: group.FileMemoryMin, Value: "0"}, {File: group.FileMemorySpill, Value: "none"},
+				{File: group.FileMemoryMax, Value: strconv.FormatUint(max, 10)}}
+		}
+		st, err := group.NewTree(dir).Set("g", changes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := PrepareGroupState(dir, "g", st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1 << 30)
+	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
+		t.Fatalf("group limit %d (set %v), want 1 GiB", lim, set)
+	}
+	if st, err := os.Stat(state); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode: %v %v", st, err)
+	}
+	// A member claimed a slot meanwhile (as the library does).
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := b[shmHeaderSize:]
+	binary.LittleEndian.PutUint32(slot, shmSlotReady)
+	copy(slot[shmGPUOffUUID:], "GPU-0000")
+	binary.LittleEndian.PutUint64(slot[shmGPUOffLimit:], 1<<30)
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(0)
+	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
+		t.Fatalf("a run without --memory changed the group limit to %d (set %v)", lim, set)
+	}
+	run(2 << 30)
+	if lim, _ := readGroupLimit(t, state); lim != 2<<30 {
+		t.Fatalf("group limit %d, want 2 GiB", lim)
+	}
+	got, err := readMemory(state)
+	if err != nil || len(got) != 1 || got[0].Limit != 2<<30 {
+		t.Fatalf("claimed slot: %+v %v, want limit 2 GiB", got, err)
+	}
+	if _, err := SetGroupLimit(filepath.Join(dir, "missing"), 1); err == nil {
+		t.Fatal("SetGroupLimit on a missing file succeeded")
+	}
+}
+
+// A state file truncated while the daemon has it mapped gives an error, not
+// a crash of the daemon (SIGBUS on the mapping).
+func TestGroupLimitTruncatedStateFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpu.state")
+	if err := CreateGroupState("/proc", path, "g"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openState(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	walk := func() (err error) {
+		defer guardFault(&err)()
+		s.procs(func(int, GroupProcess) bool { return true })
+		return nil
+	}
+	if err := walk(); !errors.Is(err, errTruncated) {
+		t.Fatalf("walk of a truncated file: %v, want errTruncated", err)
+	}
+	if err := s.close(); err != nil { // drops its lock
+		t.Fatal(err)
+	}
+	if _, err := GroupProcesses(path); err == nil {
+		t.Fatal("GroupProcesses of an empty file succeeded")
+	}
+	if _, err := SetGroupLimit(path, 1); err == nil {
+		t.Fatal("SetGroupLimit on an empty file succeeded")
+	}
+}

@@ -1,0 +1,141 @@
+package timeslice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+)
+
+// loadGroups applies the settings of every group already in the tree.
+func (s *Server) loadGroups(ctx context.Context) error {
+	names, err := s.tree.List()
+	if err != nil {
+		return fmt.Errorf("read group tree: %w", err)
+	}
+	for _, n := range names {
+		s.groupChanged(ctx, n)
+	}
+	return nil
+}
+
+// groupChanged applies a group's settings after its files changed. Invalid
+// settings change nothing: the last valid ones stay in force and are written
+// back to the files.
+func (s *Server) groupChanged(ctx context.Context, name string) {
+	log := klog.FromContext(ctx).WithValues("group", name)
+	if !s.tree.Exists(name) {
+		s.mu.Lock()
+		delete(s.settings, name)
+		s.mu.Unlock()
+		return
+	}
+	st, err := s.tree.Read(name)
+	s.mu.Lock()
+	old, known := s.settings[name]
+	if err == nil {
+		s.settings[name] = st
+	}
+	gpus := make([]*gpuState, 0, len(s.gpus))
+	for _, g := range s.gpus {
+		gpus = append(gpus, g)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		log.Error(err, "invalid group settings ignored; restoring the last valid ones")
+		if werr := s.tree.Write(name, old); werr != nil {
+			log.Error(werr, "restore group settings")
+		}
+		return
+	}
+	if known && old == st {
+		return
+	}
+	for _, g := range gpus {
+		if err := g.update(name, st.Params()); err != nil {
+			log.Error(err, "apply group settings", "gpu", g.uuid.String())
+		}
+	}
+	memChanged := !known || old.MemoryMax != st.MemoryMax || old.MemoryMin != st.MemoryMin || old.MemorySpill != st.MemorySpill
+	switch {
+	case memChanged && st.MemoryMin != 0:
+		s.applyElastic(name, st)
+	case memChanged:
+		s.applyMemoryLimit(log, name, st.MemoryMax)
+	}
+	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority, "memoryMax", st.MemoryMax)
+}
+
+// applyMemoryLimit writes a new limit into the group's state file so its
+// running processes enforce it from their next allocation.
+func (s *Server) applyMemoryLimit(log klog.Logger, name string, limit uint64) {
+	n, err := SetGroupLimit(paths.GroupStateFile(s.cfg.RunDir, name), limit)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		log.Error(err, "apply memory limit")
+	case n > 0:
+		log.V(1).Info("memory limit applied to running processes", "limit", limit, "gpus", n)
+	}
+}
+
+// memoryOf sums a group's GPU memory use from its state file, after
+// releasing what dead members still held (each status refresh).
+func (s *Server) memoryOf(name string) (used uint64, ok bool) {
+	path := paths.GroupStateFile(s.cfg.RunDir, name)
+	if n, err := ReapDead(s.cfg.ProcRoot, path); err == nil && n > 0 {
+		s.log.V(1).Info("released the memory of dead members", "group", name, "members", n)
+	}
+	gpus, err := readMemory(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, g := range gpus {
+		used += g.Used
+	}
+	return used, true
+}
+
+// memoryByGPU returns a group's GPU memory slots by GPU UUID (upper case).
+func (s *Server) memoryByGPU(name string) map[string]gpuMemory {
+	gpus, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]gpuMemory, len(gpus))
+	for _, g := range gpus {
+		out[strings.ToUpper(g.UUID)] = g
+	}
+	return out
+}
+
+// settingsOf returns the last valid settings of a group.
+func (s *Server) settingsOf(name string) group.Settings {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settings[name]
+}
+
+// PrepareGroupState makes the group's state file before any member starts and
+// writes the group's memory.max into it: every member is held to it,
+// whatever its own environment says. Elastic groups (memory.min) get their
+// limits from the daemon.
+func PrepareGroupState(runDir, name string, st group.Settings) error {
+	path := paths.GroupStateFile(runDir, name)
+	if err := createGroupState("/proc", path, name, 0o600); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	if st.MemoryMin != 0 {
+		return nil
+	}
+	if _, err := SetGroupLimit(path, st.MemoryMax); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package timeslice
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+)
+
+// TestStateFileLayout checks statefile.go's offsets against a C build of
+// libgpuslice/include/gpuslice/shm.h.
+func TestStateFileLayout(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler: cannot check the layout against the C header")
+	}
+	src := `#include <stdio.h>
+#include "gpuslice/shm.h"
+int main(void) {
+	printf("%zu %d %zu %zu %zu %zu %zu %zu %zu %d %d %zu %zu %zu %zu\n", (size_t)GS_SHM_FILE_SIZE, GS_SHM_MAX_PROCS,
+		sizeof(struct gs_shm_proc), offsetof(struct gs_shm_header, file_size), offsetof(struct gs_shm_header, max_procs),
+		offsetof(struct gs_shm_header, proc_size), offsetof(struct gs_shm_header, proc_offset),
+		offsetof(struct gs_shm_header, host_pidns), offsetof(struct gs_shm_header, group), GS_SHM_NAME_LEN, GS_PROC_LIVE,
+		offsetof(struct gs_shm_proc, pid), offsetof(struct gs_shm_proc, host_pid), offsetof(struct gs_shm_proc, start_time),
+		offsetof(struct gs_shm_proc, pidns));
+	return 0;
+}`
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "l.c"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "l")
+	if out, err := exec.Command(cc, "-std=c11", "-I", filepath.Join(repoRoot(), "libgpuslice", "include"), "-o", bin, filepath.Join(dir, "l.c")).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", shmFileSize, shmMaxProcs, shmProcSize, shmOffFileSize,
+		shmOffMaxProcs, shmOffProcSize, shmOffProcOff, shmOffHostPIDNS, shmOffGroup, shmNameLen, shmProcLive,
+		shmProcOffPID, shmProcOffHost, shmProcOffStart, shmProcOffNS)
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("shm.h layout\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestParseNSpid(t *testing.T) {
+	cases := map[string]string{
+		"Name:\tx\nNSpid:\t4321\t7\nNSsid:\t1\n": "[4321 7]",
+		"NSpid:\t12\n":                           "[12]",
+		"NSpid:\t12 x\n":                         "error",
+		"NSpid:\n":                               "error",
+		"NSpid:\t0\n":                            "error",
+		"Name:\tx\n":                             "error",
+		"NSpid:\t99999999999\n":                  "error",
+	}
+	for in, want := range cases {
+		got, err := parseNSpid([]byte(in))
+		if s := fmt.Sprint(got); (err != nil) != (want == "error") || (err == nil && s != want) {
+			t.Errorf("parseNSpid(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	st, err := parseStartTime([]byte("7 (a) b) S 1 7 7 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 4242 10 1"))
+	if err != nil || st != 4242 {
+		t.Fatalf("parseStartTime = %d, %v", st, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1", "1 (x) S 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 x"} {
+		if _, err := parseStartTime([]byte(bad)); err == nil {
+			t.Errorf("parseStartTime(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzParseNSpid: never panics; accepted values are positive pids.
+func FuzzParseNSpid(f *testing.F) {
+	for _, s := range []string{"NSpid:\t1\t2\n", "NSpid:\n", "x", "NSpid: -1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := parseNSpid([]byte(s))
+		if err == nil && (len(ids) == 0 || slices.ContainsFunc(ids, func(v int32) bool { return v <= 0 })) {
+			t.Fatalf("accepted %q as %v", s, ids)
+		}
+		_, _ = parseStartTime([]byte(s))
+	})
+}
+
+// putProc writes a live process entry i into a state file.
+func putProc(t *testing.T, path string, i int, p GroupProcess) {
+	t.Helper()
+	b := make([]byte, shmProcSize)
+	le := binary.LittleEndian
+	le.PutUint32(b, shmProcLive)
+	le.PutUint32(b[shmProcOffPID:], uint32(p.PID))
+	le.PutUint32(b[shmProcOffHost:], uint32(p.HostPID))
+	le.PutUint64(b[shmProcOffStart:], p.StartTime)
+	le.PutUint64(b[shmProcOffNS:], p.PIDNS)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, int64(shmHeaderSize+shmMaxGPUs*shmGPUSize+i*shmProcSize)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCreateGroupStateAndHostPIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpu.state")
+	if err := CreateGroupState("/proc", path, "k8s-x"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &ns); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(path)
+	if _, _, err := checkShm(b); err != nil || len(b) != shmFileSize || binary.LittleEndian.Uint64(b[shmOffHostPIDNS:]) != ns.Ino ||
+		string(b[shmOffGroup:shmOffGroup+5]) != "k8s-x" || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("created file: %v, %d bytes, host ns %d (want %d), mode %v", err, len(b), binary.LittleEndian.Uint64(b[shmOffHostPIDNS:]), ns.Ino, fi.Mode())
+	}
+	putProc(t, path, 3, GroupProcess{PID: 7, PIDNS: 99, StartTime: 500})
+	putProc(t, path, 5, GroupProcess{PID: 8, PIDNS: 99, StartTime: 600, HostPID: 1234})
+	if err := CreateGroupState("/proc", path, "k8s-x"); err != nil { // kept as it is
+		t.Fatal(err)
+	}
+	if ok, err := setHostPID(path, 7, 99, 501, 4321); ok || err != nil {
+		t.Fatalf("start time mismatch filled: %v %v", ok, err)
+	}
+	if ok, err := setHostPID(path, 7, 98, 500, 4321); ok || err != nil {
+		t.Fatalf("pid namespace mismatch filled: %v %v", ok, err)
+	}
+	if ok, err := setHostPID(path, 7, 99, 500, 4321); !ok || err != nil {
+		t.Fatalf("setHostPID: %v %v", ok, err)
+	}
+	procs, err := GroupProcesses(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []GroupProcess{{PID: 7, HostPID: 4321, StartTime: 500, PIDNS: 99}, {PID: 8, HostPID: 1234, StartTime: 600, PIDNS: 99}}
+	if !slices.Equal(procs, want) {
+		t.Fatalf("GroupProcesses = %+v, want %+v", procs, want)
+	}
+}
+
+func TestCreateGroupStateRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string][]byte{"short": []byte("not a state file"), "magic": make([]byte, shmFileSize)} {
+		path := filepath.Join(dir, name)
+		if name == "magic" {
+			binary.LittleEndian.PutUint64(content, 0x1234)
+		}
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := CreateGroupState("/proc", path, "g"); !errors.Is(err, errShm) {
+			t.Errorf("%s: err = %v, want errShm", name, err)
+		}
+		if got, _ := os.ReadFile(path); string(got) != string(content) {
+			t.Errorf("%s: a bad file was changed", name)
+		}
+		if _, err := GroupProcesses(path); !errors.Is(err, errShm) {
+			t.Errorf("%s: GroupProcesses err = %v", name, err)
+		}
+	}
+}
+
+// TestE2EHostPIDOnHello: a process of a pid namespace of its own that only
+// allocates GPU memory (never launches) gets its host pid recorded in the
+// group file: the library says hello at its first allocation and the daemon
+// fills the entry from SO_PEERCRED and /proc/<pid>/status.
+func TestE2EHostPIDOnHello(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs a process in a new pid namespace (unshare -p)")
+	}
+	e := setupE2E(t)
+	cfg := testCfg(t)
+	startDaemon(t, cfg)
+	tree := group.NewTree(cfg.RunDir)
+	if err := tree.Create("ns-test"); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(tree.Path("ns-test"), "gpu.state")
+	if err := CreateGroupState("/proc", state, "ns-test"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", filepath.Join(e.bin, "gs-memfill"), "--max", "64M", "--hold-ms", "30000")
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_GROUP_FILE="+state,
+		"GPUSLICE_NODE_SOCKET="+cfg.Socket, "GPUSLICE_SIM_STATE="+filepath.Join(t.TempDir(), "sim.state"), "GPUSLICE_LOG=0")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var procs []GroupProcess
+	deadline := time.Now().Add(10 * time.Second)
+	for len(procs) == 0 || procs[0].HostPID == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no host pid recorded: %+v", procs)
+		}
+		time.Sleep(10 * time.Millisecond)
+		procs, _ = GroupProcesses(state)
+	}
+	p := procs[0]
+	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(int(p.HostPID)), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := parseNSpid(status)
+	if err != nil || len(ids) != 2 || ids[0] != p.HostPID || ids[1] != p.PID || p.PID != 1 {
+		t.Fatalf("entry %+v, NSpid of its host pid %v (%v): want the same process, pid 1 in its namespace", p, ids, err)
+	}
+	if !strings.Contains(string(status), "gs-memfill") {
+		t.Fatalf("host pid %d is not gs-memfill:\n%s", p.HostPID, status)
+	}
+}

@@ -1,0 +1,102 @@
+package timeslice
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/proto"
+)
+
+// knownGPUs is the set of GPUs the daemon schedules: what the driver (NVML)
+// lists, never what a client sends. A UUID not in the set is looked up again
+// at most once per refreshEvery (a GPU the driver shows late), then refused.
+type knownGPUs struct {
+	list func() ([]proto.UUID, error)
+	log  klog.Logger
+
+	mu     sync.Mutex
+	set    map[proto.UUID]bool
+	listed time.Time
+	err    error
+}
+
+const refreshEvery = time.Second
+
+func newKnownGPUs(list func() ([]proto.UUID, error), log klog.Logger) *knownGPUs {
+	k := &knownGPUs{list: list, log: log, set: map[proto.UUID]bool{}}
+	k.refreshLocked(time.Now())
+	return k
+}
+
+func (k *knownGPUs) refreshLocked(now time.Time) {
+	k.listed = now
+	uuids, err := k.list()
+	if err != nil {
+		k.err = err
+		k.log.Error(err, "list GPUs (clients asking for a GPU are refused until the driver answers)")
+		return
+	}
+	k.err = nil
+	set := make(map[proto.UUID]bool, len(uuids))
+	for _, u := range uuids {
+		set[u] = true
+	}
+	k.set = set
+}
+
+// check returns nil if the daemon knows u.
+func (k *knownGPUs) check(u proto.UUID) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.set[u] {
+		return nil
+	}
+	if now := time.Now(); now.Sub(k.listed) >= refreshEvery {
+		k.refreshLocked(now)
+		if k.set[u] {
+			return nil
+		}
+	}
+	if k.err != nil {
+		return fmt.Errorf("GPU %s: the daemon cannot list GPUs: %w", u, k.err)
+	}
+	return fmt.Errorf("GPU %s is not a GPU of this node (%d known)", u, len(k.set))
+}
+
+// GPUsOf lists the GPUs an NVML shows, as protocol UUIDs.
+func GPUsOf(n gpu.NVML) ([]proto.UUID, error) {
+	devs, err := gpu.Devices(n)
+	if err != nil {
+		return nil, fmt.Errorf("list GPUs: %w", err)
+	}
+	out := make([]proto.UUID, 0, len(devs))
+	for _, d := range devs {
+		u, err := proto.ParseUUID(d.UUID)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", d.Index, err)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// DriverGPUs returns a lister that opens the driver (mode, simulated GPU in
+// simDir when there is no real one) for each listing and closes it again.
+func DriverGPUs(mode gpu.Mode, simDir string) func() ([]proto.UUID, error) {
+	return func() ([]proto.UUID, error) {
+		drv, err := gpu.OpenDriver(mode, simDir)
+		if err != nil {
+			return nil, err
+		}
+		uuids, err := GPUsOf(drv.NVML)
+		if serr := drv.NVML.Shutdown(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("close NVML: %w", serr))
+		}
+		return uuids, err
+	}
+}

@@ -1,0 +1,359 @@
+package timeslice
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/proto"
+
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+)
+
+// The test binary doubles as the processes the daemon serves: with
+// GS_NODE_TEST_CHILD set it runs one client behaviour and exits; started as
+// "<test binary> node ..." (by EnsureRunning) it is a daemon.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		os.Exit(childDaemon(os.Args[2:]))
+	}
+	if mode := os.Getenv("GS_NODE_TEST_CHILD"); mode != "" {
+		if err := childClient(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var testGPU = proto.UUID{0x6a, 1, 2, 3}
+
+// testGPUs are the GPUs test daemons know besides the simulated GPU's:
+// testGPU and 0x70,i (a GPU of its own per benchmark client).
+func testGPUs() []proto.UUID {
+	out := []proto.UUID{testGPU}
+	for i := range 16 {
+		out = append(out, proto.UUID{0x70, byte(i)})
+	}
+	return out
+}
+
+// testLister lists testGPUs and, when it is built, the simulated GPU's (the
+// end-to-end tenants run on it), through NVML as the daemon does.
+func testLister() func() ([]proto.UUID, error) {
+	dir := os.Getenv("GPUSLICE_NODE_SIMDIR")
+	if dir == "" {
+		bin := os.Getenv("GPUSLICE_BIN")
+		if bin == "" {
+			bin = filepath.Join(repoRoot(), "bin")
+		}
+		dir = filepath.Join(bin, "sim")
+	}
+	sim := DriverGPUs(gpu.ModeSim, dir)
+	_, err := os.Stat(filepath.Join(dir, "libnvidia-ml.so.1"))
+	return func() ([]proto.UUID, error) {
+		if err != nil {
+			return testGPUs(), nil
+		}
+		uuids, err := sim()
+		return append(testGPUs(), uuids...), err
+	}
+}
+
+// testCfg is a daemon config in a fresh run directory with short slices.
+func testCfg(t testing.TB) Config {
+	dir := t.TempDir()
+	cfg := DefaultConfig(func(k string) string {
+		if k == "GPUSLICE_RUN_DIR" {
+			return dir
+		}
+		return ""
+	})
+	cfg.Socket = filepath.Join(dir, "node.sock")
+	cfg.ListGPUs = testLister()
+	cfg.StatusEvery = 50 * time.Millisecond
+	cfg.Policy.DefaultSlice = 5 * time.Millisecond
+	cfg.Policy.Grace = 30 * time.Millisecond
+	return cfg
+}
+
+func childDaemon(args []string) int {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	socket := fs.String("socket", "", "")
+	ifNot := fs.Bool("if-not-running", false, "")
+	runDir := fs.String("run-dir", "", "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := DefaultConfig(os.Getenv)
+	cfg.ListGPUs = testLister()
+	cfg.Socket = *socket
+	if *runDir != "" {
+		cfg.RunDir = *runDir
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err := Run(ctx, cfg)
+	switch {
+	case err == nil, errors.Is(err, ErrRunning) && *ifNot:
+		if err != nil {
+			fmt.Println("lost the race")
+		}
+		return 0
+	case errors.Is(err, ErrRunning):
+		return 3
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// childClient behaviours, configured by env:
+//
+//	hold:  acquire, print "granted", then sleep until killed.
+//	cycle: GS_N grants, each held until it ends, released with more work;
+//	       prints "grant <group> <startNs> <endNs> <sliceNs>" per grant.
+//	ensure: EnsureRunning(<this binary> node ...), then print "up".
+//	grants: GS_CLIENTS connections (goroutines), each on a GPU of its own,
+//	       take GS_N grants each (bench_test.go), printing as gs-grantbench.
+func childClient(mode string) error {
+	ctx := context.Background()
+	socket := os.Getenv(EnvSocket)
+	if mode == "ensure" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		if err := client.EnsureRunning(ctx, socket, client.StartOptions{Exe: exe, Env: os.Environ()}); err != nil {
+			return err
+		}
+		fmt.Println("up")
+		return nil
+	}
+	switch mode {
+	case "grants":
+		return grantsChild(ctx, socket)
+	case "flood":
+		return floodChild(socket)
+	case "unknown-gpus":
+		return unknownGPUsChild(socket)
+	}
+	c, err := client.Dial(ctx, socket)
+	if mode == "dial" {
+		switch {
+		case client.IsBusy(err):
+			fmt.Println("dial busy")
+			return nil
+		case err != nil:
+			return err
+		}
+		fmt.Println("dial ok", c.Group)
+		return c.Close()
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println("group", c.Group)
+	switch mode {
+	case "hold":
+		g, err := c.Acquire(testGPU)
+		if err != nil {
+			return err
+		}
+		fmt.Println("granted", g.Seq)
+		time.Sleep(time.Hour)
+	case "online": // bank a slice, then ask again while someone else holds the GPU
+		g, err := c.Acquire(testGPU)
+		if err != nil {
+			return err
+		}
+		if err := c.Release(testGPU, g.Seq, false); err != nil {
+			return err
+		}
+		fmt.Println("banked")
+		// The test says when another group holds the GPU.
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return fmt.Errorf("wait for go: %w", err)
+		}
+		if g, err = c.Acquire(testGPU); err != nil {
+			return err
+		}
+		fmt.Println("grant", g.Flags&proto.GrantPreempt != 0, time.Duration(g.ValidNs) > time.Duration(g.SliceNs))
+		return c.Close()
+	case "cycle", "redial":
+		var n int
+		if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
+			return fmt.Errorf("GS_N: %w", err)
+		}
+		if err := cycle(c, n); err != nil || mode == "cycle" {
+			return err
+		}
+		// redial: leave the GPU (the group's last connection) and come back for one more grant.
+		if c, err = client.Dial(ctx, socket); err != nil {
+			return err
+		}
+		return cycle(c, 1)
+	}
+	return c.Close()
+}
+
+func cycle(c *client.Client, n int) error {
+	if err := c.Send(&proto.Acquire{GPU: testGPU}); err != nil {
+		return err
+	}
+	for i := range n {
+		g, err := c.WaitGrant()
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		end := start.Add(time.Duration(g.ValidNs))
+		time.Sleep(time.Until(end))
+		fmt.Println("grant", c.Group, start.UnixNano(), time.Now().UnixNano(), g.SliceNs)
+		if err := c.Release(testGPU, g.Seq, i < n-1); err != nil {
+			return err
+		}
+	}
+	return c.Close()
+}
+
+// startDaemon runs a daemon in this process until the test ends.
+func startDaemon(t testing.TB, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, bench := t.(*testing.B); bench { // info lines would split the benchmark's result lines
+		ctx = klog.NewContext(ctx, klog.Background().V(10))
+	}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !client.Reachable(ctx, cfg.Socket) {
+		select {
+		case err := <-done:
+			t.Fatalf("daemon exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon did not come up")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+}
+
+// child starts the test binary as a client process in group (if not "").
+type childProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // the child's standard input
+	lines chan string
+	done  chan error
+}
+
+func startChild(t testing.TB, cfg Config, mode, grp string, env ...string) *childProc {
+	t.Helper()
+	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), cfg, mode, grp, env...)
+}
+
+func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, env ...string) *childProc {
+	t.Helper()
+	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, EnvSocket+"="+cfg.Socket,
+		"GPUSLICE_RUN_DIR="+cfg.RunDir)
+	if grp != "" {
+		cmd.Env = append(cmd.Env, "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, grp))
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &childProc{cmd: cmd, stdin: stdin, lines: make(chan string, 1000), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill() //nolint:errcheck // may have exited already
+		}
+	})
+	return p
+}
+
+// expect waits for a line starting with prefix.
+func (p *childProc) expect(t testing.TB, prefix string, within time.Duration) string {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("child exited before printing %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("child did not print %q within %v", prefix, within)
+		}
+	}
+}
+
+func (p *childProc) all(t testing.TB, within time.Duration) []string {
+	t.Helper()
+	var out []string
+	deadline := time.After(within)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				if err := <-p.done; err != nil {
+					t.Fatalf("child: %v", err)
+				}
+				return out
+			}
+			out = append(out, l)
+		case <-deadline:
+			t.Fatalf("child did not finish within %v", within)
+		}
+	}
+}
+
+func setGroup(t testing.TB, cfg Config, name string, changes ...group.Change) {
+	t.Helper()
+	if _, err := group.NewTree(cfg.RunDir).Set(name, changes); err != nil {
+		t.Fatal(err)
+	}
+}

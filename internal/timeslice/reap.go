@@ -1,0 +1,137 @@
+package timeslice
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Liveness of a group member, decided from /proc (start time guards against
+// pid reuse).
+type liveness int
+
+const (
+	memberLive liveness = iota
+	memberDead
+	memberUnknown // another pid namespace and no host pid yet
+)
+
+// memberLiveness tells whether the process of entry p still runs, seen from
+// procRoot, whose own pid namespace is ourNS.
+func memberLiveness(procRoot string, ourNS uint64, p GroupProcess) liveness {
+	pid := p.PID
+	if p.PIDNS != ourNS {
+		if p.HostPID <= 0 {
+			return memberUnknown
+		}
+		pid = p.HostPID
+	}
+	stat, err := os.ReadFile(procRoot + "/" + strconv.Itoa(int(pid)) + "/stat")
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return memberDead
+	}
+	if err != nil {
+		return memberUnknown
+	}
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && strings.HasPrefix(s[i+1:], " Z") {
+		return memberDead // a zombie holds no GPU memory
+	}
+	start, err := parseStartTime(stat)
+	if err != nil {
+		return memberUnknown
+	}
+	if start != p.StartTime {
+		return memberDead // the pid was reused
+	}
+	return memberLive
+}
+
+// pidNS is the inode of procRoot/self's pid namespace.
+func pidNS(procRoot string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(procRoot+"/self/ns/pid", &st); err != nil {
+		return 0, fmt.Errorf("pid namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// ReapDead releases what dead members of a group state file still hold and
+// frees their entries, under the file's lock, as the library does on attach:
+// the daemon calls it on every status refresh, so a dead member's memory is
+// uncounted well within a second of its exit even if no member allocates.
+// It returns how many entries it freed.
+func ReapDead(procRoot, path string) (reaped int, err error) {
+	defer guardFault(&err)()
+	ns, err := pidNS(procRoot)
+	if err != nil {
+		return 0, err
+	}
+	s, err := openState(path, false)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, s.close()) }()
+	if err := s.check(); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	s.procs(func(off int, p GroupProcess) bool {
+		if memberLiveness(procRoot, ns, p) != memberDead {
+			return true
+		}
+		for g := range shmMaxGPUs {
+			held := atomic.SwapUint64(s.u64(off+shmProcOffUsed+8*g), 0)
+			if held != 0 {
+				subSaturating(s.u64(shmHeaderSize+g*shmGPUSize+shmGPUOffUsed), held)
+			}
+		}
+		atomic.StoreUint32(s.u32(off), 0)
+		reaped++
+		return true
+	})
+	return reaped, nil
+}
+
+// subSaturating subtracts n from *v, stopping at 0 (as the library does).
+func subSaturating(v *uint64, n uint64) {
+	for {
+		old := atomic.LoadUint64(v)
+		next := uint64(0)
+		if old > n {
+			next = old - n
+		}
+		if atomic.CompareAndSwapUint64(v, old, next) {
+			return
+		}
+	}
+}
+
+// LiveMembers counts the members of a group state file that may still run
+// (dead ones do not count; members of another pid namespace whose host pid
+// is not known yet do). A missing file has none.
+func LiveMembers(procRoot, path string) (int, error) {
+	ps, err := GroupProcesses(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	ns, err := pidNS(procRoot)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range ps {
+		if memberLiveness(procRoot, ns, p) != memberDead {
+			n++
+		}
+	}
+	return n, nil
+}

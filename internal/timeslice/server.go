@@ -1,0 +1,292 @@
+package timeslice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+)
+
+// ErrRunning is returned by Run when another daemon holds the lock.
+var ErrRunning = errors.New("another gpuslice node daemon is running")
+
+// Server is a running daemon.
+type Server struct {
+	cfg  Config
+	tree group.Tree
+	log  klog.Logger
+
+	adm   *admission
+	known *knownGPUs
+
+	runDir dirID // the run directory this daemon locked (watchdog: stop if it is replaced)
+
+	mu       sync.Mutex
+	gpus     map[proto.UUID]*gpuState
+	settings map[string]group.Settings // last valid settings of each group
+	conns    map[*conn]struct{}
+	books    *books // elastic memory
+}
+
+// Run serves until ctx ends. It returns ErrRunning at once if another daemon
+// holds the lock on cfg.RunDir (one daemon per run directory, whatever socket
+// each was given).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("node config: %w", err)
+	}
+	log := klog.FromContext(ctx)
+	for _, d := range []string{cfg.RunDir, filepath.Dir(cfg.Socket)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	unlock, id, err := lockDir(cfg.RunDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := unlock(); err != nil {
+			log.Error(err, "release lock")
+		}
+	}()
+	// Holding the lock, any socket file left behind is stale.
+	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: cfg.Socket, Net: proto.Network})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Socket, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	// Any local process (containers included) may connect: callers are
+	// identified by the kernel, not by what they send.
+	if err := os.Chmod(cfg.Socket, 0o666); err != nil {
+		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
+	}
+	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
+	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks(),
+		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+	// Every existing group's settings are in force before the first client is
+	// served (the watcher's own first pass then finds nothing changed).
+	if err := s.loadGroups(ctx); err != nil {
+		return errors.Join(err, ln.Close())
+	}
+	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
+	return s.serveAll(ctx, ln)
+}
+
+func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.tree.Watch(ctx, func(name string) { s.groupChanged(ctx, name) }); err != nil {
+			s.log.Error(err, "group tree watcher stopped")
+		}
+	})
+	wg.Go(func() { s.publish(ctx) })
+	wg.Go(func() { s.watchdog(ctx, cancel) })
+	wg.Go(func() {
+		<-ctx.Done()
+		if err := ln.Close(); err != nil {
+			s.log.V(2).Info("close listener", "err", err)
+		}
+		s.mu.Lock()
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.kill()
+		}
+	})
+	err := s.acceptLoop(ctx, ln, &wg)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// acceptLoop admits connections (limits.go) until the listener closes. A
+// connection over a bound is refused here, before it costs a goroutine.
+func (s *Server) acceptLoop(ctx context.Context, ln *net.UnixListener, wg *sync.WaitGroup) error {
+	for {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM) ||
+				errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ECONNABORTED) {
+				s.log.Error(err, "accept (retrying)") // out of descriptors or memory: others keep being served
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		fd, err := takeFD(nc)
+		if err != nil {
+			s.log.Error(err, "client connection")
+			continue
+		}
+		cred, err := peerCred(fd)
+		if err != nil {
+			s.log.Error(err, "client connection")
+			if cerr := unix.Close(fd); cerr != nil {
+				s.log.V(4).Info("close", "err", cerr)
+			}
+			continue
+		}
+		if why := s.adm.admitUID(&s.cfg, cred.Uid); why != "" {
+			s.refuse(fd, cred, why)
+			continue
+		}
+		wg.Go(func() { s.serve(ctx, fd, cred) })
+	}
+}
+
+// watchdog stops the daemon when its run directory is removed, or when no
+// client has been connected for cfg.IdleExit (if set).
+func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	idleSince := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if why := s.runDirGone(); why != "" {
+				s.log.Info("run directory "+why+"; stopping", "runDir", s.cfg.RunDir)
+				stop()
+				return
+			}
+			s.mu.Lock()
+			busy := len(s.conns) > 0
+			s.mu.Unlock()
+			if busy {
+				idleSince = now
+			} else if s.cfg.IdleExit > 0 && now.Sub(idleSince) >= s.cfg.IdleExit {
+				s.log.Info("no clients; stopping", "idle", s.cfg.IdleExit)
+				stop()
+				return
+			}
+		}
+	}
+}
+
+// dirID names a directory by device and inode.
+type dirID struct{ dev, ino uint64 }
+
+// lockDir takes the single-instance lock: a flock on the run directory itself
+// (released when the process dies), so two daemons given different sockets
+// but one run directory cannot both run. It returns what the directory is.
+func lockDir(dir string) (func() error, dirID, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, dirID{}, fmt.Errorf("open run directory %s: %w", dir, err)
+	}
+	unlock := func() error { return unix.Close(fd) }
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, dirID{}, errors.Join(fmt.Errorf("%w (run directory %s is locked)", ErrRunning, dir), unlock())
+		}
+		return nil, dirID{}, errors.Join(fmt.Errorf("lock %s: %w", dir, err), unlock())
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, dirID{}, errors.Join(fmt.Errorf("stat %s: %w", dir, err), unlock())
+	}
+	return unlock, dirID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// runDirGone says why the daemon's run directory is no longer the one it
+// locked ("" while it is): removed, or replaced by another directory (a
+// daemon serving it would be a second state for every live group).
+func (s *Server) runDirGone() string {
+	var st unix.Stat_t
+	err := unix.Stat(s.cfg.RunDir, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return "removed"
+	case err != nil:
+		return "" // unreadable for now (e.g. ENOMEM): look again at the next tick
+	case (dirID{dev: st.Dev, ino: st.Ino}) != s.runDir:
+		return "replaced"
+	}
+	return ""
+}
+
+// gpu returns the policy instance of a GPU, creating it on first use.
+func (s *Server) gpu(u proto.UUID) (*gpuState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.gpus[u]; g != nil {
+		return g, nil
+	}
+	if err := s.known.check(u); err != nil {
+		return nil, err
+	}
+	if len(s.gpus) >= s.cfg.MaxGPUs {
+		return nil, fmt.Errorf("too many GPUs (%d)", len(s.gpus))
+	}
+	g, err := newGPU(u, s.cfg.Policy, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.gpus[u] = g
+	return g, nil
+}
+
+// params returns a group's policy params (defaults for unknown groups).
+func (s *Server) params(name string) policy.Params {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settings[name].Params()
+}
+
+// groupSeen loads the settings of a caller's group when it first shows up.
+func (s *Server) groupSeen(p Peer) {
+	if p.Via == "default" {
+		return
+	}
+	s.mu.Lock()
+	_, ok := s.settings[p.Group]
+	s.mu.Unlock()
+	if ok {
+		return
+	}
+	if st, err := s.tree.Read(p.Group); err == nil {
+		s.mu.Lock()
+		s.settings[p.Group] = st
+		s.mu.Unlock()
+	}
+}
+
+// track adds or removes a connection (shut down when the daemon stops).
+func (s *Server) track(c *conn, add bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+}

@@ -1,0 +1,286 @@
+package timeslice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// StatusVersion is the version of status.json's schema.
+const StatusVersion = 1
+
+// Status is what the daemon publishes in <run dir>/status.json.
+type Status struct {
+	Version  int       `json:"version"`
+	Time     time.Time `json:"time"`
+	PID      int       `json:"pid"`
+	Socket   string    `json:"socket"`
+	PeriodNs int64     `json:"periodNs"`
+	Burst    bool      `json:"burst"`
+	// Connections is the number of open client connections.
+	Connections int         `json:"connections"`
+	GPUs        []GPUStatus `json:"gpus"`
+	// Memory is elastic memory per GPU (GPUs where a group borrowed).
+	Memory []MemoryGPUStatus `json:"memory,omitempty"`
+}
+
+// MemoryGPUStatus is one GPU's elastic memory.
+type MemoryGPUStatus struct {
+	UUID   string              `json:"uuid"`
+	Groups []MemoryGroupStatus `json:"groups"`
+}
+
+// MemoryGroupStatus is one group's elastic memory on one GPU, in bytes.
+type MemoryGroupStatus struct {
+	Group      string `json:"group"`
+	Min        uint64 `json:"min"`
+	Max        uint64 `json:"max"`
+	Spill      bool   `json:"spill,omitempty"`
+	Used       uint64 `json:"used"`
+	Guaranteed uint64 `json:"guaranteed"` // on the device, up to min
+	Borrowed   uint64 `json:"borrowed"`   // on the device, past min
+	Spilled    uint64 `json:"spilled"`    // in host memory
+	Allowance  uint64 `json:"allowance"`  // min plus lent
+}
+
+// GPUStatus is one GPU's groups.
+type GPUStatus struct {
+	UUID   string           `json:"uuid"`
+	Holder string           `json:"holder,omitempty"`
+	Groups []GroupGPUStatus `json:"groups"`
+}
+
+// GroupGPUStatus is one group on one GPU.
+type GroupGPUStatus struct {
+	Group    string  `json:"group"`
+	Priority string  `json:"priority"`
+	SliceNs  int64   `json:"sliceNs"`
+	Share    float64 `json:"share,omitempty"` // configured share of the period, if set
+	// ShareMax is the group's ceiling on its share of the GPU's time (share.max), if set.
+	ShareMax float64 `json:"shareMax,omitempty"`
+	// Expected is the share of GPU time the group gets when every group here
+	// is busy (at most its ShareMax).
+	Expected      float64 `json:"expected"`
+	AchievedNs    int64   `json:"achievedNs"`
+	AchievedShare float64 `json:"achievedShare"` // over the last status interval window
+	BankedNs      int64   `json:"bankedNs"`
+	DebtNs        int64   `json:"debtNs,omitempty"`
+	Members       int     `json:"members"`
+	Waiting       bool    `json:"waiting,omitempty"`
+	Holding       bool    `json:"holding,omitempty"`
+	Grants        uint64  `json:"grants"`
+	// Renewals: grants renewed before their end because no other group waited.
+	Renewals uint64 `json:"renewals,omitempty"`
+	// Hand-overs after a revoke and how long past it they came: the GPU work
+	// left queued at the end of a slice (or at a preemption), p99 and longest.
+	Overruns     uint64 `json:"overruns,omitempty"`
+	OverrunP99Ns int64  `json:"overrunP99Ns,omitempty"`
+	OverrunMaxNs int64  `json:"overrunMaxNs,omitempty"`
+	// GrantedNs sums the lengths of the grants handed out; Revokes counts
+	// grants the daemon ended (preempted, at their end, or expired).
+	GrantedNs int64  `json:"grantedNs"`
+	Revokes   uint64 `json:"revokes"`
+	MemoryMax uint64 `json:"memoryMax,omitempty"` // per GPU
+	// MemoryUsed is what the group holds on this GPU; MemoryRefused counts
+	// its allocations refused at the limit on this GPU.
+	MemoryUsed    uint64 `json:"memoryUsed,omitempty"`
+	MemoryRefused uint64 `json:"memoryRefused,omitempty"`
+}
+
+// ReadStatus reads a daemon's status.json.
+func ReadStatus(runDir string) (*Status, error) {
+	b, err := os.ReadFile(StatusPath(runDir))
+	if err != nil {
+		return nil, fmt.Errorf("read node status: %w", err)
+	}
+	var st Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", StatusPath(runDir), err)
+	}
+	if st.Version != StatusVersion {
+		return nil, fmt.Errorf("%s: status version %d, this gpuslice reads %d", StatusPath(runDir), st.Version, StatusVersion)
+	}
+	return &st, nil
+}
+
+// shareWindow is the averaging window of AchievedShare.
+const shareWindow = time.Second
+
+type sample struct {
+	at       time.Time
+	achieved time.Duration
+}
+
+// publish refreshes status.json and the groups' read-back files until ctx ends.
+func (s *Server) publish(ctx context.Context) {
+	hist := map[string][]sample{}  // per gpu/group: samples over the last window
+	written := map[string]string{} // read-back file -> content last written
+	tk := time.NewTicker(s.cfg.StatusEvery)
+	defer tk.Stop()
+	for {
+		st := s.status(hist)
+		if err := writeJSON(StatusPath(s.cfg.RunDir), st); err != nil {
+			s.log.Error(err, "write status")
+		}
+		s.writeReadback(st, written)
+		select {
+		case <-ctx.Done():
+			if err := os.Remove(StatusPath(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Error(err, "remove status")
+			}
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+func (s *Server) status(hist map[string][]sample) *Status {
+	now := time.Now()
+	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket,
+		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
+	s.mu.Lock()
+	st.Connections = len(s.conns)
+	gpus := make([]*gpuState, 0, len(s.gpus))
+	for _, g := range s.gpus {
+		gpus = append(gpus, g)
+	}
+	s.mu.Unlock()
+	mem := map[string]map[string]gpuMemory{} // group -> GPU -> slot
+	for _, g := range gpus {
+		gs := GPUStatus{UUID: g.uuid.String()}
+		snap := g.snapshot(now)
+		var total time.Duration
+		for _, t := range snap {
+			total += t.Slice
+		}
+		for _, t := range snap {
+			key := gs.UUID + "/" + t.Group
+			h := append(hist[key], sample{now, t.Achieved})
+			for len(h) > 1 && now.Sub(h[1].at) >= shareWindow {
+				h = h[1:]
+			}
+			hist[key] = h
+			e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
+				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
+				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants, Renewals: t.Renewals,
+				MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
+				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax),
+				GrantedNs: int64(t.Granted), Revokes: t.Revokes}
+			if total > 0 {
+				e.Expected = float64(t.Slice) / float64(total)
+			}
+			if m := t.Params.ShareMax; m > 0 {
+				e.ShareMax, e.Expected = m, min(e.Expected, m)
+			}
+			if dt := now.Sub(h[0].at); dt > 0 {
+				e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
+			}
+			if _, ok := mem[t.Group]; !ok {
+				mem[t.Group] = s.memoryByGPU(t.Group)
+			}
+			m := mem[t.Group][strings.ToUpper(gs.UUID)]
+			e.MemoryUsed, e.MemoryRefused = m.Used, m.Refused
+			if t.Holding {
+				gs.Holder = t.Group
+			}
+			gs.Groups = append(gs.Groups, e)
+		}
+		st.GPUs = append(st.GPUs, gs)
+	}
+	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	for uuid, groups := range s.elasticStatus() {
+		m := MemoryGPUStatus{UUID: uuid}
+		for _, g := range groups {
+			m.Groups = append(m.Groups, MemoryGroupStatus{Group: g.Name, Min: g.Min, Max: g.Max, Spill: g.Spill,
+				Used: g.Used, Guaranteed: g.Guaranteed, Borrowed: g.Borrowed, Spilled: g.Spilled, Allowance: g.Min + g.Lent})
+		}
+		st.Memory = append(st.Memory, m)
+	}
+	slices.SortFunc(st.Memory, func(a, b MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	return st
+}
+
+// writeReadback refreshes gpu_time.achieved, burst.banked and memory.current
+// of every group that has a directory.
+func (s *Server) writeReadback(st *Status, written map[string]string) {
+	achieved, banked := map[string]*strings.Builder{}, map[string]*strings.Builder{}
+	for _, g := range st.GPUs {
+		for _, e := range g.Groups {
+			if achieved[e.Group] == nil {
+				achieved[e.Group], banked[e.Group] = &strings.Builder{}, &strings.Builder{}
+			}
+			fmt.Fprintf(achieved[e.Group], "%s usec=%d share=%.2f%%\n", g.UUID, e.AchievedNs/1000, e.AchievedShare*100)
+			fmt.Fprintf(banked[e.Group], "%s usec=%d\n", g.UUID, e.BankedNs/1000)
+		}
+	}
+	names, err := s.tree.List()
+	if err != nil {
+		s.log.Error(err, "list groups")
+		return
+	}
+	for key := range written { // forget removed groups (a new one of that name starts afresh)
+		if g, _, _ := strings.Cut(key, "/"); !slices.Contains(names, g) {
+			delete(written, key)
+		}
+	}
+	elasticOf := map[string]*strings.Builder{}
+	for _, g := range st.Memory {
+		for _, e := range g.Groups {
+			if elasticOf[e.Group] == nil {
+				elasticOf[e.Group] = &strings.Builder{}
+			}
+			fmt.Fprintf(elasticOf[e.Group], "%s guaranteed=%d borrowed=%d spilled=%d allowance=%d\n", g.UUID,
+				e.Guaranteed, e.Borrowed, e.Spilled, e.Allowance)
+		}
+	}
+	for _, n := range names {
+		mem, _ := s.memoryOf(n)
+		files := map[string]string{"memory.current": fmt.Sprintf("%d\n", mem), "gpu_time.achieved": "", "burst.banked": "",
+			"memory.elastic": ""}
+		if b := elasticOf[n]; b != nil {
+			files["memory.elastic"] = b.String()
+		}
+		if b := achieved[n]; b != nil {
+			files["gpu_time.achieved"], files["burst.banked"] = b.String(), banked[n].String()
+		}
+		for f, v := range files {
+			key := n + "/" + f
+			if old, ok := written[key]; ok && old == v {
+				continue
+			}
+			if err := s.tree.WriteFile(n, f, v); err != nil {
+				if s.tree.Exists(n) {
+					s.log.Error(err, "write read-back file", "group", n, "file", f)
+				}
+				continue
+			}
+			written[key] = v
+		}
+	}
+}
+
+// writeJSON replaces path atomically.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".status-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	if err := errors.Join(werr, tmp.Close(), os.Chmod(tmp.Name(), 0o644)); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
+	}
+	return nil
+}
