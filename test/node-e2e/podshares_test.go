@@ -128,8 +128,8 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 		t.Fatal("no shares")
 	}
 	r := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window",
-		r.held[0], r.held[1], r.busy[0], r.busy[1], r.over[0], r.over[1])
+	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window, tenants waited for a CPU %.1f points",
+		r.held[0], r.held[1], r.busy[0], r.busy[1], r.over[0], r.over[1], r.starved)
 	n.checkShares("25/75", []float64{25, 75}, r)
 
 	// The GPU is full: 25 -> 50 is refused, all or nothing.
@@ -155,8 +155,8 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	t.Logf("e2e event %s: %s", api.ReasonShareResized, note)
 	n.waitDaemonShare(bounded(ctx), pods, 0.5)
 	r2 := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window",
-		r2.held[0], r2.held[1], r2.busy[0], r2.busy[1], r2.over[0], r2.over[1])
+	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window, tenants waited for a CPU %.1f points",
+		r2.held[0], r2.held[1], r2.busy[0], r2.busy[1], r2.over[0], r2.over[1], r2.starved)
 	n.checkShares("50/50 after the change", []float64{50, 50}, r2)
 	return r.busy, change
 }
