@@ -9,6 +9,7 @@
 #include "account.h"
 #include "device.h"
 #include "memcore.h"
+#include "pool.h"
 
 /* Past an elastic spill group's guarantee, served as managed memory (elastic.h). */
 static CUresult alloc_v2(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r, CUdeviceptr *dptr, size_t bytesize)
@@ -44,27 +45,43 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 	GS_ALLOC_BODY(cuMemAllocManaged, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize, flags));
 }
 
+/* Stream-ordered allocations: what the pool keeps is taken first (pool.h). */
+#define GS_POOL_ALLOC_BODY(name, pool, cur, args)                                              \
+	gs_fn_##name fn_ = GS_REAL(name);                                                      \
+	if (fn_ == NULL)                                                                       \
+		return CUDA_ERROR_NOT_FOUND;                                                   \
+	int errno_ = errno;                                                                    \
+	struct gs_pool_op op_;                                                                 \
+	CUresult rc_ = gs_pool_alloc_begin((pool), (cur), bytesize, &op_);                     \
+	if (rc_ == CUDA_SUCCESS) {                                                             \
+		errno = errno_;                                                                \
+		rc_ = fn_ args;                                                                \
+		if (rc_ == CUDA_ERROR_OUT_OF_MEMORY && gs_resv_reclaim(&op_.r))                \
+			rc_ = fn_ args;                                                        \
+		errno_ = errno;                                                                \
+		gs_pool_alloc_end(&op_, rc_, rc_ == CUDA_SUCCESS && dptr != NULL ? *dptr : 0); \
+	}                                                                                      \
+	errno = errno_;                                                                        \
+	return rc_
+
 GS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	GS_ALLOC_BODY(cuMemAllocAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocAsync, NULL, 1, (dptr, bytesize, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	GS_ALLOC_BODY(cuMemAllocAsync_ptsz, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
-		      (dptr, bytesize, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocAsync_ptsz, NULL, 1, (dptr, bytesize, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	GS_ALLOC_BODY(cuMemAllocFromPoolAsync, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
-		      (dptr, bytesize, pool, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync, pool, 0, (dptr, bytesize, pool, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	GS_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr,
-		      (dptr, bytesize, pool, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, pool, 0, (dptr, bytesize, pool, hStream));
 }
 
 /* The pitch is known only after the call: reserve the worst case first (rows
@@ -109,17 +126,20 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
 
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	GS_FREE_BODY(cuMemFree_v2, GS_KIND_PTR, dptr, (dptr));
+	struct gs_free_call c = {.sync = GS_REAL(cuMemFree_v2)};
+	return c.sync == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
 }
 
 GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-	GS_FREE_BODY(cuMemFreeAsync, GS_KIND_PTR, dptr, (dptr, hStream));
+	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync), .s = hStream};
+	return c.async == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
 }
 
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-	GS_FREE_BODY(cuMemFreeAsync_ptsz, GS_KIND_PTR, dptr, (dptr, hStream));
+	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync_ptsz), .s = hStream};
+	return c.async == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
 }
 
 static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)

@@ -7,6 +7,7 @@
 #include "elastic.h"
 #include "log.h"
 #include "memcore.h"
+#include "pool.h"
 
 static CUresult refuse(struct gs_group *g, int slot, uint64_t size)
 {
@@ -50,6 +51,7 @@ static CUresult reserve(struct gs_resv *r, uint64_t size)
 	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
 	if (gs_acct_reserve(gpu, size) != 0) {
 		gs_group_reap(r->g, 1); /* a dead member may hold what we need */
+		gs_pool_sync();         /* or a pool's keep the driver let go of unseen */
 		if (gs_acct_reserve(gpu, size) != 0 && borrow(gpu, size) != 0)
 			return refuse(r->g, r->slot, size);
 	}
@@ -112,8 +114,12 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 		unreserve(r->g, r->self, r->slot, r->size);
 		return;
 	}
-	struct gs_ptrent e = {
-		.key = key, .size = r->size, .aux = r->ctx, .kind = (uint8_t)kind, .slot = (uint8_t)r->slot};
+	struct gs_ptrent e = {.key = key,
+			      .size = r->size,
+			      .aux = r->ctx,
+			      .refs = r->pool,
+			      .kind = (uint8_t)kind,
+			      .slot = (uint8_t)r->slot};
 	if (gs_ptrtab_insert(gs_ptrtab_proc(), &e) != 0) {
 		static _Atomic int said;
 		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");
@@ -152,12 +158,17 @@ GS_HIDDEN int gs_resv_managed(const struct gs_resv *r)
 	return gs_elastic_wants_managed(gpu, gs_ld64(&gpu->used));
 }
 
-GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)
+GS_HIDDEN void gs_uncount(int slot, uint64_t size)
 {
-	struct gs_group *g = gs_group_get();
+	struct gs_group *g = slot >= 0 ? gs_group_get() : NULL;
 	struct gs_shm_proc *self = g != NULL ? gs_group_self(g) : NULL;
 	if (self != NULL)
-		unreserve(g, self, e->slot, e->size);
+		unreserve(g, self, slot, size);
+}
+
+GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)
+{
+	gs_uncount(e->slot, e->size);
 }
 
 static int in_ctx(const struct gs_ptrent *e, void *arg)
@@ -169,11 +180,15 @@ static int in_ctx(const struct gs_ptrent *e, void *arg)
 static void release_one(const struct gs_ptrent *e, void *arg)
 {
 	(void)arg;
-	gs_release_entry(e);
+	if (e->kind == GS_KIND_PTR && e->refs != 0)
+		gs_pool_dropped(e);
+	else
+		gs_release_entry(e);
 }
 
 GS_HIDDEN void gs_release_ctx(uint64_t ctx)
 {
 	if (ctx != 0)
 		(void)gs_ptrtab_drain(gs_ptrtab_proc(), in_ctx, release_one, &ctx);
+	gs_pool_teardown(); /* the driver releases what its pools kept */
 }

@@ -20,7 +20,8 @@ struct gs_resv {
 	int slot;
 	int active; /* 0: nothing reserved (uncounted pass-through) */
 	uint64_t size;
-	uint64_t ctx; /* the current CUcontext (gs_resv_current), recorded with the allocation */
+	uint64_t ctx;  /* the current CUcontext (gs_resv_current), recorded with the allocation */
+	uint32_t pool; /* a pool's block: its record + 1 (pool.h), recorded as the entry's refs */
 };
 
 /* CUresult returned when the group state cannot be used (message printed). */
@@ -44,6 +45,8 @@ GS_HIDDEN int gs_resv_reclaim(struct gs_resv *r);
 GS_HIDDEN int gs_resv_managed(const struct gs_resv *r);
 /* Uncount an entry taken from the pointer table. */
 GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
+/* Uncount size bytes this process holds on a GPU slot (slot < 0: nothing). */
+GS_HIDDEN void gs_uncount(int slot, uint64_t size);
 /* Uncount every allocation made in context ctx (it was destroyed): their
  * memory went with it. */
 GS_HIDDEN void gs_release_ctx(uint64_t ctx);

@@ -33,10 +33,12 @@ static void linear_paths(struct drv *d)
 	CHECK_EQ(cuMemAllocAsync(&p, 32 * MiB, s), CUDA_SUCCESS);
 	USED(32 * MiB);
 	CHECK_EQ(cuMemFreeAsync(p, s), CUDA_SUCCESS);
-	USED(0);
+	USED(32 * MiB); /* the pool holds it until a synchronisation */
 	CHECK_EQ(cuMemAllocAsync_ptsz(&p, 16 * MiB, NULL), CUDA_SUCCESS);
-	USED(16 * MiB);
+	USED(32 * MiB); /* taken from what the pool holds */
 	CHECK_EQ(cuMemFreeAsync_ptsz(p, NULL), CUDA_SUCCESS);
+	USED(32 * MiB);
+	CHECK_EQ(d->cuCtxSynchronize(), CUDA_SUCCESS);
 	USED(0);
 	CUmemoryPool pool;
 	CHECK_EQ(d->cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
@@ -47,6 +49,8 @@ static void linear_paths(struct drv *d)
 	CHECK_EQ(cuMemAllocFromPoolAsync_ptsz(&p, 4 * MiB, pool, NULL), CUDA_SUCCESS);
 	USED(4 * MiB);
 	CHECK_EQ(cuMemFreeAsync_ptsz(p, NULL), CUDA_SUCCESS);
+	USED(4 * MiB);
+	CHECK_EQ(d->cuCtxSynchronize(), CUDA_SUCCESS);
 	USED(0);
 	size_t pitch = 0;
 	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 1000, 4), CUDA_SUCCESS);

@@ -3,7 +3,9 @@
  * stays counted until released AND unmapped everywhere (NVIDIA's VMM samples
  * map, then release the handle at once); destroying a context, resetting or
  * finally releasing the primary context uncounts that context's allocations;
- * cuMemAllocPitch never asks the driver for more than the limit leaves.
+ * cuMemAllocPitch never asks the driver for more than the limit leaves; a
+ * memory pool's freed blocks stay counted while the pool keeps them (release
+ * threshold, until a synchronisation, a trim or the pool's destruction).
  * After every step the group's count equals what the simulated GPU says the
  * group's processes hold. The limit is the group's (its file's header), not a
  * member's environment.
@@ -175,6 +177,81 @@ static int pitch_worst_case(void *arg)
 	return 0;
 }
 
+typedef CUresult (*pool_create_fn)(CUmemoryPool *, const CUmemPoolProps *);
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+
+static CUmemoryPool keeping_pool(cuuint64_t threshold)
+{
+	pool_create_fn create = (pool_create_fn)drv_sym(d.cuda, "cuMemPoolCreate");
+	pool_attr_fn set = (pool_attr_fn)drv_sym(d.cuda, "cuMemPoolSetAttribute");
+	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CUmemoryPool pool;
+	CHECK_EQ(create(&pool, &props), CUDA_SUCCESS);
+	CHECK_EQ(set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), CUDA_SUCCESS);
+	return pool;
+}
+
+typedef CUresult (*stream_fn)(CUstream);
+typedef CUresult (*trim_fn)(CUmemoryPool, size_t);
+typedef CUresult (*pool_fn)(CUmemoryPool);
+
+/* What a pool keeps is held by the driver: counted until it is released.
+ * The calls after which it may be are looked up like the CUDA runtime does. */
+static int pool_keeps(void *arg)
+{
+	(void)arg;
+	open_group("pool");
+	pool_attr_fn set = (pool_attr_fn)drv_sym(d.cuda, "cuMemPoolSetAttribute");
+	stream_fn stream_sync = (stream_fn)drv_sym(d.cuda, "cuStreamSynchronize");
+	stream_fn stream_sync_ptsz = (stream_fn)drv_sym(d.cuda, "cuStreamSynchronize_ptsz");
+	trim_fn trim = (trim_fn)drv_sym(d.cuda, "cuMemPoolTrimTo");
+	pool_fn destroy = (pool_fn)drv_sym(d.cuda, "cuMemPoolDestroy");
+	CUmemoryPool pool = keeping_pool(UINT64_MAX); /* keep everything */
+	CUdeviceptr p, q;
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, 600 * MiB, pool, NULL), CUDA_SUCCESS);
+	HOLDS(600 * MiB);
+	CHECK_EQ(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+	CHECK_EQ(stream_sync(NULL), CUDA_SUCCESS);
+	HOLDS(600 * MiB);                                                           /* kept by the pool */
+	CHECK_EQ(cuMemAlloc_v2(&q, 600 * MiB), CUDA_ERROR_OUT_OF_MEMORY);           /* 1.2 GiB > 1 GiB */
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, 500 * MiB, pool, NULL), CUDA_SUCCESS); /* reused */
+	HOLDS(600 * MiB);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	HOLDS(600 * MiB);
+	CHECK_EQ(trim(pool, 256 * MiB), CUDA_SUCCESS);
+	HOLDS(256 * MiB);
+	cuuint64_t zero = 0;
+	CHECK_EQ(set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero), CUDA_SUCCESS);
+	HOLDS(256 * MiB); /* released at the next synchronisation */
+	CHECK_EQ(d.cuCtxSynchronize(), CUDA_SUCCESS);
+	HOLDS(0);
+	/* The default pool (threshold 0): held from the free to the synchronisation. */
+	CHECK_EQ(cuMemAllocAsync(&p, 300 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+	HOLDS(300 * MiB);
+	CHECK_EQ(stream_sync_ptsz(NULL), CUDA_SUCCESS);
+	HOLDS(0);
+	/* Destroyed: what it keeps goes at once, an outstanding block when freed. */
+	CHECK_EQ(set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &(cuuint64_t){UINT64_MAX}), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, 200 * MiB, pool, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&q, 100 * MiB, pool, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+	HOLDS(300 * MiB);
+	CHECK_EQ(destroy(pool), CUDA_SUCCESS);
+	HOLDS(100 * MiB);
+	CHECK_EQ(cuMemFreeAsync(q, NULL), CUDA_SUCCESS);
+	HOLDS(0);
+	/* cudaDeviceReset: the pools release what they keep. */
+	pool = keeping_pool(UINT64_MAX);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, 400 * MiB, pool, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+	HOLDS(400 * MiB);
+	CHECK_EQ(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+	HOLDS(0);
+	return 0;
+}
+
 /* A group file as a manager (gpuslice run, the node daemon) makes it: the
  * group's limit in the header. */
 static const char *managed_group(const char *name, uint64_t limit)
@@ -284,6 +361,7 @@ int main(void)
 	HT_RUN(primary_reset, NULL);
 	HT_RUN(primary_last_release, NULL);
 	HT_RUN(pitch_worst_case, NULL);
+	HT_RUN(pool_keeps, NULL);
 	group_limit_wins();
 	HT_RUN(truncated_file, (void *)(intptr_t)0);
 	foreign_dies();

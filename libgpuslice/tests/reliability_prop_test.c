@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  * Property test of the group's count: several processes, several threads
  * each, drive random sequences of every allocation path (linear, pitch,
- * managed, stream-ordered, arrays, VMM create/map/release/unmap/retain, a
- * context made, used and destroyed) against the simulated GPU under a small
+ * managed, stream-ordered from the default pool and from a pool of the
+ * process's own that keeps freed blocks up to a release threshold, arrays,
+ * VMM create/map/release/unmap/retain, a context made, used and destroyed,
+ * synchronisations, pool trims and threshold changes) against the simulated GPU under a small
  * limit. After every round of steps (one per worker, all at once) the group's
  * count must equal what the simulator says the group's processes hold, and
  * never exceed the limit; a sampler checks the limit continuously while the
@@ -24,6 +26,10 @@
 typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 typedef CUresult (*addr_free_fn)(CUdeviceptr, size_t);
 typedef CUresult (*ctx_create_fn)(CUcontext *, unsigned int, CUdevice);
+typedef CUresult (*pool_create_fn)(CUmemoryPool *, const CUmemPoolProps *);
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*stream_fn)(CUstream);
+typedef CUresult (*trim_fn)(CUmemoryPool, size_t);
 
 struct shared {
 	pthread_barrier_t attach, bar;
@@ -54,6 +60,10 @@ static CUcontext primary;
 static reserve_fn addr_reserve;
 static addr_free_fn addr_free;
 static ctx_create_fn ctx_create;
+static pool_attr_fn pool_set;
+static stream_fn stream_sync;
+static trim_fn pool_trim;
+static CUmemoryPool pool; /* the process's own, keeping freed blocks up to its threshold */
 
 static uint64_t rnd(struct worker *w, uint64_t n)
 {
@@ -162,10 +172,30 @@ static void step_ctx(struct worker *w)
 	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
 }
 
+/* The calls after which a pool may release what it keeps. */
+static void step_release(struct worker *w)
+{
+	cuuint64_t v = rnd(w, 4) * 32 * MiB;
+	switch (rnd(w, 4)) {
+	case 0:
+		CHECK_EQ(stream_sync(NULL), CUDA_SUCCESS);
+		break;
+	case 1:
+		CHECK_EQ(d.cuCtxSynchronize(), CUDA_SUCCESS);
+		break;
+	case 2:
+		CHECK_EQ(pool_trim(pool, v), CUDA_SUCCESS);
+		break;
+	default:
+		CHECK_EQ(pool_set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v), CUDA_SUCCESS);
+		break;
+	}
+}
+
 static void step(struct worker *w)
 {
 	struct item *x = slot(w, 0);
-	uint64_t op = x == NULL ? 9 : rnd(w, 14);
+	uint64_t op = x == NULL ? 99 : rnd(w, 18);
 	CUdeviceptr p;
 	size_t pitch;
 	CUresult rc;
@@ -203,6 +233,15 @@ static void step(struct worker *w)
 		return;
 	case 7:
 		step_ctx(w);
+		return;
+	case 8:
+		rc = cuMemAllocFromPoolAsync(&p, (1 + rnd(w, 16)) * MiB, pool, NULL);
+		note(rc);
+		if (rc == CUDA_SUCCESS)
+			*x = (struct item){.kind = IT_ASYNC, .v = p};
+		return;
+	case 9:
+		step_release(w);
 		return;
 	default: {
 		struct item *y = slot(w, 1);
@@ -253,6 +292,14 @@ static int process_main(void *arg)
 	addr_reserve = (reserve_fn)drv_sym(d.cuda, "cuMemAddressReserve");
 	addr_free = (addr_free_fn)drv_sym(d.cuda, "cuMemAddressFree");
 	ctx_create = (ctx_create_fn)drv_sym(d.cuda, "cuCtxCreate_v2");
+	pool_set = (pool_attr_fn)drv_sym(d.cuda, "cuMemPoolSetAttribute");
+	stream_sync = (stream_fn)drv_sym(d.cuda, "cuStreamSynchronize");
+	pool_trim = (trim_fn)drv_sym(d.cuda, "cuMemPoolTrimTo");
+	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CHECK_EQ(((pool_create_fn)drv_sym(d.cuda, "cuMemPoolCreate"))(&pool, &props), CUDA_SUCCESS);
+	cuuint64_t keep = 64 * MiB;
+	CHECK_EQ(pool_set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep), CUDA_SUCCESS);
 	CUdeviceptr p0;
 	CHECK_EQ(cuMemAlloc_v2(&p0, 1 * MiB), CUDA_SUCCESS); /* attach to the group */
 	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS);

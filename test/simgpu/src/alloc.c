@@ -29,9 +29,10 @@ void sim_uncharge(int dev, size_t size)
 	sim_mem_release(sim_g.st, sim_g.slot, dev, size);
 }
 
-static bool charged(enum sim_alloc_kind k)
+/* Charged per allocation (a pool's blocks are charged to the pool). */
+static bool charged(const struct sim_alloc *a)
 {
-	return k == SIM_AK_DEVICE || k == SIM_AK_MANAGED;
+	return (a->kind == SIM_AK_DEVICE && a->pool == NULL) || a->kind == SIM_AK_MANAGED;
 }
 
 /* Index of the first entry with base > p. Called with tab.mu held. */
@@ -85,7 +86,7 @@ CUresult sim_alloc_add(struct sim_alloc *a, size_t align)
 
 	if (a->size == 0 || a->size > (1ull << 46))
 		return a->size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
-	if (charged(a->kind) && (rc = sim_charge(a->dev, a->size)) != CUDA_SUCCESS)
+	if (charged(a) && (rc = sim_charge(a->dev, a->size)) != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&tab.mu);
 	if (a->kind == SIM_AK_DEVICE || a->kind == SIM_AK_RESERVED)
@@ -93,7 +94,7 @@ CUresult sim_alloc_add(struct sim_alloc *a, size_t align)
 	if (insert_locked(a) != 0)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&tab.mu);
-	if (rc != CUDA_SUCCESS && charged(a->kind))
+	if (rc != CUDA_SUCCESS && charged(a))
 		sim_uncharge(a->dev, a->size);
 	return rc;
 }
@@ -113,7 +114,7 @@ CUresult sim_alloc_remove(CUdeviceptr base, unsigned kinds_mask, struct sim_allo
 	memmove(&tab.v[i - 1], &tab.v[i], (tab.n - i) * sizeof(*tab.v));
 	tab.n--;
 	pthread_mutex_unlock(&tab.mu);
-	if (charged(a.kind))
+	if (charged(&a))
 		sim_uncharge(a.dev, a.size - a.on_host);
 	if (out != NULL)
 		*out = a;
@@ -183,7 +184,11 @@ void sim_mem_free_ctx(struct sim_ctx *c)
 	pthread_mutex_lock(&tab.mu);
 	for (size_t i = 0; i < tab.n; i++) {
 		struct sim_alloc *a = &tab.v[i];
-		if (a->ctx != c || !charged(a->kind)) {
+		if (a->ctx == c && a->pool != NULL && a->kind == SIM_AK_DEVICE) {
+			sim_pool_dropped(a->pool, a->size);
+			continue;
+		}
+		if (a->ctx != c || !charged(a)) {
 			tab.v[k++] = *a;
 			continue;
 		}

@@ -39,7 +39,10 @@ SIM_HIDDEN CUresult sim_alloc_migrate(CUdeviceptr p, size_t n, bool to_host);
 SIM_HIDDEN CUresult sim_charge(int dev, size_t size);
 SIM_HIDDEN void sim_uncharge(int dev, size_t size);
 
-/* Pool accounting (pool.c): delta bytes in use from pool. */
-SIM_HIDDEN void sim_pool_note(void *pool, int64_t delta);
+/* Pools (pool.c). A pool allocation of n bytes freed (it stays reserved in
+ * its pool until a synchronisation or trim releases it), or freed with its
+ * context (released at once). */
+SIM_HIDDEN void sim_pool_freed(void *pool, size_t n);
+SIM_HIDDEN void sim_pool_dropped(void *pool, size_t n);
 
 #endif

@@ -106,6 +106,7 @@ SIM_API CUresult cuCtxSynchronize(void)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	sim_queue_wait(&c->q, sim_queue_tail(&c->q));
+	sim_pool_sync();
 	return sim_mps_check();
 }
 

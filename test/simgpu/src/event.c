@@ -171,6 +171,7 @@ SIM_API CUresult cuEventSynchronize(CUevent h)
 	event_target(e, &q, &seq);
 	if (q != NULL)
 		sim_queue_wait(q, seq);
+	sim_pool_sync();
 	return CUDA_SUCCESS;
 }
 

@@ -118,8 +118,10 @@ static CUresult mem_free(CUdeviceptr p)
 	rc = sim_alloc_remove(p, 1u << SIM_AK_DEVICE | 1u << SIM_AK_MANAGED, &a);
 	if (rc == CUDA_SUCCESS && a.kind == SIM_AK_MANAGED)
 		munmap((void *)(uintptr_t)a.base, a.size);
-	if (rc == CUDA_SUCCESS && a.pool != NULL)
-		sim_pool_note(a.pool, -(int64_t)a.size);
+	if (rc == CUDA_SUCCESS && a.pool != NULL) {
+		sim_pool_freed(a.pool, a.size);
+		sim_pool_sync(); /* cuMemFree synchronises */
+	}
 	return rc;
 }
 

@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0
  * Stream-ordered allocation (cuMemAllocAsync / FromPoolAsync / FreeAsync)
- * and memory pools. Allocations are made and freed at call time, charged like
- * cuMemAlloc; pools only keep statistics. Also cuPointerGetAttribute. */
+ * and memory pools, modelled on the driver: a pool reserves device memory
+ * (charged) and hands it out; a freed block stays reserved in the pool
+ * (still charged) and is reused by the pool's next allocations; a
+ * synchronisation (stream, event, context, cuMemFree) releases the pool's free
+ * memory above its release threshold (default 0: all of it), cuMemPoolTrimTo
+ * down to the bytes asked for. Destroying a pool releases its free memory;
+ * blocks still allocated from it are released when freed. A destroyed
+ * context's pool allocations go with it. Also cuPointerGetAttribute. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,25 +18,19 @@ struct sim_pool {
 	uint32_t magic;
 	int dev;
 	bool is_default;
+	bool dead; /* destroyed, blocks still allocated from it */
 	CUmemPoolProps props;
-	_Atomic uint64_t used, high, threshold;
+	pthread_mutex_t mu;
+	uint64_t reserved, used, rhigh, uhigh, threshold; /* under mu */
+	struct sim_pool *next;                            /* pools.all, under pools.mu */
 };
 
 static struct {
 	pthread_mutex_t mu;
 	struct sim_pool *def[SIM_MAX_DEVICES];
 	struct sim_pool *cur[SIM_MAX_DEVICES];
+	struct sim_pool *all;
 } pools = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-void sim_pool_note(void *pool, int64_t delta)
-{
-	struct sim_pool *p = pool;
-	uint64_t u = atomic_fetch_add(&p->used, (uint64_t)delta) + (uint64_t)delta;
-	uint64_t h = atomic_load(&p->high);
-
-	while (u > h && !atomic_compare_exchange_weak(&p->high, &h, u))
-		;
-}
 
 static struct sim_pool *pool_new(int dev)
 {
@@ -41,8 +41,94 @@ static struct sim_pool *pool_new(int dev)
 		p->dev = dev;
 		p->props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
 		p->props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		pthread_mutex_init(&p->mu, NULL);
 	}
 	return p;
+}
+
+/* Under pools.mu: every pool is on pools.all (pools are never freed). */
+static void pool_link(struct sim_pool *p)
+{
+	p->next = pools.all;
+	pools.all = p;
+}
+
+/* Under p->mu: releases free memory until at most keep bytes stay reserved. */
+static void release_to(struct sim_pool *p, uint64_t keep)
+{
+	uint64_t target = keep < p->reserved ? keep : p->reserved;
+
+	if (target < p->used)
+		target = p->used;
+	if (p->reserved > target) {
+		sim_uncharge(p->dev, p->reserved - target);
+		p->reserved = target;
+	}
+}
+
+/* Takes n bytes from the pool: its free memory first, the rest charged. */
+static CUresult pool_take(struct sim_pool *p, uint64_t n)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&p->mu);
+	uint64_t free_ = p->reserved - p->used, more = n > free_ ? n - free_ : 0;
+	if (more > 0 && (rc = sim_charge(p->dev, more)) == CUDA_SUCCESS)
+		p->reserved += more;
+	if (rc == CUDA_SUCCESS) {
+		p->used += n;
+		p->uhigh = p->used > p->uhigh ? p->used : p->uhigh;
+		p->rhigh = p->reserved > p->rhigh ? p->reserved : p->rhigh;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+void sim_pool_freed(void *pool, size_t n)
+{
+	struct sim_pool *p = pool;
+
+	pthread_mutex_lock(&p->mu);
+	p->used -= n;
+	if (p->dead)
+		release_to(p, 0);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void sim_pool_dropped(void *pool, size_t n)
+{
+	struct sim_pool *p = pool;
+
+	pthread_mutex_lock(&p->mu);
+	p->used -= n;
+	p->reserved -= n;
+	sim_uncharge(p->dev, n);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Every pool (dev < 0) or dev's: releases free memory above the threshold,
+ * or all of it (trim_all). */
+static void release_pools(int dev, bool trim_all)
+{
+	pthread_mutex_lock(&pools.mu);
+	for (struct sim_pool *p = pools.all; p != NULL; p = p->next) {
+		if (dev >= 0 && p->dev != dev)
+			continue;
+		pthread_mutex_lock(&p->mu);
+		release_to(p, trim_all || p->dead ? 0 : p->threshold);
+		pthread_mutex_unlock(&p->mu);
+	}
+	pthread_mutex_unlock(&pools.mu);
+}
+
+void sim_pool_sync(void)
+{
+	release_pools(-1, false);
+}
+
+void sim_pool_trim_dev(int dev)
+{
+	release_pools(dev, true);
 }
 
 /* The device's current pool (the default pool unless set). */
@@ -51,8 +137,10 @@ static struct sim_pool *current_pool(int dev, bool want_default)
 	struct sim_pool *p;
 
 	pthread_mutex_lock(&pools.mu);
-	if (pools.def[dev] == NULL && (pools.def[dev] = pool_new(dev)) != NULL)
+	if (pools.def[dev] == NULL && (pools.def[dev] = pool_new(dev)) != NULL) {
 		pools.def[dev]->is_default = true;
+		pool_link(pools.def[dev]);
+	}
 	p = want_default || pools.cur[dev] == NULL ? pools.def[dev] : pools.cur[dev];
 	pthread_mutex_unlock(&pools.mu);
 	return p;
@@ -85,14 +173,18 @@ static CUresult alloc_async(CUdeviceptr *dp, size_t n, struct sim_pool *pool, CU
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (pool->dev != s->ctx->dev)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
 	a.dev = pool->dev;
 	a.ctx = s->ctx;
 	a.pool = pool;
-	rc = sim_alloc_add(&a, 0);
-	if (rc == CUDA_SUCCESS) {
-		sim_pool_note(pool, (int64_t)n);
+	if ((rc = pool_take(pool, n)) != CUDA_SUCCESS)
+		return rc;
+	rc = sim_alloc_add(&a, 0); /* not charged: the pool's reservation is */
+	if (rc == CUDA_SUCCESS)
 		*dp = a.base;
-	}
+	else
+		sim_pool_freed(pool, n);
 	return rc;
 }
 
@@ -134,7 +226,7 @@ static CUresult free_async(CUdeviceptr p, CUstream hs)
 		return rc;
 	rc = sim_alloc_remove(p, 1u << SIM_AK_DEVICE, &a);
 	if (rc == CUDA_SUCCESS && a.pool != NULL)
-		sim_pool_note(a.pool, -(int64_t)a.size);
+		sim_pool_freed(a.pool, a.size);
 	return rc;
 }
 
@@ -166,6 +258,9 @@ SIM_API CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
 	if (p == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	p->props = *props;
+	pthread_mutex_lock(&pools.mu);
+	pool_link(p);
+	pthread_mutex_unlock(&pools.mu);
 	*out = (CUmemoryPool)p;
 	return CUDA_SUCCESS;
 }
@@ -185,15 +280,24 @@ SIM_API CUresult cuMemPoolDestroy(CUmemoryPool h)
 			pools.cur[d] = NULL;
 	pthread_mutex_unlock(&pools.mu);
 	p->magic = 0; /* kept allocated: live allocations still point at it */
+	pthread_mutex_lock(&p->mu);
+	p->dead = true;
+	release_to(p, 0);
+	pthread_mutex_unlock(&p->mu);
 	return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool h, size_t keep)
 {
 	struct sim_pool *p;
+	CUresult rc = pool_get(h, &p);
 
-	(void)keep;
-	return pool_get(h, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&p->mu);
+	release_to(p, keep);
+	pthread_mutex_unlock(&p->mu);
+	return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute a, void *v)
@@ -205,10 +309,14 @@ SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute a, vo
 		return rc;
 	if (v == NULL || a < CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a > CU_MEMPOOL_ATTR_USED_MEM_HIGH)
 		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&p->mu);
 	if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
-		atomic_store(&p->threshold, *(cuuint64_t *)v);
-	else if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || a == CU_MEMPOOL_ATTR_USED_MEM_HIGH)
-		atomic_store(&p->high, atomic_load(&p->used)); /* reset to current */
+		p->threshold = *(cuuint64_t *)v;
+	else if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+		p->rhigh = p->reserved; /* reset to current */
+	else if (a == CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+		p->uhigh = p->used;
+	pthread_mutex_unlock(&p->mu);
 	return CUDA_SUCCESS;
 }
 
@@ -221,14 +329,18 @@ SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute a, vo
 		return rc;
 	if (v == NULL || a < CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a > CU_MEMPOOL_ATTR_USED_MEM_HIGH)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (a <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+	if (a <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES) {
 		*(int *)v = 1;
-	else if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
-		*(cuuint64_t *)v = atomic_load(&p->threshold);
-	else if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
-		*(cuuint64_t *)v = atomic_load(&p->used);
-	else
-		*(cuuint64_t *)v = atomic_load(&p->high);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&p->mu);
+	uint64_t vals[] = {[CU_MEMPOOL_ATTR_RELEASE_THRESHOLD] = p->threshold,
+			   [CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] = p->reserved,
+			   [CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH] = p->rhigh,
+			   [CU_MEMPOOL_ATTR_USED_MEM_CURRENT] = p->used,
+			   [CU_MEMPOOL_ATTR_USED_MEM_HIGH] = p->uhigh};
+	pthread_mutex_unlock(&p->mu);
+	*(cuuint64_t *)v = vals[a];
 	return CUDA_SUCCESS;
 }
 

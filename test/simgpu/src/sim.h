@@ -202,6 +202,11 @@ SIM_HIDDEN bool sim_stream_capturing(struct sim_stream *s);
 
 /* Memory (mem.c). */
 SIM_HIDDEN void sim_mem_free_ctx(struct sim_ctx *c);
+/* A synchronisation: every memory pool releases its free memory above its
+ * release threshold. A context's teardown: dev's pools release all their free
+ * memory (pool.c). */
+SIM_HIDDEN void sim_pool_sync(void);
+SIM_HIDDEN void sim_pool_trim_dev(int dev);
 /* Frees the arrays of a context being destroyed (array.c). */
 SIM_HIDDEN void sim_array_free_ctx(struct sim_ctx *c);
 SIM_HIDDEN bool sim_mem_lookup(CUdeviceptr p, CUdeviceptr *base, size_t *size, int *dev, bool *managed,

@@ -172,6 +172,7 @@ static CUresult stream_sync(CUstream h)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	sim_queue_wait(&s->ctx->q, atomic_load(&s->last));
+	sim_pool_sync();
 	return sim_mps_check();
 }
 

@@ -104,6 +104,35 @@ static void test_dead_process_reclaim(void)
 	CU_OK(cuMemFree_v2(p));
 }
 
+/* Like the driver: a pool keeps up to its release threshold across
+ * synchronisations, reuses what it keeps, and gives it back on trim. */
+static void test_pool_threshold(CUmemoryPool pool)
+{
+	CUdeviceptr p, q;
+	cuuint64_t v = 256 * MiB;
+
+	CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+	CU_OK(cuMemAllocAsync(&p, 512 * MiB, NULL));
+	CU_OK(cuMemFreeAsync(p, NULL));
+	CU_OK(cuCtxSynchronize());
+	CHECK_EQ(free_mem(), 4 * GiB - 256 * MiB); /* kept up to the threshold */
+	CU_OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v));
+	CHECK_EQ(v, 256 * MiB);
+	CU_OK(cuMemAllocAsync(&q, 128 * MiB, NULL)); /* reuses what the pool keeps */
+	CHECK_EQ(free_mem(), 4 * GiB - 256 * MiB);
+	CU_OK(cuMemAllocAsync(&p, 256 * MiB, NULL)); /* 128 MiB kept + 128 MiB more */
+	CHECK_EQ(free_mem(), 4 * GiB - 384 * MiB);
+	CU_OK(cuMemFreeAsync(p, NULL));
+	CU_OK(cuMemPoolTrimTo(pool, 0)); /* down to what is allocated */
+	CHECK_EQ(free_mem(), 4 * GiB - 128 * MiB);
+	CU_OK(cuMemFree_v2(q)); /* returns to the pool, then synchronises: kept */
+	CHECK_EQ(free_mem(), 4 * GiB - 128 * MiB);
+	v = 0;
+	CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+	CU_OK(cuStreamSynchronize(NULL));
+	CHECK_EQ(free_mem(), 4 * GiB);
+}
+
 static void test_paths(void)
 {
 	CUdeviceptr p, q;
@@ -136,7 +165,10 @@ static void test_paths(void)
 	CU_OK(cuMemFreeAsync(q, NULL));
 	CU_OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
 	CHECK_EQ(used, 0);
-	CHECK_EQ(free_mem(), 4 * GiB);
+	CHECK_EQ(free_mem(), 4 * GiB - 512 * MiB); /* freed blocks stay in the pool until a synchronisation */
+	CU_OK(cuCtxSynchronize());
+	CHECK_EQ(free_mem(), 4 * GiB); /* release threshold 0: all of it released */
+	test_pool_threshold(pool);
 
 	CUarray a;
 	CUDA_ARRAY_DESCRIPTOR d = {.Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
