@@ -1,6 +1,6 @@
 // Command gpuslice-publisher publishes this node's row of the gpuslice
 // resource table (GPUNode) from NVML, the real driver's or the simulated
-// GPU's. The node agent runs the same library (internal/table) in-process.
+// GPU's. The node agent runs the same library (internal/gpunoderow) in-process.
 package main
 
 import (
@@ -15,15 +15,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/logflags"
-	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func main() {
 	host, _ := os.Hostname()
-	var c table.Config
+	var c gpunoderow.Config
 	var driver, state string
 	fs := flag.NewFlagSet("gpuslice-publisher", flag.ExitOnError)
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster or $KUBECONFIG)")
@@ -53,7 +53,7 @@ func main() {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	klog.Background().Info("starting gpuslice-publisher", "version", version.Get(), "node", c.Node)
-	if err := table.Run(ctx, c); err != nil {
+	if err := gpunoderow.Run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
 		os.Exit(1)
 	}

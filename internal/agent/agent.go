@@ -21,11 +21,11 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
-	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -135,7 +135,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if cfg.HealthChecks {
 		readHealth = func(uuid string) (bool, string) { st := mon.status(uuid); return st.Healthy, st.Reason }
 	}
-	pub := newPublisher(cfg, dyn, table.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
+	pub := newPublisher(cfg, dyn, gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
 	pub.State = (&stateReader{ctx: gctx, cs: cs, dyn: dyn, node: cfg.NodeName}).read
 	pub.Observe = ph.observe
 	pub.Kick = kick

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/health"
-	"github.com/gpuslice/gpuslice/internal/table"
 )
 
 // On the simulated GPU through go-nvml, as on a real driver: application
@@ -102,7 +102,7 @@ func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
 	if c := next("lost GPU"); c.UUID != gpus[2].UUID || c.Healthy || c.Cause != health.CauseQuery || !strings.Contains(c.Reason, "GPU is lost") {
 		t.Fatalf("lost GPU 2: %+v", c)
 	}
-	r := table.NVMLReader{NVML: drv.NVML, Known: found, Health: func(u string) (bool, string) { s := mon.status(u); return s.Healthy, s.Reason }}
+	r := gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: func(u string) (bool, string) { s := mon.status(u); return s.Healthy, s.Reason }}
 	devs, err := r.Devices(ctx)
 	if err != nil {
 		t.Fatal(err)

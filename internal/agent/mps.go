@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/mps"
-	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -100,10 +100,10 @@ func (s *sharing) inject() map[string]deviceplugin.MPSGPU {
 // unit capacity (M x N x K) and the live clients, counted by the daemons.
 type sharingReader struct {
 	s *sharing
-	r table.GPUReader
+	r gpunoderow.GPUReader
 }
 
-func (sr sharingReader) Devices(ctx context.Context) ([]table.Device, error) {
+func (sr sharingReader) Devices(ctx context.Context) ([]gpunoderow.Device, error) {
 	clients, servers := sr.s.count(ctx)
 	sr.s.mu.Lock()
 	sr.s.servers = servers

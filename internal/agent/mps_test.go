@@ -12,14 +12,14 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-type fixedReader []table.Device
+type fixedReader []gpunoderow.Device
 
-func (f fixedReader) Devices(context.Context) ([]table.Device, error) {
-	return append([]table.Device(nil), f...), nil
+func (f fixedReader) Devices(context.Context) ([]gpunoderow.Device, error) {
+	return append([]gpunoderow.Device(nil), f...), nil
 }
 
 // On the simulated GPU with its stand-in MPS daemon: the agent's daemon for
@@ -67,7 +67,7 @@ func TestSharingMeasuresLiveClients(t *testing.T) {
 		t.Fatalf("inject = %+v, want one pipe dir and 96 server units", inj)
 	}
 	r := sharingReader{s: sh, r: fixedReader{{Index: 0, UUID: uuid, MemoryBytes: 1 << 30, Healthy: true}, {Index: 1, UUID: "GPU-other", MemoryBytes: 1 << 30, Healthy: true}}}
-	measure := func() table.Device {
+	measure := func() gpunoderow.Device {
 		t.Helper()
 		devs, err := r.Devices(ctx)
 		if err != nil {
@@ -78,9 +78,9 @@ func TestSharingMeasuresLiveClients(t *testing.T) {
 		}
 		return devs[0]
 	}
-	waitClients := func(want int32) table.Device {
+	waitClients := func(want int32) gpunoderow.Device {
 		t.Helper()
-		var d table.Device
+		var d gpunoderow.Device
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if d = measure(); d.MPSClients == want {
 				return d

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/table"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -28,10 +28,10 @@ import (
 // newPublisher publishes the node's GPUNode row every cfg.PublishPeriod:
 // GPUs as nvml measures them (with the health monitor's verdict), holdings from the assignments of the node's
 // pods, and, per GPU, the processes no pod scheduled there owns.
-func newPublisher(cfg Config, dyn dynamic.Interface, nvml table.NVMLReader, pods listersv1.PodLister, sh *sharing) *table.Publisher {
+func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpunoderow.NVMLReader, pods listersv1.PodLister, sh *sharing) *gpunoderow.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
 	nvml.Owned = func(index int, pid uint32) bool { return own.owned(index, pid) || sh.server(pid) }
-	return &table.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
+	return &gpunoderow.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
 		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: nvml, runDir: cfg.RunDir}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}
 }
@@ -43,7 +43,7 @@ type podHoldings struct {
 	node string
 }
 
-func (h podHoldings) Held(ctx context.Context) (map[int32]table.Held, error) {
+func (h podHoldings) Held(ctx context.Context) (map[int32]gpunoderow.Held, error) {
 	ps, err := h.pods.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
@@ -54,17 +54,17 @@ func (h podHoldings) Held(ctx context.Context) (map[int32]table.Held, error) {
 			vals = append(vals, *p)
 		}
 	}
-	return table.Sum(ctx, h.node, vals), nil
+	return gpunoderow.Sum(ctx, h.node, vals), nil
 }
 
 // ownedReader refreshes who owns which processes before each measurement.
 type ownedReader struct {
 	own    *owners
-	r      table.NVMLReader
+	r      gpunoderow.NVMLReader
 	runDir string
 }
 
-func (o ownedReader) Devices(ctx context.Context) ([]table.Device, error) {
+func (o ownedReader) Devices(ctx context.Context) ([]gpunoderow.Device, error) {
 	o.own.refresh(ctx)
 	devs, err := o.r.Devices(ctx)
 	if err != nil {
@@ -76,7 +76,7 @@ func (o ownedReader) Devices(ctx context.Context) ([]table.Device, error) {
 
 // addElastic adds the node daemon's elastic memory per GPU (status.json; a
 // daemon that has not written one yet adds nothing).
-func addElastic(ctx context.Context, runDir string, devs []table.Device) {
+func addElastic(ctx context.Context, runDir string, devs []gpunoderow.Device) {
 	st, err := timeslice.ReadStatus(runDir)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("no elastic memory status", "err", err)

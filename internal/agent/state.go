@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
-	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -68,16 +68,16 @@ type pluginHealth struct {
 	plugins []*deviceplugin.Plugin
 	healthy func(uuid string) bool // the monitor's view; nil: healthy
 	mu      sync.Mutex
-	state   api.NodeState  // "" before the first publication: Working
-	devs    []table.Device // nil before the first publication: all healthy
+	state   api.NodeState       // "" before the first publication: Working
+	devs    []gpunoderow.Device // nil before the first publication: all healthy
 	last    []deviceplugin.GPU
 }
 
 // observe takes a published state and the GPUs measured.
-func (h *pluginHealth) observe(state api.NodeState, devs []table.Device) {
+func (h *pluginHealth) observe(state api.NodeState, devs []gpunoderow.Device) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.state, h.devs = state, append(make([]table.Device, 0, len(devs)), devs...)
+	h.state, h.devs = state, append(make([]gpunoderow.Device, 0, len(devs)), devs...)
 	h.refreshLocked()
 }
 
@@ -102,7 +102,7 @@ func (h *pluginHealth) refreshLocked() {
 // advertised is gpus with Healthy = state is Working (or not yet published),
 // devs (the last measurement; nil: none yet) call the GPU healthy, and so
 // does healthy (nil: no monitor).
-func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []table.Device, healthy func(string) bool) []deviceplugin.GPU {
+func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []deviceplugin.GPU {
 	ok := map[string]bool{}
 	for _, d := range devs {
 		ok[d.UUID] = d.Healthy

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
-	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -29,12 +29,12 @@ func TestDrainState(t *testing.T) {
 
 func TestAdvertisedHealth(t *testing.T) {
 	gpus := []deviceplugin.GPU{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: true}}
-	devs := []table.Device{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: false}}
+	devs := []gpunoderow.Device{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: false}}
 	notA := func(u string) bool { return u != "a" }
 	for _, tc := range []struct {
 		name    string
 		state   api.NodeState
-		devs    []table.Device
+		devs    []gpunoderow.Device
 		healthy func(string) bool
 		want    [2]bool
 	}{

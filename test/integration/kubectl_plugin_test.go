@@ -21,7 +21,7 @@ import (
 // (decoded as any script would, without gpuslice's Go types). This package
 // must not import internal/kubectlplugin: cli-runtime brings in Go's plugin
 // package, with which the linker binds every symbol at start (BIND_NOW), and
-// go-nvml's symbols (linked here through internal/table) are then missing.
+// go-nvml's symbols (linked here through internal/gpunoderow) are then missing.
 type topGPU struct {
 	Index             int32  `json:"index"`
 	UUID              string `json:"uuid"`

@@ -20,18 +20,18 @@ import (
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/gpuslice/gpuslice/internal/table"
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
-type fixedGPUs []table.Device
+type fixedGPUs []gpunoderow.Device
 
-func (f fixedGPUs) Devices(context.Context) ([]table.Device, error) { return f, nil }
+func (f fixedGPUs) Devices(context.Context) ([]gpunoderow.Device, error) { return f, nil }
 
 type noHoldings struct{}
 
-func (noHoldings) Held(context.Context) (map[int32]table.Held, error) { return nil, nil }
+func (noHoldings) Held(context.Context) (map[int32]gpunoderow.Held, error) { return nil, nil }
 
 // TestPublisherConcurrentWritersLoseNothing: several publishers of one row
 // and a concurrent label writer; every write lands (a watch of the row sees
@@ -129,9 +129,9 @@ func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) e
 	clk := clocktesting.NewFakePassiveClock(t0)
 	gpus := make(fixedGPUs, w+1)
 	for i := range gpus {
-		gpus[i] = table.Device{Index: int32(i), UUID: fmt.Sprintf("GPU-%d-%d", w, i), Model: "m", MemoryBytes: 1 << 30, Healthy: true}
+		gpus[i] = gpunoderow.Device{Index: int32(i), UUID: fmt.Sprintf("GPU-%d-%d", w, i), Model: "m", MemoryBytes: 1 << 30, Healthy: true}
 	}
-	p := &table.Publisher{Client: e.cp.Dynamic, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
+	p := &gpunoderow.Publisher{Client: e.cp.Dynamic, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
 	for r := 0; r < rounds; r++ {
 		clk.SetTime(t0.Add(time.Duration(r*n+w+1) * time.Second))
 		if err := p.PublishOnce(ctx); err != nil {

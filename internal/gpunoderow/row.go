@@ -1,9 +1,9 @@
-// Package table publishes a node's row of the gpuslice resource table (the
+// Package gpunoderow publishes a node's row of the gpuslice resource table (the
 // GPUNode object): its GPUs as measured, what pods hold of them, the node's
 // working state and a heartbeat. Every write is conditioned on the
 // resourceVersion it read and retried on conflict, so concurrent writers
 // never lose each other's changes or tear an object.
-package table
+package gpunoderow
 
 import (
 	"context"
