@@ -14,7 +14,7 @@
 #include "hello.h"
 #include "log.h"
 #include "procfs.h"
-#include "ptrtab.h"
+#include "ptrfast.h"
 
 struct gs_group {
 	struct gs_shm_file *f;
@@ -28,6 +28,7 @@ struct gs_group {
 
 static struct {
 	pthread_once_t once;
+	_Atomic int done; /* group_init ran: ok is final (the hooks skip pthread_once) */
 	struct gs_group g;
 	struct gs_group *ok; /* &g once usable, else NULL */
 } gs = {.once = PTHREAD_ONCE_INIT, .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
@@ -128,10 +129,12 @@ static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&gs.g.mu);
 	gs_ptrtab_fork_prepare();
+	gs_ptrs_fork_prepare();
 }
 
 static void atfork_parent(void)
 {
+	gs_ptrs_fork_parent();
 	gs_ptrtab_fork_parent();
 	pthread_mutex_unlock(&gs.g.mu);
 }
@@ -148,6 +151,7 @@ static void atfork_child(void)
 			g->f->gpu[i].used = g->f->gpu[i].peak = g->f->gpu[i].refused = 0;
 		memset(g->f->proc, 0, sizeof(g->f->proc));
 	}
+	gs_ptrs_fork_child();
 	gs_ptrtab_fork_child();
 	pthread_mutex_unlock(&g->mu);
 }
@@ -176,12 +180,14 @@ static void group_init(void)
 	} else {
 		gs_log("%s; refusing GPU memory allocations", err);
 	}
+	atomic_store_explicit(&gs.done, 1, memory_order_release);
 	errno = saved;
 }
 
 GS_HIDDEN struct gs_group *gs_group_get(void)
 {
-	pthread_once(&gs.once, group_init);
+	if (GS_UNLIKELY(!atomic_load_explicit(&gs.done, memory_order_acquire)))
+		pthread_once(&gs.once, group_init);
 	return GS_UNLIKELY(gs_group_fault_broken()) ? NULL : gs.ok;
 }
 

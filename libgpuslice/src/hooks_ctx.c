@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 
+#include "ctxmap.h"
 #include "memcore.h"
 
 #define PRIMARY_DEVS 64
@@ -58,5 +59,11 @@ CTX_HOOK(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev), released(dev))
 CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev), released(dev))
 CTX_HOOK(cuDevicePrimaryCtxReset, (CUdevice dev), (dev), gs_release_ctx(primary_of(dev)))
 CTX_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev), gs_release_ctx(primary_of(dev)))
-CTX_HOOK(cuCtxDestroy, (CUcontext ctx), (ctx), gs_release_ctx((uint64_t)(uintptr_t)ctx))
-CTX_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx), gs_release_ctx((uint64_t)(uintptr_t)ctx))
+static void destroyed(CUcontext ctx)
+{
+	gs_ctx_forget((uint64_t)(uintptr_t)ctx);
+	gs_release_ctx((uint64_t)(uintptr_t)ctx);
+}
+
+CTX_HOOK(cuCtxDestroy, (CUcontext ctx), (ctx), destroyed(ctx))
+CTX_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx), destroyed(ctx))

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "account.h"
+#include "ctxmap.h"
 #include "device.h"
 #include "elastic.h"
 #include "log.h"
@@ -83,20 +84,27 @@ GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 	return rc;
 }
 
+/* One driver call: the current context; its device from the context map
+ * (ctxmap.h). The hooks restore errno after it: no saving here. */
 GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 {
-	CUdevice dev;
-	if (gs_current_device(&dev) != 0) {
-		memset(r, 0, sizeof(*r)); /* no context: the driver fails the call */
-		return CUDA_SUCCESS;
-	}
-	CUresult rc = gs_resv_dev(dev, size, r);
 	gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
 	CUcontext ctx = NULL;
-	int e = errno;
-	if (rc == CUDA_SUCCESS && r->active && cur != NULL && cur(&ctx) == CUDA_SUCCESS)
+	CUdevice dev;
+	if (cur == NULL || cur(&ctx) != CUDA_SUCCESS)
+		ctx = NULL;
+	int ci = gs_ctx_index((uint64_t)(uintptr_t)ctx);
+	if (gs_ctx_device(ci, &dev) != 0) {
+		gs_fn_cuCtxGetDevice get_dev = GS_REAL(cuCtxGetDevice);
+		if (get_dev == NULL || get_dev(&dev) != CUDA_SUCCESS) {
+			memset(r, 0, sizeof(*r)); /* no context: the driver fails the call */
+			return CUDA_SUCCESS;
+		}
+		gs_ctx_learn(ci, dev);
+	}
+	CUresult rc = gs_resv_dev(dev, size, r);
+	if (rc == CUDA_SUCCESS && r->active)
 		r->ctx = (uint64_t)(uintptr_t)ctx;
-	errno = e;
 	return rc;
 }
 
@@ -120,7 +128,7 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 			      .refs = r->pool,
 			      .kind = (uint8_t)kind,
 			      .slot = (uint8_t)r->slot};
-	if (gs_ptrtab_insert(gs_ptrtab_proc(), &e) != 0) {
+	if (gs_ptrs_insert(&e) != 0) {
 		static _Atomic int said;
 		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");
 	}
@@ -189,6 +197,6 @@ static void release_one(const struct gs_ptrent *e, void *arg)
 GS_HIDDEN void gs_release_ctx(uint64_t ctx)
 {
 	if (ctx != 0)
-		(void)gs_ptrtab_drain(gs_ptrtab_proc(), in_ctx, release_one, &ctx);
+		(void)gs_ptrs_drain(in_ctx, release_one, &ctx);
 	gs_pool_teardown(); /* the driver releases what its pools kept */
 }

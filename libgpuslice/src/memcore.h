@@ -12,7 +12,7 @@
 #include "group.h"
 #include "internal.h"
 #include "elastic.h"
-#include "ptrtab.h"
+#include "ptrfast.h"
 
 struct gs_resv {
 	struct gs_group *g;
@@ -29,7 +29,7 @@ struct gs_resv {
 
 /* Reserve size bytes on dev / on the current context's device. CUDA_SUCCESS
  * (r->active tells whether anything was reserved) or the error to return
- * without calling the driver. */
+ * without calling the driver. errno may change (the hooks restore it). */
 GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r);
 GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
 /* After the real call: keep (rc == CUDA_SUCCESS, key recorded) or roll back. */
@@ -70,23 +70,23 @@ GS_HIDDEN void gs_release_ctx(uint64_t ctx);
 	errno = errno_;                                                                         \
 	return rc_
 
-#define GS_FREE_BODY(name, kind, key_arg, args)                                      \
-	gs_fn_##name fn_ = GS_REAL(name);                                            \
-	if (fn_ == NULL)                                                             \
-		return CUDA_ERROR_NOT_FOUND;                                         \
-	int errno_ = errno;                                                          \
-	struct gs_ptrent e_;                                                         \
-	int had_ = gs_ptrtab_take(gs_ptrtab_proc(), kind, (uint64_t)(key_arg), &e_); \
-	errno = errno_;                                                              \
-	CUresult rc_ = fn_ args;                                                     \
-	errno_ = errno;                                                              \
-	if (had_ && rc_ == CUDA_SUCCESS) {                                           \
-		gs_release_entry(&e_);                                               \
-		if (kind == GS_KIND_PTR)                                             \
-			gs_elastic_freed((CUdeviceptr)(key_arg));                    \
-	} else if (had_)                                                             \
-		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &e_);                       \
-	errno = errno_;                                                              \
+#define GS_FREE_BODY(name, kind, key_arg, args)                   \
+	gs_fn_##name fn_ = GS_REAL(name);                         \
+	if (fn_ == NULL)                                          \
+		return CUDA_ERROR_NOT_FOUND;                      \
+	int errno_ = errno;                                       \
+	struct gs_ptrent e_;                                      \
+	int had_ = gs_ptrs_take(kind, (uint64_t)(key_arg), &e_);  \
+	errno = errno_;                                           \
+	CUresult rc_ = fn_ args;                                  \
+	errno_ = errno;                                           \
+	if (had_ && rc_ == CUDA_SUCCESS) {                        \
+		gs_release_entry(&e_);                            \
+		if (kind == GS_KIND_PTR)                          \
+			gs_elastic_freed((CUdeviceptr)(key_arg)); \
+	} else if (had_)                                          \
+		(void)gs_ptrs_insert(&e_);                        \
+	errno = errno_;                                           \
 	return rc_
 
 #endif /* GS_MEMCORE_H */

@@ -193,7 +193,7 @@ GS_HIDDEN CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
 {
 	int e = errno;
 	struct gs_ptrent ent;
-	int had = gs_ptrtab_take(gs_ptrtab_proc(), GS_KIND_PTR, (uint64_t)p, &ent);
+	int had = gs_ptrs_take(GS_KIND_PTR, (uint64_t)p, &ent);
 	int pooled = had && ent.refs != 0 && ent.refs <= GS_POOL_RECS;
 	if (pooled)
 		pthread_mutex_lock(&P.mu);
@@ -207,7 +207,7 @@ GS_HIDDEN CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
 			gs_release_entry(&ent);
 		gs_elastic_freed(p);
 	} else if (had) {
-		(void)gs_ptrtab_insert(gs_ptrtab_proc(), &ent);
+		(void)gs_ptrs_insert(&ent);
 	}
 	if (pooled)
 		pthread_mutex_unlock(&P.mu);

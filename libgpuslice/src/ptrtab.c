@@ -177,7 +177,6 @@ GS_HIDDEN void gs_ptrtab_free(struct gs_ptrtab *t)
 	t->cap = t->used = t->live = 0;
 }
 
-static struct gs_ptrtab proc_tab = GS_PTRTAB_INIT;
 static struct gs_ptrtab vmm_tab = GS_PTRTAB_INIT;
 static pthread_mutex_t vmm_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -191,11 +190,6 @@ GS_HIDDEN void gs_vmm_unlock(void)
 	pthread_mutex_unlock(&vmm_mu);
 }
 
-GS_HIDDEN struct gs_ptrtab *gs_ptrtab_proc(void)
-{
-	return &proc_tab;
-}
-
 GS_HIDDEN struct gs_ptrtab *gs_ptrtab_vmm(void)
 {
 	return &vmm_tab;
@@ -204,14 +198,12 @@ GS_HIDDEN struct gs_ptrtab *gs_ptrtab_vmm(void)
 GS_HIDDEN void gs_ptrtab_fork_prepare(void)
 {
 	pthread_mutex_lock(&vmm_mu);
-	pthread_mutex_lock(&proc_tab.mu);
 	pthread_mutex_lock(&vmm_tab.mu);
 }
 
 GS_HIDDEN void gs_ptrtab_fork_parent(void)
 {
 	pthread_mutex_unlock(&vmm_tab.mu);
-	pthread_mutex_unlock(&proc_tab.mu);
 	pthread_mutex_unlock(&vmm_mu);
 }
 
@@ -226,6 +218,5 @@ static void clear_child(struct gs_ptrtab *t)
 GS_HIDDEN void gs_ptrtab_fork_child(void)
 {
 	clear_child(&vmm_tab);
-	clear_child(&proc_tab);
 	pthread_mutex_unlock(&vmm_mu);
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Per-process table of what this process allocated through a counted path:
+ * A locked table of what this process allocated through a counted path:
  * (kind, key) -> (size, GPU slot), so a release uncounts exactly what was
- * counted, exactly once. Open addressing, grows on demand.
+ * counted, exactly once. Open addressing, grows on demand. The allocation
+ * hooks use it through ptrfast.h; the VMM hooks directly.
  */
 #ifndef GS_PTRTAB_H
 #define GS_PTRTAB_H
@@ -65,9 +66,8 @@ GS_HIDDEN int gs_ptrtab_take(struct gs_ptrtab *t, enum gs_kind kind, uint64_t ke
 GS_HIDDEN size_t gs_ptrtab_count(struct gs_ptrtab *t);
 GS_HIDDEN void gs_ptrtab_free(struct gs_ptrtab *t);
 
-/* The process-wide tables used by the hooks: allocations, and the VMM
- * handles / physical memory / mappings. */
-GS_HIDDEN struct gs_ptrtab *gs_ptrtab_proc(void);
+/* The process-wide table of the VMM handles / physical memory / mappings
+ * (allocations: ptrfast.h). */
 GS_HIDDEN struct gs_ptrtab *gs_ptrtab_vmm(void);
 /* Serialises the VMM hooks (a lookup, the driver call and the update are one step). */
 GS_HIDDEN void gs_vmm_lock(void);

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "ctxmap.h"
+
+static struct {
+	_Atomic uint64_t ctx[GS_CTXMAP_MAX];
+	_Atomic int dev[GS_CTXMAP_MAX]; /* device + 1; 0: not known */
+} cm;
+
+GS_HIDDEN int gs_ctx_index(uint64_t ctx)
+{
+	if (ctx == 0)
+		return 0;
+	for (int i = 0; i < GS_CTXMAP_MAX; i++) {
+		uint64_t c = atomic_load_explicit(&cm.ctx[i], memory_order_acquire);
+		if (c == 0 && atomic_compare_exchange_strong(&cm.ctx[i], &c, ctx))
+			return i + 1;
+		if (c == ctx)
+			return i + 1;
+	}
+	return -1;
+}
+
+GS_HIDDEN uint64_t gs_ctx_at(int index)
+{
+	return index > 0 && index <= GS_CTXMAP_MAX ? atomic_load_explicit(&cm.ctx[index - 1], memory_order_relaxed) : 0;
+}
+
+GS_HIDDEN int gs_ctx_device(int index, CUdevice *dev)
+{
+	int d = index > 0 && index <= GS_CTXMAP_MAX ? atomic_load_explicit(&cm.dev[index - 1], memory_order_relaxed)
+						    : 0;
+	if (d <= 0)
+		return -1;
+	*dev = d - 1;
+	return 0;
+}
+
+GS_HIDDEN void gs_ctx_learn(int index, CUdevice dev)
+{
+	if (index > 0 && index <= GS_CTXMAP_MAX && dev >= 0 && dev < 0x7fffffff)
+		atomic_store_explicit(&cm.dev[index - 1], dev + 1, memory_order_relaxed);
+}
+
+GS_HIDDEN void gs_ctx_forget(uint64_t ctx)
+{
+	for (int i = 0; ctx != 0 && i < GS_CTXMAP_MAX; i++) {
+		uint64_t c = atomic_load_explicit(&cm.ctx[i], memory_order_acquire);
+		if (c == 0)
+			return;
+		if (c == ctx)
+			atomic_store_explicit(&cm.dev[i], 0, memory_order_relaxed);
+	}
+}

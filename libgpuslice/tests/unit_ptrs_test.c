@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Unit tests of the allocation hooks' pointer table (ptrfast.c) and context
+ * map (ctxmap.c): exactly-once takes, entries that do not fit the lock-free
+ * table (dense keys, big sizes, reserved keys), kinds, draining a context,
+ * churn, and threads that take what other threads inserted. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../src/ctxmap.h"
+#include "../src/ptrfast.h"
+#include "check.h"
+
+static struct gs_ptrent ent(enum gs_kind kind, uint64_t key, uint64_t size, int slot, uint64_t ctx)
+{
+	return (struct gs_ptrent){.key = key, .size = size, .aux = ctx, .kind = (uint8_t)kind, .slot = (uint8_t)slot};
+}
+
+static void test_basic(void)
+{
+	struct gs_ptrent e;
+	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 0);
+	struct gs_ptrent a = ent(GS_KIND_PTR, 0x7f0000001000ull, 4096, 3, 0xc0ffee);
+	struct gs_ptrent b = ent(GS_KIND_ARRAY, 0x7f0000001000ull, 42, 15, 0);
+	b.refs = 255; /* a pool's record */
+	CHECK(gs_ptrs_insert(&a) == 0 && gs_ptrs_insert(&b) == 0);
+	CHECK_EQ(gs_ptrs_count(), 2);
+	CHECK(gs_ptrs_take(GS_KIND_MIPMAP, 0x7f0000001000ull, &e) == 0); /* other kind */
+	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 1);
+	CHECK(e.key == a.key && e.size == 4096 && e.slot == 3 && e.aux == 0xc0ffee && e.kind == GS_KIND_PTR);
+	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 0); /* once */
+	CHECK(gs_ptrs_take(GS_KIND_ARRAY, 0x7f0000001000ull, &e) == 1 && e.size == 42 && e.slot == 15 && e.refs == 255);
+	struct gs_ptrent r = ent(GS_KIND_PTR, 0x7f0000003000ull, 9, 0, 0);
+	r.refs = 256; /* past 8 bits: the locked table */
+	CHECK(gs_ptrs_insert(&r) == 0 && gs_ptrs_take(GS_KIND_PTR, r.key, &e) == 1 && e.refs == 256 && e.size == 9);
+	/* What does not fit an entry: reserved keys, sizes of 2^40 and more. */
+	uint64_t odd[] = {0, 1, 2};
+	for (int i = 0; i < 3; i++) {
+		struct gs_ptrent o = ent(GS_KIND_PTR, odd[i], 100 + (uint64_t)i, 1, 0);
+		CHECK(gs_ptrs_insert(&o) == 0);
+	}
+	struct gs_ptrent big = ent(GS_KIND_PTR, 0x7f0000200000ull, 1ull << 50, 2, 0);
+	CHECK(gs_ptrs_insert(&big) == 0);
+	CHECK_EQ(gs_ptrs_count(), 4);
+	for (int i = 0; i < 3; i++)
+		CHECK(gs_ptrs_take(GS_KIND_PTR, odd[i], &e) == 1 && e.size == 100 + (uint64_t)i);
+	CHECK(gs_ptrs_take(GS_KIND_PTR, big.key, &e) == 1 && e.size == 1ull << 50 && e.slot == 2);
+	CHECK_EQ(gs_ptrs_count(), 0);
+}
+
+/* 512-byte neighbours crowd their lines: the rest goes to the locked table,
+ * and every entry is still taken once, in any order. */
+static void test_dense_and_churn(void)
+{
+	enum { N = 6000 };
+	struct gs_ptrent e;
+	for (uint64_t i = 0; i < N; i++) {
+		struct gs_ptrent a = ent(GS_KIND_PTR, 0x7f0000000000ull + i * 512, i + 1, (int)(i % 16), 0);
+		CHECK(gs_ptrs_insert(&a) == 0);
+	}
+	CHECK_EQ(gs_ptrs_count(), N);
+	for (uint64_t i = 0; i < N; i += 2)
+		CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000000000ull + i * 512, &e) == 1 && e.size == i + 1);
+	for (uint64_t i = N - 1; i < N; i -= 2)
+		CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000000000ull + i * 512, &e) == 1 && e.size == i + 1 &&
+		      e.slot == i % 16);
+	CHECK_EQ(gs_ptrs_count(), 0);
+	/* Moving addresses (a driver's bump allocator), a window of 300 live. */
+	for (uint64_t i = 0; i < 200000; i++) {
+		struct gs_ptrent a = ent(GS_KIND_PTR, 0x10000000000ull + i * 4096, i, 0, 0);
+		CHECK(gs_ptrs_insert(&a) == 0);
+		if (i >= 300)
+			CHECK(gs_ptrs_take(GS_KIND_PTR, 0x10000000000ull + (i - 300) * 4096, &e) == 1 &&
+			      e.size == i - 300);
+	}
+	for (uint64_t i = 200000 - 300; i < 200000; i++)
+		CHECK(gs_ptrs_take(GS_KIND_PTR, 0x10000000000ull + i * 4096, &e) == 1);
+	CHECK_EQ(gs_ptrs_count(), 0);
+}
+
+static int in_ctx(const struct gs_ptrent *e, void *arg)
+{
+	return e->aux == *(const uint64_t *)arg;
+}
+
+static void add_size(const struct gs_ptrent *e, void *arg)
+{
+	*(uint64_t *)arg += e->size;
+}
+
+struct drain_arg {
+	uint64_t ctx, sum;
+};
+
+static int drain_match(const struct gs_ptrent *e, void *arg)
+{
+	return in_ctx(e, &((struct drain_arg *)arg)->ctx);
+}
+
+static void drain_each(const struct gs_ptrent *e, void *arg)
+{
+	add_size(e, &((struct drain_arg *)arg)->sum);
+}
+
+static void test_contexts(void)
+{
+	CHECK_EQ(gs_ctx_index(0), 0);
+	int a = gs_ctx_index(0xa000), b = gs_ctx_index(0xb000);
+	CHECK(a > 0 && b > 0 && a != b && gs_ctx_index(0xa000) == a);
+	CHECK(gs_ctx_at(a) == 0xa000 && gs_ctx_at(0) == 0);
+	CUdevice dev;
+	CHECK(gs_ctx_device(a, &dev) == -1);
+	gs_ctx_learn(a, 3);
+	CHECK(gs_ctx_device(a, &dev) == 0 && dev == 3);
+	gs_ctx_forget(0xa000);
+	CHECK(gs_ctx_device(a, &dev) == -1 && gs_ctx_index(0xa000) == a);
+	uint64_t want = 0;
+	for (uint64_t i = 0; i < 3000; i++) {
+		uint64_t ctx = i % 3 == 0 ? 0xa000 : 0xb000;
+		struct gs_ptrent e = ent(GS_KIND_PTR, 0x20000000000ull + i * 8192, i + 1, 0, ctx);
+		CHECK(gs_ptrs_insert(&e) == 0);
+		want += ctx == 0xa000 ? i + 1 : 0;
+	}
+	struct drain_arg d = {.ctx = 0xa000};
+	CHECK_EQ(gs_ptrs_drain(drain_match, drain_each, &d), 1000);
+	CHECK_EQ(d.sum, want);
+	CHECK_EQ(gs_ptrs_count(), 2000);
+	d = (struct drain_arg){.ctx = 0xb000};
+	CHECK_EQ(gs_ptrs_drain(drain_match, drain_each, &d), 2000);
+	CHECK_EQ(gs_ptrs_count(), 0);
+	/* The map fills up: entries of contexts past it still work (locked table). */
+	for (uint64_t c = 1; c <= GS_CTXMAP_MAX + 5; c++)
+		(void)gs_ctx_index(0x100000 + c);
+	CHECK_EQ(gs_ctx_index(0xdead0000), -1);
+	struct gs_ptrent e = ent(GS_KIND_PTR, 0x30000000000ull, 7, 1, 0xdead0000), out;
+	CHECK(gs_ptrs_insert(&e) == 0);
+	CHECK(gs_ptrs_take(GS_KIND_PTR, e.key, &out) == 1 && out.aux == 0xdead0000 && out.size == 7);
+}
+
+/* Each thread inserts its keys; the next thread takes them, concurrently:
+ * every entry is taken exactly once, with its own size. */
+enum { THREADS = 4, PER = 20000 };
+static _Atomic uint64_t inserted[THREADS];
+static _Atomic uint64_t taken_sum, taken_n;
+
+static uint64_t key_of(int t, uint64_t i)
+{
+	return 0x40000000000ull + ((uint64_t)t << 32) + i * 1024;
+}
+
+static void *worker(void *arg)
+{
+	int t = (int)(intptr_t)arg, from = (t + 1) % THREADS;
+	uint64_t next = 0;
+	for (uint64_t i = 0; i < PER || next < PER;) {
+		if (i < PER) {
+			struct gs_ptrent e = ent(GS_KIND_PTR, key_of(t, i), i + 1, t, 0);
+			CHECK(gs_ptrs_insert(&e) == 0);
+			atomic_store(&inserted[t], ++i);
+		}
+		while (next < atomic_load(&inserted[from])) {
+			struct gs_ptrent e;
+			CHECK(gs_ptrs_take(GS_KIND_PTR, key_of(from, next), &e) == 1);
+			CHECK_EQ(e.size, next + 1);
+			CHECK_EQ(e.slot, from);
+			atomic_fetch_add(&taken_sum, e.size);
+			atomic_fetch_add(&taken_n, 1);
+			next++;
+		}
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	pthread_t th[THREADS];
+	for (int t = 0; t < THREADS; t++)
+		CHECK(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	CHECK_EQ(atomic_load(&taken_n), (uint64_t)THREADS * PER);
+	CHECK_EQ(atomic_load(&taken_sum), (uint64_t)THREADS * PER * (PER + 1) / 2);
+	CHECK_EQ(gs_ptrs_count(), 0);
+}
+
+int main(void)
+{
+	RUN(test_basic);
+	RUN(test_dense_and_churn);
+	RUN(test_contexts);
+	RUN(test_threads);
+	fprintf(stderr, "unit_ptrs_test: ok\n");
+	return 0;
+}
