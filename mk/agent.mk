@@ -1,6 +1,6 @@
 # Node agent: gpuslice-node (node daemon + device plugin + GPU hot-plug reconciler)
 # and its end-to-end test on a real kubelet/containerd/runc.
-# Unit and root tests of internal/{devices,hotplug,deviceplugin,resize,agent}
+# Unit and root tests of internal/{hotplug,deviceplugin,resize,agent}
 # run in test-go (root-only ones skip with a reason elsewhere).
 # bin/gpuslice-node is built by mk/go.mk (every cmd/<name>).
 AGENT_K8S_DIR := $(K8S_DIR)

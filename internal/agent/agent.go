@@ -167,6 +167,7 @@ func clients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error)
 
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
+		progs:    hotplug.NewPrograms(maxSeen),
 		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
 		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute, seen: map[string]time.Time{},
 		badShareMax: map[types.UID]string{},

@@ -3,7 +3,7 @@
 // row), and the hot-plug reconciler that keeps every running container's GPU
 // devices equal to its assignment (adding and removing them in place when the
 // assignment changes), reporting what it applied on the pod. Wiring only; the logic lives in internal/deviceplugin,
-// internal/hotplug, internal/devices, internal/gpunoderow and internal/timeslice.
+// internal/hotplug, internal/gpunoderow and internal/timeslice.
 package agent
 
 import (

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	devconfig "github.com/opencontainers/cgroups/devices/config"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +26,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
-	"github.com/gpuslice/gpuslice/internal/devices"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -38,8 +39,9 @@ type reconciler struct {
 	client   kubernetes.Interface
 	pods     listersv1.PodLister
 	gpus     map[string]deviceplugin.GPU // by UUID
-	managed  []hotplug.Node
+	managed  []devconfig.Device
 	mounts   hotplug.Mounts
+	progs    *hotplug.Programs
 	procRoot string
 	cgRoot   string
 	stateDir string
@@ -83,10 +85,13 @@ func (r *reconciler) applied(key string, changed bool) {
 	}
 }
 
-func managedNodes(gpus []deviceplugin.GPU) []hotplug.Node {
-	out := make([]hotplug.Node, 0, len(gpus))
+// managedNodes are the GPU device nodes the reconciler gives and takes
+// away: read-write for the container, mode 0666 like the driver's.
+func managedNodes(gpus []deviceplugin.GPU) []devconfig.Device {
+	out := make([]devconfig.Device, 0, len(gpus))
 	for _, g := range gpus {
-		out = append(out, hotplug.Node{Path: devPath(g.Minor), Device: devices.Device{Type: devices.TypeChar, Major: nvidiaMajor, Minor: g.Minor}, Mode: 0o666})
+		out = append(out, devconfig.Device{Path: devPath(g.Minor), FileMode: 0o666,
+			Rule: devconfig.Rule{Type: devconfig.CharDevice, Major: nvidiaMajor, Minor: int64(g.Minor), Permissions: "rw"}})
 	}
 	return out
 }
@@ -225,7 +230,7 @@ func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid stri
 		want[devPath(d.Minor)] = true
 		idx = append(idx, g.Index)
 	}
-	changed, err := hotplug.Apply(r.procRoot, c, r.managed, want, devices.Read|devices.Write)
+	changed, err := hotplug.Apply(r.procRoot, r.progs, c, r.managed, want)
 	if err != nil {
 		return nil, false, err
 	}
@@ -257,7 +262,11 @@ func (r *reconciler) container(uid types.UID, cid string) (hotplug.Container, er
 		if err != nil {
 			return c, fmt.Errorf("device rules of container %s: %w", cid, err)
 		}
-		if c.Base, err = hotplug.OCIDeviceRules(b); err != nil {
+		var spec specs.Spec
+		if err := json.Unmarshal(b, &spec); err != nil {
+			return c, fmt.Errorf("OCI config of container %s: %w", cid, err)
+		}
+		if c.Base, err = hotplug.SpecDeviceRules(&spec); err != nil {
 			return c, err
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/devices"
+	"github.com/opencontainers/cgroups"
 )
 
 // BenchmarkApply: one hot swap of a GPU (deny one, allow another, move the
@@ -34,26 +34,21 @@ func benchApply(b *testing.B, v2 bool) {
 		parent = m.V2
 	}
 	dir := newCgroup(b, parent, pid)
-	base := []devices.Rule{{Type: devices.TypeChar, Major: 1, Minor: 3, Perms: devices.PermsAll, Allow: true}}
+	base := rulesOf(b, "deny a", "allow c 1:3 rwm")
 	if !v2 {
-		if err := writeCgroupFile(dir+"/devices.deny", "a"); err != nil {
+		if err := cgroups.WriteFile(dir, "devices.deny", "a"); err != nil {
 			b.Fatal(err)
 		}
-		if err := writeCgroupFile(dir+"/devices.allow", "c 1:3 rwm"); err != nil {
+		if err := cgroups.WriteFile(dir, "devices.allow", "c 1:3 rwm"); err != nil {
 			b.Fatal(err)
 		}
 	}
 	c := Container{PID: pid, Cgroup: Cgroup{V2: v2, Dir: dir}, Base: base}
 	nodes := gpuNodes(4)
+	progs := NewPrograms(16)
 	wants := []map[string]bool{wantSet("/dev/nvidia1"), wantSet("/dev/nvidia2")}
-	rw := devices.Read | devices.Write
 	for i := 0; b.Loop(); i++ {
-		if _, err := Apply("/proc", c, nodes, wants[i%2], rw); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if v2 {
-		if err := DetachV2(dir); err != nil {
+		if _, err := Apply("/proc", progs, c, nodes, wants[i%2]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -3,7 +3,7 @@ package hotplug
 import (
 	"fmt"
 
-	"github.com/gpuslice/gpuslice/internal/devices"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
 )
 
 // Container is a running container as hotplug sees it.
@@ -14,27 +14,19 @@ type Container struct {
 	Cgroup Cgroup
 	// Base are the container's own device rules (its OCI config); needed
 	// on cgroup v2 only, where the device program is rebuilt whole.
-	Base []devices.Rule
+	Base []*devconfig.Rule
 }
 
-// Apply gives c exactly the wanted managed nodes (keyed by Node.Path) with
-// perms (e.g. rw) and nothing else of managed: the device cgroup first
+// Apply gives c exactly the wanted managed devices (by Path) with their
+// Permissions (e.g. rw) and nothing else of managed: the device cgroup first
 // (denials before allows), then the nodes in its mount namespace. So a
 // removed device is unusable before its node goes, and an added one is
-// usable as soon as its node appears.
-func Apply(procRoot string, c Container, managed []Node, want map[string]bool, perms devices.Perms) (changed bool, err error) {
-	devs := make([]devices.Device, 0, len(managed))
-	devWant := map[devices.Device]devices.Perms{}
-	for _, n := range managed {
-		devs = append(devs, n.Device)
-		if want[n.Path] {
-			devWant[n.Device] = perms
-		}
-	}
+// usable as soon as its node appears. progs serves cgroup v2.
+func Apply(procRoot string, progs *Programs, c Container, managed []devconfig.Device, want map[string]bool) (changed bool, err error) {
 	if c.Cgroup.V2 {
-		changed, err = SyncV2(c.Cgroup.Dir, c.Base, devWant)
+		changed, err = SyncV2(progs, c.Cgroup.Dir, c.Base, managed, want)
 	} else {
-		changed, err = SyncV1(c.Cgroup.Dir, devs, devWant)
+		changed, err = SyncV1(c.Cgroup.Dir, managed, want)
 	}
 	if err != nil {
 		return changed, fmt.Errorf("device cgroup %s: %w", c.Cgroup, err)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 
 // runHelper plays a container: a private mount namespace, a root of its own
 // with a tmpfs /dev, then answers "open PATH" / "stat PATH" lines with what
-// the kernel said.
+// the kernel said ("open" is read-write, "read" and "write" one of them).
 func runHelper(root string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -55,9 +56,10 @@ func runHelper(root string) error {
 }
 
 func helperDo(verb, path string) string {
+	flags := map[string]int{"open": unix.O_RDWR, "read": unix.O_RDONLY, "write": unix.O_WRONLY}
 	switch verb {
-	case "open":
-		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	case "open", "read", "write":
+		fd, err := unix.Open(path, flags[verb]|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return errnoName(err)
 		}
@@ -160,7 +162,7 @@ func newCgroup(t testing.TB, parent string, pid int) string {
 			t.Errorf("remove cgroup: %v", err)
 		}
 	})
-	if err := writeCgroupFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	if err := cgroups.WriteFile(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -172,7 +174,7 @@ func moveAll(t testing.TB, from, to string) {
 		return
 	}
 	for _, p := range strings.Fields(string(b)) {
-		if err := writeCgroupFile(filepath.Join(to, "cgroup.procs"), p); err != nil {
+		if err := cgroups.WriteFile(to, "cgroup.procs", p); err != nil {
 			t.Logf("move %s out: %v", p, err)
 		}
 	}

@@ -1,11 +1,3 @@
-// Package hotplug changes which GPU device nodes a running container can
-// use, without restarting it: it creates and removes the nodes inside the
-// container's mount namespace and allows or denies them in the container's
-// device cgroup (v1 devices.allow/deny, or a BPF_PROG_TYPE_CGROUP_DEVICE
-// program on cgroup v2). Every change goes from the state it reads back from
-// the kernel to the state asked for, so repeating it is harmless and an agent
-// restarted mid-change finishes the job without leaking rules or programs.
-// The decisions are internal/devices'; this package only does system calls.
 package hotplug
 
 import (
@@ -17,21 +9,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuslice/gpuslice/internal/devices"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
 )
 
 // ErrForeignNode wraps a managed path that exists in the container but is not
 // the device node the agent would create there; it is left alone.
 var ErrForeignNode = errors.New("path in the container is not our device node")
-
-// Node is a device node the agent manages in containers.
-type Node struct {
-	// Path is absolute inside the container, e.g. /dev/nvidia1.
-	Path   string
-	Device devices.Device
-	// Mode is the node's permission bits (e.g. 0o666).
-	Mode uint32
-}
 
 // resolveFlags keep every lookup inside the container's root: absolute
 // symlinks and ".." resolve against it, and no symlink or magic link is
@@ -43,7 +26,7 @@ const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS
 // (only when they are exactly the device node we would create). It enters the
 // namespace through /proc/<pid>/root and resolves each path inside that root
 // with openat2, so a container cannot redirect it with symlinks.
-func SyncNodes(procRoot string, pid int, managed []Node, want map[string]bool) (changed bool, err error) {
+func SyncNodes(procRoot string, pid int, managed []devconfig.Device, want map[string]bool) (changed bool, err error) {
 	root, err := unix.Open(path.Join(procRoot, strconv.Itoa(pid), "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, fmt.Errorf("enter mount namespace of pid %d: %w", pid, err)
@@ -60,9 +43,26 @@ func SyncNodes(procRoot string, pid int, managed []Node, want map[string]bool) (
 	return changed, errors.Join(errs...)
 }
 
+// nodeID is the device number and file type of a managed node: a char or
+// block device with exact numbers.
+func nodeID(n devconfig.Device) (rdev uint64, kind uint32, err error) {
+	switch n.Type {
+	case devconfig.CharDevice:
+		kind = unix.S_IFCHR
+	case devconfig.BlockDevice:
+		kind = unix.S_IFBLK
+	default:
+		return 0, 0, fmt.Errorf("%w: device node type %q", ErrInvalidRule, n.Type)
+	}
+	if n.Major < 0 || n.Major > maxNumber || n.Minor < 0 || n.Minor > maxNumber {
+		return 0, 0, fmt.Errorf("%w: device node numbers %d:%d", ErrInvalidRule, n.Major, n.Minor)
+	}
+	return unix.Mkdev(uint32(n.Major), uint32(n.Minor)), kind, nil
+}
+
 func closeFD(fd int) { _ = unix.Close(fd) } // a close error on an O_PATH fd means nothing
 
-func syncNode(root int, n Node, want bool) (bool, error) {
+func syncNode(root int, n devconfig.Device, want bool) (bool, error) {
 	if !path.IsAbs(n.Path) || path.Clean(n.Path) != n.Path || n.Path == "/" {
 		return false, fmt.Errorf("path must be absolute and clean")
 	}
@@ -84,13 +84,17 @@ func syncNode(root int, n Node, want bool) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("stat: %w", err)
 	}
-	ours := st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(n.Device.Major, n.Device.Minor)
+	rdev, kind, err := nodeID(n)
+	if err != nil {
+		return false, err
+	}
+	ours := st.Mode&unix.S_IFMT == kind && st.Rdev == rdev
 	switch {
 	case !ours && want:
 		return false, fmt.Errorf("%w (mode %#o, rdev %d:%d)", ErrForeignNode, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	case !ours:
 		return false, nil
-	case want && st.Mode&0o7777 == n.Mode:
+	case want && st.Mode&0o7777 == uint32(n.FileMode.Perm()):
 		return false, nil
 	case want:
 		return true, chmodNode(dir, base, n)
@@ -101,15 +105,12 @@ func syncNode(root int, n Node, want bool) (bool, error) {
 	return true, nil
 }
 
-func createNode(dir int, base string, n Node) error {
-	if n.Device.Type != devices.TypeChar && n.Device.Type != devices.TypeBlock {
-		return fmt.Errorf("device type %q", n.Device.Type)
+func createNode(dir int, base string, n devconfig.Device) error {
+	rdev, kind, err := nodeID(n)
+	if err != nil {
+		return err
 	}
-	kind := uint32(unix.S_IFCHR)
-	if n.Device.Type == devices.TypeBlock {
-		kind = unix.S_IFBLK
-	}
-	err := unix.Mknodat(dir, base, kind|n.Mode, int(unix.Mkdev(n.Device.Major, n.Device.Minor)))
+	err = unix.Mknodat(dir, base, kind|uint32(n.FileMode.Perm()), int(rdev))
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("mknod: %w", err)
 	}
@@ -119,7 +120,7 @@ func createNode(dir int, base string, n Node) error {
 
 // chmodNode sets the mode through an O_PATH descriptor of the node (never
 // following a symlink swapped in meanwhile).
-func chmodNode(dir int, base string, n Node) error {
+func chmodNode(dir int, base string, n devconfig.Device) error {
 	fd, err := unix.Openat2(dir, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveFlags})
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
@@ -129,10 +130,14 @@ func chmodNode(dir int, base string, n Node) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat node: %w", err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK || st.Rdev != unix.Mkdev(n.Device.Major, n.Device.Minor) {
+	rdev, _, err := nodeID(n)
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK || st.Rdev != rdev {
 		return fmt.Errorf("%w: replaced while being created", ErrForeignNode)
 	}
-	if err := os.Chmod("/proc/self/fd/"+strconv.Itoa(fd), os.FileMode(n.Mode)); err != nil {
+	if err := os.Chmod("/proc/self/fd/"+strconv.Itoa(fd), n.FileMode.Perm()); err != nil {
 		return fmt.Errorf("chmod node: %w", err)
 	}
 	return nil

@@ -1,34 +1,30 @@
 package hotplug
 
 import (
-	"encoding/json"
 	"fmt"
+	"strings"
 
+	devconfig "github.com/opencontainers/cgroups/devices/config"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/gpuslice/gpuslice/internal/devices"
 )
 
-// OCIDeviceRules reads a container's device cgroup rules from its OCI
-// runtime config (linux.resources.devices, what runc turns into the v1 rules
-// or the v2 program): an absent type, major or minor means all, an absent
-// access "rwm".
-func OCIDeviceRules(configJSON []byte) ([]devices.Rule, error) {
-	var c specs.Spec
-	if err := json.Unmarshal(configJSON, &c); err != nil {
-		return nil, fmt.Errorf("OCI config: %w", err)
-	}
-	if c.Linux == nil || c.Linux.Resources == nil {
+// SpecDeviceRules turns a container's OCI device cgroup rules
+// (linux.resources.devices, what the runtime turns into the v1 rules or the
+// v2 program) into the library's rules: an absent type, major or minor means
+// all, an absent access "rwm". Every rule is checked (CheckRule).
+func SpecDeviceRules(spec *specs.Spec) ([]*devconfig.Rule, error) {
+	if spec == nil || spec.Linux == nil || spec.Linux.Resources == nil {
 		return nil, nil
 	}
-	var out []devices.Rule
-	for i, d := range c.Linux.Resources.Devices {
-		r := devices.Rule{Type: devices.TypeAll, Major: devices.Wildcard, Minor: devices.Wildcard, Perms: devices.PermsAll, Allow: d.Allow}
+	out := make([]*devconfig.Rule, 0, len(spec.Linux.Resources.Devices))
+	for i, d := range spec.Linux.Resources.Devices {
+		r := &devconfig.Rule{Type: devconfig.WildcardDevice, Major: devconfig.Wildcard, Minor: devconfig.Wildcard,
+			Permissions: "rwm", Allow: d.Allow}
 		if d.Type != "" {
 			if len(d.Type) != 1 {
-				return nil, fmt.Errorf("%w: OCI device rule %d: type %q", devices.ErrInvalidRule, i, d.Type)
+				return nil, fmt.Errorf("%w: OCI device rule %d: type %q", ErrInvalidRule, i, d.Type)
 			}
-			r.Type = devices.Type(d.Type[0])
+			r.Type = devconfig.Type(d.Type[0])
 		}
 		if d.Major != nil {
 			r.Major = *d.Major
@@ -37,13 +33,12 @@ func OCIDeviceRules(configJSON []byte) ([]devices.Rule, error) {
 			r.Minor = *d.Minor
 		}
 		if d.Access != "" {
-			p, err := devices.ParsePerms(d.Access)
-			if err != nil {
-				return nil, fmt.Errorf("OCI device rule %d: %w", i, err)
+			if strings.Trim(d.Access, "rwm") != "" {
+				return nil, fmt.Errorf("%w: OCI device rule %d: access %q", ErrInvalidRule, i, d.Access)
 			}
-			r.Perms = p
+			r.Permissions = devconfig.Permissions(d.Access).Union("") // any order, canonical after
 		}
-		if err := r.Validate(); err != nil {
+		if err := CheckRule(*r); err != nil {
 			return nil, fmt.Errorf("OCI device rule %d: %w", i, err)
 		}
 		out = append(out, r)

@@ -1,36 +1,45 @@
 package hotplug
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/devices"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func TestOCIDeviceRules(t *testing.T) {
+func TestSpecDeviceRules(t *testing.T) {
 	cfg := `{"ociVersion":"1.1.0","linux":{"resources":{"devices":[
 		{"allow":false,"access":"rwm"},
-		{"allow":true,"type":"c","major":1,"minor":3,"access":"rwm"},
+		{"allow":true,"type":"c","major":1,"minor":3,"access":"mwr"},
 		{"allow":true,"type":"c","access":"m"},
 		{"allow":true,"type":"c","major":195,"minor":0,"access":"rw"}]}}}`
-	rules, err := OCIDeviceRules([]byte(cfg))
+	var spec specs.Spec
+	if err := json.Unmarshal([]byte(cfg), &spec); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := SpecDeviceRules(&spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := devices.FromRules(rules)
-	if err != nil {
-		t.Fatal(err)
+	want := "deny a *:* rwm\nallow c 1:3 rwm\nallow c *:* m\nallow c 195:0 rw\n"
+	if got := ruleList(rules); got != want {
+		t.Fatalf("rules:\n%s\nwant:\n%s", got, want)
 	}
-	gpu0, gpu1 := devices.Device{Type: devices.TypeChar, Major: 195, Minor: 0}, devices.Device{Type: devices.TypeChar, Major: 195, Minor: 1}
-	if !e.Allows(gpu0, devices.Read|devices.Write) || e.Allows(gpu1, devices.Read) || !e.Allows(gpu1, devices.Mknod) {
-		t.Fatalf("rules %q", e.List())
+	if r, err := SpecDeviceRules(nil); r != nil || err != nil {
+		t.Fatalf("no spec: %v %v", r, err)
 	}
-	for _, bad := range []string{`{`, `{"linux":{"resources":{"devices":[{"type":"cc"}]}}}`,
-		`{"linux":{"resources":{"devices":[{"type":"c","access":"x"}]}}}`, `{"linux":{"resources":{"devices":[{"type":"c","major":-5}]}}}`} {
-		if _, err := OCIDeviceRules([]byte(bad)); err == nil {
-			t.Errorf("accepted %s", bad)
-		} else if bad != `{` && !errors.Is(err, devices.ErrInvalidRule) {
-			t.Errorf("%s: %v does not wrap ErrInvalidRule", bad, err)
+	for _, bad := range []string{`{"linux":{"resources":{"devices":[{"type":"cc"}]}}}`,
+		`{"linux":{"resources":{"devices":[{"type":"x"}]}}}`,
+		`{"linux":{"resources":{"devices":[{"type":"c","access":"x"}]}}}`,
+		`{"linux":{"resources":{"devices":[{"type":"c","major":-5}]}}}`,
+		`{"linux":{"resources":{"devices":[{"type":"c","minor":4294967295}]}}}`} {
+		var s specs.Spec
+		if err := json.Unmarshal([]byte(bad), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SpecDeviceRules(&s); !errors.Is(err, ErrInvalidRule) {
+			t.Errorf("%s: err = %v, want ErrInvalidRule", bad, err)
 		}
 	}
 }

@@ -1,185 +1,125 @@
 package hotplug
 
 import (
-	"cmp"
-	"encoding/binary"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/opencontainers/cgroups"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
 	"golang.org/x/sys/unix"
-
-	"github.com/gpuslice/gpuslice/internal/devices"
 )
 
-// ProgramName names the device programs the agent attaches, so a restarted
-// agent recognises (and replaces) its own.
-const ProgramName = "gpuslice_dev"
+// Programs remembers, for each device rule list set on a cgroup v2
+// directory, the tag (a hash of its instructions) of the
+// BPF_PROG_TYPE_CGROUP_DEVICE program opencontainers/cgroups built for it.
+// The library builds and attaches the program but neither exports it nor
+// names it, so this is how a sync recognises that the program attached is
+// already the wanted one and changes nothing. It holds at most max rule lists
+// (then starts afresh); a restarted agent sets each list once more.
+type Programs struct {
+	mu   sync.Mutex
+	max  int
+	tags map[[sha256.Size]byte]string
+}
 
-// bpfFAllowMulti is BPF_F_ALLOW_MULTI, the flag runc attaches with.
-const bpfFAllowMulti = 2
+// NewPrograms returns an empty cache of at most max rule lists.
+func NewPrograms(max int) *Programs {
+	return &Programs{max: max, tags: map[[sha256.Size]byte]string{}}
+}
 
-// SyncV2 makes the single device program of a cgroup v2 directory the one
-// that allows base (the container's own device rules, e.g. from its OCI
-// config) plus the devices in want. On cgroup v2 every attached program must
-// allow an access, so adding a device means replacing the runtime's program:
-// the new program is attached first and every other device program detached
-// after, so no instant allows more than either. Nothing changes when exactly
-// the wanted program is attached already.
-func SyncV2(dir string, base []devices.Rule, want map[devices.Device]devices.Perms) (changed bool, err error) {
-	insns, err := buildV2(base, want)
+func (p *Programs) known(key [sha256.Size]byte, tag string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tags[key]
+	return ok && t == tag
+}
+
+func (p *Programs) remember(key [sha256.Size]byte, tag string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.tags[key]; !ok && len(p.tags) >= p.max {
+		clear(p.tags)
+	}
+	p.tags[key] = tag
+}
+
+// SyncV2 makes the device program of a cgroup v2 directory the one for
+// Target(base, managed, want): base are the container's own device rules (its
+// OCI config), needed because on cgroup v2 every attached program must allow
+// an access, so adding a device means replacing the runtime's program whole.
+// opencontainers/cgroups' v2 device setter builds the program (through its
+// emulator, so the result decides as a v1 cgroup would), loads it, and
+// replaces the attached one (BPF_F_REPLACE, or attach then detach every
+// other). Nothing is loaded when exactly one program is attached and it is
+// the one progs saw set for the same rules.
+func SyncV2(progs *Programs, dir string, base []*devconfig.Rule, managed []devconfig.Device, want map[string]bool) (changed bool, err error) {
+	if AllowsAll(base) {
+		return false, fmt.Errorf("%s: %w", dir, ErrUnrestricted)
+	}
+	rules := Target(base, managed, want)
+	key := sha256.Sum256([]byte(ruleList(rules)))
+	tags, err := AttachedV2(dir)
 	if err != nil {
 		return false, err
 	}
-	cg, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, fmt.Errorf("open cgroup: %w", err)
+	if len(tags) == 1 && progs.known(key, tags[0]) {
+		return false, nil
 	}
-	defer closeFD(cg)
-	progs, err := attachedV2(cg)
-	if err != nil {
+	set := cgroups.DevicesSetV2
+	if set == nil {
+		return false, errors.New("opencontainers/cgroups: no v2 device setter registered")
+	}
+	if err := checkSet(rules); err != nil {
 		return false, fmt.Errorf("%s: %w", dir, err)
 	}
-	if len(progs) == 1 && progs[0].name == ProgramName {
-		same, err := insns.HasTag(progs[0].tag, binary.LittleEndian)
-		if err != nil {
-			closeAll(progs)
-			return false, fmt.Errorf("device program tag: %w", err)
-		}
-		if same {
-			closeAll(progs)
-			return false, nil
-		}
+	if err := set(dir, &cgroups.Resources{Devices: rules}); err != nil {
+		return true, fmt.Errorf("%s: set device program for:\n%s: %w", dir, ruleList(rules), err)
 	}
-	defer closeAll(progs)
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: ProgramName, Type: ebpf.CGroupDevice, Instructions: insns, License: devices.ProgramLicense})
-	if err != nil {
-		return false, fmt.Errorf("load device program: %w", err)
+	if tags, err = AttachedV2(dir); err != nil {
+		return true, err
 	}
-	defer prog.Close()
-	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: cg, Program: prog, Attach: ebpf.AttachCGroupDevice, Flags: bpfFAllowMulti}); err != nil {
-		return false, fmt.Errorf("%s: attach device program: %w", dir, err)
+	if len(tags) == 1 {
+		progs.remember(key, tags[0])
 	}
-	var errs []error
-	for _, p := range progs {
-		if err := link.RawDetachProgram(link.RawDetachProgramOptions{
-			Target: cg, Program: p.prog, Attach: ebpf.AttachCGroupDevice}); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("%s: detach device program %q: %w", dir, p.name, err))
-		}
-	}
-	return true, errors.Join(errs...)
+	return true, nil
 }
 
-// buildV2 builds the program for base plus want, with its jumps resolved
-// (so its tag can be compared with an attached program's).
-func buildV2(base []devices.Rule, want map[devices.Device]devices.Perms) (asm.Instructions, error) {
-	e, err := devices.FromRules(base)
-	if err != nil {
-		return nil, fmt.Errorf("container device rules: %w", err)
-	}
-	keys := make([]devices.Device, 0, len(want))
-	for d := range want {
-		keys = append(keys, d)
-	}
-	slices.SortFunc(keys, func(a, b devices.Device) int {
-		return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Major, b.Major), cmp.Compare(a.Minor, b.Minor))
-	})
-	for _, d := range keys {
-		if p := want[d]; p != 0 {
-			if err := e.Apply(devices.DeviceRule(d, p, true)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	prog := devices.Program(e)
-	if err := prog.Marshal(io.Discard, binary.LittleEndian); err != nil {
-		return nil, fmt.Errorf("device program: %w", err)
-	}
-	return prog, nil
-}
-
-type attached struct {
-	prog      *ebpf.Program
-	name, tag string
-}
-
-func closeAll(ps []attached) {
-	for _, p := range ps {
-		_ = p.prog.Close() // closing our reference; the attachment keeps its own
-	}
-}
-
-// attachedV2 lists the device programs attached to a cgroup directly.
-func attachedV2(cg int) ([]attached, error) {
-	q, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: ebpf.AttachCGroupDevice})
-	if err != nil {
-		return nil, fmt.Errorf("query device programs: %w", err)
-	}
-	var out []attached
-	for _, ap := range q.Programs {
-		p, err := ebpf.NewProgramFromID(ap.ID)
-		if err != nil {
-			closeAll(out)
-			return nil, fmt.Errorf("device program %d: %w", ap.ID, err)
-		}
-		info, err := p.Info()
-		if err != nil {
-			_ = p.Close()
-			closeAll(out)
-			return nil, fmt.Errorf("device program %d: %w", ap.ID, err)
-		}
-		out = append(out, attached{prog: p, name: info.Name, tag: info.Tag})
-	}
-	return out, nil
-}
-
-// ProgramsV2 reports the names of the device programs attached to a cgroup v2
-// directory (for checks: after SyncV2 there is exactly one, ours).
-func ProgramsV2(dir string) ([]string, error) {
+// AttachedV2 lists the tags of the device programs attached to a cgroup v2
+// directory itself.
+func AttachedV2(dir string) ([]string, error) {
 	cg, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open cgroup: %w", err)
 	}
 	defer closeFD(cg)
-	ps, err := attachedV2(cg)
+	q, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: ebpf.AttachCGroupDevice})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: query device programs: %w", dir, err)
 	}
-	defer closeAll(ps)
-	out := make([]string, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.name)
+	out := make([]string, 0, len(q.Programs))
+	for _, ap := range q.Programs {
+		tag, err := programTag(ap.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%s: device program %d: %w", dir, ap.ID, err)
+		}
+		out = append(out, tag)
 	}
 	return out, nil
 }
 
-// DetachV2 detaches the agent's own device programs from a cgroup v2
-// directory (others are left alone).
-func DetachV2(dir string) error {
-	cg, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+func programTag(id ebpf.ProgramID) (string, error) {
+	p, err := ebpf.NewProgramFromID(id)
 	if err != nil {
-		return fmt.Errorf("open cgroup: %w", err)
+		return "", err
 	}
-	defer closeFD(cg)
-	ps, err := attachedV2(cg)
+	defer func() { _ = p.Close() }() // our reference only; the attachment keeps its own
+	info, err := p.Info()
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer closeAll(ps)
-	var errs []error
-	for _, p := range ps {
-		if p.name != ProgramName {
-			continue
-		}
-		if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: ebpf.AttachCGroupDevice}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: detach: %w", dir, err))
-		}
-	}
-	return errors.Join(errs...)
+	return info.Tag, nil
 }

@@ -1,15 +1,15 @@
 package hotplug
 
 import (
-	"os"
-	"slices"
+	"errors"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/opencontainers/cgroups"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
 	"golang.org/x/sys/unix"
-
-	"github.com/gpuslice/gpuslice/internal/devices"
 )
 
 func v2Mounts(t *testing.T) Mounts {
@@ -22,36 +22,28 @@ func v2Mounts(t *testing.T) Mounts {
 }
 
 // runcBase is the device list runc gives every container (abridged).
-func runcBase(t *testing.T) []devices.Rule {
+func runcBase(t *testing.T) []*devconfig.Rule {
 	t.Helper()
-	var out []devices.Rule
-	for _, s := range []string{"c 1:3 rwm", "c 1:5 rwm", "c *:* m", "b *:* m", "c 136:* rwm"} {
-		out = append(out, mustRule(t, s, true))
-	}
-	return out
+	return rulesOf(t, "deny a", "allow c 1:3 rwm", "allow c 1:5 rwm", "allow c *:* m", "allow b *:* m", "allow c 136:* rwm")
 }
 
-func mustRule(t *testing.T, s string, allow bool) devices.Rule {
+// attachRuntime attaches the runtime's program for base the way runc does
+// (the same library), replacing what is attached.
+func attachRuntime(t *testing.T, dir string, base []*devconfig.Rule) {
 	t.Helper()
-	r, err := devices.ParseRule(s, allow)
-	if err != nil {
+	if err := cgroups.DevicesSetV2(dir, &cgroups.Resources{Devices: base}); err != nil {
 		t.Fatal(err)
 	}
-	return r
 }
 
-// attachForeign attaches a device program the way a runtime would (another
-// name, base rules only).
-func attachForeign(t *testing.T, dir string, base []devices.Rule) {
+// attachExtra attaches one more device program (allow everything) beside
+// what is attached, as another tool might.
+func attachExtra(t *testing.T, dir string) {
 	t.Helper()
-	e, err := devices.FromRules(base)
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.CGroupDevice, License: "Apache-2.0",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}})
 	if err != nil {
 		t.Fatal(err)
-	}
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "runc_dev", Type: ebpf.CGroupDevice,
-		Instructions: devices.Program(e), License: devices.ProgramLicense})
-	if err != nil {
-		t.Skipf("cannot load a device program here: %v", err)
 	}
 	defer p.Close()
 	cg, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -60,22 +52,18 @@ func attachForeign(t *testing.T, dir string, base []devices.Rule) {
 	}
 	defer closeFD(cg)
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: cg, Program: p,
-		Attach: ebpf.AttachCGroupDevice, Flags: bpfFAllowMulti}); err != nil {
+		Attach: ebpf.AttachCGroupDevice, Flags: unix.BPF_F_ALLOW_MULTI}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func expectPrograms(t *testing.T, dir string, want ...string) {
+func attachedCount(t *testing.T, dir string) int {
 	t.Helper()
-	got, err := ProgramsV2(dir)
+	tags, err := AttachedV2(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("attached programs %q, want %q", got, want)
-	}
+	return len(tags)
 }
 
 func TestApplyV2(t *testing.T) {
@@ -85,56 +73,86 @@ func TestApplyV2(t *testing.T) {
 	pid := h.cmd.Process.Pid
 	dir := newCgroup(t, m.V2, pid)
 	base := runcBase(t)
-	attachForeign(t, dir, base)
+	attachRuntime(t, dir, base)
+	progs := NewPrograms(16)
 	c := Container{PID: pid, Cgroup: Cgroup{V2: true, Dir: dir}, Base: base}
 	nodes := gpuNodes(3)
-	rw := devices.Read | devices.Write
 	// The runtime's program denies a GPU node made behind its back.
 	if _, err := SyncNodes("/proc", pid, nodes, wantSet("/dev/nvidia0", "/dev/nvidia1")); err != nil {
 		t.Fatal(err)
 	}
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM", "/dev/nvidia1": "EPERM"})
 
-	if changed, err := Apply("/proc", c, nodes, wantSet("/dev/nvidia1"), rw); err != nil || !changed {
+	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia1")); err != nil || !changed {
 		t.Fatalf("Apply: changed=%v err=%v", changed, err)
 	}
-	expectPrograms(t, dir, ProgramName)
+	if n := attachedCount(t, dir); n != 1 {
+		t.Fatalf("%d programs attached, want 1", n)
+	}
 	h.expectOpen(map[string]string{"/dev/nvidia1": "ENXIO", "/dev/nvidia0": "ENOENT"})
 	if _, err := SyncNodes("/proc", pid, nodes[:1], wantSet("/dev/nvidia0")); err != nil {
 		t.Fatal(err)
 	}
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM"})
 
-	// A restarted agent asking for the same state changes nothing (the
-	// sneaked node apart, which it removes).
-	if changed, err := SyncV2(dir, base, map[devices.Device]devices.Perms{nodes[1].Device: rw}); err != nil || changed {
+	// The same state again loads nothing.
+	if changed, err := SyncV2(progs, dir, base, nodes, wantSet("/dev/nvidia1")); err != nil || changed {
 		t.Fatalf("repeat: changed=%v err=%v", changed, err)
 	}
-	if _, err := Apply("/proc", c, nodes, wantSet("/dev/nvidia1"), rw); err != nil {
+	// A restarted agent (nothing remembered) sets it once, then not again.
+	progs = NewPrograms(16)
+	for i, want := range []bool{true, false} {
+		if changed, err := SyncV2(progs, dir, base, nodes, wantSet("/dev/nvidia1")); err != nil || changed != want {
+			t.Fatalf("after restart, sync %d: changed=%v err=%v", i, changed, err)
+		}
+	}
+	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia1")); err != nil {
 		t.Fatal(err)
 	}
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENOENT"})
-	// Swap GPUs: still exactly one program, ours.
-	if _, err := Apply("/proc", c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2"), rw); err != nil {
+	// Swap GPUs: still exactly one program.
+	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil {
 		t.Fatal(err)
 	}
-	expectPrograms(t, dir, ProgramName)
-	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT", "/dev/nvidia2": "ENXIO"})
+	if n := attachedCount(t, dir); n != 1 {
+		t.Fatalf("%d programs attached, want 1", n)
+	}
+	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT", "/dev/nvidia2": "ENXIO", "/dev/null": "ENOENT"})
 
 	// The runtime re-attaches its program (e.g. on an update): reconciled.
-	attachForeign(t, dir, base)
+	attachRuntime(t, dir, base)
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM"})
-	if changed, err := Apply("/proc", c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2"), rw); err != nil || !changed {
+	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil || !changed {
 		t.Fatalf("reconcile: changed=%v err=%v", changed, err)
 	}
-	expectPrograms(t, dir, ProgramName)
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO"})
-
-	if err := DetachV2(dir); err != nil {
-		t.Fatal(err)
+	// Another program beside ours: both replaced by one.
+	attachExtra(t, dir)
+	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil || !changed {
+		t.Fatalf("two programs: changed=%v err=%v", changed, err)
 	}
-	expectPrograms(t, dir)
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatal(err)
+	if n := attachedCount(t, dir); n != 1 {
+		t.Fatalf("%d programs attached, want 1", n)
+	}
+	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"})
+}
+
+func TestSyncV2Refuses(t *testing.T) {
+	needRoot(t)
+	m := v2Mounts(t)
+	h := startHelper(t)
+	dir := newCgroup(t, m.V2, h.cmd.Process.Pid)
+	progs := NewPrograms(4)
+	nodes := gpuNodes(1)
+	privileged := rulesOf(t, "allow a")
+	if _, err := SyncV2(progs, dir, privileged, nodes, nil); !errors.Is(err, ErrUnrestricted) {
+		t.Fatalf("privileged: err = %v", err)
+	}
+	covered := append(runcBase(t), rulesOf(t, "allow c 195:* rw")...)
+	if _, err := SyncV2(progs, dir, covered, nodes, nil); err == nil {
+		t.Fatal("a GPU a wildcard allows was denied")
+	}
+	if n := attachedCount(t, dir); n != 0 {
+		t.Fatalf("a refused sync attached %d programs", n)
 	}
 }

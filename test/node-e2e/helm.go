@@ -15,13 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -228,8 +226,8 @@ func (h *helmNode) waitInstalled(ctx context.Context, tag string, since time.Tim
 // leftovers lists what gpuslice left on the cluster and the node: the
 // release's objects (namespaced, cluster-wide, the CRD and its rows: the
 // chart removes the CRD by default), files in the host directories the
-// agent uses, device rules in the cgroups of the test's GPU pods, and eBPF
-// device programs the agent loaded.
+// agent uses, and device rules or eBPF device programs in the cgroups of the
+// test's GPU pods (which must be gone).
 func (h *helmNode) leftovers(ctx context.Context) []string {
 	var left []string
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
@@ -287,7 +285,7 @@ func (h *helmNode) leftovers(ctx context.Context) []string {
 
 // hostLeftovers: files in the library, run, CDI and device-plugin
 // directories (the simulated GPU's state, the kubelet's socket and its
-// device checkpoint are not gpuslice's), device rules in the test pods' cgroups, eBPF programs.
+// device checkpoint are not gpuslice's), the test pods' cgroups (their device rules and programs).
 func (h *helmNode) hostLeftovers() []string {
 	var left []string
 	skip := map[string]bool{h.simState: true, filepath.Join(pluginDir, "kubelet.sock"): true,
@@ -310,24 +308,6 @@ func (h *helmNode) hostLeftovers() []string {
 		}
 	}
 	left = append(left, h.podCgroups()...)
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break // ENOENT: the last one
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue // unloaded meanwhile
-		}
-		info, err := p.Info()
-		if err == nil && info.Type == ebpf.CGroupDevice && info.Name == hotplug.ProgramName {
-			left = append(left, fmt.Sprintf("ebpf program %d %s", id, info.Name))
-		}
-		if err := p.Close(); err != nil {
-			h.t.Fatal(err)
-		}
-	}
 	return left
 }
 

@@ -308,7 +308,7 @@ func (n *node) checkNothingLeft(ctx context.Context, p *corev1.Pod, dir string, 
 	if !slices.Equal(nodes, assigned) {
 		t.Fatalf("container /dev has nodes %v, assignment %v", nodes, assigned)
 	}
-	if progs, err := hotplug.ProgramsV2(dir); err == nil && len(progs) > 0 {
+	if progs, err := hotplug.AttachedV2(dir); err == nil && len(progs) > 0 {
 		t.Fatalf("device programs left on a v1 container: %v", progs)
 	}
 }
