@@ -54,6 +54,25 @@ type Config struct {
 	// DeviceMemory reads a GPU's memory from the driver; nil: no elastic
 	// memory (borrows are refused with a reason).
 	DeviceMemory DeviceMemory
+	// Observe, when set, is told of every slice handed out and of every
+	// member's wait for one, as the daemon decides them (tests and benchmarks
+	// assert on these: the machine's load does not change them). Called with a
+	// GPU's lock held: it must return at once.
+	Observe *Observer
+}
+
+// Observer receives the daemon's scheduling events (Config.Observe); either
+// function may be nil.
+type Observer struct {
+	// Slice: a slice of length was handed to group on gpu (a new grant, or a
+	// renewal of the running one); turn counts the slices handed out on that
+	// GPU, from 1.
+	Slice func(gpu proto.UUID, group string, length time.Duration, turn uint64)
+	// Wait: a member of group that asked for the GPU got a grant after wait
+	// (the daemon's monotonic clock, from reading its ask to sending the
+	// grant), with turns slices handed out in between (0: the first slice after
+	// its ask, or its group's running grant, served it).
+	Wait func(gpu proto.UUID, group string, wait time.Duration, turns uint64)
 }
 
 // SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else

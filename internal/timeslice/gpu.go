@@ -27,6 +27,10 @@ type gpuState struct {
 	// GPU while it still mattered, for when they come back (at most
 	// maxBudgets; expired ones are dropped).
 	budgets map[string]policy.Budget
+	// turns counts the slices handed out (grants and renewals); obs is
+	// Config.Observe (nil: none).
+	turns uint64
+	obs   *Observer
 }
 
 // maxBudgets bounds gpuState.budgets.
@@ -42,9 +46,45 @@ type tenant struct {
 	// granted sums the lengths of the grants handed out.
 	revokes uint64
 	granted time.Duration
+	// turn is the GPU's turn count when the running grant was given or last renewed.
+	turn uint64
 }
 
-type member struct{ waiting, holding bool }
+type member struct {
+	waiting, holding bool
+	// askedAt and askedTurn: when the member started waiting, and the
+	// GPU's turn count then.
+	askedAt   time.Time
+	askedTurn uint64
+}
+
+// wait marks m waiting from now (if it was not already).
+func (g *gpuState) wait(m *member, now time.Time) {
+	if !m.waiting {
+		m.waiting, m.askedAt, m.askedTurn = true, now, g.turns
+	}
+}
+
+// served tells the observer that waiting member m of t got a grant now, as
+// slice turn (its group's running grant: the turn it was given).
+func (g *gpuState) served(t *tenant, m *member, now time.Time, turn uint64) {
+	if g.obs == nil || g.obs.Wait == nil {
+		return
+	}
+	var turns uint64
+	if turn > m.askedTurn+1 {
+		turns = turn - m.askedTurn - 1
+	}
+	g.obs.Wait(g.uuid, t.group, now.Sub(m.askedAt), turns)
+}
+
+// sliced tells the observer of a slice handed out.
+func (g *gpuState) sliced(t *tenant, length time.Duration) {
+	g.turns++
+	if g.obs != nil && g.obs.Slice != nil {
+		g.obs.Slice(g.uuid, t.group, length, g.turns)
+	}
+}
 
 func (t *tenant) any(f func(*member) bool) bool {
 	for _, m := range t.members {
@@ -58,13 +98,13 @@ func (t *tenant) any(f func(*member) bool) bool {
 func isWaiting(m *member) bool { return m.waiting }
 func isHolding(m *member) bool { return m.holding }
 
-func newGPU(uuid proto.UUID, cfg policy.Config, log klog.Logger) (*gpuState, error) {
+func newGPU(uuid proto.UUID, cfg policy.Config, obs *Observer, log klog.Logger) (*gpuState, error) {
 	s, err := policy.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	g := &gpuState{uuid: uuid, sched: s, groups: map[string]*tenant{}, byID: map[policy.ID]*tenant{},
-		log: log.WithValues("gpu", uuid.String()), budgets: map[string]policy.Budget{}}
+		log: log.WithValues("gpu", uuid.String()), budgets: map[string]policy.Budget{}, obs: obs}
 	g.timer = time.AfterFunc(time.Hour, g.tick)
 	g.timer.Stop()
 	return g, nil
@@ -115,7 +155,10 @@ func (g *gpuState) release(c *conn, seq uint64, more bool) {
 		}
 		return
 	}
-	m.holding, m.waiting = false, more
+	m.holding = false
+	if more {
+		g.wait(m, now)
+	}
 	if t.any(isHolding) {
 		if more { // this member waits for the group's next turn: not a renewal of this one
 			g.apply(g.sched.Queued(t.id), now)
@@ -127,12 +170,13 @@ func (g *gpuState) release(c *conn, seq uint64, more bool) {
 
 // join makes member m wait for the GPU, or share its group's running grant.
 func (g *gpuState) join(t *tenant, m *member, c *conn, now time.Time) {
+	g.wait(m, now)
 	if t.holding {
+		g.served(t, m, now, t.turn)
 		m.holding, m.waiting = true, false
 		c.sendGrant(g.uuid, t.grant, now)
 		return
 	}
-	m.waiting = true
 	acts, err := g.sched.Acquire(t.id, now)
 	if err != nil {
 		g.log.Error(err, "acquire", "group", t.group)
@@ -282,9 +326,12 @@ func (g *gpuState) reacquire(t *tenant, now time.Time) {
 func (g *gpuState) grant(t *tenant, gr policy.Grant, now time.Time) {
 	t.grant, t.holding = gr, true
 	t.granted += max(gr.End.Sub(gr.Start), 0)
+	g.sliced(t, max(gr.End.Sub(gr.Start), 0))
+	t.turn = g.turns
 	sent := false
 	for c, m := range t.members {
 		if m.waiting {
+			g.served(t, m, now, t.turn)
 			m.waiting, m.holding = false, true
 			c.sendGrant(g.uuid, gr, now)
 			sent = true
@@ -302,7 +349,11 @@ func (g *gpuState) renew(t *tenant, gr policy.Grant, now time.Time) {
 	if !t.holding || t.grant.Seq != gr.Seq {
 		return
 	}
-	t.granted += max(gr.End.Sub(t.grant.End), 0)
+	if more := gr.End.Sub(t.grant.End); more > 0 { // else an update only (Alone cleared): not a new slice
+		t.granted += more
+		g.sliced(t, more)
+		t.turn = g.turns
+	}
 	t.grant = gr
 	for c, m := range t.members {
 		if m.holding && c.features&proto.FeatureRenew != 0 {

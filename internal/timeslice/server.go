@@ -247,7 +247,7 @@ func (s *Server) gpu(u proto.UUID) (*gpuState, error) {
 	if len(s.gpus) >= s.cfg.MaxGPUs {
 		return nil, fmt.Errorf("too many GPUs (%d)", len(s.gpus))
 	}
-	g, err := newGPU(u, s.cfg.Policy, s.log)
+	g, err := newGPU(u, s.cfg.Policy, s.cfg.Observe, s.log)
 	if err != nil {
 		return nil, err
 	}

@@ -127,12 +127,33 @@ func manyJobs(t testing.TB, e *e2e, cfg Config, n, kernels, kernelUs int, gated 
 	return res
 }
 
+// waitLog collects the daemon's grant waits (Config.Observe).
+type waitLog struct {
+	mu       sync.Mutex
+	n        int
+	maxWait  time.Duration
+	maxTurns uint64
+}
+
+func (w *waitLog) observer() *Observer {
+	return &Observer{Wait: func(_ proto.UUID, _ string, wait time.Duration, turns uint64) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.n++
+		w.maxWait, w.maxTurns = max(w.maxWait, wait), max(w.maxTurns, turns)
+	}}
+}
+
 // TestReliabilityE2EManyMembers: 300 short jobs started at once in one group
 // (GPUSLICE_NODE_MANY=N changes the count). Every member that asks while a
 // sibling holds the group's grant shares it or gets the group's next turn:
 // none waits out the gate timeout and runs ungated (its notice on stderr),
-// none loses the daemon. Runs in make test-reliability (300 processes on the
-// machine at once).
+// none loses the daemon, and none waits longer than one slice plus the grace:
+// every ask is served by the group's running grant or by the first slice the
+// daemon hands out after it (counted in the daemon's turns, which the
+// machine's load does not change; a slice lasts at most its length plus the
+// grace). The longest wait on the daemon's clock is printed beside that bound.
+// Runs in make test-reliability (300 processes on the machine at once).
 func TestReliabilityE2EManyMembers(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv("GPUSLICE_NODE_MANY"))
 	if err != nil || n <= 0 {
@@ -141,6 +162,8 @@ func TestReliabilityE2EManyMembers(t *testing.T) {
 	e := setupE2E(t)
 	cfg := testCfg(t)
 	cfg.Policy = policy.DefaultConfig()
+	var waits waitLog
+	cfg.Observe = waits.observer()
 	setGroup(t, cfg, "jobs")
 	startDaemon(t, cfg)
 	res := manyJobs(t, e, cfg, n, 20, 100, true)
@@ -151,8 +174,20 @@ func TestReliabilityE2EManyMembers(t *testing.T) {
 		}
 		last, longest = max(last, r.done), max(longest, r.longest)
 	}
-	t.Logf("%d jobs: last done %v after the start, longest launch %v", n, last.Round(time.Millisecond),
-		longest.Round(100*time.Microsecond))
+	waits.mu.Lock()
+	defer waits.mu.Unlock()
+	bound := cfg.Policy.DefaultSlice + cfg.Policy.Grace
+	if waits.n < n {
+		t.Errorf("the daemon served %d asks for %d jobs", waits.n, n)
+	}
+	if waits.maxTurns > 0 {
+		t.Errorf("a member waited %d slices past the first one after its ask (more than one slice plus grace, %v)",
+			waits.maxTurns, bound)
+	}
+	t.Logf("%d jobs: last done %v after the start, longest launch %v; %d asks, each served by the first slice "+
+		"after it (slices waited past it: %d); longest wait for a grant %v on the daemon's clock (one slice + grace: %v)",
+		n, last.Round(time.Millisecond), longest.Round(100*time.Microsecond), waits.n, waits.maxTurns,
+		waits.maxWait.Round(100*time.Microsecond), bound)
 }
 
 // BenchmarkE2EManyJobs: 300 short jobs (20 kernels of 100 µs) started at once
