@@ -22,7 +22,8 @@ test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.
 .PHONY: bench-reliability
 # Figures for docs/benchmarks.md: grant round trips idle vs during a 10,000-connection flood from one
 # user (root: the flood runs as nobody), and kill -9 of the daemon under `gpuslice run` -> a new daemon
-# answering -> the tenant's gate connected to it again (5 kills).
+# answering -> the tenant's gate connected to it again (5 kills); shares per window of granted time for
+# 2/4/8 tenants (BenchmarkE2EShareWindows).
 bench-reliability: all
-	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery' -benchtime 1x \
+	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery|E2EShareWindows' -benchtime 1x \
 		./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'

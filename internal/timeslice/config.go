@@ -66,13 +66,18 @@ type Config struct {
 type Observer struct {
 	// Slice: a slice of length was handed to group on gpu (a new grant, or a
 	// renewal of the running one); turn counts the slices handed out on that
-	// GPU, from 1.
-	Slice func(gpu proto.UUID, group string, length time.Duration, turn uint64)
+	// GPU, from 1; contended: a new grant, and since the previous slice no
+	// group's turn passed while it had no work (the policy banked it a slice).
+	Slice func(gpu proto.UUID, group string, length time.Duration, turn uint64, contended bool)
 	// Wait: a member of group that asked for the GPU got a grant after wait
 	// (the daemon's monotonic clock, from reading its ask to sending the
 	// grant), with turns slices handed out in between (0: the first slice after
 	// its ask, or its group's running grant, served it).
 	Wait func(gpu proto.UUID, group string, wait time.Duration, turns uint64)
+	// Held: group handed gpu back (or lost it at the grace's end) after
+	// holding it for held since its grant: the time the policy charges it, a
+	// late hand-over included.
+	Held func(gpu proto.UUID, group string, held time.Duration)
 }
 
 // SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else

@@ -29,8 +29,9 @@ type gpuState struct {
 	budgets map[string]policy.Budget
 	// turns counts the slices handed out (grants and renewals); obs is
 	// Config.Observe (nil: none).
-	turns uint64
-	obs   *Observer
+	turns  uint64
+	obs    *Observer
+	passed uint64 // the policy's turns passed for want of work, at the last slice observed
 }
 
 // maxBudgets bounds gpuState.budgets.
@@ -78,12 +79,27 @@ func (g *gpuState) served(t *tenant, m *member, now time.Time, turn uint64) {
 	g.obs.Wait(g.uuid, t.group, now.Sub(m.askedAt), turns)
 }
 
-// sliced tells the observer of a slice handed out.
-func (g *gpuState) sliced(t *tenant, length time.Duration) {
-	g.turns++
-	if g.obs != nil && g.obs.Slice != nil {
-		g.obs.Slice(g.uuid, t.group, length, g.turns)
+// held tells the observer that t's grant ends now.
+func (g *gpuState) held(t *tenant, now time.Time) {
+	if g.obs != nil && g.obs.Held != nil {
+		g.obs.Held(g.uuid, t.group, max(now.Sub(t.grant.Start), 0))
 	}
+}
+
+// sliced tells the observer of a slice handed out (renewed: the running
+// grant's, which happens only with no other group waiting).
+func (g *gpuState) sliced(t *tenant, length time.Duration, renewed bool) {
+	g.turns++
+	if g.obs == nil || g.obs.Slice == nil {
+		return
+	}
+	var passed uint64
+	for _, st := range g.sched.Stats(time.Now()) {
+		passed += st.Passed
+	}
+	contended := !renewed && passed == g.passed
+	g.passed = passed
+	g.obs.Slice(g.uuid, t.group, length, g.turns, contended)
 }
 
 func (t *tenant) any(f func(*member) bool) bool {
@@ -187,6 +203,7 @@ func (g *gpuState) join(t *tenant, m *member, c *conn, now time.Time) {
 // groupRelease hands the group's grant back to the policy.
 func (g *gpuState) groupRelease(t *tenant, now time.Time) {
 	t.holding = false
+	g.held(t, now)
 	acts, err := g.sched.Release(t.id, t.grant.Seq, now, t.any(isWaiting))
 	if err != nil {
 		g.log.Error(err, "release", "group", t.group)
@@ -283,6 +300,7 @@ func (g *gpuState) apply(acts []policy.Action, now time.Time) {
 			}
 		case policy.ActExpire:
 			t.holding = false
+			g.held(t, now)
 			t.revokes++
 			for c, m := range t.members {
 				if m.holding {
@@ -326,7 +344,7 @@ func (g *gpuState) reacquire(t *tenant, now time.Time) {
 func (g *gpuState) grant(t *tenant, gr policy.Grant, now time.Time) {
 	t.grant, t.holding = gr, true
 	t.granted += max(gr.End.Sub(gr.Start), 0)
-	g.sliced(t, max(gr.End.Sub(gr.Start), 0))
+	g.sliced(t, max(gr.End.Sub(gr.Start), 0), false)
 	t.turn = g.turns
 	sent := false
 	for c, m := range t.members {
@@ -351,7 +369,7 @@ func (g *gpuState) renew(t *tenant, gr policy.Grant, now time.Time) {
 	}
 	if more := gr.End.Sub(t.grant.End); more > 0 { // else an update only (Alone cleared): not a new slice
 		t.granted += more
-		g.sliced(t, more)
+		g.sliced(t, more, true)
 		t.turn = g.turns
 	}
 	t.grant = gr

@@ -77,6 +77,7 @@ func (s *Scheduler) bankPassed(start, steps int, now time.Time) {
 		case t.forfeit: // its turn was taken early
 			t.forfeit = false
 		default:
+			t.passed++
 			s.deposit(t, s.cfg.SliceOf(t.params), now)
 		}
 	}
@@ -118,6 +119,7 @@ type TenantStats struct {
 	Achieved time.Duration // total time held, including the running grant
 	Grants   uint64
 	Renewals uint64 // grants renewed with no other tenant waiting
+	Passed   uint64 // turns that came while it had no work (a slice banked instead)
 	// Hand-overs after a revoke: how many, the longest and the p99 (of the
 	// last 256) time past the revoke (slice end or preemption) they took.
 	Overruns   uint64
@@ -134,7 +136,7 @@ func (s *Scheduler) Stats(now time.Time) []TenantStats {
 		st := TenantStats{
 			ID: t.id, Params: t.params, Slice: s.cfg.SliceOf(t.params),
 			Banked: t.bank.total(now, s.cfg.BankMaxAge), Debt: t.debt,
-			Achieved: t.achieved, Grants: t.grants, Renewals: t.renewals, Waiting: t.waiting,
+			Achieved: t.achieved, Grants: t.grants, Renewals: t.renewals, Passed: t.passed, Waiting: t.waiting,
 			Overruns: t.overrun.n, OverrunMax: t.overrun.max, OverrunP99: t.overrun.p99(),
 		}
 		if s.hold != nil && s.hold.t == t {

@@ -41,6 +41,7 @@ func (s *Scheduler) renew(now time.Time) []Action {
 		case o.forfeit:
 			o.forfeit = false
 		default:
+			o.passed++
 			s.deposit(o, s.cfg.SliceOf(o.params), now)
 		}
 	}

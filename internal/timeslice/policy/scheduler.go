@@ -72,6 +72,7 @@ type tenant struct {
 	achieved time.Duration // total time held
 	grants   uint64
 	renewals uint64
+	passed   uint64   // turns passed while it had no work
 	overrun  overruns // hand-overs after a revoke: how long past it
 	ceil     ceiling  // budget under Params.ShareMax
 }
