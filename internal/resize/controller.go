@@ -32,7 +32,7 @@ var ErrBooksBehind = errors.New("allocation books are behind the pod's assignmen
 // ErrNoRoom: a share change does not fit its GPUs; nothing was booked.
 var ErrNoRoom = errors.New("the GPU cannot fit the asked share")
 
-// Books is the allocation ledger the controller shares with the scheduler
+// Books are the allocation books the controller shares with the scheduler
 // plugin (internal/sched), so a GPU is never both granted to a resize and
 // placed for a new pod: grants are booked before the assignment is written
 // and rolled back when the write fails.

@@ -10,11 +10,11 @@ import (
 )
 
 // The resize controller (internal/resize) runs in the scheduler and books
-// its grants in the plugin's ledger: a GPU granted to a running pod is booked
+// its grants in the plugin's books: a GPU granted to a running pod is booked
 // before the new assignment is written, so the scheduling cycle never places
 // a new pod on it, and a failed write gives it back.
 
-var _ resize.Books = &Ledger{}
+var _ resize.Books = &Books{}
 
 // pendingResize is a resize whose assignment is being written.
 type pendingResize struct {
@@ -26,11 +26,11 @@ type pendingResize struct {
 	obsRaw string
 }
 
-// BeginResize implements resize.Books: under the ledger's lock it checks
+// BeginResize implements resize.Books: under the books' lock it checks
 // that the pod's booked annotation is fromRaw, plans against the node's free
 // whole GPUs, and books the union of from and the plan (released GPUs stay
 // booked until the write is settled, so a rollback always fits).
-func (l *Ledger) BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []api.GPU) *api.Assignment) (*api.Assignment, error) {
+func (l *Books) BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []api.GPU) *api.Assignment) (*api.Assignment, error) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -60,7 +60,7 @@ func (l *Ledger) BeginResize(uid, fromRaw string, from *api.Assignment, plan fun
 // assignment, and updates of the pod that still carry the old annotation
 // (delivered late by the informer) are ignored until the new one is seen.
 // Not written: the books hold what the pod's annotation says.
-func (l *Ledger) EndResize(uid, raw string, written bool) {
+func (l *Books) EndResize(uid, raw string, written bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.resizing[uid]
@@ -120,25 +120,25 @@ func union(from, to *api.Assignment) *api.Assignment {
 	return out
 }
 
-// resizeBooks is the ledger as the resize controller sees it: settling a
+// resizeBooks are the books as the resize controller sees it: settling a
 // resize may free GPUs, so parked pods are re-activated.
 type resizeBooks struct {
-	*Ledger
+	*Books
 	ctx  context.Context
 	wait *waiters
 }
 
 func (b resizeBooks) EndResize(uid, raw string, written bool) {
-	b.Ledger.EndResize(uid, raw, written)
+	b.Books.EndResize(uid, raw, written)
 	b.wait.wake(b.ctx)
 }
 
-// BeginShareResize implements resize.Books: under the ledger's lock it
+// BeginShareResize implements resize.Books: under the books' lock it
 // checks that the books hold the pod's annotation fromRaw and that every GPU
 // fits to (the others' holdings plus to), then books the larger of from and
 // to on each GPU until EndResize, so a rollback always fits. Refusals wrap
 // resize.ErrNoRoom.
-func (l *Ledger) BeginShareResize(uid, fromRaw string, from, to *api.Assignment) error {
+func (l *Books) BeginShareResize(uid, fromRaw string, from, to *api.Assignment) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.resizing[uid] != nil {

@@ -32,9 +32,9 @@ func wholePod(t *testing.T, uid string, idx ...int32) (*corev1.Pod, *api.Assignm
 var oneWhole = &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Whole: true}}}
 
 // resizeSetup: node n1 with gpus GPUs, pod "p" bound holding idx.
-func resizeSetup(t *testing.T, gpus int, idx ...int32) (*Ledger, *corev1.Pod, *api.Assignment, string) {
+func resizeSetup(t *testing.T, gpus int, idx ...int32) (*Books, *corev1.Pod, *api.Assignment, string) {
 	t.Helper()
-	l, _ := newLedger(t)
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", gpus, t0)); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func planTo(a *api.Assignment, n int) func([]api.GPU) *api.Assignment {
 	}
 }
 
-func heldBy(l *Ledger, uid string) string {
+func heldBy(l *Books, uid string) string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return indicesOf(l.books.Holding(uid))
@@ -213,7 +213,7 @@ func TestResizeBooksBehindAndBadPlans(t *testing.T) {
 }
 
 // reserveOther books GPU 1 for pod "q" (binpack fills in index order).
-func reserveOther(l *Ledger) (string, *api.Assignment, error) {
+func reserveOther(l *Books) (string, *api.Assignment, error) {
 	a, err := l.Reserve("q", "n1", oneWhole)
 	if err == nil && indicesOf(a) != "1" {
 		err = errors.New("q got " + indicesOf(a))

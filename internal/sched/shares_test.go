@@ -38,7 +38,7 @@ func unitsTo(t *testing.T, a *api.Assignment, units int64) *api.Assignment {
 }
 
 func TestShareResizeBooksFirst(t *testing.T) {
-	l, _ := newLedger(t)
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestShareResizeBooksFirst(t *testing.T) {
 
 // Share changes and new pods under churn never over-commit a GPU.
 func TestShareResizeChurnNeverOvercommits(t *testing.T) {
-	l, _ := newLedger(t)
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 2, t0)); err != nil {
 		t.Fatal(err)
 	}

@@ -63,10 +63,10 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 		return nil, fmt.Errorf("%s: dynamic client: %w", Name, err)
 	}
 	cfg := st.Alloc
-	ledger := NewLedger(cfg, clock.RealClock{})
+	books := NewBooks(cfg, clock.RealClock{})
 	ev := recorderEvents{rec: h.EventRecorder()}
 	w := &waiters{activator: h}
-	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, ledger, ev, w))
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w))
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
@@ -74,12 +74,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	if err != nil {
 		klog.FromContext(ctx).Info("plugin metrics already registered by another profile; this one's are not served", "err", err)
 	}
-	p := &Plugin{alloc: ledger, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
+	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
 		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now, metrics: pm}
-	if err := watchGPUNodes(ctx, dyn, ledger, w, cfg.HeartbeatTimeout); err != nil {
+	if err := watchGPUNodes(ctx, dyn, books, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
-	if err := startResize(ctx, h, resizeBooks{Ledger: ledger, ctx: ctx, wait: w}, leading); err != nil {
+	if err := startResize(ctx, h, resizeBooks{Books: books, ctx: ctx, wait: w}, leading); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("gpuslice plugin ready", "placement", cfg.DefaultPlacement,
@@ -109,8 +109,8 @@ func startResize(ctx context.Context, h fwk.Handle, books resizeBooks, leading <
 	return nil
 }
 
-// podHandler keeps the ledger in step with bound pods.
-func podHandler(ctx context.Context, l *Ledger, ev Events, w *waiters) cache.ResourceEventHandler {
+// podHandler keeps the books in step with bound pods.
+func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.ResourceEventHandler {
 	observe := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -139,8 +139,8 @@ func podHandler(ctx context.Context, l *Ledger, ev Events, w *waiters) cache.Res
 	}
 }
 
-// watchGPUNodes feeds GPUNode rows into the ledger and waits for the first list.
-func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Ledger, w *waiters, timeout time.Duration) error {
+// watchGPUNodes feeds GPUNode rows into the books and waits for the first list.
+func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Books, w *waiters, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	inf := f.ForResource(api.GPUNodeGVR).Informer()

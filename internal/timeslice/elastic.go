@@ -15,20 +15,20 @@ import (
 // DeviceMemory reports a GPU's memory as the driver sees it (by NVML UUID).
 type DeviceMemory func(uuid string) (total, used uint64, err error)
 
-// books are the daemon's elastic memory: one ledger (internal/elastic) per
+// elasticLedgers are the daemon's elastic memory: one ledger (internal/elastic) per
 // GPU, refreshed from the group state files and the driver before every
 // decision, and the connections that borrowed (they take spill orders).
-type books struct {
+type elasticLedgers struct {
 	mu        sync.Mutex
 	ledgers   map[string]*elastic.Ledger
 	borrowers map[string]map[*conn]struct{} // group -> connections
 }
 
-func newBooks() *books {
-	return &books{ledgers: map[string]*elastic.Ledger{}, borrowers: map[string]map[*conn]struct{}{}}
+func newElasticLedgers() *elasticLedgers {
+	return &elasticLedgers{ledgers: map[string]*elastic.Ledger{}, borrowers: map[string]map[*conn]struct{}{}}
 }
 
-// maxLedgers bounds the GPUs the daemon keeps books for (a client names the GPU).
+// maxLedgers bounds the GPUs the daemon keeps ledgers for (a client names the GPU).
 const maxLedgers = 64
 
 // ledger returns uuid's book, refreshed. Called with b.mu held.
@@ -40,7 +40,7 @@ func (s *Server) ledger(uuid string) (*elastic.Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device memory of %s: %w", uuid, err)
 	}
-	b := s.books
+	b := s.ledgers
 	l := b.ledgers[uuid]
 	if l == nil {
 		if len(b.ledgers) >= maxLedgers {
@@ -108,7 +108,7 @@ func (s *Server) borrow(c *conn, m *proto.Borrow) {
 	name := c.peer.Group
 	st := s.settingsOf(name)
 	lend := &proto.Lend{GPU: m.GPU}
-	b := s.books
+	b := s.ledgers
 	b.mu.Lock()
 	l, err := s.ledger(uuid)
 	switch {
@@ -159,11 +159,11 @@ func (s *Server) borrow(c *conn, m *proto.Borrow) {
 	c.send(s.awaitRoom(name, uuid, m, now))
 }
 
-// awaitRoom polls the books until the device has size bytes free for name,
+// awaitRoom polls the ledger until the device has size bytes free for name,
 // or Elastic.ReclaimWait passes.
 func (s *Server) awaitRoom(name, uuid string, m *proto.Borrow, start time.Time) *proto.Lend {
 	lend := &proto.Lend{GPU: m.GPU, Status: proto.LendGranted}
-	b := s.books
+	b := s.ledgers
 	for {
 		b.mu.Lock()
 		l, err := s.ledger(uuid)
@@ -219,7 +219,7 @@ func (s *Server) applyElastic(name string, st group.Settings) {
 
 // forgetBorrower drops a closed connection from the spill orders.
 func (s *Server) forgetBorrower(c *conn) {
-	b := s.books
+	b := s.ledgers
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for g, cs := range b.borrowers {
@@ -232,7 +232,7 @@ func (s *Server) forgetBorrower(c *conn) {
 
 // elasticStatus is each GPU's elastic memory per group, for status.json.
 func (s *Server) elasticStatus() map[string][]elastic.GroupState {
-	b := s.books
+	b := s.ledgers
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := map[string][]elastic.GroupState{}

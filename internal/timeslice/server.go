@@ -37,7 +37,7 @@ type Server struct {
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
 	conns    map[*conn]struct{}
-	books    *books // elastic memory
+	ledgers  *elasticLedgers // elastic memory
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
 	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
-		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, books: newBooks(),
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, ledgers: newElasticLedgers(),
 		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	// Every existing group's settings are in force before the first client is
 	// served (the watcher's own first pass then finds nothing changed).

@@ -25,9 +25,10 @@ type Allocator interface {
 	Best(req *api.PodRequest, k int) []string
 }
 
-// Ledger is the thread-safe Allocator the plugin uses, fed by informers:
+// Books is the thread-safe Allocator the plugin uses (alloc.Books behind a
+// lock, with a clock), fed by informers:
 // GPUNode rows and the assignments of bound pods.
-type Ledger struct {
+type Books struct {
 	clock clock.PassiveClock
 	mu    sync.RWMutex
 	books *alloc.Books
@@ -41,16 +42,16 @@ type Ledger struct {
 	stale    map[string]string
 }
 
-var _ Allocator = &Ledger{}
+var _ Allocator = &Books{}
 
-// NewLedger returns an empty ledger.
-func NewLedger(cfg alloc.Config, clk clock.PassiveClock) *Ledger {
-	return &Ledger{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{},
+// NewBooks returns empty books.
+func NewBooks(cfg alloc.Config, clk clock.PassiveClock) *Books {
+	return &Books{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{},
 		resizing: map[string]*pendingResize{}, stale: map[string]string{}}
 }
 
 // Check implements Allocator.
-func (l *Ledger) Check(node string, req *api.PodRequest) error {
+func (l *Books) Check(node string, req *api.PodRequest) error {
 	now := l.clock.Now()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -58,14 +59,14 @@ func (l *Ledger) Check(node string, req *api.PodRequest) error {
 }
 
 // Score implements Allocator.
-func (l *Ledger) Score(node string, req *api.PodRequest) int64 {
+func (l *Books) Score(node string, req *api.PodRequest) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.books.Score(node, req)
 }
 
 // Reserve implements Allocator.
-func (l *Ledger) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error) {
+func (l *Books) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -85,7 +86,7 @@ func (l *Ledger) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment
 
 // Best implements Allocator: every node is ranked, in two halves in
 // parallel (a scheduler box has at least two cores).
-func (l *Ledger) Best(req *api.PodRequest, k int) []string {
+func (l *Books) Best(req *api.PodRequest, k int) []string {
 	now := l.clock.Now()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -109,7 +110,7 @@ func (l *Ledger) Best(req *api.PodRequest, k int) []string {
 }
 
 // Release implements Allocator.
-func (l *Ledger) Release(uid string) {
+func (l *Books) Release(uid string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.books.Release(uid)
@@ -120,7 +121,7 @@ func (l *Ledger) Release(uid string) {
 
 // SetGPUNode records a table row; an invalid row removes the node from
 // placement and returns the validation error.
-func (l *Ledger) SetGPUNode(n *api.GPUNode) error {
+func (l *Books) SetGPUNode(n *api.GPUNode) error {
 	if err := n.Validate(); err != nil {
 		l.RemoveGPUNode(n.Name)
 		return err
@@ -133,7 +134,7 @@ func (l *Ledger) SetGPUNode(n *api.GPUNode) error {
 }
 
 // RemoveGPUNode forgets a table row.
-func (l *Ledger) RemoveGPUNode(name string) {
+func (l *Books) RemoveGPUNode(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.books.RemoveNode(name)
@@ -143,7 +144,7 @@ func (l *Ledger) RemoveGPUNode(name string) {
 // terminated one. Pods that are not bound yet are left to the scheduling
 // cycle. A malformed annotation, or one naming another node, is returned as
 // an error and books nothing.
-func (l *Ledger) ObservePod(pod *corev1.Pod) error {
+func (l *Books) ObservePod(pod *corev1.Pod) error {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		l.Release(string(pod.UID))
 		return nil
@@ -175,7 +176,7 @@ func (l *Ledger) ObservePod(pod *corev1.Pod) error {
 // observeLocked books a bound pod's assignment annotation, unless a resize
 // of the pod is being written (EndResize settles it) or the value is one a
 // resize has just replaced (a late update from before the write).
-func (l *Ledger) observeLocked(uid, raw string, a *api.Assignment) {
+func (l *Books) observeLocked(uid, raw string, a *api.Assignment) {
 	if p := l.resizing[uid]; p != nil {
 		p.obs, p.obsRaw = a, raw
 		return
@@ -193,14 +194,14 @@ func (l *Ledger) observeLocked(uid, raw string, a *api.Assignment) {
 }
 
 // Quality reports the placement quality of the current holdings.
-func (l *Ledger) Quality() alloc.Quality {
+func (l *Books) Quality() alloc.Quality {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.books.Quality()
 }
 
 // Usage returns the holdings on a node's GPUs.
-func (l *Ledger) Usage(node string) map[int32]alloc.Usage {
+func (l *Books) Usage(node string) map[int32]alloc.Usage {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.books.Usage(node)

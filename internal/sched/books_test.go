@@ -26,14 +26,14 @@ func gpuNode(name string, gpus int, beat time.Time) *api.GPUNode {
 	return n
 }
 
-func newLedger(t *testing.T) (*Ledger, *clocktesting.FakePassiveClock) {
+func newBooks(t *testing.T) (*Books, *clocktesting.FakePassiveClock) {
 	t.Helper()
 	clk := clocktesting.NewFakePassiveClock(t0)
-	return NewLedger(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Minute, DefaultPlacement: api.PlacementBinpack}, clk), clk
+	return NewBooks(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Minute, DefaultPlacement: api.PlacementBinpack}, clk), clk
 }
 
-func TestLedgerHeartbeatUsesClock(t *testing.T) {
-	l, clk := newLedger(t)
+func TestBooksHeartbeatUsesClock(t *testing.T) {
+	l, clk := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func TestLedgerHeartbeatUsesClock(t *testing.T) {
 	}
 }
 
-func TestLedgerInvalidGPUNodeRemovesNode(t *testing.T) {
-	l, _ := newLedger(t)
+func TestBooksInvalidGPUNodeRemovesNode(t *testing.T) {
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +75,8 @@ func boundPod(uid, node, annotation string) *corev1.Pod {
 	return p
 }
 
-func TestLedgerObservePod(t *testing.T) {
-	l, _ := newLedger(t)
+func TestBooksObservePod(t *testing.T) {
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 2, t0)); err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +119,8 @@ func TestLedgerObservePod(t *testing.T) {
 	}
 }
 
-func TestLedgerReserveRetryReplacesHolding(t *testing.T) {
-	l, _ := newLedger(t)
+func TestBooksReserveRetryReplacesHolding(t *testing.T) {
+	l, _ := newBooks(t)
 	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
