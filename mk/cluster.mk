@@ -10,7 +10,7 @@ k8s-bins:
 	hack/k8s/build.sh
 
 test-cluster-unit:
-	$(GO) test -count=1 ./pkg/api/... ./internal/alloc/... ./internal/sched/... ./internal/gpunoderow/...
+	$(GO) test -count=1 ./pkg/... ./internal/alloc/... ./internal/sched/... ./internal/gpunoderow/...
 
 # Integration tests on a real apiserver/etcd/scheduler (modest scale, a few minutes).
 # If the Kubernetes binaries cannot be built here, the tests skip with the reason; with

@@ -34,4 +34,6 @@ if ! command -v go >/dev/null; then
 fi
 # golangci-lint for make lint, built from source (Go module proxy), cached by version.
 bash "$(dirname "$0")/../hack/lint/build.sh" >/dev/null
+# controller-gen and client/lister/informer-gen for make generate/verify-generate, cached by version.
+bash "$(dirname "$0")/../hack/codegen/build.sh" >/dev/null
 echo "deps: ok ($(go version))"

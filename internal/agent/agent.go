@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -27,6 +26,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // Run runs the agent until ctx ends or a part fails.
@@ -34,7 +34,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cs, dyn, err := clients(cfg.Kubeconfig)
+	cs, gc, err := clients(cfg.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -135,8 +135,8 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if cfg.HealthChecks {
 		readHealth = func(uuid string) (bool, string) { st := mon.status(uuid); return st.Healthy, st.Reason }
 	}
-	pub := newPublisher(cfg, dyn, gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
-	pub.State = (&stateReader{ctx: gctx, cs: cs, dyn: dyn, node: cfg.NodeName}).read
+	pub := newPublisher(cfg, gc, gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
+	pub.State = (&stateReader{ctx: gctx, cs: cs, gc: gc, node: cfg.NodeName}).read
 	pub.Observe = ph.observe
 	pub.Kick = kick
 	g.Go(func() error { return pub.Run(gctx) })
@@ -144,7 +144,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 }
 
 // clients connect to the API server.
-func clients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
@@ -158,11 +158,11 @@ func clients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(rc)
+	gc, err := versioned.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+		return nil, nil, fmt.Errorf("GPUNode client: %w", err)
 	}
-	return cs, dyn, nil
+	return cs, gc, nil
 }
 
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {

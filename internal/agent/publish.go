@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -23,15 +22,16 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // newPublisher publishes the node's GPUNode row every cfg.PublishPeriod:
 // GPUs as nvml measures them (with the health monitor's verdict), holdings from the assignments of the node's
 // pods, and, per GPU, the processes no pod scheduled there owns.
-func newPublisher(cfg Config, dyn dynamic.Interface, nvml gpunoderow.NVMLReader, pods listersv1.PodLister, sh *sharing) *gpunoderow.Publisher {
+func newPublisher(cfg Config, gc versioned.Interface, nvml gpunoderow.NVMLReader, pods listersv1.PodLister, sh *sharing) *gpunoderow.Publisher {
 	own := &owners{pods: pods, tree: group.NewTree(cfg.RunDir), procRoot: cfg.ProcRoot}
 	nvml.Owned = func(index int, pid uint32) bool { return own.owned(index, pid) || sh.server(pid) }
-	return &gpunoderow.Publisher{Client: dyn, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
+	return &gpunoderow.Publisher{Client: gc, Node: cfg.NodeName, Clock: clock.RealClock{}, Period: cfg.PublishPeriod,
 		GPUs: sharingReader{s: sh, r: ownedReader{own: own, r: nvml, runDir: cfg.RunDir}},
 		Held: podHoldings{pods: pods, node: cfg.NodeName}}
 }

@@ -6,26 +6,27 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // drainState is the node's state from what the API server says: Draining
 // when the Node is cordoned or its GPUNode carries api.AnnotationDrain
 // "true"; else Working.
-func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (api.NodeState, string) {
+func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (v1alpha1.NodeState, string) {
 	switch {
 	case cordoned:
-		return api.NodeDraining, "the node is cordoned"
+		return v1alpha1.NodeDraining, "the node is cordoned"
 	case gpuNodeAnnotations[api.AnnotationDrain] == "true":
-		return api.NodeDraining, "the GPUNode is annotated " + api.AnnotationDrain + "=true"
+		return v1alpha1.NodeDraining, "the GPUNode is annotated " + api.AnnotationDrain + "=true"
 	}
-	return api.NodeWorking, ""
+	return v1alpha1.NodeWorking, ""
 }
 
 // stateReader reads the node's drain state before each publication; a
@@ -33,17 +34,17 @@ func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (api.NodeSt
 type stateReader struct {
 	ctx  context.Context
 	cs   kubernetes.Interface
-	dyn  dynamic.Interface
+	gc   versioned.Interface
 	node string
 
 	mu         sync.Mutex
-	state      api.NodeState
+	state      v1alpha1.NodeState
 	msg        string
 	cordoned   bool
 	annotation map[string]string
 }
 
-func (s *stateReader) read() (api.NodeState, string) {
+func (s *stateReader) read() (v1alpha1.NodeState, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n, err := s.cs.CoreV1().Nodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
@@ -51,7 +52,7 @@ func (s *stateReader) read() (api.NodeState, string) {
 	} else {
 		klog.FromContext(s.ctx).V(2).Info("read node for its drain state", "err", err)
 	}
-	if g, err := s.dyn.Resource(api.GPUNodeGVR).Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
+	if g, err := s.gc.GpusliceV1alpha1().GPUNodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
 		s.annotation = g.GetAnnotations()
 	}
 	s.state, s.msg = drainState(s.cordoned, s.annotation)
@@ -68,13 +69,13 @@ type pluginHealth struct {
 	plugins []*deviceplugin.Plugin
 	healthy func(uuid string) bool // the monitor's view; nil: healthy
 	mu      sync.Mutex
-	state   api.NodeState       // "" before the first publication: Working
+	state   v1alpha1.NodeState  // "" before the first publication: Working
 	devs    []gpunoderow.Device // nil before the first publication: all healthy
 	last    []deviceplugin.GPU
 }
 
 // observe takes a published state and the GPUs measured.
-func (h *pluginHealth) observe(state api.NodeState, devs []gpunoderow.Device) {
+func (h *pluginHealth) observe(state v1alpha1.NodeState, devs []gpunoderow.Device) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.state, h.devs = state, append(make([]gpunoderow.Device, 0, len(devs)), devs...)
@@ -102,7 +103,7 @@ func (h *pluginHealth) refreshLocked() {
 // advertised is gpus with Healthy = state is Working (or not yet published),
 // devs (the last measurement; nil: none yet) call the GPU healthy, and so
 // does healthy (nil: no monitor).
-func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []deviceplugin.GPU {
+func advertised(gpus []deviceplugin.GPU, state v1alpha1.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []deviceplugin.GPU {
 	ok := map[string]bool{}
 	for _, d := range devs {
 		ok[d.UUID] = d.Healthy
@@ -110,7 +111,7 @@ func advertised(gpus []deviceplugin.GPU, state api.NodeState, devs []gpunoderow.
 	out := slices.Clone(gpus)
 	for i := range out {
 		u := out[i].UUID
-		out[i].Healthy = (state == "" || state == api.NodeWorking) && (devs == nil || ok[u]) && (healthy == nil || healthy(u))
+		out[i].Healthy = (state == "" || state == v1alpha1.NodeWorking) && (devs == nil || ok[u]) && (healthy == nil || healthy(u))
 	}
 	return out
 }

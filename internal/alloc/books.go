@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // GPU is one device as the resource table reports it.
@@ -30,18 +31,18 @@ type GPU struct {
 // Node is one node's row of the resource table.
 type Node struct {
 	Name      string
-	State     api.NodeState
+	State     v1alpha1.NodeState
 	Heartbeat time.Time
 	GPUs      []GPU
 }
 
 // NodeFromAPI converts a GPUNode to the allocator's form.
-func NodeFromAPI(n *api.GPUNode) Node {
+func NodeFromAPI(n *v1alpha1.GPUNode) Node {
 	out := Node{Name: n.Name, State: n.Status.State, Heartbeat: n.Status.Heartbeat.Time}
 	for _, g := range n.Status.GPUs {
 		out.GPUs = append(out.GPUs, GPU{
 			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes,
-			Healthy: g.Health == api.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
+			Healthy: g.Health == v1alpha1.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
 			UnscheduledProcesses: g.UnscheduledProcesses, Mode: g.Mode(), UnitsFree: g.UnitsFree,
 		})
 	}

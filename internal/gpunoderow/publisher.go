@@ -7,15 +7,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // conflictBackoff spreads retries of concurrent writers of one object.
@@ -24,15 +22,15 @@ func conflictBackoff() wait.Backoff {
 }
 
 // StateFunc tells the node's working state and an optional message.
-type StateFunc func() (api.NodeState, string)
+type StateFunc func() (v1alpha1.NodeState, string)
 
 // ObserveFunc receives each published state and the GPUs measured (none
 // when reading them failed).
-type ObserveFunc func(state api.NodeState, devs []Device)
+type ObserveFunc func(state v1alpha1.NodeState, devs []Device)
 
 // Publisher writes one node's GPUNode row.
 type Publisher struct {
-	Client dynamic.Interface
+	Client versioned.Interface
 	Node   string
 	GPUs   GPUReader
 	Held   AllocationReader
@@ -55,7 +53,7 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read holdings: %w", err)
 	}
-	state, msg := api.NodeWorking, ""
+	state, msg := v1alpha1.NodeWorking, ""
 	if p.State != nil {
 		state, msg = p.State()
 	}
@@ -64,7 +62,7 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	// waiting for the heartbeat to go stale.
 	devs, derr := p.GPUs.Devices(ctx)
 	if derr != nil {
-		devs, state, msg = nil, api.NodeNotReady, clipMessage("reading the GPUs failed: "+derr.Error())
+		devs, state, msg = nil, v1alpha1.NodeNotReady, clipMessage("reading the GPUs failed: "+derr.Error())
 	}
 	st, err := Status(devs, held, state, msg)
 	if err != nil {
@@ -81,31 +79,23 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	return fmt.Errorf("read GPUs: %w", derr)
 }
 
-func (p *Publisher) write(ctx context.Context, st api.GPUNodeStatus) error {
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
-	if err != nil {
-		return fmt.Errorf("encode status: %w", err)
-	}
+func (p *Publisher) write(ctx context.Context, st v1alpha1.GPUNodeStatus) error {
 	// The row's status is written through the status subresource: the
 	// API server ignores status on create and on a plain update.
-	rc := p.Client.Resource(api.GPUNodeGVR)
-	err = retry.RetryOnConflict(conflictBackoff(), func() error {
-		cur, err := rc.Get(ctx, p.Node, metav1.GetOptions{})
+	c := p.Client.GpusliceV1alpha1().GPUNodes()
+	err := retry.RetryOnConflict(conflictBackoff(), func() error {
+		cur, err := c.Get(ctx, p.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			obj := &unstructured.Unstructured{Object: map[string]any{}}
-			obj.SetAPIVersion(api.Group + "/" + api.GPUNodeVersion)
-			obj.SetKind(api.GPUNodeKind)
-			obj.SetName(p.Node)
-			cur, err = rc.Create(ctx, obj, metav1.CreateOptions{})
+			cur, err = c.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: p.Node}}, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(api.GPUNodeGVR.GroupResource(), p.Node, err)
+				return apierrors.NewConflict(v1alpha1.Resource(v1alpha1.GPUNodeResource), p.Node, err)
 			}
 		}
 		if err != nil {
 			return err
 		}
-		cur.Object["status"] = status // cur carries the resourceVersion read
-		_, err = rc.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		cur.Status = st // cur carries the resourceVersion read
+		_, err = c.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {

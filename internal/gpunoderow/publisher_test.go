@@ -7,12 +7,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynfake "k8s.io/client-go/dynamic/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/fake"
 )
 
 type failingGPUs struct{ err error }
@@ -32,28 +30,24 @@ func (noHeld) Held(context.Context) (map[int32]Held, error) { return nil, nil }
 // A driver that fails is published as NotReady (with the error), and what
 // the publisher observed says so; the call still reports the failure.
 func TestPublishNotReadyOnDriverFailure(t *testing.T) {
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{api.GPUNodeGVR: api.GPUNodeKind + "List"})
-	var seen []api.NodeState
-	p := &Publisher{Client: dyn, Node: "n1", Held: noHeld{}, Clock: clocktesting.NewFakePassiveClock(time.Unix(1e9, 0)), Period: time.Second,
-		State:   func() (api.NodeState, string) { return api.NodeWorking, "" },
-		Observe: func(s api.NodeState, devs []Device) { seen = append(seen, s) }}
-	read := func() api.GPUNodeStatus {
+	cs := fake.NewSimpleClientset()
+	var seen []v1alpha1.NodeState
+	p := &Publisher{Client: cs, Node: "n1", Held: noHeld{}, Clock: clocktesting.NewFakePassiveClock(time.Unix(1e9, 0)), Period: time.Second,
+		State:   func() (v1alpha1.NodeState, string) { return v1alpha1.NodeWorking, "" },
+		Observe: func(s v1alpha1.NodeState, devs []Device) { seen = append(seen, s) }}
+	read := func() v1alpha1.GPUNodeStatus {
 		t.Helper()
-		u, err := dyn.Resource(api.GPUNodeGVR).Get(context.Background(), "n1", metav1.GetOptions{})
+		n, err := cs.GpusliceV1alpha1().GPUNodes().Get(context.Background(), "n1", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st api.GPUNodeStatus
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object["status"].(map[string]any), &st); err != nil {
-			t.Fatal(err)
-		}
-		return st
+		return n.Status
 	}
 	p.GPUs = okGPUs{}
 	if err := p.PublishOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := read(); st.State != api.NodeWorking || len(st.GPUs) != 1 {
+	if st := read(); st.State != v1alpha1.NodeWorking || len(st.GPUs) != 1 {
 		t.Fatalf("working: %+v", st)
 	}
 	p.GPUs = failingGPUs{errors.New("NVML_ERROR_GPU_IS_LOST")}
@@ -61,10 +55,10 @@ func TestPublishNotReadyOnDriverFailure(t *testing.T) {
 		t.Fatal("driver failure not reported")
 	}
 	st := read()
-	if st.State != api.NodeNotReady || len(st.GPUs) != 0 || st.Message == "" {
+	if st.State != v1alpha1.NodeNotReady || len(st.GPUs) != 0 || st.Message == "" {
 		t.Fatalf("after a driver failure: %+v", st)
 	}
-	if len(seen) != 2 || seen[1] != api.NodeNotReady {
+	if len(seen) != 2 || seen[1] != v1alpha1.NodeNotReady {
 		t.Fatalf("observed %v", seen)
 	}
 }

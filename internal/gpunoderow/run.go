@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // Config configures a standalone publisher (gpuslice-publisher).
@@ -23,7 +23,7 @@ type Config struct {
 	Period     time.Duration
 	Driver     gpu.Mode
 	SimDir     string // directory of the simulated libnvidia-ml.so.1
-	State      api.NodeState
+	State      v1alpha1.NodeState
 	Once       bool // publish once and exit
 }
 
@@ -37,7 +37,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("period %s: want at least 1s", c.Period))
 	}
 	switch c.State {
-	case api.NodeWorking, api.NodeDraining, api.NodeNotReady:
+	case v1alpha1.NodeWorking, v1alpha1.NodeDraining, v1alpha1.NodeNotReady:
 	default:
 		errs = append(errs, fmt.Errorf("state %q: want Working, Draining or NotReady", c.State))
 	}
@@ -56,9 +56,9 @@ func Run(ctx context.Context, c Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(rc)
+	gc, err := versioned.NewForConfig(rc)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return fmt.Errorf("GPUNode client: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
@@ -74,8 +74,8 @@ func Run(ctx context.Context, c Config) (err error) {
 		}
 	}()
 	klog.FromContext(ctx).Info("publishing GPUNode", "node", c.Node, "period", c.Period, "simulated", drv.Simulated, "driver", drv.Version)
-	p := &Publisher{Client: dyn, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node},
-		State: func() (api.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
+	p := &Publisher{Client: gc, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node},
+		State: func() (v1alpha1.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
 	if c.Once {
 		return p.PublishOnce(ctx)
 	}

@@ -13,15 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/version"
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // Binary is the plugin's executable name; kubectl runs it as `kubectl gpuslice`.
@@ -35,8 +34,8 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 // clients are what the commands read the cluster through.
 type clients struct {
-	core    kubernetes.Interface
-	dynamic dynamic.Interface
+	core     kubernetes.Interface
+	gpuNodes versioned.Interface
 }
 
 // NewCommand returns `kubectl gpuslice` with its subcommands; now is the clock.
@@ -51,11 +50,11 @@ func NewCommand(streams genericiooptions.IOStreams, now func() time.Time) *cobra
 		if err != nil {
 			return nil, fmt.Errorf("client: %w", err)
 		}
-		dyn, err := dynamic.NewForConfig(cfg)
+		gc, err := versioned.NewForConfig(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("client: %w", err)
+			return nil, fmt.Errorf("GPUNode client: %w", err)
 		}
-		return &clients{core: core, dynamic: dyn}, nil
+		return &clients{core: core, gpuNodes: gc}, nil
 	}
 	root := &cobra.Command{
 		Use:           "gpuslice",
@@ -97,7 +96,7 @@ func topCommand(streams genericiooptions.IOStreams, connect func() (*clients, er
 		if err != nil {
 			return err
 		}
-		nodes, err := listGPUNodes(cmd.Context(), c.dynamic, names)
+		nodes, err := listGPUNodes(cmd.Context(), c.gpuNodes, names)
 		if err != nil {
 			return err
 		}
@@ -146,24 +145,19 @@ func podsCommand(streams genericiooptions.IOStreams, flags *genericclioptions.Co
 }
 
 // listGPUNodes reads the GPUNode rows (all, or the named ones).
-func listGPUNodes(ctx context.Context, dyn dynamic.Interface, names []string) ([]api.GPUNode, error) {
-	list, err := dyn.Resource(api.GPUNodeGVR).List(ctx, metav1.ListOptions{})
+func listGPUNodes(ctx context.Context, gc versioned.Interface, names []string) ([]v1alpha1.GPUNode, error) {
+	list, err := gc.GpusliceV1alpha1().GPUNodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list GPUNodes: %w", err)
 	}
-	var out []api.GPUNode
-	for _, u := range list.Items {
-		if len(names) > 0 && !slices.Contains(names, u.GetName()) {
-			continue
+	var out []v1alpha1.GPUNode
+	for _, g := range list.Items {
+		if len(names) == 0 || slices.Contains(names, g.Name) {
+			out = append(out, g)
 		}
-		var g api.GPUNode
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &g); err != nil {
-			return nil, fmt.Errorf("GPUNode %s: %w", u.GetName(), err)
-		}
-		out = append(out, g)
 	}
 	for _, n := range names {
-		if !slices.ContainsFunc(out, func(g api.GPUNode) bool { return g.Name == n }) {
+		if !slices.ContainsFunc(out, func(g v1alpha1.GPUNode) bool { return g.Name == n }) {
 			return nil, &UsageError{Err: fmt.Errorf("top: no GPUNode %q", n)}
 		}
 	}

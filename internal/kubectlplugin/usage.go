@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // TopDoc is `kubectl gpuslice top -o json|yaml` (kind GPUTop): per node and
@@ -114,7 +115,7 @@ func Shares(pods []corev1.Pod) PodsDoc {
 }
 
 // Top joins the GPUNode rows with the pods' bookings.
-func Top(nodes []api.GPUNode, pods []corev1.Pod) TopDoc {
+func Top(nodes []v1alpha1.GPUNode, pods []corev1.Pod) TopDoc {
 	type key struct {
 		node string
 		gpu  int32

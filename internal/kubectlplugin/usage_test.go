@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 const gib = int64(1) << 30
@@ -34,16 +35,16 @@ func share(node string, c string, gpus ...api.GPUAssignment) *api.Assignment {
 	return &api.Assignment{Version: api.AssignmentVersion, Node: node, Containers: []api.ContainerAssignment{{Name: c, GPUs: gpus}}}
 }
 
-func fixture(t *testing.T) ([]api.GPUNode, []corev1.Pod) {
+func fixture(t *testing.T) ([]v1alpha1.GPUNode, []corev1.Pod) {
 	hb := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	gpu := func(i int32, free int64) api.GPU {
-		return api.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "A100", MemoryBytes: 40 * gib, UnitsTotal: 100,
-			UnitsFree: free, MemoryFreeBytes: 40 * gib, Health: api.GPUHealthy, UtilizationPercent: 37}
+	gpu := func(i int32, free int64) v1alpha1.GPU {
+		return v1alpha1.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "A100", MemoryBytes: 40 * gib, UnitsTotal: 100,
+			UnitsFree: free, MemoryFreeBytes: 40 * gib, Health: v1alpha1.GPUHealthy, UtilizationPercent: 37}
 	}
-	nodes := []api.GPUNode{
-		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: api.GPUNodeStatus{State: api.NodeDraining, Heartbeat: metav1.NewTime(hb)}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.NewTime(hb),
-			GPUs: []api.GPU{gpu(1, 0), gpu(0, 20)}}},
+	nodes := []v1alpha1.GPUNode{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeDraining, Heartbeat: metav1.NewTime(hb)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.NewTime(hb),
+			GPUs: []v1alpha1.GPU{gpu(1, 0), gpu(0, 20)}}},
 	}
 	nodes[1].Status.GPUs[0].SharingMode = api.SharingMPS
 	pods := []corev1.Pod{

@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // ErrInvalidWant wraps an api.AnnotationGPUs value that is malformed
@@ -78,11 +79,11 @@ func (s Shortfall) String() string {
 // pod holds any share of), lowest index first; released ones are the highest
 // indices. changed is false when a already matches. Containers that cannot
 // get all they want get all there is, reported as shortfalls.
-func Plan(a *api.Assignment, want map[string]int, free []api.GPU) (out *api.Assignment, short []Shortfall, changed bool) {
+func Plan(a *api.Assignment, want map[string]int, free []v1alpha1.GPU) (out *api.Assignment, short []Shortfall, changed bool) {
 	out = &api.Assignment{Version: a.Version, Node: a.Node}
 	mine := a.Totals()
-	pool := slices.DeleteFunc(slices.Clone(free), func(g api.GPU) bool { _, held := mine[g.Index]; return held })
-	slices.SortFunc(pool, func(x, y api.GPU) int { return cmp.Compare(x.Index, y.Index) })
+	pool := slices.DeleteFunc(slices.Clone(free), func(g v1alpha1.GPU) bool { _, held := mine[g.Index]; return held })
+	slices.SortFunc(pool, func(x, y v1alpha1.GPU) int { return cmp.Compare(x.Index, y.Index) })
 	for _, c := range a.Containers {
 		nc := api.ContainerAssignment{Name: c.Name, GPUs: slices.Clone(c.GPUs)}
 		n, ok := want[c.Name]

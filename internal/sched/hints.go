@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // rowMayAdmitMore reports whether a GPUNode change can let a pod in that did
@@ -16,7 +16,7 @@ import (
 // was stale (older than timeout at now). A heartbeat refresh of a fresh,
 // otherwise unchanged row cannot, and at thousands of nodes those are most
 // updates.
-func rowMayAdmitMore(old, cur *api.GPUNode, timeout time.Duration, now time.Time) bool {
+func rowMayAdmitMore(old, cur *v1alpha1.GPUNode, timeout time.Duration, now time.Time) bool {
 	if old == nil || cur == nil {
 		return old == nil && cur != nil
 	}
@@ -28,15 +28,15 @@ func rowMayAdmitMore(old, cur *api.GPUNode, timeout time.Duration, now time.Time
 
 // gpuNodeHint is the queueing hint for GPUNode events.
 func (p *Plugin) gpuNodeHint(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	var old, cur *api.GPUNode
+	var old, cur *v1alpha1.GPUNode
 	var err error
 	if oldObj != nil {
-		if old, err = GPUNodeFromUnstructured(oldObj); err != nil {
+		if old, err = gpuNodeFrom(oldObj); err != nil {
 			return fwk.Queue, err
 		}
 	}
 	if newObj != nil {
-		if cur, err = GPUNodeFromUnstructured(newObj); err != nil {
+		if cur, err = gpuNodeFrom(newObj); err != nil {
 			return fwk.Queue, err
 		}
 	}

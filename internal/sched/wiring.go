@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -23,6 +21,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
+	"github.com/gpuslice/gpuslice/pkg/generated/informers/externalversions"
 )
 
 // AssignmentWriter stores an assignment on its pod.
@@ -58,9 +59,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(h.KubeConfig())
+	gc, err := versioned.NewForConfig(h.KubeConfig())
 	if err != nil {
-		return nil, fmt.Errorf("%s: dynamic client: %w", Name, err)
+		return nil, fmt.Errorf("%s: GPUNode client: %w", Name, err)
 	}
 	cfg := st.Alloc
 	books := NewBooks(cfg, clock.RealClock{})
@@ -76,7 +77,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	}
 	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
 		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now, metrics: pm}
-	if err := watchGPUNodes(ctx, dyn, books, w, cfg.HeartbeatTimeout); err != nil {
+	if err := watchGPUNodes(ctx, gc, books, w, cfg.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
 	if err := startResize(ctx, h, resizeBooks{Books: books, ctx: ctx, wait: w}, leading); err != nil {
@@ -140,12 +141,12 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.Reso
 }
 
 // watchGPUNodes feeds GPUNode rows into the books and waits for the first list.
-func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Books, w *waiters, timeout time.Duration) error {
+func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *waiters, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	inf := f.ForResource(api.GPUNodeGVR).Informer()
+	f := externalversions.NewSharedInformerFactory(gc, 0)
+	inf := f.Gpuslice().V1alpha1().GPUNodes().Informer()
 	set := func(oldObj, obj any) {
-		n, err := GPUNodeFromUnstructured(obj)
+		n, err := gpuNodeFrom(obj)
 		if err == nil && unpublished(n) {
 			// Created, its status not written yet (the publisher creates
 			// the row, then writes gpunodes/status): no node to place on.
@@ -160,9 +161,9 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Books, w *wait
 			logger.Error(err, "ignoring GPUNode")
 			return
 		}
-		var old *api.GPUNode
+		var old *v1alpha1.GPUNode
 		if oldObj != nil {
-			if o, err := GPUNodeFromUnstructured(oldObj); err == nil {
+			if o, err := gpuNodeFrom(oldObj); err == nil {
 				old = o // a malformed old row leaves old nil: the row counts as new
 			}
 		}
@@ -177,8 +178,8 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Books, w *wait
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				l.RemoveGPUNode(u.GetName())
+			if n, err := gpuNodeFrom(obj); err == nil {
+				l.RemoveGPUNode(n.Name)
 			}
 		},
 	})
@@ -192,15 +193,21 @@ func watchGPUNodes(ctx context.Context, dyn dynamic.Interface, l *Books, w *wait
 	return nil
 }
 
-// GPUNodeFromUnstructured converts a dynamic-client object to a GPUNode.
-func GPUNodeFromUnstructured(obj any) (*api.GPUNode, error) {
+// gpuNodeFrom reads a GPUNode from an informer's object: typed from the
+// plugin's own informer, unstructured from kube-scheduler's (the framework
+// watches the custom resources plugins register events for through a
+// dynamic informer, and hands its objects to the queueing hints).
+func gpuNodeFrom(obj any) (*v1alpha1.GPUNode, error) {
+	if n, ok := obj.(*v1alpha1.GPUNode); ok {
+		return n, nil
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil, fmt.Errorf("%w: unexpected object %T", api.ErrInvalidGPUNode, obj)
+		return nil, fmt.Errorf("%w: unexpected object %T", v1alpha1.ErrInvalidGPUNode, obj)
 	}
-	var n api.GPUNode
+	var n v1alpha1.GPUNode
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
-		return nil, fmt.Errorf("%w %q: %w", api.ErrInvalidGPUNode, u.GetName(), err)
+		return nil, fmt.Errorf("%w %q: %w", v1alpha1.ErrInvalidGPUNode, u.GetName(), err)
 	}
 	return &n, nil
 }
@@ -263,6 +270,6 @@ var (
 )
 
 // unpublished: a row whose status was never written.
-func unpublished(n *api.GPUNode) bool {
+func unpublished(n *v1alpha1.GPUNode) bool {
 	return n.Status.State == "" && n.Status.Heartbeat.IsZero() && len(n.Status.GPUs) == 0
 }

@@ -5,20 +5,20 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 func TestUnpublished(t *testing.T) {
 	for name, tc := range map[string]struct {
-		st   api.GPUNodeStatus
+		st   v1alpha1.GPUNodeStatus
 		want bool
 	}{
-		"created, no status": {api.GPUNodeStatus{}, true},
-		"published":          {api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.Now()}, false},
-		"state only":         {api.GPUNodeStatus{State: api.NodeNotReady}, false},
-		"gpus only":          {api.GPUNodeStatus{GPUs: []api.GPU{{UUID: "a"}}}, false},
+		"created, no status": {v1alpha1.GPUNodeStatus{}, true},
+		"published":          {v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.Now()}, false},
+		"state only":         {v1alpha1.GPUNodeStatus{State: v1alpha1.NodeNotReady}, false},
+		"gpus only":          {v1alpha1.GPUNodeStatus{GPUs: []v1alpha1.GPU{{UUID: "a"}}}, false},
 	} {
-		if got := unpublished(&api.GPUNode{Status: tc.st}); got != tc.want {
+		if got := unpublished(&v1alpha1.GPUNode{Status: tc.st}); got != tc.want {
 			t.Errorf("%s: unpublished = %v, want %v", name, got, tc.want)
 		}
 	}

@@ -71,3 +71,8 @@ func (p Placement) Valid() bool {
 func IsGPUSliceResource(name corev1.ResourceName) bool {
 	return len(name) > len(Group)+1 && string(name[:len(Group)+1]) == Group+"/"
 }
+
+// AnnotationDrain on a GPUNode: "true" makes its node agent publish the node
+// Draining (no new pods; pods already there keep running), as cordoning the
+// Node does.
+const AnnotationDrain = Group + "/drain"

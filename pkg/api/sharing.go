@@ -55,14 +55,6 @@ func ParseSharingMode(s string) (SharingMode, error) {
 	return "", fmt.Errorf("sharing mode %q: want one of %v", s, SharingModes())
 }
 
-// Mode is the GPU's sharing mode (timeslice when the entry names none).
-func (g GPU) Mode() SharingMode {
-	if g.SharingMode == "" {
-		return SharingTimeslice
-	}
-	return g.SharingMode
-}
-
 // Accepts reports whether a GPU in mode m may take a pod that asks for want
 // ("" = either).
 func (m SharingMode) Accepts(want SharingMode) bool {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -172,14 +171,6 @@ func names(prefix string, n int) []string {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
-func gpuNodeOf(obj map[string]any) (*api.GPUNode, error) {
-	var g api.GPUNode
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &g); err != nil {
-		return nil, err
-	}
-	return &g, nil
-}
 
 func containsAll(s string, want []string) bool {
 	for _, w := range want {

@@ -13,7 +13,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -88,11 +87,7 @@ func TestKubectlPlugin(t *testing.T) {
 	if err := json.Unmarshal([]byte(kubectl("top", node, "-o", "json")), &top); err != nil {
 		t.Fatal(err)
 	}
-	row, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gpuNodeOf(row.Object)
+	g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

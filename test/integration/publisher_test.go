@@ -14,14 +14,13 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -42,7 +41,7 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	node := ns + "-pub"
 	const writers, rounds, labels = 4, 20, 30
 	ctx := context.Background()
-	rows, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	rows, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,21 +67,17 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Get(ctx, node, metav1.GetOptions{})
+	g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Every publication changed the status (distinct heartbeats): the watch
 	// sees one heartbeat per publication.
-	if got, want := heartbeatsSeen(t, rows, u.GetResourceVersion()), writers*rounds; got != want {
+	if got, want := heartbeatsSeen(t, rows, g.ResourceVersion), writers*rounds; got != want {
 		t.Fatalf("%d heartbeats published, want %d (one per publication): a write was lost", got, want)
 	}
-	if n := len(u.GetLabels()); n != labels {
+	if n := len(g.Labels); n != labels {
 		t.Fatalf("%d labels survived, want %d", n, labels)
-	}
-	g, err := gpuNodeOf(u.Object)
-	if err != nil {
-		t.Fatal(err)
 	}
 	w := len(g.Status.GPUs) - 1
 	for i, gpu := range g.Status.GPUs {
@@ -90,7 +85,7 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 			t.Fatalf("torn status: %+v", g.Status.GPUs)
 		}
 	}
-	if !apiequality.Semantic.DeepEqual(g.Status.Summary, api.Summarize(g.Status.GPUs)) {
+	if !apiequality.Semantic.DeepEqual(g.Status.Summary, v1alpha1.Summarize(g.Status.GPUs)) {
 		t.Fatalf("summary %+v does not match GPUs", g.Status.Summary)
 	}
 }
@@ -106,14 +101,14 @@ func heartbeatsSeen(t *testing.T, w watch.Interface, last string) int {
 			if !ok {
 				t.Fatal("watch of the row ended early")
 			}
-			u, isObj := ev.Object.(*unstructured.Unstructured)
+			g, isObj := ev.Object.(*v1alpha1.GPUNode)
 			if !isObj {
 				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
 			}
-			if hb, _, _ := unstructured.NestedString(u.Object, "status", "heartbeat"); hb != "" {
-				seen[hb] = true
+			if hb := g.Status.Heartbeat; !hb.IsZero() {
+				seen[hb.UTC().Format(time.RFC3339)] = true
 			}
-			if u.GetResourceVersion() == last {
+			if g.ResourceVersion == last {
 				return len(seen)
 			}
 		case <-timeout:
@@ -131,7 +126,7 @@ func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) e
 	for i := range gpus {
 		gpus[i] = gpunoderow.Device{Index: int32(i), UUID: fmt.Sprintf("GPU-%d-%d", w, i), Model: "m", MemoryBytes: 1 << 30, Healthy: true}
 	}
-	p := &gpunoderow.Publisher{Client: e.cp.Dynamic, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
+	p := &gpunoderow.Publisher{Client: e.cp.GPUNodes, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
 	for r := 0; r < rounds; r++ {
 		clk.SetTime(t0.Add(time.Duration(r*n+w+1) * time.Second))
 		if err := p.PublishOnce(ctx); err != nil {
@@ -144,7 +139,7 @@ func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) e
 // addLabels adds labels to the row one by one, each a read-modify-write
 // conditioned on the resourceVersion, as another controller would.
 func addLabels(ctx context.Context, e *env, node string, labels int) error {
-	rc := e.cp.Dynamic.Resource(api.GPUNodeGVR)
+	rc := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes()
 	backoff := wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 1.3, Jitter: 1, Cap: time.Second}
 	for i := 0; i < labels; i++ {
 		err := retry.RetryOnConflict(backoff, func() error {
@@ -152,12 +147,10 @@ func addLabels(ctx context.Context, e *env, node string, labels int) error {
 			if err != nil {
 				return err
 			}
-			l := cur.GetLabels()
-			if l == nil {
-				l = map[string]string{}
+			if cur.Labels == nil {
+				cur.Labels = map[string]string{}
 			}
-			l[fmt.Sprintf("l%d", i)] = "x"
-			cur.SetLabels(l)
+			cur.Labels[fmt.Sprintf("l%d", i)] = "x"
 			_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
 			return err
 		})
@@ -192,24 +185,20 @@ func TestPublisherOnSimulatedGPU(t *testing.T) {
 	if err := e.cp.CreateNode(context.Background(), spec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	publish := func() *api.GPUNode {
+	publish := func() *v1alpha1.GPUNode {
 		cmd := exec.Command(pub, "--once", "--driver", "sim", "--sim-dir", simDir, "--node", node, "--kubeconfig", e.cp.Kubeconfig)
 		cmd.Env = append(os.Environ(), "GPUSLICE_SIM_GPUS=2", "GPUSLICE_SIM_MEMORY=80GiB", "GPUSLICE_SIM_STATE="+filepath.Join(t.TempDir(), "sim"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("publisher: %v\n%s", err, out)
 		}
-		u, err := e.cp.Dynamic.Resource(api.GPUNodeGVR).Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gpuNodeOf(u.Object)
+		g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return g
 	}
 	g := publish()
-	if len(g.Status.GPUs) != 2 || g.Status.GPUs[0].MemoryBytes != 80*harness.GiB || g.Status.State != api.NodeWorking || g.Status.Summary.UnitsFree != 200 {
+	if len(g.Status.GPUs) != 2 || g.Status.GPUs[0].MemoryBytes != 80*harness.GiB || g.Status.State != v1alpha1.NodeWorking || g.Status.Summary.UnitsFree != 200 {
 		t.Fatalf("published %+v", g.Status)
 	}
 	sched := ns + "-sched"

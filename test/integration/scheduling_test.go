@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -100,17 +101,17 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	specs := e.nodes(t, ns+"-n", 5, 1)
 	ctx := context.Background()
 	now := time.Now()
-	muts := []func(*api.GPUNode){
-		func(g *api.GPUNode) { g.Status.GPUs[0].Health = api.GPUUnhealthy },
-		func(g *api.GPUNode) { g.Status.GPUs[0].UtilizationPercent = 99 },
-		func(g *api.GPUNode) { g.Status.GPUs[0].UnscheduledProcesses = 1 },
-		func(g *api.GPUNode) { g.Status.State = api.NodeDraining },
-		func(g *api.GPUNode) { g.Status.Heartbeat = metav1.NewTime(now.Add(-time.Hour)) },
+	muts := []func(*v1alpha1.GPUNode){
+		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].Health = v1alpha1.GPUUnhealthy },
+		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].UtilizationPercent = 99 },
+		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].UnscheduledProcesses = 1 },
+		func(g *v1alpha1.GPUNode) { g.Status.State = v1alpha1.NodeDraining },
+		func(g *v1alpha1.GPUNode) { g.Status.Heartbeat = metav1.NewTime(now.Add(-time.Hour)) },
 	}
 	for i, m := range muts {
 		g := specs[i].GPUNode(now)
 		m(g)
-		if err := harness.PutGPUNode(ctx, e.cp.Dynamic, g); err != nil {
+		if err := harness.PutGPUNode(ctx, e.cp.GPUNodes, g); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,7 +124,7 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	// on every node).
 	e.waitEventWith(t, ns, "p", "FailedScheduling", "unhealthy", "utilization threshold", "unscheduled processes", "Draining", "stale")
 	// The busy GPU calms down: the GPUNode update requeues the pod.
-	if err := harness.PutGPUNode(ctx, e.cp.Dynamic, specs[1].GPUNode(time.Now())); err != nil {
+	if err := harness.PutGPUNode(ctx, e.cp.GPUNodes, specs[1].GPUNode(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	p := e.waitBound(t, ns, "p")["p"]

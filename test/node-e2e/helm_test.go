@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -140,11 +141,11 @@ func memoryLimit(p *corev1.Pod) int64 {
 type podState struct {
 	uid    string
 	minors []int
-	row    api.GPU // the agent's row for the pod's GPU (units and memory free)
+	row    v1alpha1.GPU // the agent's row for the pod's GPU (units and memory free)
 }
 
 func (h *helmNode) observe(ctx context.Context, pods []*corev1.Pod) map[string]podState {
-	row := h.waitRow(ctx, "published", time.Time{}, func(*api.GPUNode) bool { return true })
+	row := h.waitRow(ctx, "published", time.Time{}, func(*v1alpha1.GPUNode) bool { return true })
 	out := map[string]podState{}
 	for _, p := range pods {
 		m := h.minors(assignment(p), "main")
@@ -169,7 +170,7 @@ func (h *helmNode) observe(ctx context.Context, pods []*corev1.Pod) map[string]p
 func (h *helmNode) kept(ctx context.Context, pods []*corev1.Pod, before map[string]podState, since time.Time) int {
 	after := h.observe(ctx, pods)
 	// A row published by the new agent, after it has seen every pod.
-	row := h.waitRow(ctx, "published by the new agent", time.Now(), func(*api.GPUNode) bool { return true })
+	row := h.waitRow(ctx, "published by the new agent", time.Now(), func(*v1alpha1.GPUNode) bool { return true })
 	kept := 0
 	for _, p := range pods {
 		b := before[p.Name]

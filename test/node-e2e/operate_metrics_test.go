@@ -23,7 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/cli"
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // scrape is the agent's /metrics: family -> series (label values joined by
@@ -136,7 +136,7 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 	check("gpuslice_daemon_status_up", "", 1, 1)
 	// The row: per GPU health, and the tenant's hold: its limit and share
 	// are what the row no longer counts free on its GPU.
-	row := n.waitRow(ctx, "holding the tenant's share", time.Time{}, func(g *api.GPUNode) bool {
+	row := n.waitRow(ctx, "holding the tenant's share", time.Time{}, func(g *v1alpha1.GPUNode) bool {
 		for _, x := range g.Status.GPUs {
 			if x.UUID == mine.UUID {
 				return x.UnitsFree < x.UnitsTotal
@@ -145,7 +145,7 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 		return false
 	})
 	for _, x := range row.Status.GPUs {
-		h := map[bool]float64{true: 1, false: 0}[x.Health == api.GPUHealthy]
+		h := map[bool]float64{true: 1, false: 0}[x.Health == v1alpha1.GPUHealthy]
 		check("gpuslice_gpu_healthy", x.UUID, h, h)
 		if x.UUID != mine.UUID {
 			continue

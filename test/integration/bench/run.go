@@ -124,7 +124,7 @@ func createNodes(ctx context.Context, cp *harness.ControlPlane, o options) error
 		if err := cp.CreateNode(ctx, s, now); err != nil {
 			return err
 		}
-		return harness.PutGPUNode(ctx, cp.Dynamic, s.GPUNode(now))
+		return harness.PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now))
 	})
 	if err != nil {
 		return err

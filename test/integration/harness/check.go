@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
 
 // Books is what the API server alone says about GPU use: the GPUNode rows
@@ -37,7 +38,7 @@ func ReadBooks(ctx context.Context, cp *ControlPlane, ns, nodePrefix string) (*B
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	rows, err := cp.Dynamic.Resource(api.GPUNodeGVR).List(ctx, metav1.ListOptions{})
+	rows, err := cp.GPUNodes.GpusliceV1alpha1().GPUNodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list GPUNodes: %w", err)
 	}
@@ -47,10 +48,7 @@ func ReadBooks(ctx context.Context, cp *ControlPlane, ns, nodePrefix string) (*B
 		b.addPod(&pods.Items[i], use)
 	}
 	for i := range rows.Items {
-		var g api.GPUNode
-		if err := fromUnstructured(rows.Items[i].Object, &g); err != nil {
-			return nil, err
-		}
+		g := rows.Items[i]
 		if !strings.HasPrefix(g.Name, nodePrefix) {
 			delete(use, g.Name)
 			continue
@@ -98,7 +96,7 @@ func (b *Books) addPod(p *corev1.Pod, use map[string]map[int32]*gpuUse) {
 	}
 }
 
-func (b *Books) addNode(g *api.GPUNode, use map[int32]*gpuUse) {
+func (b *Books) addNode(g *v1alpha1.GPUNode, use map[int32]*gpuUse) {
 	var used, total int64
 	for _, gpu := range g.Status.GPUs {
 		u := use[gpu.Index]
@@ -110,7 +108,7 @@ func (b *Books) addNode(g *api.GPUNode, use map[int32]*gpuUse) {
 			b.Problems = append(b.Problems, fmt.Sprintf("%s GPU %d over-committed: %d/%d units, %d/%d bytes, %d pods (%d whole)",
 				g.Name, gpu.Index, u.units, gpu.UnitsTotal, u.mem, gpu.MemoryBytes, u.pods, u.exclusives))
 		}
-		if gpu.Health != api.GPUHealthy {
+		if gpu.Health != v1alpha1.GPUHealthy {
 			continue
 		}
 		b.GPUs++

@@ -9,11 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // GiB is 2^30 bytes.
@@ -58,15 +58,15 @@ func (s NodeSpec) Node() *corev1.Node {
 }
 
 // GPUNode builds the node's table row as a fresh, healthy, idle publisher would.
-func (s NodeSpec) GPUNode(now time.Time) *api.GPUNode {
-	g := &api.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + api.GPUNodeVersion, Kind: api.GPUNodeKind},
+func (s NodeSpec) GPUNode(now time.Time) *v1alpha1.GPUNode {
+	g := &v1alpha1.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + v1alpha1.Version, Kind: v1alpha1.GPUNodeKind},
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name}}
-	g.Status = api.GPUNodeStatus{State: api.NodeWorking, Heartbeat: metav1.NewTime(now), PeriodSeconds: 10}
+	g.Status = v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.NewTime(now), PeriodSeconds: 10}
 	for i := 0; i < s.GPUs; i++ {
-		g.Status.GPUs = append(g.Status.GPUs, api.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: "gpuslice simulated GPU",
-			MemoryBytes: s.GPUMemory, UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: s.GPUMemory, Health: api.GPUHealthy})
+		g.Status.GPUs = append(g.Status.GPUs, v1alpha1.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: "gpuslice simulated GPU",
+			MemoryBytes: s.GPUMemory, UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: s.GPUMemory, Health: v1alpha1.GPUHealthy})
 	}
-	g.Status.Summary = api.Summarize(g.Status.GPUs)
+	g.Status.Summary = v1alpha1.Summarize(g.Status.GPUs)
 	return g
 }
 
@@ -98,39 +98,28 @@ func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Tim
 	if s.Extended {
 		return nil
 	}
-	return PutGPUNode(ctx, cp.Dynamic, s.GPUNode(now))
+	return PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now))
 }
 
 // PutGPUNode creates or replaces a GPUNode row: metadata by create or update,
 // status through the status subresource, as the node agent writes it.
-func PutGPUNode(ctx context.Context, dyn dynamic.Interface, g *api.GPUNode) error {
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
+func PutGPUNode(ctx context.Context, gc versioned.Interface, g *v1alpha1.GPUNode) error {
+	c := gc.GpusliceV1alpha1().GPUNodes()
+	cur, err := c.Get(ctx, g.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("GPUNode %s: %w", g.Name, err)
-	}
-	u := toUnstructured(obj)
-	rc := dyn.Resource(api.GPUNodeGVR)
-	cur, err := rc.Get(ctx, g.Name, metav1.GetOptions{})
-	if err != nil {
-		if cur, err = rc.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		if cur, err = c.Create(ctx, g.DeepCopy(), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create GPUNode %s: %w", g.Name, err)
 		}
 	} else {
-		u.SetResourceVersion(cur.GetResourceVersion())
-		if cur, err = rc.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		u := g.DeepCopy()
+		u.ResourceVersion = cur.ResourceVersion
+		if cur, err = c.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("update GPUNode %s: %w", g.Name, err)
 		}
 	}
-	cur.Object["status"] = obj["status"]
-	if _, err := rc.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	cur.Status = *g.Status.DeepCopy()
+	if _, err := c.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update GPUNode %s status: %w", g.Name, err)
-	}
-	return nil
-}
-
-func fromUnstructured(obj map[string]any, into *api.GPUNode) error {
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, into); err != nil {
-		return fmt.Errorf("decode GPUNode: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +30,7 @@ type ControlPlane struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
+	GPUNodes   versioned.Interface // the typed GPUNode clientset
 	// Port is the API server's HTTPS port on 127.0.0.1.
 	Port int
 	// CAFile holds the certificates that verify the API server's serving
@@ -101,6 +104,9 @@ func StartControlPlaneWith(ctx context.Context, bins Binaries, dir string, o Opt
 	}
 	if cp.Dynamic, err = dynamic.NewForConfig(cp.Config); err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	if cp.GPUNodes, err = versioned.NewForConfig(cp.Config); err != nil {
+		return nil, fmt.Errorf("GPUNode client: %w", err)
 	}
 	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := writeKubeconfig(cp.Kubeconfig, host); err != nil {

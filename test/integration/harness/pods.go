@@ -4,14 +4,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
-
-func toUnstructured(obj map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: obj}
-}
 
 // GPURequest is what a test pod asks for.
 type GPURequest struct {

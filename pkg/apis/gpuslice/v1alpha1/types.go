@@ -1,4 +1,4 @@
-package api
+package v1alpha1
 
 import (
 	"errors"
@@ -6,18 +6,19 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // GPUNode CRD coordinates.
 const (
-	GPUNodeVersion  = "v1alpha1"
+	Version         = "v1alpha1"
 	GPUNodeKind     = "GPUNode"
 	GPUNodeResource = "gpunodes"
 )
 
 // GPUNodeGVR is the group/version/resource of the GPUNode table.
-var GPUNodeGVR = schema.GroupVersionResource{Group: Group, Version: GPUNodeVersion, Resource: GPUNodeResource}
+var GPUNodeGVR = SchemeGroupVersion.WithResource(GPUNodeResource)
 
 // NodeState is the node agent's working state.
 type NodeState string
@@ -28,11 +29,6 @@ const (
 	NodeDraining NodeState = "Draining"
 	NodeNotReady NodeState = "NotReady"
 )
-
-// AnnotationDrain on a GPUNode: "true" makes its node agent publish the node
-// Draining (no new pods; pods already there keep running), as cordoning the
-// Node does.
-const AnnotationDrain = Group + "/drain"
 
 // GPUHealth is the health the node agent measured for one GPU.
 type GPUHealth string
@@ -47,6 +43,9 @@ const (
 // last measured them. It is cluster scoped and named after the node; the
 // agent writes it through the status subresource.
 //
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=gpun
 // +kubebuilder:subresource:status
@@ -138,7 +137,7 @@ type GPU struct {
 	// slots left, measured from the live clients.
 	// +kubebuilder:validation:Enum=timeslice;mps
 	// +optional
-	SharingMode SharingMode `json:"sharingMode,omitempty"`
+	SharingMode api.SharingMode `json:"sharingMode,omitempty"`
 	// MPSClients is the number of live MPS clients (mps mode).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -155,6 +154,14 @@ type GPU struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MemorySpilledBytes int64 `json:"memorySpilledBytes,omitempty"`
+}
+
+// Mode is the GPU's sharing mode (timeslice when the entry names none).
+func (g GPU) Mode() api.SharingMode {
+	if g.SharingMode == "" {
+		return api.SharingTimeslice
+	}
+	return g.SharingMode
 }
 
 // Summary aggregates GPUs for printer columns. Memory and MemoryFree are
@@ -244,6 +251,7 @@ func (n *GPUNode) Validate() error {
 
 // GPUNodeList is a list of GPUNodes.
 //
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 type GPUNodeList struct {
 	metav1.TypeMeta `json:",inline"`
