@@ -54,8 +54,10 @@ func Environ(s *Spec) []string {
 	set := map[string]string{
 		"GPUSLICE_GROUP":      s.Group,
 		"GPUSLICE_GROUP_FILE": paths.GroupStateFile(s.RunDir, s.Group),
-		"GPUSLICE_RUN_DIR":    s.RunDir,
-		"LD_PRELOAD":          prependList(lookup(s.Env, "LD_PRELOAD"), s.Library, " "),
+		// the file was made before the command (PrepareGroupState): a member never makes it again
+		"GPUSLICE_GROUP_MANAGED": "1",
+		"GPUSLICE_RUN_DIR":       s.RunDir,
+		"LD_PRELOAD":             prependList(lookup(s.Env, "LD_PRELOAD"), s.Library, " "),
 	}
 	if s.MemoryLimit > 0 {
 		set["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatUint(s.MemoryLimit, 10)

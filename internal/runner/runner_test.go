@@ -26,13 +26,14 @@ func TestEnviron(t *testing.T) {
 	}
 	m := envMap(Environ(s))
 	want := map[string]string{
-		"PATH":                  "/bin",
-		"LD_PRELOAD":            "/opt/gs/libgpuslice.so /x.so",
-		"LD_LIBRARY_PATH":       "/opt/gs/sim:/usr/lib",
-		"GPUSLICE_MEMORY_LIMIT": "1073741824",
-		"GPUSLICE_GROUP":        "g1",
-		"GPUSLICE_GROUP_FILE":   "/r/groups/g1/gpu.state",
-		"CUDA_VISIBLE_DEVICES":  "GPU-a,GPU-b",
+		"PATH":                   "/bin",
+		"LD_PRELOAD":             "/opt/gs/libgpuslice.so /x.so",
+		"LD_LIBRARY_PATH":        "/opt/gs/sim:/usr/lib",
+		"GPUSLICE_MEMORY_LIMIT":  "1073741824",
+		"GPUSLICE_GROUP":         "g1",
+		"GPUSLICE_GROUP_FILE":    "/r/groups/g1/gpu.state",
+		"GPUSLICE_GROUP_MANAGED": "1",
+		"CUDA_VISIBLE_DEVICES":   "GPU-a,GPU-b",
 	}
 	for k, v := range want {
 		if m[k] != v {

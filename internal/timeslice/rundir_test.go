@@ -1,13 +1,20 @@
 package timeslice
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -84,5 +91,114 @@ func waitServing(t *testing.T, cfg Config, done <-chan error) {
 		if time.Now().After(deadline) {
 			t.Fatal("daemon did not come up")
 		}
+	}
+}
+
+// memfillResult is gs-memfill's report.
+type memfillResult struct {
+	Allocated uint64 `json:"allocated"`
+	StoppedBy string `json:"stopped_by"`
+}
+
+// startMemfill starts gs-memfill in group file's state, allocating up to max
+// bytes in one go and holding them for hold; returns its report and the process.
+func startMemfill(t *testing.T, e *e2e, file, simState string, max uint64, hold time.Duration,
+	env ...string) (memfillResult, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(e.bin, "gs-memfill"), "--max", strconv.FormatUint(max, 10), "--chunk",
+		strconv.FormatUint(max, 10), "--hold-ms", strconv.FormatInt(hold.Milliseconds(), 10))
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+simState,
+		"GPUSLICE_GROUP_FILE="+file, "GPUSLICE_LOG=0")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // it may have exited: nothing to report
+	var r memfillResult
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("gs-memfill: %v", err)
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		t.Fatalf("gs-memfill said %q: %v", line, err)
+	}
+	return r, cmd
+}
+
+// TestReliabilityRunDirReplacedOneState: a group's member holds 600 MiB of its
+// 1 GiB when the run directory is replaced under it (moved aside, or removed)
+// and a new directory made at the same path. Preparing the group again (what
+// `gpuslice run --group` does) must not give it a second state: moved aside,
+// the state its member uses is taken back and a new member is held to what is
+// left; removed, no new state is made (the run refuses, and a member of the
+// run that made the group, GPUSLICE_GROUP_MANAGED=1, makes none either and is
+// refused its allocations). Real processes on the
+// simulated GPU: what the group's members hold together never exceeds its
+// memory.max.
+func TestReliabilityRunDirReplacedOneState(t *testing.T) {
+	e := setupE2E(t)
+	for _, removed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("removed=%v", removed), func(t *testing.T) {
+			base := t.TempDir()
+			runDir, simState := filepath.Join(base, "run"), filepath.Join(base, "sim.state")
+			const limit, part = 1 << 30, 600 << 20
+			prepare := func() error {
+				st, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: strconv.Itoa(limit)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return PrepareGroupState(runDir, "g", st)
+			}
+			if err := prepare(); err != nil {
+				t.Fatal(err)
+			}
+			file := paths.GroupStateFile(runDir, "g")
+			a, _ := startMemfill(t, e, file, simState, part, time.Minute)
+			if a.Allocated != part {
+				t.Fatalf("first member got %d bytes (%s), want %d", a.Allocated, a.StoppedBy, part)
+			}
+			if removed {
+				if err := os.RemoveAll(runDir); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Rename(runDir, runDir+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(runDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			err := prepare()
+			if removed {
+				if !errors.Is(err, ErrOrphanedState) {
+					t.Fatalf("group prepared again while its member uses a removed state: %v, want ErrOrphanedState", err)
+				}
+				// A member started by the run that made the group (its
+				// file managed) does not make one either.
+				c, _ := startMemfill(t, e, file, simState, part, 0, "GPUSLICE_GROUP_MANAGED=1")
+				if c.Allocated != 0 {
+					t.Fatalf("a member without its group's state allocated %d bytes (%s)", c.Allocated, c.StoppedBy)
+				}
+				if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("a second state file was made: %v", err)
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := startMemfill(t, e, file, simState, part, 0)
+			if a.Allocated+b.Allocated > limit {
+				t.Fatalf("the group's members hold %d + %d bytes, over its memory.max %d (a second state)",
+					a.Allocated, b.Allocated, limit)
+			}
+			if b.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" {
+				t.Fatalf("second member stopped by %q, want CUDA_ERROR_OUT_OF_MEMORY", b.StoppedBy)
+			}
+		})
 	}
 }

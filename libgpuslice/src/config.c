@@ -44,6 +44,8 @@ static void config_init(void)
 	c->log = !(log != NULL && strcmp(log, "0") == 0);
 	copy_env(c->group, sizeof(c->group), "GPUSLICE_GROUP");
 	copy_env(c->group_file, sizeof(c->group_file), "GPUSLICE_GROUP_FILE");
+	const char *managed = getenv("GPUSLICE_GROUP_MANAGED");
+	c->group_managed = managed != NULL && strcmp(managed, "1") == 0;
 	copy_env(c->limit_raw, sizeof(c->limit_raw), "GPUSLICE_MEMORY_LIMIT");
 	const char *sock = getenv("GPUSLICE_NODE_SOCKET");
 	if (sock != NULL && strlen(sock) < sizeof(c->node_socket))

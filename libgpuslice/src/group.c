@@ -69,10 +69,16 @@ static void group_unlock(struct gs_group *g)
 	pthread_mutex_unlock(&g->mu);
 }
 
-/* Opens, initialises if empty, validates and maps the group file. */
-static int open_file(struct gs_group *g, const char *path, const char *name, char *err, size_t n)
+/* Opens, initialises if empty, validates and maps the group file. A file a
+ * manager made (managed) is never made again here: gone, its run directory was
+ * removed, and a new one would give the group a second limit. */
+static int open_file(struct gs_group *g, const char *path, const char *name, int managed, char *err, size_t n)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	int fd = open(path, O_RDWR | O_CLOEXEC | (managed ? 0 : O_CREAT), 0600);
+	if (fd < 0 && managed && errno == ENOENT)
+		return gs_fmt(err, n, "group file %s is gone (its run directory was removed?); not making a second one",
+			      path),
+		       -1;
 	if (fd < 0)
 		return gs_fmt(err, n, "cannot open group file %s: %s", path, strerror(errno)), -1;
 	int rc = -1;
@@ -169,7 +175,7 @@ static void group_init(void)
 			     c->limit_raw),
 		      -1);
 	else if (c->group_file[0] != '\0')
-		rc = open_file(g, c->group_file, c->group, err, sizeof(err));
+		rc = open_file(g, c->group_file, c->group, c->group_managed, err, sizeof(err));
 	else
 		rc = open_private(g, c->group, err, sizeof(err));
 	if (rc == 0) {
