@@ -213,11 +213,17 @@ func BenchmarkE2EManyJobs(b *testing.B) {
 		cfg.Policy = policy.DefaultConfig()
 		setGroup(b, cfg, "jobs")
 		bare, bareLong, _ := summary(manyJobs(b, e, cfg, n, 20, 100, false))
+		var waits waitLog
+		cfg.Observe = waits.observer()
 		startDaemon(b, cfg)
 		gated, gatedLong, said := summary(manyJobs(b, e, cfg, n, 20, 100, true))
+		waits.mu.Lock()
 		b.Logf("%d jobs at once: last done %v without gpuslice, %v gated (x%.2f); longest launch %v / %v; "+
-			"%d gated jobs printed a notice", n, bare.Round(time.Millisecond), gated.Round(time.Millisecond),
-			float64(gated)/float64(bare), bareLong.Round(100*time.Microsecond), gatedLong.Round(100*time.Microsecond), said)
+			"%d gated jobs printed a notice; %d asks, longest wait for a grant %v (daemon's clock), at most %d "+
+			"slices past the first after an ask", n, bare.Round(time.Millisecond), gated.Round(time.Millisecond),
+			float64(gated)/float64(bare), bareLong.Round(100*time.Microsecond), gatedLong.Round(100*time.Microsecond), said,
+			waits.n, waits.maxWait.Round(100*time.Microsecond), waits.maxTurns)
+		waits.mu.Unlock()
 		b.ReportMetric(float64(gated)/float64(bare), "x-ungated")
 		b.ReportMetric(float64(gatedLong.Microseconds())/1e3, "longest-launch-ms")
 	}
