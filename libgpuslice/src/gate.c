@@ -13,6 +13,7 @@
 
 #include "gate_int.h"
 #include "log.h"
+#include "pool.h"
 
 GS_HIDDEN struct gs_gate_fast gs_gate_fast;
 GS_HIDDEN struct gs_gate gs_gate = {
@@ -148,6 +149,7 @@ GS_HIDDEN void gs_gate_sync(CUcontext ctx)
 	gs_fn_cuCtxSynchronize sync = GS_REAL(cuCtxSynchronize);
 	if (sync != NULL)
 		(void)sync(); /* an error here is the application's to see on its next call */
+	gs_pool_sync();       /* the synchronisation may have released what memory pools kept */
 }
 
 /* The GPU of the calling thread's context, once. */
