@@ -12,6 +12,7 @@
 
 #include "account.h"
 #include "config.h"
+#include "hot.h"
 #include "elastic.h"
 #include "gate_wire.h"
 #include "group.h"
@@ -36,7 +37,7 @@ static struct {
 	struct gs_msg_lend reply;
 	pthread_mutex_t tmu; /* the managed table */
 	struct managed tab[GS_MANAGED_MAX];
-	_Atomic int count;
+	/* the count of managed allocations: gs_hot.elastic_managed */
 	_Atomic int said_refused, said_conn, said_full;
 } em = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1, .tmu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -294,7 +295,7 @@ GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUde
 		i++;
 	if (i < GS_MANAGED_MAX) {
 		em.tab[i] = (struct managed){.ptr = *dptr, .size = size, .ctx = ctx, .slot = slot};
-		atomic_fetch_add(&em.count, 1);
+		atomic_fetch_add(&gs_hot.elastic_managed, 1);
 		struct gs_group *g = gs_group_get();
 		if (g != NULL)
 			__atomic_fetch_add(&gs_group_file(g)->gpu[slot].managed, size, __ATOMIC_ACQ_REL);
@@ -307,7 +308,7 @@ GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUde
 
 GS_HIDDEN void gs_elastic_freed(CUdeviceptr ptr)
 {
-	if (atomic_load_explicit(&em.count, memory_order_relaxed) == 0 || ptr == 0)
+	if (atomic_load_explicit(&gs_hot.elastic_managed, memory_order_relaxed) == 0 || ptr == 0)
 		return;
 	pthread_mutex_lock(&em.tmu);
 	for (int i = 0; i < GS_MANAGED_MAX; i++) {
@@ -321,7 +322,7 @@ GS_HIDDEN void gs_elastic_freed(CUdeviceptr ptr)
 			__atomic_fetch_sub(&gpu->spilled, e->spilled, __ATOMIC_ACQ_REL);
 		}
 		*e = (struct managed){0};
-		atomic_fetch_sub(&em.count, 1);
+		atomic_fetch_sub(&gs_hot.elastic_managed, 1);
 		break;
 	}
 	pthread_mutex_unlock(&em.tmu);

@@ -12,26 +12,27 @@
 #include "config.h"
 #include "group.h"
 #include "hello.h"
+#include "hot.h"
 #include "log.h"
 #include "procfs.h"
 #include "ptrfast.h"
 
 struct gs_group {
 	struct gs_shm_file *f;
-	int fd; /* -1: private anonymous mapping */
+	struct gs_shm_proc *_Atomic self; /* with f: the words a call reads, in one line */
+	int fd;                           /* -1: private anonymous mapping */
 	uint64_t pidns;
 	pthread_mutex_t mu; /* threads; fcntl locks exclude processes */
-	struct gs_shm_proc *_Atomic self;
 	_Atomic uint64_t last_reap_ns;
 	_Atomic int said_full_procs, said_full_gpus;
 };
 
+/* Once group_init ran, gs_hot.group_done is set and gs_hot.group (&gs.g if
+ * usable, else NULL) is final: the hooks skip pthread_once. */
 static struct {
-	pthread_once_t once;
-	_Atomic int done; /* group_init ran: ok is final (the hooks skip pthread_once) */
 	struct gs_group g;
-	struct gs_group *ok; /* &g once usable, else NULL */
-} gs = {.once = PTHREAD_ONCE_INIT, .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
+	pthread_once_t once;
+} gs __attribute__((aligned(64))) = {.once = PTHREAD_ONCE_INIT, .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
 
 static uint64_t now_ns(void)
 {
@@ -182,19 +183,19 @@ static void group_init(void)
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		if (g->fd >= 0)
 			gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, c->group_file);
-		gs.ok = g;
+		gs_hot.group = g;
 	} else {
 		gs_log("%s; refusing GPU memory allocations", err);
 	}
-	atomic_store_explicit(&gs.done, 1, memory_order_release);
+	atomic_store_explicit(&gs_hot.group_done, 1, memory_order_release);
 	errno = saved;
 }
 
 GS_HIDDEN struct gs_group *gs_group_get(void)
 {
-	if (GS_UNLIKELY(!atomic_load_explicit(&gs.done, memory_order_acquire)))
+	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.group_done, memory_order_acquire)))
 		pthread_once(&gs.once, group_init);
-	return GS_UNLIKELY(gs_group_fault_broken()) ? NULL : gs.ok;
+	return GS_UNLIKELY(gs_group_fault_broken()) ? NULL : gs_hot.group;
 }
 
 GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g)

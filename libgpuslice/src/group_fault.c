@@ -16,13 +16,14 @@
 #include <sys/mman.h>
 
 #include "group.h"
+#include "hot.h"
 #include "log.h"
 
 static struct {
 	char *_Atomic base;
 	size_t len;
 	struct sigaction prev;
-	_Atomic int broken, said;
+	_Atomic int said; /* broken: gs_hot.group_broken */
 	char path[PATH_MAX];
 } gf;
 
@@ -55,7 +56,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 		void *m = mmap(base, gf.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 		errno = e;
 		if (m != MAP_FAILED) {
-			atomic_store(&gf.broken, 1);
+			atomic_store(&gs_hot.group_broken, 1);
 			return;
 		}
 	}
@@ -81,7 +82,7 @@ GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path)
 
 GS_HIDDEN int gs_group_fault_broken(void)
 {
-	if (GS_UNLIKELY(atomic_load_explicit(&gf.broken, memory_order_relaxed))) {
+	if (GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed))) {
 		gs_log_once(&gf.said, "group file %s was truncated under this process; refusing GPU memory allocations",
 			    gf.path);
 		return 1;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "hot.h"
 #include "pool.h"
 
 #define GS_POOL_RECS 256
@@ -24,7 +25,7 @@ struct pool_rec {
 static struct {
 	pthread_mutex_t mu; /* recursive: a refused reservation checks the pools under it */
 	struct pool_rec r[GS_POOL_RECS];
-	_Atomic uint64_t kept_total;
+	/* what they keep in all, counted: gs_hot.pool_kept (read by every free) */
 } P = {.mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP};
 
 /* Under P.mu: the pool's record (made if new), -1 if the table is full. */
@@ -51,7 +52,7 @@ static void rec_drop(struct pool_rec *x, uint64_t d)
 	if (d == 0)
 		return;
 	x->kept -= d;
-	atomic_fetch_sub(&P.kept_total, d);
+	atomic_fetch_sub(&gs_hot.pool_kept, d);
 	gs_uncount(x->slot, d);
 }
 
@@ -61,7 +62,7 @@ static void rec_drop(struct pool_rec *x, uint64_t d)
 static void reconcile(int gone)
 {
 	gs_fn_cuMemPoolGetAttribute get = GS_REAL(cuMemPoolGetAttribute);
-	if (get == NULL || atomic_load_explicit(&P.kept_total, memory_order_relaxed) == 0)
+	if (get == NULL || atomic_load_explicit(&gs_hot.pool_kept, memory_order_relaxed) == 0)
 		return;
 	for (int i = 0; i < GS_POOL_RECS; i++) {
 		struct pool_rec *x = &P.r[i];
@@ -83,7 +84,7 @@ static void reconcile(int gone)
 
 static void check_pools(int gone)
 {
-	if (atomic_load_explicit(&P.kept_total, memory_order_relaxed) == 0)
+	if (atomic_load_explicit(&gs_hot.pool_kept, memory_order_relaxed) == 0)
 		return;
 	int e = errno;
 	pthread_mutex_lock(&P.mu);
@@ -108,7 +109,7 @@ static void untake(struct gs_pool_op *op)
 	if (op->idx < 0 || op->take == 0)
 		return;
 	P.r[op->idx].kept += op->take;
-	atomic_fetch_add(&P.kept_total, op->take);
+	atomic_fetch_add(&gs_hot.pool_kept, op->take);
 	op->take = 0;
 }
 
@@ -140,7 +141,7 @@ GS_HIDDEN CUresult gs_pool_alloc_begin(CUmemoryPool pool, int current, uint64_t 
 		struct pool_rec *x = &P.r[op->idx];
 		op->take = x->kept < n ? x->kept : n;
 		x->kept -= op->take;
-		atomic_fetch_sub(&P.kept_total, op->take);
+		atomic_fetch_sub(&gs_hot.pool_kept, op->take);
 	}
 	CUresult rc = gs_resv_current(n - op->take, &op->r);
 	pthread_once(&once, at_fork);
@@ -186,7 +187,7 @@ static void freed(const struct gs_ptrent *e)
 		return;
 	}
 	x->kept += e->size;
-	atomic_fetch_add(&P.kept_total, e->size);
+	atomic_fetch_add(&gs_hot.pool_kept, e->size);
 }
 
 GS_HIDDEN CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
@@ -255,7 +256,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	memset(P.r, 0, sizeof(P.r));
-	atomic_store(&P.kept_total, 0);
+	atomic_store(&gs_hot.pool_kept, 0);
 	pthread_mutexattr_t a;
 	pthread_mutexattr_init(&a);
 	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ctxmap.h"
+#include "hot.h"
 #include "ptrfast.h"
 
 #define LINE_SLOTS 4u /* 16-byte entries: one cache line */
@@ -38,8 +39,8 @@ struct fline {
 
 static struct {
 	struct fline line[LINES];
-	_Atomic size_t spilled; /* entries in the locked table (an upper bound while one is added) */
-	_Atomic int touched;
+	/* gs_hot.ptrs_spilled: entries in the locked table (an upper bound while one
+	 * is added); gs_hot.ptrs_touched: the table was used */
 } ft;
 
 static struct gs_ptrtab spill_tab = GS_PTRTAB_INIT;
@@ -92,10 +93,10 @@ static inline struct gs_ptrent unpack(uint64_t key, uint64_t val)
 
 static int spill_insert(const struct gs_ptrent *e)
 {
-	atomic_fetch_add_explicit(&ft.spilled, 1, memory_order_seq_cst);
+	atomic_fetch_add_explicit(&gs_hot.ptrs_spilled, 1, memory_order_seq_cst);
 	if (gs_ptrtab_insert(&spill_tab, e) == 0)
 		return 0;
-	atomic_fetch_sub_explicit(&ft.spilled, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&gs_hot.ptrs_spilled, 1, memory_order_relaxed);
 	return -1;
 }
 
@@ -119,8 +120,8 @@ GS_HIDDEN int gs_ptrs_insert(const struct gs_ptrent *e)
 	uint64_t val;
 	if (GS_UNLIKELY(e->key <= K_TOMB || pack(e, &val) != 0))
 		return spill_insert(e);
-	if (GS_UNLIKELY(!atomic_load_explicit(&ft.touched, memory_order_relaxed)))
-		atomic_store_explicit(&ft.touched, 1, memory_order_relaxed);
+	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed)))
+		atomic_store_explicit(&gs_hot.ptrs_touched, 1, memory_order_relaxed);
 	enum gs_kind kind = (enum gs_kind)e->kind;
 	if (put_line(&ft.line[line_near(kind, e->key)], e->key, val))
 		return 0;
@@ -133,9 +134,10 @@ GS_HIDDEN int gs_ptrs_insert(const struct gs_ptrent *e)
 
 static int spill_take(enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
 {
-	if (atomic_load_explicit(&ft.spilled, memory_order_seq_cst) == 0 || !gs_ptrtab_take(&spill_tab, kind, key, out))
+	if (atomic_load_explicit(&gs_hot.ptrs_spilled, memory_order_seq_cst) == 0 ||
+	    !gs_ptrtab_take(&spill_tab, kind, key, out))
 		return 0;
-	atomic_fetch_sub_explicit(&ft.spilled, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&gs_hot.ptrs_spilled, 1, memory_order_relaxed);
 	return 1;
 }
 
@@ -179,7 +181,8 @@ GS_HIDDEN size_t gs_ptrs_drain(int (*match)(const struct gs_ptrent *, void *),
 			       void (*each)(const struct gs_ptrent *, void *), void *arg)
 {
 	size_t n = 0;
-	for (size_t i = 0; atomic_load_explicit(&ft.touched, memory_order_relaxed) && i < LINES * LINE_SLOTS; i++) {
+	for (size_t i = 0; atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed) && i < LINES * LINE_SLOTS;
+	     i++) {
 		struct fent *s = &ft.line[i / LINE_SLOTS].e[i % LINE_SLOTS];
 		uint64_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
 		if (k <= K_TOMB || !claim(s, &k))
@@ -193,9 +196,9 @@ GS_HIDDEN size_t gs_ptrs_drain(int (*match)(const struct gs_ptrent *, void *),
 		atomic_store_explicit(&s->key, K_TOMB, memory_order_release);
 		n++;
 	}
-	if (atomic_load_explicit(&ft.spilled, memory_order_seq_cst) != 0) {
+	if (atomic_load_explicit(&gs_hot.ptrs_spilled, memory_order_seq_cst) != 0) {
 		size_t m = gs_ptrtab_drain(&spill_tab, match, each, arg);
-		atomic_fetch_sub_explicit(&ft.spilled, m, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&gs_hot.ptrs_spilled, m, memory_order_relaxed);
 		n += m;
 	}
 	return n;
@@ -223,9 +226,9 @@ GS_HIDDEN void gs_ptrs_fork_parent(void)
 /* The child has one thread and none of the parent's allocations. */
 GS_HIDDEN void gs_ptrs_fork_child(void)
 {
-	if (atomic_load_explicit(&ft.touched, memory_order_relaxed))
+	if (atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed))
 		memset(ft.line, 0, sizeof(ft.line));
-	atomic_store_explicit(&ft.spilled, 0, memory_order_relaxed);
+	atomic_store_explicit(&gs_hot.ptrs_spilled, 0, memory_order_relaxed);
 	if (spill_tab.cap != 0)
 		memset(spill_tab.ent, 0, spill_tab.cap * sizeof(*spill_tab.ent));
 	spill_tab.used = spill_tab.live = 0;

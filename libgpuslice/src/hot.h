@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * The few words every allocation and release reads, whichever module owns
+ * them, kept in one cache line: each call then misses on one line of ours
+ * instead of one per module (the driver's own work between two calls evicts
+ * them). Each field belongs to the module named beside it; no other module
+ * touches it.
+ */
+#ifndef GS_HOT_H
+#define GS_HOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct gs_group;
+
+struct gs_hot {
+	struct gs_group *group;      /* group.c: the usable group (NULL: none), final once group_done */
+	_Atomic int group_done;      /* group.c: the group was opened (or failed to) */
+	_Atomic int group_broken;    /* group_fault.c: the group file was truncated under us */
+	_Atomic int elastic_managed; /* elastic.c: managed allocations recorded */
+	_Atomic int ptrs_touched;    /* ptrfast.c: the lock-free table was used */
+	_Atomic size_t ptrs_spilled; /* ptrfast.c: entries in the locked table */
+	_Atomic uint64_t pool_kept;  /* pool.c: bytes the driver's pools keep, counted */
+} __attribute__((aligned(64)));
+
+GS_HIDDEN extern struct gs_hot gs_hot;
+
+#endif /* GS_HOT_H */
