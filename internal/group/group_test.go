@@ -3,10 +3,12 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,5 +296,81 @@ func TestShareMax(t *testing.T) {
 		if got, _ := ParseShareMax(FormatPercent(f)); got != f {
 			t.Errorf("%v formats as %q, parses back as %v", f, FormatPercent(f), got)
 		}
+	}
+}
+
+// A new group appears whole (every setting file, readable by all, whatever
+// the umask) and leaves no staging directory; a group made meanwhile (here: an
+// empty directory) is set file by file.
+func TestTreeSetNewGroupWhole(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	tr := Tree{Dir: t.TempDir()}
+	if _, err := tr.Set("fresh", []Change{{FileMemoryMax, "2GiB"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range SettingFiles() {
+		st, err := os.Stat(filepath.Join(tr.Path("fresh"), f))
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: %v %v", f, st, err)
+		}
+	}
+	if v, _ := tr.ReadFile("fresh", FileMemoryMax); v != "2147483648" {
+		t.Fatalf("memory.max %q", v)
+	}
+	if err := os.Mkdir(tr.Path("made"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Set("made", []Change{{FileSlice, "5ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := tr.Read("made"); err != nil || s.Slice != 5*time.Millisecond {
+		t.Fatalf("made: %+v %v", s, err)
+	}
+	ents, err := os.ReadDir(tr.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Fatalf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// BenchmarkTreeSetNewGroup: a new group's directory (what `gpuslice run`
+// writes before its command starts), made whole and renamed into place vs
+// file by file (each file written beside and renamed), side by side.
+func BenchmarkTreeSetNewGroup(b *testing.B) {
+	dir := os.Getenv("GPUSLICE_BENCH_DIR") // the file system a run directory lives on (default: the test's temp dir)
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	var s Settings
+	err := s.Apply(FileMemoryMax, "1GiB")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"staged", "file-by-file"} {
+		b.Run(mode, func(b *testing.B) {
+			d, err := os.MkdirTemp(dir, "bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(d)
+			tr, i := Tree{Dir: d}, 0
+			for b.Loop() {
+				name := fmt.Sprintf("%s-%d", mode[:4], i)
+				i++
+				if mode == "staged" {
+					err = tr.createWith(name, s)
+				} else if err = tr.Create(name); err == nil {
+					err = tr.Write(name, s)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
@@ -107,7 +108,8 @@ func (t Tree) Set(name string, changes []Change) (Settings, error) {
 		return Settings{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var s Settings
-	if t.Exists(name) {
+	exists := t.Exists(name)
+	if exists {
 		var err error
 		if s, err = t.Read(name); err != nil {
 			return Settings{}, err
@@ -119,10 +121,64 @@ func (t Tree) Set(name string, changes []Change) (Settings, error) {
 			return s, err
 		}
 	}
+	if !exists {
+		switch err := t.createWith(name, n); {
+		case err == nil:
+			return n, nil
+		case !errors.Is(err, fs.ErrExist):
+			return s, err
+		} // made meanwhile by another writer: set its files one by one
+	}
 	if err := t.Create(name); err != nil {
 		return s, err
 	}
 	return n, t.Write(name, n)
+}
+
+// createWith makes a new group directory that appears with every setting of s
+// at once: the files are written into a staging directory beside it (the
+// watcher ignores names starting with a dot), which is then renamed into
+// place. One rename instead of one per file. fs.ErrExist if the group came to
+// exist meanwhile (nothing changed then).
+func (t Tree) createWith(name string, s Settings) (err error) {
+	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
+		return fmt.Errorf("create group %s: %w", name, err)
+	}
+	stage := filepath.Join(t.Dir, fmt.Sprintf(".%s.new-%d-%d", name, os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return fmt.Errorf("create group %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, os.RemoveAll(stage))
+		}
+	}()
+	for _, f := range SettingFiles() {
+		v, err := s.Format(f)
+		if err != nil {
+			return err
+		}
+		if err := writeNew(filepath.Join(stage, f), v+"\n"); err != nil {
+			return fmt.Errorf("group %s: %w", name, err)
+		}
+	}
+	if err := os.Rename(stage, t.Path(name)); err != nil {
+		if t.Exists(name) {
+			return fmt.Errorf("create group %s: %w", name, fs.ErrExist)
+		}
+		return fmt.Errorf("create group %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeNew creates a file readable by all (whatever the umask) with content.
+func writeNew(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(content)
+	return errors.Join(werr, f.Chmod(0o644), f.Close())
 }
 
 // Write stores every setting of s in the group's files (each replaced

@@ -1,6 +1,7 @@
 package paths
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -26,4 +27,17 @@ func TestRunDirOverride(t *testing.T) {
 	if got := GroupStateFile("/r", "g"); got != "/r/groups/g/gpu.state" {
 		t.Fatalf("GroupStateFile = %q", got)
 	}
+}
+
+// FuzzValidateGroup: the hand-written check accepts exactly what the documented expression does.
+func FuzzValidateGroup(f *testing.F) {
+	re := regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$`)
+	for _, s := range []string{"a", "a-b", "a.", "-a", "A", strings.Repeat("a", 64), strings.Repeat("a", 65), "a_b.c-d", "", "a\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidateGroup(s) == nil, re.MatchString(s); got != want {
+			t.Fatalf("ValidateGroup(%q) ok=%v, the expression says %v", s, got, want)
+		}
+	})
 }
