@@ -25,10 +25,13 @@ func BenchmarkE2EShares(b *testing.B) {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				r, over := sharesRunOverrun(b, e, n, 6)
-				b.Logf("%d tenants: %d hand-overs after a revoke, p99 %v past it (worst tenant), longest %v", n,
-					over.n, over.p99.Round(10*time.Microsecond), over.max.Round(10*time.Microsecond))
+				b.Logf("%d tenants: %d hand-overs after a revoke, p99 %v past it (worst tenant), longest %v; "+
+					"past the slice's end as %% of the slice: p99 %.1f %%, longest %.1f %%", n, over.n,
+					over.p99.Round(10*time.Microsecond), over.max.Round(10*time.Microsecond), over.p99Pct, over.maxPct)
 				b.ReportMetric(float64(over.p99.Microseconds())/1e3, "overrun-p99-ms")
 				b.ReportMetric(float64(over.max.Microseconds())/1e3, "overrun-max-ms")
+				b.ReportMetric(over.p99Pct, "overrun-p99-%slice")
+				b.ReportMetric(over.maxPct, "overrun-max-%slice")
 				s := r.wins.summary()
 				b.ReportMetric(s.worstWork, "worst-pp-run")
 				b.ReportMetric(s.worstHeld, "worst-pp-granted")

@@ -107,10 +107,12 @@ type shareRun struct {
 }
 
 // overrunStat: the tenants' hand-overs after a revoke, the worst p99 and the
-// longest time past it (the daemon's status).
+// longest time past it (the daemon's status), and the same as a percentage of
+// the group's slice (the worst group: the work it left queued past its slice).
 type overrunStat struct {
-	n        uint64
-	p99, max time.Duration
+	n              uint64
+	p99, max       time.Duration
+	p99Pct, maxPct float64
 }
 
 func overrunOf(st *Status) overrunStat {
@@ -119,6 +121,10 @@ func overrunOf(st *Status) overrunStat {
 		for _, gr := range g.Groups {
 			o.n += gr.Overruns
 			o.p99, o.max = max(o.p99, time.Duration(gr.OverrunP99Ns)), max(o.max, time.Duration(gr.OverrunMaxNs))
+			if gr.SliceNs > 0 {
+				o.p99Pct = max(o.p99Pct, 100*float64(gr.OverrunP99Ns)/float64(gr.SliceNs))
+				o.maxPct = max(o.maxPct, 100*float64(gr.OverrunMaxNs)/float64(gr.SliceNs))
+			}
 		}
 	}
 	return o
