@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
@@ -165,7 +166,7 @@ func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, erro
 	return cs, gc, nil
 }
 
-func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []deviceplugin.GPU, mounts hotplug.Mounts) *reconciler {
+func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []gpuset.GPU, mounts hotplug.Mounts) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
 		progs:    hotplug.NewPrograms(maxSeen),
 		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
@@ -174,23 +175,23 @@ func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }
 
-func discover(n gpu.NVML) ([]deviceplugin.GPU, []gpu.Device, error) {
+func discover(n gpu.NVML) ([]gpuset.GPU, []gpu.Device, error) {
 	devs, err := gpu.Devices(n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	out := make([]deviceplugin.GPU, 0, len(devs))
+	out := make([]gpuset.GPU, 0, len(devs))
 	for _, d := range devs {
 		if d.Minor < 0 {
 			return nil, nil, fmt.Errorf("GPU %d (%s): no device minor number", d.Index, d.UUID)
 		}
-		out = append(out, deviceplugin.GPU{Index: int32(d.Index), UUID: d.UUID, Minor: uint32(d.Minor), Healthy: true})
+		out = append(out, gpuset.GPU{Index: int32(d.Index), UUID: d.UUID, Minor: uint32(d.Minor), Healthy: true})
 	}
 	return out, devs, nil
 }
 
-func byUUID(gpus []deviceplugin.GPU) map[string]deviceplugin.GPU {
-	m := make(map[string]deviceplugin.GPU, len(gpus))
+func byUUID(gpus []gpuset.GPU) map[string]gpuset.GPU {
+	m := make(map[string]gpuset.GPU, len(gpus))
 	for _, g := range gpus {
 		m[g.UUID] = g
 	}

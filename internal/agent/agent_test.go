@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
 
 func TestContainerCgroup(t *testing.T) {
@@ -91,7 +92,7 @@ func TestInjectForSimulated(t *testing.T) {
 	if len(in.ControlDevices) != 1 || in.ControlDevices[0] != "/dev/null" {
 		t.Fatalf("control devices %v (only existing ones)", in.ControlDevices)
 	}
-	if got := managedNodes([]deviceplugin.GPU{{Minor: 7}}); len(got) != 1 || got[0].Path != "/dev/nvidia7" || got[0].Major != 195 || got[0].Minor != 7 || got[0].Permissions != "rw" {
+	if got := managedNodes([]gpuset.GPU{{Minor: 7}}); len(got) != 1 || got[0].Path != "/dev/nvidia7" || got[0].Major != 195 || got[0].Minor != 7 || got[0].Permissions != "rw" {
 		t.Fatalf("managed %+v", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -84,7 +85,7 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 // Prepare creates the container's group with its settings (groupSettings) and its state
 // file (naming the host's pid namespace, so the container's processes get
 // their host pids from the node daemon) and returns the Allocate answer.
-func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]deviceplugin.GPU) (*pluginapi.ContainerAllocateResponse, error) {
+func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
 	name := deviceplugin.GroupName(c)
 	if err := b.tree.Create(name); err != nil {
 		return nil, err

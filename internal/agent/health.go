@@ -9,8 +9,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/health"
 )
 
@@ -25,7 +25,7 @@ const eventWait = time.Second
 type healthMonitor struct {
 	nvml     gpu.NVML
 	watcher  gpu.XIDWatcher // nil: queries only
-	gpus     []deviceplugin.GPU
+	gpus     []gpuset.GPU
 	period   time.Duration
 	clock    clock.PassiveClock
 	onChange func([]health.Change)
@@ -38,7 +38,7 @@ type healthMonitor struct {
 	watchingOnce sync.Once
 }
 
-func newHealthMonitor(cfg Config, drv *gpu.Driver, gpus []deviceplugin.GPU, onChange func([]health.Change)) *healthMonitor {
+func newHealthMonitor(cfg Config, drv *gpu.Driver, gpus []gpuset.GPU, onChange func([]health.Change)) *healthMonitor {
 	uuids := make([]string, 0, len(gpus))
 	for _, g := range gpus {
 		uuids = append(uuids, g.UUID)

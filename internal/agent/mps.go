@@ -14,6 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/mps"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -41,7 +42,7 @@ func (s *sharing) server(pid uint32) bool {
 // newSharing reads cfg.Sharing for gpus and prepares K daemons per mps GPU.
 // The control daemon is cfg.MPSControl, else the real driver's, else (on the
 // simulated GPU) the simulator's stand-in next to its libraries.
-func newSharing(cfg Config, drv *gpu.Driver, gpus []deviceplugin.GPU) (*sharing, error) {
+func newSharing(cfg Config, drv *gpu.Driver, gpus []gpuset.GPU) (*sharing, error) {
 	refs := make([]mps.GPURef, 0, len(gpus))
 	for _, g := range gpus {
 		refs = append(refs, mps.GPURef{Index: g.Index, UUID: g.UUID})

@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -49,7 +49,7 @@ func TestSharingMeasuresLiveClients(t *testing.T) {
 	cfg := DefaultConfig(func(string) string { return "" })
 	cfg.Sharing, cfg.MPSDir = "0=mps,1=timeslice", root
 	sh, err := newSharing(cfg, &gpu.Driver{Simulated: true, LibDir: filepath.Join(bin, "sim")},
-		[]deviceplugin.GPU{{Index: 0, UUID: uuid}, {Index: 1, UUID: "GPU-other"}})
+		[]gpuset.GPU{{Index: 0, UUID: uuid}, {Index: 1, UUID: "GPU-other"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
@@ -69,7 +70,7 @@ func newMetrics(cfg Config) *nodemetrics.Metrics {
 
 // writeCDISpec writes the CDI spec of the node's GPUs when the agent names
 // its own CDI devices (the control devices that exist are spec-wide).
-func writeCDISpec(cfg Config, gpus []deviceplugin.GPU) error {
+func writeCDISpec(cfg Config, gpus []gpuset.GPU) error {
 	if cfg.CDIKind != gpucdi.Kind {
 		return nil
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -38,7 +39,7 @@ import (
 type reconciler struct {
 	client   kubernetes.Interface
 	pods     listersv1.PodLister
-	gpus     map[string]deviceplugin.GPU // by UUID
+	gpus     map[string]gpuset.GPU // by UUID
 	managed  []devconfig.Device
 	mounts   hotplug.Mounts
 	progs    *hotplug.Programs
@@ -87,7 +88,7 @@ func (r *reconciler) applied(key string, changed bool) {
 
 // managedNodes are the GPU device nodes the reconciler gives and takes
 // away: read-write for the container, mode 0666 like the driver's.
-func managedNodes(gpus []deviceplugin.GPU) []devconfig.Device {
+func managedNodes(gpus []gpuset.GPU) []devconfig.Device {
 	out := make([]devconfig.Device, 0, len(gpus))
 	for _, g := range gpus {
 		out = append(out, devconfig.Device{Path: devPath(g.Minor), FileMode: 0o666,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
@@ -65,13 +66,13 @@ func (s *stateReader) read() (v1alpha1.NodeState, string) {
 // new pod onto a Draining, NotReady or unhealthy GPU (running pods keep their
 // devices). Either source re-evaluates at once.
 type pluginHealth struct {
-	gpus    []deviceplugin.GPU
+	gpus    []gpuset.GPU
 	plugins []*deviceplugin.Plugin
 	healthy func(uuid string) bool // the monitor's view; nil: healthy
 	mu      sync.Mutex
 	state   v1alpha1.NodeState  // "" before the first publication: Working
 	devs    []gpunoderow.Device // nil before the first publication: all healthy
-	last    []deviceplugin.GPU
+	last    []gpuset.GPU
 }
 
 // observe takes a published state and the GPUs measured.
@@ -103,7 +104,7 @@ func (h *pluginHealth) refreshLocked() {
 // advertised is gpus with Healthy = state is Working (or not yet published),
 // devs (the last measurement; nil: none yet) call the GPU healthy, and so
 // does healthy (nil: no monitor).
-func advertised(gpus []deviceplugin.GPU, state v1alpha1.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []deviceplugin.GPU {
+func advertised(gpus []gpuset.GPU, state v1alpha1.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []gpuset.GPU {
 	ok := map[string]bool{}
 	for _, d := range devs {
 		ok[d.UUID] = d.Healthy

@@ -3,8 +3,8 @@ package agent
 import (
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
 )
@@ -29,7 +29,7 @@ func TestDrainState(t *testing.T) {
 }
 
 func TestAdvertisedHealth(t *testing.T) {
-	gpus := []deviceplugin.GPU{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: true}}
+	gpus := []gpuset.GPU{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: true}}
 	devs := []gpunoderow.Device{{Index: 0, UUID: "a", Healthy: true}, {Index: 1, UUID: "b", Healthy: false}}
 	notA := func(u string) bool { return u != "a" }
 	for _, tc := range []struct {

@@ -22,6 +22,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
 
 const nsEnv = "GPUSLICE_DEVICEPLUGIN_PRIVATE_NS"
@@ -59,7 +61,7 @@ func (b *dmBackend) Pending(_ context.Context, resource string) ([]Candidate, er
 	}), nil
 }
 
-func (b *dmBackend) Prepare(_ context.Context, c Candidate, gpus map[string]GPU) (*pluginapi.ContainerAllocateResponse, error) {
+func (b *dmBackend) Prepare(_ context.Context, c Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
 	return b.inject.Response(c, gpus, GroupName(c))
 }
 
@@ -91,10 +93,10 @@ func waitCapacity(t *testing.T, m *devicemanager.ManagerImpl, healthy int64) {
 	t.Fatalf("device manager never saw %d healthy slots: %v", healthy, alloc)
 }
 
-func fourGPUs(healthy ...bool) []GPU {
-	var out []GPU
+func fourGPUs(healthy ...bool) []gpuset.GPU {
+	var out []gpuset.GPU
 	for i := range int32(4) {
-		out = append(out, GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: len(healthy) == 0 || healthy[i]})
+		out = append(out, gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: len(healthy) == 0 || healthy[i]})
 	}
 	return out
 }

@@ -4,11 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func TestResponseMPS(t *testing.T) {
-	gpus := map[string]GPU{"GPU-a": {Index: 0, UUID: "GPU-a", Minor: 0, Healthy: true}, "GPU-b": {Index: 1, UUID: "GPU-b", Minor: 1, Healthy: true}}
+	gpus := map[string]gpuset.GPU{"GPU-a": {Index: 0, UUID: "GPU-a", Minor: 0, Healthy: true}, "GPU-b": {Index: 1, UUID: "GPU-b", Minor: 1, Healthy: true}}
 	in := Inject{DevRoot: "/dev", MPS: map[string]MPSGPU{"GPU-b": {PipeDirs: []string{"/run/gpuslice/mps/GPU-b/0/pipe"}, ServerUnits: 96}}}
 	cases := []struct {
 		name    string

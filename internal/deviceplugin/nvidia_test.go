@@ -8,15 +8,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
 
 // TestNVIDIAContract: the container's GPUs, and only them, by UUID in every
 // form the NVIDIA toolkit reads (env, volume mounts, CDI names).
 func TestNVIDIAContract(t *testing.T) {
 	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, none)[0]
-	gpus := map[string]GPU{}
+	gpus := map[string]gpuset.GPU{}
 	for i := range int32(4) {
-		gpus[uuid(i)] = GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
+		gpus[uuid(i)] = gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
 	}
 	for _, kind := range []string{"", "gpuslice.io/gpu", "nvidia.com/gpu"} {
 		r, err := Inject{DevRoot: "/dev", CDIKind: kind, Env: map[string]string{}}.Response(c, gpus, GroupName(c))
@@ -66,7 +68,7 @@ func TestNVIDIAContractNoGPU(t *testing.T) {
 // refused (the kubelet would put its value after ours).
 func TestPodEnvCannotWiden(t *testing.T) {
 	p := pod("a", []int64{1}, [][]int32{{0}})
-	gpus := map[string]GPU{uuid(0): {Index: 0, UUID: uuid(0), Minor: 0, Healthy: true}}
+	gpus := map[string]gpuset.GPU{uuid(0): {Index: 0, UUID: uuid(0), Minor: 0, Healthy: true}}
 	for _, name := range []string{EnvVisibleDevices, "NVIDIA_VISIBLE_DEVICES_OVERRIDE"} {
 		q := p.DeepCopy()
 		q.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: name, Value: "all"}}

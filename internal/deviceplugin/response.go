@@ -12,6 +12,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -86,7 +87,7 @@ func MemoryLimit(c Candidate) int64 {
 // Response builds the Allocate answer for c: its assigned GPUs' nodes (gpus
 // maps UUID to the GPU), control devices, the library, its group directory,
 // the daemon socket and the environment the library reads.
-func (in Inject) Response(c Candidate, gpus map[string]GPU, group string) (*pluginapi.ContainerAllocateResponse, error) {
+func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string) (*pluginapi.ContainerAllocateResponse, error) {
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	if err := CheckContainerEnv(c.Pod, c.Container); err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)

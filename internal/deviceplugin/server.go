@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
 
 // Config is the plugin's configuration.
@@ -76,7 +78,7 @@ type Backend interface {
 	// resource is the plugin's resource name.
 	Pending(ctx context.Context, resource string) ([]Candidate, error)
 	// Prepare readies c's group on the node and returns c's answer.
-	Prepare(ctx context.Context, c Candidate, gpus map[string]GPU) (*pluginapi.ContainerAllocateResponse, error)
+	Prepare(ctx context.Context, c Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error)
 }
 
 // Plugin is the device plugin gRPC service.
@@ -86,7 +88,7 @@ type Plugin struct {
 	backend Backend
 
 	mu      sync.Mutex
-	gpus    []GPU
+	gpus    []gpuset.GPU
 	changed chan struct{} // closed when gpus change
 
 	registered atomic.Bool
@@ -103,32 +105,32 @@ func (p *Plugin) refused(reason string) {
 }
 
 // New returns a plugin advertising gpus.
-func New(cfg Config, backend Backend, gpus []GPU) (*Plugin, error) {
+func New(cfg Config, backend Backend, gpus []gpuset.GPU) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Plugin{cfg: cfg, backend: backend, gpus: append([]GPU(nil), gpus...), changed: make(chan struct{})}, nil
+	return &Plugin{cfg: cfg, backend: backend, gpus: append([]gpuset.GPU(nil), gpus...), changed: make(chan struct{})}, nil
 }
 
 // SetGPUs replaces the advertised GPUs (health changes); ListAndWatch
 // streams send the new list.
-func (p *Plugin) SetGPUs(gpus []GPU) {
+func (p *Plugin) SetGPUs(gpus []gpuset.GPU) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.gpus = append([]GPU(nil), gpus...)
+	p.gpus = append([]gpuset.GPU(nil), gpus...)
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
-func (p *Plugin) snapshot() ([]GPU, <-chan struct{}) {
+func (p *Plugin) snapshot() ([]gpuset.GPU, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.gpus, p.changed
 }
 
-func (p *Plugin) gpuMap() map[string]GPU {
+func (p *Plugin) gpuMap() map[string]gpuset.GPU {
 	gpus, _ := p.snapshot()
-	m := make(map[string]GPU, len(gpus))
+	m := make(map[string]gpuset.GPU, len(gpus))
 	for _, g := range gpus {
 		m[g.UUID] = g
 	}
@@ -136,7 +138,7 @@ func (p *Plugin) gpuMap() map[string]GPU {
 }
 
 // Devices lists the slots of gpus as device plugin devices.
-func Devices(gpus []GPU, slots int) []*pluginapi.Device {
+func Devices(gpus []gpuset.GPU, slots int) []*pluginapi.Device {
 	out := make([]*pluginapi.Device, 0, len(gpus)*slots)
 	for _, g := range gpus {
 		health := pluginapi.Healthy

@@ -25,15 +25,6 @@ const slotSep = "::"
 // MaxSlotsPerGPU bounds how many containers may share one GPU.
 const MaxSlotsPerGPU = 1024
 
-// GPU is one device the plugin advertises.
-type GPU struct {
-	Index int32
-	UUID  string
-	// Minor is N of the device node /dev/nvidiaN.
-	Minor   uint32
-	Healthy bool
-}
-
 // SlotID names slot k of a GPU: "<uuid>::<k>". The kubelet hands out slots;
 // a container holding a slot of a GPU may use that GPU.
 func SlotID(uuid string, k int) string { return uuid + slotSep + strconv.Itoa(k) }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -160,9 +161,9 @@ func TestPreferAndTie(t *testing.T) {
 
 func TestResponse(t *testing.T) {
 	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, none)[0]
-	gpus := map[string]GPU{}
+	gpus := map[string]gpuset.GPU{}
 	for i := range int32(4) {
-		gpus[uuid(i)] = GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
+		gpus[uuid(i)] = gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
 	}
 	in := Inject{DevRoot: "/host/dev", ControlDevices: []string{"/dev/nvidiactl"}, Library: "/opt/gs/libgpuslice.so",
 		RunDir: "/run/gpuslice", Socket: "/run/gpuslice/node.sock", SimDir: "/opt/gs/sim", SimHostProc: "/proc", Env: map[string]string{"X": "1"}}
