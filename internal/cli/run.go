@@ -85,7 +85,7 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 		daemonArgs = append(daemonArgs, "--driver", f.driver)
 	}
 	setup := runner.RunSetup{
-		Group: spec.Group, Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
+		Group: spec.Group, Private: f.group == "", Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
 		Elastic: elastic,
 		Start:   client.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
 	}

@@ -19,6 +19,7 @@ var ErrNoDaemon = errors.New("node daemon unavailable")
 // RunSetup is what `gpuslice run` asks of the time-slice side.
 type RunSetup struct {
 	Group     string              // the run's group (a --group NAME, or run-<pid>)
+	Private   bool                // Group is the run's own (run-<pid>): its state is made afresh, never taken over
 	Flags     group.RunFlags      // --slice, --share, --share-max, --priority
 	MemoryMax uint64              // --memory in bytes, recorded as memory.max (0: leave as is)
 	Elastic   ElasticSetup        // --memory-max, --spill (MemoryMax is then the guarantee)
@@ -71,7 +72,7 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if err != nil {
 		return nil, err
 	}
-	if err := timeslice.PrepareGroupState(runDir, s.Group, st); err != nil {
+	if err := timeslice.PrepareGroupState(runDir, s.Group, st, !s.Private); err != nil {
 		return nil, err
 	}
 	socket, start := s.daemon(getenv)

@@ -47,7 +47,7 @@ func TestGroupLimitWrittenByRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := PrepareGroupState(dir, "g", st); err != nil {
+		if err := PrepareGroupState(dir, "g", st, true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -124,13 +124,17 @@ func (s *Server) settingsOf(name string) group.Settings {
 
 // PrepareGroupState makes the group's state file before any member starts and
 // writes the group's memory.max into it: every member is held to it,
-// whatever its own environment says. A state its live members still use
-// after the run directory was replaced is taken back, not made anew. Elastic groups (memory.min) get their
+// whatever its own environment says. With adopt (a named group), a state its
+// live members still use after the run directory was replaced is taken back,
+// not made anew (a run's own group, run-<pid>, has no members before the run:
+// the surviving children of an earlier run with that pid are not its own). Elastic groups (memory.min) get their
 // limits from the daemon.
-func PrepareGroupState(runDir, name string, st group.Settings) error {
+func PrepareGroupState(runDir, name string, st group.Settings, adopt bool) error {
 	path := paths.GroupStateFile(runDir, name)
-	if err := adoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
-		return fmt.Errorf("group %s: %w", name, err)
+	if adopt {
+		if err := adoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
+			return fmt.Errorf("group %s: %w", name, err)
+		}
 	}
 	if err := createGroupState("/proc", path, name, 0o600); err != nil {
 		return fmt.Errorf("group %s: %w", name, err)

@@ -151,7 +151,7 @@ func TestReliabilityRunDirReplacedOneState(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return PrepareGroupState(runDir, "g", st)
+				return PrepareGroupState(runDir, "g", st, true)
 			}
 			if err := prepare(); err != nil {
 				t.Fatal(err)
