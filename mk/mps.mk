@@ -1,9 +1,9 @@
 # MPS sharing mode. The simulator's stand-in MPS control daemon + server
 # (bin/sim/gpuslice-sim-mps-control, a simulator part like bin/sim/libcuda.so.1)
 # and `make bench-mps`. Its C tests run in `make test-sim` (test_mps.c).
-MPS_SIM_SRC := test/simgpu/mps/mps_control.c
-MPS_SIM_HDRS := test/simgpu/src/mps_table.h include/gpuslice/cuda_abi.h
-MPS_SIM_CFLAGS := -Itest/simgpu/src
+MPS_SIM_SRC := simgpu/mps/mps_control.c
+MPS_SIM_HDRS := simgpu/src/mps_table.h include/gpuslice/cuda_abi.h
+MPS_SIM_CFLAGS := -Isimgpu/src
 
 ALL_TARGETS += $(BIN)/sim/gpuslice-sim-mps-control
 

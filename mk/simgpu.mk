@@ -1,6 +1,7 @@
-# Simulated GPU (test double): bin/sim/libcuda.so.1 and bin/sim/libnvidia-ml.so.1.
+# Simulated GPU (simgpu/, a stand-in for the NVIDIA driver; `--driver sim` at runtime):
+# bin/sim/libcuda.so.1 and bin/sim/libnvidia-ml.so.1.
 # Tests: `make test-sim` (ASan/UBSan builds under build/asan/sim).
-SIM_DIR := test/simgpu
+SIM_DIR := simgpu
 SIM_BIN := $(BIN)/sim
 SIM_ASAN := $(BUILD)/asan/sim
 SIM_COMMON := config.c mps_limit.c state.c statefile.c engine.c

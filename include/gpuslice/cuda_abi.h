@@ -257,7 +257,7 @@ enum { CU_STREAM_DEFAULT = 0x0, CU_STREAM_NON_BLOCKING = 0x1 };
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
-/* ---- Added by test/simgpu (append-only; values from NVIDIA's public cuda.h docs) ---- */
+/* ---- Added by simgpu (append-only; values from NVIDIA's public cuda.h docs) ---- */
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef int CUlibraryOption;
@@ -382,7 +382,7 @@ enum {
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
 };
-/* ---- end of test/simgpu additions ---- */
+/* ---- end of simgpu additions ---- */
 
 #ifdef __cplusplus
 }

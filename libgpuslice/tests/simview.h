@@ -7,7 +7,7 @@
 
 #include <errno.h>
 
-#include "../../test/simgpu/src/simstate.h"
+#include "../../simgpu/src/simstate.h"
 #include "hooktest.h"
 
 /* The simulator's state, or NULL while no process has created it yet. */

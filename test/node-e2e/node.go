@@ -199,7 +199,7 @@ func (n *node) images() {
 			"-o", filepath.Join(n.dir, "gs-"+p), filepath.Join("images", p+".c"), "-ldl")
 	}
 	// The simulated GPU's per-process busy time, read on the host.
-	run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "simgpu", "src"),
+	run(t, "gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("..", "..", "simgpu", "src"),
 		"-o", filepath.Join(n.dir, "gs-simbusy"), filepath.Join("host", "simbusy.c"))
 	files := ociimage.Files{"/pause": filepath.Join(n.dir, "pause")}
 	if err := buildImage(filepath.Join(n.dir, "pause.tar"), pauseImg, files, []string{"/pause"}); err != nil {

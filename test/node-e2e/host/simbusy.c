@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * gs-simbusy: prints the simulated GPU's per-process busy time from its
- * shared state file (test/simgpu/src/simstate.h), for the node end to end:
+ * shared state file (simgpu/src/simstate.h), for the node end to end:
  *   proc <host pid> <device index> <busy ns>
  * one line per live process and device it has a context on. The file is
  * mapped read-only and checked (magic, version, size). Exit status: 0, 1 on
