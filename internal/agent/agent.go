@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/cri"
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
@@ -71,7 +72,16 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	}))
 	pods := f.Core().V1().Pods()
 	met := newMetrics(cfg)
-	rec := newReconciler(cfg, cs, pods.Lister(), gpus, mounts)
+	rt, err := cri.Dial(cfg.RuntimeEndpoint, cfg.RuntimeTimeout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := rt.Close(); err != nil {
+			klog.FromContext(ctx).Error(err, "close the runtime connection")
+		}
+	}()
+	rec := newReconciler(cfg, cs, pods.Lister(), gpus, mounts, rt)
 	rec.observe = met.HotplugApplied
 	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)
@@ -166,10 +176,10 @@ func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, erro
 	return cs, gc, nil
 }
 
-func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []gpuset.GPU, mounts hotplug.Mounts) *reconciler {
+func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []gpuset.GPU, mounts hotplug.Mounts, rt containerRuntime) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
 		progs:    hotplug.NewPrograms(maxSeen),
-		procRoot: cfg.ProcRoot, cgRoot: cfg.CgroupRoot, stateDir: cfg.RuntimeStateDir, resync: cfg.Resync,
+		procRoot: cfg.ProcRoot, runtime: rt, resync: cfg.Resync,
 		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute, seen: map[string]time.Time{},
 		badShareMax: map[types.UID]string{},
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}

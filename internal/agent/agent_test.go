@@ -1,62 +1,87 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpuslice/gpuslice/internal/cri"
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
+	"github.com/gpuslice/gpuslice/internal/hotplug"
 )
 
-func TestContainerCgroup(t *testing.T) {
-	root := t.TempDir()
-	uid := "0b3d1c2e-1111-2222-3333-444455556666"
-	dirs := []string{
-		"kubepods/burstable/pod" + uid + "/abc123",
-		"kubepods/pod" + uid + "/guaranteed1",
-		"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-sys1.scope",
-		"kubepods/besteffort/podother/abc123",
+func TestOwnsCgroup(t *testing.T) {
+	id := "3f1c2a9e8b7d"
+	cases := []struct {
+		dir  string
+		want bool
+	}{
+		{"/sys/fs/cgroup/devices/kubepods/burstable/pod0b3d/" + id, true},
+		{"/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b3d.slice/cri-containerd-" + id + ".scope", true},
+		{"/sys/fs/cgroup/kubepods.slice/kubepods-pod0b3d.slice/crio-" + id + ".scope", true},
+		{"/sys/fs/cgroup/devices/kubepods/burstable/pod0b3d/other", false},
+		{"/sys/fs/cgroup/devices/" + id + "/child", false},
+		{"/sys/fs/cgroup/devices/", false},
 	}
-	for _, d := range dirs {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
+	for _, tc := range cases {
+		if got := ownsCgroup(tc.dir, id); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.dir, got, tc.want)
 		}
 	}
-	for cid, want := range map[string]string{"abc123": dirs[0], "guaranteed1": dirs[1], "sys1": dirs[2]} {
-		got, err := ContainerCgroup(root, "0b3d1c2e-1111-2222-3333-444455556666", cid)
-		if err != nil || got != filepath.Join(root, want) {
-			t.Errorf("%s: %q, %v; want %s", cid, got, err, want)
-		}
-	}
-	for _, cid := range []string{"missing", "", "../x", "a*"} {
-		if _, err := ContainerCgroup(root, "0b3d1c2e-1111-2222-3333-444455556666", cid); !errors.Is(err, ErrNoContainer) {
-			t.Errorf("%q: err = %v", cid, err)
-		}
-	}
-	procs := filepath.Join(root, dirs[0], "cgroup.procs")
-	if err := os.WriteFile(procs, []byte(""), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := FirstPID(filepath.Join(root, dirs[0])); !errors.Is(err, ErrNoContainer) {
-		t.Fatalf("empty cgroup: %v", err)
-	}
-	if err := os.WriteFile(procs, []byte("4242\n4243\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if pid, err := FirstPID(filepath.Join(root, dirs[0])); err != nil || pid != 4242 {
-		t.Fatalf("FirstPID = %d, %v", pid, err)
+	if ownsCgroup("/x/y", "") {
+		t.Fatal("an empty id owns a cgroup")
 	}
 	if runtimeID("containerd://abc") != "abc" || runtimeID("abc") != "abc" {
 		t.Fatal("runtimeID")
+	}
+}
+
+// runtimeAnswer is a containerRuntime that answers one fixed reply.
+type runtimeAnswer struct {
+	c   cri.Container
+	err error
+}
+
+func (r runtimeAnswer) Container(context.Context, string) (cri.Container, error) { return r.c, r.err }
+
+// findContainer trusts the runtime's PID only when the kernel puts that
+// process in the container's cgroup (this test's own process is in none).
+func TestFindContainerChecksTheCgroup(t *testing.T) {
+	m, err := hotplug.FindMounts("/proc")
+	if err != nil {
+		t.Skipf("no cgroup mounts here: %v", err)
+	}
+	self := cri.Container{PID: os.Getpid(), Spec: &specs.Spec{}}
+	cases := []struct {
+		name string
+		rt   runtimeAnswer
+		id   string
+	}{
+		{"pid in another cgroup", runtimeAnswer{c: self}, "3f1c2a9e8b7d"},
+		{"gone", runtimeAnswer{err: fmt.Errorf("x: %w", cri.ErrNotFound)}, "3f1c2a9e8b7d"},
+		{"exited", runtimeAnswer{err: cri.ErrNotRunning}, "3f1c2a9e8b7d"},
+		{"no such process", runtimeAnswer{c: cri.Container{PID: 1 << 22, Spec: &specs.Spec{}}}, "3f1c2a9e8b7d"},
+		{"bad id", runtimeAnswer{c: self}, "../x"},
+		{"empty id", runtimeAnswer{c: self}, ""},
+	}
+	for _, tc := range cases {
+		if _, err := findContainer(context.Background(), tc.rt, m, "/proc", tc.id); !errors.Is(err, ErrNoContainer) {
+			t.Errorf("%s: err = %v, want ErrNoContainer", tc.name, err)
+		}
+	}
+	other := errors.New("runtime unreachable")
+	if _, err := findContainer(context.Background(), runtimeAnswer{err: other}, m, "/proc", "3f1c2a9e8b7d"); !errors.Is(err, other) || errors.Is(err, ErrNoContainer) {
+		t.Errorf("runtime error: %v", err)
 	}
 }
 

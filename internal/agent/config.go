@@ -55,12 +55,13 @@ type Config struct {
 	PublishPeriod time.Duration
 	// ProcRoot is where /proc is mounted.
 	ProcRoot string
-	// CgroupRoot is the kubelet's cgroupRoot ("/" by default).
-	CgroupRoot string
-	// RuntimeStateDir holds <container id>/config.json of running
-	// containers (containerd: /run/containerd/io.containerd.runtime.v2.task/k8s.io),
-	// read for the device rules on cgroup v2.
-	RuntimeStateDir string
+	// RuntimeEndpoint is the container runtime's CRI socket
+	// (unix:///run/containerd/containerd.sock, unix:///var/run/crio/crio.sock):
+	// a running container's process and OCI spec (its device rules on
+	// cgroup v2) come from ContainerStatus (verbose). Each call gives up
+	// after RuntimeTimeout.
+	RuntimeEndpoint string
+	RuntimeTimeout  time.Duration
 	// Sharing is each GPU's sharing mode: "timeslice" or "mps" for all, or
 	// <index or UUID>=<mode>,... (internal/mps.ParseModes).
 	Sharing string
@@ -105,8 +106,8 @@ func DefaultConfig(getenv func(string) string) Config {
 		Resync:            time.Second,
 		PublishPeriod:     10 * time.Second,
 		ProcRoot:          "/proc",
-		CgroupRoot:        "/",
-		RuntimeStateDir:   "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+		RuntimeEndpoint:   "unix:///run/containerd/containerd.sock",
+		RuntimeTimeout:    5 * time.Second,
 		Sharing:           string(api.SharingTimeslice),
 		MPSDir:            filepath.Join(paths.RunDir(getenv), "mps"),
 		MPSServers:        api.DefaultMPSServers,

@@ -1,67 +1,24 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
+	"github.com/gpuslice/gpuslice/internal/cri"
+	"github.com/gpuslice/gpuslice/internal/hotplug"
 )
 
-// ErrNoContainer wraps a container whose cgroup or processes are not found
-// (not started yet, or gone).
+// ErrNoContainer wraps a container whose process is not found (not started
+// yet, or gone).
 var ErrNoContainer = errors.New("container not found")
 
-// podDirGlobs are where the kubelet puts a pod's cgroup, with cgroupfs and
-// systemd drivers, every QoS class (relative to a hierarchy's mount).
-func podDirGlobs(uid types.UID) []string {
-	u := string(uid)
-	us := strings.ReplaceAll(u, "-", "_")
-	return []string{
-		"kubepods/pod" + u, "kubepods/*/pod" + u,
-		"kubepods.slice/kubepods-pod" + us + ".slice", "kubepods.slice/*/kubepods-*-pod" + us + ".slice",
-	}
-}
-
-// ContainerCgroup finds a container's cgroup directory under a hierarchy
-// mounted at root (plus the kubelet's --cgroup-root), from its pod UID and
-// runtime container ID.
-func ContainerCgroup(root string, uid types.UID, containerID string) (string, error) {
-	if containerID == "" || strings.ContainsAny(containerID, "/*?[") || strings.ContainsAny(string(uid), "/*?[") {
-		return "", fmt.Errorf("%w: bad id %q/%q", ErrNoContainer, uid, containerID)
-	}
-	for _, g := range podDirGlobs(uid) {
-		pods, err := filepath.Glob(filepath.Join(root, g))
-		if err != nil {
-			return "", fmt.Errorf("cgroup glob: %w", err)
-		}
-		for _, pod := range pods {
-			for _, name := range []string{containerID, "cri-containerd-" + containerID + ".scope", "docker-" + containerID + ".scope", "crio-" + containerID + ".scope"} {
-				dir := filepath.Join(pod, name)
-				if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-					return dir, nil
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("%w: no cgroup for pod %s container %s under %s", ErrNoContainer, uid, containerID, root)
-}
-
-// FirstPID returns a process of a cgroup directory.
-func FirstPID(dir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNoContainer, err)
-	}
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: no process in %s", ErrNoContainer, dir)
+// containerRuntime finds a running container's process and OCI spec
+// (cri.Client: ContainerStatus, verbose, over the runtime's CRI socket).
+type containerRuntime interface {
+	Container(ctx context.Context, id string) (cri.Container, error)
 }
 
 // runtimeID strips the runtime prefix of a container status ID
@@ -71,4 +28,46 @@ func runtimeID(s string) string {
 		return id
 	}
 	return s
+}
+
+// ownsCgroup reports whether a cgroup directory is container id's: every
+// runtime and cgroup driver names the container's cgroup after its ID
+// (<id>, cri-containerd-<id>.scope, crio-<id>.scope, docker-<id>.scope). A
+// PID the runtime reported that now lives elsewhere has exited (and may have
+// been reused).
+func ownsCgroup(dir, id string) bool {
+	return id != "" && strings.Contains(filepath.Base(dir), id)
+}
+
+// findContainer asks the runtime for container id and reads its device
+// cgroup from the kernel (through the process), checked to be the
+// container's; on cgroup v2 its device rules come from its OCI spec plus the
+// runtime's defaults.
+func findContainer(ctx context.Context, rt containerRuntime, m hotplug.Mounts, procRoot, id string) (hotplug.Container, error) {
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return hotplug.Container{}, fmt.Errorf("%w: bad container id %q", ErrNoContainer, id)
+	}
+	info, err := rt.Container(ctx, id)
+	if errors.Is(err, cri.ErrNotFound) || errors.Is(err, cri.ErrNotRunning) {
+		return hotplug.Container{}, fmt.Errorf("%w: %w", ErrNoContainer, err)
+	}
+	if err != nil {
+		return hotplug.Container{}, err
+	}
+	cg, err := hotplug.CgroupOfPID(m, procRoot, info.PID)
+	if err != nil {
+		return hotplug.Container{}, fmt.Errorf("%w: container %s: %w", ErrNoContainer, id, err)
+	}
+	if !ownsCgroup(cg.Dir, id) {
+		return hotplug.Container{}, fmt.Errorf("%w: pid %d of container %s is in %s, not the container's cgroup", ErrNoContainer, info.PID, id, cg)
+	}
+	c := hotplug.Container{PID: info.PID, Cgroup: cg}
+	if cg.V2 {
+		// The runtime's program allowed the spec's rules and its defaults.
+		if c.Base, err = hotplug.SpecDeviceRules(info.Spec); err != nil {
+			return c, fmt.Errorf("container %s: %w", id, err)
+		}
+		c.Base = append(c.Base, hotplug.RuntimeDefaultRules()...)
+	}
+	return c, nil
 }

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	devconfig "github.com/opencontainers/cgroups/devices/config"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,8 +42,7 @@ type reconciler struct {
 	mounts   hotplug.Mounts
 	progs    *hotplug.Programs
 	procRoot string
-	cgRoot   string
-	stateDir string
+	runtime  containerRuntime
 	resync   time.Duration
 	queue    workqueue.TypedRateLimitingInterface[string]
 	// tree holds the groups Allocate made; gcAge is how old a group of a
@@ -217,7 +214,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 }
 
 func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, bool, error) {
-	c, err := r.container(uid, cid)
+	c, err := findContainer(ctx, r.runtime, r.mounts, r.procRoot, cid)
 	if err != nil {
 		return nil, false, err
 	}
@@ -239,39 +236,6 @@ func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid stri
 		klog.FromContext(ctx).Info("applied devices", "podUID", uid, "container", cid, "gpus", idx, "cgroup", c.Cgroup.String())
 	}
 	return idx, changed, nil
-}
-
-// container finds a running container's process, device cgroup and (on
-// cgroup v2) its own device rules.
-func (r *reconciler) container(uid types.UID, cid string) (hotplug.Container, error) {
-	v2 := r.mounts.V1Devices == ""
-	root := r.mounts.V1Devices
-	if v2 {
-		root = r.mounts.V2
-	}
-	dir, err := ContainerCgroup(filepath.Join(root, r.cgRoot), uid, cid)
-	if err != nil {
-		return hotplug.Container{}, err
-	}
-	pid, err := FirstPID(dir)
-	if err != nil {
-		return hotplug.Container{}, err
-	}
-	c := hotplug.Container{PID: pid, Cgroup: hotplug.Cgroup{V2: v2, Dir: dir}}
-	if v2 {
-		b, err := os.ReadFile(filepath.Join(r.stateDir, cid, "config.json"))
-		if err != nil {
-			return c, fmt.Errorf("device rules of container %s: %w", cid, err)
-		}
-		var spec specs.Spec
-		if err := json.Unmarshal(b, &spec); err != nil {
-			return c, fmt.Errorf("OCI config of container %s: %w", cid, err)
-		}
-		if c.Base, err = hotplug.SpecDeviceRules(&spec); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
 }
 
 // report writes the applied state on the pod when it changed.

@@ -22,6 +22,9 @@
 //     program's tag per rule list;
 //   - refusing inside a user namespace, where the setters silently write
 //     nothing;
+//   - RuntimeDefaultRules: the rules runtimes add after a container's OCI
+//     config (runc's defaults are in runc, not in the cgroups library), needed
+//     to rebuild the v2 program the runtime attached;
 //   - the device nodes (SyncNodes), which the library does not create in
 //     another process's mount namespace.
 package hotplug

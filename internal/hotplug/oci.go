@@ -45,3 +45,22 @@ func SpecDeviceRules(spec *specs.Spec) ([]*devconfig.Rule, error) {
 	}
 	return out, nil
 }
+
+// RuntimeDefaultRules are the device rules OCI runtimes add after a
+// container's own (runc: libcontainer/specconv's AllowedDevices; the OCI
+// runtime spec's default devices): mknod of any device, /dev/null, zero,
+// full, random, urandom, tty, console, ptmx and the pseudo-terminals. The
+// OCI config the runtime was given lacks them, yet the program the runtime
+// attached on cgroup v2 allows them, so the program that replaces it must
+// too. (On v1 they are read from devices.list.)
+func RuntimeDefaultRules() []*devconfig.Rule {
+	out := []*devconfig.Rule{
+		{Type: devconfig.CharDevice, Major: devconfig.Wildcard, Minor: devconfig.Wildcard, Permissions: "m", Allow: true},
+		{Type: devconfig.BlockDevice, Major: devconfig.Wildcard, Minor: devconfig.Wildcard, Permissions: "m", Allow: true},
+		{Type: devconfig.CharDevice, Major: 136, Minor: devconfig.Wildcard, Permissions: "rwm", Allow: true},
+	}
+	for _, d := range [][2]int64{{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}} {
+		out = append(out, &devconfig.Rule{Type: devconfig.CharDevice, Major: d[0], Minor: d[1], Permissions: "rwm", Allow: true})
+	}
+	return out
+}

@@ -43,3 +43,23 @@ func TestSpecDeviceRules(t *testing.T) {
 		}
 	}
 }
+
+// The runtime defaults keep what runc gives every container usable when the
+// program is rebuilt from a kubelet-made OCI config (deny all, the device
+// plugin's devices), and never cover a GPU.
+func TestRuntimeDefaultRules(t *testing.T) {
+	def := RuntimeDefaultRules()
+	for _, r := range def {
+		if err := CheckRule(*r); err != nil || !r.Allow {
+			t.Fatalf("%s: %v", r.CgroupString(), err)
+		}
+		if (r.Major == 195 || r.Major == -1) && r.Permissions != "m" {
+			t.Fatalf("%s covers a GPU", r.CgroupString())
+		}
+	}
+	want := "allow c *:* m\nallow b *:* m\nallow c 136:* rwm\nallow c 1:3 rwm\nallow c 1:5 rwm\nallow c 1:7 rwm\n" +
+		"allow c 1:8 rwm\nallow c 1:9 rwm\nallow c 5:0 rwm\nallow c 5:1 rwm\nallow c 5:2 rwm\n"
+	if got := ruleList(def); got != want {
+		t.Fatalf("defaults:\n%s", got)
+	}
+}

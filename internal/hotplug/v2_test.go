@@ -135,6 +135,19 @@ func TestApplyV2(t *testing.T) {
 		t.Fatalf("%d programs attached, want 1", n)
 	}
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"})
+
+	// A kubelet-made OCI config (deny all, the device plugin's GPU) lacks
+	// what runc allows every container: with the runtime's defaults the
+	// rebuilt program keeps /dev/null usable.
+	null := []devconfig.Device{{Path: "/dev/null", FileMode: 0o666, Rule: devconfig.Rule{Type: devconfig.CharDevice, Major: 1, Minor: 3}}}
+	if _, err := SyncNodes("/proc", pid, null, wantSet("/dev/null")); err != nil {
+		t.Fatal(err)
+	}
+	c.Base = append(rulesOf(t, "deny a", "allow c 195:0 rw"), RuntimeDefaultRules()...)
+	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia2")); err != nil {
+		t.Fatal(err)
+	}
+	h.expectOpen(map[string]string{"/dev/null": "ok", "/dev/nvidia2": "ENXIO", "/dev/nvidia0": "ENOENT"})
 }
 
 func TestSyncV2Refuses(t *testing.T) {

@@ -102,16 +102,15 @@ node:
   simDir: %q
   devRoot: %q
   runDir: %q
-  runtimeStateDir: %q
+  runtimeEndpoint: %q
   cdiSpecDir: %q
-  cgroupRoot: %q
   metricsPort: %d
   extraEnv:
   - {name: GPUSLICE_SIM_GPUS, value: "%d"}
   - {name: GPUSLICE_SIM_MEMORY, value: 16GiB}
   - {name: GPUSLICE_SIM_STATE, value: %q}
 `, h.cp.Port, filepath.Join(h.bin, "sim"), filepath.Join(h.dir, "dev"), h.runDir,
-		filepath.Join(h.stateDir, "io.containerd.runtime.v2.task", "k8s.io"), h.cdiDir, h.cgroupRoot, port, numGPUs, h.simState)
+		"unix://"+h.ctrSock, h.cdiDir, port, numGPUs, h.simState)
 	h.values = filepath.Join(h.dir, "values.yaml")
 	if err := os.WriteFile(h.values, []byte(v), 0o644); err != nil {
 		h.t.Fatal(err)

@@ -5,6 +5,7 @@ package nodee2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuslice/gpuslice/internal/cri"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
@@ -336,7 +338,44 @@ func (n *node) containerCgroup(p *corev1.Pod) (string, int) {
 	if err != nil {
 		n.t.Fatal(err)
 	}
+	n.checkCRI(id, matches[0], m)
 	return matches[0], pid
+}
+
+// checkCRI: what the agent learns from containerd's CRI (ContainerStatus,
+// verbose) is this container: its init pid (containerd's own init.pid) is
+// in the cgroup found above, and its OCI spec's device rules read.
+func (n *node) checkCRI(id, dir string, m hotplug.Mounts) {
+	t := n.t
+	rt, err := cri.Dial("unix://"+n.ctrSock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	c, err := rt.Container(context.Background(), id)
+	if err != nil {
+		t.Fatalf("CRI: %v", err)
+	}
+	if pid, err := n.initPid(id); err != nil || pid != c.PID {
+		t.Fatalf("CRI pid %d, containerd's init.pid %d (%v)", c.PID, pid, err)
+	}
+	cg, err := hotplug.CgroupOfPID(m, "/proc", c.PID)
+	if err != nil || cg.Dir != dir {
+		t.Fatalf("cgroup of CRI pid %d: %v, %v; want %s", c.PID, cg, err, dir)
+	}
+	rules, err := hotplug.SpecDeviceRules(c.Spec)
+	if err != nil || len(rules) == 0 {
+		t.Fatalf("device rules of the CRI spec: %d, %v", len(rules), err)
+	}
+	var spec []string
+	for _, r := range rules {
+		spec = append(spec, fmt.Sprintf("%v:%s", r.Allow, r.CgroupString()))
+	}
+	list, _ := os.ReadFile(filepath.Join(dir, "devices.list"))
+	t.Logf("e2e cri: container %.12s pid %d; OCI spec device rules %q; devices.list %q", id, c.PID, spec, list)
+	if _, err := rt.Container(context.Background(), "0123456789abcdef"); !errors.Is(err, cri.ErrNotFound) {
+		t.Fatalf("CRI, unknown container: %v", err)
+	}
 }
 
 func writeFile(t *testing.T, path, s string) {

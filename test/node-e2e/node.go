@@ -142,8 +142,7 @@ func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 		"--sim-dir", filepath.Join(n.bin, "sim"), "--library", filepath.Join(n.bin, "libgpuslice.so"),
 		"--run-dir", filepath.Join(n.dir, "run"), "--socket", filepath.Join(n.dir, "run", "node.sock"),
 		"--dev-root", filepath.Join(n.dir, "dev"), "--control-devices", "", "--resync", "1s", "--publish-period", "1s",
-		"--runtime-state-dir", filepath.Join(n.stateDir, "io.containerd.runtime.v2.task", "k8s.io"),
-		"--cgroup-root", n.cgroupRoot, "-v", "2"}
+		"--runtime-endpoint", "unix://" + n.ctrSock, "-v", "2"}
 	n.agentFlags = append(n.agentFlags, agentFlags...)
 	n.metrics = freeAddr(t)
 	n.agentFlags = append(n.agentFlags, "--metrics-address", n.metrics, "--cdi-spec-dir", filepath.Join(n.dir, "cdi"))
