@@ -373,6 +373,16 @@ func (n *node) checkCRI(id, dir string, m hotplug.Mounts) {
 	}
 	list, _ := os.ReadFile(filepath.Join(dir, "devices.list"))
 	t.Logf("e2e cri: container %.12s pid %d; OCI spec device rules %q; devices.list %q", id, c.PID, spec, list)
+	var took []time.Duration
+	for range 20 {
+		start := time.Now()
+		if _, err := rt.Container(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("e2e cri: ContainerStatus (verbose) p50 %v, max %v over 20 calls", took[10], took[19])
 	if _, err := rt.Container(context.Background(), "0123456789abcdef"); !errors.Is(err, cri.ErrNotFound) {
 		t.Fatalf("CRI, unknown container: %v", err)
 	}
