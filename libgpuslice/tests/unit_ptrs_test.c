@@ -2,10 +2,13 @@
  * Unit tests of the allocation hooks' pointer table (ptrfast.c) and context
  * map (ctxmap.c): exactly-once takes, entries that do not fit the lock-free
  * table (dense keys, big sizes, reserved keys), kinds, draining a context,
- * churn, and threads that take what other threads inserted. */
+ * churn, threads that take what other threads inserted, and a forked child
+ * (it starts empty; the parent keeps its entries). */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/ctxmap.h"
 #include "../src/ptrfast.h"
@@ -183,12 +186,38 @@ static void test_threads(void)
 	CHECK_EQ(gs_ptrs_count(), 0);
 }
 
+static void test_fork(void)
+{
+	struct gs_ptrent a = ent(GS_KIND_PTR, 0x50000000000ull, 64, 1, 0), big = a, e;
+	big.key += 1ull << 30;
+	big.size = 1ull << 41; /* the locked table */
+	CHECK(gs_ptrs_insert(&a) == 0 && gs_ptrs_insert(&big) == 0);
+	gs_ptrs_fork_prepare();
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		gs_ptrs_fork_child();
+		_exit(gs_ptrs_count() == 0 && gs_ptrs_take(GS_KIND_PTR, a.key, &e) == 0 &&
+				      gs_ptrs_take(GS_KIND_PTR, big.key, &e) == 0 && gs_ptrs_insert(&a) == 0 &&
+				      gs_ptrs_take(GS_KIND_PTR, a.key, &e) == 1
+			      ? 0
+			      : 1);
+	}
+	gs_ptrs_fork_parent();
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK_EQ(gs_ptrs_count(), 2);
+	CHECK(gs_ptrs_take(GS_KIND_PTR, a.key, &e) == 1 && gs_ptrs_take(GS_KIND_PTR, big.key, &e) == 1);
+	CHECK_EQ(e.size, 1ull << 41);
+}
+
 int main(void)
 {
 	RUN(test_basic);
 	RUN(test_dense_and_churn);
 	RUN(test_contexts);
 	RUN(test_threads);
+	RUN(test_fork);
 	fprintf(stderr, "unit_ptrs_test: ok\n");
 	return 0;
 }
