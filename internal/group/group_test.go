@@ -195,6 +195,20 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("new")
+	for quiet := time.After(300 * time.Millisecond); ; { // what the new group's arrival reported
+		select {
+		case <-seen:
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	// A new group's directory arrives whole (renamed into the tree): its
+	// later changes are seen too.
+	if _, err := tr.Set("new", []Change{{FileSlice, "4ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("new")
 	if _, err := tr.Set("old", []Change{{FileSlice, "3ms"}}); err != nil {
 		t.Fatal(err)
 	}
