@@ -179,7 +179,7 @@ func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, erro
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []gpuset.GPU, mounts hotplug.Mounts, rt containerRuntime) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
 		progs:    hotplug.NewPrograms(maxSeen),
-		procRoot: cfg.ProcRoot, runtime: rt, resync: cfg.Resync,
+		procRoot: cfg.ProcRoot, runtime: newKnownContainers(rt, maxSeen), resync: cfg.Resync,
 		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute, seen: map[string]time.Time{},
 		badShareMax: map[types.UID]string{},
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -75,13 +78,83 @@ func TestFindContainerChecksTheCgroup(t *testing.T) {
 		{"empty id", runtimeAnswer{c: self}, ""},
 	}
 	for _, tc := range cases {
-		if _, err := findContainer(context.Background(), tc.rt, m, "/proc", tc.id); !errors.Is(err, ErrNoContainer) {
+		if _, err := findContainer(context.Background(), newKnownContainers(tc.rt, 4), m, "/proc", tc.id); !errors.Is(err, ErrNoContainer) {
 			t.Errorf("%s: err = %v, want ErrNoContainer", tc.name, err)
 		}
 	}
 	other := errors.New("runtime unreachable")
-	if _, err := findContainer(context.Background(), runtimeAnswer{err: other}, m, "/proc", "3f1c2a9e8b7d"); !errors.Is(err, other) || errors.Is(err, ErrNoContainer) {
+	if _, err := findContainer(context.Background(), newKnownContainers(runtimeAnswer{err: other}, 4), m, "/proc", "3f1c2a9e8b7d"); !errors.Is(err, other) || errors.Is(err, ErrNoContainer) {
 		t.Errorf("runtime error: %v", err)
+	}
+}
+
+// countingRuntime answers with a fixed container and counts the calls.
+type countingRuntime struct {
+	c     cri.Container
+	calls int
+}
+
+func (r *countingRuntime) Container(context.Context, string) (cri.Container, error) {
+	r.calls++
+	return r.c, nil
+}
+
+// The runtime is asked once per running container; its answer is used while
+// the kernel keeps the pid in the container's cgroup, then asked again.
+func TestKnownContainers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes a cgroup and moves a process into it")
+	}
+	m, err := hotplug.FindMounts("/proc")
+	if err != nil {
+		t.Skipf("no cgroup mounts here: %v", err)
+	}
+	parent := m.V1Devices
+	if parent == "" {
+		parent = m.V2
+	}
+	id := fmt.Sprintf("%d0c0ffee", os.Getpid())
+	dir := filepath.Join(parent, "gpuslice-agent-test-"+id)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("remove cgroup: %v", err)
+		}
+	})
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the cgroup's removal; a no-op once killed below
+		_ = sleep.Process.Kill()
+		_ = sleep.Wait()
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	rt := &countingRuntime{c: cri.Container{PID: sleep.Process.Pid, Spec: &specs.Spec{}}}
+	k := newKnownContainers(rt, 4)
+	for range 3 {
+		c, err := findContainer(context.Background(), k, m, "/proc", id)
+		if err != nil || c.PID != sleep.Process.Pid || c.Cgroup.Dir != dir {
+			t.Fatalf("findContainer: %+v, %v", c, err)
+		}
+	}
+	if rt.calls != 1 {
+		t.Fatalf("runtime asked %d times for one running container", rt.calls)
+	}
+	k.keep(map[string]bool{"other": true})
+	if _, err := findContainer(context.Background(), k, m, "/proc", id); err != nil || rt.calls != 2 {
+		t.Fatalf("after the container left the node: calls %d, %v", rt.calls, err)
+	}
+	if err := sleep.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sleep.Wait() // killed: its exit status says so
+	if _, err := findContainer(context.Background(), k, m, "/proc", id); !errors.Is(err, ErrNoContainer) || rt.calls != 3 {
+		t.Fatalf("pid gone: calls %d, err %v (want a fresh question, then ErrNoContainer)", rt.calls, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/gpuslice/gpuslice/internal/cri"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
@@ -39,21 +40,90 @@ func ownsCgroup(dir, id string) bool {
 	return id != "" && strings.Contains(filepath.Base(dir), id)
 }
 
-// findContainer asks the runtime for container id and reads its device
-// cgroup from the kernel (through the process), checked to be the
-// container's; on cgroup v2 its device rules come from its OCI spec plus the
-// runtime's defaults.
-func findContainer(ctx context.Context, rt containerRuntime, m hotplug.Mounts, procRoot, id string) (hotplug.Container, error) {
+// knownContainers remembers the runtime's answer for each running container
+// (its init pid and spec do not change while it runs), so the resync asks
+// the runtime only about containers it has not seen. An answer is used only
+// while the kernel still puts its pid in the container's cgroup; at most max
+// are kept, and those of containers no longer on the node are dropped.
+type knownContainers struct {
+	rt  containerRuntime
+	max int
+	mu  sync.Mutex
+	m   map[string]cri.Container
+}
+
+func newKnownContainers(rt containerRuntime, max int) *knownContainers {
+	return &knownContainers{rt: rt, max: max, m: map[string]cri.Container{}}
+}
+
+// get returns the remembered answer for id, or asks the runtime.
+func (k *knownContainers) get(ctx context.Context, id string) (c cri.Container, remembered bool, err error) {
+	k.mu.Lock()
+	c, ok := k.m[id]
+	k.mu.Unlock()
+	if ok {
+		return c, true, nil
+	}
+	c, err = k.rt.Container(ctx, id)
+	return c, false, err
+}
+
+func (k *knownContainers) put(id string, c cri.Container) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.m[id]; !ok && len(k.m) >= k.max {
+		clear(k.m)
+	}
+	k.m[id] = c
+}
+
+// keep drops every answer but those of live container IDs.
+func (k *knownContainers) keep(live map[string]bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id := range k.m {
+		if !live[id] {
+			delete(k.m, id)
+		}
+	}
+}
+
+func (k *knownContainers) forget(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, id)
+}
+
+// findContainer asks the runtime for container id (or remembers its answer)
+// and reads its device cgroup from the kernel (through the process), checked
+// to be the container's; on cgroup v2 its device rules come from its OCI spec
+// plus the runtime's defaults. A remembered answer that fails the check is
+// dropped and the runtime asked again.
+func findContainer(ctx context.Context, k *knownContainers, m hotplug.Mounts, procRoot, id string) (hotplug.Container, error) {
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return hotplug.Container{}, fmt.Errorf("%w: bad container id %q", ErrNoContainer, id)
 	}
-	info, err := rt.Container(ctx, id)
-	if errors.Is(err, cri.ErrNotFound) || errors.Is(err, cri.ErrNotRunning) {
-		return hotplug.Container{}, fmt.Errorf("%w: %w", ErrNoContainer, err)
+	for {
+		info, remembered, err := k.get(ctx, id)
+		if errors.Is(err, cri.ErrNotFound) || errors.Is(err, cri.ErrNotRunning) {
+			return hotplug.Container{}, fmt.Errorf("%w: %w", ErrNoContainer, err)
+		}
+		if err != nil {
+			return hotplug.Container{}, err
+		}
+		c, err := checkContainer(m, procRoot, id, info)
+		if err == nil {
+			k.put(id, info)
+			return c, nil
+		}
+		k.forget(id)
+		if !remembered {
+			return c, err
+		}
 	}
-	if err != nil {
-		return hotplug.Container{}, err
-	}
+}
+
+func checkContainer(m hotplug.Mounts, procRoot, id string, info cri.Container) (hotplug.Container, error) {
 	cg, err := hotplug.CgroupOfPID(m, procRoot, info.PID)
 	if err != nil {
 		return hotplug.Container{}, fmt.Errorf("%w: container %s: %w", ErrNoContainer, id, err)

@@ -42,7 +42,7 @@ type reconciler struct {
 	mounts   hotplug.Mounts
 	progs    *hotplug.Programs
 	procRoot string
-	runtime  containerRuntime
+	runtime  *knownContainers
 	resync   time.Duration
 	queue    workqueue.TypedRateLimitingInterface[string]
 	// tree holds the groups Allocate made; gcAge is how old a group of a
@@ -359,9 +359,14 @@ func (r *reconciler) noteShareMax(uid types.UID, v string, bad bool) bool {
 // forgetPods drops what is remembered of pods no longer on the node.
 func (r *reconciler) forgetPods(pods []*corev1.Pod) {
 	live := make(map[types.UID]bool, len(pods))
+	ids := map[string]bool{}
 	for _, p := range pods {
 		live[p.UID] = true
+		for _, cs := range p.Status.ContainerStatuses {
+			ids[runtimeID(cs.ContainerID)] = true
+		}
 	}
+	r.runtime.keep(ids)
 	r.seenMu.Lock()
 	defer r.seenMu.Unlock()
 	for uid := range r.badShareMax {

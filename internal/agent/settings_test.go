@@ -184,7 +184,7 @@ func TestApplySettingsShareMax(t *testing.T) {
 
 // A malformed ceiling is reported once per value and pod.
 func TestNoteShareMax(t *testing.T) {
-	r := &reconciler{badShareMax: map[types.UID]string{}}
+	r := &reconciler{badShareMax: map[types.UID]string{}, runtime: newKnownContainers(nil, 4)}
 	steps := []struct {
 		uid  types.UID
 		v    string
