@@ -18,7 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/version"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 func main() {
@@ -31,7 +31,7 @@ func main() {
 	fs.DurationVar(&c.Period, "period", 10*time.Second, "publishing period")
 	fs.StringVar(&driver, "driver", "auto", "GPU driver: auto, real or sim")
 	fs.StringVar(&c.SimDir, "sim-dir", "bin/sim", "directory of the simulated libnvidia-ml.so.1")
-	fs.StringVar(&state, "state", string(v1alpha1.NodeWorking), "node state to publish: Working, Draining or NotReady")
+	fs.StringVar(&state, "state", string(v1alpha2.NodeWorking), "node state to publish: Working, Draining or NotReady")
 	fs.BoolVar(&c.Once, "once", false, "publish once and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logCfg := logflags.AddGoFlags(fs)
@@ -48,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpuslice-publisher:", err)
 		os.Exit(2)
 	}
-	c.Driver, c.State = mode, v1alpha1.NodeState(state)
+	c.Driver, c.State = mode, v1alpha2.NodeState(state)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())

@@ -10,7 +10,8 @@ set -euo pipefail
 tools="$(hack/codegen/build.sh | tail -1)"
 module=github.com/gpuslice/gpuslice
 header=hack/codegen/boilerplate.go.txt
-apis=(pkg/apis/gpuslice/v1alpha1)
+# The served versions get a client (v1alpha1 is unserved: CRD schema and deep copies only).
+apis=(pkg/apis/gpuslice/v1alpha2)
 inputs=()
 for a in "${apis[@]}"; do inputs+=("$module/$a"); done
 

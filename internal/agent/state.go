@@ -13,21 +13,21 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // drainState is the node's state from what the API server says: Draining
 // when the Node is cordoned or its GPUNode carries api.AnnotationDrain
 // "true"; else Working.
-func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (v1alpha1.NodeState, string) {
+func drainState(cordoned bool, gpuNodeAnnotations map[string]string) (v1alpha2.NodeState, string) {
 	switch {
 	case cordoned:
-		return v1alpha1.NodeDraining, "the node is cordoned"
+		return v1alpha2.NodeDraining, "the node is cordoned"
 	case gpuNodeAnnotations[api.AnnotationDrain] == "true":
-		return v1alpha1.NodeDraining, "the GPUNode is annotated " + api.AnnotationDrain + "=true"
+		return v1alpha2.NodeDraining, "the GPUNode is annotated " + api.AnnotationDrain + "=true"
 	}
-	return v1alpha1.NodeWorking, ""
+	return v1alpha2.NodeWorking, ""
 }
 
 // stateReader reads the node's drain state before each publication; a
@@ -39,13 +39,13 @@ type stateReader struct {
 	node string
 
 	mu         sync.Mutex
-	state      v1alpha1.NodeState
+	state      v1alpha2.NodeState
 	msg        string
 	cordoned   bool
 	annotation map[string]string
 }
 
-func (s *stateReader) read() (v1alpha1.NodeState, string) {
+func (s *stateReader) read() (v1alpha2.NodeState, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n, err := s.cs.CoreV1().Nodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
@@ -53,7 +53,7 @@ func (s *stateReader) read() (v1alpha1.NodeState, string) {
 	} else {
 		klog.FromContext(s.ctx).V(2).Info("read node for its drain state", "err", err)
 	}
-	if g, err := s.gc.GpusliceV1alpha1().GPUNodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
+	if g, err := s.gc.GpusliceV1alpha2().GPUNodes().Get(s.ctx, s.node, metav1.GetOptions{}); err == nil {
 		s.annotation = g.GetAnnotations()
 	}
 	s.state, s.msg = drainState(s.cordoned, s.annotation)
@@ -70,13 +70,13 @@ type pluginHealth struct {
 	plugins []*deviceplugin.Plugin
 	healthy func(uuid string) bool // the monitor's view; nil: healthy
 	mu      sync.Mutex
-	state   v1alpha1.NodeState  // "" before the first publication: Working
+	state   v1alpha2.NodeState  // "" before the first publication: Working
 	devs    []gpunoderow.Device // nil before the first publication: all healthy
 	last    []gpuset.GPU
 }
 
 // observe takes a published state and the GPUs measured.
-func (h *pluginHealth) observe(state v1alpha1.NodeState, devs []gpunoderow.Device) {
+func (h *pluginHealth) observe(state v1alpha2.NodeState, devs []gpunoderow.Device) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.state, h.devs = state, append(make([]gpunoderow.Device, 0, len(devs)), devs...)
@@ -104,7 +104,7 @@ func (h *pluginHealth) refreshLocked() {
 // advertised is gpus with Healthy = state is Working (or not yet published),
 // devs (the last measurement; nil: none yet) call the GPU healthy, and so
 // does healthy (nil: no monitor).
-func advertised(gpus []gpuset.GPU, state v1alpha1.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []gpuset.GPU {
+func advertised(gpus []gpuset.GPU, state v1alpha2.NodeState, devs []gpunoderow.Device, healthy func(string) bool) []gpuset.GPU {
 	ok := map[string]bool{}
 	for _, d := range devs {
 		ok[d.UUID] = d.Healthy
@@ -112,7 +112,7 @@ func advertised(gpus []gpuset.GPU, state v1alpha1.NodeState, devs []gpunoderow.D
 	out := slices.Clone(gpus)
 	for i := range out {
 		u := out[i].UUID
-		out[i].Healthy = (state == "" || state == v1alpha1.NodeWorking) && (devs == nil || ok[u]) && (healthy == nil || healthy(u))
+		out[i].Healthy = (state == "" || state == v1alpha2.NodeWorking) && (devs == nil || ok[u]) && (healthy == nil || healthy(u))
 	}
 	return out
 }

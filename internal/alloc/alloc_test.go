@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -19,7 +19,7 @@ func cfg() Config {
 }
 
 func node(name string, n int) Node {
-	nd := Node{Name: name, State: v1alpha1.NodeWorking, Heartbeat: t0}
+	nd := Node{Name: name, State: v1alpha2.NodeWorking, Heartbeat: t0}
 	for i := 0; i < n; i++ {
 		nd.GPUs = append(nd.GPUs, GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", name, i), UnitsTotal: 100, MemoryBytes: 16 * gib, Healthy: true})
 	}
@@ -128,8 +128,8 @@ func TestFitExclusions(t *testing.T) {
 		{"foreign allowed", func(n *Node, c *Config) { n.GPUs[0].UnscheduledProcesses = 2; c.AllowUnscheduledProcesses = true }, ""},
 		{"at threshold", func(n *Node, _ *Config) { n.GPUs[0].UtilizationPercent = 90 }, ""},
 		{"stale heartbeat", func(n *Node, _ *Config) { n.Heartbeat = t0.Add(-31 * time.Second) }, "heartbeat is stale (31s old"},
-		{"draining", func(n *Node, _ *Config) { n.State = v1alpha1.NodeDraining }, "is Draining"},
-		{"not ready", func(n *Node, _ *Config) { n.State = v1alpha1.NodeNotReady }, "is NotReady"},
+		{"draining", func(n *Node, _ *Config) { n.State = v1alpha2.NodeDraining }, "is Draining"},
+		{"not ready", func(n *Node, _ *Config) { n.State = v1alpha2.NodeNotReady }, "is NotReady"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // GPU is one device as the resource table reports it.
@@ -31,18 +31,18 @@ type GPU struct {
 // Node is one node's row of the resource table.
 type Node struct {
 	Name      string
-	State     v1alpha1.NodeState
+	State     v1alpha2.NodeState
 	Heartbeat time.Time
 	GPUs      []GPU
 }
 
 // NodeFromAPI converts a GPUNode to the allocator's form.
-func NodeFromAPI(n *v1alpha1.GPUNode) Node {
-	out := Node{Name: n.Name, State: n.Status.State, Heartbeat: n.Status.Heartbeat.Time}
+func NodeFromAPI(n *v1alpha2.GPUNode) Node {
+	out := Node{Name: n.Name, State: n.Status.State, Heartbeat: n.Status.UpdateTime.Time}
 	for _, g := range n.Status.GPUs {
 		out.GPUs = append(out.GPUs, GPU{
-			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes,
-			Healthy: g.Health == v1alpha1.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
+			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.Memory.Value(),
+			Healthy: g.Health == v1alpha2.GPUHealthy, UtilizationPercent: g.UtilizationPercent,
 			UnscheduledProcesses: g.UnscheduledProcesses, Mode: g.Mode(), UnitsFree: g.UnitsFree,
 		})
 	}

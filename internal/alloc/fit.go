@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // MaxScore is the best node score.
@@ -70,7 +70,7 @@ func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.As
 		return fmt.Errorf("node %s has no GPUNode entry", node)
 	}
 	t := ns.table
-	if t.State != v1alpha1.NodeWorking {
+	if t.State != v1alpha2.NodeWorking {
 		return fmt.Errorf("node %s is %s", node, t.State)
 	}
 	if age := now.Sub(t.Heartbeat); age > b.cfg.HeartbeatTimeout {
@@ -249,7 +249,7 @@ func (b *Books) Score(node string, req *api.PodRequest) int64 {
 // share of. None when the node is not Working or its heartbeat is stale.
 func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 	ns := b.nodes[node]
-	if ns == nil || ns.table == nil || ns.table.State != v1alpha1.NodeWorking || now.Sub(ns.table.Heartbeat) > b.cfg.HeartbeatTimeout {
+	if ns == nil || ns.table == nil || ns.table.State != v1alpha2.NodeWorking || now.Sub(ns.table.Heartbeat) > b.cfg.HeartbeatTimeout {
 		return nil
 	}
 	var cbuf [stackGPUs]candidate

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 func TestFreeWhole(t *testing.T) {
@@ -37,7 +37,7 @@ func TestFreeWhole(t *testing.T) {
 			n.GPUs[1].UtilizationPercent = 91
 			n.GPUs[2].UnscheduledProcesses = 1
 		}, t0, "[3]"},
-		{"draining node", func(n *Node, _ *Books) { n.State = v1alpha1.NodeDraining }, t0, "[]"},
+		{"draining node", func(n *Node, _ *Books) { n.State = v1alpha2.NodeDraining }, t0, "[]"},
 		{"stale heartbeat", func(*Node, *Books) {}, t0.Add(31 * time.Second), "[]"},
 	}
 	for _, tc := range cases {

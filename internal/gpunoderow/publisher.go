@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
@@ -22,11 +22,11 @@ func conflictBackoff() wait.Backoff {
 }
 
 // StateFunc tells the node's working state and an optional message.
-type StateFunc func() (v1alpha1.NodeState, string)
+type StateFunc func() (v1alpha2.NodeState, string)
 
 // ObserveFunc receives each published state and the GPUs measured (none
 // when reading them failed).
-type ObserveFunc func(state v1alpha1.NodeState, devs []Device)
+type ObserveFunc func(state v1alpha2.NodeState, devs []Device)
 
 // Publisher writes one node's GPUNode row.
 type Publisher struct {
@@ -53,7 +53,7 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read holdings: %w", err)
 	}
-	state, msg := v1alpha1.NodeWorking, ""
+	state, msg := v1alpha2.NodeWorking, ""
 	if p.State != nil {
 		state, msg = p.State()
 	}
@@ -62,13 +62,13 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	// waiting for the heartbeat to go stale.
 	devs, derr := p.GPUs.Devices(ctx)
 	if derr != nil {
-		devs, state, msg = nil, v1alpha1.NodeNotReady, clipMessage("reading the GPUs failed: "+derr.Error())
+		devs, state, msg = nil, v1alpha2.NodeNotReady, clipMessage("reading the GPUs failed: "+derr.Error())
 	}
 	st, err := Status(devs, held, state, msg)
 	if err != nil {
 		return err
 	}
-	st.Heartbeat = metav1.NewTime(p.Clock.Now())
+	st.UpdateTime = metav1.NewTime(p.Clock.Now())
 	st.PeriodSeconds = int32(p.Period / time.Second)
 	if p.Observe != nil {
 		p.Observe(state, devs)
@@ -79,16 +79,16 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	return fmt.Errorf("read GPUs: %w", derr)
 }
 
-func (p *Publisher) write(ctx context.Context, st v1alpha1.GPUNodeStatus) error {
+func (p *Publisher) write(ctx context.Context, st v1alpha2.GPUNodeStatus) error {
 	// The row's status is written through the status subresource: the
 	// API server ignores status on create and on a plain update.
-	c := p.Client.GpusliceV1alpha1().GPUNodes()
+	c := p.Client.GpusliceV1alpha2().GPUNodes()
 	err := retry.RetryOnConflict(conflictBackoff(), func() error {
 		cur, err := c.Get(ctx, p.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			cur, err = c.Create(ctx, &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: p.Node}}, metav1.CreateOptions{})
+			cur, err = c.Create(ctx, &v1alpha2.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: p.Node}}, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(v1alpha1.Resource(v1alpha1.GPUNodeResource), p.Node, err)
+				return apierrors.NewConflict(v1alpha2.Resource(v1alpha2.GPUNodeResource), p.Node, err)
 			}
 		}
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/fake"
 )
 
@@ -31,13 +31,13 @@ func (noHeld) Held(context.Context) (map[int32]Held, error) { return nil, nil }
 // the publisher observed says so; the call still reports the failure.
 func TestPublishNotReadyOnDriverFailure(t *testing.T) {
 	cs := fake.NewSimpleClientset()
-	var seen []v1alpha1.NodeState
+	var seen []v1alpha2.NodeState
 	p := &Publisher{Client: cs, Node: "n1", Held: noHeld{}, Clock: clocktesting.NewFakePassiveClock(time.Unix(1e9, 0)), Period: time.Second,
-		State:   func() (v1alpha1.NodeState, string) { return v1alpha1.NodeWorking, "" },
-		Observe: func(s v1alpha1.NodeState, devs []Device) { seen = append(seen, s) }}
-	read := func() v1alpha1.GPUNodeStatus {
+		State:   func() (v1alpha2.NodeState, string) { return v1alpha2.NodeWorking, "" },
+		Observe: func(s v1alpha2.NodeState, devs []Device) { seen = append(seen, s) }}
+	read := func() v1alpha2.GPUNodeStatus {
 		t.Helper()
-		n, err := cs.GpusliceV1alpha1().GPUNodes().Get(context.Background(), "n1", metav1.GetOptions{})
+		n, err := cs.GpusliceV1alpha2().GPUNodes().Get(context.Background(), "n1", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestPublishNotReadyOnDriverFailure(t *testing.T) {
 	if err := p.PublishOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := read(); st.State != v1alpha1.NodeWorking || len(st.GPUs) != 1 {
+	if st := read(); st.State != v1alpha2.NodeWorking || len(st.GPUs) != 1 {
 		t.Fatalf("working: %+v", st)
 	}
 	p.GPUs = failingGPUs{errors.New("NVML_ERROR_GPU_IS_LOST")}
@@ -55,10 +55,10 @@ func TestPublishNotReadyOnDriverFailure(t *testing.T) {
 		t.Fatal("driver failure not reported")
 	}
 	st := read()
-	if st.State != v1alpha1.NodeNotReady || len(st.GPUs) != 0 || st.Message == "" {
+	if st.State != v1alpha2.NodeNotReady || len(st.GPUs) != 0 || st.Message == "" {
 		t.Fatalf("after a driver failure: %+v", st)
 	}
-	if len(seen) != 2 || seen[1] != v1alpha1.NodeNotReady {
+	if len(seen) != 2 || seen[1] != v1alpha2.NodeNotReady {
 		t.Fatalf("observed %v", seen)
 	}
 }

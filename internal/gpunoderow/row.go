@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Device is one GPU as the node measures it.
@@ -55,8 +55,8 @@ type AllocationReader interface {
 }
 
 // Status builds the GPUNode status from measured devices and holdings.
-func Status(devs []Device, held map[int32]Held, state v1alpha1.NodeState, message string) (v1alpha1.GPUNodeStatus, error) {
-	st := v1alpha1.GPUNodeStatus{State: state, Message: message}
+func Status(devs []Device, held map[int32]Held, state v1alpha2.NodeState, message string) (v1alpha2.GPUNodeStatus, error) {
+	st := v1alpha2.GPUNodeStatus{State: state, Message: message}
 	sorted := append([]Device(nil), devs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
 	for _, d := range sorted {
@@ -65,16 +65,16 @@ func Status(devs []Device, held map[int32]Held, state v1alpha1.NodeState, messag
 			units = api.DefaultUnitsPerGPU
 		}
 		h := held[d.Index]
-		g := v1alpha1.GPU{
-			Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryBytes: d.MemoryBytes, UnitsTotal: units,
-			UnitsFree: max(units-h.Units, 0), MemoryFreeBytes: max(d.MemoryBytes-h.MemoryBytes, 0),
-			Health: v1alpha1.GPUUnhealthy, UtilizationPercent: min(max(d.UtilizationPercent, 0), 100),
+		g := v1alpha2.GPU{
+			Index: d.Index, UUID: d.UUID, Model: d.Model, Memory: v1alpha2.Bytes(d.MemoryBytes), UnitsTotal: units,
+			UnitsFree: max(units-h.Units, 0), MemoryFree: v1alpha2.Bytes(max(d.MemoryBytes-h.MemoryBytes, 0)),
+			Health: v1alpha2.GPUUnhealthy, UtilizationPercent: min(max(d.UtilizationPercent, 0), 100),
 			UnscheduledProcesses:  max(d.UnscheduledProcesses, 0),
-			MemoryGuaranteedBytes: max(d.MemoryGuaranteed, 0), MemoryBorrowedBytes: max(d.MemoryBorrowed, 0),
-			MemorySpilledBytes: max(d.MemorySpilled, 0),
+			MemoryGuaranteed: v1alpha2.Bytes(max(d.MemoryGuaranteed, 0)), MemoryBorrowed: v1alpha2.Bytes(max(d.MemoryBorrowed, 0)),
+			MemorySpilled: v1alpha2.Bytes(max(d.MemorySpilled, 0)),
 		}
 		if d.Healthy {
-			g.Health = v1alpha1.GPUHealthy
+			g.Health = v1alpha2.GPUHealthy
 		} else {
 			g.HealthMessage = clipMessage(d.HealthMessage)
 		}
@@ -89,21 +89,21 @@ func Status(devs []Device, held map[int32]Held, state v1alpha1.NodeState, messag
 		}
 		st.GPUs = append(st.GPUs, g)
 	}
-	st.Summary = v1alpha1.Summarize(st.GPUs)
+	st.Summary = v1alpha2.Summarize(st.GPUs)
 	st.State, st.Message = healthState(st.State, st.Message, st.GPUs)
-	probe := v1alpha1.GPUNode{Status: st}
+	probe := v1alpha2.GPUNode{Status: st}
 	if err := probe.Validate(); err != nil {
-		return v1alpha1.GPUNodeStatus{}, fmt.Errorf("measured GPUs: %w", err)
+		return v1alpha2.GPUNodeStatus{}, fmt.Errorf("measured GPUs: %w", err)
 	}
 	return st, nil
 }
 
 // healthState: a Working node without a healthy GPU is NotReady; the message
 // names each unhealthy GPU and why (beside a Working or Draining state too).
-func healthState(state v1alpha1.NodeState, msg string, gpus []v1alpha1.GPU) (v1alpha1.NodeState, string) {
+func healthState(state v1alpha2.NodeState, msg string, gpus []v1alpha2.GPU) (v1alpha2.NodeState, string) {
 	var sick []string
 	for _, g := range gpus {
-		if g.Health != v1alpha1.GPUHealthy {
+		if g.Health != v1alpha2.GPUHealthy {
 			why := g.HealthMessage
 			if why == "" {
 				why = "unhealthy"
@@ -114,8 +114,8 @@ func healthState(state v1alpha1.NodeState, msg string, gpus []v1alpha1.GPU) (v1a
 	if len(sick) == 0 {
 		return state, msg
 	}
-	if state == v1alpha1.NodeWorking && len(sick) == len(gpus) {
-		state = v1alpha1.NodeNotReady
+	if state == v1alpha2.NodeWorking && len(sick) == len(gpus) {
+		state = v1alpha2.NodeNotReady
 		sick = append([]string{"no healthy GPU"}, sick...)
 	}
 	if msg != "" {

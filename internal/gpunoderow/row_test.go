@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 func TestStatus(t *testing.T) {
@@ -19,56 +19,56 @@ func TestStatus(t *testing.T) {
 		{Index: 1, UUID: "b", Model: "m", MemoryBytes: 100, Healthy: false, UtilizationPercent: 120},
 		{Index: 0, UUID: "a", Model: "m", MemoryBytes: 100, UnitsTotal: 200, Healthy: true, UtilizationPercent: 30, UnscheduledProcesses: 2},
 	}
-	st, err := Status(devs, map[int32]Held{0: {Units: 50, MemoryBytes: 40}, 1: {Units: 500, MemoryBytes: 1}}, v1alpha1.NodeDraining, "maintenance")
+	st, err := Status(devs, map[int32]Held{0: {Units: 50, MemoryBytes: 40}, 1: {Units: 500, MemoryBytes: 1}}, v1alpha2.NodeDraining, "maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g0, g1 := st.GPUs[0], st.GPUs[1]
-	if g0.Index != 0 || g0.UnitsTotal != 200 || g0.UnitsFree != 150 || g0.MemoryFreeBytes != 60 || g0.Health != v1alpha1.GPUHealthy || g0.UnscheduledProcesses != 2 {
+	if g0.Index != 0 || g0.UnitsTotal != 200 || g0.UnitsFree != 150 || g0.MemoryFree.Value() != 60 || g0.Health != v1alpha2.GPUHealthy || g0.UnscheduledProcesses != 2 {
 		t.Fatalf("gpu0 %+v", g0)
 	}
-	if g1.UnitsTotal != api.DefaultUnitsPerGPU || g1.UnitsFree != 0 || g1.Health != v1alpha1.GPUUnhealthy || g1.UtilizationPercent != 100 {
+	if g1.UnitsTotal != api.DefaultUnitsPerGPU || g1.UnitsFree != 0 || g1.Health != v1alpha2.GPUUnhealthy || g1.UtilizationPercent != 100 {
 		t.Fatalf("gpu1 %+v", g1)
 	}
-	if st.State != v1alpha1.NodeDraining || st.Message != "maintenance; GPU 1 (b): unhealthy" || st.Summary.GPUs != 2 || st.Summary.HealthyGPUs != 1 || st.Summary.UnitsFree != 150 {
+	if st.State != v1alpha2.NodeDraining || st.Message != "maintenance; GPU 1 (b): unhealthy" || st.Summary.GPUs != 2 || st.Summary.HealthyGPUs != 1 || st.Summary.UnitsFree != 150 {
 		t.Fatalf("status %+v", st)
 	}
-	if _, err := Status([]Device{{Index: 0, UUID: "a", MemoryBytes: 1}, {Index: 0, UUID: "b", MemoryBytes: 1}}, nil, v1alpha1.NodeWorking, ""); !errors.Is(err, v1alpha1.ErrInvalidGPUNode) {
+	if _, err := Status([]Device{{Index: 0, UUID: "a", MemoryBytes: 1}, {Index: 0, UUID: "b", MemoryBytes: 1}}, nil, v1alpha2.NodeWorking, ""); !errors.Is(err, v1alpha2.ErrInvalidGPUNode) {
 		t.Fatalf("duplicate index: %v", err)
 	}
 }
 
 func TestHealthState(t *testing.T) {
-	ok := v1alpha1.GPU{Index: 0, UUID: "a", Health: v1alpha1.GPUHealthy}
-	sick := v1alpha1.GPU{Index: 1, UUID: "b", Health: v1alpha1.GPUUnhealthy, HealthMessage: "XID 79 (GPU has fallen off the bus)"}
-	sick2 := v1alpha1.GPU{Index: 2, UUID: "c", Health: v1alpha1.GPUUnhealthy}
+	ok := v1alpha2.GPU{Index: 0, UUID: "a", Health: v1alpha2.GPUHealthy}
+	sick := v1alpha2.GPU{Index: 1, UUID: "b", Health: v1alpha2.GPUUnhealthy, HealthMessage: "XID 79 (GPU has fallen off the bus)"}
+	sick2 := v1alpha2.GPU{Index: 2, UUID: "c", Health: v1alpha2.GPUUnhealthy}
 	for _, tc := range []struct {
 		name      string
-		state     v1alpha1.NodeState
+		state     v1alpha2.NodeState
 		msg       string
-		gpus      []v1alpha1.GPU
-		wantState v1alpha1.NodeState
+		gpus      []v1alpha2.GPU
+		wantState v1alpha2.NodeState
 		wantMsg   string
 	}{
-		{"all healthy", v1alpha1.NodeWorking, "", []v1alpha1.GPU{ok}, v1alpha1.NodeWorking, ""},
-		{"no GPUs", v1alpha1.NodeWorking, "", nil, v1alpha1.NodeWorking, ""},
-		{"one of two", v1alpha1.NodeWorking, "", []v1alpha1.GPU{ok, sick}, v1alpha1.NodeWorking, "GPU 1 (b): XID 79 (GPU has fallen off the bus)"},
-		{"none healthy", v1alpha1.NodeWorking, "", []v1alpha1.GPU{sick, sick2}, v1alpha1.NodeNotReady,
+		{"all healthy", v1alpha2.NodeWorking, "", []v1alpha2.GPU{ok}, v1alpha2.NodeWorking, ""},
+		{"no GPUs", v1alpha2.NodeWorking, "", nil, v1alpha2.NodeWorking, ""},
+		{"one of two", v1alpha2.NodeWorking, "", []v1alpha2.GPU{ok, sick}, v1alpha2.NodeWorking, "GPU 1 (b): XID 79 (GPU has fallen off the bus)"},
+		{"none healthy", v1alpha2.NodeWorking, "", []v1alpha2.GPU{sick, sick2}, v1alpha2.NodeNotReady,
 			"no healthy GPU; GPU 1 (b): XID 79 (GPU has fallen off the bus); GPU 2 (c): unhealthy"},
-		{"draining stays draining", v1alpha1.NodeDraining, "the node is cordoned", []v1alpha1.GPU{sick}, v1alpha1.NodeDraining,
+		{"draining stays draining", v1alpha2.NodeDraining, "the node is cordoned", []v1alpha2.GPU{sick}, v1alpha2.NodeDraining,
 			"the node is cordoned; GPU 1 (b): XID 79 (GPU has fallen off the bus)"},
-		{"draining healthy", v1alpha1.NodeDraining, "the node is cordoned", []v1alpha1.GPU{ok}, v1alpha1.NodeDraining, "the node is cordoned"},
+		{"draining healthy", v1alpha2.NodeDraining, "the node is cordoned", []v1alpha2.GPU{ok}, v1alpha2.NodeDraining, "the node is cordoned"},
 	} {
 		st, msg := healthState(tc.state, tc.msg, tc.gpus)
 		if st != tc.wantState || msg != tc.wantMsg {
 			t.Errorf("%s: %s %q, want %s %q", tc.name, st, msg, tc.wantState, tc.wantMsg)
 		}
 	}
-	long := make([]v1alpha1.GPU, 16)
+	long := make([]v1alpha2.GPU, 16)
 	for i := range long {
-		long[i] = v1alpha1.GPU{Index: int32(i), UUID: strings.Repeat("u", 40), Health: v1alpha1.GPUUnhealthy, HealthMessage: strings.Repeat("x", 200)}
+		long[i] = v1alpha2.GPU{Index: int32(i), UUID: strings.Repeat("u", 40), Health: v1alpha2.GPUUnhealthy, HealthMessage: strings.Repeat("x", 200)}
 	}
-	if _, msg := healthState(v1alpha1.NodeWorking, "", long); len(msg) > 1003 {
+	if _, msg := healthState(v1alpha2.NodeWorking, "", long); len(msg) > 1003 {
 		t.Errorf("message of %d bytes: the CRD allows 1024", len(msg))
 	}
 }

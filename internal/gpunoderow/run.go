@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
@@ -23,7 +23,7 @@ type Config struct {
 	Period     time.Duration
 	Driver     gpu.Mode
 	SimDir     string // directory of the simulated libnvidia-ml.so.1
-	State      v1alpha1.NodeState
+	State      v1alpha2.NodeState
 	Once       bool // publish once and exit
 }
 
@@ -37,7 +37,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("period %s: want at least 1s", c.Period))
 	}
 	switch c.State {
-	case v1alpha1.NodeWorking, v1alpha1.NodeDraining, v1alpha1.NodeNotReady:
+	case v1alpha2.NodeWorking, v1alpha2.NodeDraining, v1alpha2.NodeNotReady:
 	default:
 		errs = append(errs, fmt.Errorf("state %q: want Working, Draining or NotReady", c.State))
 	}
@@ -75,7 +75,7 @@ func Run(ctx context.Context, c Config) (err error) {
 	}()
 	klog.FromContext(ctx).Info("publishing GPUNode", "node", c.Node, "period", c.Period, "simulated", drv.Simulated, "driver", drv.Version)
 	p := &Publisher{Client: gc, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node},
-		State: func() (v1alpha1.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
+		State: func() (v1alpha2.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
 	if c.Once {
 		return p.PublishOnce(ctx)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // An mps GPU publishes its mode, live clients and units free bounded by the
@@ -17,7 +17,7 @@ func TestStatusSharing(t *testing.T) {
 		{Index: 2, UUID: "GPU-c", MemoryBytes: 1 << 30, Healthy: true, UnitsTotal: 96, SharingMode: api.SharingMPS,
 			MPSClients: 1, MPSClientSlots: 48, MPSUnitsPerClient: 2},
 	}
-	st, err := Status(devs, map[int32]Held{1: {Units: 10}, 2: {Units: 25}}, v1alpha1.NodeWorking, "")
+	st, err := Status(devs, map[int32]Held{1: {Units: 10}, 2: {Units: 25}}, v1alpha2.NodeWorking, "")
 	if err != nil {
 		t.Fatal(err)
 	}

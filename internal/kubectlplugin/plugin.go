@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/version"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
@@ -145,19 +145,19 @@ func podsCommand(streams genericiooptions.IOStreams, flags *genericclioptions.Co
 }
 
 // listGPUNodes reads the GPUNode rows (all, or the named ones).
-func listGPUNodes(ctx context.Context, gc versioned.Interface, names []string) ([]v1alpha1.GPUNode, error) {
-	list, err := gc.GpusliceV1alpha1().GPUNodes().List(ctx, metav1.ListOptions{})
+func listGPUNodes(ctx context.Context, gc versioned.Interface, names []string) ([]v1alpha2.GPUNode, error) {
+	list, err := gc.GpusliceV1alpha2().GPUNodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list GPUNodes: %w", err)
 	}
-	var out []v1alpha1.GPUNode
+	var out []v1alpha2.GPUNode
 	for _, g := range list.Items {
 		if len(names) == 0 || slices.Contains(names, g.Name) {
 			out = append(out, g)
 		}
 	}
 	for _, n := range names {
-		if !slices.ContainsFunc(out, func(g v1alpha1.GPUNode) bool { return g.Name == n }) {
+		if !slices.ContainsFunc(out, func(g v1alpha2.GPUNode) bool { return g.Name == n }) {
 			return nil, &UsageError{Err: fmt.Errorf("top: no GPUNode %q", n)}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // TopDoc is `kubectl gpuslice top -o json|yaml` (kind GPUTop): per node and
@@ -115,7 +115,7 @@ func Shares(pods []corev1.Pod) PodsDoc {
 }
 
 // Top joins the GPUNode rows with the pods' bookings.
-func Top(nodes []v1alpha1.GPUNode, pods []corev1.Pod) TopDoc {
+func Top(nodes []v1alpha2.GPUNode, pods []corev1.Pod) TopDoc {
 	type key struct {
 		node string
 		gpu  int32
@@ -141,17 +141,17 @@ func Top(nodes []v1alpha1.GPUNode, pods []corev1.Pod) TopDoc {
 	}
 	doc := TopDoc{TypeMeta: output.Meta("GPUTop"), Nodes: []TopNode{}}
 	for _, n := range nodes {
-		tn := TopNode{Name: n.Name, State: string(n.Status.State), Heartbeat: n.Status.Heartbeat.Time, Message: n.Status.Message, GPUs: []TopGPU{}}
+		tn := TopNode{Name: n.Name, State: string(n.Status.State), Heartbeat: n.Status.UpdateTime.Time, Message: n.Status.Message, GPUs: []TopGPU{}}
 		for _, g := range n.Status.GPUs {
 			mode := string(g.SharingMode)
 			if mode == "" {
 				mode = string(api.SharingTimeslice)
 			}
 			tg := TopGPU{Index: g.Index, UUID: g.UUID, Model: g.Model, Health: string(g.Health), SharingMode: mode,
-				UnitsTotal: g.UnitsTotal, UnitsFree: g.UnitsFree, MemoryBytes: g.MemoryBytes, MemoryFreeBytes: g.MemoryFreeBytes,
+				UnitsTotal: g.UnitsTotal, UnitsFree: g.UnitsFree, MemoryBytes: g.Memory.Value(), MemoryFreeBytes: g.MemoryFree.Value(),
 				UtilizationPercent: g.UtilizationPercent, MPSClients: g.MPSClients, UnscheduledProcesses: g.UnscheduledProcesses,
-				MemoryGuaranteedBytes: g.MemoryGuaranteedBytes, MemoryBorrowedBytes: g.MemoryBorrowedBytes,
-				MemorySpilledBytes: g.MemorySpilledBytes}
+				MemoryGuaranteedBytes: g.MemoryGuaranteed.Value(), MemoryBorrowedBytes: g.MemoryBorrowed.Value(),
+				MemorySpilledBytes: g.MemorySpilled.Value()}
 			if b := booked[key{n.Name, g.Index}]; b != nil {
 				tg.UnitsBooked, tg.MemoryBookedBytes, tg.Pods, tg.Exclusive = b.UnitsBooked, b.MemoryBookedBytes, b.Pods, b.Exclusive
 			}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 const gib = int64(1) << 30
@@ -35,16 +35,16 @@ func share(node string, c string, gpus ...api.GPUAssignment) *api.Assignment {
 	return &api.Assignment{Version: api.AssignmentVersion, Node: node, Containers: []api.ContainerAssignment{{Name: c, GPUs: gpus}}}
 }
 
-func fixture(t *testing.T) ([]v1alpha1.GPUNode, []corev1.Pod) {
+func fixture(t *testing.T) ([]v1alpha2.GPUNode, []corev1.Pod) {
 	hb := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	gpu := func(i int32, free int64) v1alpha1.GPU {
-		return v1alpha1.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "A100", MemoryBytes: 40 * gib, UnitsTotal: 100,
-			UnitsFree: free, MemoryFreeBytes: 40 * gib, Health: v1alpha1.GPUHealthy, UtilizationPercent: 37}
+	gpu := func(i int32, free int64) v1alpha2.GPU {
+		return v1alpha2.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "A100", Memory: v1alpha2.Bytes(40 * gib), UnitsTotal: 100,
+			UnitsFree: free, MemoryFree: v1alpha2.Bytes(40 * gib), Health: v1alpha2.GPUHealthy, UtilizationPercent: 37}
 	}
-	nodes := []v1alpha1.GPUNode{
-		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeDraining, Heartbeat: metav1.NewTime(hb)}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.NewTime(hb),
-			GPUs: []v1alpha1.GPU{gpu(1, 0), gpu(0, 20)}}},
+	nodes := []v1alpha2.GPUNode{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: v1alpha2.GPUNodeStatus{State: v1alpha2.NodeDraining, UpdateTime: metav1.NewTime(hb)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1alpha2.GPUNodeStatus{State: v1alpha2.NodeWorking, UpdateTime: metav1.NewTime(hb),
+			GPUs: []v1alpha2.GPU{gpu(1, 0), gpu(0, 20)}}},
 	}
 	nodes[1].Status.GPUs[0].SharingMode = api.SharingMPS
 	pods := []corev1.Pod{
@@ -73,7 +73,7 @@ func TestTop(t *testing.T) {
 	if g1.Index != 1 || g1.UnitsBooked != 100 || g1.Pods != 1 || !g1.Exclusive || g1.SharingMode != "mps" {
 		t.Errorf("gpu 1 (one whole-GPU pod): %+v", g1)
 	}
-	now := nodes[0].Status.Heartbeat.Add(90 * time.Second)
+	now := nodes[0].Status.UpdateTime.Add(90 * time.Second)
 	var b bytes.Buffer
 	if err := WriteTop(&b, doc, output.Table, now); err != nil {
 		t.Fatal(err)

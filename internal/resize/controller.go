@@ -23,7 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // ErrBooksBehind: the books have not seen the pod's current assignment yet
@@ -43,7 +43,7 @@ type Books interface {
 	// lets plan choose among the node's free whole GPUs, and books both
 	// from and plan's result until EndResize. A nil plan result books
 	// nothing and is returned as nil.
-	BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []v1alpha1.GPU) *api.Assignment) (*api.Assignment, error)
+	BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []v1alpha2.GPU) *api.Assignment) (*api.Assignment, error)
 	// EndResize settles a begun resize: written, the books keep the new
 	// assignment (annotation value raw) and drop the released GPUs;
 	// otherwise they return to what the pod's annotation says.
@@ -210,7 +210,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	var short []Shortfall
-	out, err := c.books.BeginResize(string(pod.UID), raw, a, func(free []v1alpha1.GPU) *api.Assignment {
+	out, err := c.books.BeginResize(string(pod.UID), raw, a, func(free []v1alpha2.GPU) *api.Assignment {
 		out, s, changed := Plan(a, want, free)
 		if short = s; !changed {
 			return nil

@@ -13,7 +13,7 @@ import (
 	"slices"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // ErrInvalidWant wraps an api.AnnotationGPUs value that is malformed
@@ -79,11 +79,11 @@ func (s Shortfall) String() string {
 // pod holds any share of), lowest index first; released ones are the highest
 // indices. changed is false when a already matches. Containers that cannot
 // get all they want get all there is, reported as shortfalls.
-func Plan(a *api.Assignment, want map[string]int, free []v1alpha1.GPU) (out *api.Assignment, short []Shortfall, changed bool) {
+func Plan(a *api.Assignment, want map[string]int, free []v1alpha2.GPU) (out *api.Assignment, short []Shortfall, changed bool) {
 	out = &api.Assignment{Version: a.Version, Node: a.Node}
 	mine := a.Totals()
-	pool := slices.DeleteFunc(slices.Clone(free), func(g v1alpha1.GPU) bool { _, held := mine[g.Index]; return held })
-	slices.SortFunc(pool, func(x, y v1alpha1.GPU) int { return cmp.Compare(x.Index, y.Index) })
+	pool := slices.DeleteFunc(slices.Clone(free), func(g v1alpha2.GPU) bool { _, held := mine[g.Index]; return held })
+	slices.SortFunc(pool, func(x, y v1alpha2.GPU) int { return cmp.Compare(x.Index, y.Index) })
 	for _, c := range a.Containers {
 		nc := api.ContainerAssignment{Name: c.Name, GPUs: slices.Clone(c.GPUs)}
 		n, ok := want[c.Name]
@@ -99,7 +99,7 @@ func Plan(a *api.Assignment, want map[string]int, free []v1alpha1.GPU) (out *api
 		for len(nc.GPUs) < n && len(pool) > 0 {
 			g := pool[0]
 			pool = pool[1:]
-			nc.GPUs = append(nc.GPUs, api.GPUAssignment{Index: g.Index, UUID: g.UUID, Units: g.UnitsTotal, MemoryBytes: g.MemoryBytes, Exclusive: true})
+			nc.GPUs = append(nc.GPUs, api.GPUAssignment{Index: g.Index, UUID: g.UUID, Units: g.UnitsTotal, MemoryBytes: g.Memory.Value(), Exclusive: true})
 		}
 		if len(nc.GPUs) < n {
 			short = append(short, Shortfall{Container: c.Name, Want: n, Got: len(nc.GPUs)})

@@ -7,18 +7,18 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
-func node(n int, unhealthy ...int32) *v1alpha1.GPUNode {
-	g := &v1alpha1.GPUNode{Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking}}
+func node(n int, unhealthy ...int32) *v1alpha2.GPUNode {
+	g := &v1alpha2.GPUNode{Status: v1alpha2.GPUNodeStatus{State: v1alpha2.NodeWorking}}
 	g.Name = "n1"
 	for i := range int32(n) {
-		h := v1alpha1.GPUHealthy
+		h := v1alpha2.GPUHealthy
 		if slices.Contains(unhealthy, i) {
-			h = v1alpha1.GPUUnhealthy
+			h = v1alpha2.GPUUnhealthy
 		}
-		g.Status.GPUs = append(g.Status.GPUs, v1alpha1.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryBytes: 1 << 34, UnitsTotal: 100, Health: h})
+		g.Status.GPUs = append(g.Status.GPUs, v1alpha2.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Memory: v1alpha2.Bytes(1 << 34), UnitsTotal: 100, Health: h})
 	}
 	return g
 }
@@ -150,7 +150,7 @@ func FuzzParseWant(f *testing.F) {
 }
 
 // freeGPUs is the node's healthy GPUs that no assignment in others holds.
-func freeGPUs(node *v1alpha1.GPUNode, others []*api.Assignment) []v1alpha1.GPU {
+func freeGPUs(node *v1alpha2.GPUNode, others []*api.Assignment) []v1alpha2.GPU {
 	used := map[int32]bool{}
 	for _, a := range others {
 		if a.Node != node.Name {
@@ -160,9 +160,9 @@ func freeGPUs(node *v1alpha1.GPUNode, others []*api.Assignment) []v1alpha1.GPU {
 			used[idx] = true
 		}
 	}
-	var out []v1alpha1.GPU
+	var out []v1alpha2.GPU
 	for _, g := range node.Status.GPUs {
-		if g.Health == v1alpha1.GPUHealthy && !used[g.Index] {
+		if g.Health == v1alpha2.GPUHealthy && !used[g.Index] {
 			out = append(out, g)
 		}
 	}

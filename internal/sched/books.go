@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Allocator is what the plugin needs from the allocation state.
@@ -122,7 +122,7 @@ func (l *Books) Release(uid string) {
 
 // SetGPUNode records a table row; an invalid row removes the node from
 // placement and returns the validation error.
-func (l *Books) SetGPUNode(n *v1alpha1.GPUNode) error {
+func (l *Books) SetGPUNode(n *v1alpha2.GPUNode) error {
 	if err := n.Validate(); err != nil {
 		l.RemoveGPUNode(n.Name)
 		return err

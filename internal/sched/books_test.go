@@ -13,16 +13,16 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func gpuNode(name string, gpus int, beat time.Time) *v1alpha1.GPUNode {
-	n := &v1alpha1.GPUNode{Status: v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.NewTime(beat)}}
+func gpuNode(name string, gpus int, beat time.Time) *v1alpha2.GPUNode {
+	n := &v1alpha2.GPUNode{Status: v1alpha2.GPUNodeStatus{State: v1alpha2.NodeWorking, UpdateTime: metav1.NewTime(beat)}}
 	n.Name = name
 	for i := 0; i < gpus; i++ {
-		n.Status.GPUs = append(n.Status.GPUs, v1alpha1.GPU{Index: int32(i), UUID: name + "-" + string(rune('a'+i)), MemoryBytes: 1 << 34, UnitsTotal: 100, UnitsFree: 100, MemoryFreeBytes: 1 << 34, Health: v1alpha1.GPUHealthy})
+		n.Status.GPUs = append(n.Status.GPUs, v1alpha2.GPU{Index: int32(i), UUID: name + "-" + string(rune('a'+i)), Memory: v1alpha2.Bytes(1 << 34), UnitsTotal: 100, UnitsFree: 100, MemoryFree: v1alpha2.Bytes(1 << 34), Health: v1alpha2.GPUHealthy})
 	}
 	return n
 }
@@ -58,7 +58,7 @@ func TestBooksInvalidGPUNodeRemovesNode(t *testing.T) {
 	}
 	bad := gpuNode("n1", 2, t0)
 	bad.Status.GPUs[1].UUID = bad.Status.GPUs[0].UUID
-	if err := l.SetGPUNode(bad); !errors.Is(err, v1alpha1.ErrInvalidGPUNode) {
+	if err := l.SetGPUNode(bad); !errors.Is(err, v1alpha2.ErrInvalidGPUNode) {
 		t.Fatalf("err = %v", err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}

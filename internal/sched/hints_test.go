@@ -6,20 +6,20 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 func TestRowMayAdmitMore(t *testing.T) {
 	base := gpuNode("n1", 2, t0)
 	later := t0.Add(10 * time.Second)
-	beat := func(g *v1alpha1.GPUNode, at time.Time) *v1alpha1.GPUNode {
+	beat := func(g *v1alpha2.GPUNode, at time.Time) *v1alpha2.GPUNode {
 		c := g.DeepCopy()
-		c.Status.Heartbeat = metav1.NewTime(at)
+		c.Status.UpdateTime = metav1.NewTime(at)
 		return c
 	}
 	cases := []struct {
 		name     string
-		old, cur *v1alpha1.GPUNode
+		old, cur *v1alpha2.GPUNode
 		now      time.Time
 		want     bool
 	}{
@@ -27,8 +27,8 @@ func TestRowMayAdmitMore(t *testing.T) {
 		{"deleted", base, nil, later, false},
 		{"heartbeat only", base, beat(base, later), later, false},
 		{"stale becomes fresh", base, beat(base, t0.Add(2*time.Minute)), t0.Add(2 * time.Minute), true},
-		{"state", base, func() *v1alpha1.GPUNode { c := beat(base, later); c.Status.State = v1alpha1.NodeDraining; return c }(), later, true},
-		{"gpu freed", base, func() *v1alpha1.GPUNode { c := beat(base, later); c.Status.GPUs[1].UtilizationPercent = 5; return c }(), later, true},
+		{"state", base, func() *v1alpha2.GPUNode { c := beat(base, later); c.Status.State = v1alpha2.NodeDraining; return c }(), later, true},
+		{"gpu freed", base, func() *v1alpha2.GPUNode { c := beat(base, later); c.Status.GPUs[1].UtilizationPercent = 5; return c }(), later, true},
 	}
 	for _, tc := range cases {
 		if got := rowMayAdmitMore(tc.old, tc.cur, time.Minute, tc.now); got != tc.want {

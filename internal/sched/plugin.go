@@ -17,7 +17,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -230,7 +230,7 @@ func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1
 // EventsToRegister: pods rejected for lack of GPUs may fit after a GPUNode
 // changes, a pod goes away, a node appears, or the pod itself is updated.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	gpuNodes := fwk.EventResource(v1alpha1.GPUNodeResource + "." + v1alpha1.Version + "." + api.Group)
+	gpuNodes := fwk.EventResource(v1alpha2.GPUNodeResource + "." + v1alpha2.Version + "." + api.Group)
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}},

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // The resize controller (internal/resize) runs in the scheduler and books
@@ -31,7 +31,7 @@ type pendingResize struct {
 // that the pod's booked annotation is fromRaw, plans against the node's free
 // whole GPUs, and books the union of from and the plan (released GPUs stay
 // booked until the write is settled, so a rollback always fits).
-func (l *Books) BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []v1alpha1.GPU) *api.Assignment) (*api.Assignment, error) {
+func (l *Books) BeginResize(uid, fromRaw string, from *api.Assignment, plan func(free []v1alpha2.GPU) *api.Assignment) (*api.Assignment, error) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -41,9 +41,9 @@ func (l *Books) BeginResize(uid, fromRaw string, from *api.Assignment, plan func
 	if l.seen[uid] != fromRaw {
 		return nil, fmt.Errorf("pod %s: %w", uid, resize.ErrBooksBehind)
 	}
-	var free []v1alpha1.GPU
+	var free []v1alpha2.GPU
 	for _, g := range l.books.FreeWhole(from.Node, now) {
-		free = append(free, v1alpha1.GPU{Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.MemoryBytes, Health: v1alpha1.GPUHealthy})
+		free = append(free, v1alpha2.GPU{Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, Memory: v1alpha2.Bytes(g.MemoryBytes), Health: v1alpha2.GPUHealthy})
 	}
 	to := plan(free)
 	if to == nil {
@@ -85,7 +85,7 @@ func (l *Books) EndResize(uid, raw string, written bool) {
 
 // checkGrant verifies a plan: same node and containers, every GPU it adds
 // is free and taken whole.
-func checkGrant(from, to *api.Assignment, free []v1alpha1.GPU) error {
+func checkGrant(from, to *api.Assignment, free []v1alpha2.GPU) error {
 	if to.Node != from.Node || len(to.Containers) != len(from.Containers) {
 		return fmt.Errorf("resize plan changes the node or the containers of the pod")
 	}
@@ -98,7 +98,7 @@ func checkGrant(from, to *api.Assignment, free []v1alpha1.GPU) error {
 			if _, ok := held[g.Index]; ok {
 				continue
 			}
-			if !g.Exclusive || !slices.ContainsFunc(free, func(f v1alpha1.GPU) bool { return f.Index == g.Index }) {
+			if !g.Exclusive || !slices.ContainsFunc(free, func(f v1alpha2.GPU) bool { return f.Index == g.Index }) {
 				return fmt.Errorf("resize plan grants GPU %d of node %s, which is not free", g.Index, to.Node)
 			}
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // wholePod is pod uid bound to n1 holding whole GPUs idx.
@@ -46,8 +46,8 @@ func resizeSetup(t *testing.T, gpus int, idx ...int32) (*Books, *corev1.Pod, *ap
 	return l, p, a, raw
 }
 
-func planTo(a *api.Assignment, n int) func([]v1alpha1.GPU) *api.Assignment {
-	return func(free []v1alpha1.GPU) *api.Assignment {
+func planTo(a *api.Assignment, n int) func([]v1alpha2.GPU) *api.Assignment {
+	return func(free []v1alpha2.GPU) *api.Assignment {
 		out, _, changed := resize.Plan(a, map[string]int{"main": n}, free)
 		if !changed {
 			return nil
@@ -189,7 +189,7 @@ func TestResizeBooksBehindAndBadPlans(t *testing.T) {
 	if _, _, err := reserveOther(l); err != nil {
 		t.Fatal(err)
 	}
-	grab := func([]v1alpha1.GPU) *api.Assignment { // takes GPU 1, held by "q"
+	grab := func([]v1alpha2.GPU) *api.Assignment { // takes GPU 1, held by "q"
 		out := *a
 		out.Containers = []api.ContainerAssignment{{Name: "main", GPUs: append(a.Containers[0].GPUs[:1:1], api.GPUAssignment{Index: 1, UUID: "n1-b", Units: 100, MemoryBytes: 1 << 34, Exclusive: true})}}
 		return &out

@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/resize"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 	"github.com/gpuslice/gpuslice/pkg/generated/informers/externalversions"
 )
@@ -144,7 +144,7 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.Reso
 func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *waiters, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	f := externalversions.NewSharedInformerFactory(gc, 0)
-	inf := f.Gpuslice().V1alpha1().GPUNodes().Informer()
+	inf := f.Gpuslice().V1alpha2().GPUNodes().Informer()
 	set := func(oldObj, obj any) {
 		n, err := gpuNodeFrom(obj)
 		if err == nil && unpublished(n) {
@@ -161,7 +161,7 @@ func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *wai
 			logger.Error(err, "ignoring GPUNode")
 			return
 		}
-		var old *v1alpha1.GPUNode
+		var old *v1alpha2.GPUNode
 		if oldObj != nil {
 			if o, err := gpuNodeFrom(oldObj); err == nil {
 				old = o // a malformed old row leaves old nil: the row counts as new
@@ -197,17 +197,17 @@ func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *wai
 // plugin's own informer, unstructured from kube-scheduler's (the framework
 // watches the custom resources plugins register events for through a
 // dynamic informer, and hands its objects to the queueing hints).
-func gpuNodeFrom(obj any) (*v1alpha1.GPUNode, error) {
-	if n, ok := obj.(*v1alpha1.GPUNode); ok {
+func gpuNodeFrom(obj any) (*v1alpha2.GPUNode, error) {
+	if n, ok := obj.(*v1alpha2.GPUNode); ok {
 		return n, nil
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil, fmt.Errorf("%w: unexpected object %T", v1alpha1.ErrInvalidGPUNode, obj)
+		return nil, fmt.Errorf("%w: unexpected object %T", v1alpha2.ErrInvalidGPUNode, obj)
 	}
-	var n v1alpha1.GPUNode
+	var n v1alpha2.GPUNode
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil {
-		return nil, fmt.Errorf("%w %q: %w", v1alpha1.ErrInvalidGPUNode, u.GetName(), err)
+		return nil, fmt.Errorf("%w %q: %w", v1alpha2.ErrInvalidGPUNode, u.GetName(), err)
 	}
 	return &n, nil
 }
@@ -270,6 +270,6 @@ var (
 )
 
 // unpublished: a row whose status was never written.
-func unpublished(n *v1alpha1.GPUNode) bool {
-	return n.Status.State == "" && n.Status.Heartbeat.IsZero() && len(n.Status.GPUs) == 0
+func unpublished(n *v1alpha2.GPUNode) bool {
+	return n.Status.State == "" && n.Status.UpdateTime.IsZero() && len(n.Status.GPUs) == 0
 }

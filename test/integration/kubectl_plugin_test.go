@@ -87,7 +87,7 @@ func TestKubectlPlugin(t *testing.T) {
 	if err := json.Unmarshal([]byte(kubectl("top", node, "-o", "json")), &top); err != nil {
 		t.Fatal(err)
 	}
-	g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
+	g, err := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestKubectlPlugin(t *testing.T) {
 	for i, got := range top.Nodes[0].GPUs {
 		w, row := want[got.Index], g.Status.GPUs[i]
 		if got.UnitsBooked != w.UnitsBooked || got.MemoryBookedBytes != w.MemoryBookedBytes || got.Pods != w.Pods ||
-			got.UnitsTotal != row.UnitsTotal || got.MemoryBytes != row.MemoryBytes || got.UUID != row.UUID {
+			got.UnitsTotal != row.UnitsTotal || got.MemoryBytes != row.Memory.Value() || got.UUID != row.UUID {
 			t.Errorf("GPU %d: %+v; want booked %+v of the row's %+v", got.Index, got, w, row)
 		}
 	}

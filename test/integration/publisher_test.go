@@ -20,7 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -41,7 +41,7 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 	node := ns + "-pub"
 	const writers, rounds, labels = 4, 20, 30
 	ctx := context.Background()
-	rows, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	rows, err := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(ctx, node, metav1.GetOptions{})
+	g, err := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPublisherConcurrentWritersLoseNothing(t *testing.T) {
 			t.Fatalf("torn status: %+v", g.Status.GPUs)
 		}
 	}
-	if !apiequality.Semantic.DeepEqual(g.Status.Summary, v1alpha1.Summarize(g.Status.GPUs)) {
+	if !apiequality.Semantic.DeepEqual(g.Status.Summary, v1alpha2.Summarize(g.Status.GPUs)) {
 		t.Fatalf("summary %+v does not match GPUs", g.Status.Summary)
 	}
 }
@@ -101,11 +101,11 @@ func heartbeatsSeen(t *testing.T, w watch.Interface, last string) int {
 			if !ok {
 				t.Fatal("watch of the row ended early")
 			}
-			g, isObj := ev.Object.(*v1alpha1.GPUNode)
+			g, isObj := ev.Object.(*v1alpha2.GPUNode)
 			if !isObj {
 				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
 			}
-			if hb := g.Status.Heartbeat; !hb.IsZero() {
+			if hb := g.Status.UpdateTime; !hb.IsZero() {
 				seen[hb.UTC().Format(time.RFC3339)] = true
 			}
 			if g.ResourceVersion == last {
@@ -139,7 +139,7 @@ func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) e
 // addLabels adds labels to the row one by one, each a read-modify-write
 // conditioned on the resourceVersion, as another controller would.
 func addLabels(ctx context.Context, e *env, node string, labels int) error {
-	rc := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes()
+	rc := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes()
 	backoff := wait.Backoff{Steps: 30, Duration: 5 * time.Millisecond, Factor: 1.3, Jitter: 1, Cap: time.Second}
 	for i := 0; i < labels; i++ {
 		err := retry.RetryOnConflict(backoff, func() error {
@@ -185,20 +185,20 @@ func TestPublisherOnSimulatedGPU(t *testing.T) {
 	if err := e.cp.CreateNode(context.Background(), spec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	publish := func() *v1alpha1.GPUNode {
+	publish := func() *v1alpha2.GPUNode {
 		cmd := exec.Command(pub, "--once", "--driver", "sim", "--sim-dir", simDir, "--node", node, "--kubeconfig", e.cp.Kubeconfig)
 		cmd.Env = append(os.Environ(), "GPUSLICE_SIM_GPUS=2", "GPUSLICE_SIM_MEMORY=80GiB", "GPUSLICE_SIM_STATE="+filepath.Join(t.TempDir(), "sim"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("publisher: %v\n%s", err, out)
 		}
-		g, err := e.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
+		g, err := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return g
 	}
 	g := publish()
-	if len(g.Status.GPUs) != 2 || g.Status.GPUs[0].MemoryBytes != 80*harness.GiB || g.Status.State != v1alpha1.NodeWorking || g.Status.Summary.UnitsFree != 200 {
+	if len(g.Status.GPUs) != 2 || g.Status.GPUs[0].Memory.Value() != 80*harness.GiB || g.Status.State != v1alpha2.NodeWorking || g.Status.Summary.UnitsFree != 200 {
 		t.Fatalf("published %+v", g.Status)
 	}
 	sched := ns + "-sched"
@@ -206,7 +206,7 @@ func TestPublisherOnSimulatedGPU(t *testing.T) {
 	e.createPod(t, ns, "p", sched, harness.GPURequest{Units: 25, Memory: 10 * harness.GiB})
 	e.waitBound(t, ns, "p")
 	g = publish()
-	if g.Status.Summary.UnitsFree != 175 || g.Status.Summary.MemoryFreeBytes != 150*harness.GiB {
+	if g.Status.Summary.UnitsFree != 175 || g.Status.Summary.MemoryFree.Value() != 150*harness.GiB {
 		t.Fatalf("after scheduling: summary %+v", g.Status.Summary)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -59,7 +59,7 @@ func TestSchedulesWholeAndShares(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl get gpunodes: %v\n%s", err, out)
 	}
-	for _, col := range []string{"STATE", "GPUS", "UNITS-FREE", "HEARTBEAT", "Working", "gpuslice simulated GPU"} {
+	for _, col := range []string{"STATE", "GPUS", "UNITS-FREE", "MEM-FREE", "UPDATED", "32Gi", "Working", "gpuslice simulated GPU"} {
 		if !strings.Contains(string(out), col) {
 			t.Fatalf("kubectl get gpunodes lacks %q:\n%s", col, out)
 		}
@@ -101,12 +101,12 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	specs := e.nodes(t, ns+"-n", 5, 1)
 	ctx := context.Background()
 	now := time.Now()
-	muts := []func(*v1alpha1.GPUNode){
-		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].Health = v1alpha1.GPUUnhealthy },
-		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].UtilizationPercent = 99 },
-		func(g *v1alpha1.GPUNode) { g.Status.GPUs[0].UnscheduledProcesses = 1 },
-		func(g *v1alpha1.GPUNode) { g.Status.State = v1alpha1.NodeDraining },
-		func(g *v1alpha1.GPUNode) { g.Status.Heartbeat = metav1.NewTime(now.Add(-time.Hour)) },
+	muts := []func(*v1alpha2.GPUNode){
+		func(g *v1alpha2.GPUNode) { g.Status.GPUs[0].Health = v1alpha2.GPUUnhealthy },
+		func(g *v1alpha2.GPUNode) { g.Status.GPUs[0].UtilizationPercent = 99 },
+		func(g *v1alpha2.GPUNode) { g.Status.GPUs[0].UnscheduledProcesses = 1 },
+		func(g *v1alpha2.GPUNode) { g.Status.State = v1alpha2.NodeDraining },
+		func(g *v1alpha2.GPUNode) { g.Status.UpdateTime = metav1.NewTime(now.Add(-time.Hour)) },
 	}
 	for i, m := range muts {
 		g := specs[i].GPUNode(now)

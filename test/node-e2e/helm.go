@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -218,7 +218,7 @@ func (h *helmNode) waitInstalled(ctx context.Context, tag string, since time.Tim
 		h.t.Fatalf("release never ran %s: %v (%s)\n%s", tag, err, state, h.releasePods())
 	}
 	h.agentLog = filepath.Join(h.podLogs, fmt.Sprintf("%s_%s_%s", releaseNS, agent.Name, agent.UID), "agent", "0.log")
-	h.waitRow(ctx, "published by the agent pod", since, func(g *v1alpha1.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
+	h.waitRow(ctx, "published by the agent pod", since, func(g *v1alpha2.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
 	return agent
 }
 
@@ -269,7 +269,7 @@ func (h *helmNode) leftovers(ctx context.Context) []string {
 	crd := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	if _, err := h.cp.Dynamic.Resource(crd).Get(ctx, "gpunodes.gpuslice.io", metav1.GetOptions{}); err == nil {
 		left = append(left, "customresourcedefinitions/gpunodes.gpuslice.io")
-		rows, err := h.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().List(ctx, metav1.ListOptions{})
+		rows, err := h.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			h.t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -141,11 +141,11 @@ func memoryLimit(p *corev1.Pod) int64 {
 type podState struct {
 	uid    string
 	minors []int
-	row    v1alpha1.GPU // the agent's row for the pod's GPU (units and memory free)
+	row    v1alpha2.GPU // the agent's row for the pod's GPU (units and memory free)
 }
 
 func (h *helmNode) observe(ctx context.Context, pods []*corev1.Pod) map[string]podState {
-	row := h.waitRow(ctx, "published", time.Time{}, func(*v1alpha1.GPUNode) bool { return true })
+	row := h.waitRow(ctx, "published", time.Time{}, func(*v1alpha2.GPUNode) bool { return true })
 	out := map[string]podState{}
 	for _, p := range pods {
 		m := h.minors(assignment(p), "main")
@@ -170,7 +170,7 @@ func (h *helmNode) observe(ctx context.Context, pods []*corev1.Pod) map[string]p
 func (h *helmNode) kept(ctx context.Context, pods []*corev1.Pod, before map[string]podState, since time.Time) int {
 	after := h.observe(ctx, pods)
 	// A row published by the new agent, after it has seen every pod.
-	row := h.waitRow(ctx, "published by the new agent", time.Now(), func(*v1alpha1.GPUNode) bool { return true })
+	row := h.waitRow(ctx, "published by the new agent", time.Now(), func(*v1alpha2.GPUNode) bool { return true })
 	kept := 0
 	for _, p := range pods {
 		b := before[p.Name]
@@ -193,9 +193,9 @@ func (h *helmNode) kept(ctx context.Context, pods []*corev1.Pod, before map[stri
 			problems = append(problems, fmt.Sprintf("a new CUDA process sees %d bytes, limit %d", got, want))
 		}
 		for _, g := range row.Status.GPUs {
-			if g.UUID == b.row.UUID && (g.UnitsFree != b.row.UnitsFree || g.MemoryFreeBytes != b.row.MemoryFreeBytes) {
+			if g.UUID == b.row.UUID && (g.UnitsFree != b.row.UnitsFree || g.MemoryFree.Value() != b.row.MemoryFree.Value()) {
 				problems = append(problems, fmt.Sprintf("its GPU's row: %d units, %d bytes free; before: %d, %d",
-					g.UnitsFree, g.MemoryFreeBytes, b.row.UnitsFree, b.row.MemoryFreeBytes))
+					g.UnitsFree, g.MemoryFree.Value(), b.row.UnitsFree, b.row.MemoryFree.Value()))
 			}
 		}
 		if slices.Equal(after[p.Name].minors, b.minors) && len(problems) == 0 {

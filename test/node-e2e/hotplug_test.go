@@ -23,7 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/cri"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // TestHotplug runs the whole node (privateNode): whole-GPU pods, GPU-count
@@ -100,16 +100,16 @@ func testShare(t *testing.T, ctx context.Context, n *node) {
 // it; once it is gone, none.
 func (n *node) checkUnscheduled(ctx context.Context, idx int32) {
 	t0 := time.Now()
-	n.waitRow(ctx, "without unscheduled processes", t0, func(g *v1alpha1.GPUNode) bool { return unscheduled(g, idx) == 0 })
+	n.waitRow(ctx, "without unscheduled processes", t0, func(g *v1alpha2.GPUNode) bool { return unscheduled(g, idx) == 0 })
 	stop := n.foreign(idx)
 	defer stop()
-	g := n.waitRow(ctx, "counting the foreign process", t0, func(g *v1alpha1.GPUNode) bool { return unscheduled(g, idx) != 0 })
+	g := n.waitRow(ctx, "counting the foreign process", t0, func(g *v1alpha2.GPUNode) bool { return unscheduled(g, idx) != 0 })
 	if got := unscheduled(g, idx); got != 1 {
 		n.t.Fatalf("GPU %d: %d unscheduled processes, want 1 (the neighbour pod's process is scheduled)", idx, got)
 	}
 	stop()
 	gone := time.Now()
-	n.waitRow(ctx, "forgetting the foreign process", gone, func(g *v1alpha1.GPUNode) bool { return unscheduled(g, idx) == 0 })
+	n.waitRow(ctx, "forgetting the foreign process", gone, func(g *v1alpha2.GPUNode) bool { return unscheduled(g, idx) == 0 })
 	n.t.Logf("e2e table: GPU %d counted 1 unscheduled process beside the neighbour pod's, 0 once it exited", idx)
 }
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/mps"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 const (
@@ -49,7 +49,7 @@ func TestMPS(t *testing.T) {
 		return
 	}
 	defer n.stop()
-	row := n.waitRow(ctx, "mps GPU 0", time.Time{}, func(g *v1alpha1.GPUNode) bool {
+	row := n.waitRow(ctx, "mps GPU 0", time.Time{}, func(g *v1alpha2.GPUNode) bool {
 		return len(g.Status.GPUs) == numGPUs && g.Status.GPUs[0].SharingMode == api.SharingMPS
 	})
 	g0 := row.Status.GPUs[0]
@@ -94,7 +94,7 @@ func TestMPS(t *testing.T) {
 	// Its clients are the server's, counted in the row; the server is the agent's.
 	server := n.waitClients(ctx, p, control, 2, 0)
 	want := min(int64(mpsServerTot-mpsUnits), int64(api.MPSClientLimit-2)*2)
-	n.waitRow(bounded(ctx), "counting the pod's 2 MPS clients", time.Now(), func(g *v1alpha1.GPUNode) bool {
+	n.waitRow(bounded(ctx), "counting the pod's 2 MPS clients", time.Now(), func(g *v1alpha2.GPUNode) bool {
 		d := g.Status.GPUs[0]
 		return d.MPSClients == 2 && d.UnitsFree == want && d.UnscheduledProcesses == 0
 	})
@@ -140,7 +140,7 @@ func TestMPS(t *testing.T) {
 	killed := time.Now()
 	next := n.waitClients(ctx, p, control, 1, server)
 	t.Logf("e2e mps: server %d killed; the agent's new server %d has the pod's new client %v later", server, next, time.Since(killed).Round(time.Millisecond))
-	n.waitRow(bounded(ctx), "counting the new server's client", time.Now(), func(g *v1alpha1.GPUNode) bool {
+	n.waitRow(bounded(ctx), "counting the new server's client", time.Now(), func(g *v1alpha2.GPUNode) bool {
 		return g.Status.GPUs[0].MPSClients >= 1
 	})
 	n.deletePods(ctx, p.Name)

@@ -22,7 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/ociimage"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -149,7 +149,7 @@ func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
 	// The agent publishes the node's GPUNode row; the scheduler needs it.
-	n.waitRow(ctx, "published", time.Time{}, func(g *v1alpha1.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
+	n.waitRow(ctx, "published", time.Time{}, func(g *v1alpha2.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
 	return n
 }
 

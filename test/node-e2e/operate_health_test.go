@@ -17,7 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // gpuHealth is one ListAndWatch message: health per GPU UUID (every slot of
@@ -114,10 +114,10 @@ func (n *node) checkHealth(ctx context.Context, p *corev1.Pod) time.Duration {
 			break
 		}
 	}
-	row := n.waitRow(ctx, "showing the XID", time.Time{}, func(g *v1alpha1.GPUNode) bool {
+	row := n.waitRow(ctx, "showing the XID", time.Time{}, func(g *v1alpha2.GPUNode) bool {
 		for _, x := range g.Status.GPUs {
 			if x.UUID == victim {
-				return x.Health == v1alpha1.GPUUnhealthy
+				return x.Health == v1alpha2.GPUUnhealthy
 			}
 		}
 		return false
@@ -127,11 +127,11 @@ func (n *node) checkHealth(ctx context.Context, p *corev1.Pod) time.Duration {
 		switch {
 		case x.UUID == victim && !strings.HasPrefix(x.HealthMessage, "XID 79 (GPU has fallen off the bus) at "):
 			t.Fatalf("GPU %s healthMessage %q", victim, x.HealthMessage)
-		case x.UUID != victim && x.Health != v1alpha1.GPUHealthy:
+		case x.UUID != victim && x.Health != v1alpha2.GPUHealthy:
 			t.Fatalf("GPU %s unhealthy too: %+v", x.UUID, x)
 		}
 	}
-	if row.Status.State != v1alpha1.NodeWorking || !strings.Contains(row.Status.Message, victim) {
+	if row.Status.State != v1alpha2.NodeWorking || !strings.Contains(row.Status.Message, victim) {
 		t.Fatalf("node state %s, message %q: want Working, naming %s", row.Status.State, row.Status.Message, victim)
 	}
 	m := n.opScrape()
@@ -145,7 +145,7 @@ func (n *node) checkHealth(ctx context.Context, p *corev1.Pod) time.Duration {
 	for _, u := range n.opOtherGPUs(victim) {
 		n.simCtl("xid", u, "48")
 	}
-	row = n.waitRow(ctx, "NotReady", t0, func(g *v1alpha1.GPUNode) bool { return g.Status.State == v1alpha1.NodeNotReady })
+	row = n.waitRow(ctx, "NotReady", t0, func(g *v1alpha2.GPUNode) bool { return g.Status.State == v1alpha2.NodeNotReady })
 	if !strings.HasPrefix(row.Status.Message, "no healthy GPU; ") || !opContains(row.Status.Message, "XID 48", "XID 79") {
 		t.Fatalf("NotReady message %q", row.Status.Message)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/cli"
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // scrape is the agent's /metrics: family -> series (label values joined by
@@ -136,7 +136,7 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 	check("gpuslice_daemon_status_up", "", 1, 1)
 	// The row: per GPU health, and the tenant's hold: its limit and share
 	// are what the row no longer counts free on its GPU.
-	row := n.waitRow(ctx, "holding the tenant's share", time.Time{}, func(g *v1alpha1.GPUNode) bool {
+	row := n.waitRow(ctx, "holding the tenant's share", time.Time{}, func(g *v1alpha2.GPUNode) bool {
 		for _, x := range g.Status.GPUs {
 			if x.UUID == mine.UUID {
 				return x.UnitsFree < x.UnitsTotal
@@ -145,13 +145,13 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 		return false
 	})
 	for _, x := range row.Status.GPUs {
-		h := map[bool]float64{true: 1, false: 0}[x.Health == v1alpha1.GPUHealthy]
+		h := map[bool]float64{true: 1, false: 0}[x.Health == v1alpha2.GPUHealthy]
 		check("gpuslice_gpu_healthy", x.UUID, h, h)
 		if x.UUID != mine.UUID {
 			continue
 		}
 		k := x.UUID + "/" + group
-		held := float64(x.MemoryBytes - x.MemoryFreeBytes)
+		held := float64(x.Memory.Value() - x.MemoryFree.Value())
 		check("gpuslice_group_gpu_memory_limit_bytes", k, held, held)
 		share := float64(x.UnitsTotal-x.UnitsFree) / float64(x.UnitsTotal)
 		check("gpuslice_group_gpu_share_ratio", k, share, share)

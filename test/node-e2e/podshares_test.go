@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Measurement windows: the shares are asserted over these (cumulative
@@ -81,7 +81,7 @@ func bounded(ctx context.Context) context.Context {
 // many gpuslice.io/gpu slots per GPU as the scheduler places containers on
 // one GPU.
 func (n *node) checkBooks(ctx context.Context) {
-	row := n.waitRow(ctx, "published", time.Time{}, func(g *v1alpha1.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
+	row := n.waitRow(ctx, "published", time.Time{}, func(g *v1alpha2.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
 	var units int64
 	err := waitFor(ctx, func() bool {
 		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -120,7 +120,7 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	small := n.createPod(ctx, sharePod("small", 25, podMemory, "", busyTenant()...))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
 	at := n.setLost("found", lost)
-	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha1.GPUNode) bool { return healthy(g) == numGPUs })
+	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
 	pods := []*corev1.Pod{small, big}
 	if a, b := n.minors(assignment(small), "main"), n.minors(assignment(big), "main"); len(a) != 1 || !slices.Equal(a, b) {
 		t.Fatalf("share pods on GPUs %v and %v, want one GPU (the only healthy one)", a, b)
@@ -209,17 +209,17 @@ func testDraining(t *testing.T, ctx context.Context, n *node) {
 			t.Fatal(err)
 		}
 		at := time.Now()
-		if _, err := n.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := n.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		return at
 	}
 	at := setDrain("true")
-	n.waitRow(bounded(ctx), "Draining", at, func(g *v1alpha1.GPUNode) bool { return g.Status.State == v1alpha1.NodeDraining })
+	n.waitRow(bounded(ctx), "Draining", at, func(g *v1alpha2.GPUNode) bool { return g.Status.State == v1alpha2.NodeDraining })
 	p := n.createPod(ctx, sharePod("drained", drainedUnits, podMemory, "", busyTenant()...))
 	msg := n.pending(bounded(ctx), p.Name)
 	t.Logf("e2e pod on a draining node: %s", msg)
-	if want := fmt.Sprintf("node %s is %s", nodeName, v1alpha1.NodeDraining); !strings.Contains(msg, want) {
+	if want := fmt.Sprintf("node %s is %s", nodeName, v1alpha2.NodeDraining); !strings.Contains(msg, want) {
 		t.Errorf("unschedulable message %q does not say %q", msg, want)
 	}
 	for _, name := range []string{"small", "big"} {
@@ -229,7 +229,7 @@ func testDraining(t *testing.T, ctx context.Context, n *node) {
 	}
 	n.deletePods(bounded(ctx), p.Name)
 	at = setDrain(nil)
-	n.waitRow(bounded(ctx), "Working again", at, func(g *v1alpha1.GPUNode) bool { return g.Status.State == v1alpha1.NodeWorking })
+	n.waitRow(bounded(ctx), "Working again", at, func(g *v1alpha2.GPUNode) bool { return g.Status.State == v1alpha2.NodeWorking })
 }
 
 // testNotReady: every GPU but the full one (the share pods') made lost on
@@ -251,7 +251,7 @@ func testNotReady(t *testing.T, ctx context.Context, n *node) {
 		t.Errorf("unschedulable message %q does not say %q", msg, want)
 	}
 	at := n.setLost("found", lost)
-	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha1.GPUNode) bool { return healthy(g) == numGPUs })
+	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
 	p = n.waitPod(bounded(ctx), p.Name, "running once the GPUs are healthy", running)
 	if got := n.minors(assignment(p), "main"); len(got) != 1 || slices.Contains(full, got[0]) {
 		t.Errorf("pod placed on GPUs %v, the full GPU is %v", got, full)
@@ -270,10 +270,10 @@ func (n *node) setLost(verb string, idx []string) time.Time {
 }
 
 // healthy counts the Healthy GPUs of a row.
-func healthy(g *v1alpha1.GPUNode) int {
+func healthy(g *v1alpha2.GPUNode) int {
 	c := 0
 	for _, gpu := range g.Status.GPUs {
-		if gpu.Health == v1alpha1.GPUHealthy {
+		if gpu.Health == v1alpha2.GPUHealthy {
 			c++
 		}
 	}
@@ -291,9 +291,9 @@ func (n *node) loseOthers(ctx context.Context, keep []int) []string {
 		}
 	}
 	at := n.setLost("lost", lost)
-	row := n.waitRow(bounded(ctx), "GPUs lost", at, func(g *v1alpha1.GPUNode) bool { return healthy(g) == numGPUs-len(lost) })
+	row := n.waitRow(bounded(ctx), "GPUs lost", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs-len(lost) })
 	for _, g := range row.Status.GPUs {
-		if g.Health != v1alpha1.GPUHealthy {
+		if g.Health != v1alpha2.GPUHealthy {
 			n.t.Logf("e2e GPU %d %s: %s", g.Index, g.Health, g.HealthMessage)
 		}
 	}

@@ -12,21 +12,21 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
 // waitRow waits until the node's GPUNode row, published by the agent after
 // since (heartbeats have whole seconds), satisfies cond, and returns it.
-func (n *node) waitRow(ctx context.Context, what string, since time.Time, cond func(*v1alpha1.GPUNode) bool) *v1alpha1.GPUNode {
-	var last *v1alpha1.GPUNode
+func (n *node) waitRow(ctx context.Context, what string, since time.Time, cond func(*v1alpha2.GPUNode) bool) *v1alpha2.GPUNode {
+	var last *v1alpha2.GPUNode
 	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
-		g, err := n.cp.GPUNodes.GpusliceV1alpha1().GPUNodes().Get(ctx, nodeName, metav1.GetOptions{})
+		g, err := n.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil // not published yet
 		}
 		last = g
-		return g.Status.Heartbeat.Time.After(since) && cond(g), nil
+		return g.Status.UpdateTime.Time.After(since) && cond(g), nil
 	})
 	if err != nil {
 		n.t.Fatalf("GPUNode row never %s: %v\nlast: %+v\nagent log:\n%s", what, err, last, n.agentTail())
@@ -35,7 +35,7 @@ func (n *node) waitRow(ctx context.Context, what string, since time.Time, cond f
 }
 
 // unscheduled returns the unscheduled process count of GPU idx in a row.
-func unscheduled(g *v1alpha1.GPUNode, idx int32) int32 {
+func unscheduled(g *v1alpha2.GPUNode, idx int32) int32 {
 	for _, gpu := range g.Status.GPUs {
 		if gpu.Index == idx {
 			return gpu.UnscheduledProcesses

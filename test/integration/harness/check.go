@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Books is what the API server alone says about GPU use: the GPUNode rows
@@ -38,7 +38,7 @@ func ReadBooks(ctx context.Context, cp *ControlPlane, ns, nodePrefix string) (*B
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	rows, err := cp.GPUNodes.GpusliceV1alpha1().GPUNodes().List(ctx, metav1.ListOptions{})
+	rows, err := cp.GPUNodes.GpusliceV1alpha2().GPUNodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list GPUNodes: %w", err)
 	}
@@ -96,7 +96,7 @@ func (b *Books) addPod(p *corev1.Pod, use map[string]map[int32]*gpuUse) {
 	}
 }
 
-func (b *Books) addNode(g *v1alpha1.GPUNode, use map[int32]*gpuUse) {
+func (b *Books) addNode(g *v1alpha2.GPUNode, use map[int32]*gpuUse) {
 	var used, total int64
 	for _, gpu := range g.Status.GPUs {
 		u := use[gpu.Index]
@@ -104,11 +104,11 @@ func (b *Books) addNode(g *v1alpha1.GPUNode, use map[int32]*gpuUse) {
 			u = &gpuUse{}
 		}
 		delete(use, gpu.Index)
-		if u.units > gpu.UnitsTotal || u.mem > gpu.MemoryBytes || (u.exclusives > 0 && u.pods > 1) {
+		if u.units > gpu.UnitsTotal || u.mem > gpu.Memory.Value() || (u.exclusives > 0 && u.pods > 1) {
 			b.Problems = append(b.Problems, fmt.Sprintf("%s GPU %d over-committed: %d/%d units, %d/%d bytes, %d pods (%d whole)",
-				g.Name, gpu.Index, u.units, gpu.UnitsTotal, u.mem, gpu.MemoryBytes, u.pods, u.exclusives))
+				g.Name, gpu.Index, u.units, gpu.UnitsTotal, u.mem, gpu.Memory.Value(), u.pods, u.exclusives))
 		}
-		if gpu.Health != v1alpha1.GPUHealthy {
+		if gpu.Health != v1alpha2.GPUHealthy {
 			continue
 		}
 		b.GPUs++

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
@@ -58,15 +58,15 @@ func (s NodeSpec) Node() *corev1.Node {
 }
 
 // GPUNode builds the node's table row as a fresh, healthy, idle publisher would.
-func (s NodeSpec) GPUNode(now time.Time) *v1alpha1.GPUNode {
-	g := &v1alpha1.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + v1alpha1.Version, Kind: v1alpha1.GPUNodeKind},
+func (s NodeSpec) GPUNode(now time.Time) *v1alpha2.GPUNode {
+	g := &v1alpha2.GPUNode{TypeMeta: metav1.TypeMeta{APIVersion: api.Group + "/" + v1alpha2.Version, Kind: v1alpha2.GPUNodeKind},
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name}}
-	g.Status = v1alpha1.GPUNodeStatus{State: v1alpha1.NodeWorking, Heartbeat: metav1.NewTime(now), PeriodSeconds: 10}
+	g.Status = v1alpha2.GPUNodeStatus{State: v1alpha2.NodeWorking, UpdateTime: metav1.NewTime(now), PeriodSeconds: 10}
 	for i := 0; i < s.GPUs; i++ {
-		g.Status.GPUs = append(g.Status.GPUs, v1alpha1.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: "gpuslice simulated GPU",
-			MemoryBytes: s.GPUMemory, UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFreeBytes: s.GPUMemory, Health: v1alpha1.GPUHealthy})
+		g.Status.GPUs = append(g.Status.GPUs, v1alpha2.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: "gpuslice simulated GPU",
+			Memory: v1alpha2.Bytes(s.GPUMemory), UnitsTotal: api.DefaultUnitsPerGPU, UnitsFree: api.DefaultUnitsPerGPU, MemoryFree: v1alpha2.Bytes(s.GPUMemory), Health: v1alpha2.GPUHealthy})
 	}
-	g.Status.Summary = v1alpha1.Summarize(g.Status.GPUs)
+	g.Status.Summary = v1alpha2.Summarize(g.Status.GPUs)
 	return g
 }
 
@@ -103,8 +103,8 @@ func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Tim
 
 // PutGPUNode creates or replaces a GPUNode row: metadata by create or update,
 // status through the status subresource, as the node agent writes it.
-func PutGPUNode(ctx context.Context, gc versioned.Interface, g *v1alpha1.GPUNode) error {
-	c := gc.GpusliceV1alpha1().GPUNodes()
+func PutGPUNode(ctx context.Context, gc versioned.Interface, g *v1alpha2.GPUNode) error {
+	c := gc.GpusliceV1alpha2().GPUNodes()
 	cur, err := c.Get(ctx, g.Name, metav1.GetOptions{})
 	if err != nil {
 		if cur, err = c.Create(ctx, g.DeepCopy(), metav1.CreateOptions{}); err != nil {

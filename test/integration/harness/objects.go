@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // RepoRoot walks up from the working directory to the gpuslice module root.
@@ -74,4 +74,4 @@ func (cp *ControlPlane) InstallCRDs(ctx context.Context) error {
 }
 
 // GPUNodeName is the CRD name of the GPUNode table.
-const GPUNodeName = v1alpha1.GPUNodeResource + "." + api.Group
+const GPUNodeName = v1alpha2.GPUNodeResource + "." + api.Group

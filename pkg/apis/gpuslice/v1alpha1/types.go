@@ -1,9 +1,6 @@
 package v1alpha1
 
 import (
-	"errors"
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,9 +13,6 @@ const (
 	GPUNodeKind     = "GPUNode"
 	GPUNodeResource = "gpunodes"
 )
-
-// GPUNodeGVR is the group/version/resource of the GPUNode table.
-var GPUNodeGVR = SchemeGroupVersion.WithResource(GPUNodeResource)
 
 // NodeState is the node agent's working state.
 type NodeState string
@@ -43,12 +37,11 @@ const (
 // last measured them. It is cluster scoped and named after the node; the
 // agent writes it through the status subresource.
 //
-// +genclient
-// +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=gpun
 // +kubebuilder:subresource:status
+// +kubebuilder:unservedversion
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.summary.gpus`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.summary.healthyGPUs`
@@ -156,14 +149,6 @@ type GPU struct {
 	MemorySpilledBytes int64 `json:"memorySpilledBytes,omitempty"`
 }
 
-// Mode is the GPU's sharing mode (timeslice when the entry names none).
-func (g GPU) Mode() api.SharingMode {
-	if g.SharingMode == "" {
-		return api.SharingTimeslice
-	}
-	return g.SharingMode
-}
-
 // Summary aggregates GPUs for printer columns. Memory and MemoryFree are
 // MemoryBytes and MemoryFreeBytes as quantities rounded down to MiB, for
 // people (kubectl get gpunodes); programs read the byte counts.
@@ -186,67 +171,6 @@ type Summary struct {
 	Memory *resource.Quantity `json:"memory,omitempty"`
 	// +optional
 	MemoryFree *resource.Quantity `json:"memoryFree,omitempty"`
-}
-
-// humanBytes is b rounded down to MiB as a binary-SI quantity ("80Gi",
-// "81559Mi"), so printer columns read in human units.
-func humanBytes(b int64) *resource.Quantity {
-	const mi = 1 << 20
-	return resource.NewQuantity(b/mi*mi, resource.BinarySI)
-}
-
-// Summarize computes the Summary of gpus.
-func Summarize(gpus []GPU) Summary {
-	var s Summary
-	for _, g := range gpus {
-		s.GPUs++
-		if g.Health == GPUHealthy {
-			s.HealthyGPUs++
-		}
-		s.UnitsTotal += g.UnitsTotal
-		s.UnitsFree += g.UnitsFree
-		s.MemoryBytes += g.MemoryBytes
-		s.MemoryFreeBytes += g.MemoryFreeBytes
-	}
-	s.Memory, s.MemoryFree = humanBytes(s.MemoryBytes), humanBytes(s.MemoryFreeBytes)
-	return s
-}
-
-// ErrInvalidGPUNode wraps every validation failure of a GPUNode.
-var ErrInvalidGPUNode = errors.New("invalid GPUNode")
-
-// Validate checks a table row for consistency.
-func (n *GPUNode) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w %q: "+format, append([]any{ErrInvalidGPUNode, n.Name}, args...)...)
-	}
-	switch n.Status.State {
-	case NodeWorking, NodeDraining, NodeNotReady:
-	default:
-		return bad("state %q", n.Status.State)
-	}
-	seen := map[int32]bool{}
-	uuids := map[string]bool{}
-	for _, g := range n.Status.GPUs {
-		switch {
-		case g.Index < 0 || seen[g.Index]:
-			return bad("gpu index %d negative or duplicate", g.Index)
-		case g.UUID == "" || uuids[g.UUID]:
-			return bad("gpu %d: uuid %q empty or duplicate", g.Index, g.UUID)
-		case g.UnitsTotal <= 0 || g.MemoryBytes <= 0:
-			return bad("gpu %d: unitsTotal and memoryBytes must be positive", g.Index)
-		case g.Health != GPUHealthy && g.Health != GPUUnhealthy:
-			return bad("gpu %d: health %q", g.Index, g.Health)
-		case g.UtilizationPercent < 0 || g.UtilizationPercent > 100:
-			return bad("gpu %d: utilizationPercent %d", g.Index, g.UtilizationPercent)
-		case g.SharingMode != "" && !g.SharingMode.Valid():
-			return bad("gpu %d: sharingMode %q", g.Index, g.SharingMode)
-		case g.MPSClients < 0:
-			return bad("gpu %d: mpsClients %d", g.Index, g.MPSClients)
-		}
-		seen[g.Index], uuids[g.UUID] = true, true
-	}
-	return nil
 }
 
 // GPUNodeList is a list of GPUNodes.

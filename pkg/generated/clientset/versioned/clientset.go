@@ -6,7 +6,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
-	gpuslicev1alpha1 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha1"
+	gpuslicev1alpha2 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha2"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -14,18 +14,18 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterface
-	GpusliceV1alpha1() gpuslicev1alpha1.GpusliceV1alpha1Interface
+	GpusliceV1alpha2() gpuslicev1alpha2.GpusliceV1alpha2Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	gpusliceV1alpha1 *gpuslicev1alpha1.GpusliceV1alpha1Client
+	gpusliceV1alpha2 *gpuslicev1alpha2.GpusliceV1alpha2Client
 }
 
-// GpusliceV1alpha1 retrieves the GpusliceV1alpha1Client
-func (c *Clientset) GpusliceV1alpha1() gpuslicev1alpha1.GpusliceV1alpha1Interface {
-	return c.gpusliceV1alpha1
+// GpusliceV1alpha2 retrieves the GpusliceV1alpha2Client
+func (c *Clientset) GpusliceV1alpha2() gpuslicev1alpha2.GpusliceV1alpha2Interface {
+	return c.gpusliceV1alpha2
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -72,7 +72,7 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
-	cs.gpusliceV1alpha1, err = gpuslicev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	cs.gpusliceV1alpha2, err = gpuslicev1alpha2.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
-	cs.gpusliceV1alpha1 = gpuslicev1alpha1.New(c)
+	cs.gpusliceV1alpha2 = gpuslicev1alpha2.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

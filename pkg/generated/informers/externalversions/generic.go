@@ -5,7 +5,7 @@ package externalversions
 import (
 	fmt "fmt"
 
-	v1alpha1 "github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	v1alpha2 "github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -36,9 +36,9 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=gpuslice.io, Version=v1alpha1
-	case v1alpha1.SchemeGroupVersion.WithResource("gpunodes"):
-		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpuslice().V1alpha1().GPUNodes().Informer()}, nil
+	// Group=gpuslice.io, Version=v1alpha2
+	case v1alpha2.SchemeGroupVersion.WithResource("gpunodes"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpuslice().V1alpha2().GPUNodes().Informer()}, nil
 
 	}
 

@@ -4,8 +4,8 @@ package fake
 
 import (
 	clientset "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
-	gpuslicev1alpha1 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha1"
-	fakegpuslicev1alpha1 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha1/fake"
+	gpuslicev1alpha2 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha2"
+	fakegpuslicev1alpha2 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha2/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -79,7 +79,7 @@ var (
 	_ testing.FakeClient  = &Clientset{}
 )
 
-// GpusliceV1alpha1 retrieves the GpusliceV1alpha1Client
-func (c *Clientset) GpusliceV1alpha1() gpuslicev1alpha1.GpusliceV1alpha1Interface {
-	return &fakegpuslicev1alpha1.FakeGpusliceV1alpha1{Fake: &c.Fake}
+// GpusliceV1alpha2 retrieves the GpusliceV1alpha2Client
+func (c *Clientset) GpusliceV1alpha2() gpuslicev1alpha2.GpusliceV1alpha2Interface {
+	return &fakegpuslicev1alpha2.FakeGpusliceV1alpha2{Fake: &c.Fake}
 }

@@ -3,7 +3,7 @@
 package scheme
 
 import (
-	gpuslicev1alpha1 "github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha1"
+	gpuslicev1alpha2 "github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,7 +15,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
-	gpuslicev1alpha1.AddToScheme,
+	gpuslicev1alpha2.AddToScheme,
 }
 
 // AddToScheme adds all types of this clientset into the given scheme. This allows composition

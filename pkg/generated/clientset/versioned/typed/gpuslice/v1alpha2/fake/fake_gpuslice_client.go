@@ -3,22 +3,22 @@
 package fake
 
 import (
-	v1alpha1 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha1"
+	v1alpha2 "github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned/typed/gpuslice/v1alpha2"
 	rest "k8s.io/client-go/rest"
 	testing "k8s.io/client-go/testing"
 )
 
-type FakeGpusliceV1alpha1 struct {
+type FakeGpusliceV1alpha2 struct {
 	*testing.Fake
 }
 
-func (c *FakeGpusliceV1alpha1) GPUNodes() v1alpha1.GPUNodeInterface {
+func (c *FakeGpusliceV1alpha2) GPUNodes() v1alpha2.GPUNodeInterface {
 	return newFakeGPUNodes(c)
 }
 
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
-func (c *FakeGpusliceV1alpha1) RESTClient() rest.Interface {
+func (c *FakeGpusliceV1alpha2) RESTClient() rest.Interface {
 	var ret *rest.RESTClient
 	return ret
 }
