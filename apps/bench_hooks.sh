@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-hooks: gs-bench-hooks in each state of the launch gate, on the simulated GPU (or the driver
-# present): the gate off; no daemon; holding grants from a node daemon started here, with an unbounded
+# present): the gate off; no daemon; holding grants from a time-slice daemon started here, with an unbounded
 # queue (GPUSLICE_GATE_QUEUE_US=0), the count bound (GPUSLICE_GATE_DEPTH=4) and the default gate (the queue
 # bounded by time). Per-call costs are taken under a daemon with 1 s slices, so that a timed batch rarely
 # contains a hand-over (the hand-overs' cost is in the workload and in make bench-node); the launch-bound

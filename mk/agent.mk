@@ -1,4 +1,4 @@
-# Node agent: gpuslice-node (node daemon + device plugin + GPU hot-plug reconciler)
+# Node agent: gpuslice-node (time-slice daemon + device plugin + GPU hot-plug reconciler)
 # and its end-to-end test on a real kubelet/containerd/runc.
 # Unit and root tests of internal/{hotplug,deviceplugin,resize,agent}
 # run in test-go (root-only ones skip with a reason elsewhere).

@@ -4,7 +4,7 @@
 ALL_TARGETS += $(BIN)/gs-tenant
 TEST_TARGETS += test-gpu-sim-quick
 
-$(BIN)/gs-tenant: test/node/tenant.c $(APPS_COMMON)
+$(BIN)/gs-tenant: test/timeslice/tenant.c $(APPS_COMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $< apps/cuapi.c -ldl
 

@@ -1,4 +1,4 @@
-# Node time slicing: internal/timeslice/policy, internal/proto, internal/timeslice, internal/group and the
+# Time slicing (the time-slice daemon): internal/timeslice/policy, internal/proto, internal/timeslice, internal/group and the
 # launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
 # adds the end-to-end tests under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
@@ -9,7 +9,7 @@ NODE_E2E_ENV = GPUSLICE_BIN=$(abspath $(BIN))
 NODE_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 TEST_TARGETS += test-node
 
-$(NODE_GRANTBENCH): test/node/grantbench.c libgpuslice/src/gate_wire.h include/gpuslice/proto.h
+$(NODE_GRANTBENCH): test/timeslice/grantbench.c libgpuslice/src/gate_wire.h include/gpuslice/proto.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $<
 

@@ -4,12 +4,12 @@
 # allocation path (reliability_mem_test), under random sequences from several
 # threads and processes (reliability_prop_test: its last line gives the steps
 # checked and the samples over the limit); the limit belongs to the group
-# (reliability_mem_test, TestGroupLimit*); the node daemon against hostile local
+# (reliability_mem_test, TestGroupLimit*); the time-slice daemon against hostile local
 # clients (connection floods, made-up GPUs, huge setting files), identity from the
 # kernel, one daemon per run directory (another socket, a replaced directory) and one state per group (a run directory
 # replaced or removed under live members), a killed daemon coming back, time slices that strand no member (a sibling's
 # expired grant, wall-clock steps, ON_LOSS=wait, 300 processes started at once with
-# GPUSLICE_NODE_MANY=300, which go test ./... skips) (TestReliability*; docs/node.md,
+# GPUSLICE_NODE_MANY=300, which go test ./... skips) (TestReliability*; docs/timeslice.md,
 # "Bounds" and "Supervision").
 TEST_TARGETS += test-reliability
 RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability

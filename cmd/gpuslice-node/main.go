@@ -1,4 +1,4 @@
-// Command gpuslice-node is the gpuslice node agent: node daemon, kubelet
+// Command gpuslice-node is the gpuslice node agent: time-slice daemon, kubelet
 // device plugin, resource-table publisher and GPU hot-plug reconciler
 // (internal/agent).
 package main

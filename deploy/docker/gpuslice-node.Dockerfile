@@ -1,4 +1,4 @@
-# gpuslice-node: the node agent (node daemon, device plugin, table publisher,
+# gpuslice-node: the node agent (time-slice daemon, device plugin, table publisher,
 # hot-plug reconciler), the gpuslice CLI and libgpuslice.so, which the agent
 # installs onto the host at start (--install-library). glibc (the agent
 # dlopens the driver's NVML) on a distroless base. Multi-arch: build with

@@ -84,7 +84,7 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 
 // Prepare creates the container's group with its settings (groupSettings) and its state
 // file (naming the host's pid namespace, so the container's processes get
-// their host pids from the node daemon) and returns the Allocate answer.
+// their host pids from the time-slice daemon) and returns the Allocate answer.
 func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
 	name := deviceplugin.GroupName(c)
 	if err := b.tree.Create(name); err != nil {

@@ -1,4 +1,4 @@
-// Package agent is gpuslice-node: on each node it runs the node daemon, the
+// Package agent is gpuslice-node: on each node it runs the time-slice daemon, the
 // kubelet device plugin, the resource-table publisher (the node's GPUNode
 // row), and the hot-plug reconciler that keeps every running container's GPU
 // devices equal to its assignment (adding and removing them in place when the
@@ -31,9 +31,9 @@ type Config struct {
 	SimDir string
 	// Library is the host path of libgpuslice.so given to containers.
 	Library string
-	// RunDir is the node daemon's run directory; Socket its socket.
+	// RunDir is the time-slice daemon's run directory; Socket its socket.
 	RunDir, Socket string
-	// RunDaemon runs the node daemon as a supervised child process
+	// RunDaemon runs the time-slice daemon as a supervised child process
 	// (DaemonBinary node ...): killed or crashed, it is started again at once.
 	RunDaemon bool
 	// DaemonBinary is the gpuslice CLI that runs the daemon ("": gpuslice

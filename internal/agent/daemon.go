@@ -20,7 +20,7 @@ import (
 // supervised to exit at shutdown.
 const daemonStopWait = 10 * time.Second
 
-// superviseDaemon runs the node daemon as a child process (`gpuslice node`)
+// superviseDaemon runs the time-slice daemon as a child process (`gpuslice node`)
 // until ctx ends. A killed or crashed daemon is started again as soon as its
 // supervision connection breaks (client.Supervise), with every group's settings
 // read back from the run directory, while the device plugin, the publisher

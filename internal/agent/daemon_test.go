@@ -22,7 +22,7 @@ import (
 )
 
 // The test binary doubles as the gpuslice CLI the agent supervises: started
-// as "<test binary> node ..." it is a node daemon.
+// as "<test binary> node ..." it is a time-slice daemon.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "node" {
 		if err := childDaemon(os.Args[2:]); err != nil {

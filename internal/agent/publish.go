@@ -74,7 +74,7 @@ func (o ownedReader) Devices(ctx context.Context) ([]gpunoderow.Device, error) {
 	return devs, nil
 }
 
-// addElastic adds the node daemon's elastic memory per GPU (status.json; a
+// addElastic adds the time-slice daemon's elastic memory per GPU (status.json; a
 // daemon that has not written one yet adds nothing).
 func addElastic(ctx context.Context, runDir string, devs []gpunoderow.Device) {
 	st, err := timeslice.ReadStatus(runDir)
@@ -100,7 +100,7 @@ func clampInt64(v uint64) int64 { return int64(min(v, 1<<62)) }
 
 // owners maps host pids to the GPUs their pod was assigned: the processes of
 // each container's group (the group file's process table; host pids are
-// filled in by the node daemon for containers with a pid namespace of their
+// filled in by the time-slice daemon for containers with a pid namespace of their
 // own), else the pod whose cgroup the process is in.
 type owners struct {
 	pods     listersv1.PodLister

@@ -14,7 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-// groupSettings is what the node group of a container holding gpus (its
+// groupSettings is what the time-slice group of a container holding gpus (its
 // part of the pod's assignment) is set to: the memory limit (smallest
 // per-GPU memory share, as GPUSLICE_MEMORY_LIMIT), a share of each GPU's time of units percent (none
 // for a whole GPU), and the pod's priority and slice (api.ParseSlicing; the
@@ -118,7 +118,7 @@ func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want m
 }
 
 // groupHolds reads the bytes a group holds on its GPUs (memory.current,
-// kept by the node daemon).
+// kept by the time-slice daemon).
 func groupHolds(tree group.Tree, name string) (uint64, bool) {
 	v, err := tree.ReadFile(name, group.FileMemoryCurrent)
 	if err != nil {

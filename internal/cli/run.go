@@ -99,8 +99,8 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 		return fmt.Errorf("prepare group %s: %w", spec.Group, err)
 	}
 	spec.ExtraEnv = append(spec.ExtraEnv, extra...)
-	// While the command runs, this run keeps the node daemon alive: killed,
-	// it is started again at once (docs/node.md, supervision).
+	// While the command runs, this run keeps the time-slice daemon alive: killed,
+	// it is started again at once (docs/timeslice.md, supervision).
 	sctx, stopSupervising := context.WithCancel(ctx)
 	supervised := make(chan struct{})
 	go func() { defer close(supervised); runner.SuperviseRun(sctx, env.Getenv, setup) }()

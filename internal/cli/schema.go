@@ -18,7 +18,7 @@ type StatusDoc struct {
 	GPUs            []StatusGPU  `json:"gpus"`
 }
 
-// StatusDaemon is the node daemon that wrote the status.
+// StatusDaemon is the time-slice daemon that wrote the status.
 type StatusDaemon struct {
 	PID         int       `json:"pid"`
 	Socket      string    `json:"socket"`

@@ -35,7 +35,7 @@ type Inject struct {
 	ControlDevices []string
 	// Library is the host path of libgpuslice.so ("" = not injected).
 	Library string
-	// RunDir is the node daemon's run directory: the container's group
+	// RunDir is the time-slice daemon's run directory: the container's group
 	// directory and the daemon socket are mounted at their host paths, so
 	// the daemon recognises the group file a process names.
 	RunDir string

@@ -1,4 +1,4 @@
-// Package elastic is the node daemon's pure grant and reclaim logic for elastic
+// Package elastic is the time-slice daemon's pure grant and reclaim logic for elastic
 // GPU memory: per GPU, every group has a guarantee (memory.min) and a ceiling
 // (memory.max). A group allocates up to its guarantee plus what it was lent
 // without asking; past that it asks for a borrow, granted only from memory no

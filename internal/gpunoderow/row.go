@@ -35,7 +35,7 @@ type Device struct {
 	// (MPSClientSlots - MPSClients) x MPSUnitsPerClient.
 	SharingMode                                   api.SharingMode
 	MPSClients, MPSClientSlots, MPSUnitsPerClient int32
-	// Elastic memory on the GPU (node daemon): guaranteed, borrowed and spilled bytes.
+	// Elastic memory on the GPU (time-slice daemon): guaranteed, borrowed and spilled bytes.
 	MemoryGuaranteed, MemoryBorrowed, MemorySpilled int64
 }
 

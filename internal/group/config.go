@@ -1,8 +1,8 @@
 // Package group is the operator's interface to process groups: a cgroup-like
 // file tree, one directory per group under <run dir>/groups/<name>/, with
 // writable settings (memory.max, slice, share, share.max, priority) and read-back files the
-// node daemon keeps current (memory.current, gpu_time.achieved, burst.banked).
-// See docs/node.md.
+// time-slice daemon keeps current (memory.current, gpu_time.achieved, burst.banked).
+// See docs/timeslice.md.
 package group
 
 import (
@@ -28,7 +28,7 @@ const (
 	FilePriority    = "priority"
 )
 
-// The read-back files written by the node daemon.
+// The read-back files written by the time-slice daemon.
 const (
 	FileMemoryCurrent = "memory.current"
 	FileMemoryElastic = "memory.elastic"

@@ -1,10 +1,10 @@
 // Package nodemetrics is gpuslice-node's Prometheus metrics and health
-// endpoints: per GPU and group figures read from the node daemon's
+// endpoints: per GPU and group figures read from the time-slice daemon's
 // status.json at scrape time, the agent's own counters (Allocate refusals,
 // hot-plug latency, GPU health) and /healthz, /readyz.
 //
 // Cardinality: labels are gpu (a GPU UUID: the GPUs of this node), group (a
-// node daemon group) and small fixed enums (reason, kind). Groups on a GPU
+// time-slice daemon group) and small fixed enums (reason, kind). Groups on a GPU
 // are bounded by the device plugin's slots per GPU plus local `gpuslice run`
 // groups; at most Config.MaxGroups groups per GPU get series of their own,
 // the rest are summed under group="_other".
@@ -25,7 +25,7 @@ const OtherGroup = "_other"
 
 const ns = "gpuslice"
 
-// StatusFunc reads the node daemon's status.
+// StatusFunc reads the time-slice daemon's status.
 type StatusFunc func() (*timeslice.Status, error)
 
 type desc struct {

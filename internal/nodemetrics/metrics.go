@@ -11,7 +11,7 @@ import (
 
 // Config configures the metrics.
 type Config struct {
-	// Status reads the node daemon's status at each scrape.
+	// Status reads the time-slice daemon's status at each scrape.
 	Status StatusFunc
 	// MaxGroups is the most groups per GPU with series of their own.
 	MaxGroups int

@@ -1,5 +1,5 @@
 // Package proto is the socket protocol between libgpuslice (the client in every
-// GPU process) and the node daemon, defined once: these Go definitions, and the
+// GPU process) and the time-slice daemon, defined once: these Go definitions, and the
 // C header include/gpuslice/proto.h generated from them (`go generate`).
 //
 // The socket is a unix SOCK_SEQPACKET socket (Network): every record is one

@@ -10,7 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 )
 
-// The run's cleanup and the node daemon's read-back writes race over the
+// The run's cleanup and the time-slice daemon's read-back writes race over the
 // group directory: the removal must neither fail ("directory not empty") nor
 // leave the directory or its renamed copy behind.
 func TestRemoveGroupDirWhileDaemonWrites(t *testing.T) {

@@ -172,7 +172,7 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// removeGroupDir removes a run's group directory while the node daemon may
+// removeGroupDir removes a run's group directory while the time-slice daemon may
 // still be writing its read-back files into it: the directory is renamed
 // aside first (the daemon's next write by path then fails instead of landing
 // in it), then removed, with a second pass for a file the daemon was creating

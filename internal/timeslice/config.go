@@ -5,7 +5,7 @@
 // time-slice policy (internal/timeslice/policy) per GPU with one tenant per
 // group, and applies the group tree (internal/group) to running processes.
 // Its Go client, and starting and supervising it, are internal/timeslice/client.
-// See docs/node.md.
+// See docs/timeslice.md.
 package timeslice
 
 import (

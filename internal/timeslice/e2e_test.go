@@ -21,7 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
-// End-to-end: real tenant processes (test/node/tenant.c) launch kernels on the
+// End-to-end: real tenant processes (test/timeslice/tenant.c) launch kernels on the
 // simulated GPU through bin/libgpuslice.so (LD_PRELOAD), gated by a daemon.
 // Needs the build outputs: GPUSLICE_BIN (set by `make test`) or ../../bin.
 // GPUSLICE_NODE_SIMDIR overrides the driver directory (default <bin>/sim);
@@ -64,7 +64,7 @@ func setupE2E(t testing.TB) *e2e {
 	}
 	e.tenant = filepath.Join(t.TempDir(), "gs-tenant")
 	out, err := exec.Command(cc, "-std=c11", "-D_GNU_SOURCE", "-O2", "-I", filepath.Join(repoRoot(), "include"), "-o", e.tenant,
-		filepath.Join(repoRoot(), "test/node/tenant.c"), filepath.Join(repoRoot(), "apps/cuapi.c"), "-ldl").CombinedOutput()
+		filepath.Join(repoRoot(), "test/timeslice/tenant.c"), filepath.Join(repoRoot(), "apps/cuapi.c"), "-ldl").CombinedOutput()
 	if err != nil {
 		t.Fatalf("build tenant: %v\n%s", err, out)
 	}

@@ -19,12 +19,12 @@ import (
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
-// buildShim compiles test/node/<name>.c into a shared object.
+// buildShim compiles test/timeslice/<name>.c into a shared object.
 func buildShim(t testing.TB, name string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), name+".so")
 	b, err := exec.Command("cc", "-std=c11", "-O2", "-shared", "-fPIC", "-o", out,
-		filepath.Join(repoRoot(), "test/node", name+".c")).CombinedOutput()
+		filepath.Join(repoRoot(), "test/timeslice", name+".c")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("build %s: %v\n%s", name, err, b)
 	}

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// One group, one state, even across a replaced run directory (docs/node.md,
+// One group, one state, even across a replaced run directory (docs/timeslice.md,
 // "The daemon"): members keep the state file they mapped when the run
 // directory is removed or replaced under them. Before a group's state file is
 // made anew, the processes started with that file (GPUSLICE_GROUP_FILE, as the

@@ -25,7 +25,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
-// The daemon under a hostile local client (docs/node.md, "Bounds"). These
+// The daemon under a hostile local client (docs/timeslice.md, "Bounds"). These
 // tests run in `make test-reliability`.
 
 const nobody = 65534

@@ -18,7 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
-// One daemon per run directory (docs/node.md, "The daemon"). These tests run in
+// One daemon per run directory (docs/timeslice.md, "The daemon"). These tests run in
 // `make test-reliability`.
 
 // TestReliabilityOneDaemonPerRunDir: a second daemon given another socket but

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0
- * Elastic memory: borrows from the node daemon, managed allocations past the
+ * Elastic memory: borrows from the time-slice daemon, managed allocations past the
  * guarantee, spill orders (elastic.h). */
 #include <errno.h>
 #include <pthread.h>

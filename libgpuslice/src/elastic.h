@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Elastic memory (docs/elastic-memory.md). A GPU slot marked elastic by the
- * node daemon (or by GPUSLICE_MEMORY_ELASTIC at its creation) has a guarantee
+ * time-slice daemon (or by GPUSLICE_MEMORY_ELASTIC at its creation) has a guarantee
  * (slot->min) and an allowance (slot->limit: min plus what the daemon lent).
  * Up to the allowance nothing changes; past it the library asks the daemon
  * for a borrow on a connection of its own (one request at a time, answered

@@ -17,7 +17,7 @@
  *  - ASK: gs_gate_slow (gate.c) hands the GPU over at the end of a slice and
  *    asks for the next grant.
  * A non-zero CUresult is returned to the caller instead of launching. See
- * docs/node.md.
+ * docs/timeslice.md.
  */
 #ifndef GS_GATE_H
 #define GS_GATE_H

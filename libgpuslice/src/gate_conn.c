@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * The launch gate's connection to the node daemon (include/gpuslice/proto.h,
+ * The launch gate's connection to the time-slice daemon (include/gpuslice/proto.h,
  * frames sent and received as gate_wire.h does): connect and hello,
  * acquire/release, and the gate thread. A launcher waiting for its grant reads
  * the socket itself (one send and one recv per grant); the gate thread reads

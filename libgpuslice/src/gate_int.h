@@ -12,7 +12,7 @@
 #include "gate.h"
 #include "gate_wire.h"
 
-/* Configuration, read once from the environment (docs/node.md). */
+/* Configuration, read once from the environment (docs/timeslice.md). */
 struct gs_gate_cfg {
 	int off;             /* GPUSLICE_GATE=off */
 	int wait_on_loss;    /* GPUSLICE_GATE_ON_LOSS=wait (default: run) */

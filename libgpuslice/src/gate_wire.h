@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * The launch gate's frames on the node daemon's socket
+ * The launch gate's frames on the time-slice daemon's socket
  * (include/gpuslice/proto.h): a SOCK_SEQPACKET socket, one frame per record, so
  * sending a frame is one send() and receiving one is one recv(). Header-only and
- * libc-only, so that test/node/grantbench.c measures exactly what the gate does.
+ * libc-only, so that test/timeslice/grantbench.c measures exactly what the gate does.
  */
 #ifndef GS_GATE_WIRE_H
 #define GS_GATE_WIRE_H

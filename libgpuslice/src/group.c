@@ -265,7 +265,7 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}
 	group_unlock(g);
-	/* Another pid namespace: the node daemon fills our host pid in before
+	/* Another pid namespace: the time-slice daemon fills our host pid in before
 	 * it answers (outside the lock: it takes the file's lock). */
 	if (need_host_pid)
 		(void)gs_hello_node();

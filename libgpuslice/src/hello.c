@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  * The hello exchange (hello.h), shared by the gate's connection and the
- * host-pid hello: one short connection to the node daemon at a group
+ * host-pid hello: one short connection to the time-slice daemon at a group
  * member's first allocation, for members the group file has no host pid
  * for. The daemon identifies the caller by SO_PEERCRED and fills its entry
- * before it answers (docs/node.md). */
+ * before it answers (docs/timeslice.md). */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>

@@ -14,7 +14,7 @@ struct gs_frame;
  * a frame already queued is still read then. */
 GS_HIDDEN int gs_hello_exchange(int fd, uint32_t features, struct gs_frame *f);
 
-/* Says hello to the node daemon (GPUSLICE_NODE_SOCKET) and waits for its
+/* Says hello to the time-slice daemon (GPUSLICE_NODE_SOCKET) and waits for its
  * welcome, so the daemon records this process's host pid in the group file:
  * a process in a pid namespace of its own cannot know it, and NVML names
  * processes by it. Returns 0 on a welcome, -1 otherwise (no socket set, no

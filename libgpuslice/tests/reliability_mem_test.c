@@ -252,7 +252,7 @@ static int pool_keeps(void *arg)
 	return 0;
 }
 
-/* A group file as a manager (gpuslice run, the node daemon) makes it: the
+/* A group file as a manager (gpuslice run, the time-slice daemon) makes it: the
  * group's limit in the header. */
 static const char *managed_group(const char *name, uint64_t limit)
 {

@@ -15,7 +15,7 @@ import (
 const (
 	// AnnotationMemoryMax: the ceiling per GPU, a quantity such as "20Gi"
 	// (at least the container's gpuslice.io/gpu-memory). Memory past the
-	// guarantee is borrowed from the node daemon while no guarantee needs it.
+	// guarantee is borrowed from the time-slice daemon while no guarantee needs it.
 	AnnotationMemoryMax = Group + "/gpu-memory-max"
 	// AnnotationMemorySpill: "host" lets borrowed memory move to host memory
 	// when a guarantee needs the room back; "none" (the default) does not.

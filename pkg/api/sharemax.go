@@ -10,7 +10,7 @@ import (
 )
 
 // The per-pod share ceiling: at most this share of each GPU's time for every
-// container of the pod, even alone on the GPU (the node daemon's share.max).
+// container of the pod, even alone on the GPU (the time-slice daemon's share.max).
 // The scheduler books units as before; the ceiling only holds the node back.
 const (
 	// AnnotationShareMax: the ceiling as a percentage ("40%", up to two

@@ -11,7 +11,7 @@ type SharingMode string
 
 // Sharing modes.
 const (
-	// SharingTimeslice: gpuslice's time slices (the node daemon grants GPU
+	// SharingTimeslice: gpuslice's time slices (the time-slice daemon grants GPU
 	// time; strong isolation, priorities). The mode of a GPU whose table
 	// entry names none.
 	SharingTimeslice SharingMode = "timeslice"

@@ -26,7 +26,7 @@ const (
 	PriorityLow  = "low"
 )
 
-// Slice bounds AnnotationSlice accepts (the node daemon's own bounds).
+// Slice bounds AnnotationSlice accepts (the time-slice daemon's own bounds).
 const (
 	MinSlice = 100 * time.Microsecond
 	MaxSlice = 10 * time.Second

@@ -41,7 +41,7 @@ func env(t *testing.T, extra ...string) []string {
 	return append(base, extra...)
 }
 
-// runDir is a run directory for the node daemon that gpuslice run starts; the
+// runDir is a run directory for the time-slice daemon that gpuslice run starts; the
 // daemon stops when the directory is removed, so cleanup retries until it has.
 func runDir(t *testing.T) string {
 	t.Helper()

@@ -67,7 +67,7 @@ func newSuite(t *testing.T) *suite {
 	return s
 }
 
-// runDir is the run directory of the node daemon `gpuslice run` starts; the
+// runDir is the run directory of the time-slice daemon `gpuslice run` starts; the
 // daemon stops when its directory is removed (it may write once more while it
 // notices, so the removal is repeated until the directory stays gone).
 func runDir(t *testing.T) string {
@@ -108,7 +108,7 @@ func realDriverPresent() bool {
 }
 
 // env is the environment of every program the suite starts: its own run
-// directory (its own node daemon), and on the simulator its own state file.
+// directory (its own time-slice daemon), and on the simulator its own state file.
 func (s *suite) env(extra ...string) []string {
 	e := append(os.Environ(), "GPUSLICE_RUN_DIR="+s.runDir)
 	if s.sim {

@@ -1,6 +1,6 @@
 // Command mpsbench compares the two GPU sharing modes side by side in one run
 // (`make bench-mps`): a latency-sensitive tenant with small kernels beside
-// three busy tenants, under gpuslice's time slices (node daemon + libgpuslice
+// three busy tenants, under gpuslice's time slices (time-slice daemon + libgpuslice
 // gate) and under MPS (the MPS control daemon, every tenant at 25 % active
 // threads, libgpuslice's gate off); then two busy MPS clients at 30 % and
 // 70 %. On a machine without an NVIDIA driver it runs on the simulated GPU

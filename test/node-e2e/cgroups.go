@@ -20,7 +20,7 @@ import (
 
 // cpuWeight is the CPU weight (cgroup v1 cpu.shares; a process alone is
 // 1024) of a run's cgroup root, which holds the test process and so every
-// process of the run (control plane, kubelet, agent, node daemon, pods): on
+// process of the run (control plane, kubelet, agent, time-slice daemon, pods): on
 // a machine shared with other work, the node's processes get the CPU when
 // they need it, as on a node of their own, instead of waiting behind every
 // foreign runnable thread.

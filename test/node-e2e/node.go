@@ -350,7 +350,7 @@ func (n *node) killAgent() {
 	n.agent = nil
 }
 
-// killDaemon kills the node daemon the agent supervised: it runs in a
+// killDaemon kills the time-slice daemon the agent supervised: it runs in a
 // session of its own (it outlives a killed agent, as in a container until
 // the container ends), so killing the agent's process group leaves it.
 func (n *node) killDaemon() {

@@ -105,7 +105,7 @@ func (n *node) opWaitReady(ctx context.Context) {
 	}
 }
 
-// status is `gpuslice status -o json` of the agent's node daemon.
+// status is `gpuslice status -o json` of the agent's time-slice daemon.
 func (n *node) opStatus() cli.StatusDoc {
 	cmd := exec.Command(filepath.Join(n.bin, "gpuslice"), "status", "--run-dir", filepath.Join(n.dir, "run"), "-o", "json")
 	cmd.Env = append(os.Environ(), timeslice.EnvSocket+"="+filepath.Join(n.dir, "run", "node.sock"))

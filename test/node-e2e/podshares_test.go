@@ -36,7 +36,7 @@ const (
 )
 
 // TestPodShares: pods asking for units of one GPU on the real kubelet, placed
-// by gpuslice-scheduler, get their shares from the node daemon; a live change
+// by gpuslice-scheduler, get their shares from the time-slice daemon; a live change
 // of units is applied on the node; a pod that does not fit and a pod on a
 // Draining node stay Pending with the reason; an online pod beside three
 // offline ones. Ends with "pod shares 25/75: <a>% / <b>%, change 25->50
@@ -162,7 +162,7 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	return r.busy, change
 }
 
-// waitDaemonShare waits until the node daemon schedules every pod's group
+// waitDaemonShare waits until the time-slice daemon schedules every pod's group
 // with share want (its status, refreshed every 250 ms).
 func (n *node) waitDaemonShare(ctx context.Context, pods []*corev1.Pod, want float64) {
 	var last string

@@ -54,7 +54,7 @@ func busyTenant() []string {
 	return []string{"/gs/gs-tenant", "--mode", "busy", "--kernel-us", "500", "--seconds", "3600"}
 }
 
-// groupOf is the node group of a pod's container "main".
+// groupOf is the time-slice group of a pod's container "main".
 func groupOf(p *corev1.Pod) string {
 	return deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: "main", UID: p.UID})
 }
@@ -105,7 +105,7 @@ func (n *node) waitShare(ctx context.Context, p *corev1.Pod, want float64) time.
 	return seen
 }
 
-// daemonGroups returns the node daemon's status of every group (summed over
+// daemonGroups returns the time-slice daemon's status of every group (summed over
 // GPUs: each pod here uses one).
 func (n *node) daemonGroups() (map[string]timeslice.GroupGPUStatus, error) {
 	st, err := timeslice.ReadStatus(n.runDir())
@@ -184,7 +184,7 @@ func podOfPid(pid int, pods []*corev1.Pod) (types.UID, bool) {
 	return "", false
 }
 
-// shareSample is, per pod (in the order given), the time the node daemon
+// shareSample is, per pod (in the order given), the time the time-slice daemon
 // granted its group and the busy time of its processes on the simulated GPU,
 // both cumulative, and the time each thread of those processes waited for a
 // CPU (the kernel's schedstat run delay, by tid, cumulative).

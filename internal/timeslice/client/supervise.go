@@ -14,7 +14,7 @@ import (
 // with a daemon connection (refused, or none could be started).
 const superviseRetry = 100 * time.Millisecond
 
-// Supervise keeps a node daemon running on socket while ctx lasts: it holds a
+// Supervise keeps a time-slice daemon running on socket while ctx lasts: it holds a
 // connection to the daemon (one frame each way, then a blocking read), and
 // when the daemon goes away (killed, crashed) the read returns at once and it
 // starts another (EnsureRunning; concurrent supervisors end with one daemon).

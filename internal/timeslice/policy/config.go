@@ -12,7 +12,7 @@
 // most ShareMax x (T + Period).
 //
 // Nothing here reads a clock, sleeps or does I/O: every call takes the current
-// time, and the caller (the node daemon, or a test with a fake clock) turns the
+// time, and the caller (the time-slice daemon, or a test with a fake clock) turns the
 // returned actions into messages and calls Tick at NextDeadline.
 package policy
 
@@ -96,7 +96,7 @@ type Config struct {
 	Renew time.Duration
 }
 
-// DefaultConfig returns the defaults documented in docs/node.md.
+// DefaultConfig returns the defaults documented in docs/timeslice.md.
 func DefaultConfig() Config {
 	return Config{
 		Period:        100 * time.Millisecond,

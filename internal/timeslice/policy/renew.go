@@ -54,7 +54,7 @@ func (s *Scheduler) renew(now time.Time) []Action {
 }
 
 // Queued says that the holder id has work queued for its next turn beside the
-// running grant (the node daemon: a member of the holding group handed its
+// running grant (the time-slice daemon: a member of the holding group handed its
 // part back and waits). The grant is then not renewed: it ends, is revoked at
 // its end, and the next turn is a new grant. An Alone grant loses Alone.
 func (s *Scheduler) Queued(id ID) []Action {

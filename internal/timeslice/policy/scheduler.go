@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ID names a tenant (the node daemon uses one per process group).
+// ID names a tenant (the time-slice daemon uses one per process group).
 type ID uint64
 
 // Grant is the right to launch work on the GPU from Start until End. Time past

@@ -33,7 +33,7 @@
 
 /* gs_shm_gpu.state */
 enum { GS_SLOT_FREE = 0, GS_SLOT_READY = 2 };
-/* gs_shm_gpu.elastic bits (written by the node daemon; 0: a plain limit) */
+/* gs_shm_gpu.elastic bits (written by the time-slice daemon; 0: a plain limit) */
 enum { GS_ELASTIC_ON = 1, GS_ELASTIC_SPILL = 2 };
 /* gs_shm_proc.state */
 enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1 };
@@ -49,7 +49,7 @@ struct gs_shm_gpu {
 	uint64_t used;    /* atomic; bytes the group holds now */
 	uint64_t peak;    /* atomic; highest `used` seen */
 	uint64_t refused; /* atomic; allocations refused at the limit */
-	/* Elastic memory: `limit` is the allowance (min plus what the node daemon
+	/* Elastic memory: `limit` is the allowance (min plus what the time-slice daemon
 	 * lent); past it the library asks the daemon for a borrow. */
 	uint64_t min;     /* atomic; the guarantee (memory.min) */
 	uint64_t managed; /* atomic; bytes allocated as managed memory past min (spillable) */
@@ -61,7 +61,7 @@ struct gs_shm_proc {
 	uint32_t state;   /* atomic; GS_PROC_LIVE while the entry is in use */
 	int32_t pid;      /* pid in the process's own pid namespace */
 	int32_t host_pid; /* atomic; pid as the driver/NVML sees it; 0 = unknown yet
-			      * (filled in by the node daemon for another pid namespace) */
+			      * (filled in by the time-slice daemon for another pid namespace) */
 	uint32_t reserved0;
 	uint64_t start_time;            /* /proc/<pid>/stat field 22: detects pid reuse */
 	uint64_t pidns;                 /* inode of /proc/<pid>/ns/pid */
@@ -81,12 +81,12 @@ struct gs_shm_header {
 	uint64_t proc_offset; /* offsetof(struct gs_shm_file, proc) */
 	/* Inode of the host pid namespace: the creator's (the node agent creates
 	 * the files of pod containers). A member in that namespace records
-	 * host_pid = getpid(); others leave 0 and say hello to the node daemon,
+	 * host_pid = getpid(); others leave 0 and say hello to the time-slice daemon,
 	 * which fills it in (SO_PEERCRED + /proc/<pid>/status NSpid). */
 	uint64_t host_pidns;
 	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP of the creator */
 	/* The group's memory.max, written under the file lock by whoever manages
-	 * the group (gpuslice run, the node daemon when memory.max changes). Once
+	 * the group (gpuslice run, the time-slice daemon when memory.max changes). Once
 	 * limit_set is 1, every GPU slot a member claims takes this limit, whatever
 	 * the member's own GPUSLICE_MEMORY_LIMIT says: the limit belongs to the
 	 * group. 0 (files made by the library alone): the member's variable. */

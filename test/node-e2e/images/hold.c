@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * gs-hold N US: launches N busy kernels of US microseconds through the hooked
- * launch path (time-slice grants from the node daemon), synchronizes, prints
+ * launch path (time-slice grants from the time-slice daemon), synchronizes, prints
  * "held", then keeps its context and its daemon connection until killed, so
  * every figure about its group stays put. Exit 1 on a CUDA failure, 2 on bad
  * arguments.

@@ -137,7 +137,7 @@ type GPU struct {
 	MPSClients int32 `json:"mpsClients,omitempty"`
 	// Elastic memory (AnnotationMemoryMax), summed over the groups on the
 	// GPU: bytes on the device within guarantees, past them (borrowed from
-	// the node daemon), and borrowed bytes moved to host memory.
+	// the time-slice daemon), and borrowed bytes moved to host memory.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MemoryGuaranteedBytes int64 `json:"memoryGuaranteedBytes,omitempty"`

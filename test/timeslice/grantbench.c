@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * gs-grantbench: grant round trips over the node daemon's socket, made as
+ * gs-grantbench: grant round trips over the time-slice daemon's socket, made as
  * libgpuslice's gate makes them (the same frame code, libgpuslice/src/gate_wire.h):
  * a holder at the end of its slice sends release(seq, MORE) and blocks in one
  * recv for its next grant; one send and one recv per grant.
