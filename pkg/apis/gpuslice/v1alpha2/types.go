@@ -143,7 +143,7 @@ type GPU struct {
 	MPSClients int32 `json:"mpsClients,omitempty"`
 	// Elastic memory (AnnotationMemoryMax), summed over the groups on the
 	// GPU: memory on the device within guarantees, past them (borrowed from
-	// the node daemon), and borrowed memory moved to host memory.
+	// the time-slice daemon), and borrowed memory moved to host memory.
 	// +optional
 	MemoryGuaranteed resource.Quantity `json:"memoryGuaranteed,omitzero"`
 	// +optional
