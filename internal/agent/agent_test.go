@@ -23,27 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 )
 
-func TestOwnsCgroup(t *testing.T) {
-	id := "3f1c2a9e8b7d"
-	cases := []struct {
-		dir  string
-		want bool
-	}{
-		{"/sys/fs/cgroup/devices/kubepods/burstable/pod0b3d/" + id, true},
-		{"/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b3d.slice/cri-containerd-" + id + ".scope", true},
-		{"/sys/fs/cgroup/kubepods.slice/kubepods-pod0b3d.slice/crio-" + id + ".scope", true},
-		{"/sys/fs/cgroup/devices/kubepods/burstable/pod0b3d/other", false},
-		{"/sys/fs/cgroup/devices/" + id + "/child", false},
-		{"/sys/fs/cgroup/devices/", false},
-	}
-	for _, tc := range cases {
-		if got := ownsCgroup(tc.dir, id); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.dir, got, tc.want)
-		}
-	}
-	if ownsCgroup("/x/y", "") {
-		t.Fatal("an empty id owns a cgroup")
-	}
+func TestRuntimeID(t *testing.T) {
 	if runtimeID("containerd://abc") != "abc" || runtimeID("abc") != "abc" {
 		t.Fatal("runtimeID")
 	}
@@ -57,34 +37,42 @@ type runtimeAnswer struct {
 
 func (r runtimeAnswer) Container(context.Context, string) (cri.Container, error) { return r.c, r.err }
 
-// findContainer trusts the runtime's PID only when the kernel puts that
-// process in the container's cgroup (this test's own process is in none).
+func specIn(cgroupsPath string) *specs.Spec {
+	return &specs.Spec{Linux: &specs.Linux{CgroupsPath: cgroupsPath}}
+}
+
+// findContainer trusts the runtime's answer only when the kernel lists the
+// container's pid in the cgroup its spec names.
 func TestFindContainerChecksTheCgroup(t *testing.T) {
 	m, err := hotplug.FindMounts("/proc")
 	if err != nil {
 		t.Skipf("no cgroup mounts here: %v", err)
 	}
-	self := cri.Container{PID: os.Getpid(), Spec: &specs.Spec{}}
+	gone := cri.Container{PID: os.Getpid(), Spec: specIn("/gpuslice-no-such-cgroup/3f1c2a9e8b7d")}
 	cases := []struct {
 		name string
 		rt   runtimeAnswer
 		id   string
 	}{
-		{"pid in another cgroup", runtimeAnswer{c: self}, "3f1c2a9e8b7d"},
-		{"gone", runtimeAnswer{err: fmt.Errorf("x: %w", cri.ErrNotFound)}, "3f1c2a9e8b7d"},
+		{"cgroup gone", runtimeAnswer{c: gone}, "3f1c2a9e8b7d"},
+		{"unknown", runtimeAnswer{err: fmt.Errorf("x: %w", cri.ErrNotFound)}, "3f1c2a9e8b7d"},
 		{"exited", runtimeAnswer{err: cri.ErrNotRunning}, "3f1c2a9e8b7d"},
-		{"no such process", runtimeAnswer{c: cri.Container{PID: 1 << 22, Spec: &specs.Spec{}}}, "3f1c2a9e8b7d"},
-		{"bad id", runtimeAnswer{c: self}, "../x"},
-		{"empty id", runtimeAnswer{c: self}, ""},
+		{"bad id", runtimeAnswer{c: gone}, "../x"},
+		{"empty id", runtimeAnswer{c: gone}, ""},
 	}
 	for _, tc := range cases {
-		if _, err := findContainer(context.Background(), newKnownContainers(tc.rt, 4), m, "/proc", tc.id); !errors.Is(err, ErrNoContainer) {
+		if _, err := findContainer(context.Background(), newKnownContainers(tc.rt, 4), m, tc.id); !errors.Is(err, ErrNoContainer) {
 			t.Errorf("%s: err = %v, want ErrNoContainer", tc.name, err)
 		}
 	}
-	other := errors.New("runtime unreachable")
-	if _, err := findContainer(context.Background(), newKnownContainers(runtimeAnswer{err: other}, 4), m, "/proc", "3f1c2a9e8b7d"); !errors.Is(err, other) || errors.Is(err, ErrNoContainer) {
-		t.Errorf("runtime error: %v", err)
+	for name, rt := range map[string]runtimeAnswer{
+		"runtime unreachable": {err: errors.New("runtime unreachable")},
+		"bad cgroups path":    {c: cri.Container{PID: 1, Spec: specIn("a:b")}},
+		"spec without linux":  {c: cri.Container{PID: 1, Spec: &specs.Spec{}}},
+	} {
+		if _, err := findContainer(context.Background(), newKnownContainers(rt, 4), m, "3f1c2a9e8b7d"); err == nil || errors.Is(err, ErrNoContainer) {
+			t.Errorf("%s: err = %v, want an error that is not ErrNoContainer", name, err)
+		}
 	}
 }
 
@@ -134,26 +122,31 @@ func TestKnownContainers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
-	rt := &countingRuntime{c: cri.Container{PID: sleep.Process.Pid, Spec: &specs.Spec{}}}
+	spec := specIn("/" + filepath.Base(dir))
+	rt := &countingRuntime{c: cri.Container{PID: os.Getpid(), Spec: spec}}
 	k := newKnownContainers(rt, 4)
+	if _, err := findContainer(context.Background(), k, m, id); !errors.Is(err, ErrNoContainer) || rt.calls != 1 {
+		t.Fatalf("a pid outside the cgroup: calls %d, %v", rt.calls, err)
+	}
+	rt.c.PID = sleep.Process.Pid
 	for range 3 {
-		c, err := findContainer(context.Background(), k, m, "/proc", id)
+		c, err := findContainer(context.Background(), k, m, id)
 		if err != nil || c.PID != sleep.Process.Pid || c.Cgroup.Dir != dir {
 			t.Fatalf("findContainer: %+v, %v", c, err)
 		}
 	}
-	if rt.calls != 1 {
-		t.Fatalf("runtime asked %d times for one running container", rt.calls)
+	if rt.calls != 2 {
+		t.Fatalf("runtime asked %d times for one running container", rt.calls-1)
 	}
 	k.keep(map[string]bool{"other": true})
-	if _, err := findContainer(context.Background(), k, m, "/proc", id); err != nil || rt.calls != 2 {
+	if _, err := findContainer(context.Background(), k, m, id); err != nil || rt.calls != 3 {
 		t.Fatalf("after the container left the node: calls %d, %v", rt.calls, err)
 	}
 	if err := sleep.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = sleep.Wait() // killed: its exit status says so
-	if _, err := findContainer(context.Background(), k, m, "/proc", id); !errors.Is(err, ErrNoContainer) || rt.calls != 3 {
+	if _, err := findContainer(context.Background(), k, m, id); !errors.Is(err, ErrNoContainer) || rt.calls != 4 {
 		t.Fatalf("pid gone: calls %d, err %v (want a fresh question, then ErrNoContainer)", rt.calls, err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -31,19 +30,10 @@ func runtimeID(s string) string {
 	return s
 }
 
-// ownsCgroup reports whether a cgroup directory is container id's: every
-// runtime and cgroup driver names the container's cgroup after its ID
-// (<id>, cri-containerd-<id>.scope, crio-<id>.scope, docker-<id>.scope). A
-// PID the runtime reported that now lives elsewhere has exited (and may have
-// been reused).
-func ownsCgroup(dir, id string) bool {
-	return id != "" && strings.Contains(filepath.Base(dir), id)
-}
-
 // knownContainers remembers the runtime's answer for each running container
 // (its init pid and spec do not change while it runs), so the resync asks
 // the runtime only about containers it has not seen. An answer is used only
-// while the kernel still puts its pid in the container's cgroup; at most max
+// while the kernel still has its pid in the container's cgroup; at most max
 // are kept, and those of containers no longer on the node are dropped.
 type knownContainers struct {
 	rt  containerRuntime
@@ -94,12 +84,12 @@ func (k *knownContainers) forget(id string) {
 	delete(k.m, id)
 }
 
-// findContainer asks the runtime for container id (or remembers its answer)
-// and reads its device cgroup from the kernel (through the process), checked
-// to be the container's; on cgroup v2 its device rules come from its OCI spec
+// findContainer asks the runtime for container id (or remembers its answer):
+// its device cgroup is the one its OCI spec names (linux.cgroupsPath), which
+// the kernel must list the container's pid in; on cgroup v2 its device rules come from its OCI spec
 // plus the runtime's defaults. A remembered answer that fails the check is
 // dropped and the runtime asked again.
-func findContainer(ctx context.Context, k *knownContainers, m hotplug.Mounts, procRoot, id string) (hotplug.Container, error) {
+func findContainer(ctx context.Context, k *knownContainers, m hotplug.Mounts, id string) (hotplug.Container, error) {
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return hotplug.Container{}, fmt.Errorf("%w: bad container id %q", ErrNoContainer, id)
 	}
@@ -111,7 +101,7 @@ func findContainer(ctx context.Context, k *knownContainers, m hotplug.Mounts, pr
 		if err != nil {
 			return hotplug.Container{}, err
 		}
-		c, err := checkContainer(m, procRoot, id, info)
+		c, err := checkContainer(m, id, info)
 		if err == nil {
 			k.put(id, info)
 			return c, nil
@@ -123,13 +113,16 @@ func findContainer(ctx context.Context, k *knownContainers, m hotplug.Mounts, pr
 	}
 }
 
-func checkContainer(m hotplug.Mounts, procRoot, id string, info cri.Container) (hotplug.Container, error) {
-	cg, err := hotplug.CgroupOfPID(m, procRoot, info.PID)
-	if err != nil {
+func checkContainer(m hotplug.Mounts, id string, info cri.Container) (hotplug.Container, error) {
+	if info.Spec == nil || info.Spec.Linux == nil {
+		return hotplug.Container{}, fmt.Errorf("container %s: OCI spec without linux", id)
+	}
+	cg, err := hotplug.ContainerCgroup(m, info.Spec.Linux.CgroupsPath, info.PID)
+	if errors.Is(err, hotplug.ErrNotMember) {
 		return hotplug.Container{}, fmt.Errorf("%w: container %s: %w", ErrNoContainer, id, err)
 	}
-	if !ownsCgroup(cg.Dir, id) {
-		return hotplug.Container{}, fmt.Errorf("%w: pid %d of container %s is in %s, not the container's cgroup", ErrNoContainer, info.PID, id, cg)
+	if err != nil {
+		return hotplug.Container{}, fmt.Errorf("container %s: %w", id, err)
 	}
 	c := hotplug.Container{PID: info.PID, Cgroup: cg}
 	if cg.V2 {

@@ -214,7 +214,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 }
 
 func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, bool, error) {
-	c, err := findContainer(ctx, r.runtime, r.mounts, r.procRoot, cid)
+	c, err := findContainer(ctx, r.runtime, r.mounts, cid)
 	if err != nil {
 		return nil, false, err
 	}

@@ -2,13 +2,18 @@ package hotplug
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/systemd"
 )
 
 // Mounts are where the cgroup hierarchies that decide device access live.
@@ -78,45 +83,91 @@ func (c Cgroup) String() string {
 }
 
 // DeviceCgroup finds the device cgroup of a process from its
-// /proc/<pid>/cgroup contents: the v1 devices controller when it is mounted,
-// else the v2 hierarchy.
-func DeviceCgroup(m Mounts, procCgroup []byte) (Cgroup, error) {
-	var v1, v2 string
-	for _, line := range strings.Split(string(procCgroup), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 || !strings.HasPrefix(f[2], "/") {
-			continue
-		}
-		switch {
-		case f[0] == "0" && f[1] == "":
-			v2 = f[2]
-		case contains(strings.Split(f[1], ","), "devices"):
-			v1 = f[2]
-		}
-	}
+// /proc/<pid>/cgroup entries (opencontainers/cgroups' ParseCgroupFile: the
+// controller, or "" for v2, to the path): the v1 devices controller when it is
+// mounted, else the v2 hierarchy. The paths are relative to the reader's
+// cgroup namespace.
+func DeviceCgroup(m Mounts, procCgroup map[string]string) (Cgroup, error) {
+	v1, v2 := procCgroup["devices"], procCgroup[""]
 	switch {
-	case m.V1Devices != "" && v1 != "":
+	case m.V1Devices != "" && inNamespace(v1):
 		return Cgroup{Dir: filepath.Join(m.V1Devices, v1)}, nil
-	case m.V2 != "" && v2 != "":
+	case m.V2 != "" && inNamespace(v2):
 		return Cgroup{V2: true, Dir: filepath.Join(m.V2, v2)}, nil
 	}
-	return Cgroup{}, fmt.Errorf("no device cgroup in %q (mounts %+v)", procCgroup, m)
+	return Cgroup{}, fmt.Errorf("no device cgroup in %q (mounts %+v; a path with \"..\" is outside this cgroup namespace)", procCgroup, m)
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+// inNamespace: an absolute cgroup path inside the reader's cgroup namespace
+// (one outside it starts with "/..").
+func inNamespace(p string) bool {
+	return strings.HasPrefix(p, "/") && !slices.Contains(strings.Split(p, "/"), "..")
 }
 
 // CgroupOfPID returns the device cgroup of a running process.
 func CgroupOfPID(m Mounts, procRoot string, pid int) (Cgroup, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+	entries, err := cgroups.ParseCgroupFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
 		return Cgroup{}, fmt.Errorf("cgroup of pid %d: %w", pid, err)
 	}
-	return DeviceCgroup(m, b)
+	return DeviceCgroup(m, entries)
 }
+
+// SpecCgroupPath is the cgroup path (below a hierarchy's mount) of an OCI
+// config's linux.cgroupsPath: "/a/b" for the cgroupfs driver, or the systemd
+// driver's "slice:prefix:name" (the unit prefix-name.scope in the expanded
+// slice, as runc places it, through opencontainers/cgroups/systemd).
+func SpecCgroupPath(cgroupsPath string) (string, error) {
+	if strings.HasPrefix(cgroupsPath, "/") {
+		if p := filepath.Clean(cgroupsPath); p != "/" && !strings.Contains(cgroupsPath, "/../") && !strings.HasSuffix(cgroupsPath, "/..") {
+			return p, nil
+		}
+		return "", fmt.Errorf("cgroups path %q", cgroupsPath)
+	}
+	parts := strings.Split(cgroupsPath, ":")
+	if len(parts) != 3 || parts[2] == "" || strings.ContainsAny(parts[1]+parts[2], "/") {
+		return "", fmt.Errorf("cgroups path %q: want /path or slice:prefix:name", cgroupsPath)
+	}
+	slice := parts[0]
+	if slice == "" {
+		slice = "system.slice"
+	}
+	dir, err := systemd.ExpandSlice(slice)
+	if err != nil {
+		return "", fmt.Errorf("cgroups path %q: %w", cgroupsPath, err)
+	}
+	unit := parts[2]
+	if !strings.HasSuffix(unit, ".slice") {
+		unit = parts[1] + "-" + unit + ".scope"
+	}
+	return path.Join(dir, unit), nil
+}
+
+// ContainerCgroup is the device cgroup of a container from its OCI
+// cgroupsPath (independent of the reader's cgroup namespace), checked with
+// the kernel: pid must be one of its processes.
+func ContainerCgroup(m Mounts, cgroupsPath string, pid int) (Cgroup, error) {
+	p, err := SpecCgroupPath(cgroupsPath)
+	if err != nil {
+		return Cgroup{}, err
+	}
+	c := Cgroup{Dir: filepath.Join(m.V1Devices, p)}
+	if m.V1Devices == "" {
+		c = Cgroup{V2: true, Dir: filepath.Join(m.V2, p)}
+	}
+	procs, err := cgroups.GetPids(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return Cgroup{}, fmt.Errorf("%w: %s is gone", ErrNotMember, c)
+	}
+	if err != nil {
+		return Cgroup{}, fmt.Errorf("%s: %w", c, err)
+	}
+	if !slices.Contains(procs, pid) {
+		return Cgroup{}, fmt.Errorf("%w: pid %d is not in %s", ErrNotMember, pid, c)
+	}
+	return c, nil
+}
+
+// ErrNotMember wraps a process that is not in the cgroup it was said to be
+// in (it exited, and its pid may have been reused).
+var ErrNotMember = errors.New("process not in the cgroup")

@@ -35,24 +35,47 @@ func TestParseMountinfo(t *testing.T) {
 func TestDeviceCgroup(t *testing.T) {
 	hybrid := Mounts{V1Devices: "/sys/fs/cgroup/devices", V2: "/sys/fs/cgroup/unified"}
 	pure := Mounts{V2: "/sys/fs/cgroup"}
-	procHybrid := "9:name=systemd:/kubepods/p1/c1\n5:devices:/kubepods/p1/c1\n0::/\n"
-	procV2 := "0::/kubepods.slice/c1.scope\n"
+	procHybrid := map[string]string{"name=systemd": "/kubepods/p1/c1", "devices": "/kubepods/p1/c1", "": "/"}
+	procV2 := map[string]string{"": "/kubepods.slice/c1.scope"}
 	cases := []struct {
 		m    Mounts
-		proc string
+		proc map[string]string
 		want Cgroup
 		err  bool
 	}{
 		{hybrid, procHybrid, Cgroup{Dir: "/sys/fs/cgroup/devices/kubepods/p1/c1"}, false},
 		{pure, procV2, Cgroup{V2: true, Dir: "/sys/fs/cgroup/kubepods.slice/c1.scope"}, false},
-		{hybrid, "4:memory,devices:/a\n", Cgroup{Dir: "/sys/fs/cgroup/devices/a"}, false},
 		{Mounts{V1Devices: "/d"}, procV2, Cgroup{}, true},
-		{hybrid, "", Cgroup{}, true},
+		{hybrid, map[string]string{}, Cgroup{}, true},
+		{pure, map[string]string{"": "/../../x"}, Cgroup{}, true},
 	}
 	for i, tc := range cases {
-		got, err := DeviceCgroup(tc.m, []byte(tc.proc))
+		got, err := DeviceCgroup(tc.m, tc.proc)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("case %d: %+v, %v; want %+v (error %v)", i, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestSpecCgroupPath(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"/kubepods/besteffort/pod0b3d/3f1c", "/kubepods/besteffort/pod0b3d/3f1c"},
+		{"/gpuslice-e2e/kubepods/pod0b3d/3f1c/", "/gpuslice-e2e/kubepods/pod0b3d/3f1c"},
+		{"kubepods-besteffort-pod0b3d.slice:cri-containerd:3f1c",
+			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b3d.slice/cri-containerd-3f1c.scope"},
+		{"kubepods-pod0b3d.slice:crio:3f1c", "/kubepods.slice/kubepods-pod0b3d.slice/crio-3f1c.scope"},
+		{":docker:3f1c", "/system.slice/docker-3f1c.scope"},
+		{"kubepods.slice:x:extra.slice", "/kubepods.slice/extra.slice"},
+	}
+	for _, tc := range cases {
+		if got, err := SpecCgroupPath(tc.in); err != nil || got != tc.want {
+			t.Errorf("%q: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "/", "/a/../b", "/a/..", "relative/path", "a:b", "a.slice:b:", "a.slice:p:n/x",
+		"nope:p:n", "a/b.slice:p:n", "a:b:c:d"} {
+		if got, err := SpecCgroupPath(bad); err == nil {
+			t.Errorf("%q accepted as %q", bad, got)
 		}
 	}
 }

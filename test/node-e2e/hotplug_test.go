@@ -344,7 +344,8 @@ func (n *node) containerCgroup(p *corev1.Pod) (string, int) {
 
 // checkCRI: what the agent learns from containerd's CRI (ContainerStatus,
 // verbose) is this container: its init pid (containerd's own init.pid) is
-// in the cgroup found above, and its OCI spec's device rules read.
+// in the cgroup found above, which is the one its spec's cgroupsPath names,
+// and its OCI spec's device rules read.
 func (n *node) checkCRI(id, dir string, m hotplug.Mounts) {
 	t := n.t
 	rt, err := cri.Dial("unix://"+n.ctrSock, 5*time.Second)
@@ -362,6 +363,9 @@ func (n *node) checkCRI(id, dir string, m hotplug.Mounts) {
 	cg, err := hotplug.CgroupOfPID(m, "/proc", c.PID)
 	if err != nil || cg.Dir != dir {
 		t.Fatalf("cgroup of CRI pid %d: %v, %v; want %s", c.PID, cg, err, dir)
+	}
+	if cg, err := hotplug.ContainerCgroup(m, c.Spec.Linux.CgroupsPath, c.PID); err != nil || cg.Dir != dir {
+		t.Fatalf("cgroup of the CRI spec's cgroupsPath %q: %v, %v; want %s", c.Spec.Linux.CgroupsPath, cg, err, dir)
 	}
 	rules, err := hotplug.SpecDeviceRules(c.Spec)
 	if err != nil || len(rules) == 0 {
