@@ -134,79 +134,122 @@ func writeFile(tw *tar.Writer, name string, mode int64, b []byte) error {
 	return err
 }
 
+// layerWriter writes the image's one layer: every entry's parent
+// directories once, before the entry.
+type layerWriter struct {
+	tw   *tar.Writer
+	made map[string]bool
+}
+
+// baseDirs are the directories made in every image (before img.Dirs).
+func baseDirs() []string { return []string{"/dev", "/proc", "/sys", "/etc", "/tmp", "/run", "/var"} }
+
 func layerTar(img Image) ([]byte, error) {
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	made := map[string]bool{}
-	mkdir := func(d string) error {
-		var parts []string
-		for p := path.Clean(d); p != "/" && p != "."; p = path.Dir(p) {
-			parts = append(parts, p)
-		}
-		for i := len(parts) - 1; i >= 0; i-- {
-			if made[parts[i]] {
-				continue
-			}
-			made[parts[i]] = true
-			mode := int64(0o755)
-			if parts[i] == "/tmp" {
-				mode = 0o1777
-			}
-			if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(parts[i], "/") + "/", Mode: mode, Typeflag: tar.TypeDir, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for _, d := range append([]string{"/dev", "/proc", "/sys", "/etc", "/tmp", "/run", "/var"}, img.Dirs...) {
-		if err := mkdir(d); err != nil {
+	w := &layerWriter{tw: tar.NewWriter(&buf), made: map[string]bool{}}
+	for _, d := range append(baseDirs(), img.Dirs...) {
+		if err := w.mkdir(d); err != nil {
 			return nil, err
 		}
 	}
-	names := make([]string, 0, len(img.Files))
-	for dst := range img.Files {
-		if !path.IsAbs(dst) {
-			return nil, fmt.Errorf("image path %q is not absolute", dst)
-		}
-		names = append(names, dst)
+	if err := w.addFiles(img.Files); err != nil {
+		return nil, err
 	}
-	sort.Strings(names)
-	for _, dst := range names {
-		src := img.Files[dst]
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return nil, fmt.Errorf("image file %s: %w", src, err)
-		}
-		fi, err := os.Stat(src)
-		if err != nil {
-			return nil, fmt.Errorf("image file %s: %w", src, err)
-		}
-		if err := mkdir(path.Dir(dst)); err != nil {
-			return nil, err
-		}
-		if err := writeFile(tw, strings.TrimPrefix(dst, "/"), int64(fi.Mode().Perm()), b); err != nil {
-			return nil, err
-		}
+	if err := w.addSymlinks(img.Symlinks); err != nil {
+		return nil, err
 	}
-	links := make([]string, 0, len(img.Symlinks))
-	for l := range img.Symlinks {
-		links = append(links, l)
-	}
-	sort.Strings(links)
-	for _, l := range links {
-		if !path.IsAbs(l) {
-			return nil, fmt.Errorf("image symlink %q is not absolute", l)
-		}
-		if err := mkdir(path.Dir(l)); err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(l, "/"), Linkname: img.Symlinks[l], Typeflag: tar.TypeSymlink,
-			Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
+	if err := w.tw.Close(); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// dirChain lists d and its parents, outermost first ("/a/b" -> "/a", "/a/b").
+func dirChain(d string) []string {
+	var parts []string
+	for p := path.Clean(d); p != "/" && p != "."; p = path.Dir(p) {
+		parts = append(parts, p)
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return parts
+}
+
+// dirMode is a directory's permission bits (/tmp is world-writable and sticky).
+func dirMode(d string) int64 {
+	if d == "/tmp" {
+		return 0o1777
+	}
+	return 0o755
+}
+
+// mkdir writes d and its parents, each the first time it is asked for.
+func (w *layerWriter) mkdir(d string) error {
+	for _, p := range dirChain(d) {
+		if w.made[p] {
+			continue
+		}
+		w.made[p] = true
+		if err := w.tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(p, "/") + "/", Mode: dirMode(p), Typeflag: tar.TypeDir, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addFiles copies the host files in, sorted by their path in the image.
+func (w *layerWriter) addFiles(files Files) error {
+	for dst := range files {
+		if !path.IsAbs(dst) {
+			return fmt.Errorf("image path %q is not absolute", dst)
+		}
+	}
+	for _, dst := range sortedKeys(files) {
+		if err := w.addFile(dst, files[dst]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *layerWriter) addFile(dst, src string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("image file %s: %w", src, err)
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("image file %s: %w", src, err)
+	}
+	if err := w.mkdir(path.Dir(dst)); err != nil {
+		return err
+	}
+	return writeFile(w.tw, strings.TrimPrefix(dst, "/"), int64(fi.Mode().Perm()), b)
+}
+
+// addSymlinks writes the symlinks, sorted by their path in the image.
+func (w *layerWriter) addSymlinks(links map[string]string) error {
+	for _, l := range sortedKeys(links) {
+		if !path.IsAbs(l) {
+			return fmt.Errorf("image symlink %q is not absolute", l)
+		}
+		if err := w.mkdir(path.Dir(l)); err != nil {
+			return err
+		}
+		if err := w.tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(l, "/"), Linkname: links[l], Typeflag: tar.TypeSymlink,
+			Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

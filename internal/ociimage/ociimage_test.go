@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -112,5 +113,36 @@ func untar(t *testing.T, b []byte) map[string][]byte {
 			t.Fatal(err)
 		}
 		out[h.Name] = c
+	}
+}
+
+// TestDirChain: a directory's chain lists it and its parents, outermost
+// first; the root and relative "." make none.
+func TestDirChain(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"/", nil},
+		{".", nil},
+		{"/tmp", []string{"/tmp"}},
+		{"/usr/local/bin", []string{"/usr", "/usr/local", "/usr/local/bin"}},
+		{"/usr//lib/../bin/", []string{"/usr", "/usr/bin"}},
+	} {
+		if got := dirChain(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("dirChain(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestDirMode: /tmp is world-writable and sticky, every other directory 0755.
+func TestDirMode(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"/tmp", 0o1777}, {"/tmp/x", 0o755}, {"/usr", 0o755}, {"/var/tmp", 0o755}} {
+		if got := dirMode(tc.in); got != tc.want {
+			t.Errorf("dirMode(%q) = %o, want %o", tc.in, got, tc.want)
+		}
 	}
 }
