@@ -92,22 +92,47 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 	if err := CheckContainerEnv(c.Pod, c.Container); err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}
+	minors, uuids, err := nodeGPUs(c, gpus)
+	if err != nil {
+		return nil, err
+	}
+	nvidiaContract(r, uuids, in.CDIKind)
+	in.addDevices(r, minors)
+	in.addNodeMounts(r, group)
+	addMemoryEnv(r, c)
+	in.addSimulator(r)
+	for k, v := range in.Env {
+		r.Envs[k] = v
+	}
+	if err := in.addMPS(c, group, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// nodeGPUs looks c's GPUs up on this node and returns their minors and
+// UUIDs, each sorted; a GPU not on the node or unhealthy is an error.
+func nodeGPUs(c Candidate, gpus map[string]gpuset.GPU) ([]uint32, []string, error) {
 	minors := make([]uint32, 0, len(c.GPUs))
 	uuids := make([]string, 0, len(c.GPUs))
 	for _, a := range c.GPUs {
 		g, ok := gpus[a.UUID]
 		if !ok {
-			return nil, fmt.Errorf("%s: assigned GPU %s is not on this node", c, a.UUID)
+			return nil, nil, fmt.Errorf("%s: assigned GPU %s is not on this node", c, a.UUID)
 		}
 		if !g.Healthy {
-			return nil, fmt.Errorf("%s: assigned GPU %s is unhealthy", c, a.UUID)
+			return nil, nil, fmt.Errorf("%s: assigned GPU %s is unhealthy", c, a.UUID)
 		}
 		minors = append(minors, g.Minor)
 		uuids = append(uuids, g.UUID)
 	}
 	slices.Sort(minors)
 	slices.Sort(uuids)
-	nvidiaContract(r, uuids, in.CDIKind)
+	return minors, uuids, nil
+}
+
+// addDevices adds the GPUs' nodes (by minor) and the control devices.
+func (in Inject) addDevices(r *pluginapi.ContainerAllocateResponse, minors []uint32) {
 	for _, m := range minors {
 		p := "/dev/nvidia" + strconv.FormatUint(uint64(m), 10)
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(in.DevRoot, filepath.Base(p)), Permissions: "rw"})
@@ -115,6 +140,11 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 	for _, d := range in.ControlDevices {
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: d, HostPath: d, Permissions: "rw"})
 	}
+}
+
+// addNodeMounts adds the library (preloaded), the container's group
+// directory and the node daemon's socket, each where configured.
+func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group string) {
 	if in.Library != "" {
 		lib := ContainerLibDir + "/" + filepath.Base(in.Library)
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Library, ContainerPath: lib, ReadOnly: true})
@@ -130,14 +160,27 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Socket, ContainerPath: in.Socket})
 		r.Envs["GPUSLICE_NODE_SOCKET"] = in.Socket
 	}
-	if lim := MemoryLimit(c); lim > 0 {
-		r.Envs["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatInt(lim, 10)
-		if c.Pod != nil { // elastic memory: the limit is the guarantee
-			if e, err := api.ParseElastic(c.Pod); err == nil && e.Max > 0 {
-				r.Envs["GPUSLICE_MEMORY_ELASTIC"] = map[bool]string{false: "on", true: "spill"}[e.Spill]
-			}
-		}
+}
+
+// addMemoryEnv sets the per-GPU memory limit, and elastic memory where the
+// pod asks for it (the limit is then the guarantee).
+func addMemoryEnv(r *pluginapi.ContainerAllocateResponse, c Candidate) {
+	lim := MemoryLimit(c)
+	if lim <= 0 {
+		return
 	}
+	r.Envs["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatInt(lim, 10)
+	if c.Pod == nil {
+		return
+	}
+	if e, err := api.ParseElastic(c.Pod); err == nil && e.Max > 0 {
+		r.Envs["GPUSLICE_MEMORY_ELASTIC"] = map[bool]string{false: "on", true: "spill"}[e.Spill]
+	}
+}
+
+// addSimulator mounts the simulated driver's libraries, state file and the
+// host's /proc, each where configured ("" on a real driver).
+func (in Inject) addSimulator(r *pluginapi.ContainerAllocateResponse) {
 	if in.SimDir != "" {
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimDir, ContainerPath: ContainerSimDir, ReadOnly: true})
 		r.Envs["LD_LIBRARY_PATH"] = ContainerSimDir
@@ -152,11 +195,4 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimHostProc, ContainerPath: ContainerSimHostProc, ReadOnly: true})
 		r.Envs["GPUSLICE_SIM_HOST_PROC"] = ContainerSimHostProc
 	}
-	for k, v := range in.Env {
-		r.Envs[k] = v
-	}
-	if err := in.addMPS(c, group, r); err != nil {
-		return nil, err
-	}
-	return r, nil
 }
