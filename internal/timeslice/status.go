@@ -144,66 +144,100 @@ func (s *Server) status(hist map[string][]sample) *Status {
 	now := time.Now()
 	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket,
 		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
+	var gpus []*gpuState
+	st.Connections, gpus = s.connsAndGPUs()
+	mem := map[string]map[string]gpuMemory{} // group -> GPU -> slot
+	for _, g := range gpus {
+		st.GPUs = append(st.GPUs, s.gpuStatus(g, now, hist, mem))
+	}
+	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	st.Memory = s.memoryStatus()
+	return st
+}
+
+// connsAndGPUs returns the number of connections and the GPUs, under s.mu.
+func (s *Server) connsAndGPUs() (int, []*gpuState) {
 	s.mu.Lock()
-	st.Connections = len(s.conns)
+	defer s.mu.Unlock()
 	gpus := make([]*gpuState, 0, len(s.gpus))
 	for _, g := range s.gpus {
 		gpus = append(gpus, g)
 	}
-	s.mu.Unlock()
-	mem := map[string]map[string]gpuMemory{} // group -> GPU -> slot
-	for _, g := range gpus {
-		gs := GPUStatus{UUID: g.uuid.String()}
-		snap := g.snapshot(now)
-		var total time.Duration
-		for _, t := range snap {
-			total += t.Slice
-		}
-		for _, t := range snap {
-			key := gs.UUID + "/" + t.Group
-			h := append(hist[key], sample{now, t.Achieved})
-			for len(h) > 1 && now.Sub(h[1].at) >= shareWindow {
-				h = h[1:]
-			}
-			hist[key] = h
-			e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
-				Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
-				Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants, Renewals: t.Renewals,
-				MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
-				OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax),
-				GrantedNs: int64(t.Granted), Revokes: t.Revokes}
-			if total > 0 {
-				e.Expected = float64(t.Slice) / float64(total)
-			}
-			if m := t.Params.ShareMax; m > 0 {
-				e.ShareMax, e.Expected = m, min(e.Expected, m)
-			}
-			if dt := now.Sub(h[0].at); dt > 0 {
-				e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
-			}
-			if _, ok := mem[t.Group]; !ok {
-				mem[t.Group] = s.memoryByGPU(t.Group)
-			}
-			m := mem[t.Group][strings.ToUpper(gs.UUID)]
-			e.MemoryUsed, e.MemoryRefused = m.Used, m.Refused
-			if t.Holding {
-				gs.Holder = t.Group
-			}
-			gs.Groups = append(gs.Groups, e)
-		}
-		st.GPUs = append(st.GPUs, gs)
+	return len(s.conns), gpus
+}
+
+// gpuStatus is one GPU's entry: each group's figures, its achieved share
+// over the last window (hist, per gpu/group) and its memory (mem caches
+// each group's memory by GPU for this round).
+func (s *Server) gpuStatus(g *gpuState, now time.Time, hist map[string][]sample, mem map[string]map[string]gpuMemory) GPUStatus {
+	gs := GPUStatus{UUID: g.uuid.String()}
+	snap := g.snapshot(now)
+	var total time.Duration
+	for _, t := range snap {
+		total += t.Slice
 	}
-	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	for _, t := range snap {
+		key := gs.UUID + "/" + t.Group
+		h := window(hist[key], sample{now, t.Achieved}, now)
+		hist[key] = h
+		e := s.groupGPUStatus(t, total)
+		if dt := now.Sub(h[0].at); dt > 0 {
+			e.AchievedShare = float64(t.Achieved-h[0].achieved) / float64(dt)
+		}
+		if _, ok := mem[t.Group]; !ok {
+			mem[t.Group] = s.memoryByGPU(t.Group)
+		}
+		m := mem[t.Group][strings.ToUpper(gs.UUID)]
+		e.MemoryUsed, e.MemoryRefused = m.Used, m.Refused
+		if t.Holding {
+			gs.Holder = t.Group
+		}
+		gs.Groups = append(gs.Groups, e)
+	}
+	return gs
+}
+
+// window appends x to h and drops the samples older than shareWindow before
+// now, keeping at least one (the oldest left is the window's start).
+func window(h []sample, x sample, now time.Time) []sample {
+	h = append(h, x)
+	for len(h) > 1 && now.Sub(h[1].at) >= shareWindow {
+		h = h[1:]
+	}
+	return h
+}
+
+// groupGPUStatus is a group's figures on one GPU, its expected share being
+// its slice out of the GPU's total slices (capped at its ShareMax).
+func (s *Server) groupGPUStatus(t groupStats, total time.Duration) GroupGPUStatus {
+	e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
+		Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
+		Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants, Renewals: t.Renewals,
+		MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
+		OverrunP99Ns: int64(t.OverrunP99), OverrunMaxNs: int64(t.OverrunMax),
+		GrantedNs: int64(t.Granted), Revokes: t.Revokes}
+	if total > 0 {
+		e.Expected = float64(t.Slice) / float64(total)
+	}
+	if m := t.Params.ShareMax; m > 0 {
+		e.ShareMax, e.Expected = m, min(e.Expected, m)
+	}
+	return e
+}
+
+// memoryStatus is elastic memory's state, by GPU (sorted by UUID).
+func (s *Server) memoryStatus() []MemoryGPUStatus {
+	var out []MemoryGPUStatus
 	for uuid, groups := range s.elasticStatus() {
 		m := MemoryGPUStatus{UUID: uuid}
 		for _, g := range groups {
 			m.Groups = append(m.Groups, MemoryGroupStatus{Group: g.Name, Min: g.Min, Max: g.Max, Spill: g.Spill,
 				Used: g.Used, Guaranteed: g.Guaranteed, Borrowed: g.Borrowed, Spilled: g.Spilled, Allowance: g.Min + g.Lent})
 		}
-		st.Memory = append(st.Memory, m)
+		out = append(out, m)
 	}
-	slices.SortFunc(st.Memory, func(a, b MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
-	return st
+	slices.SortFunc(out, func(a, b MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	return out
 }
 
 // writeReadback refreshes gpu_time.achieved, burst.banked and memory.current
