@@ -102,26 +102,37 @@ func runSteps(t *testing.T, cfg Config, tenants []tenantSpec, steps []step) *Sch
 	return s
 }
 
-func TestSchedulerSequences(t *testing.T) {
-	three := []tenantSpec{{1, Params{}}, {2, Params{}}, {3, Params{}}}
-	noBurst := testConfig()
-	noBurst.Burst = false
-	noRenew := testConfig()
-	noRenew.Renew = 0
-	tests := []struct {
-		name    string
-		cfg     Config
-		tenants []tenantSpec
-		steps   []step
-	}{
-		{"round robin among busy tenants", testConfig(), three, []step{
+// sequence is one scenario: tenants added to a scheduler with cfg, then the
+// steps, each with the actions it must give.
+type sequence struct {
+	name    string
+	cfg     Config
+	tenants []tenantSpec
+	steps   []step
+}
+
+func runSequences(t *testing.T, seqs []sequence) {
+	for _, tc := range seqs {
+		t.Run(tc.name, func(t *testing.T) { runSteps(t, tc.cfg, tc.tenants, tc.steps) })
+	}
+}
+
+// three is three tenants with default parameters.
+func three() []tenantSpec { return []tenantSpec{{1, Params{}}, {2, Params{}}, {3, Params{}}} }
+
+// TestSchedulerTurnsAndBank: turns go round the busy tenants; an idle or
+// early-released turn is banked (capped in count and age) and a removed
+// holder hands over at once.
+func TestSchedulerTurnsAndBank(t *testing.T) {
+	runSequences(t, []sequence{
+		{"round robin among busy tenants", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 2, []string{"shared 1"}}, {0, "acq", 3, nil},
 			{10 * ms, "more", 1, []string{"grant 2 10ms/10ms"}},
 			{20 * ms, "more", 2, []string{"grant 3 10ms/10ms"}},
 			{30 * ms, "more", 3, []string{"grant 1 10ms/10ms"}},
 		}},
-		{"tenant without work banks its slice and the GPU moves on", testConfig(), three, []step{
+		{"tenant without work banks its slice and the GPU moves on", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 3, []string{"shared 1"}},
 			{10 * ms, "more", 1, []string{"grant 3 10ms/10ms"}}, // 2 passed: banks 10ms
@@ -129,14 +140,14 @@ func TestSchedulerSequences(t *testing.T) {
 			{25 * ms, "acq", 2, nil},
 			{30 * ms, "more", 1, []string{"grant 2 10ms/20ms"}}, // slice + 10ms banked
 		}},
-		{"early release banks the rest, expiring after max age", testConfig(), three, []step{
+		{"early release banks the rest, expiring after max age", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{4 * ms, "rel", 1, nil}, // 6ms banked at 4ms
 			{50 * ms, "acq", 1, []string{"grant 1 10ms/16ms"}},
 			{51 * ms, "rel", 1, nil},                            // used 1ms: 6ms still banked (from 4ms) + 9ms (at 51ms)
 			{104 * ms, "acq", 1, []string{"grant 1 10ms/19ms"}}, // the 6ms deposit has expired
 		}},
-		{"bank capped at max slices", testConfig(), three, []step{
+		{"bank capped at max slices", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{10 * ms, "more", 1, []string{"grant 1 10ms/10ms"}}, // 2 and 3 bank 10ms
 			{20 * ms, "more", 1, []string{"grant 1 10ms/10ms"}},
@@ -145,7 +156,19 @@ func TestSchedulerSequences(t *testing.T) {
 			{45 * ms, "acq", 2, []string{"shared 1"}},
 			{50 * ms, "more", 1, []string{"grant 2 10ms/40ms"}},
 		}},
-		{"burst spends bank, overrun beyond it becomes debt", testConfig(), three, []step{
+		{"removing the holder grants the next at once", testConfig(), three(), []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}}, {0, "acq", 2, []string{"shared 1"}},
+			{3 * ms, "rm", 1, []string{"grant 2 10ms/10ms"}},
+			{13 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},
+		}},
+	})
+}
+
+// TestSchedulerDebt: an overrun beyond the bank is debt, repaid by passing
+// turns or a shorter slice; a grant's end revokes and its grace's end expires.
+func TestSchedulerDebt(t *testing.T) {
+	runSequences(t, []sequence{
+		{"burst spends bank, overrun beyond it becomes debt", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{2 * ms, "rel", 1, nil},                           // banks 8ms
 			{5 * ms, "acq", 1, []string{"grant 1 10ms/18ms"}}, // 2 and 3 passed: bank 10ms
@@ -153,7 +176,7 @@ func TestSchedulerSequences(t *testing.T) {
 			{26 * ms, "more", 1, []string{"grant 2 10ms/20ms"}}, // used 21: 8 banked, 3 debt
 			{36 * ms, "more", 2, []string{"grant 1 7ms/7ms"}},
 		}},
-		{"a tenant in debt passes its turns until it has repaid", testConfig(), three, []step{
+		{"a tenant in debt passes its turns until it has repaid", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 2, []string{"shared 1"}},
 			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 30ms debt
@@ -162,19 +185,19 @@ func TestSchedulerSequences(t *testing.T) {
 			{70 * ms, "more", 2, []string{"grant 2 10ms/10ms"}}, // repaid
 			{80 * ms, "more", 2, []string{"grant 1 10ms/10ms"}},
 		}},
-		{"partial debt shortens the slice, never below the minimum", testConfig(), three, []step{
+		{"partial debt shortens the slice, never below the minimum", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 2, []string{"shared 1"}},
 			{19*ms + 950*time.Microsecond, "more", 1, []string{"grant 2 10ms/10ms"}}, // 9.95ms debt
 			{29*ms + 950*time.Microsecond, "more", 2, []string{"grant 1 100µs/100µs"}},
 		}},
-		{"everyone waiting in debt: the GPU is still handed out", testConfig(), three, []step{
+		{"everyone waiting in debt: the GPU is still handed out", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{0, "acq", 2, []string{"shared 1"}},
 			{40 * ms, "more", 1, []string{"grant 2 10ms/10ms"}}, // 1 owes 30ms
 			{80 * ms, "rel", 2, []string{"grant 1 10ms/10ms"}},  // 2 owes 30ms and has no work
 		}},
-		{"grant end revokes, grace end expires and moves on", testConfig(), three, []step{
+		{"grant end revokes, grace end expires and moves on", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{1 * ms, "acq", 2, []string{"shared 1"}},
 			{9 * ms, "tick", 0, nil},
@@ -186,6 +209,16 @@ func TestSchedulerSequences(t *testing.T) {
 			{23 * ms, "acq", 1, []string{"shared 2"}},
 			{32 * ms, "more", 2, []string{"grant 1 10ms/18ms"}},
 		}},
+	})
+}
+
+// TestSchedulerPriority: an online tenant with a bank preempts an offline one
+// at the next boundary (only with burst buffers); shares and explicit slices
+// size the turns.
+func TestSchedulerPriority(t *testing.T) {
+	noBurst := testConfig()
+	noBurst.Burst = false
+	runSequences(t, []sequence{
 		{"online tenant with bank preempts offline at the next boundary", testConfig(),
 			[]tenantSpec{{1, Params{Priority: High}}, {2, Params{}}, {3, Params{}}}, []step{
 				{0, "acq", 2, []string{"grant 2 10ms/10ms"}}, {0, "acq", 3, []string{"shared 2"}},
@@ -211,12 +244,21 @@ func TestSchedulerSequences(t *testing.T) {
 				{1 * ms, "acq", 1, []string{"shared 2"}},
 				{10 * ms, "more", 2, []string{"grant 1 20ms/20ms"}},
 			}},
-		{"removing the holder grants the next at once", testConfig(), three, []step{
-			{0, "acq", 1, []string{"grant 1 10ms/10ms"}}, {0, "acq", 2, []string{"shared 1"}},
-			{3 * ms, "rm", 1, []string{"grant 2 10ms/10ms"}},
-			{13 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},
-		}},
-		{"a lone holder's grant is renewed before its end, others bank a slice", testConfig(), three, []step{
+		{"share of the period and explicit slices", testConfig(),
+			[]tenantSpec{{1, Params{Share: 0.3}}, {2, Params{Slice: 5 * ms}}}, []step{
+				{0, "acq", 1, []string{"grant 1 30ms/30ms"}}, {0, "acq", 2, []string{"shared 1"}},
+				{30 * ms, "more", 1, []string{"grant 2 5ms/5ms"}},
+			}},
+	})
+}
+
+// TestSchedulerRenewal: a lone holder's grant is renewed before its end (not
+// when shared, off, revoked or preempted), repaying its debt first.
+func TestSchedulerRenewal(t *testing.T) {
+	noRenew := testConfig()
+	noRenew.Renew = 0
+	runSequences(t, []sequence{
+		{"a lone holder's grant is renewed before its end, others bank a slice", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{7 * ms, "tick", 0, nil},
 			{8 * ms, "tick", 0, []string{"renew 1 20ms/20ms"}},  // 2 and 3 bank 10ms each
@@ -226,14 +268,14 @@ func TestSchedulerSequences(t *testing.T) {
 			{30 * ms, "tick", 0, []string{"revoke 1"}},
 			{31 * ms, "more", 1, []string{"grant 2 10ms/30ms"}}, // its slice + 20ms banked
 		}},
-		{"a renewed holder told it is shared keeps at least a slice", testConfig(), three, []step{
+		{"a renewed holder told it is shared keeps at least a slice", testConfig(), three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{8 * ms, "tick", 0, []string{"renew 1 20ms/20ms"}},
 			{17 * ms, "acq", 3, []string{"shared 1"}}, // end 20ms -> 27ms
 			{20 * ms, "tick", 0, nil},
 			{27 * ms, "tick", 0, []string{"revoke 1"}},
 		}},
-		{"renewal off, or a revoked grant: hand over at the end", noRenew, three, []step{
+		{"renewal off, or a revoked grant: hand over at the end", noRenew, three(), []step{
 			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
 			{8 * ms, "tick", 0, nil},
 			{10 * ms, "tick", 0, []string{"revoke 1"}},
@@ -257,15 +299,7 @@ func TestSchedulerSequences(t *testing.T) {
 				{9500 * us, "tick", 0, nil},
 				{10 * ms, "more", 2, []string{"grant 1 20ms/60ms!"}},
 			}},
-		{"share of the period and explicit slices", testConfig(),
-			[]tenantSpec{{1, Params{Share: 0.3}}, {2, Params{Slice: 5 * ms}}}, []step{
-				{0, "acq", 1, []string{"grant 1 30ms/30ms"}}, {0, "acq", 2, []string{"shared 1"}},
-				{30 * ms, "more", 1, []string{"grant 2 5ms/5ms"}},
-			}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { runSteps(t, tc.cfg, tc.tenants, tc.steps) })
-	}
+	})
 }
 
 func TestStaleReleaseIgnored(t *testing.T) {
