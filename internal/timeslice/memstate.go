@@ -133,16 +133,7 @@ func setSlots(path, uuid string, l slotLimits) (changed int, err error) {
 		return 0, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	size := shmHeaderSize + shmMaxGPUs*shmGPUSize
-	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
-		return 0, fmt.Errorf("%s: %w: too short (%w)", path, errShm, err)
-	}
-	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return 0, fmt.Errorf("map %s: %w", path, err)
-	}
-	off, count, cerr := checkShm(b)
-	if cerr == nil {
+	err = editShm(f, path, func(b []byte, off, count int) {
 		for i := range count {
 			s := off + i*shmGPUSize
 			state := (*uint32)(unsafe.Pointer(&b[s]))
@@ -155,12 +146,31 @@ func setSlots(path, uuid string, l slotLimits) (changed int, err error) {
 			atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[s+shmGPUOffLimit])), l.limit)
 			changed++
 		}
+	})
+	return changed, err
+}
+
+// editShm maps the open state file f (at path) and, when its header is
+// valid, calls edit with the mapping and its GPU area's bounds; a file too
+// short or with a bad header is an error.
+func editShm(f *os.File, path string, edit func(b []byte, off, count int)) error {
+	size := shmHeaderSize + shmMaxGPUs*shmGPUSize
+	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
+		return fmt.Errorf("%s: %w: too short (%w)", path, errShm, err)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map %s: %w", path, err)
+	}
+	off, count, cerr := checkShm(b)
+	if cerr == nil {
+		edit(b, off, count)
 	}
 	if err := unix.Munmap(b); err != nil {
-		return changed, fmt.Errorf("unmap %s: %w", path, err)
+		return fmt.Errorf("unmap %s: %w", path, err)
 	}
 	if cerr != nil {
-		return 0, fmt.Errorf("%s: %w", path, cerr)
+		return fmt.Errorf("%s: %w", path, cerr)
 	}
-	return changed, nil
+	return nil
 }

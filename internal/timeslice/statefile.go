@@ -255,24 +255,11 @@ func SetGroupLimit(path string, limit uint64) (changed int, err error) {
 	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
 		return 0, fmt.Errorf("lock %s: %w", path, err)
 	}
-	size := shmHeaderSize + shmMaxGPUs*shmGPUSize
-	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
-		return 0, fmt.Errorf("%s: %w: too short (%w)", path, errShm, err)
-	}
-	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return 0, fmt.Errorf("map %s: %w", path, err)
-	}
-	_, _, cerr := checkShm(b)
-	if cerr == nil {
+	if err := editShm(f, path, func(b []byte, _, _ int) {
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[shmOffLimit])), limit)
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[shmOffLimitSet])), 1)
-	}
-	if err := unix.Munmap(b); err != nil {
-		return 0, fmt.Errorf("unmap %s: %w", path, err)
-	}
-	if cerr != nil {
-		return 0, fmt.Errorf("%s: %w", path, cerr)
+	}); err != nil {
+		return 0, err
 	}
 	return setMemoryLimit(path, limit)
 }
