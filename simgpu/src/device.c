@@ -103,7 +103,8 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
+/* cuDeviceGetUuid and its _v2 answer alike. */
+static CUresult device_uuid(CUuuid *u, CUdevice d)
 {
 	int i;
 
@@ -114,15 +115,14 @@ SIM_API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
+SIM_API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
+{
+	return device_uuid(u, d);
+}
+
 SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 {
-	int i;
-
-	DEV_OR_RETURN(i, d);
-	if (u == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(u->bytes, sim_g.st->dev[i].uuid, 16);
-	return CUDA_SUCCESS;
+	return device_uuid(u, d);
 }
 
 SIM_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)

@@ -126,6 +126,19 @@ bool sim_proc_alive(int32_t pid, uint64_t start)
 	return alive;
 }
 
+/* Frees a process's slot (lock held): its memory goes back to each device. */
+static void free_slot_locked(struct sim_state *st, struct sim_proc_state *p)
+{
+	for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+		uint64_t u = atomic_exchange(&p->used[d], 0);
+		uint64_t cur = atomic_load(&st->dev[d].used);
+		atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
+	}
+	p->dev_mask = 0;
+	atomic_store(&p->mps_server, 0);
+	atomic_store(&p->pid, 0);
+}
+
 static void reap_locked(struct sim_state *st)
 {
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
@@ -134,14 +147,7 @@ static void reap_locked(struct sim_state *st)
 
 		if (pid == 0 || sim_proc_alive(pid, p->start))
 			continue;
-		for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
-			uint64_t u = atomic_exchange(&p->used[d], 0);
-			uint64_t cur = atomic_load(&st->dev[d].used);
-			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
-		}
-		p->dev_mask = 0;
-		atomic_store(&p->mps_server, 0);
-		atomic_store(&p->pid, 0);
+		free_slot_locked(st, p);
 	}
 }
 
@@ -233,16 +239,8 @@ void sim_proc_release(struct sim_state *st, int slot, int32_t pid)
 	if (slot < 0 || slot >= SIM_MAX_PROCS || state_lock(st) != 0)
 		return;
 	p = &st->proc[slot];
-	if (atomic_load(&p->pid) == pid) {
-		for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
-			uint64_t u = atomic_exchange(&p->used[d], 0);
-			uint64_t cur = atomic_load(&st->dev[d].used);
-			atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
-		}
-		p->dev_mask = 0;
-		atomic_store(&p->mps_server, 0);
-		atomic_store(&p->pid, 0);
-	}
+	if (atomic_load(&p->pid) == pid)
+		free_slot_locked(st, p);
 	state_unlock(st);
 }
 
