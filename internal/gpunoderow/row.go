@@ -69,8 +69,8 @@ func Status(devs []Device, held map[int32]Held, state v1alpha2.NodeState, messag
 			Index: d.Index, UUID: d.UUID, Model: d.Model, Memory: v1alpha2.Bytes(d.MemoryBytes), UnitsTotal: units,
 			UnitsFree: max(units-h.Units, 0), MemoryFree: v1alpha2.Bytes(max(d.MemoryBytes-h.MemoryBytes, 0)),
 			Health: v1alpha2.GPUUnhealthy, UtilizationPercent: min(max(d.UtilizationPercent, 0), 100),
-			UnscheduledProcesses:  max(d.UnscheduledProcesses, 0),
-			MemoryGuaranteed: v1alpha2.Bytes(max(d.MemoryGuaranteed, 0)), MemoryBorrowed: v1alpha2.Bytes(max(d.MemoryBorrowed, 0)),
+			UnscheduledProcesses: max(d.UnscheduledProcesses, 0),
+			MemoryGuaranteed:     v1alpha2.Bytes(max(d.MemoryGuaranteed, 0)), MemoryBorrowed: v1alpha2.Bytes(max(d.MemoryBorrowed, 0)),
 			MemorySpilled: v1alpha2.Bytes(max(d.MemorySpilled, 0)),
 		}
 		if d.Healthy {
