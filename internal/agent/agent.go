@@ -147,6 +147,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		readHealth = func(uuid string) (bool, string) { st := mon.status(uuid); return st.Healthy, st.Reason }
 	}
 	pub := newPublisher(cfg, gc, gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
+	pub.Leases = cs.CoordinationV1() // liveness; the row is written only when it changes
 	pub.State = (&stateReader{ctx: gctx, cs: cs, gc: gc, node: cfg.NodeName}).read
 	pub.Observe = ph.observe
 	pub.Kick = kick

@@ -25,7 +25,8 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
-// newPublisher publishes the node's GPUNode row every cfg.PublishPeriod:
+// newPublisher measures the node's GPUNode row every cfg.PublishPeriod (and
+// writes it when it changed):
 // GPUs as nvml measures them (with the health monitor's verdict), holdings from the assignments of the node's
 // pods, and, per GPU, the processes no pod scheduled there owns.
 func newPublisher(cfg Config, gc versioned.Interface, nvml gpunoderow.NVMLReader, pods listersv1.PodLister, sh *sharing) *gpunoderow.Publisher {

@@ -19,11 +19,17 @@ func cfg() Config {
 }
 
 func node(name string, n int) Node {
-	nd := Node{Name: name, State: v1alpha2.NodeWorking, Heartbeat: t0}
+	nd := Node{Name: name, State: v1alpha2.NodeWorking}
 	for i := 0; i < n; i++ {
 		nd.GPUs = append(nd.GPUs, GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", name, i), UnitsTotal: 100, MemoryBytes: 16 * gib, Healthy: true})
 	}
 	return nd
+}
+
+// setNode records n with a Lease renewed at t0, held a minute.
+func setNode(b *Books, n Node) {
+	b.SetNode(n)
+	b.SetLease(n.Name, Lease{Renewed: t0, Duration: time.Minute})
 }
 
 func share(units, memGiB int64) *api.PodRequest {
@@ -81,7 +87,7 @@ func TestFitPlacement(t *testing.T) {
 			c := cfg()
 			c.DefaultPlacement = tc.policy
 			b := NewBooks(c)
-			b.SetNode(node("n1", 4))
+			setNode(b, node("n1", 4))
 			for i, r := range tc.setup {
 				mustReserve(t, b, fmt.Sprint("setup", i), r)
 			}
@@ -104,7 +110,7 @@ func TestFitPlacement(t *testing.T) {
 
 func TestPerPodOverride(t *testing.T) {
 	b := NewBooks(cfg()) // binpack default
-	b.SetNode(node("n1", 2))
+	setNode(b, node("n1", 2))
 	mustReserve(t, b, "p0", share(50, 1))
 	req := share(10, 0)
 	if a, _ := b.Fit("n1", req, t0); indices(a) != "0:10" {
@@ -127,7 +133,6 @@ func TestFitExclusions(t *testing.T) {
 		{"foreign processes", func(n *Node, _ *Config) { n.GPUs[0].UnscheduledProcesses = 2 }, "1 busy with unscheduled processes"},
 		{"foreign allowed", func(n *Node, c *Config) { n.GPUs[0].UnscheduledProcesses = 2; c.AllowUnscheduledProcesses = true }, ""},
 		{"at threshold", func(n *Node, _ *Config) { n.GPUs[0].UtilizationPercent = 90 }, ""},
-		{"stale heartbeat", func(n *Node, _ *Config) { n.Heartbeat = t0.Add(-31 * time.Second) }, "heartbeat is stale (31s old"},
 		{"draining", func(n *Node, _ *Config) { n.State = v1alpha2.NodeDraining }, "is Draining"},
 		{"not ready", func(n *Node, _ *Config) { n.State = v1alpha2.NodeNotReady }, "is NotReady"},
 	}
@@ -137,7 +142,7 @@ func TestFitExclusions(t *testing.T) {
 			n := node("n1", 1)
 			tc.mut(&n, &c)
 			b := NewBooks(c)
-			b.SetNode(n)
+			setNode(b, n)
 			_, err := b.Fit("n1", share(10, 1), t0)
 			if tc.want == "" {
 				if err != nil {
@@ -158,7 +163,7 @@ func TestFitExclusions(t *testing.T) {
 
 func TestMultiContainerSharesAndDistinctGPUs(t *testing.T) {
 	b := NewBooks(Config{UtilizationThreshold: 100, HeartbeatTimeout: time.Minute, DefaultPlacement: api.PlacementFirstFit})
-	b.SetNode(node("n1", 2))
+	setNode(b, node("n1", 2))
 	req := &api.PodRequest{Containers: []api.ContainerRequest{
 		{Name: "a", Count: 2, Units: 60},
 		{Name: "b", Count: 1, Units: 40},
@@ -179,7 +184,7 @@ func TestMultiContainerSharesAndDistinctGPUs(t *testing.T) {
 
 func TestReserveConflictAndRelease(t *testing.T) {
 	b := NewBooks(cfg())
-	b.SetNode(node("n1", 1))
+	setNode(b, node("n1", 1))
 	a1, _ := b.Fit("n1", share(60, 1), t0)
 	a2, _ := b.Fit("n1", share(60, 1), t0) // computed on the same books: a race
 	if err := b.Reserve("p1", a1); err != nil {
@@ -203,7 +208,7 @@ func TestReserveConflictAndRelease(t *testing.T) {
 
 func TestRebuildFromAssignments(t *testing.T) {
 	live := NewBooks(cfg())
-	live.SetNode(node("n1", 4))
+	setNode(live, node("n1", 4))
 	var held []*api.Assignment
 	for i, r := range []*api.PodRequest{whole(1), share(30, 2), share(30, 2), whole(2), share(50, 1)} {
 		if a, err := live.Fit("n1", r, t0); err == nil {
@@ -218,7 +223,7 @@ func TestRebuildFromAssignments(t *testing.T) {
 	for i, a := range held {
 		again.Add(fmt.Sprint(i), a)
 	}
-	again.SetNode(node("n1", 4))
+	setNode(again, node("n1", 4))
 	if fmt.Sprint(again.Usage("n1")) != fmt.Sprint(live.Usage("n1")) {
 		t.Fatalf("rebuilt %v, live %v", again.Usage("n1"), live.Usage("n1"))
 	}
@@ -246,8 +251,8 @@ func TestRebuildFromAssignments(t *testing.T) {
 
 func TestScore(t *testing.T) {
 	b := NewBooks(cfg())
-	b.SetNode(node("n1", 2))
-	b.SetNode(node("n2", 2))
+	setNode(b, node("n1", 2))
+	setNode(b, node("n2", 2))
 	a0, _ := b.Fit("n1", whole(1), t0)
 	if err := b.Reserve("p0", a0); err != nil {
 		t.Fatal(err)
@@ -276,7 +281,7 @@ func TestScore(t *testing.T) {
 // as Fit for every request, including multi-container ones.
 func TestCheckAgreesWithFit(t *testing.T) {
 	b := NewBooks(cfg())
-	b.SetNode(node("n1", 4))
+	setNode(b, node("n1", 4))
 	mustReserve(t, b, "p0", share(70, 1))
 	mustReserve(t, b, "p1", whole(1))
 	reqs := []*api.PodRequest{share(30, 1), share(31, 1), whole(2), whole(3),
@@ -301,5 +306,52 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Fatalf("err = %v, want %q", err, w)
 		}
+	}
+}
+
+// A node counts as gone without a Lease, or once its Lease is older than
+// its own duration or the configured HeartbeatTimeout (30s), whichever is
+// shorter; the Lease and the row come and go independently.
+func TestLeaseExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lease *Lease
+		want  string
+	}{
+		{"no lease", nil, "no gpuslice Lease"},
+		{"fresh", &Lease{Renewed: t0.Add(-29 * time.Second), Duration: 40 * time.Second}, ""},
+		{"past the timeout", &Lease{Renewed: t0.Add(-31 * time.Second), Duration: 40 * time.Second}, "Lease expired (renewed 31s ago, holds 30s)"},
+		{"past its duration", &Lease{Renewed: t0.Add(-11 * time.Second), Duration: 10 * time.Second}, "Lease expired (renewed 11s ago, holds 10s)"},
+		{"no duration", &Lease{Renewed: t0.Add(-20 * time.Second)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBooks(cfg())
+			b.SetNode(node("n1", 1))
+			if tc.lease != nil {
+				b.SetLease("n1", *tc.lease)
+			}
+			_, err := b.Fit("n1", share(10, 1), t0)
+			free := b.FreeWhole("n1", t0)
+			if tc.want == "" {
+				if err != nil || len(free) != 1 {
+					t.Fatalf("fit %v, free %d", err, len(free))
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || free != nil {
+				t.Fatalf("err = %v, free %d, want %q", err, len(free), tc.want)
+			}
+		})
+	}
+	b := NewBooks(cfg())
+	setNode(b, node("n1", 1))
+	b.RemoveNode("n1")
+	b.SetNode(node("n1", 1)) // the Lease outlived the row
+	if _, err := b.Fit("n1", share(10, 1), t0); err != nil {
+		t.Fatal(err)
+	}
+	b.RemoveLease("n1")
+	if _, err := b.Fit("n1", share(10, 1), t0); err == nil {
+		t.Fatal("fit without a Lease")
 	}
 }

@@ -14,7 +14,7 @@ func benchBooks(b *testing.B) (*Books, []string) {
 	var names []string
 	for i := 0; i < 1000; i++ {
 		n := node(fmt.Sprint("n", i), 8)
-		bk.SetNode(n)
+		setNode(bk, n)
 		names = append(names, n.Name)
 		for j := 0; j < 4; j++ {
 			a, err := bk.Fit(n.Name, share(50, 2), t0)
@@ -74,7 +74,7 @@ func BenchmarkBest(b *testing.B) {
 		bk := NewBooks(cfg())
 		for i := 0; i < 5000; i++ {
 			n := node(fmt.Sprintf("n%04d", i), 8)
-			bk.SetNode(n)
+			setNode(bk, n)
 			if i%50 == 0 {
 				a, err := bk.Fit(n.Name, share(50, 2), t0)
 				if err != nil {

@@ -10,7 +10,7 @@ import (
 func TestBest(t *testing.T) {
 	b := NewBooks(cfg()) // binpack
 	for _, n := range []string{"n3", "n1", "n2", "n4"} {
-		b.SetNode(node(n, 2))
+		setNode(b, node(n, 2))
 	}
 	mustReserveOn := func(uid, n string, r *api.PodRequest) {
 		a, err := b.Fit(n, r, t0)
@@ -46,7 +46,7 @@ func TestBest(t *testing.T) {
 	}
 	// The cached name order follows membership changes.
 	b.RemoveNode("n1")
-	b.SetNode(node("n0", 2))
+	setNode(b, node("n0", 2))
 	if got := fmt.Sprint(b.Best(req, t0, 2)); got != "[{n0 0} {n2 0}]" {
 		t.Fatalf("after changes = %s", got)
 	}

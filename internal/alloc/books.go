@@ -30,15 +30,21 @@ type GPU struct {
 
 // Node is one node's row of the resource table.
 type Node struct {
-	Name      string
-	State     v1alpha2.NodeState
-	Heartbeat time.Time
-	GPUs      []GPU
+	Name  string
+	State v1alpha2.NodeState
+	GPUs  []GPU
+}
+
+// Lease is a node agent's liveness: when it last renewed its Lease and for
+// how long a renewal holds.
+type Lease struct {
+	Renewed  time.Time
+	Duration time.Duration
 }
 
 // NodeFromAPI converts a GPUNode to the allocator's form.
 func NodeFromAPI(n *v1alpha2.GPUNode) Node {
-	out := Node{Name: n.Name, State: n.Status.State, Heartbeat: n.Status.UpdateTime.Time}
+	out := Node{Name: n.Name, State: n.Status.State}
 	for _, g := range n.Status.GPUs {
 		out.GPUs = append(out.GPUs, GPU{
 			Index: g.Index, UUID: g.UUID, UnitsTotal: g.UnitsTotal, MemoryBytes: g.Memory.Value(),
@@ -64,7 +70,8 @@ type Usage struct {
 }
 
 type nodeState struct {
-	table *Node // nil: no table row (yet)
+	table *Node  // nil: no table row (yet)
+	lease *Lease // nil: no Lease (yet): the node is stale
 	used  usageSet
 }
 
@@ -112,7 +119,29 @@ func (b *Books) RemoveNode(name string) {
 		b.names = nil
 	}
 	ns.table = nil
-	if ns.used.len() == 0 {
+	b.forgetIfEmpty(name, ns)
+}
+
+// SetLease records or replaces a node agent's Lease.
+func (b *Books) SetLease(name string, l Lease) { b.node(name).lease = &l }
+
+// Live reports whether the node's agent holds an unexpired Lease at now.
+func (b *Books) Live(name string, now time.Time) bool {
+	ns := b.nodes[name]
+	return ns != nil && b.leaseErr(ns, now) == nil
+}
+
+// RemoveLease forgets a node agent's Lease: the node is stale until one
+// comes back.
+func (b *Books) RemoveLease(name string) {
+	if ns := b.nodes[name]; ns != nil {
+		ns.lease = nil
+		b.forgetIfEmpty(name, ns)
+	}
+}
+
+func (b *Books) forgetIfEmpty(name string, ns *nodeState) {
+	if ns.table == nil && ns.lease == nil && ns.used.len() == 0 {
 		delete(b.nodes, name)
 	}
 }

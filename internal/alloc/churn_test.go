@@ -48,7 +48,7 @@ func TestChurnKeepsBooksExact(t *testing.T) {
 			var nodes []string
 			for i := 0; i < 8; i++ {
 				n := node(fmt.Sprint("n", i), 4)
-				b.SetNode(n)
+				setNode(b, n)
 				nodes = append(nodes, n.Name)
 			}
 			r := rand.New(rand.NewPCG(1, uint64(len(policy))))
@@ -93,7 +93,7 @@ func TestPlacementQuality(t *testing.T) {
 		var nodes []string
 		for i := 0; i < 16; i++ {
 			n := node(fmt.Sprint("n", i), 8)
-			b.SetNode(n)
+			setNode(b, n)
 			nodes = append(nodes, n.Name)
 		}
 		r := rand.New(rand.NewPCG(7, 7))

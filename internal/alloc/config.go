@@ -16,7 +16,8 @@ type Config struct {
 	// AllowUnscheduledProcesses lets pods onto GPUs busy with processes
 	// that no scheduled pod owns.
 	AllowUnscheduledProcesses bool
-	// HeartbeatTimeout: nodes whose table row is older get no new pods.
+	// HeartbeatTimeout: nodes whose agent's Lease was renewed longer ago
+	// (or longer ago than the Lease's own duration) get no new pods.
 	HeartbeatTimeout time.Duration
 	// DefaultPlacement applies to pods without a placement override.
 	DefaultPlacement api.Placement

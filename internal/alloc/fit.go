@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -73,8 +74,8 @@ func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.As
 	if t.State != v1alpha2.NodeWorking {
 		return fmt.Errorf("node %s is %s", node, t.State)
 	}
-	if age := now.Sub(t.Heartbeat); age > b.cfg.HeartbeatTimeout {
-		return fmt.Errorf("node %s heartbeat is stale (%s old, timeout %s)", node, age.Round(time.Second), b.cfg.HeartbeatTimeout)
+	if err := b.leaseErr(ns, now); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
 	}
 	var cbuf [stackGPUs]candidate
 	cands, sk := b.candidates(ns, req.Sharing, cbuf[:0])
@@ -249,7 +250,7 @@ func (b *Books) Score(node string, req *api.PodRequest) int64 {
 // share of. None when the node is not Working or its heartbeat is stale.
 func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 	ns := b.nodes[node]
-	if ns == nil || ns.table == nil || ns.table.State != v1alpha2.NodeWorking || now.Sub(ns.table.Heartbeat) > b.cfg.HeartbeatTimeout {
+	if ns == nil || ns.table == nil || ns.table.State != v1alpha2.NodeWorking || b.leaseErr(ns, now) != nil {
 		return nil
 	}
 	var cbuf [stackGPUs]candidate
@@ -261,4 +262,21 @@ func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 		}
 	}
 	return out
+}
+
+// leaseErr says why the node's agent counts as gone: no Lease, or one not
+// renewed within its duration or the configured HeartbeatTimeout, whichever
+// is shorter.
+func (b *Books) leaseErr(ns *nodeState, now time.Time) error {
+	if ns.lease == nil {
+		return errors.New("no gpuslice Lease (its node agent never reported alive)")
+	}
+	limit := b.cfg.HeartbeatTimeout
+	if d := ns.lease.Duration; d > 0 && d < limit {
+		limit = d
+	}
+	if age := now.Sub(ns.lease.Renewed); age > limit {
+		return fmt.Errorf("gpuslice Lease expired (renewed %s ago, holds %s)", age.Round(time.Second), limit)
+	}
+	return nil
 }

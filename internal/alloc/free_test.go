@@ -44,9 +44,9 @@ func TestFreeWhole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := NewBooks(cfg())
 			n := node("n", 4)
-			b.SetNode(n)
+			setNode(b, n)
 			tc.setup(&n, b)
-			b.SetNode(n)
+			setNode(b, n)
 			var got []int32
 			for _, g := range b.FreeWhole("n", tc.now) {
 				got = append(got, g.Index)

@@ -32,7 +32,7 @@ func TestFitSharingMode(t *testing.T) {
 			n := nd
 			n.GPUs = append([]GPU(nil), nd.GPUs...)
 			n.GPUs[1].UnitsFree = tc.free
-			b.SetNode(n)
+			setNode(b, n)
 			req := share(tc.units, 1)
 			req.Sharing = tc.sharing
 			a, err := b.Fit("n1", req, t0)

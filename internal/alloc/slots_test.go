@@ -13,7 +13,7 @@ import (
 // would fit by units and memory.
 func TestContainersPerGPUMatchKubeletSlots(t *testing.T) {
 	b := NewBooks(cfg())
-	b.SetNode(node("n1", 1))
+	setNode(b, node("n1", 1))
 	tiny := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, MemoryBytes: 1 << 20}}}
 	for i := range api.MaxContainersPerGPU {
 		mustReserve(t, b, fmt.Sprintf("p%d", i), tiny)

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -43,11 +46,21 @@ type Publisher struct {
 	// Kick, if set, publishes at once (a GPU's health changed) instead of
 	// at the next period.
 	Kick <-chan struct{}
+	// Leases, if set, renews the node's Lease (its liveness, see
+	// api.LeaseName) after each publication: the status itself is
+	// written only when it changes.
+	Leases coordinationv1client.LeasesGetter
+	// LeaseDuration is how long a renewal holds (0: 4 periods).
+	LeaseDuration time.Duration
+
+	lease *coordv1.Lease // the Lease as last written; nil: read it first
 }
 
-// PublishOnce measures and writes the row: create if absent, else an update
-// conditioned on the resourceVersion just read, retried on conflict. Fields
-// it does not own (labels, annotations, ...) are kept.
+// PublishOnce measures and writes the row when its status changed: create if
+// absent, else an update conditioned on the resourceVersion just read,
+// retried on conflict; a status equal to the one stored (but for updateTime)
+// is not written. Fields it does not own (labels, annotations, ...) are kept.
+// Then it renews the node's Lease.
 func (p *Publisher) PublishOnce(ctx context.Context) error {
 	held, err := p.Held.Held(ctx)
 	if err != nil {
@@ -73,7 +86,10 @@ func (p *Publisher) PublishOnce(ctx context.Context) error {
 	if p.Observe != nil {
 		p.Observe(state, devs)
 	}
-	if err := p.write(ctx, st); err != nil || derr == nil {
+	if err := p.write(ctx, st); err != nil {
+		return err
+	}
+	if err := p.renewLease(ctx); err != nil || derr == nil {
 		return err
 	}
 	return fmt.Errorf("read GPUs: %w", derr)
@@ -93,6 +109,9 @@ func (p *Publisher) write(ctx context.Context, st v1alpha2.GPUNodeStatus) error 
 		}
 		if err != nil {
 			return err
+		}
+		if SameStatus(cur.Status, st) {
+			return nil // nothing changed: no write
 		}
 		cur.Status = st // cur carries the resourceVersion read
 		_, err = c.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
@@ -134,4 +153,10 @@ func clipTo(s string, limit int) string {
 		return s[:limit] + "..."
 	}
 	return s
+}
+
+// SameStatus reports whether two statuses say the same but for updateTime.
+func SameStatus(a, b v1alpha2.GPUNodeStatus) bool {
+	a.UpdateTime = b.UpdateTime
+	return apiequality.Semantic.DeepEqual(a, b)
 }

@@ -74,7 +74,7 @@ func Run(ctx context.Context, c Config) (err error) {
 		}
 	}()
 	klog.FromContext(ctx).Info("publishing GPUNode", "node", c.Node, "period", c.Period, "simulated", drv.Simulated, "driver", drv.Version)
-	p := &Publisher{Client: gc, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node},
+	p := &Publisher{Client: gc, Node: c.Node, GPUs: NVMLReader{NVML: drv.NVML}, Held: PodHoldings{Client: cs, Node: c.Node}, Leases: cs.CoordinationV1(),
 		State: func() (v1alpha2.NodeState, string) { return c.State, "" }, Clock: clock.RealClock{}, Period: c.Period}
 	if c.Once {
 		return p.PublishOnce(ctx)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/version"
+	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
@@ -104,9 +105,32 @@ func topCommand(streams genericiooptions.IOStreams, connect func() (*clients, er
 		if err != nil {
 			return fmt.Errorf("list pods: %w", err)
 		}
-		return WriteTop(streams.Out, Top(nodes, pods.Items), *out, now())
+		doc := Top(nodes, pods.Items)
+		if err := heartbeats(cmd.Context(), c.core, doc.Nodes); err != nil {
+			return err
+		}
+		return WriteTop(streams.Out, doc, *out, now())
 	}
 	return cmd
+}
+
+// heartbeats sets each node's heartbeat to its agent's last Lease renewal
+// (zero when it has none).
+func heartbeats(ctx context.Context, cs kubernetes.Interface, nodes []TopNode) error {
+	leases, err := cs.CoordinationV1().Leases(api.LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: api.LabelLeaseNode})
+	if err != nil {
+		return fmt.Errorf("list node agent Leases: %w", err)
+	}
+	renewed := map[string]time.Time{}
+	for _, le := range leases.Items {
+		if node := le.Labels[api.LabelLeaseNode]; node != "" && le.Name == api.LeaseName(node) && le.Spec.RenewTime != nil {
+			renewed[node] = le.Spec.RenewTime.Time
+		}
+	}
+	for i := range nodes {
+		nodes[i].Heartbeat = renewed[nodes[i].Name]
+	}
+	return nil
 }
 
 func podsCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags, connect func() (*clients, error)) *cobra.Command {

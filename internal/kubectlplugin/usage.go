@@ -23,7 +23,7 @@ type TopDoc struct {
 type TopNode struct {
 	Name      string    `json:"name"`
 	State     string    `json:"state"`
-	Heartbeat time.Time `json:"heartbeat"`
+	Heartbeat time.Time `json:"heartbeat"` // the agent's last Lease renewal
 	Message   string    `json:"message,omitempty"`
 	GPUs      []TopGPU  `json:"gpus"`
 }
@@ -141,7 +141,7 @@ func Top(nodes []v1alpha2.GPUNode, pods []corev1.Pod) TopDoc {
 	}
 	doc := TopDoc{TypeMeta: output.Meta("GPUTop"), Nodes: []TopNode{}}
 	for _, n := range nodes {
-		tn := TopNode{Name: n.Name, State: string(n.Status.State), Heartbeat: n.Status.UpdateTime.Time, Message: n.Status.Message, GPUs: []TopGPU{}}
+		tn := TopNode{Name: n.Name, State: string(n.Status.State), Message: n.Status.Message, GPUs: []TopGPU{}}
 		for _, g := range n.Status.GPUs {
 			mode := string(g.SharingMode)
 			if mode == "" {

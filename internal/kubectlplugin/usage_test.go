@@ -2,14 +2,17 @@ package kubectlplugin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -62,6 +65,13 @@ func fixture(t *testing.T) ([]v1alpha2.GPUNode, []corev1.Pod) {
 func TestTop(t *testing.T) {
 	nodes, pods := fixture(t)
 	doc := Top(nodes, pods)
+	hb := nodes[0].Status.UpdateTime.Time
+	holder, renewed := "n1", metav1.NewMicroTime(hb)
+	kube := kubefake.NewSimpleClientset(&coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.LeaseNamespace, Name: api.LeaseName("n1"),
+		Labels: map[string]string{api.LabelLeaseNode: "n1"}}, Spec: coordv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &renewed}})
+	if err := heartbeats(context.Background(), kube, doc.Nodes); err != nil || !doc.Nodes[0].Heartbeat.Equal(hb) || !doc.Nodes[1].Heartbeat.IsZero() {
+		t.Fatalf("heartbeats from Leases: %v %+v", err, doc.Nodes)
+	}
 	if doc.APIVersion != output.APIVersion || doc.Kind != "GPUTop" || len(doc.Nodes) != 2 || doc.Nodes[0].Name != "n1" ||
 		len(doc.Nodes[1].GPUs) != 0 || doc.Nodes[1].State != "Draining" {
 		t.Fatalf("top: %+v", doc)

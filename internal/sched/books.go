@@ -134,6 +134,24 @@ func (l *Books) SetGPUNode(n *v1alpha2.GPUNode) error {
 	return nil
 }
 
+// SetLease records a node agent's Lease and reports whether it revived
+// the node (it had none, or an expired one, and now holds a live one).
+func (l *Books) SetLease(node string, le alloc.Lease) (revived bool) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := l.books.Live(node, now)
+	l.books.SetLease(node, le)
+	return !was && l.books.Live(node, now)
+}
+
+// RemoveLease forgets a node agent's Lease: the node is stale.
+func (l *Books) RemoveLease(node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.books.RemoveLease(node)
+}
+
 // RemoveGPUNode forgets a table row.
 func (l *Books) RemoveGPUNode(name string) {
 	l.mu.Lock()

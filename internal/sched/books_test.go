@@ -27,6 +27,15 @@ func gpuNode(name string, gpus int, beat time.Time) *v1alpha2.GPUNode {
 	return n
 }
 
+// setGPUNode records the row and a Lease renewed at its updateTime.
+func setGPUNode(l *Books, n *v1alpha2.GPUNode) error {
+	if err := l.SetGPUNode(n); err != nil {
+		return err
+	}
+	l.SetLease(n.Name, alloc.Lease{Renewed: n.Status.UpdateTime.Time})
+	return nil
+}
+
 func newBooks(t *testing.T) (*Books, *clocktesting.FakePassiveClock) {
 	t.Helper()
 	clk := clocktesting.NewFakePassiveClock(t0)
@@ -35,7 +44,7 @@ func newBooks(t *testing.T) (*Books, *clocktesting.FakePassiveClock) {
 
 func TestBooksHeartbeatUsesClock(t *testing.T) {
 	l, clk := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
@@ -43,8 +52,8 @@ func TestBooksHeartbeatUsesClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.SetTime(t0.Add(61 * time.Second))
-	if err := l.Check("n1", req); err == nil || !strings.Contains(err.Error(), "stale") {
-		t.Fatalf("stale heartbeat: %v", err)
+	if err := l.Check("n1", req); err == nil || !strings.Contains(err.Error(), "Lease expired") {
+		t.Fatalf("expired Lease: %v", err)
 	}
 	if _, err := l.Reserve("p", "n1", req); err == nil {
 		t.Fatal("reserved on a stale node")
@@ -53,7 +62,7 @@ func TestBooksHeartbeatUsesClock(t *testing.T) {
 
 func TestBooksInvalidGPUNodeRemovesNode(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
 	bad := gpuNode("n1", 2, t0)
@@ -78,7 +87,7 @@ func boundPod(uid, node, annotation string) *corev1.Pod {
 
 func TestBooksObservePod(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 2, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 2, t0)); err != nil {
 		t.Fatal(err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 40}}}
@@ -122,7 +131,7 @@ func TestBooksObservePod(t *testing.T) {
 
 func TestBooksReserveRetryReplacesHolding(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
 	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 60}}}

@@ -1,11 +1,8 @@
 package sched
 
 import (
-	"time"
-
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -13,18 +10,14 @@ import (
 )
 
 // rowMayAdmitMore reports whether a GPUNode change can let a pod in that did
-// not fit before: a new row, a new state, changed GPUs, or a heartbeat that
-// was stale (older than timeout at now). A heartbeat refresh of a fresh,
-// otherwise unchanged row cannot, and at thousands of nodes those are most
-// updates.
-func rowMayAdmitMore(old, cur *v1alpha2.GPUNode, timeout time.Duration, now time.Time) bool {
+// not fit before: a new row, a new state or changed GPUs. (A node coming
+// back to life is its Lease's renewal, which the plugin's Lease handler
+// acts on.)
+func rowMayAdmitMore(old, cur *v1alpha2.GPUNode) bool {
 	if old == nil || cur == nil {
 		return old == nil && cur != nil
 	}
-	if old.Status.State != cur.Status.State || !apiequality.Semantic.DeepEqual(old.Status.GPUs, cur.Status.GPUs) {
-		return true
-	}
-	return now.Sub(old.Status.UpdateTime.Time) > timeout
+	return old.Status.State != cur.Status.State || !apiequality.Semantic.DeepEqual(old.Status.GPUs, cur.Status.GPUs)
 }
 
 // gpuNodeHint is the queueing hint for GPUNode events.
@@ -41,7 +34,7 @@ func (p *Plugin) gpuNodeHint(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (
 			return fwk.Queue, err
 		}
 	}
-	if rowMayAdmitMore(old, cur, p.heartbeatTimeout, p.now()) {
+	if rowMayAdmitMore(old, cur) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

@@ -25,13 +25,12 @@ func TestRowMayAdmitMore(t *testing.T) {
 	}{
 		{"added", nil, base, later, true},
 		{"deleted", base, nil, later, false},
-		{"heartbeat only", base, beat(base, later), later, false},
-		{"stale becomes fresh", base, beat(base, t0.Add(2*time.Minute)), t0.Add(2 * time.Minute), true},
+		{"updateTime only", base, beat(base, later), later, false},
 		{"state", base, func() *v1alpha2.GPUNode { c := beat(base, later); c.Status.State = v1alpha2.NodeDraining; return c }(), later, true},
 		{"gpu freed", base, func() *v1alpha2.GPUNode { c := beat(base, later); c.Status.GPUs[1].UtilizationPercent = 5; return c }(), later, true},
 	}
 	for _, tc := range cases {
-		if got := rowMayAdmitMore(tc.old, tc.cur, time.Minute, tc.now); got != tc.want {
+		if got := rowMayAdmitMore(tc.old, tc.cur); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}

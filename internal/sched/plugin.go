@@ -47,9 +47,6 @@ type Plugin struct {
 	wait   *waiters
 	// candidates: how many best nodes PreFilter hands over (0: all).
 	candidates int
-	// heartbeatTimeout and now serve the GPUNode queueing hint.
-	heartbeatTimeout time.Duration
-	now              func() time.Time
 	// metrics: decisions and latencies (nil: none).
 	metrics *pluginMetrics
 }

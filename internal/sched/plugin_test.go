@@ -75,7 +75,7 @@ func schedule(p *Plugin, pod *corev1.Pod) *fwk.Status {
 
 func TestPluginCycle(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
 	w := &writerDouble{bound: map[string]*api.Assignment{}}

@@ -36,7 +36,7 @@ var oneWhole = &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Co
 func resizeSetup(t *testing.T, gpus int, idx ...int32) (*Books, *corev1.Pod, *api.Assignment, string) {
 	t.Helper()
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", gpus, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", gpus, t0)); err != nil {
 		t.Fatal(err)
 	}
 	p, a, raw := wholePod(t, "p", idx...)

@@ -39,7 +39,7 @@ func unitsTo(t *testing.T, a *api.Assignment, units int64) *api.Assignment {
 
 func TestShareResizeBooksFirst(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 1, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
 		t.Fatal(err)
 	}
 	p, a, raw := sharePod(t, "p", 0, 25, 1<<30)
@@ -87,7 +87,7 @@ func TestShareResizeBooksFirst(t *testing.T) {
 // Share changes and new pods under churn never over-commit a GPU.
 func TestShareResizeChurnNeverOvercommits(t *testing.T) {
 	l, _ := newBooks(t)
-	if err := l.SetGPUNode(gpuNode("n1", 2, t0)); err != nil {
+	if err := setGPUNode(l, gpuNode("n1", 2, t0)); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

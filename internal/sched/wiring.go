@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,8 +75,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 		klog.FromContext(ctx).Info("plugin metrics already registered by another profile; this one's are not served", "err", err)
 	}
 	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
-		heartbeatTimeout: cfg.HeartbeatTimeout, now: time.Now, metrics: pm}
-	if err := watchGPUNodes(ctx, gc, books, w, cfg.HeartbeatTimeout); err != nil {
+		metrics: pm}
+	if err := watchGPUNodes(ctx, gc, books, w); err != nil {
+		return nil, err
+	}
+	if err := watchLeases(ctx, h.ClientSet(), books, w); err != nil {
 		return nil, err
 	}
 	if err := startResize(ctx, h, resizeBooks{Books: books, ctx: ctx, wait: w}, leading); err != nil {
@@ -141,7 +143,7 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.Reso
 }
 
 // watchGPUNodes feeds GPUNode rows into the books and waits for the first list.
-func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *waiters, timeout time.Duration) error {
+func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *waiters) error {
 	logger := klog.FromContext(ctx)
 	f := externalversions.NewSharedInformerFactory(gc, 0)
 	inf := f.Gpuslice().V1alpha2().GPUNodes().Informer()
@@ -167,7 +169,7 @@ func watchGPUNodes(ctx context.Context, gc versioned.Interface, l *Books, w *wai
 				old = o // a malformed old row leaves old nil: the row counts as new
 			}
 		}
-		if rowMayAdmitMore(old, n, timeout, time.Now()) {
+		if rowMayAdmitMore(old, n) {
 			w.wake(ctx)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -128,6 +129,7 @@ func publishRounds(ctx context.Context, e *env, node string, w, n, rounds int) e
 	}
 	p := &gpunoderow.Publisher{Client: e.cp.GPUNodes, Node: node, GPUs: gpus, Held: noHoldings{}, Clock: clk, Period: time.Second}
 	for r := 0; r < rounds; r++ {
+		gpus[0].UtilizationPercent = int32(r) // each publication a change: the status is written only then
 		clk.SetTime(t0.Add(time.Duration(r*n+w+1) * time.Second))
 		if err := p.PublishOnce(ctx); err != nil {
 			return err
@@ -165,6 +167,67 @@ func addLabels(ctx context.Context, e *env, node string, labels int) error {
 	}
 	return nil
 }
+
+// TestPublisherWritesOnlyOnChange: over 30 publications of an unchanged node
+// the API server sees no write of its GPUNode (its resourceVersion stays) and
+// one renewal of its Lease per publication; a change is written at once.
+func TestPublisherWritesOnlyOnChange(t *testing.T) {
+	e, ns := setup(t)
+	node := ns + "-quiet"
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	gpus := fixedGPUs{{Index: 0, UUID: "GPU-q", Model: "m", MemoryBytes: 80 * harness.GiB, Healthy: true}}
+	p := &gpunoderow.Publisher{Client: e.cp.GPUNodes, Leases: e.cp.Client.CoordinationV1(), Node: node, GPUs: gpus,
+		Held: noHoldings{}, Clock: clk, Period: 10 * time.Second}
+	rows := e.cp.GPUNodes.GpusliceV1alpha2().GPUNodes()
+	leases := e.cp.Client.CoordinationV1().Leases(api.LeaseNamespace)
+	if err := p.PublishOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := rows.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseRVs := map[string]bool{}
+	const beats = 30
+	for i := 1; i <= beats; i++ {
+		clk.SetTime(t0.Add(time.Duration(i) * 10 * time.Second))
+		if err := p.PublishOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		le, err := leases.Get(ctx, api.LeaseName(node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaseRVs[le.ResourceVersion] = true
+		if !le.Spec.RenewTime.Equal(ptrMicro(clk.Now())) || *le.Spec.HolderIdentity != node {
+			t.Fatalf("publication %d: Lease %+v", i, le.Spec)
+		}
+	}
+	now, err := rows.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.ResourceVersion != first.ResourceVersion || len(leaseRVs) != beats {
+		t.Fatalf("over %d unchanged publications: GPUNode resourceVersion %s -> %s, %d Lease writes (want unchanged, %d)",
+			beats, first.ResourceVersion, now.ResourceVersion, len(leaseRVs), beats)
+	}
+	gpus[0].UtilizationPercent = 40
+	if err := p.PublishOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := rows.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed.ResourceVersion == first.ResourceVersion || changed.Status.GPUs[0].UtilizationPercent != 40 || !changed.Status.UpdateTime.Time.Equal(clk.Now()) {
+		t.Fatalf("a change was not written: %+v", changed.Status)
+	}
+	t.Logf("GPUNode writes over %d unchanged publications: 0; Lease writes: %d", beats, len(leaseRVs))
+}
+
+func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
 
 // TestPublisherOnSimulatedGPU runs gpuslice-publisher against the simulated
 // GPU's NVML, schedules a pod on the row it wrote, and sees the holding in

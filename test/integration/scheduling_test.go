@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
@@ -106,9 +105,15 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 		func(g *v1alpha2.GPUNode) { g.Status.GPUs[0].UtilizationPercent = 99 },
 		func(g *v1alpha2.GPUNode) { g.Status.GPUs[0].UnscheduledProcesses = 1 },
 		func(g *v1alpha2.GPUNode) { g.Status.State = v1alpha2.NodeDraining },
-		func(g *v1alpha2.GPUNode) { g.Status.UpdateTime = metav1.NewTime(now.Add(-time.Hour)) },
+		nil, // its agent's Lease expired
 	}
 	for i, m := range muts {
+		if m == nil {
+			if err := harness.PutLease(ctx, e.cp.Client, specs[i].Name, now.Add(-time.Hour), 40*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		g := specs[i].GPUNode(now)
 		m(g)
 		if err := harness.PutGPUNode(ctx, e.cp.GPUNodes, g); err != nil {
@@ -122,7 +127,7 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	// Every node's reason is reported (after a first cycle on the best
 	// candidate nodes, which here belong to other tests, the pod is tried
 	// on every node).
-	e.waitEventWith(t, ns, "p", "FailedScheduling", "unhealthy", "utilization threshold", "unscheduled processes", "Draining", "stale")
+	e.waitEventWith(t, ns, "p", "FailedScheduling", "unhealthy", "utilization threshold", "unscheduled processes", "Draining", "Lease expired")
 	// The busy GPU calms down: the GPUNode update requeues the pod.
 	if err := harness.PutGPUNode(ctx, e.cp.GPUNodes, specs[1].GPUNode(time.Now())); err != nil {
 		t.Fatal(err)
@@ -130,6 +135,29 @@ func TestExcludesUnhealthyBusyDrainingStale(t *testing.T) {
 	p := e.waitBound(t, ns, "p")["p"]
 	if p.Spec.NodeName != specs[1].Name {
 		t.Fatalf("bound to %s, want %s", p.Spec.NodeName, specs[1].Name)
+	}
+}
+
+// TestLeaseExpiryMakesNodeStale: a node whose agent's Lease expired gets no
+// pod although its GPUNode row is fresh and free; the Lease's renewal brings
+// the node back and the waiting pod onto it.
+func TestLeaseExpiryMakesNodeStale(t *testing.T) {
+	e, ns := setup(t)
+	specs := e.nodes(t, ns+"-n", 1, 1)
+	ctx := context.Background()
+	if err := harness.PutLease(ctx, e.cp.Client, specs[0].Name, time.Now().Add(-time.Minute), 40*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sched := ns + "-sched"
+	e.startScheduler(t, sched, "")
+	e.createPod(t, ns, "p", sched, harness.GPURequest{Units: 10})
+	e.waitEventWith(t, ns, "p", "FailedScheduling", "gpuslice Lease expired")
+	e.stayPending(t, ns, "p", 2*time.Second)
+	if err := harness.PutLease(ctx, e.cp.Client, specs[0].Name, time.Now(), 40*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.waitBound(t, ns, "p")["p"]; p.Spec.NodeName != specs[0].Name {
+		t.Fatalf("bound to %s, want %s", p.Spec.NodeName, specs[0].Name)
 	}
 }
 

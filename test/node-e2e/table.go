@@ -12,21 +12,28 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
-// waitRow waits until the node's GPUNode row, published by the agent after
-// since (heartbeats have whole seconds), satisfies cond, and returns it.
+// waitRow waits until the node's GPUNode row, confirmed by a publication of
+// the agent after since, satisfies cond, and returns it. The agent writes the
+// row only when it changes and renews its Lease after every publication, so
+// a Lease renewed after since (read before the row) vouches for the row.
 func (n *node) waitRow(ctx context.Context, what string, since time.Time, cond func(*v1alpha2.GPUNode) bool) *v1alpha2.GPUNode {
 	var last *v1alpha2.GPUNode
 	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		le, err := n.cp.Client.CoordinationV1().Leases(api.LeaseNamespace).Get(ctx, api.LeaseName(nodeName), metav1.GetOptions{})
+		if err != nil || le.Spec.RenewTime == nil {
+			return false, nil // not published yet
+		}
 		g, err := n.cp.GPUNodes.GpusliceV1alpha2().GPUNodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil // not published yet
 		}
 		last = g
-		return g.Status.UpdateTime.Time.After(since) && cond(g), nil
+		return le.Spec.RenewTime.After(since) && cond(g), nil
 	})
 	if err != nil {
 		n.t.Fatalf("GPUNode row never %s: %v\nlast: %+v\nagent log:\n%s", what, err, last, n.agentTail())

@@ -124,7 +124,10 @@ func createNodes(ctx context.Context, cp *harness.ControlPlane, o options) error
 		if err := cp.CreateNode(ctx, s, now); err != nil {
 			return err
 		}
-		return harness.PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now))
+		if err := harness.PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now)); err != nil {
+			return err
+		}
+		return harness.PutLease(ctx, cp.Client, s.Name, now, time.Hour)
 	})
 	if err != nil {
 		return err

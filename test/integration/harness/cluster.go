@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -98,7 +100,30 @@ func (cp *ControlPlane) CreateNode(ctx context.Context, s NodeSpec, now time.Tim
 	if s.Extended {
 		return nil
 	}
-	return PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now))
+	if err := PutGPUNode(ctx, cp.GPUNodes, s.GPUNode(now)); err != nil {
+		return err
+	}
+	return PutLease(ctx, cp.Client, s.Name, now, time.Hour)
+}
+
+// PutLease creates or updates the node agent's Lease (its liveness) as
+// renewed at renewed, holding for d.
+func PutLease(ctx context.Context, cs kubernetes.Interface, node string, renewed time.Time, d time.Duration) error {
+	c := cs.CoordinationV1().Leases(api.LeaseNamespace)
+	holder, secs, at := node, int32(d/time.Second), metav1.NewMicroTime(renewed)
+	spec := coordv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &at}
+	cur, err := c.Get(ctx, api.LeaseName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.Create(ctx, &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: api.LeaseName(node), Namespace: api.LeaseNamespace,
+			Labels: map[string]string{api.LabelLeaseNode: node}}, Spec: spec}, metav1.CreateOptions{})
+	} else if err == nil {
+		cur.Spec = spec
+		_, err = c.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("lease of node %s: %w", node, err)
+	}
+	return nil
 }
 
 // PutGPUNode creates or replaces a GPUNode row: metadata by create or update,
