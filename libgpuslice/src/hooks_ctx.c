@@ -41,19 +41,7 @@ static void released(CUdevice dev)
 		gs_release_ctx(primary_of(dev));
 }
 
-#define CTX_HOOK(name, params, args, after)          \
-	GS_EXPORT CUresult name params               \
-	{                                            \
-		gs_fn_##name fn = GS_REAL(name);     \
-		if (fn == NULL)                      \
-			return CUDA_ERROR_NOT_FOUND; \
-		CUresult rc = fn args;               \
-		int e = errno;                       \
-		if (rc == CUDA_SUCCESS)              \
-			after;                       \
-		errno = e;                           \
-		return rc;                           \
-	}
+#define CTX_HOOK(name, params, args, after) GS_AFTER_HOOK(name, params, args, if (rc == CUDA_SUCCESS) after)
 
 CTX_HOOK(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev), released(dev))
 CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev), released(dev))

@@ -63,6 +63,21 @@ static inline void *gs_real_ptr(enum gs_id id)
 }
 #define GS_REAL(name) ((gs_fn_##name)gs_real_ptr(GS_ID_##name))
 
+/* GS_AFTER_HOOK exports a hook that forwards to the driver, then runs after
+ * (which sees the driver's result as rc), keeping errno as the driver left it. */
+#define GS_AFTER_HOOK(name, params, args, after)     \
+	GS_EXPORT CUresult name params               \
+	{                                            \
+		gs_fn_##name fn = GS_REAL(name);     \
+		if (fn == NULL)                      \
+			return CUDA_ERROR_NOT_FOUND; \
+		CUresult rc = fn args;               \
+		int e = errno;                       \
+		after;                               \
+		errno = e;                           \
+		return rc;                           \
+	}
+
 /* Lookups used by the dlsym / cuGetProcAddress hooks (resolve.c). */
 GS_HIDDEN int gs_hook_id_by_name(const char *name);    /* -1 if not hooked */
 GS_HIDDEN void *gs_hook_for_real(const void *real_fn); /* NULL if not a hooked real */
