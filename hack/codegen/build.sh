@@ -7,8 +7,12 @@
 # `make verify-generate` run it. Prints the cache directory on stdout as its last line.
 set -euo pipefail
 
-CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-v0.20.1}"
-CODE_GENERATOR_VERSION="${CODE_GENERATOR_VERSION:-v0.35.4}"
+# controller-tools v0.23.0 is built on Kubernetes 0.37; the code generators are the staging
+# module of the Kubernetes version named in hack/k8s/version (v1.X.Y -> k8s.io/code-generator v0.X.Y).
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+k8s_version="$(cat "$here/../k8s/version")"
+CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-v0.23.0}"
+CODE_GENERATOR_VERSION="${CODE_GENERATOR_VERSION:-v0.${k8s_version#v1.}}"
 cache="${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/codegen/${CONTROLLER_TOOLS_VERSION}-${CODE_GENERATOR_VERSION}"
 GO="${GO:-go}"
 if ! command -v "$GO" >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi

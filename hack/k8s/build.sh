@@ -42,17 +42,24 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION}"
 
-echo "gpuslice: building kube-apiserver, kube-scheduler, kubectl, etcd ${K8S_VERSION} into $cache (cold: ~5 min)" >&2
+echo "gpuslice: building kube-apiserver, kube-scheduler, kubectl, etcd ${K8S_VERSION} into $cache (cold: ~5-8 min on 2 idle cores)" >&2
 tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-(cd "$here" && GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-	k8s.io/kubernetes/cmd/kube-apiserver \
-	k8s.io/kubernetes/cmd/kube-scheduler \
-	k8s.io/kubernetes/cmd/kubectl \
-	go.etcd.io/etcd/server/v3)
-for n in server v3; do if [ -f "$tmp/$n" ]; then mv "$tmp/$n" "$tmp/etcd"; fi; done
-echo "gpuslice: building kwok ${KWOK_VERSION}" >&2
+# One binary at a time, each line saying how far the build is (the packages they share are
+# compiled once: the later ones mostly link).
+start=$SECONDS
+i=0
+for pkg in k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+	k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3; do
+	i=$((i + 1))
+	name="${pkg##*/}"; [ "$name" = v3 ] && name=etcd
+	echo "gpuslice: [$i/5] $name ..." >&2
+	(cd "$here" && GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg")
+	echo "gpuslice: [$i/5] $name built ($((SECONDS - start)) s so far)" >&2
+done
+echo "gpuslice: [5/5] kwok ${KWOK_VERSION} ..." >&2
 GOBIN="$tmp" GOFLAGS= "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+echo "gpuslice: [5/5] kwok built ($((SECONDS - start)) s in all)" >&2
 for b in kube-apiserver kube-scheduler kubectl etcd kwok; do mv -f "$tmp/$b" "$cache/$b"; done
 stages
 touch "$stamp"

@@ -22,6 +22,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
@@ -67,7 +68,7 @@ func (b *dmBackend) Prepare(_ context.Context, c Candidate, gpus map[string]gpus
 
 func startManager(t *testing.T, p *peer) {
 	t.Helper()
-	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	m, err := devicemanager.NewManagerImpl(klog.Background(), nil, topologymanager.NewFakeManager(klog.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +83,14 @@ func waitCapacity(t *testing.T, m *devicemanager.ManagerImpl, healthy int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		capacity, alloc, _ := m.GetCapacity()
+		capacity, alloc, _ := m.GetCapacity(klog.Background())
 		q, ok := alloc[res]
 		if _, okc := capacity[res]; okc && ok && q.Value() == healthy {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, alloc, _ := m.GetCapacity()
+	_, alloc, _ := m.GetCapacity(klog.Background())
 	t.Fatalf("device manager never saw %d healthy slots: %v", healthy, alloc)
 }
 
@@ -155,7 +156,7 @@ func runPeerScenario(t *testing.T) {
 
 	a := pod("a", []int64{2}, [][]int32{{1, 3}})
 	p.setPods(a)
-	if err := p.m.Allocate(a, &a.Spec.Containers[0]); err != nil {
+	if err := p.m.Allocate(context.Background(), a, &a.Spec.Containers[0], lifecycle.AddOperation); err != nil {
 		t.Fatalf("allocate a: %v", err)
 	}
 	expectDevices(t, p.m, a, "/dev/nvidia1", "/dev/nvidia3")
@@ -173,11 +174,11 @@ func runPeerScenario(t *testing.T) {
 	// Two containers waiting at once: refuse rather than guess.
 	b, c := pod("b", []int64{1}, [][]int32{{0}}), pod("c", []int64{1}, [][]int32{{2}})
 	p.setPods(a, b, c)
-	if err := p.m.Allocate(b, &b.Spec.Containers[0]); err == nil || !strings.Contains(err.Error(), "refusing to guess") {
+	if err := p.m.Allocate(context.Background(), b, &b.Spec.Containers[0], lifecycle.AddOperation); err == nil || !strings.Contains(err.Error(), "refusing to guess") {
 		t.Fatalf("ambiguous allocation: err = %v", err)
 	}
 	p.setPods(a, b)
-	if err := p.m.Allocate(b, &b.Spec.Containers[0]); err != nil {
+	if err := p.m.Allocate(context.Background(), b, &b.Spec.Containers[0], lifecycle.AddOperation); err != nil {
 		t.Fatalf("allocate b: %v", err)
 	}
 	expectDevices(t, p.m, b, "/dev/nvidia0")
@@ -185,7 +186,7 @@ func runPeerScenario(t *testing.T) {
 	// No assignment: no devices.
 	bare := pod("bare", []int64{1}, nil)
 	p.setPods(a, b, bare)
-	if err := p.m.Allocate(bare, &bare.Spec.Containers[0]); err == nil || !strings.Contains(err.Error(), "no gpuslice assignment") {
+	if err := p.m.Allocate(context.Background(), bare, &bare.Spec.Containers[0], lifecycle.AddOperation); err == nil || !strings.Contains(err.Error(), "no gpuslice assignment") {
 		t.Fatalf("pod without assignment: err = %v", err)
 	}
 
@@ -201,7 +202,7 @@ func peerFailures(t *testing.T, p *peer, plug *Plugin) {
 	waitCapacity(t, p.m, 12)
 	d := pod("d", []int64{1}, [][]int32{{2}})
 	p.setPods(a, b, d)
-	if err := p.m.Allocate(d, &d.Spec.Containers[0]); err == nil {
+	if err := p.m.Allocate(context.Background(), d, &d.Spec.Containers[0], lifecycle.AddOperation); err == nil {
 		t.Fatal("allocated on an unhealthy GPU")
 	}
 	plug.SetGPUs(fourGPUs())
@@ -216,7 +217,7 @@ func peerFailures(t *testing.T, p *peer, plug *Plugin) {
 	waitCapacity(t, p.m, 16)
 	e := pod("e", []int64{1}, [][]int32{{2}})
 	p.setPods(e)
-	if err := p.m.Allocate(e, &e.Spec.Containers[0]); err != nil {
+	if err := p.m.Allocate(context.Background(), e, &e.Spec.Containers[0], lifecycle.AddOperation); err != nil {
 		t.Fatalf("allocate after kubelet restart: %v", err)
 	}
 	expectDevices(t, p.m, e, "/dev/nvidia2")

@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -38,7 +40,7 @@ func waitUnits(t *testing.T, m *devicemanager.ManagerImpl, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		_, alloc, _ := m.GetCapacity()
+		_, alloc, _ := m.GetCapacity(klog.Background())
 		if q, ok := alloc[api.ResourceUnits]; ok && q.Value() == want {
 			return
 		}
@@ -72,7 +74,7 @@ func peerUnits(t *testing.T, ctx context.Context, p *peer, be *dmBackend, held .
 		u := unitsPod(fmt.Sprint("u", i), 25, 2, false)
 		pods = append(pods, u)
 		p.setPods(pods...)
-		if err := p.m.Allocate(u, &u.Spec.Containers[0]); err != nil {
+		if err := p.m.Allocate(context.Background(), u, &u.Spec.Containers[0], lifecycle.AddOperation); err != nil {
 			t.Fatalf("allocate units-only share %d: %v", i, err)
 		}
 		expectDevices(t, p.m, u, "/dev/nvidia2")
@@ -82,14 +84,14 @@ func peerUnits(t *testing.T, ctx context.Context, p *peer, be *dmBackend, held .
 	}
 	both := unitsPod("both", 40, 1, true)
 	p.setPods(append(pods, both)...)
-	if err := p.m.Allocate(both, &both.Spec.Containers[0]); err != nil {
+	if err := p.m.Allocate(context.Background(), both, &both.Spec.Containers[0], lifecycle.AddOperation); err != nil {
 		t.Fatalf("allocate gpu + units: %v", err)
 	}
 	expectDevices(t, p.m, both, "/dev/nvidia1")
 	// A share the books never placed (GPU 2 is full): no unit slots there.
 	over := unitsPod("over", 5, 2, false)
 	p.setPods(append(pods, both, over)...)
-	if err := p.m.Allocate(over, &over.Spec.Containers[0]); err == nil {
+	if err := p.m.Allocate(context.Background(), over, &over.Spec.Containers[0], lifecycle.AddOperation); err == nil {
 		t.Fatal("a fifth share got unit slots on a full GPU")
 	}
 	p.setPods(held...)

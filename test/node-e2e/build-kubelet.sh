@@ -43,6 +43,7 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION}"
 echo "gpuslice: building $bin ${K8S_VERSION} into $cache (cold: a few minutes)" >&2
 (cd "$tmp" && GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp/$bin" "k8s.io/kubernetes/cmd/$bin")
+echo "gpuslice: $bin ${K8S_VERSION} built in ${SECONDS} s" >&2
 mv -f "$tmp/$bin" "$cache/$bin"
 touch "$cache/$stamp"
 echo "$cache"

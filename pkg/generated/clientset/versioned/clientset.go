@@ -13,7 +13,7 @@ import (
 )
 
 type Interface interface {
-	Discovery() discovery.DiscoveryInterface
+	Discovery() discovery.DiscoveryInterfaces
 	GpusliceV1alpha2() gpuslicev1alpha2.GpusliceV1alpha2Interface
 }
 
@@ -29,7 +29,7 @@ func (c *Clientset) GpusliceV1alpha2() gpuslicev1alpha2.GpusliceV1alpha2Interfac
 }
 
 // Discovery retrieves the DiscoveryClient
-func (c *Clientset) Discovery() discovery.DiscoveryInterface {
+func (c *Clientset) Discovery() discovery.DiscoveryInterfaces {
 	if c == nil {
 		return nil
 	}

@@ -12,16 +12,45 @@ import (
 	gpuslicev1alpha2 "github.com/gpuslice/gpuslice/pkg/generated/listers/gpuslice/v1alpha2"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
+	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // GPUNodeInformer provides access to a shared informer and lister for
-// GPUNodes.
+// GPUNodes. Prefer using the type-safe variant (see [TypedGPUNodeInformer]).
 type GPUNodeInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() gpuslicev1alpha2.GPUNodeLister
 }
+
+// TypedGPUNodeInformer provides access to a shared informer and lister for
+// GPUNodes, including the type-safe TypedInformer variant.
+// It is a superset of GPUNodeInformer.
+type TypedGPUNodeInformer interface {
+	Informer() cache.SharedIndexInformer
+	TypedInformer() GPUNodeIndexInformer
+	Lister() gpuslicev1alpha2.GPUNodeLister
+}
+
+// GPUNodeIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
+// with type-safe variants of several methods.
+type GPUNodeIndexInformer cache.TypedSharedIndexInformer[*apisgpuslicev1alpha2.GPUNode]
+
+// GPUNodeHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for GPUNode.
+type GPUNodeHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisgpuslicev1alpha2.GPUNode]
+
+// GPUNodeDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for GPUNode.
+type GPUNodeDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisgpuslicev1alpha2.GPUNode]
+
+// GPUNodeFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for GPUNode.
+type GPUNodeFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisgpuslicev1alpha2.GPUNode]
+
+// GPUNodeIndexers is a specialization of [cache.TypedIndexers] for GPUNode.
+type GPUNodeIndexers = cache.TypedIndexers[*apisgpuslicev1alpha2.GPUNode]
+
+// DeletedGPUNode is a specialization of [cache.DeletedObject] for GPUNode.
+type DeletedGPUNode = cache.DeletedObject[*apisgpuslicev1alpha2.GPUNode]
 
 type gPUNodeInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -31,55 +60,132 @@ type gPUNodeInformer struct {
 // NewGPUNodeInformer constructs a new informer for GPUNode type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedGPUNodeInformer]).
 func NewGPUNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewFilteredGPUNodeInformer(client, resyncPeriod, indexers, nil)
+	return NewGPUNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
+}
+
+// NewTypedGPUNodeInformer constructs a new informer for GPUNode type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedGPUNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers GPUNodeIndexers) GPUNodeIndexInformer {
+	return NewTypedGPUNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
 }
 
 // NewFilteredGPUNodeInformer constructs a new informer for GPUNode type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredGPUNodeInformer]).
 func NewFilteredGPUNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(
+	return NewTypedGPUNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
+}
+
+// NewTypedFilteredGPUNodeInformer constructs a new informer for GPUNode type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedFilteredGPUNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers GPUNodeIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) GPUNodeIndexInformer {
+	return NewTypedGPUNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
+}
+
+// NewGPUNodeInformerWithOptions constructs a new informer for GPUNode type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedGPUNodeInformerWithOptions]).
+func NewGPUNodeInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
+	return NewTypedGPUNodeInformerWithOptions(client, options)
+}
+
+// NewTypedGPUNodeInformerWithOptions constructs a new informer for GPUNode type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedGPUNodeInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) GPUNodeIndexInformer {
+	gvr := schema.GroupVersionResource{Group: "gpuslice.io", Version: "v1alpha2", Resource: "gpunodes"}
+	identifier := options.InformerName.WithResource(gvr)
+	tweakListOptions := options.TweakListOptions
+	return cache.NewTypedSharedIndexInformer[*apisgpuslicev1alpha2.GPUNode](cache.NewSharedIndexInformerWithOptions(
 		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
+			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.GpusliceV1alpha2().GPUNodes().List(context.Background(), options)
+				return client.GpusliceV1alpha2().GPUNodes().List(context.Background(), opts)
 			},
-			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.GpusliceV1alpha2().GPUNodes().Watch(context.Background(), options)
+				return client.GpusliceV1alpha2().GPUNodes().Watch(context.Background(), opts)
 			},
-			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.GpusliceV1alpha2().GPUNodes().List(ctx, options)
+				return client.GpusliceV1alpha2().GPUNodes().List(ctx, opts)
 			},
-			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.GpusliceV1alpha2().GPUNodes().Watch(ctx, options)
+				return client.GpusliceV1alpha2().GPUNodes().Watch(ctx, opts)
 			},
 		}, client),
 		&apisgpuslicev1alpha2.GPUNode{},
-		resyncPeriod,
-		indexers,
-	)
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: options.ResyncPeriod,
+			Indexers:     options.Indexers,
+			Identifier:   identifier,
+		},
+	))
 }
 
 func (f *gPUNodeInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewFilteredGPUNodeInformer(client, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
+	return NewTypedGPUNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
 }
 
 func (f *gPUNodeInformer) Informer() cache.SharedIndexInformer {
-	return f.factory.InformerFor(&apisgpuslicev1alpha2.GPUNode{}, f.defaultInformer)
+	return f.TypedInformer()
+}
+
+func (f *gPUNodeInformer) TypedInformer() GPUNodeIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisgpuslicev1alpha2.GPUNode](f.factory.InformerFor(&apisgpuslicev1alpha2.GPUNode{}, f.defaultInformer))
 }
 
 func (f *gPUNodeInformer) Lister() gpuslicev1alpha2.GPUNodeLister {
 	return gpuslicev1alpha2.NewGPUNodeLister(f.Informer().GetIndexer())
+}
+
+// ToTypedGPUNodeInformer converts an untyped informer into a TypedGPUNodeInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *GPUNode. If that is not the case, calling type-safe methods of the returned
+// TypedGPUNodeInformer leads to runtime panics. A safer alternative is to pass
+// around a TypedGPUNodeInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToTypedGPUNodeInformer(informer GPUNodeInformer) TypedGPUNodeInformer {
+	if informer, ok := informer.(TypedGPUNodeInformer); ok {
+		return informer
+	}
+	return &gPUNodeTypedInformerAdapter{informer}
+}
+
+type gPUNodeTypedInformerAdapter struct {
+	GPUNodeInformer
+}
+
+func (a *gPUNodeTypedInformerAdapter) TypedInformer() GPUNodeIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisgpuslicev1alpha2.GPUNode](a.Informer())
+}
+
+// ToGPUNodeIndexInformer converts an untyped informer into a GPUNodeIndexInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *GPUNode. If that is not the case, calling type-safe methods of the returned
+// GPUNodeIndexInformer leads to runtime panics. A safer alternative is to pass
+// around a GPUNodeIndexInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToGPUNodeIndexInformer(informer cache.SharedIndexInformer) GPUNodeIndexInformer {
+	if informer, ok := informer.(GPUNodeIndexInformer); ok {
+		return informer
+	}
+	return cache.NewTypedSharedIndexInformer[*apisgpuslicev1alpha2.GPUNode](informer)
 }

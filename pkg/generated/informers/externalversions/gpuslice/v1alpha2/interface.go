@@ -9,7 +9,7 @@ import (
 // Interface provides access to all the informers in this group version.
 type Interface interface {
 	// GPUNodes returns a GPUNodeInformer.
-	GPUNodes() GPUNodeInformer
+	GPUNodes() TypedGPUNodeInformer
 }
 
 type version struct {
@@ -23,7 +23,7 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
-// GPUNodes returns a GPUNodeInformer.
-func (v *version) GPUNodes() GPUNodeInformer {
+// GPUNodes returns a TypedGPUNodeInformer.
+func (v *version) GPUNodes() TypedGPUNodeInformer {
 	return &gPUNodeInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
