@@ -3,11 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -16,42 +13,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
-// The test binary doubles as the gpuslice CLI the agent supervises: started
-// as "<test binary> node ..." it is a time-slice daemon.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "node" {
-		if err := childDaemon(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "node:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// childDaemon takes the flags the agent passes to `gpuslice node`.
-func childDaemon(args []string) error {
-	cfg := timeslice.DefaultConfig(os.Getenv)
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.StringVar(&cfg.Socket, "socket", "", "")
-	fs.StringVar(&cfg.RunDir, "run-dir", "", "")
-	fs.StringVar(&cfg.ProcRoot, "proc-root", "", "")
-	fs.Bool("if-not-running", false, "")
-	fs.String("driver", "", "")
-	fs.String("sim-dir", "", "")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	return timeslice.Run(ctx, cfg)
-}
+// The test binary doubles as the gpuslice CLI the agent supervises: run as
+// "<test binary> node ..." it is a time-slice daemon.
+func TestMain(m *testing.M) { timeslicetest.Main(m) }
 
 // A daemon killed under the agent is serving again at once, and the agent
 // stops the daemon it supervised when it ends.

@@ -3,52 +3,23 @@ package runner
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
-// The test binary doubles as the gpuslice CLI that PrepareRun starts: run as
+// The test binary doubles as the gpuslice CLI PrepareRun starts: run as
 // "<test binary> node ..." it is a time-slice daemon.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "node" {
-		if err := childDaemon(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "node:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// childDaemon takes the flags EnsureRunning passes to `gpuslice node`.
-func childDaemon(args []string) error {
-	cfg := timeslice.DefaultConfig(os.Getenv)
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.StringVar(&cfg.Socket, "socket", "", "")
-	fs.StringVar(&cfg.RunDir, "run-dir", "", "")
-	fs.Bool("if-not-running", false, "")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	return timeslice.Run(ctx, cfg)
-}
+func TestMain(m *testing.M) { timeslicetest.Main(m) }
 
 // PrepareRun validates the run flags (changing nothing on error), writes the
 // group's settings, and starts a daemon that the run can reach.

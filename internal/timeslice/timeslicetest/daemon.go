@@ -1,0 +1,51 @@
+// Package timeslicetest lets a package's test binary double as the gpuslice
+// CLI's time-slice daemon (`gpuslice node`), for tests of code that starts or
+// supervises one (the runner's PrepareRun, the node agent's supervision).
+package timeslicetest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+)
+
+// Main is a TestMain: run as "<test binary> node ..." the binary is a
+// time-slice daemon with one made-up GPU until SIGTERM; otherwise it runs the
+// tests.
+func Main(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		if err := daemon(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "node:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// daemon takes the flags a client passes to `gpuslice node` (those it does
+// not use are accepted and ignored).
+func daemon(args []string) error {
+	cfg := timeslice.DefaultConfig(os.Getenv)
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.StringVar(&cfg.Socket, "socket", "", "")
+	fs.StringVar(&cfg.RunDir, "run-dir", "", "")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", cfg.ProcRoot, "")
+	fs.Bool("if-not-running", false, "")
+	fs.String("driver", "", "")
+	fs.String("sim-dir", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return timeslice.Run(ctx, cfg)
+}
