@@ -89,6 +89,26 @@ func (t Tree) Read(name string) (Settings, error) {
 	return s, nil
 }
 
+// ReadValid returns a group's settings from its valid setting files, with
+// the default for each file that is missing, unreadable or invalid: what to
+// write back when no earlier valid settings are known.
+func (t Tree) ReadValid(name string) Settings {
+	var s Settings
+	if paths.ValidateGroup(name) != nil {
+		return s
+	}
+	for _, f := range SettingFiles() {
+		b, err := readBounded(filepath.Join(t.Path(name), f))
+		if err != nil {
+			continue
+		}
+		if next := s; next.Apply(f, string(b)) == nil {
+			s = next
+		}
+	}
+	return s
+}
+
 // Change is one setting to write.
 type Change struct{ File, Value string }
 

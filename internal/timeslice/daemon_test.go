@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 type interval struct {
@@ -204,6 +205,37 @@ func TestSettingsApplyLive(t *testing.T) {
 				t.Fatalf("slice changed by an invalid value: %v", time.Duration(e.SliceNs))
 			}
 		}
+	}
+}
+
+// A group whose slice file is invalid when the daemon starts keeps its
+// valid files: only the invalid one is reset to its default.
+func TestSettingsInvalidAtStartKeepValidFiles(t *testing.T) {
+	cfg := testCfg(t)
+	tree := group.NewTree(cfg.RunDir)
+	setGroup(t, cfg, "half", group.Change{File: group.FileSlice, Value: "7ms"}, group.Change{File: group.FilePriority, Value: "online"})
+	if err := os.WriteFile(filepath.Join(tree.Path("half"), group.FileSlice), []byte("soon\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, err := tree.ReadFile("half", group.FilePriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, cfg)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		slice, err := tree.ReadFile("half", group.FileSlice)
+		if err == nil && slice == "default" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invalid slice not reset to its default: %q %v", slice, err)
+		}
+	}
+	if prio, err := tree.ReadFile("half", group.FilePriority); err != nil || prio != want {
+		t.Fatalf("the valid priority file was overwritten: %q %v", prio, err)
+	}
+	if st, err := tree.Read("half"); err != nil || st.Priority != policy.High {
+		t.Fatalf("settings after the write-back: %+v %v", st, err)
 	}
 }
 

@@ -27,7 +27,9 @@ func (s *Server) loadGroups(ctx context.Context) error {
 
 // groupChanged applies a group's settings after its files changed. Invalid
 // settings change nothing: the last valid ones stay in force and are written
-// back to the files.
+// back to the files (for a group never seen valid, its valid files are kept
+// and the invalid ones reset to their defaults; the write-back's own events
+// then apply them).
 func (s *Server) groupChanged(ctx context.Context, name string) {
 	log := klog.FromContext(ctx).WithValues("group", name)
 	if !s.tree.Exists(name) {
@@ -49,6 +51,9 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	s.mu.Unlock()
 	if err != nil {
 		log.Error(err, "invalid group settings ignored; restoring the last valid ones")
+		if !known { // none seen yet: keep the valid files, reset the others
+			old = s.tree.ReadValid(name)
+		}
 		if werr := s.tree.Write(name, old); werr != nil {
 			log.Error(werr, "restore group settings")
 		}

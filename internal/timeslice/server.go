@@ -62,31 +62,41 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Error(err, "release lock")
 		}
 	}()
-	// Holding the lock, any socket file left behind is stale.
-	if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: cfg.Socket, Net: proto.Network})
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Socket, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	// Any local process (containers included) may connect: callers are
-	// identified by the kernel, not by what they send.
-	if err := os.Chmod(cfg.Socket, 0o666); err != nil {
-		return errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
-	}
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
 	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, ledgers: newElasticLedgers(),
 		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
-	// Every existing group's settings are in force before the first client is
-	// served (the watcher's own first pass then finds nothing changed).
+	// Every existing group's settings are in force before the socket exists:
+	// a client that can connect is served under them, and a setting file
+	// changed from then on has last valid settings to fall back to (the
+	// watcher's own first pass then finds nothing changed).
 	if err := s.loadGroups(ctx); err != nil {
-		return errors.Join(err, ln.Close())
+		return err
+	}
+	ln, err := listen(cfg.Socket)
+	if err != nil {
+		return err
 	}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
 	return s.serveAll(ctx, ln)
+}
+
+// listen makes the daemon's socket, open to every local process (containers
+// included): callers are identified by the kernel, not by what they send.
+// Holding the run directory's lock, any socket file left behind is stale.
+func listen(socket string) (*net.UnixListener, error) {
+	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: socket, Net: proto.Network})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(socket, 0o666); err != nil {
+		return nil, errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
+	}
+	return ln, nil
 }
 
 func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
