@@ -23,6 +23,6 @@ func TestCeilingKeptOverReconnect(t *testing.T) {
 	// The window starts when the daemon hands out the first grant, before
 	// the child has it; the third grant comes at the window's end or later.
 	if gap := time.Duration(iv[2].start - iv[0].start); gap < cfg.Policy.Period/2 {
-		t.Fatalf("granted again %v after the first grant, with the budget of the window spent", gap)
+		t.Fatalf("granted again %v after the first grant, with the budget of the window spent: %+v", gap, iv)
 	}
 }

@@ -201,36 +201,53 @@ func childClient(mode string) error {
 		if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
 			return fmt.Errorf("GS_N: %w", err)
 		}
-		if err := cycle(c, n); err != nil || mode == "cycle" {
+		last, err := cycle(c, n, 0)
+		if err != nil || mode == "cycle" {
 			return err
 		}
-		// redial: leave the GPU (the group's last connection) and come back for one more grant.
+		// redial: leave the GPU (the group's last connection) and come back
+		// for one more grant. The daemon may see the new connection before
+		// the old one's hand-back: the new member then shares the grant the
+		// group still holds, which is not a new grant (cycle skips it).
 		if c, err = client.Dial(ctx, socket); err != nil {
 			return err
 		}
-		return cycle(c, 1)
+		_, err = cycle(c, 1, last)
+		return err
 	}
 	return c.Close()
 }
 
-func cycle(c *client.Client, n int) error {
+// cycle takes n grants, holding each to its end, and prints them; a grant
+// with sequence number skip (one the group already had) is handed back
+// unprinted. It returns the last grant's sequence number.
+func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
 	if err := c.Send(&proto.Acquire{GPU: testGPU}); err != nil {
-		return err
+		return 0, err
 	}
-	for i := range n {
+	var seq uint64
+	for i := 0; i < n; {
 		g, err := c.WaitGrant()
 		if err != nil {
-			return err
+			return 0, err
+		}
+		if skip != 0 && g.Seq == skip {
+			if err := c.Release(testGPU, g.Seq, true); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		start := time.Now()
 		end := start.Add(time.Duration(g.ValidNs))
 		time.Sleep(time.Until(end))
 		fmt.Println("grant", c.Group, start.UnixNano(), time.Now().UnixNano(), g.SliceNs)
-		if err := c.Release(testGPU, g.Seq, i < n-1); err != nil {
-			return err
+		i++
+		if err := c.Release(testGPU, g.Seq, i < n); err != nil {
+			return 0, err
 		}
+		seq = g.Seq
 	}
-	return c.Close()
+	return seq, c.Close()
 }
 
 // startDaemon runs a daemon in this process until the test ends.
