@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -49,29 +51,13 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 			err = errors.Join(err, fmt.Errorf("close NVML: %w", serr))
 		}
 	}()
-	gpus, found, err := discover(drv.NVML)
+	p := &parts{cfg: cfg, cs: cs, gc: gc, drv: drv}
+	mounts, err := p.openGPUs(ctx)
 	if err != nil {
 		return err
 	}
-	if err := writeCDISpec(cfg, gpus); err != nil {
-		return err
-	}
-	sh, err := newSharing(cfg, drv, gpus)
-	if err != nil {
-		return err
-	}
-	mounts, err := hotplug.FindMounts(cfg.ProcRoot)
-	if err != nil {
-		return err
-	}
-	klog.FromContext(ctx).Info("gpuslice-node starting", "node", cfg.NodeName, "gpus", len(gpus), "simulated", drv.Simulated,
-		"driver", drv.Version, "devicesV1", mounts.V1Devices, "cgroup2", mounts.V2)
-
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "spec.nodeName=" + cfg.NodeName
-	}))
-	pods := f.Core().V1().Pods()
-	met := newMetrics(cfg)
+	p.factory, p.pods = podInformer(cs, cfg.NodeName)
+	p.met = newMetrics(cfg)
 	rt, err := cri.Dial(cfg.RuntimeEndpoint, cfg.RuntimeTimeout)
 	if err != nil {
 		return err
@@ -81,78 +67,169 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 			klog.FromContext(ctx).Error(err, "close the runtime connection")
 		}
 	}()
-	rec := newReconciler(cfg, cs, pods.Lister(), gpus, mounts, rt)
-	rec.observe = met.HotplugApplied
-	if _, err := pods.Informer().AddEventHandler(rec.handler()); err != nil {
+	if err := p.addReconciler(mounts, rt); err != nil {
+		return err
+	}
+	if err := p.addPlugins(env); err != nil {
+		return err
+	}
+	p.addHealth()
+	return p.run(ctx)
+}
+
+// parts are the agent's parts, built by Run before any of them runs.
+type parts struct {
+	cfg     Config
+	cs      kubernetes.Interface
+	gc      versioned.Interface
+	drv     *gpu.Driver
+	gpus    []gpuset.GPU
+	found   []gpu.Device
+	sh      *sharing
+	factory informers.SharedInformerFactory
+	pods    coreinformers.PodInformer
+	met     *nodemetrics.Metrics
+	rec     *reconciler
+	plugins []*deviceplugin.Plugin // gpuslice.io/gpu, then the units resource
+	ph      *pluginHealth
+	mon     *healthMonitor
+	kick    chan struct{} // publish the row now
+}
+
+// openGPUs finds the GPUs, writes their CDI spec, sets up their sharing
+// and finds the host's cgroup mounts.
+func (p *parts) openGPUs(ctx context.Context) (hotplug.Mounts, error) {
+	var err error
+	if p.gpus, p.found, err = discover(p.drv.NVML); err != nil {
+		return hotplug.Mounts{}, err
+	}
+	if err := writeCDISpec(p.cfg, p.gpus); err != nil {
+		return hotplug.Mounts{}, err
+	}
+	if p.sh, err = newSharing(p.cfg, p.drv, p.gpus); err != nil {
+		return hotplug.Mounts{}, err
+	}
+	mounts, err := hotplug.FindMounts(p.cfg.ProcRoot)
+	if err != nil {
+		return hotplug.Mounts{}, err
+	}
+	klog.FromContext(ctx).Info("gpuslice-node starting", "node", p.cfg.NodeName, "gpus", len(p.gpus), "simulated", p.drv.Simulated,
+		"driver", p.drv.Version, "devicesV1", mounts.V1Devices, "cgroup2", mounts.V2)
+	return mounts, nil
+}
+
+// podInformer watches the pods of this node.
+func podInformer(cs kubernetes.Interface, node string) (informers.SharedInformerFactory, coreinformers.PodInformer) {
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + node
+	}))
+	return f, f.Core().V1().Pods()
+}
+
+// addReconciler makes the hot-plug reconciler, fed by the pod informer.
+func (p *parts) addReconciler(mounts hotplug.Mounts, rt containerRuntime) error {
+	p.rec = newReconciler(p.cfg, p.cs, p.pods.Lister(), p.gpus, mounts, rt)
+	p.rec.observe = p.met.HotplugApplied
+	if _, err := p.pods.Informer().AddEventHandler(p.rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)
 	}
-	be := &backend{pods: pods.Lister(), client: cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
-		procRoot: cfg.ProcRoot, inject: injectFor(cfg, drv, env)}
-	be.inject.MPS = sh.inject()
+	return nil
+}
+
+// addPlugins makes the device plugins of gpuslice.io/gpu and of the units
+// resource, which allocates shares asked by units alone.
+func (p *parts) addPlugins(env map[string]string) error {
+	cfg := p.cfg
+	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
+		procRoot: cfg.ProcRoot, inject: injectFor(cfg, p.drv, env)}
+	be.inject.MPS = p.sh.inject()
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
-		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync, Observer: met}, be, gpus)
+		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync, Observer: p.met}, be, p.gpus)
 	if err != nil {
 		return err
 	}
-	// Shares asked by units alone (no gpuslice.io/gpu) are allocated
-	// through the units resource.
 	units, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceUnits), PluginDir: cfg.PluginDir,
-		SocketName: "gpuslice-units.sock", SlotsPerGPU: api.DefaultUnitsPerGPU, Units: true, CheckEvery: cfg.Resync, Observer: met}, be, gpus)
+		SocketName: "gpuslice-units.sock", SlotsPerGPU: api.DefaultUnitsPerGPU, Units: true, CheckEvery: cfg.Resync, Observer: p.met}, be, p.gpus)
 	if err != nil {
 		return err
 	}
-	for _, g := range gpus {
-		met.SetHealth(g.UUID, true, "")
+	p.plugins = []*deviceplugin.Plugin{plugin, units}
+	return nil
+}
+
+// addHealth makes the GPU health monitor: a change goes to the metrics and
+// the device plugins, and publishes the row at once.
+func (p *parts) addHealth() {
+	for _, g := range p.gpus {
+		p.met.SetHealth(g.UUID, true, "")
 	}
-	ph := &pluginHealth{gpus: gpus, plugins: []*deviceplugin.Plugin{plugin, units}}
-	kick := make(chan struct{}, 1)
-	mon := newHealthMonitor(cfg, drv, gpus, func(changes []health.Change) {
+	p.ph = &pluginHealth{gpus: p.gpus, plugins: p.plugins}
+	p.kick = make(chan struct{}, 1)
+	p.mon = newHealthMonitor(p.cfg, p.drv, p.gpus, func(changes []health.Change) {
 		for _, c := range changes {
-			met.SetHealth(c.UUID, c.Healthy, string(c.Cause))
+			p.met.SetHealth(c.UUID, c.Healthy, string(c.Cause))
 		}
-		ph.refresh()
+		p.ph.refresh()
 		select { // publish the row now, not at the next period
-		case kick <- struct{}{}:
+		case p.kick <- struct{}{}:
 		default:
 		}
 	})
-	if cfg.HealthChecks {
-		ph.healthy = func(uuid string) bool { return mon.status(uuid).Healthy }
+	if p.cfg.HealthChecks {
+		p.ph.healthy = func(uuid string) bool { return p.mon.status(uuid).Healthy }
 	}
+}
 
+// run runs the parts until ctx ends or one fails.
+func (p *parts) run(ctx context.Context) error {
+	cfg := p.cfg
 	g, gctx := errgroup.WithContext(ctx)
-	sh.run(gctx, g)
+	p.sh.run(gctx, g)
 	if cfg.RunDaemon {
 		g.Go(func() error { return superviseDaemon(gctx, cfg) })
 	}
 	if cfg.MetricsAddress != "" {
-		live, ready := probes(cfg, []*deviceplugin.Plugin{plugin, units}, pods.Informer().HasSynced)
-		if cfg.HealthChecks {
-			ready = append(ready, nodemetrics.Check{Name: "gpu-health", Run: mon.ready})
-		}
-		g.Go(func() error { return nodemetrics.Serve(gctx, cfg.MetricsAddress, met.Handler(live, ready)) })
+		handler := p.metricsHandler()
+		g.Go(func() error { return nodemetrics.Serve(gctx, cfg.MetricsAddress, handler) })
 	}
-	f.Start(gctx.Done())
-	if !cache.WaitForCacheSync(gctx.Done(), pods.Informer().HasSynced) {
+	p.factory.Start(gctx.Done())
+	if !cache.WaitForCacheSync(gctx.Done(), p.pods.Informer().HasSynced) {
 		return fmt.Errorf("pod informer did not sync: %w", errors.Join(ctx.Err(), g.Wait()))
 	}
-	g.Go(func() error { return rec.run(gctx) })
-	g.Go(func() error { return plugin.Run(gctx) })
-	g.Go(func() error { return units.Run(gctx) })
-	if cfg.HealthChecks {
-		g.Go(func() error { return mon.run(gctx) })
+	g.Go(func() error { return p.rec.run(gctx) })
+	for _, plugin := range p.plugins {
+		g.Go(func() error { return plugin.Run(gctx) })
 	}
-	var readHealth func(string) (bool, string)
 	if cfg.HealthChecks {
-		readHealth = func(uuid string) (bool, string) { st := mon.status(uuid); return st.Healthy, st.Reason }
+		g.Go(func() error { return p.mon.run(gctx) })
 	}
-	pub := newPublisher(cfg, gc, gpunoderow.NVMLReader{NVML: drv.NVML, Known: found, Health: readHealth}, pods.Lister(), sh)
-	pub.Leases = cs.CoordinationV1() // liveness; the row is written only when it changes
-	pub.State = (&stateReader{ctx: gctx, cs: cs, gc: gc, node: cfg.NodeName}).read
-	pub.Observe = ph.observe
-	pub.Kick = kick
+	pub := p.publisher(gctx)
 	g.Go(func() error { return pub.Run(gctx) })
 	return g.Wait()
+}
+
+// metricsHandler serves /metrics, /healthz and /readyz.
+func (p *parts) metricsHandler() http.Handler {
+	live, ready := probes(p.cfg, p.plugins, p.pods.Informer().HasSynced)
+	if p.cfg.HealthChecks {
+		ready = append(ready, nodemetrics.Check{Name: "gpu-health", Run: p.mon.ready})
+	}
+	return p.met.Handler(live, ready)
+}
+
+// publisher publishes the node's GPUNode row.
+func (p *parts) publisher(ctx context.Context) *gpunoderow.Publisher {
+	cfg := p.cfg
+	var readHealth func(string) (bool, string)
+	if cfg.HealthChecks {
+		readHealth = func(uuid string) (bool, string) { st := p.mon.status(uuid); return st.Healthy, st.Reason }
+	}
+	pub := newPublisher(cfg, p.gc, gpunoderow.NVMLReader{NVML: p.drv.NVML, Known: p.found, Health: readHealth}, p.pods.Lister(), p.sh)
+	pub.Leases = p.cs.CoordinationV1() // liveness; the row is written only when it changes
+	pub.State = (&stateReader{ctx: ctx, cs: p.cs, gc: p.gc, node: cfg.NodeName}).read
+	pub.Observe = p.ph.observe
+	pub.Kick = p.kick
+	return pub
 }
 
 // clients connect to the API server.
