@@ -5,12 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/health"
 )
 
@@ -20,73 +22,15 @@ import (
 // says why. "Nothing changed" is checked by order: the monitor handles events
 // one by one, so the change for a later event proves the earlier ones seen.
 func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
-	bin := os.Getenv("GPUSLICE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "bin")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := buildOutputs(t, "sim/gpuslice-sim-ctl", "sim/libnvidia-ml.so.1")
 	ctl := filepath.Join(bin, "sim", "gpuslice-sim-ctl")
-	for _, f := range []string{ctl, filepath.Join(bin, "sim", "libnvidia-ml.so.1")} {
-		if _, err := os.Stat(f); err != nil {
-			t.Skipf("needs the build outputs (run make): %v", err)
-		}
-	}
-	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
-	t.Setenv("GPUSLICE_SIM_GPUS", "3")
-	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(bin, "sim"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := drv.NVML.Shutdown(); err != nil {
-			t.Error(err)
-		}
-	}()
-	gpus, found, err := discover(drv.NVML)
-	if err != nil {
-		t.Fatal(err)
-	}
+	drv, gpus, found := openSimGPUs(t, bin, 3)
 	cfg := DefaultConfig(func(string) string { return "" })
 	cfg.HealthPeriod, cfg.HealthSkipXIDs = 100*time.Millisecond, []uint64{94}
-	changes := make(chan health.Change, 16)
-	mon := newHealthMonitor(cfg, drv, gpus, func(cs []health.Change) {
-		for _, c := range cs {
-			changes <- c
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- mon.run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	select {
-	case <-mon.watching:
-	case <-ctx.Done():
-		t.Fatal("the monitor never registered for events")
-	}
-	if err := mon.ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, mon, next := startHealthMonitor(t, cfg, drv, gpus)
 	sim := func(args ...string) {
 		if out, err := exec.Command(ctl, args...).CombinedOutput(); err != nil {
 			t.Fatalf("gpuslice-sim-ctl %v: %v\n%s", args, err, out)
-		}
-	}
-	next := func(what string) health.Change {
-		select {
-		case c := <-changes:
-			return c
-		case <-ctx.Done():
-			t.Fatalf("no health change for %s", what)
-			return health.Change{}
 		}
 	}
 	sim("xid", "0", "13")
@@ -118,4 +62,89 @@ func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
 	if s := mon.status(gpus[1].UUID); s.Healthy {
 		t.Fatal("an XID is not sticky")
 	}
+}
+
+// buildOutputs is the absolute build output directory ($GPUSLICE_BIN, by
+// default the repository's bin/); the test skips when one of files (paths
+// in it) is missing.
+func buildOutputs(t *testing.T, files ...string) string {
+	t.Helper()
+	bin := os.Getenv("GPUSLICE_BIN")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin")
+	}
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+			t.Skipf("needs the build outputs (run make): %v", err)
+		}
+	}
+	return bin
+}
+
+// openSimGPUs opens the simulated driver of bin/sim with n GPUs of a state
+// file of the test's own, and finds them; NVML is shut down when the test
+// ends.
+func openSimGPUs(t *testing.T, bin string, n int) (*gpu.Driver, []gpuset.GPU, []gpu.Device) {
+	t.Helper()
+	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
+	t.Setenv("GPUSLICE_SIM_GPUS", strconv.Itoa(n))
+	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(bin, "sim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := drv.NVML.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	})
+	gpus, found, err := discover(drv.NVML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv, gpus, found
+}
+
+// startHealthMonitor runs a health monitor of gpus until the test ends
+// (at most a minute, the context returned) and waits until it watches for
+// events and is ready. next returns its next change, or fails the test
+// naming what it waited for.
+func startHealthMonitor(t *testing.T, cfg Config, drv *gpu.Driver, gpus []gpuset.GPU) (ctx context.Context, mon *healthMonitor, next func(what string) health.Change) {
+	t.Helper()
+	changes := make(chan health.Change, 16)
+	mon = newHealthMonitor(cfg, drv, gpus, func(cs []health.Change) {
+		for _, c := range cs {
+			changes <- c
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- mon.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-mon.watching:
+	case <-ctx.Done():
+		t.Fatal("the monitor never registered for events")
+	}
+	if err := mon.ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next = func(what string) health.Change {
+		select {
+		case c := <-changes:
+			return c
+		case <-ctx.Done():
+			t.Fatalf("no health change for %s", what)
+			return health.Change{}
+		}
+	}
+	return ctx, mon, next
 }

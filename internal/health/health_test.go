@@ -39,14 +39,17 @@ type step struct {
 	cause   map[string]Cause
 }
 
-func TestTracker(t *testing.T) {
+// trackerCase is a tracker of GPUs a and b and the steps it goes through.
+type trackerCase struct {
+	name  string
+	skip  []uint64
+	steps []step
+}
+
+func trackerCases() []trackerCase {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	failed := errors.New("GPU is lost")
-	for _, tc := range []struct {
-		name  string
-		skip  []uint64
-		steps []step
-	}{
+	return []trackerCase{
 		{name: "application XIDs change nothing", steps: []step{
 			{"xid 13", func(t *Tracker) []Change { return t.XID("a", 13, at) }, nil, map[string]string{"a": "", "b": ""}, nil},
 			{"xid 109 on any", func(t *Tracker) []Change { return t.XID("", 109, at) }, nil, map[string]string{"a": "", "b": ""}, nil},
@@ -87,28 +90,15 @@ func TestTracker(t *testing.T) {
 				map[string]string{"a": "waiting for NVML events failed", "b": "registration"}, nil},
 			{"wait ok", func(t *Tracker) []Change { return t.Wait(nil) }, []string{"a"}, map[string]string{"a": "", "b": "registration"}, nil},
 		}},
-	} {
+	}
+}
+
+func TestTracker(t *testing.T) {
+	for _, tc := range trackerCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := NewTracker([]string{"a", "b", "a"}, tc.skip)
 			for _, s := range tc.steps {
-				var got []string
-				for _, c := range s.do(tr) {
-					got = append(got, c.UUID)
-				}
-				if strings.Join(got, ",") != strings.Join(s.changed, ",") {
-					t.Errorf("%s: changed %v, want %v", s.name, got, s.changed)
-				}
-				for uuid, want := range s.want {
-					st := tr.Status(uuid)
-					if want == "" && (!st.Healthy || st.Reason != "") || want != "" && (st.Healthy || !strings.Contains(st.Reason, want)) {
-						t.Errorf("%s: %s = %+v, want %q", s.name, uuid, st, want)
-					}
-				}
-				for uuid, c := range s.cause {
-					if got := tr.Status(uuid).Cause; got != c {
-						t.Errorf("%s: %s cause %q, want %q", s.name, uuid, got, c)
-					}
-				}
+				s.check(t, tr)
 			}
 			if n := len(tr.All()); n != 2 {
 				t.Errorf("All lists %d GPUs, want 2", n)
@@ -117,6 +107,29 @@ func TestTracker(t *testing.T) {
 	}
 	if st := NewTracker(nil, nil).Status("x"); st.Healthy {
 		t.Error("an unknown GPU is healthy")
+	}
+}
+
+// check runs the step on tr and checks the changes and statuses it leaves.
+func (s step) check(t *testing.T, tr *Tracker) {
+	t.Helper()
+	var got []string
+	for _, c := range s.do(tr) {
+		got = append(got, c.UUID)
+	}
+	if strings.Join(got, ",") != strings.Join(s.changed, ",") {
+		t.Errorf("%s: changed %v, want %v", s.name, got, s.changed)
+	}
+	for uuid, want := range s.want {
+		st := tr.Status(uuid)
+		if want == "" && (!st.Healthy || st.Reason != "") || want != "" && (st.Healthy || !strings.Contains(st.Reason, want)) {
+			t.Errorf("%s: %s = %+v, want %q", s.name, uuid, st, want)
+		}
+	}
+	for uuid, c := range s.cause {
+		if got := tr.Status(uuid).Cause; got != c {
+			t.Errorf("%s: %s cause %q, want %q", s.name, uuid, got, c)
+		}
 	}
 }
 

@@ -66,87 +66,113 @@ func attachedCount(t *testing.T, dir string) int {
 	return len(tags)
 }
 
+// v2Container is a helper process in a cgroup v2 of its own with the
+// runtime's program attached, as runc leaves a container, and the agent's
+// programs.
+type v2Container struct {
+	t     *testing.T
+	h     *helper
+	pid   int
+	dir   string
+	base  []*devconfig.Rule
+	progs *Programs
+	c     Container
+	nodes []devconfig.Device // three GPU nodes
+}
+
+func newV2Container(t *testing.T) *v2Container {
+	m := v2Mounts(t)
+	v := &v2Container{t: t, h: startHelper(t), base: runcBase(t), progs: NewPrograms(16), nodes: gpuNodes(3)}
+	v.pid = v.h.cmd.Process.Pid
+	v.dir = newCgroup(t, m.V2, v.pid)
+	attachRuntime(t, v.dir, v.base)
+	v.c = Container{PID: v.pid, Cgroup: Cgroup{V2: true, Dir: v.dir}, Base: v.base}
+	return v
+}
+
+// apply applies the devices want to the container and says whether
+// anything changed.
+func (v *v2Container) apply(want ...string) bool {
+	v.t.Helper()
+	changed, err := Apply("/proc", v.progs, v.c, v.nodes, wantSet(want...))
+	if err != nil {
+		v.t.Fatalf("Apply %v: %v", want, err)
+	}
+	return changed
+}
+
+// syncNodes makes the device nodes want of managed in the container.
+func (v *v2Container) syncNodes(managed []devconfig.Device, want ...string) {
+	v.t.Helper()
+	if _, err := SyncNodes("/proc", v.pid, managed, wantSet(want...)); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// oneProgram checks that exactly one device program is attached.
+func (v *v2Container) oneProgram() {
+	v.t.Helper()
+	if n := attachedCount(v.t, v.dir); n != 1 {
+		v.t.Fatalf("%d programs attached, want 1", n)
+	}
+}
+
 func TestApplyV2(t *testing.T) {
 	needRoot(t)
-	m := v2Mounts(t)
-	h := startHelper(t)
-	pid := h.cmd.Process.Pid
-	dir := newCgroup(t, m.V2, pid)
-	base := runcBase(t)
-	attachRuntime(t, dir, base)
-	progs := NewPrograms(16)
-	c := Container{PID: pid, Cgroup: Cgroup{V2: true, Dir: dir}, Base: base}
-	nodes := gpuNodes(3)
+	v := newV2Container(t)
+	h := v.h
 	// The runtime's program denies a GPU node made behind its back.
-	if _, err := SyncNodes("/proc", pid, nodes, wantSet("/dev/nvidia0", "/dev/nvidia1")); err != nil {
-		t.Fatal(err)
-	}
+	v.syncNodes(v.nodes, "/dev/nvidia0", "/dev/nvidia1")
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM", "/dev/nvidia1": "EPERM"})
 
-	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia1")); err != nil || !changed {
-		t.Fatalf("Apply: changed=%v err=%v", changed, err)
+	if !v.apply("/dev/nvidia1") {
+		t.Fatal("Apply changed nothing")
 	}
-	if n := attachedCount(t, dir); n != 1 {
-		t.Fatalf("%d programs attached, want 1", n)
-	}
+	v.oneProgram()
 	h.expectOpen(map[string]string{"/dev/nvidia1": "ENXIO", "/dev/nvidia0": "ENOENT"})
-	if _, err := SyncNodes("/proc", pid, nodes[:1], wantSet("/dev/nvidia0")); err != nil {
-		t.Fatal(err)
-	}
+	v.syncNodes(v.nodes[:1], "/dev/nvidia0")
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM"})
 
 	// The same state again loads nothing.
-	if changed, err := SyncV2(progs, dir, base, nodes, wantSet("/dev/nvidia1")); err != nil || changed {
+	if changed, err := SyncV2(v.progs, v.dir, v.base, v.nodes, wantSet("/dev/nvidia1")); err != nil || changed {
 		t.Fatalf("repeat: changed=%v err=%v", changed, err)
 	}
 	// A restarted agent (nothing remembered) sets it once, then not again.
-	progs = NewPrograms(16)
+	v.progs = NewPrograms(16)
 	for i, want := range []bool{true, false} {
-		if changed, err := SyncV2(progs, dir, base, nodes, wantSet("/dev/nvidia1")); err != nil || changed != want {
+		if changed, err := SyncV2(v.progs, v.dir, v.base, v.nodes, wantSet("/dev/nvidia1")); err != nil || changed != want {
 			t.Fatalf("after restart, sync %d: changed=%v err=%v", i, changed, err)
 		}
 	}
-	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia1")); err != nil {
-		t.Fatal(err)
-	}
+	v.apply("/dev/nvidia1")
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENOENT"})
 	// Swap GPUs: still exactly one program.
-	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil {
-		t.Fatal(err)
-	}
-	if n := attachedCount(t, dir); n != 1 {
-		t.Fatalf("%d programs attached, want 1", n)
-	}
+	v.apply("/dev/nvidia0", "/dev/nvidia2")
+	v.oneProgram()
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT", "/dev/nvidia2": "ENXIO", "/dev/null": "ENOENT"})
 
 	// The runtime re-attaches its program (e.g. on an update): reconciled.
-	attachRuntime(t, dir, base)
+	attachRuntime(t, v.dir, v.base)
 	h.expectOpen(map[string]string{"/dev/nvidia0": "EPERM"})
-	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil || !changed {
-		t.Fatalf("reconcile: changed=%v err=%v", changed, err)
+	if !v.apply("/dev/nvidia0", "/dev/nvidia2") {
+		t.Fatal("reconcile: Apply changed nothing")
 	}
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO"})
 	// Another program beside ours: both replaced by one.
-	attachExtra(t, dir)
-	if changed, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia0", "/dev/nvidia2")); err != nil || !changed {
-		t.Fatalf("two programs: changed=%v err=%v", changed, err)
+	attachExtra(t, v.dir)
+	if !v.apply("/dev/nvidia0", "/dev/nvidia2") {
+		t.Fatal("two programs: Apply changed nothing")
 	}
-	if n := attachedCount(t, dir); n != 1 {
-		t.Fatalf("%d programs attached, want 1", n)
-	}
+	v.oneProgram()
 	h.expectOpen(map[string]string{"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"})
 
 	// A kubelet-made OCI config (deny all, the device plugin's GPU) lacks
 	// what runc allows every container: with the runtime's defaults the
 	// rebuilt program keeps /dev/null usable.
 	null := []devconfig.Device{{Path: "/dev/null", FileMode: 0o666, Rule: devconfig.Rule{Type: devconfig.CharDevice, Major: 1, Minor: 3}}}
-	if _, err := SyncNodes("/proc", pid, null, wantSet("/dev/null")); err != nil {
-		t.Fatal(err)
-	}
-	c.Base = append(rulesOf(t, "deny a", "allow c 195:0 rw"), RuntimeDefaultRules()...)
-	if _, err := Apply("/proc", progs, c, nodes, wantSet("/dev/nvidia2")); err != nil {
-		t.Fatal(err)
-	}
+	v.syncNodes(null, "/dev/null")
+	v.c.Base = append(rulesOf(t, "deny a", "allow c 195:0 rw"), RuntimeDefaultRules()...)
+	v.apply("/dev/nvidia2")
 	h.expectOpen(map[string]string{"/dev/null": "ok", "/dev/nvidia2": "ENXIO", "/dev/nvidia0": "ENOENT"})
 }
 
