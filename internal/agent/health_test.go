@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/health"
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // On the simulated GPU through go-nvml, as on a real driver: application
@@ -22,7 +22,7 @@ import (
 // says why. "Nothing changed" is checked by order: the monitor handles events
 // one by one, so the change for a later event proves the earlier ones seen.
 func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
-	bin := buildOutputs(t, "sim/gpuslice-sim-ctl", "sim/libnvidia-ml.so.1")
+	bin := testbin.Dir(t, "sim/gpuslice-sim-ctl", "sim/libnvidia-ml.so.1")
 	ctl := filepath.Join(bin, "sim", "gpuslice-sim-ctl")
 	drv, gpus, found := openSimGPUs(t, bin, 3)
 	cfg := DefaultConfig(func(string) string { return "" })
@@ -62,27 +62,6 @@ func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
 	if s := mon.status(gpus[1].UUID); s.Healthy {
 		t.Fatal("an XID is not sticky")
 	}
-}
-
-// buildOutputs is the absolute build output directory ($GPUSLICE_BIN, by
-// default the repository's bin/); the test skips when one of files (paths
-// in it) is missing.
-func buildOutputs(t *testing.T, files ...string) string {
-	t.Helper()
-	bin := os.Getenv("GPUSLICE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "bin")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
-			t.Skipf("needs the build outputs (run make): %v", err)
-		}
-	}
-	return bin
 }
 
 // openSimGPUs opens the simulated driver of bin/sim with n GPUs of a state

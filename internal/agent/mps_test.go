@@ -13,6 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
+	"github.com/gpuslice/gpuslice/internal/testbin"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -27,7 +28,7 @@ func (f fixedReader) Devices(context.Context) ([]gpunoderow.Device, error) {
 // and the GPUNode measurement counts it and bounds the units free; the
 // daemon's server is known as the agent's (not an unscheduled process).
 func TestSharingMeasuresLiveClients(t *testing.T) {
-	bin := buildOutputs(t, "sim/gpuslice-sim-mps-control", "sim/libcuda.so.1", "gs-share-tenant")
+	bin := testbin.Dir(t, "sim/gpuslice-sim-mps-control", "sim/libcuda.so.1", "gs-share-tenant")
 	root, err := os.MkdirTemp("", "mps") // short: socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)

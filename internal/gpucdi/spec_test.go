@@ -1,7 +1,6 @@
 package gpucdi
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,15 +10,13 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // simGPUs lists the simulated GPU's devices (bin/sim, built by make).
 func simGPUs(t *testing.T) []GPU {
 	t.Helper()
-	bin := os.Getenv("GPUSLICE_BIN")
-	if bin == "" {
-		bin = "../../bin"
-	}
+	bin := testbin.Dir(t)
 	t.Setenv("GPUSLICE_SIM_GPUS", "3")
 	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
 	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(bin, "sim"))

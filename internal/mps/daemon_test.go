@@ -7,24 +7,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // The stand-in daemon of the simulated GPU (built by make): any program with
 // the control daemon's command line works.
 func standIn(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("GPUSLICE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "bin")
-	}
-	p, err := filepath.Abs(filepath.Join(bin, "sim", "gpuslice-sim-mps-control"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("needs the build outputs (run make): %v", err)
-	}
-	return p
+	const standIn = "sim/gpuslice-sim-mps-control"
+	return filepath.Join(testbin.Dir(t, standIn), standIn)
 }
 
 // A killed daemon is restarted; a clean stop uses quit.

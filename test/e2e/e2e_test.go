@@ -12,21 +12,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // binDir is where 'make' put the binaries; tests skip without them.
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("GPUSLICE_BIN")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../bin")
-	}
-	for _, f := range []string{"gpuslice", "libgpuslice.so", "gs-memfill", "gs-trainer", "sim/libcuda.so.1"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Skipf("binaries not built (run make first): %v", err)
-		}
-	}
-	return dir
+	return testbin.Dir(t, "gpuslice", "libgpuslice.so", "gs-memfill", "gs-trainer", "sim/libcuda.so.1")
 }
 
 // env is a private simulated GPU (ignored by a real driver) and run directory.

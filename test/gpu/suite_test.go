@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // suite is one run: where the binaries are, which driver, and the figures taken.
@@ -39,15 +41,7 @@ func (s *suite) record(t *testing.T, area, check, figure string) {
 
 func newSuite(t *testing.T) *suite {
 	t.Helper()
-	bin := os.Getenv("GPUSLICE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "bin")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &suite{bin: bin, runDir: runDir(t)}
+	s := &suite{bin: testbin.Dir(t), runDir: runDir(t)}
 	switch d := os.Getenv("GPUSLICE_DRIVER"); d {
 	case "sim":
 		s.sim = true
@@ -59,7 +53,7 @@ func newSuite(t *testing.T) *suite {
 		t.Fatalf("GPUSLICE_DRIVER=%q: want real, auto or sim", d)
 	}
 	for _, f := range []string{"gpuslice", "libgpuslice.so", "gs-memfill", "gs-tenant", "gs-bench-hooks", "gs-trainer"} {
-		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+		if _, err := os.Stat(filepath.Join(s.bin, f)); err != nil {
 			t.Fatalf("needs the build outputs (make test-gpu builds them): %v", err)
 		}
 	}
