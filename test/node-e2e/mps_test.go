@@ -60,8 +60,39 @@ func TestMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := func(cmd string) []int {
-		t.Helper()
+	control := n.mpsControl(ctx, pipe)
+	p := n.startMPSPod(ctx)
+	n.checkMPSEnv(p, pipe)
+
+	// Its clients are the server's, counted in the row; the server is the agent's.
+	server := n.waitClients(ctx, p, control, 2, 0)
+	want := min(int64(mpsServerTot-mpsUnits), int64(api.MPSClientLimit-2)*2)
+	n.waitRow(bounded(ctx), "counting the pod's 2 MPS clients", time.Now(), func(g *v1alpha2.GPUNode) bool {
+		d := g.Status.GPUs[0]
+		return d.MPSClients == 2 && d.UnitsFree == want && d.UnscheduledProcesses == 0
+	})
+	t.Logf("e2e mps: GPU 0 row: 2 live clients, %d of %d units free, server pid %d not unscheduled", want, mpsServerTot, server)
+	n.checkMPSHardLimit(p)
+	n.checkMPSNVML(p)
+
+	// A killed server: the agent starts a new one and the pod's next client works.
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	next := n.waitClients(ctx, p, control, 1, server)
+	t.Logf("e2e mps: server %d killed; the agent's new server %d has the pod's new client %v later", server, next, time.Since(killed).Round(time.Millisecond))
+	n.waitRow(bounded(ctx), "counting the new server's client", time.Now(), func(g *v1alpha2.GPUNode) bool {
+		return g.Status.GPUs[0].MPSClients >= 1
+	})
+	n.deletePods(ctx, p.Name)
+}
+
+// mpsControl sends a command to the MPS control daemon of the pipe
+// directory pipe and returns the pids it answers (none while it restarts).
+func (n *node) mpsControl(ctx context.Context, pipe string) func(cmd string) []int {
+	return func(cmd string) []int {
+		n.t.Helper()
 		c := exec.CommandContext(ctx, filepath.Join(n.bin, "sim", "gpuslice-sim-mps-control"))
 		c.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe)
 		c.Stdin = strings.NewReader(cmd + "\n")
@@ -78,8 +109,11 @@ func TestMPS(t *testing.T) {
 		}
 		return pids
 	}
+}
 
-	// The pod: a client holding 256 MiB, and busy tenants, each for 2 s, one after another.
+// startMPSPod runs the mps pod on GPU 0: a client holding 256 MiB, and busy
+// tenants, each for 2 s, one after another.
+func (n *node) startMPSPod(ctx context.Context) *corev1.Pod {
 	script := fmt.Sprintf("/gs/gs-memfill --max %d --hold-ms 3600000 >/tmp/fill.json 2>&1 & "+
 		"while true; do /gs/gs-tenant --mode busy --kernel-us 500 --seconds 2 >>/tmp/tenant.log 2>&1; sleep 0.1; done", mpsHeld)
 	p := sharePod("mps", mpsUnits, mpsMemory, "", "sh", "-c", script)
@@ -87,20 +121,15 @@ func TestMPS(t *testing.T) {
 	p = n.createPod(ctx, p)
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
 	if a := assignment(p); a == nil || len(a.Containers) != 1 || len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].Index != 0 {
-		t.Fatalf("mps pod assigned %+v, want GPU 0", a)
+		n.t.Fatalf("mps pod assigned %+v, want GPU 0", a)
 	}
-	n.checkMPSEnv(p, pipe)
+	return p
+}
 
-	// Its clients are the server's, counted in the row; the server is the agent's.
-	server := n.waitClients(ctx, p, control, 2, 0)
-	want := min(int64(mpsServerTot-mpsUnits), int64(api.MPSClientLimit-2)*2)
-	n.waitRow(bounded(ctx), "counting the pod's 2 MPS clients", time.Now(), func(g *v1alpha2.GPUNode) bool {
-		d := g.Status.GPUs[0]
-		return d.MPSClients == 2 && d.UnitsFree == want && d.UnscheduledProcesses == 0
-	})
-	t.Logf("e2e mps: GPU 0 row: 2 live clients, %d of %d units free, server pid %d not unscheduled", want, mpsServerTot, server)
-
-	// libgpuslice's hard limit is the group's: a new client gets what the first left of 1 GiB.
+// checkMPSHardLimit: libgpuslice's hard limit is the group's: a new client
+// gets what the first left of 1 GiB.
+func (n *node) checkMPSHardLimit(p *corev1.Pod) {
+	t := n.t
 	out, err := n.execReport(p, "/tmp/fill2.json", "sh", "-c", "/gs/gs-memfill --max 2G >/tmp/fill2.json")
 	if err != nil {
 		t.Fatalf("gs-memfill in the mps pod: %v\n%s", err, out)
@@ -115,9 +144,13 @@ func TestMPS(t *testing.T) {
 		t.Fatalf("gs-memfill beside a 256 MiB client saw %q (%v): want total 1 GiB, at most 768 MiB, stopped by CUDA_ERROR_OUT_OF_MEMORY", out, err)
 	}
 	t.Logf("e2e mps: hard limit: a second client got %d MiB beside the first's 256 MiB of 1 GiB (%s)", fill.Allocated>>20, fill.StoppedBy)
+}
 
-	// NVML in the pod: its own processes by container pid, not the server.
-	out, err = n.execReport(p, "/tmp/procs.json", "sh", "-c", "/gs/gs-nvmlprocs --want 2 >/tmp/procs.json")
+// checkMPSNVML: NVML in the pod lists its own processes by container pid,
+// not the server.
+func (n *node) checkMPSNVML(p *corev1.Pod) {
+	t := n.t
+	out, err := n.execReport(p, "/tmp/procs.json", "sh", "-c", "/gs/gs-nvmlprocs --want 2 >/tmp/procs.json")
 	if err != nil {
 		t.Fatalf("gs-nvmlprocs in the mps pod: %v\n%s", err, out)
 	}
@@ -132,18 +165,6 @@ func TestMPS(t *testing.T) {
 		t.Fatalf("NVML in the mps pod: %q (%v): want its 2 processes (memfill and itself) by container pid", out, err)
 	}
 	t.Logf("e2e mps: NVML in the pod lists %v (container pids), not the server", procs.PIDs)
-
-	// A killed server: the agent starts a new one and the pod's next client works.
-	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	next := n.waitClients(ctx, p, control, 1, server)
-	t.Logf("e2e mps: server %d killed; the agent's new server %d has the pod's new client %v later", server, next, time.Since(killed).Round(time.Millisecond))
-	n.waitRow(bounded(ctx), "counting the new server's client", time.Now(), func(g *v1alpha2.GPUNode) bool {
-		return g.Status.GPUs[0].MPSClients >= 1
-	})
-	n.deletePods(ctx, p.Name)
 }
 
 // checkMPSEnv: the container's first process has the MPS client environment

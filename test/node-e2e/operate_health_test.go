@@ -77,43 +77,11 @@ func (n *node) simCtl(args ...string) {
 // GPUs. Last, an XID on every GPU left makes the node NotReady, saying why.
 func (n *node) checkHealth(ctx context.Context, p *corev1.Pod) time.Duration {
 	t := n.t
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	msgs := n.watchPlugin(wctx)
-	recv := func(what string) gpuHealth {
-		select {
-		case h, ok := <-msgs:
-			if !ok {
-				t.Fatalf("ListAndWatch stream ended waiting for %s", what)
-			}
-			return h
-		case <-ctx.Done():
-			t.Fatalf("no ListAndWatch message for %s", what)
-		}
-		return nil
-	}
-	first := recv("the first list")
-	for _, g := range n.gpus {
-		if first[g.UUID] != pluginapi.Healthy {
-			t.Fatalf("before any XID: %v", first)
-		}
-	}
 	mine := opGPU(p).UUID
 	victim := n.opOtherGPUs(mine)[0]
-	n.simCtl("xid", mine, "13")
-	t0 := time.Now()
-	n.simCtl("xid", victim, "79")
-	var withdrawn time.Duration
-	for {
-		h := recv("GPU " + victim + " withdrawn")
-		if h[mine] != pluginapi.Healthy {
-			t.Fatalf("XID 13 (an application's) withdrew the tenant's GPU %s: %v", mine, h)
-		}
-		if h[victim] == pluginapi.Unhealthy {
-			withdrawn = time.Since(t0)
-			break
-		}
-	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	t0, withdrawn := n.checkWithdrawn(ctx, n.watchPlugin(wctx), mine, victim)
 	row := n.waitRow(ctx, "showing the XID", time.Time{}, func(g *v1alpha2.GPUNode) bool {
 		for _, x := range g.Status.GPUs {
 			if x.UUID == victim {
@@ -141,16 +109,59 @@ func (n *node) checkHealth(ctx context.Context, p *corev1.Pod) time.Duration {
 	t.Logf("e2e health: XID 79 on %s withdrew it from ListAndWatch %v after the injection, the GPUNode row said why %v after: %q",
 		victim, withdrawn.Round(time.Microsecond), rowAfter.Round(time.Millisecond), row.Status.Message)
 	n.checkPlacement(ctx, victim, mine)
-	// No healthy GPU left: NotReady, saying why.
+	n.checkNotReady(ctx, victim, t0)
+	return withdrawn
+}
+
+// checkWithdrawn: with every GPU healthy in ListAndWatch (msgs), an
+// application XID (13) on GPU mine changes nothing and a critical one (79)
+// on victim withdraws it. It returns when the XID 79 was injected and how
+// long the withdrawal took.
+func (n *node) checkWithdrawn(ctx context.Context, msgs <-chan gpuHealth, mine, victim string) (time.Time, time.Duration) {
+	t := n.t
+	recv := func(what string) gpuHealth {
+		select {
+		case h, ok := <-msgs:
+			if !ok {
+				t.Fatalf("ListAndWatch stream ended waiting for %s", what)
+			}
+			return h
+		case <-ctx.Done():
+			t.Fatalf("no ListAndWatch message for %s", what)
+		}
+		return nil
+	}
+	first := recv("the first list")
+	for _, g := range n.gpus {
+		if first[g.UUID] != pluginapi.Healthy {
+			t.Fatalf("before any XID: %v", first)
+		}
+	}
+	n.simCtl("xid", mine, "13")
+	t0 := time.Now()
+	n.simCtl("xid", victim, "79")
+	for {
+		h := recv("GPU " + victim + " withdrawn")
+		if h[mine] != pluginapi.Healthy {
+			t.Fatalf("XID 13 (an application's) withdrew the tenant's GPU %s: %v", mine, h)
+		}
+		if h[victim] == pluginapi.Unhealthy {
+			return t0, time.Since(t0)
+		}
+	}
+}
+
+// checkNotReady: an XID on every GPU left but victim leaves no healthy
+// GPU: the node is NotReady, saying why.
+func (n *node) checkNotReady(ctx context.Context, victim string, since time.Time) {
 	for _, u := range n.opOtherGPUs(victim) {
 		n.simCtl("xid", u, "48")
 	}
-	row = n.waitRow(ctx, "NotReady", t0, func(g *v1alpha2.GPUNode) bool { return g.Status.State == v1alpha2.NodeNotReady })
+	row := n.waitRow(ctx, "NotReady", since, func(g *v1alpha2.GPUNode) bool { return g.Status.State == v1alpha2.NodeNotReady })
 	if !strings.HasPrefix(row.Status.Message, "no healthy GPU; ") || !opContains(row.Status.Message, "XID 48", "XID 79") {
-		t.Fatalf("NotReady message %q", row.Status.Message)
+		n.t.Fatalf("NotReady message %q", row.Status.Message)
 	}
-	t.Logf("e2e health: XID 48 on the other GPUs: the node is NotReady: %q", row.Status.Message)
-	return withdrawn
+	n.t.Logf("e2e health: XID 48 on the other GPUs: the node is NotReady: %q", row.Status.Message)
 }
 
 // checkPlacement: with one GPU withdrawn and one holding the tenant's share,

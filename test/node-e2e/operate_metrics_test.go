@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -90,50 +91,11 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 		t.Fatalf("the tenant's group %s never held 1 GiB and a connection in gpuslice status: %+v", group, doc)
 	}
 	before := n.opStatus()
-	m := n.opScrape()
+	m := &seriesCheck{t: t, m: n.opScrape()}
 	after := n.opStatus()
-	checked := 0
-	check := func(family, key string, lo, hi float64) {
-		got, ok := m[family][key]
-		if !ok || (got < lo && !opNear(got, lo)) || (got > hi && !opNear(got, hi)) {
-			t.Errorf("%s{%s} = %v (present %v), want %v..%v", family, key, got, ok, lo, hi)
-		}
-		checked++
-	}
-	members := 0
-	for _, g := range after.GPUs {
-		waiting := 0
-		for _, a := range g.Groups {
-			b, ok := opGroup(before, g.UUID, a.Name)
-			if !ok {
-				t.Errorf("group %s on %s appeared during the scrape", a.Name, g.UUID)
-				continue
-			}
-			k := g.UUID + "/" + a.Name // labels gpu, group
-			gauge := func(family string, bv, av float64) { check(family, k, bv, av) }
-			gauge("gpuslice_group_gpu_memory_used_bytes", float64(b.MemoryUsed), float64(a.MemoryUsed))
-			gauge("gpuslice_group_gpu_memory_limit_bytes", float64(b.MemoryMax), float64(a.MemoryMax))
-			gauge("gpuslice_group_gpu_share_ratio", b.Share, a.Share)
-			gauge("gpuslice_group_gpu_expected_share_ratio", b.ExpectedShare, a.ExpectedShare)
-			gauge("gpuslice_group_gpu_members", float64(b.Processes), float64(a.Processes))
-			check("gpuslice_group_gpu_memory_refused_allocations_total", k, float64(b.MemoryRefused), float64(a.MemoryRefused))
-			check("gpuslice_group_gpu_time_granted_seconds_total", k, time.Duration(b.GrantedNs).Seconds(), time.Duration(a.GrantedNs).Seconds())
-			check("gpuslice_group_gpu_time_achieved_seconds_total", k, time.Duration(b.GPUTimeNs).Seconds(), time.Duration(a.GPUTimeNs).Seconds())
-			check("gpuslice_group_gpu_grants_total", k, float64(b.Grants), float64(a.Grants))
-			check("gpuslice_group_gpu_revokes_total", k, float64(b.Revokes), float64(a.Revokes))
-			if b.MemoryUsed != a.MemoryUsed || b.MemoryMax != a.MemoryMax || b.Share != a.Share || b.Processes != a.Processes {
-				t.Errorf("group %s on %s changed during the scrape: %+v -> %+v", a.Name, g.UUID, b, a)
-			}
-			members += a.Processes
-			if a.Waiting {
-				waiting++
-			}
-		}
-		check("gpuslice_gpu_waiting_groups", g.UUID, 0, float64(len(g.Groups)))
-		_ = waiting // a group waits only while it launches: bounds, not equality
-	}
-	check("gpuslice_daemon_connections", "", float64(members), float64(members+1))
-	check("gpuslice_daemon_status_up", "", 1, 1)
+	members := m.groups(before, after)
+	m.check("gpuslice_daemon_connections", "", float64(members), float64(members+1))
+	m.check("gpuslice_daemon_status_up", "", 1, 1)
 	// The row: per GPU health, and the tenant's hold: its limit and share
 	// are what the row no longer counts free on its GPU.
 	row := n.waitRow(ctx, "holding the tenant's share", time.Time{}, func(g *v1alpha2.GPUNode) bool {
@@ -144,23 +106,85 @@ func (n *node) checkMetrics(ctx context.Context, p *corev1.Pod) int {
 		}
 		return false
 	})
+	m.row(row, mine.UUID, group)
+	if t.Failed() {
+		t.Fatalf("metrics disagree; status before %+v, after %+v", before, after)
+	}
+	t.Logf("e2e metrics: %d series agree with gpuslice status and the GPUNode row", m.checked)
+	return m.checked
+}
+
+// seriesCheck compares scraped series with what they must be.
+type seriesCheck struct {
+	t       *testing.T
+	m       scrape
+	checked int
+}
+
+// check: the series of family with labels key is between lo and hi.
+func (c *seriesCheck) check(family, key string, lo, hi float64) {
+	c.t.Helper()
+	got, ok := c.m[family][key]
+	if !ok || (got < lo && !opNear(got, lo)) || (got > hi && !opNear(got, hi)) {
+		c.t.Errorf("%s{%s} = %v (present %v), want %v..%v", family, key, got, ok, lo, hi)
+	}
+	c.checked++
+}
+
+// groups checks the per group and per GPU series against gpuslice status
+// read before and after the scrape; it returns the groups' members.
+func (c *seriesCheck) groups(before, after cli.StatusDoc) int {
+	members := 0
+	for _, g := range after.GPUs {
+		for _, a := range g.Groups {
+			b, ok := opGroup(before, g.UUID, a.Name)
+			if !ok {
+				c.t.Errorf("group %s on %s appeared during the scrape", a.Name, g.UUID)
+				continue
+			}
+			c.group(g.UUID+"/"+a.Name, b, a) // labels gpu, group
+			if b.MemoryUsed != a.MemoryUsed || b.MemoryMax != a.MemoryMax || b.Share != a.Share || b.Processes != a.Processes {
+				c.t.Errorf("group %s on %s changed during the scrape: %+v -> %+v", a.Name, g.UUID, b, a)
+			}
+			members += a.Processes
+		}
+		// A group waits only while it launches: bounds, not equality.
+		c.check("gpuslice_gpu_waiting_groups", g.UUID, 0, float64(len(g.Groups)))
+	}
+	return members
+}
+
+// group checks one group's series (labels k) against its status before (b)
+// and after (a) the scrape: gauges equal to both, counters between the two.
+func (c *seriesCheck) group(k string, b, a cli.StatusGroup) {
+	c.check("gpuslice_group_gpu_memory_used_bytes", k, float64(b.MemoryUsed), float64(a.MemoryUsed))
+	c.check("gpuslice_group_gpu_memory_limit_bytes", k, float64(b.MemoryMax), float64(a.MemoryMax))
+	c.check("gpuslice_group_gpu_share_ratio", k, b.Share, a.Share)
+	c.check("gpuslice_group_gpu_expected_share_ratio", k, b.ExpectedShare, a.ExpectedShare)
+	c.check("gpuslice_group_gpu_members", k, float64(b.Processes), float64(a.Processes))
+	c.check("gpuslice_group_gpu_memory_refused_allocations_total", k, float64(b.MemoryRefused), float64(a.MemoryRefused))
+	c.check("gpuslice_group_gpu_time_granted_seconds_total", k, time.Duration(b.GrantedNs).Seconds(), time.Duration(a.GrantedNs).Seconds())
+	c.check("gpuslice_group_gpu_time_achieved_seconds_total", k, time.Duration(b.GPUTimeNs).Seconds(), time.Duration(a.GPUTimeNs).Seconds())
+	c.check("gpuslice_group_gpu_grants_total", k, float64(b.Grants), float64(a.Grants))
+	c.check("gpuslice_group_gpu_revokes_total", k, float64(b.Revokes), float64(a.Revokes))
+}
+
+// row checks the per GPU health series against the GPUNode row, and the
+// tenant's group's limit and share on GPU mine against what the row no
+// longer counts free.
+func (c *seriesCheck) row(row *v1alpha2.GPUNode, mine, group string) {
 	for _, x := range row.Status.GPUs {
 		h := map[bool]float64{true: 1, false: 0}[x.Health == v1alpha2.GPUHealthy]
-		check("gpuslice_gpu_healthy", x.UUID, h, h)
-		if x.UUID != mine.UUID {
+		c.check("gpuslice_gpu_healthy", x.UUID, h, h)
+		if x.UUID != mine {
 			continue
 		}
 		k := x.UUID + "/" + group
 		held := float64(x.Memory.Value() - x.MemoryFree.Value())
-		check("gpuslice_group_gpu_memory_limit_bytes", k, held, held)
+		c.check("gpuslice_group_gpu_memory_limit_bytes", k, held, held)
 		share := float64(x.UnitsTotal-x.UnitsFree) / float64(x.UnitsTotal)
-		check("gpuslice_group_gpu_share_ratio", k, share, share)
+		c.check("gpuslice_group_gpu_share_ratio", k, share, share)
 	}
-	if t.Failed() {
-		t.Fatalf("metrics disagree; status before %+v, after %+v", before, after)
-	}
-	t.Logf("e2e metrics: %d series agree with gpuslice status and the GPUNode row", checked)
-	return checked
 }
 
 func opGroup(doc cli.StatusDoc, gpu, group string) (cli.StatusGroup, bool) {
