@@ -2,6 +2,7 @@
 package testbin
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +11,9 @@ import (
 // Dir is the absolute directory of the build outputs: $GPUSLICE_BIN, else
 // the bin/ of the module holding the working directory (go test runs a
 // package's tests in its directory). The test skips, saying so, when one of
-// files (paths in that directory) is missing.
+// files (paths in that directory) is missing; in CI
+// (GPUSLICE_INTEGRATION_REQUIRED=1, set by .ci/run, which builds them all)
+// it fails instead.
 func Dir(t testing.TB, files ...string) string {
 	t.Helper()
 	bin := os.Getenv("GPUSLICE_BIN")
@@ -27,10 +30,22 @@ func Dir(t testing.TB, files ...string) string {
 	}
 	for _, f := range files {
 		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
-			t.Skipf("needs the build outputs (run make): %v", err)
+			Missing(t, fmt.Sprintf("needs the build outputs (run make): %v", err))
 		}
 	}
 	return bin
+}
+
+// Missing ends a test that needs a build output or a setting the make target
+// gives it: it skips with why, or fails in CI (GPUSLICE_INTEGRATION_REQUIRED=1,
+// set by .ci/run, which builds everything): a part CI can build is never
+// skipped there.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("GPUSLICE_INTEGRATION_REQUIRED") == "1" {
+		t.Fatal("in CI: " + why)
+	}
+	t.Skip(why)
 }
 
 // moduleRoot is the nearest directory at or above the working directory

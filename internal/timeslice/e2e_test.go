@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/testbin"
 
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
@@ -55,12 +56,12 @@ func setupE2E(t testing.TB) *e2e {
 	}
 	for _, f := range []string{filepath.Join(e.sim, "libcuda.so.1"), filepath.Join(bin, "libgpuslice.so")} {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("needs the build outputs (run make): %v", err)
+			testbin.Missing(t, fmt.Sprintf("needs the build outputs (run make): %v", err))
 		}
 	}
 	cc, err := exec.LookPath("cc")
 	if err != nil {
-		t.Skip("needs a C compiler to build the tenant program")
+		testbin.Missing(t, "needs a C compiler to build the tenant program")
 	}
 	e.tenant = filepath.Join(t.TempDir(), "gs-tenant")
 	out, err := exec.Command(cc, "-std=c11", "-D_GNU_SOURCE", "-O2", "-I", filepath.Join(repoRoot(), "include"), "-o", e.tenant,

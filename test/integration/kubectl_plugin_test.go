@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuslice/gpuslice/internal/testbin"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -39,7 +40,7 @@ func TestKubectlPlugin(t *testing.T) {
 	e, ns := setup(t)
 	plugin := os.Getenv("GPUSLICE_KUBECTL_PLUGIN")
 	if plugin == "" {
-		t.Skip("needs GPUSLICE_KUBECTL_PLUGIN (bin/kubectl-gpuslice; make test-cluster sets it)")
+		testbin.Missing(t, "needs GPUSLICE_KUBECTL_PLUGIN (bin/kubectl-gpuslice; make test-cluster sets it)")
 	}
 	node := ns + "-n-0"
 	e.nodes(t, ns+"-n", 1, 2)

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
+	"github.com/gpuslice/gpuslice/internal/testbin"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -241,7 +242,7 @@ func TestPublisherOnSimulatedGPU(t *testing.T) {
 	}
 	simDir := filepath.Join(root, "bin", "sim")
 	if _, err := os.Stat(filepath.Join(simDir, "libnvidia-ml.so.1")); err != nil || pub == "" {
-		t.Skip("needs GPUSLICE_PUBLISHER and the simulated GPU in bin/sim (make all)")
+		testbin.Missing(t, "needs GPUSLICE_PUBLISHER and the simulated GPU in bin/sim (make all)")
 	}
 	node := ns + "-sim"
 	spec := harness.NodeSpec{Name: node, Labels: map[string]string{groupLabel: ns}, Extended: true} // Node only; the publisher writes the row
