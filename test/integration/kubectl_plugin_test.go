@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/testbin"
@@ -52,7 +53,32 @@ func TestKubectlPlugin(t *testing.T) {
 		e.createPod(t, ns, name, ns+"-sched", r)
 	}
 	bound := e.waitBound(t, ns, "half", "third", "whole")
-	want := map[int32]topGPU{} // booked per GPU index, from the assignments
+	want, shares := booked(t, bound)
+	kubectl := e.kubectlPlugin(t, plugin)
+	checkTop(t, e, kubectl, node, want)
+	checkPods(t, kubectl, ns, node, bound, shares)
+}
+
+// kubectlPlugin runs `kubectl gpuslice ARGS` with the real kubectl, which
+// finds the plugin on PATH, and returns its output.
+func (e *env) kubectlPlugin(t *testing.T, plugin string) func(args ...string) string {
+	dir := filepath.Dir(plugin) // kubectl finds plugins on PATH
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(e.bins.Path("kubectl"), append([]string{"gpuslice"}, append(args, "--kubeconfig", e.cp.Kubeconfig)...)...)
+		cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kubectl gpuslice %q: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+}
+
+// booked is what the pods' assignments book per GPU index, and the number
+// of shares (a pod's part of one GPU).
+func booked(t *testing.T, bound map[string]*corev1.Pod) (map[int32]topGPU, int) {
+	want := map[int32]topGPU{}
 	shares := 0
 	for _, p := range bound {
 		for idx, g := range assignment(t, p).Totals() {
@@ -64,19 +90,12 @@ func TestKubectlPlugin(t *testing.T) {
 			shares++
 		}
 	}
+	return want, shares
+}
 
-	dir := filepath.Dir(plugin) // kubectl finds plugins on PATH
-	kubectl := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(e.bins.Path("kubectl"), append([]string{"gpuslice"}, append(args, "--kubeconfig", e.cp.Kubeconfig)...)...)
-		cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("kubectl gpuslice %q: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-
+// checkTop: `top` reports per GPU of node what the pods book (want, by GPU
+// index) against its GPUNode row.
+func checkTop(t *testing.T, e *env, kubectl func(...string) string, node string, want map[int32]topGPU) {
 	var top struct {
 		Kind  string `json:"kind"`
 		Nodes []struct {
@@ -106,7 +125,11 @@ func TestKubectlPlugin(t *testing.T) {
 	if table := kubectl("top", node); !strings.Contains(table, "UNITS") || !strings.Contains(table, node) {
 		t.Errorf("top table:\n%s", table)
 	}
+}
 
+// checkPods: `pods` lists which of the bound pods of namespace ns holds
+// which of the shares, and nothing of ns in another namespace.
+func checkPods(t *testing.T, kubectl func(...string) string, ns, node string, bound map[string]*corev1.Pod, shares int) {
 	var pods struct {
 		Kind  string `json:"kind"`
 		Items []struct {
