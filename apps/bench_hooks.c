@@ -98,11 +98,95 @@ static double report(const char *what, double *direct, double *hooked, int n)
 	return h50 / d50;
 }
 
+/* The run's defaults: an active memory limit and a group file of its own. */
+static void default_env(void)
+{
+	setenv("GPUSLICE_MEMORY_LIMIT", "8589934592", 0);
+	if (!getenv("GPUSLICE_GROUP_FILE")) {
+		static char path[128];
+		snprintf(path, sizeof(path), "/tmp/gs-bench-hooks-%d.state", (int)getpid());
+		setenv("GPUSLICE_GROUP_FILE", path, 1);
+	}
+}
+
+/* Opens the driver (device 0 and the busy kernel), and both ways to call it:
+ * the driver itself and the hooks of libgpuslice at so. */
+static int open_driver(struct cuapi *api, CUfunction *fn, const char *so, void **cuda, void **hooks)
+{
+	char err[256];
+	CUdevice dev;
+
+	if (cuapi_load(api, CUAPI_DLSYM, err, sizeof(err)) != 0 || cuapi_open_device0(api, &dev) != CUDA_SUCCESS ||
+	    cuapi_busy_kernel(api, fn) != CUDA_SUCCESS) {
+		fprintf(stderr, "gs-bench-hooks: cannot open the driver: %s\n", err);
+		return -1;
+	}
+	*cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	*hooks = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!*hooks || !*cuda) {
+		fprintf(stderr, "gs-bench-hooks: %s\n", dlerror());
+		return -1;
+	}
+	return 0;
+}
+
+/* Runs the call batches of both variants, alternating which goes first. */
+static int run_calls(const struct cuapi *api, struct variant vs[2], CUfunction fn, int rounds)
+{
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < 2; k++)
+			if (one_round(api, &vs[(r + k) % 2], fn, r) != 0) {
+				fprintf(stderr, "gs-bench-hooks: a driver call failed in round %d\n", r);
+				return -1;
+			}
+	return 0;
+}
+
+/* Runs the launch-bound workload through both variants, alternating which
+ * goes first; wt[i][r] is variant i's time in round r. */
+static int run_work(const struct cuapi *api, struct variant vs[2], void *cuda, CUfunction fn, double *wt[2],
+		    int wrounds)
+{
+	struct work work;
+
+	if (wrounds > 0 && work_setup(&work, cuda, fn) != 0) {
+		fprintf(stderr, "gs-bench-hooks: cannot set up the launch-bound workload\n");
+		return -1;
+	}
+	for (int r = 0; r < wrounds; r++)
+		for (int k = 0; k < 2; k++) {
+			int i = (r + k) % 2;
+			double t = work_run(&work, &vs[i].w, api);
+			if (t < 0) {
+				fprintf(stderr, "gs-bench-hooks: the workload failed in round %d\n", r);
+				return -1;
+			}
+			wt[i][r] = t;
+		}
+	return 0;
+}
+
+/* Prints the workload's median times; returns the median of the rounds'
+ * throughput ratios (the two runs of a round saw the same load), or -1. */
+static double report_work(double *wt[2], int wrounds)
+{
+	double *ratio = malloc((size_t)wrounds * sizeof(double));
+	if (ratio == NULL)
+		return -1;
+	for (int r = 0; r < wrounds; r++)
+		ratio[r] = wt[0][r] / wt[1][r];
+	double through = bench_quantile(ratio, wrounds, 0.5);
+	free(ratio);
+	double wd = bench_quantile(wt[0], wrounds, 0.5), wh = bench_quantile(wt[1], wrounds, 0.5);
+	printf("launch-bound workload (%s): %d runs each, median %.2f ms direct, %.2f ms hooked; median "
+	       "throughput ratio (direct time / hooked time, per round) %.3f\n",
+	       WORK_DESCRIPTION, wrounds, wd / 1e6, wh / 1e6, through);
+	return through;
+}
+
 int main(int argc, char **argv)
 {
 	struct cuapi api;
-	char err[256];
-	CUdevice dev;
 	CUfunction fn;
 	int rounds = argc > 2 ? atoi(argv[2]) : 2000, wrounds = argc > 3 ? atoi(argv[3]) : 15;
 	void *hooks, *cuda;
@@ -111,23 +195,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: gs-bench-hooks LIBGPUSLICE_SO [ROUNDS (0 or >=10) [WORK_ROUNDS (>=0)]]\n");
 		return 2;
 	}
-	setenv("GPUSLICE_MEMORY_LIMIT", "8589934592", 0);
-	if (!getenv("GPUSLICE_GROUP_FILE")) {
-		static char path[128];
-		snprintf(path, sizeof(path), "/tmp/gs-bench-hooks-%d.state", (int)getpid());
-		setenv("GPUSLICE_GROUP_FILE", path, 1);
-	}
-	if (cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) != 0 || cuapi_open_device0(&api, &dev) != CUDA_SUCCESS ||
-	    cuapi_busy_kernel(&api, &fn) != CUDA_SUCCESS) {
-		fprintf(stderr, "gs-bench-hooks: cannot open the driver: %s\n", err);
+	default_env();
+	if (open_driver(&api, &fn, argv[1], &cuda, &hooks) != 0)
 		return 1;
-	}
-	cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	hooks = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-	if (!hooks || !cuda) {
-		fprintf(stderr, "gs-bench-hooks: %s\n", dlerror());
-		return 1;
-	}
 	double *buf = calloc((size_t)rounds * 4 + (size_t)wrounds * 2, sizeof(double));
 	if (!buf)
 		return 1;
@@ -140,28 +210,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gs-bench-hooks: %s lacks a hook\n", argv[1]);
 		return 1;
 	}
-	for (int r = 0; r < rounds; r++)
-		for (int k = 0; k < 2; k++)
-			if (one_round(&api, &vs[(r + k) % 2], fn, r) != 0) {
-				fprintf(stderr, "gs-bench-hooks: a driver call failed in round %d\n", r);
-				return 1;
-			}
 	double *wt[2] = {buf + 4 * rounds, buf + 4 * rounds + wrounds};
-	struct work work;
-	if (wrounds > 0 && work_setup(&work, cuda, fn) != 0) {
-		fprintf(stderr, "gs-bench-hooks: cannot set up the launch-bound workload\n");
+	if (run_calls(&api, vs, fn, rounds) != 0 || run_work(&api, vs, cuda, fn, wt, wrounds) != 0)
 		return 1;
-	}
-	for (int r = 0; r < wrounds; r++)
-		for (int k = 0; k < 2; k++) {
-			int i = (r + k) % 2;
-			double t = work_run(&work, &vs[i].w, &api);
-			if (t < 0) {
-				fprintf(stderr, "gs-bench-hooks: the workload failed in round %d\n", r);
-				return 1;
-			}
-			wt[i][r] = t;
-		}
 	double launch = 0, alloc = 0, through = 0;
 	if (rounds > 0) {
 		printf("gs-bench-hooks: %d rounds x %d calls, median and p99 ns per call (over rounds), direct vs through %s\n",
@@ -169,20 +220,8 @@ int main(int argc, char **argv)
 		launch = report("cuLaunchKernel", vs[0].launch_ns, vs[1].launch_ns, rounds);
 		alloc = report("cuMemAlloc_v2+cuMemFree_v2", vs[0].alloc_ns, vs[1].alloc_ns, rounds);
 	}
-	if (wrounds > 0) {
-		/* The median of the rounds' ratios: the two runs of a round saw the same load. */
-		double *ratio = malloc((size_t)wrounds * sizeof(double));
-		if (ratio == NULL)
-			return 1;
-		for (int r = 0; r < wrounds; r++)
-			ratio[r] = wt[0][r] / wt[1][r];
-		through = bench_quantile(ratio, wrounds, 0.5);
-		free(ratio);
-		double wd = bench_quantile(wt[0], wrounds, 0.5), wh = bench_quantile(wt[1], wrounds, 0.5);
-		printf("launch-bound workload (%s): %d runs each, median %.2f ms direct, %.2f ms hooked; median "
-		       "throughput ratio (direct time / hooked time, per round) %.3f\n",
-		       WORK_DESCRIPTION, wrounds, wd / 1e6, wh / 1e6, through);
-	}
+	if (wrounds > 0 && (through = report_work(wt, wrounds)) < 0)
+		return 1;
 	printf("launch x%.2f alloc+free x%.2f launch-bound throughput x%.2f\n", launch, alloc, through);
 	unlink(getenv("GPUSLICE_GROUP_FILE"));
 	free(buf);
