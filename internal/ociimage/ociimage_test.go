@@ -24,19 +24,7 @@ func TestWrite(t *testing.T) {
 	}
 	img := Image{Name: "example.local/tool:1", Files: Files{"/usr/bin/tool": src}, Entrypoint: []string{"/usr/bin/tool"},
 		User: "65532:65532", Labels: map[string]string{"org.opencontainers.image.version": "1"}}
-	a, b := filepath.Join(dir, "a.tar"), filepath.Join(dir, "b.tar")
-	if _, err := Write(a, img); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Write(b, img); err != nil {
-		t.Fatal(err)
-	}
-	ab, _ := os.ReadFile(a)
-	bb, _ := os.ReadFile(b)
-	if !bytes.Equal(ab, bb) {
-		t.Fatal("two writes of one image differ")
-	}
-	entries := untar(t, ab)
+	entries := untar(t, writeTwice(t, dir, img))
 	var index struct {
 		Manifests []struct {
 			Digest      string
@@ -68,22 +56,49 @@ func TestWrite(t *testing.T) {
 	if cfg.Config.User != img.User || cfg.Config.Labels["org.opencontainers.image.version"] != "1" {
 		t.Fatalf("config %+v", cfg)
 	}
-	layer := tar.NewReader(bytes.NewReader(entries[blobPath(m.Layers[0].Digest)]))
-	found := false
+	if mode, ok := fileMode(t, entries[blobPath(m.Layers[0].Digest)], "usr/bin/tool"); !ok || mode != 0o755 {
+		t.Fatal("layer lacks usr/bin/tool with mode 0755")
+	}
+}
+
+// writeTwice writes img into two archives in dir and returns the archive,
+// failing the test if the two differ.
+func writeTwice(t *testing.T, dir string, img Image) []byte {
+	t.Helper()
+	var out [2][]byte
+	for i, name := range []string{"a.tar", "b.tar"} {
+		p := filepath.Join(dir, name)
+		if _, err := Write(p, img); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	if !bytes.Equal(out[0], out[1]) {
+		t.Fatal("two writes of one image differ")
+	}
+	return out[0]
+}
+
+// fileMode is the mode of the last entry named name in the tar archive
+// layer, if there is one.
+func fileMode(t *testing.T, layer []byte, name string) (mode int64, ok bool) {
+	t.Helper()
+	r := tar.NewReader(bytes.NewReader(layer))
 	for {
-		h, err := layer.Next()
+		h, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return mode, ok
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Name == "usr/bin/tool" {
-			found = h.Mode == 0o755
+		if h.Name == name {
+			mode, ok = h.Mode, true
 		}
-	}
-	if !found {
-		t.Fatal("layer lacks usr/bin/tool with mode 0755")
 	}
 }
 
