@@ -135,18 +135,9 @@ func childDaemon(args []string) int {
 func childClient(mode string) error {
 	ctx := context.Background()
 	socket := os.Getenv(EnvSocket)
-	if mode == "ensure" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		if err := client.EnsureRunning(ctx, socket, client.StartOptions{Exe: exe, Env: os.Environ()}); err != nil {
-			return err
-		}
-		fmt.Println("up")
-		return nil
-	}
 	switch mode {
+	case "ensure":
+		return ensureChild(ctx, socket)
 	case "grants":
 		return grantsChild(ctx, socket)
 	case "flood":
@@ -178,44 +169,67 @@ func childClient(mode string) error {
 		}
 		fmt.Println("granted", g.Seq)
 		time.Sleep(time.Hour)
-	case "online": // bank a slice, then ask again while someone else holds the GPU
-		g, err := c.Acquire(testGPU)
-		if err != nil {
-			return err
-		}
-		if err := c.Release(testGPU, g.Seq, false); err != nil {
-			return err
-		}
-		fmt.Println("banked")
-		// The test says when another group holds the GPU.
-		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-			return fmt.Errorf("wait for go: %w", err)
-		}
-		if g, err = c.Acquire(testGPU); err != nil {
-			return err
-		}
-		fmt.Println("grant", g.Flags&proto.GrantPreempt != 0, time.Duration(g.ValidNs) > time.Duration(g.SliceNs))
-		return c.Close()
+	case "online":
+		return onlineChild(c)
 	case "cycle", "redial":
-		var n int
-		if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
-			return fmt.Errorf("GS_N: %w", err)
-		}
-		last, err := cycle(c, n, 0)
-		if err != nil || mode == "cycle" {
-			return err
-		}
-		// redial: leave the GPU (the group's last connection) and come back
-		// for one more grant. The daemon may see the new connection before
-		// the old one's hand-back: the new member then shares the grant the
-		// group still holds, which is not a new grant (cycle skips it).
-		if c, err = client.Dial(ctx, socket); err != nil {
-			return err
-		}
-		_, err = cycle(c, 1, last)
-		return err
+		return cycleChild(ctx, c, socket, mode == "redial")
 	}
 	return c.Close()
+}
+
+// ensureChild starts a daemon unless one runs (client.EnsureRunning).
+func ensureChild(ctx context.Context, socket string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := client.EnsureRunning(ctx, socket, client.StartOptions{Exe: exe, Env: os.Environ()}); err != nil {
+		return err
+	}
+	fmt.Println("up")
+	return nil
+}
+
+// onlineChild banks a slice, then asks again while someone else holds the
+// GPU (the test says when, on stdin).
+func onlineChild(c *client.Client) error {
+	g, err := c.Acquire(testGPU)
+	if err != nil {
+		return err
+	}
+	if err := c.Release(testGPU, g.Seq, false); err != nil {
+		return err
+	}
+	fmt.Println("banked")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("wait for go: %w", err)
+	}
+	if g, err = c.Acquire(testGPU); err != nil {
+		return err
+	}
+	fmt.Println("grant", g.Flags&proto.GrantPreempt != 0, time.Duration(g.ValidNs) > time.Duration(g.SliceNs))
+	return c.Close()
+}
+
+// cycleChild takes $GS_N grants (cycle). With redial it then leaves the GPU
+// (the group's last connection) and comes back for one more grant. The
+// daemon may see the new connection before the old one's hand-back: the new
+// member then shares the grant the group still holds, which is not a new
+// grant (cycle skips it).
+func cycleChild(ctx context.Context, c *client.Client, socket string, redial bool) error {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("GS_N"), &n); err != nil {
+		return fmt.Errorf("GS_N: %w", err)
+	}
+	last, err := cycle(c, n, 0)
+	if err != nil || !redial {
+		return err
+	}
+	if c, err = client.Dial(ctx, socket); err != nil {
+		return err
+	}
+	_, err = cycle(c, 1, last)
+	return err
 }
 
 // cycle takes n grants, holding each to its end, and prints them; a grant
