@@ -134,53 +134,6 @@ GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p)
 	__atomic_store_n(&p->state, GS_PROC_FREE, __ATOMIC_RELEASE);
 }
 
-static void raise_peak(uint64_t *peak, uint64_t v)
-{
-	uint64_t old = __atomic_load_n(peak, __ATOMIC_RELAXED);
-	while (old < v && !__atomic_compare_exchange_n(peak, &old, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-}
-
-GS_HIDDEN int gs_acct_reserve(struct gs_shm_gpu *gpu, uint64_t size)
-{
-	uint64_t limit = __atomic_load_n(&gpu->limit, __ATOMIC_ACQUIRE);
-	uint64_t old = __atomic_load_n(&gpu->used, __ATOMIC_RELAXED);
-	uint64_t next;
-	do {
-		if (limit != 0 && (size > limit || old > limit - size))
-			return -1;
-		if (old > UINT64_MAX - size)
-			return -1;
-		next = old + size;
-	} while (!__atomic_compare_exchange_n(&gpu->used, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-	raise_peak(&gpu->peak, next);
-	return 0;
-}
-
-static void sub_saturating(uint64_t *v, uint64_t size)
-{
-	uint64_t old = __atomic_load_n(v, __ATOMIC_RELAXED);
-	uint64_t next;
-	do {
-		next = old > size ? old - size : 0;
-	} while (!__atomic_compare_exchange_n(v, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-}
-
-GS_HIDDEN void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size)
-{
-	sub_saturating(&gpu->used, size);
-}
-
-GS_HIDDEN void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size)
-{
-	__atomic_fetch_add(&p->used[slot], size, __ATOMIC_ACQ_REL);
-}
-
-GS_HIDDEN void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size)
-{
-	sub_saturating(&p->used[slot], size);
-}
-
 static uint64_t mul_sat(uint64_t a, uint64_t b)
 {
 	if (a != 0 && b > UINT64_MAX / a)

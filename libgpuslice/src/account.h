@@ -39,13 +39,56 @@ GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const str
 /* Releases everything a (dead) entry holds and frees it. */
 GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p);
 
-/* Reserves size bytes on gpu: 0, or -1 if that would exceed its limit (0 =
- * no limit) or overflow. Atomic across threads and processes. */
-GS_HIDDEN int gs_acct_reserve(struct gs_shm_gpu *gpu, uint64_t size);
-/* Returns size bytes; saturates at 0 (never wraps). */
-GS_HIDDEN void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size);
-GS_HIDDEN void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size);
-GS_HIDDEN void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size);
+/* The reservation (inline: every allocation and release runs it).
+ * gs_acct_reserve reserves size bytes on gpu: 0, or -1 if that would exceed
+ * its limit (0 = no limit) or overflow. Atomic across threads and processes.
+ * gs_acct_release returns size bytes; saturates at 0 (never wraps). */
+static inline void gs_raise_peak(uint64_t *peak, uint64_t v)
+{
+	uint64_t old = __atomic_load_n(peak, __ATOMIC_RELAXED);
+	while (old < v && !__atomic_compare_exchange_n(peak, &old, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+static inline int gs_acct_reserve(struct gs_shm_gpu *gpu, uint64_t size)
+{
+	uint64_t limit = __atomic_load_n(&gpu->limit, __ATOMIC_ACQUIRE);
+	uint64_t old = __atomic_load_n(&gpu->used, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		if (limit != 0 && (size > limit || old > limit - size))
+			return -1;
+		if (old > UINT64_MAX - size)
+			return -1;
+		next = old + size;
+	} while (!__atomic_compare_exchange_n(&gpu->used, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+	gs_raise_peak(&gpu->peak, next);
+	return 0;
+}
+
+static inline void gs_sub_saturating(uint64_t *v, uint64_t size)
+{
+	uint64_t old = __atomic_load_n(v, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		next = old > size ? old - size : 0;
+	} while (!__atomic_compare_exchange_n(v, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+}
+
+static inline void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size)
+{
+	gs_sub_saturating(&gpu->used, size);
+}
+
+static inline void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size)
+{
+	__atomic_fetch_add(&p->used[slot], size, __ATOMIC_ACQ_REL);
+}
+
+static inline void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size)
+{
+	gs_sub_saturating(&p->used[slot], size);
+}
 
 /* Byte sizes of CUDA arrays (saturating; unknown formats count 4 bytes per
  * channel, an upper bound). */

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include <gpuslice/shm.h>
+
 #include "internal.h"
 
 #define GS_CTXMAP_MAX 255
@@ -24,6 +26,10 @@ GS_HIDDEN uint64_t gs_ctx_at(int index);
 GS_HIDDEN int gs_ctx_device(int index, CUdevice *dev);
 /* Records the device of the context at index (asked of the driver). */
 GS_HIDDEN void gs_ctx_learn(int index, CUdevice dev);
+/* The group's GPU slot learnt for the context at index (gs_ctx_learn_slot),
+ * or -1 if not known yet. */
+GS_HIDDEN int gs_ctx_slot(int index);
+GS_HIDDEN void gs_ctx_learn_slot(int index, int slot);
 /* After a context was destroyed: its device is asked again next time. */
 GS_HIDDEN void gs_ctx_forget(uint64_t ctx);
 

@@ -306,9 +306,9 @@ GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUde
 	return CUDA_SUCCESS;
 }
 
-GS_HIDDEN void gs_elastic_freed(CUdeviceptr ptr)
+GS_HIDDEN void gs_elastic_freed_slow(CUdeviceptr ptr)
 {
-	if (atomic_load_explicit(&gs_hot.elastic_managed, memory_order_relaxed) == 0 || ptr == 0)
+	if (ptr == 0)
 		return;
 	pthread_mutex_lock(&em.tmu);
 	for (int i = 0; i < GS_MANAGED_MAX; i++) {

@@ -16,6 +16,7 @@
 
 #include <gpuslice/shm.h>
 
+#include "hot.h"
 #include "internal.h"
 
 /* Asks the daemon to lend size more bytes on slot (reclaim != 0: room for an
@@ -33,6 +34,11 @@ GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUde
  * could borrow, asked of the daemon at most every 100 ms). */
 GS_HIDDEN uint64_t gs_elastic_view_limit(struct gs_shm_gpu *gpu, int slot);
 /* A pointer freed: if it was managed memory, drop it (and its counts). */
-GS_HIDDEN void gs_elastic_freed(CUdeviceptr ptr);
+GS_HIDDEN void gs_elastic_freed_slow(CUdeviceptr ptr);
+static inline void gs_elastic_freed(CUdeviceptr ptr)
+{
+	if (GS_UNLIKELY(atomic_load_explicit(&gs_hot.elastic_managed, memory_order_relaxed) != 0))
+		gs_elastic_freed_slow(ptr);
+}
 
 #endif /* GS_ELASTIC_H */

@@ -19,8 +19,7 @@
 
 struct gs_group {
 	struct gs_shm_file *f;
-	struct gs_shm_proc *_Atomic self; /* with f: the words a call reads, in one line */
-	int fd;                           /* -1: private anonymous mapping */
+	int fd; /* -1: private anonymous mapping */
 	uint64_t pidns;
 	pthread_mutex_t mu; /* threads; fcntl locks exclude processes */
 	_Atomic uint64_t last_reap_ns;
@@ -151,7 +150,7 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
 	struct gs_group *g = &gs.g;
-	atomic_store(&g->self, NULL);
+	atomic_store(&gs_hot.group_self, NULL);
 	atomic_store(&g->last_reap_ns, 0);
 	if (g->fd < 0 && g->f != NULL) { /* a private copy: the parent's usage is not ours */
 		for (int i = 0; i < GS_SHM_MAX_GPUS; i++)
@@ -183,6 +182,7 @@ static void group_init(void)
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		if (g->fd >= 0)
 			gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, c->group_file);
+		gs_hot.group_file = g->f;
 		gs_hot.group = g;
 	} else {
 		gs_log("%s; refusing GPU memory allocations", err);
@@ -221,7 +221,7 @@ GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
 
 static void reap_locked(struct gs_group *g)
 {
-	struct gs_shm_proc *self = atomic_load(&g->self);
+	struct gs_shm_proc *self = atomic_load(&gs_hot.group_self);
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		struct gs_shm_proc *p = &g->f->proc[i];
 		if (p == self || gs_ld32(&p->state) != GS_PROC_LIVE || p->pidns != g->pidns)
@@ -247,12 +247,12 @@ GS_HIDDEN void gs_group_reap(struct gs_group *g, int force)
 
 GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 {
-	struct gs_shm_proc *self = atomic_load_explicit(&g->self, memory_order_acquire);
+	struct gs_shm_proc *self = atomic_load_explicit(&gs_hot.group_self, memory_order_acquire);
 	if (self != NULL)
 		return self;
 	int saved = errno, need_host_pid = 0;
 	group_lock(g);
-	self = atomic_load(&g->self);
+	self = atomic_load(&gs_hot.group_self);
 	if (self == NULL) {
 		if (g->fd >= 0)
 			reap_locked(g);
@@ -261,7 +261,7 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 		if (g->pidns != 0 && g->pidns == g->f->hdr.host_pidns)
 			who.host_pid = who.pid;
 		self = gs_shm_claim_proc(g->f, &who);
-		atomic_store_explicit(&g->self, self, memory_order_release);
+		atomic_store_explicit(&gs_hot.group_self, self, memory_order_release);
 		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}
 	group_unlock(g);

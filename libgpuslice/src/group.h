@@ -10,6 +10,7 @@
 
 #include <gpuslice/shm.h>
 
+#include "hot.h"
 #include "internal.h"
 
 struct gs_group;
@@ -24,6 +25,20 @@ GS_HIDDEN int gs_group_shared(struct gs_group *g);
 GS_HIDDEN const char *gs_group_name(struct gs_group *g);
 /* Our pid namespace inode. */
 GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g);
+
+/* Our process entry if this process is attached and the group usable, else
+ * NULL (then gs_group_get and gs_group_self say why): the allocation hooks'
+ * fast path, which reads the hot line only. */
+static inline struct gs_shm_proc *gs_group_attached(void)
+{
+	struct gs_shm_proc *self = atomic_load_explicit(&gs_hot.group_self, memory_order_acquire);
+	return GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed)) ? NULL : self;
+}
+/* A GPU slot of the usable group's file (gs_group_get returned it). */
+static inline struct gs_shm_gpu *gs_group_slot(int slot)
+{
+	return &gs_hot.group_file->gpu[slot];
+}
 
 /* Our process entry, attached on first use (reaps dead members first).
  * NULL if the process table is full (a message was printed once). */

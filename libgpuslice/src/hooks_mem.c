@@ -12,11 +12,19 @@
 #include "pool.h"
 
 /* Past an elastic spill group's guarantee, served as managed memory (elastic.h). */
-static CUresult alloc_v2(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r, CUdeviceptr *dptr, size_t bytesize)
+static __attribute__((noinline, cold)) CUresult alloc_managed(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r,
+							      CUdeviceptr *dptr, size_t bytesize)
 {
 	CUdevice dev;
-	if (gs_resv_managed(r) && gs_current_device(&dev) == 0)
+	if (gs_current_device(&dev) == 0)
 		return gs_elastic_alloc_managed(dptr, bytesize, dev, r->slot);
+	return fn(dptr, bytesize);
+}
+
+static inline CUresult alloc_v2(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r, CUdeviceptr *dptr, size_t bytesize)
+{
+	if (GS_UNLIKELY(gs_resv_managed(r)))
+		return alloc_managed(fn, r, dptr, bytesize);
 	return fn(dptr, bytesize);
 }
 

@@ -12,6 +12,7 @@
 #define GS_HIDDEN __attribute__((visibility("hidden")))
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
 /* Code that runs before a sanitizer runtime is initialised (it calls dlsym). */
 #define GS_NOSAN __attribute__((no_sanitize("address", "undefined")))
 

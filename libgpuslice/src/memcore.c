@@ -47,24 +47,20 @@ static int borrow(struct gs_shm_gpu *gpu, uint64_t size)
 	return -1;
 }
 
-static CUresult reserve(struct gs_resv *r, uint64_t size)
+GS_HIDDEN CUresult gs_resv_retry(struct gs_resv *r, uint64_t size)
 {
-	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
-	if (gs_acct_reserve(gpu, size) != 0) {
-		gs_group_reap(r->g, 1); /* a dead member may hold what we need */
-		gs_pool_sync();         /* or a pool's keep the driver let go of unseen */
-		if (gs_acct_reserve(gpu, size) != 0 && borrow(gpu, size) != 0)
-			return refuse(r->g, r->slot, size);
-	}
-	gs_acct_proc_add(r->self, r->slot, size);
-	if (GS_UNLIKELY(gs_group_fault_broken()))
-		return GS_BROKEN_RC; /* the file went away under this very reservation */
+	struct gs_shm_gpu *gpu = gs_group_slot(r->slot);
+	gs_group_reap(r->g, 1); /* a dead member may hold what we need */
+	gs_pool_sync();         /* or a pool's keep the driver let go of unseen */
+	if (gs_acct_reserve(gpu, size) != 0 && borrow(gpu, size) != 0)
+		return refuse(r->g, r->slot, size);
 	return CUDA_SUCCESS;
 }
 
 GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 {
 	memset(r, 0, sizeof(*r));
+	r->ci = -1;
 	r->g = gs_group_get();
 	if (r->g == NULL)
 		return GS_BROKEN_RC;
@@ -76,7 +72,7 @@ GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 	r->self = gs_group_self(r->g);
 	if (r->self == NULL)
 		return GS_BROKEN_RC;
-	CUresult rc = reserve(r, size);
+	CUresult rc = gs_resv_take(r, size);
 	if (rc == CUDA_SUCCESS) {
 		r->active = 1;
 		r->size = size;
@@ -84,16 +80,9 @@ GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 	return rc;
 }
 
-/* One driver call: the current context; its device from the context map
- * (ctxmap.h). The hooks restore errno after it: no saving here. */
-GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
+GS_HIDDEN CUresult gs_resv_learn(CUcontext ctx, int ci, uint64_t size, struct gs_resv *r)
 {
-	gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
-	CUcontext ctx = NULL;
 	CUdevice dev;
-	if (cur == NULL || cur(&ctx) != CUDA_SUCCESS)
-		ctx = NULL;
-	int ci = gs_ctx_index((uint64_t)(uintptr_t)ctx);
 	if (gs_ctx_device(ci, &dev) != 0) {
 		gs_fn_cuCtxGetDevice get_dev = GS_REAL(cuCtxGetDevice);
 		if (get_dev == NULL || get_dev(&dev) != CUDA_SUCCESS) {
@@ -103,15 +92,18 @@ GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 		gs_ctx_learn(ci, dev);
 	}
 	CUresult rc = gs_resv_dev(dev, size, r);
-	if (rc == CUDA_SUCCESS && r->active)
+	if (rc == CUDA_SUCCESS && r->active) {
 		r->ctx = (uint64_t)(uintptr_t)ctx;
+		r->ci = ci;
+		gs_ctx_learn_slot(ci, r->slot);
+	}
 	return rc;
 }
 
-static void unreserve(struct gs_group *g, struct gs_shm_proc *self, int slot, uint64_t size)
+static void unreserve(struct gs_shm_proc *self, int slot, uint64_t size)
 {
 	gs_acct_proc_sub(self, slot, size);
-	gs_acct_release(&gs_group_file(g)->gpu[slot], size);
+	gs_acct_release(gs_group_slot(slot), size);
 }
 
 GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind, uint64_t key)
@@ -119,7 +111,7 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 	if (!r->active)
 		return;
 	if (rc != CUDA_SUCCESS) {
-		unreserve(r->g, r->self, r->slot, r->size);
+		unreserve(r->self, r->slot, r->size);
 		return;
 	}
 	struct gs_ptrent e = {.key = key,
@@ -128,7 +120,7 @@ GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind,
 			      .refs = r->pool,
 			      .kind = (uint8_t)kind,
 			      .slot = (uint8_t)r->slot};
-	if (gs_ptrs_insert(&e) != 0) {
+	if (gs_ptrs_insert_ci(&e, r->ci) != 0) {
 		static _Atomic int said;
 		gs_log_once(&said, "out of host memory tracking allocations; some GPU memory stays counted");
 	}
@@ -139,8 +131,8 @@ GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size)
 	if (!r->active || new_size == r->size)
 		return 0;
 	if (new_size < r->size) {
-		unreserve(r->g, r->self, r->slot, r->size - new_size);
-	} else if (reserve(r, new_size - r->size) != CUDA_SUCCESS) {
+		unreserve(r->self, r->slot, r->size - new_size);
+	} else if (gs_resv_take(r, new_size - r->size) != CUDA_SUCCESS) {
 		return -1;
 	}
 	r->size = new_size;
@@ -151,32 +143,27 @@ GS_HIDDEN int gs_resv_reclaim(struct gs_resv *r)
 {
 	if (!r->active)
 		return 0;
-	struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
+	struct gs_shm_gpu *gpu = gs_group_slot(r->slot);
 	if ((__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) == 0 ||
 	    gs_ld64(&gpu->used) - gs_ld64(&gpu->spilled) > gs_ld64(&gpu->min))
 		return 0; /* not within the guarantee: the device's answer stands */
 	return gs_elastic_borrow(gpu, r->size, 1) == 0;
 }
 
-GS_HIDDEN int gs_resv_managed(const struct gs_resv *r)
+GS_HIDDEN int gs_resv_managed_slow(const struct gs_resv *r)
 {
-	if (!r->active)
-		return 0;
-	const struct gs_shm_gpu *gpu = &gs_group_file(r->g)->gpu[r->slot];
+	const struct gs_shm_gpu *gpu = gs_group_slot(r->slot);
 	return gs_elastic_wants_managed(gpu, gs_ld64(&gpu->used));
 }
 
-GS_HIDDEN void gs_uncount(int slot, uint64_t size)
+GS_HIDDEN void gs_uncount_slow(int slot, uint64_t size)
 {
-	struct gs_group *g = slot >= 0 ? gs_group_get() : NULL;
+	if (slot < 0)
+		return;
+	struct gs_group *g = gs_group_get();
 	struct gs_shm_proc *self = g != NULL ? gs_group_self(g) : NULL;
 	if (self != NULL)
-		unreserve(g, self, slot, size);
-}
-
-GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e)
-{
-	gs_uncount(e->slot, e->size);
+		unreserve(self, slot, size);
 }
 
 static int in_ctx(const struct gs_ptrent *e, void *arg)

@@ -9,6 +9,8 @@
 #ifndef GS_MEMCORE_H
 #define GS_MEMCORE_H
 
+#include "account.h"
+#include "ctxmap.h"
 #include "group.h"
 #include "internal.h"
 #include "elastic.h"
@@ -22,6 +24,7 @@ struct gs_resv {
 	uint64_t size;
 	uint64_t ctx;  /* the current CUcontext (gs_resv_current), recorded with the allocation */
 	uint32_t pool; /* a pool's block: its record + 1 (pool.h), recorded as the entry's refs */
+	int ci;        /* ctx's index in the context map (ctxmap.h); -1: not known */
 };
 
 /* CUresult returned when the group state cannot be used (message printed). */
@@ -31,7 +34,7 @@ struct gs_resv {
  * (r->active tells whether anything was reserved) or the error to return
  * without calling the driver. errno may change (the hooks restore it). */
 GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r);
-GS_HIDDEN CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
+static inline CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
 /* After the real call: keep (rc == CUDA_SUCCESS, key recorded) or roll back. */
 GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind, uint64_t key);
 /* Grow (or shrink) an active reservation by delta bytes: 0 or -1 (refused,
@@ -42,14 +45,80 @@ GS_HIDDEN int gs_resv_adjust(struct gs_resv *r, uint64_t new_size);
 GS_HIDDEN int gs_resv_reclaim(struct gs_resv *r);
 /* Whether the reservation should be served as managed memory (a spill group
  * past its guarantee). */
-GS_HIDDEN int gs_resv_managed(const struct gs_resv *r);
+GS_HIDDEN int gs_resv_managed_slow(const struct gs_resv *r);
+static inline int gs_resv_managed(const struct gs_resv *r)
+{
+	return r->active &&
+	       (__atomic_load_n(&gs_group_slot(r->slot)->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_SPILL) != 0 &&
+	       gs_resv_managed_slow(r);
+}
 /* Uncount an entry taken from the pointer table. */
-GS_HIDDEN void gs_release_entry(const struct gs_ptrent *e);
+static inline void gs_release_entry(const struct gs_ptrent *e);
 /* Uncount size bytes this process holds on a GPU slot (slot < 0: nothing). */
-GS_HIDDEN void gs_uncount(int slot, uint64_t size);
+GS_HIDDEN void gs_uncount_slow(int slot, uint64_t size);
+static inline void gs_uncount(int slot, uint64_t size)
+{
+	struct gs_shm_proc *self = gs_group_attached();
+	if (GS_UNLIKELY(self == NULL || slot < 0)) {
+		gs_uncount_slow(slot, size);
+		return;
+	}
+	gs_acct_proc_sub(self, slot, size);
+	gs_acct_release(gs_group_slot(slot), size);
+}
+static inline void gs_release_entry(const struct gs_ptrent *e)
+{
+	gs_uncount(e->slot, e->size);
+}
 /* Uncount every allocation made in context ctx (it was destroyed): their
  * memory went with it. */
 GS_HIDDEN void gs_release_ctx(uint64_t ctx);
+
+/* Past the limit at a first try (gs_resv_take): reaps dead members, checks
+ * the pools, borrows (elastic), else refuses (message once). */
+GS_HIDDEN CUresult gs_resv_retry(struct gs_resv *r, uint64_t size);
+/* Not attached yet, a context not seen before, or no group: the whole way
+ * (gs_resv_dev). The context's device and its slot are learnt for the next calls. */
+GS_HIDDEN CUresult gs_resv_learn(CUcontext ctx, int ci, uint64_t size, struct gs_resv *r);
+
+/* Reserves size bytes on r's slot for r's process (r->g, r->self, r->slot set). */
+static inline CUresult gs_resv_take(struct gs_resv *r, uint64_t size)
+{
+	if (GS_UNLIKELY(gs_acct_reserve(gs_group_slot(r->slot), size) != 0)) {
+		CUresult rc = gs_resv_retry(r, size);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	gs_acct_proc_add(r->self, r->slot, size);
+	if (GS_UNLIKELY(gs_group_fault_broken()))
+		return GS_BROKEN_RC; /* the file went away under this very reservation */
+	return CUDA_SUCCESS;
+}
+
+/* One driver call: the current context. Once this process is attached, a
+ * known context's GPU slot comes from the context map (ctxmap.h), and the
+ * reservation reads the hot line, the map's line and the group file's two
+ * lines. The hooks restore errno after it: no saving here. */
+static inline CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
+{
+	gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
+	CUcontext ctx = NULL;
+	if (cur == NULL || cur(&ctx) != CUDA_SUCCESS)
+		ctx = NULL;
+	int ci = gs_ctx_index((uint64_t)(uintptr_t)ctx);
+	int slot = gs_ctx_slot(ci);
+	struct gs_shm_proc *self = gs_group_attached();
+	if (GS_UNLIKELY(slot < 0 || self == NULL))
+		return gs_resv_learn(ctx, ci, size, r);
+	*r = (struct gs_resv){.g = gs_hot.group, .self = self, .slot = slot, .ci = ci};
+	CUresult rc = gs_resv_take(r, size);
+	if (GS_LIKELY(rc == CUDA_SUCCESS)) {
+		r->active = 1;
+		r->size = size;
+		r->ctx = (uint64_t)(uintptr_t)ctx;
+	}
+	return rc;
+}
 
 /* Bodies of the simple allocation / release hooks. */
 #define GS_ALLOC_BODY(name, resv_expr, kind, key_expr, args)                                    \

@@ -12,8 +12,6 @@
 #include "hot.h"
 #include "pool.h"
 
-#define GS_POOL_RECS 256
-
 struct pool_rec {
 	uint64_t handle; /* 0: free record */
 	uint64_t kept;   /* counted bytes the pool keeps */
@@ -93,7 +91,7 @@ static void check_pools(int gone)
 	errno = e;
 }
 
-GS_HIDDEN void gs_pool_sync(void)
+GS_HIDDEN void gs_pool_sync_slow(void)
 {
 	check_pools(0);
 }
@@ -190,28 +188,19 @@ static void freed(const struct gs_ptrent *e)
 	atomic_fetch_add(&gs_hot.pool_kept, e->size);
 }
 
-GS_HIDDEN CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
+GS_HIDDEN CUresult gs_ptr_free_pooled(CUdeviceptr p, const struct gs_free_call *call, struct gs_ptrent *ent, int e)
 {
-	int e = errno;
-	struct gs_ptrent ent;
-	int had = gs_ptrs_take(GS_KIND_PTR, (uint64_t)p, &ent);
-	int pooled = had && ent.refs != 0 && ent.refs <= GS_POOL_RECS;
-	if (pooled)
-		pthread_mutex_lock(&P.mu);
+	pthread_mutex_lock(&P.mu);
 	errno = e;
 	CUresult rc = call->sync != NULL ? call->sync(p) : call->async(p, call->s);
 	e = errno;
-	if (had && rc == CUDA_SUCCESS) {
-		if (pooled)
-			freed(&ent);
-		else
-			gs_release_entry(&ent);
+	if (rc == CUDA_SUCCESS) {
+		freed(ent);
 		gs_elastic_freed(p);
-	} else if (had) {
-		(void)gs_ptrs_insert(&ent);
+	} else {
+		(void)gs_ptrs_insert(ent);
 	}
-	if (pooled)
-		pthread_mutex_unlock(&P.mu);
+	pthread_mutex_unlock(&P.mu);
 	if (rc == CUDA_SUCCESS && call->sync != NULL)
 		gs_pool_sync(); /* cuMemFree synchronises */
 	errno = e;

@@ -17,7 +17,12 @@
 #ifndef GS_POOL_H
 #define GS_POOL_H
 
+#include <errno.h>
+
 #include "memcore.h"
+
+/* Pools tracked per process (records); a block's entry names its record + 1. */
+#define GS_POOL_RECS 256
 
 struct gs_pool_op {
 	struct gs_resv r;
@@ -39,12 +44,43 @@ struct gs_free_call {
 	gs_fn_cuMemFreeAsync async;
 	CUstream s;
 };
-/* Frees p through call and uncounts it (a pool's block: kept by its pool). */
-GS_HIDDEN CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call);
 
 /* After a synchronisation or a trim: uncount what pools no longer keep. One
  * relaxed load when no pool keeps anything. */
-GS_HIDDEN void gs_pool_sync(void);
+GS_HIDDEN void gs_pool_sync_slow(void);
+static inline void gs_pool_sync(void)
+{
+	if (GS_UNLIKELY(atomic_load_explicit(&gs_hot.pool_kept, memory_order_relaxed) != 0))
+		gs_pool_sync_slow();
+}
+
+/* gs_ptr_free for a pool's block (taken from the table into ent; e: the
+ * caller's errno): the pool's record is updated under the pools' lock. */
+GS_HIDDEN CUresult gs_ptr_free_pooled(CUdeviceptr p, const struct gs_free_call *call, struct gs_ptrent *ent, int e);
+
+/* Frees p through call and uncounts it (a pool's block: kept by its pool).
+ * Inline: cuMemFree_v2's whole path. */
+static inline CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
+{
+	int e = errno;
+	struct gs_ptrent ent;
+	int had = gs_ptrs_take(GS_KIND_PTR, (uint64_t)p, &ent);
+	if (GS_UNLIKELY(had && ent.refs != 0 && ent.refs <= GS_POOL_RECS))
+		return gs_ptr_free_pooled(p, call, &ent, e);
+	errno = e;
+	CUresult rc = call->sync != NULL ? call->sync(p) : call->async(p, call->s);
+	e = errno;
+	if (had && GS_LIKELY(rc == CUDA_SUCCESS)) {
+		gs_release_entry(&ent);
+		gs_elastic_freed(p);
+	} else if (had) {
+		(void)gs_ptrs_insert(&ent);
+	}
+	if (rc == CUDA_SUCCESS && call->sync != NULL)
+		gs_pool_sync(); /* cuMemFree synchronises */
+	errno = e;
+	return rc;
+}
 /* After a context's teardown: the same, and pools the driver no longer knows
  * keep nothing. */
 GS_HIDDEN void gs_pool_teardown(void);

@@ -70,11 +70,13 @@ static inline int claim(struct fent *s, uint64_t *seen)
 						       memory_order_relaxed);
 }
 
-/* 0, or -1 if e does not fit an entry (then it goes to the locked table). */
-static inline int pack(const struct gs_ptrent *e, uint64_t *val)
+/* 0, or -1 if e does not fit an entry (then it goes to the locked table).
+ * ci: e->aux's index in the context map, or -1 to look it up. */
+static inline int pack(const struct gs_ptrent *e, int ci, uint64_t *val)
 {
-	int ci = gs_ctx_index(e->aux);
-	if ((e->size >> 40) != 0 || e->slot >= 16 || e->kind >= 16 || e->refs > 255 || ci < 0)
+	if (ci < 0)
+		ci = gs_ctx_index(e->aux);
+	if ((e->size >> 40) != 0 || e->slot >= 16 || e->kind >= 16 || e->refs > 255 || ci < 0 || ci > 255)
 		return -1;
 	*val = e->size | (uint64_t)ci << 40 | (uint64_t)e->refs << 48 | (uint64_t)e->slot << 56 |
 	       (uint64_t)e->kind << 60;
@@ -100,10 +102,18 @@ static int spill_insert(const struct gs_ptrent *e)
 	return -1;
 }
 
-/* Fills the first free slot of a line: 1 if done. */
-static int put_line(struct fline *l, uint64_t key, uint64_t val)
+/* The slot a line's scan starts at: allocations of 4 KiB and more that lie
+ * side by side (the near line holds 16 KiB of addresses) each start at a slot
+ * of their own, so one probe usually finds or places an entry. */
+static inline unsigned first_slot(uint64_t key)
 {
-	for (unsigned j = 0; j < LINE_SLOTS; j++) {
+	return (unsigned)(key >> 12) & (LINE_SLOTS - 1);
+}
+
+/* Fills the first free slot of a line, from key's first slot on: 1 if done. */
+static inline int put_line(struct fline *l, uint64_t key, uint64_t val)
+{
+	for (unsigned n = 0, j = first_slot(key); n < LINE_SLOTS; n++, j = (j + 1) & (LINE_SLOTS - 1)) {
 		struct fent *s = &l->e[j];
 		uint64_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
 		if ((k != K_EMPTY && k != K_TOMB) || !claim(s, &k))
@@ -115,21 +125,31 @@ static int put_line(struct fline *l, uint64_t key, uint64_t val)
 	return 0;
 }
 
-GS_HIDDEN int gs_ptrs_insert(const struct gs_ptrent *e)
+/* Where the near line has no room: the far window, then the locked table. */
+static __attribute__((noinline, cold)) int insert_far(const struct gs_ptrent *e, uint64_t val)
 {
-	uint64_t val;
-	if (GS_UNLIKELY(e->key <= K_TOMB || pack(e, &val) != 0))
-		return spill_insert(e);
-	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed)))
-		atomic_store_explicit(&gs_hot.ptrs_touched, 1, memory_order_relaxed);
-	enum gs_kind kind = (enum gs_kind)e->kind;
-	if (put_line(&ft.line[line_near(kind, e->key)], e->key, val))
-		return 0;
-	size_t far = line_far(kind, e->key);
+	size_t far = line_far((enum gs_kind)e->kind, e->key);
 	for (size_t n = 0; n < FAR_LINES; n++)
 		if (put_line(&ft.line[(far + n) & (LINES - 1)], e->key, val))
 			return 0;
 	return spill_insert(e);
+}
+
+GS_HIDDEN int gs_ptrs_insert(const struct gs_ptrent *e)
+{
+	return gs_ptrs_insert_ci(e, -1);
+}
+
+GS_HIDDEN int gs_ptrs_insert_ci(const struct gs_ptrent *e, int ci)
+{
+	uint64_t val;
+	if (GS_UNLIKELY(e->key <= K_TOMB || pack(e, ci, &val) != 0))
+		return spill_insert(e);
+	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed)))
+		atomic_store_explicit(&gs_hot.ptrs_touched, 1, memory_order_relaxed);
+	if (GS_LIKELY(put_line(&ft.line[line_near((enum gs_kind)e->kind, e->key)], e->key, val)))
+		return 0;
+	return insert_far(e, val);
 }
 
 static int spill_take(enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
@@ -145,14 +165,17 @@ enum { FOUND = 1, ABSENT = 2, GO_ON = 0 };
 
 /* Looks for key in a line: FOUND (taken into out), ABSENT (the line has an
  * EMPTY slot: a key homed here never went further), or GO_ON. */
-static int take_line(struct fline *l, enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
+static inline int take_line(struct fline *l, enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
 {
 	int empty = 0;
-	for (unsigned j = 0; j < LINE_SLOTS; j++) {
+	for (unsigned n = 0, j = first_slot(key); n < LINE_SLOTS; n++, j = (j + 1) & (LINE_SLOTS - 1)) {
 		struct fent *s = &l->e[j];
 		uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
-		empty |= k == K_EMPTY;
-		if (k != key || !claim(s, &k))
+		if (k != key) {
+			empty |= k == K_EMPTY;
+			continue;
+		}
+		if (!claim(s, &k))
 			continue;
 		struct gs_ptrent e = unpack(key, s->val);
 		if (e.kind != (uint8_t)kind) { /* the same value as another kind's handle */
@@ -166,15 +189,23 @@ static int take_line(struct fline *l, enum gs_kind kind, uint64_t key, struct gs
 	return empty ? ABSENT : GO_ON;
 }
 
+/* The far window and the locked table, after the near line (r: its answer). */
+static __attribute__((noinline, cold)) int take_far(int r, enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
+{
+	size_t far = line_far(kind, key);
+	for (size_t n = 0; r == GO_ON && n < FAR_LINES; n++)
+		r = take_line(&ft.line[(far + n) & (LINES - 1)], kind, key, out);
+	return r == FOUND ? 1 : spill_take(kind, key, out);
+}
+
 GS_HIDDEN int gs_ptrs_take(enum gs_kind kind, uint64_t key, struct gs_ptrent *out)
 {
 	if (GS_UNLIKELY(key <= K_TOMB))
 		return spill_take(kind, key, out);
 	int r = take_line(&ft.line[line_near(kind, key)], kind, key, out);
-	size_t far = line_far(kind, key);
-	for (size_t n = 0; r == GO_ON && n < FAR_LINES; n++)
-		r = take_line(&ft.line[(far + n) & (LINES - 1)], kind, key, out);
-	return r == FOUND ? 1 : spill_take(kind, key, out);
+	if (GS_LIKELY(r == FOUND))
+		return 1;
+	return take_far(r, kind, key, out);
 }
 
 GS_HIDDEN size_t gs_ptrs_drain(int (*match)(const struct gs_ptrent *, void *),

@@ -14,6 +14,9 @@
 /* Records an allocation (a second record of a key the driver reused, whose
  * release was missed, is kept beside the first); -1 if out of host memory. */
 GS_HIDDEN int gs_ptrs_insert(const struct gs_ptrent *e);
+/* The same for an entry whose context (e->aux) has index ci in the context
+ * map (ctxmap.h), known to the caller; ci < 0: looked up. */
+GS_HIDDEN int gs_ptrs_insert_ci(const struct gs_ptrent *e, int ci);
 /* Removes and returns an allocation: 1 if found, 0 if unknown. */
 GS_HIDDEN int gs_ptrs_take(enum gs_kind kind, uint64_t key, struct gs_ptrent *out);
 /* Removes every entry match() accepts, calling each(entry, arg) for it (each

@@ -115,8 +115,16 @@ static void test_contexts(void)
 	CHECK(gs_ctx_device(a, &dev) == -1);
 	gs_ctx_learn(a, 3);
 	CHECK(gs_ctx_device(a, &dev) == 0 && dev == 3);
-	gs_ctx_forget(0xa000);
+	CHECK_EQ(gs_ctx_slot(a), -1); /* the slot is learnt apart from the device */
+	gs_ctx_learn_slot(a, 2);
+	gs_ctx_learn_slot(b, GS_SHM_MAX_GPUS); /* not a slot: not learnt */
+	CHECK_EQ(gs_ctx_slot(a), 2);
+	CHECK_EQ(gs_ctx_slot(b), -1);
+	CHECK_EQ(gs_ctx_slot(0), -1);
+	CHECK_EQ(gs_ctx_slot(-1), -1);
+	gs_ctx_forget(0xa000); /* destroyed: device and slot are asked again */
 	CHECK(gs_ctx_device(a, &dev) == -1 && gs_ctx_index(0xa000) == a);
+	CHECK_EQ(gs_ctx_slot(a), -1);
 	uint64_t want = 0;
 	for (uint64_t i = 0; i < 3000; i++) {
 		uint64_t ctx = i % 3 == 0 ? 0xa000 : 0xb000;
