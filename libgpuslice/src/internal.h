@@ -13,6 +13,8 @@
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+/* The allocation hooks' fast paths, inlined into each hook. */
+#define GS_INLINE static inline __attribute__((always_inline))
 /* Code that runs before a sanitizer runtime is initialised (it calls dlsym). */
 #define GS_NOSAN __attribute__((no_sanitize("address", "undefined")))
 

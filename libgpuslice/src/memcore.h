@@ -34,7 +34,7 @@ struct gs_resv {
  * (r->active tells whether anything was reserved) or the error to return
  * without calling the driver. errno may change (the hooks restore it). */
 GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r);
-static inline CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
+GS_INLINE CUresult gs_resv_current(uint64_t size, struct gs_resv *r);
 /* After the real call: keep (rc == CUDA_SUCCESS, key recorded) or roll back. */
 GS_HIDDEN void gs_resv_finish(struct gs_resv *r, CUresult rc, enum gs_kind kind, uint64_t key);
 /* Grow (or shrink) an active reservation by delta bytes: 0 or -1 (refused,
@@ -99,7 +99,7 @@ static inline CUresult gs_resv_take(struct gs_resv *r, uint64_t size)
  * known context's GPU slot comes from the context map (ctxmap.h), and the
  * reservation reads the hot line, the map's line and the group file's two
  * lines. The hooks restore errno after it: no saving here. */
-static inline CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
+GS_INLINE CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 {
 	gs_fn_cuCtxGetCurrent cur = GS_REAL(cuCtxGetCurrent);
 	CUcontext ctx = NULL;

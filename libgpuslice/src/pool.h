@@ -60,7 +60,7 @@ GS_HIDDEN CUresult gs_ptr_free_pooled(CUdeviceptr p, const struct gs_free_call *
 
 /* Frees p through call and uncounts it (a pool's block: kept by its pool).
  * Inline: cuMemFree_v2's whole path. */
-static inline CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
+GS_INLINE CUresult gs_ptr_free(CUdeviceptr p, const struct gs_free_call *call)
 {
 	int e = errno;
 	struct gs_ptrent ent;
