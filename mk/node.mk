@@ -35,11 +35,11 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 		"wall time. clients=1, procs=1: ONE client (1 / round trip); procs=4/gpu=own, clients=4: 4 CONCURRENT" \
 		"clients on GPUs of their own (the daemon's rate); gpu=shared: 4 on one GPU (each grant a hand-over);" \
 		"gpu=floor: the same exchange with a C peer that answers at once (no daemon: this machine's bound)."
-	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'
+	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
 		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/timeslice/ 2>&1 \
-		| grep -v '^[IE][0-9]'
-	$(GO) test -count=1 -v -run 'Sim' ./internal/timeslice/policy/ | grep -E 'tenants|latency|ok'
+		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -v -run 'Sim' ./internal/timeslice/policy/ | grep -E 'tenants|latency|ok'; exit $${PIPESTATUS[0]}
 
 .PHONY: bench-elastic
 # Elastic memory (docs/elastic-memory.md): borrow round trip, allocation cost below/above memory.min, the

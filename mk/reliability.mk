@@ -27,4 +27,4 @@ test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.
 # 2/4/8 tenants (BenchmarkE2EShareWindows).
 bench-reliability: all
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery|E2EShareWindows' -benchtime 1x \
-		./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'
+		./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}

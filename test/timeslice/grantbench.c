@@ -99,8 +99,8 @@ static int bench(const char *path, uint8_t gpu, long n, int floor)
 	struct gs_frame f;
 	unsigned long long *lat = calloc((size_t)n, sizeof(*lat));
 	int fd = floor ? echo_peer() : dial(path);
-	struct gs_msg_acquire a = {.gpu = {0xbe, gpu}};
-	struct gs_msg_release r = {.gpu = {0xbe, gpu}, .flags = GS_RELEASE_MORE};
+	struct gs_msg_acquire a = {.gpu = {0x70, gpu}}; /* a GPU the test daemon lists (testGPUs) */
+	struct gs_msg_release r = {.gpu = {0x70, gpu}, .flags = GS_RELEASE_MORE};
 	if (lat == NULL || fd < 0)
 		return 1;
 	gs_wire_frame(&f, GS_MSG_ACQUIRE, &a, sizeof(a));
