@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,7 +22,36 @@ type tenant struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	lines chan string
-	err   bytes.Buffer
+	err   stderrBuffer
+}
+
+// stderrBuffer is a tenant's stderr: written by exec's copying goroutine,
+// read by the test.
+type stderrBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *stderrBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *stderrBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until the output holds want (false after d).
+func (s *stderrBuffer) waitFor(want string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); !strings.Contains(s.String(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 func startTenant(t *testing.T, environ []string, name string, args ...string) *tenant {
@@ -228,8 +258,8 @@ func TestElasticNoSpill(t *testing.T) {
 	if got := held(t, la); got != 10*gib {
 		t.Fatalf("a holds %d bytes, want 10 GiB (refused past what the guarantees leave)\n%q", got, la)
 	}
-	time.Sleep(100 * time.Millisecond) // stderr is written before the refusal returns; the pipe may lag
-	if !strings.Contains(a.err.String(), "kept for guarantees") {
+	// stderr is written before the refusal returns; the pipe's copy may lag.
+	if !a.err.waitFor("kept for guarantees", 5*time.Second) {
 		t.Fatalf("a's refusal should say why: %s", a.err.String())
 	}
 	for _, tn := range []*tenant{b, c} {
