@@ -335,11 +335,9 @@ func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, en
 		close(p.lines)
 		p.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill() //nolint:errcheck // may have exited already
-		}
-	})
+	// Kill, not a look at cmd.ProcessState: the goroutine above sets it in
+	// Wait. Kill after Wait is a no-op (os.ErrProcessDone), never another pid.
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) //nolint:errcheck // may have exited already
 	return p
 }
 
