@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,8 +55,19 @@ func TestElasticBorrow(t *testing.T) {
 	cfg := testCfg(t)
 	cfg.Elastic.Reserve = 0
 	me := fmt.Sprintf("pid-%d", os.Getpid())
+	// The groups' state files, read by the daemon's goroutines (DeviceMemory)
+	// while the test rewrites them.
+	var mu sync.Mutex
 	files := map[string]string{}
+	setUsed := func(name string, used uint64) {
+		path := elasticShm(t, cfg, name, used)
+		mu.Lock()
+		defer mu.Unlock()
+		files[name] = path
+	}
 	cfg.DeviceMemory = func(uuid string) (uint64, uint64, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		var used uint64
 		for _, p := range files {
 			if m, err := readMemory(p); err == nil && len(m) == 1 {
@@ -66,9 +78,9 @@ func TestElasticBorrow(t *testing.T) {
 	}
 	for _, n := range []string{me, "b", "c"} {
 		setGroup(t, cfg, n, group.Change{File: "memory.max", Value: "20GiB"}, group.Change{File: "memory.min", Value: "6GiB"})
-		files[n] = elasticShm(t, cfg, n, 0)
+		setUsed(n, 0)
 	}
-	files[me] = elasticShm(t, cfg, me, 6*gib)
+	setUsed(me, 6*gib)
 	startDaemon(t, cfg)
 	c, err := client.Dial(context.Background(), cfg.Socket)
 	if err != nil {
@@ -82,10 +94,10 @@ func TestElasticBorrow(t *testing.T) {
 	if err != nil || l.Status != proto.LendGranted || l.Allowance != 12*gib {
 		t.Fatalf("borrow of 6 GiB: %+v %v", l, err)
 	}
-	if got := slotLimit(t, files[me]); got != 12*gib {
+	if got := slotLimit(t, paths.GroupStateFile(cfg.RunDir, me)); got != 12*gib {
 		t.Fatalf("state file allowance %d, want 12 GiB", got)
 	}
-	files[me] = elasticShm(t, cfg, me, 12*gib)
+	setUsed(me, 12*gib)
 	l, err = c.Borrow(testGPU, 1*gib, 0, nil)
 	if err != nil || l.Status != proto.LendRefused || !strings.Contains(proto.String(l.Message[:]), "guarantees") {
 		t.Fatalf("borrow into the others' guarantees: %+v %v", l, err)
@@ -93,8 +105,8 @@ func TestElasticBorrow(t *testing.T) {
 	if l.Available != 12*gib {
 		t.Fatalf("available %d, want 12 GiB", l.Available)
 	}
-	files["b"] = elasticShm(t, cfg, "b", 6*gib)
-	files["c"] = elasticShm(t, cfg, "c", 6*gib)
+	setUsed("b", 6*gib)
+	setUsed("c", 6*gib)
 	l, err = c.Borrow(testGPU, 9*gib, 0, nil)
 	if err != nil || l.Status != proto.LendRefused || !strings.Contains(proto.String(l.Message[:]), "ceiling") {
 		t.Fatalf("borrow past the ceiling: %+v %v", l, err)
