@@ -198,7 +198,7 @@ func TestSettingsApplyLive(t *testing.T) {
 		}
 	}
 	p.expect(t, "grant live", 5*time.Second)
-	st := waitStatus(t, cfg)
+	st := waitStatusSince(t, cfg, time.Now()) // one written after the restore, not an older one
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {
 			if e.Group == "live" && e.SliceNs != int64(7*time.Millisecond) {
@@ -289,6 +289,21 @@ func waitStatus(t *testing.T, cfg Config) *Status {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal(err)
+		}
+	}
+}
+
+// waitStatusSince waits for a status the daemon took at or after since (it
+// publishes every Config.StatusEvery: the file may predate a change).
+func waitStatusSince(t *testing.T, cfg Config, since time.Time) *Status {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := ReadStatus(cfg.RunDir)
+		if err == nil && !st.Time.Before(since) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status since %v: %v", since, err)
 		}
 	}
 }
