@@ -76,7 +76,9 @@ type nodeState struct {
 }
 
 // Books is the allocation state: the table rows and the holdings of pods,
-// keyed by pod UID. Not safe for concurrent use; callers lock.
+// keyed by pod UID. Not safe for concurrent use; callers lock. Best and
+// Chunks rebuild a lazily kept node index: they write, unlike Check, Score,
+// Usage and Quality (BestIn reads the index Chunks built).
 type Books struct {
 	cfg    Config
 	nodes  map[string]*nodeState

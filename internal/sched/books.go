@@ -33,6 +33,9 @@ type Books struct {
 	clock clock.PassiveClock
 	mu    sync.RWMutex
 	books *alloc.Books
+	// index serializes the books' lazily rebuilt node index (Chunks) among
+	// readers holding mu.RLock: concurrent Best calls would both build it.
+	index sync.Mutex
 	// seen holds the annotation last booked per pod, so the many updates
 	// of a bound pod (status changes) cost no decoding.
 	seen map[string]string
@@ -91,7 +94,9 @@ func (l *Books) Best(req *api.PodRequest, k int) []string {
 	now := l.clock.Now()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	chunks := l.books.Chunks(2)
+	l.index.Lock()
+	chunks := l.books.Chunks(2) // the index is then built: BestIn only reads it
+	l.index.Unlock()
 	lists := make([][]alloc.Ranked, len(chunks))
 	var wg sync.WaitGroup
 	for i, c := range chunks {

@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,39 @@ func TestBooksReserveRetryReplacesHolding(t *testing.T) {
 	}
 	if _, err := l.Reserve("v", "n1", req); err == nil {
 		t.Fatal("second pod over-committed the GPU")
+	}
+}
+
+// TestBooksConcurrentReaders: the scheduler's readers (Best in PreFilter,
+// Check and Score from Filter's and Score's parallel workers, Quality and
+// Usage for metrics) share the books under the read lock; run them at once
+// right after the node set changed (go test -race checks they only read).
+func TestBooksConcurrentReaders(t *testing.T) {
+	l, _ := newBooks(t)
+	names := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
+	for round := range 20 {
+		if err := setGPUNode(l, gpuNode(names[round%len(names)], 2, t0)); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if best := l.Best(req, 2); len(best) != min(2, round+1) {
+					t.Errorf("round %d: best %v", round, best)
+				}
+			})
+			wg.Go(func() {
+				for _, n := range names[:min(round+1, len(names))] {
+					if err := l.Check(n, req); err != nil {
+						t.Errorf("round %d: check %s: %v", round, n, err)
+					}
+					_ = l.Score(n, req)
+					_ = l.Usage(n)
+				}
+				_ = l.Quality()
+			})
+		}
+		wg.Wait()
 	}
 }
