@@ -40,6 +40,8 @@ type XIDWatcher interface {
 
 // WatchXIDs implements XIDWatcher.
 func (l *lib) WatchXIDs(indices []int) (EventSet, map[int]error, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	set, ret := l.n.EventSetCreate()
 	if err := check("create event set", ret); err != nil {
 		return nil, nil, err
@@ -74,7 +76,11 @@ func (l *lib) register(index int, set nvml.EventSet) error {
 
 type eventSet struct{ set nvml.EventSet }
 
+// Wait holds go-nvml's state shared (nvmlState) while it blocks: an Init or
+// Shutdown elsewhere in the process waits up to timeout.
 func (s *eventSet) Wait(timeout time.Duration) (XIDEvent, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	ms := uint32(min(max(timeout.Milliseconds(), 0), 1<<31))
 	for {
 		e, ret := s.set.Wait(ms)
@@ -102,4 +108,8 @@ func (s *eventSet) Wait(timeout time.Duration) (XIDEvent, error) {
 	}
 }
 
-func (s *eventSet) Close() error { return check("free event set", s.set.Free()) }
+func (s *eventSet) Close() error {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
+	return check("free event set", s.set.Free())
+}

@@ -6,6 +6,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -53,6 +54,16 @@ var ErrNVML = errors.New("nvml")
 
 type lib struct{ n nvml.Interface }
 
+// nvmlState guards go-nvml's package-level state, shared by every library
+// instance in the process: an instance's Init (and its last Shutdown)
+// rewrites the package's function pointers (versioned symbols, ErrorString)
+// that every call through any instance reads. Init and Shutdown take it
+// exclusively, every other call shared (once per exported method: a read
+// lock is not taken twice). One process opens several: the time-slice
+// daemon's GPU lister opens and closes the driver for each listing while its
+// device-memory reader keeps its own open.
+var nvmlState sync.RWMutex
+
 // OpenNVML returns NVML backed by the library at path ("" for the default
 // libnvidia-ml.so.1 lookup). Call Init before use.
 func OpenNVML(path string) NVML {
@@ -72,15 +83,28 @@ func check(what string, ret nvml.Return) error {
 	return fmt.Errorf("%w: %s: %s", ErrNVML, what, nvml.ErrorString(ret))
 }
 
-func (l *lib) Init() error     { return check("init", l.n.Init()) }
-func (l *lib) Shutdown() error { return check("shutdown", l.n.Shutdown()) }
+func (l *lib) Init() error {
+	nvmlState.Lock()
+	defer nvmlState.Unlock()
+	return check("init", l.n.Init())
+}
+
+func (l *lib) Shutdown() error {
+	nvmlState.Lock()
+	defer nvmlState.Unlock()
+	return check("shutdown", l.n.Shutdown())
+}
 
 func (l *lib) DriverVersion() (string, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	v, ret := l.n.SystemGetDriverVersion()
 	return v, check("driver version", ret)
 }
 
 func (l *lib) Count() (int, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	n, ret := l.n.DeviceGetCount()
 	return n, check("device count", ret)
 }
@@ -94,6 +118,8 @@ func (l *lib) handle(index int) (nvml.Device, error) {
 }
 
 func (l *lib) Device(index int) (Device, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	d, err := l.handle(index)
 	if err != nil {
 		return Device{}, err
@@ -118,6 +144,8 @@ func (l *lib) Device(index int) (Device, error) {
 }
 
 func (l *lib) Memory(index int) (Memory, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	d, err := l.handle(index)
 	if err != nil {
 		return Memory{}, err
@@ -130,6 +158,8 @@ func (l *lib) Memory(index int) (Memory, error) {
 }
 
 func (l *lib) Utilization(index int) (Utilization, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	d, err := l.handle(index)
 	if err != nil {
 		return Utilization{}, err
@@ -146,6 +176,8 @@ func (l *lib) Utilization(index int) (Utilization, error) {
 // MPS list), once per pid. A driver without the MPS list gives the compute
 // list alone.
 func (l *lib) Processes(index int) ([]Process, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
 	d, err := l.handle(index)
 	if err != nil {
 		return nil, err
