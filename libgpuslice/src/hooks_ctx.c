@@ -45,13 +45,52 @@ static void released(CUdevice dev)
 
 CTX_HOOK(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev), released(dev))
 CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev), released(dev))
-CTX_HOOK(cuDevicePrimaryCtxReset, (CUdevice dev), (dev), gs_release_ctx(primary_of(dev)))
-CTX_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev), gs_release_ctx(primary_of(dev)))
-static void destroyed(CUcontext ctx)
+/* Reset and destroy free the context's allocations: taken from the pointer
+ * table before the driver's call, uncounted after it (memcore.h). */
+static CUresult reset(gs_fn_cuDevicePrimaryCtxReset fn, CUdevice dev)
 {
-	gs_ctx_forget((uint64_t)(uintptr_t)ctx);
-	gs_release_ctx((uint64_t)(uintptr_t)ctx);
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	struct gs_ctx_taken t;
+	gs_ctx_take(primary_of(dev), &t);
+	CUresult rc = fn(dev);
+	int e = errno;
+	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
+	errno = e;
+	return rc;
 }
 
-CTX_HOOK(cuCtxDestroy, (CUcontext ctx), (ctx), destroyed(ctx))
-CTX_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx), destroyed(ctx))
+GS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return reset(GS_REAL(cuDevicePrimaryCtxReset), dev);
+}
+
+GS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	return reset(GS_REAL(cuDevicePrimaryCtxReset_v2), dev);
+}
+
+static CUresult destroy(gs_fn_cuCtxDestroy fn, CUcontext ctx)
+{
+	if (fn == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	struct gs_ctx_taken t;
+	gs_ctx_take((uint64_t)(uintptr_t)ctx, &t);
+	CUresult rc = fn(ctx);
+	int e = errno;
+	if (rc == CUDA_SUCCESS)
+		gs_ctx_forget((uint64_t)(uintptr_t)ctx);
+	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
+	errno = e;
+	return rc;
+}
+
+GS_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+	return destroy(GS_REAL(cuCtxDestroy), ctx);
+}
+
+GS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	return destroy(GS_REAL(cuCtxDestroy_v2), ctx);
+}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "account.h"
@@ -186,4 +187,54 @@ GS_HIDDEN void gs_release_ctx(uint64_t ctx)
 	if (ctx != 0)
 		(void)gs_ptrs_drain(in_ctx, release_one, &ctx);
 	gs_pool_teardown(); /* the driver releases what its pools kept */
+}
+
+struct take_arg {
+	uint64_t ctx;
+	struct gs_ctx_taken *t;
+};
+
+static int in_taken_ctx(const struct gs_ptrent *e, void *arg)
+{
+	return in_ctx(e, &((struct take_arg *)arg)->ctx);
+}
+
+/* Keeps a taken entry; one that cannot be kept (no host memory) is uncounted
+ * at once, before the context goes. */
+static void keep_one(const struct gs_ptrent *e, void *arg)
+{
+	struct gs_ctx_taken *t = ((struct take_arg *)arg)->t;
+	if (t->n == t->cap) {
+		size_t cap = t->cap == 0 ? 16 : t->cap * 2;
+		struct gs_ptrent *grown = realloc(t->e, cap * sizeof(*grown));
+		if (grown == NULL) {
+			release_one(e, NULL);
+			return;
+		}
+		t->e = grown;
+		t->cap = cap;
+	}
+	t->e[t->n++] = *e;
+}
+
+GS_HIDDEN void gs_ctx_take(uint64_t ctx, struct gs_ctx_taken *t)
+{
+	*t = (struct gs_ctx_taken){0};
+	struct take_arg a = {.ctx = ctx, .t = t};
+	if (ctx != 0)
+		(void)gs_ptrs_drain(in_taken_ctx, keep_one, &a);
+}
+
+GS_HIDDEN void gs_ctx_settle(struct gs_ctx_taken *t, int gone)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		if (gone)
+			release_one(&t->e[i], NULL);
+		else if (gs_ptrs_insert(&t->e[i]) != 0)
+			release_one(&t->e[i], NULL); /* cannot be tracked: its free would not uncount it */
+	}
+	free(t->e);
+	*t = (struct gs_ctx_taken){0};
+	if (gone)
+		gs_pool_teardown(); /* the driver releases what its pools kept */
 }

@@ -73,6 +73,17 @@ static inline void gs_release_entry(const struct gs_ptrent *e)
 /* Uncount every allocation made in context ctx (it was destroyed): their
  * memory went with it. */
 GS_HIDDEN void gs_release_ctx(uint64_t ctx);
+/* A context's teardown in two steps around the driver's call. Take (before
+ * it) removes the context's allocations from the pointer table, still
+ * counted, so that an address the driver frees with the context and hands to
+ * another thread at once is never confused with one of them; settle (after
+ * it) uncounts them if the context went (gone), or puts them back. */
+struct gs_ctx_taken {
+	struct gs_ptrent *e;
+	size_t n, cap;
+};
+GS_HIDDEN void gs_ctx_take(uint64_t ctx, struct gs_ctx_taken *t);
+GS_HIDDEN void gs_ctx_settle(struct gs_ctx_taken *t, int gone);
 
 /* Past the limit at a first try (gs_resv_take): reaps dead members, checks
  * the pools, borrows (elastic), else refuses (message once). */

@@ -35,6 +35,7 @@ struct shared {
 	pthread_barrier_t attach, bar;
 	_Atomic uint64_t steps, checks, samples, over, refused;
 	_Atomic int stop, failed;
+	_Atomic int last_op[NPROC * NTHR]; /* each worker's step this round (printed when a check fails) */
 };
 
 enum item_kind { IT_NONE, IT_PTR, IT_ASYNC, IT_ARRAY, IT_VMAP, IT_HANDLE };
@@ -176,7 +177,9 @@ static void step_ctx(struct worker *w)
 static void step_release(struct worker *w)
 {
 	cuuint64_t v = rnd(w, 4) * 32 * MiB;
-	switch (rnd(w, 4)) {
+	uint64_t sub = rnd(w, 4);
+	atomic_store(&sh->last_op[w->id], 90 + (int)sub);
+	switch (sub) {
 	case 0:
 		CHECK_EQ(stream_sync(NULL), CUDA_SUCCESS);
 		break;
@@ -196,6 +199,7 @@ static void step(struct worker *w)
 {
 	struct item *x = slot(w, 0);
 	uint64_t op = x == NULL ? 99 : rnd(w, 18);
+	atomic_store(&sh->last_op[w->id], (int)op);
 	CUdeviceptr p;
 	size_t pitch;
 	CUresult rc;
@@ -245,8 +249,10 @@ static void step(struct worker *w)
 		return;
 	default: {
 		struct item *y = slot(w, 1);
-		if (y != NULL)
+		if (y != NULL) {
+			atomic_store(&sh->last_op[w->id], 100 + (int)y->kind);
 			release(w, y);
+		}
 		return;
 	}
 	}
@@ -260,8 +266,11 @@ static void check_round(void)
 {
 	uint64_t used = ht_used(grp), held = sv_group_held(sim, grp);
 	if (used != held || used > LIMIT) {
-		fprintf(stderr, "round check: group counts %llu, the simulator says %llu (limit %llu)\n",
+		fprintf(stderr, "round check: group counts %llu, the simulator says %llu (limit %llu); steps:",
 			(unsigned long long)used, (unsigned long long)held, (unsigned long long)LIMIT);
+		for (int i = 0; i < NPROC * NTHR; i++)
+			fprintf(stderr, " %d", atomic_load(&sh->last_op[i]));
+		fprintf(stderr, "\n");
 		atomic_store(&sh->failed, 1);
 	}
 	atomic_fetch_add(&sh->checks, 1);
