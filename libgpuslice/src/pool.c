@@ -144,7 +144,13 @@ GS_HIDDEN CUresult gs_pool_alloc_begin(CUmemoryPool pool, int current, uint64_t 
 	CUresult rc = gs_resv_current(n - op->take, &op->r);
 	pthread_once(&once, at_fork);
 	if (rc != CUDA_SUCCESS || !op->r.active) {
+		/* What it took goes back to the keep; a synchronisation elsewhere
+		 * may have let it go meanwhile, and skipped its own check while
+		 * the keep looked empty: check it now. */
+		int took = op->take > 0;
 		untake(op);
+		if (took)
+			reconcile(0);
 		op->idx = -1;
 	} else if (op->idx >= 0 && P.r[op->idx].slot < 0) {
 		P.r[op->idx].slot = op->r.slot;
