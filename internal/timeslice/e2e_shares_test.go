@@ -147,7 +147,10 @@ func sharesRunOverrun(t testing.TB, e *e2e, n int, secs int) (shareRun, overrunS
 			mode, k = "sync", 1000
 		}
 		kernel[i] = float64(k) / 1e6
-		specs = append(specs, tenantSpec{name, []string{"--mode", mode, "--kernel-us", strconv.Itoa(k), "--seconds", strconv.Itoa(secs)}})
+		// One second past the last sample (t0 + secs): a group's status goes
+		// when its tenant exits, so a sample taken as the tenants ended (the
+		// sampler a little late) read no granted time at all.
+		specs = append(specs, tenantSpec{name, []string{"--mode", mode, "--kernel-us", strconv.Itoa(k), "--seconds", strconv.Itoa(secs + 1)}})
 	}
 	held := make(chan []heldSample, 1)
 	t0 := time.Now().Add(1500 * time.Millisecond)
