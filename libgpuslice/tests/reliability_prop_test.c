@@ -340,8 +340,14 @@ static void *sampler(void *arg)
 			continue;
 		if (g == NULL && (g = ht_map(getenv("GPUSLICE_GROUP_FILE"))) == NULL)
 			continue;
-		if (ht_used(g) > LIMIT || sv_group_held(s, g) > LIMIT)
-			atomic_fetch_add(&sh->over, 1);
+		uint64_t used = ht_used(g), held = sv_group_held(s, g);
+		if ((used > LIMIT || held > LIMIT) && atomic_fetch_add(&sh->over, 1) == 0) {
+			fprintf(stderr, "over the limit: group counts %llu, the simulator says %llu (limit %llu); steps:",
+				(unsigned long long)used, (unsigned long long)held, (unsigned long long)LIMIT);
+			for (int i = 0; i < NPROC * NTHR; i++)
+				fprintf(stderr, " %d", atomic_load(&sh->last_op[i]));
+			fprintf(stderr, "\n");
+		}
 		atomic_fetch_add(&sh->samples, 1);
 	}
 	return NULL;
