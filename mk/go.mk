@@ -2,7 +2,7 @@
 # decides what is stale (an up-to-date binary is neither relinked nor rewritten; about a CPU second each).
 GO_BINS := $(patsubst cmd/%/main.go,$(BIN)/%,$(wildcard cmd/*/main.go))
 ALL_TARGETS += $(GO_BINS)
-TEST_TARGETS += test-go-vet test-go
+TEST_TARGETS += test-go-vet test-go test-race
 
 .PHONY: $(GO_BINS)
 $(GO_BINS): $(BIN)/%:
@@ -17,6 +17,16 @@ test-go-vet:
 # Go tests; end-to-end ones use bin/ (built by 'all') through GPUSLICE_BIN.
 test-go:
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 ./...
+
+# The race detector over the packages whose tests assert no timing (the
+# daemon's and the e2e tests run under -race by hand: 5-10x slower, their
+# wall-clock margins are for the plain build). TestBooksConcurrentReaders and
+# TestDriversOpenedConcurrently fail here, and only here, if their races return.
+RACE_PKGS := ./internal/alloc/ ./internal/sched/ ./internal/gpu/ ./internal/group/ ./internal/runner/ \
+	./internal/cli/ ./internal/elastic/ ./internal/health/ ./internal/mps/
+.PHONY: test-race
+test-race: all
+	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -race -count=1 $(RACE_PKGS)
 
 # A short run of every Go fuzz target (the seed corpora run in test-go already).
 fuzz-smoke:
