@@ -342,7 +342,8 @@ static void *sampler(void *arg)
 			continue;
 		uint64_t used = ht_used(g), held = sv_group_held(s, g);
 		if ((used > LIMIT || held > LIMIT) && atomic_fetch_add(&sh->over, 1) == 0) {
-			fprintf(stderr, "over the limit: group counts %llu, the simulator says %llu (limit %llu); steps:",
+			fprintf(stderr,
+				"over the limit: group counts %llu, the simulator says %llu (limit %llu); steps:",
 				(unsigned long long)used, (unsigned long long)held, (unsigned long long)LIMIT);
 			for (int i = 0; i < NPROC * NTHR; i++)
 				fprintf(stderr, " %d", atomic_load(&sh->last_op[i]));
