@@ -145,7 +145,27 @@ type podState struct {
 }
 
 func (h *helmNode) observe(ctx context.Context, pods []*corev1.Pod) map[string]podState {
-	row := h.waitRow(ctx, "published", time.Time{}, func(*v1alpha2.GPUNode) bool { return true })
+	booked := map[string]int64{} // units the pods hold, by GPU UUID
+	for _, p := range pods {
+		if a := assignment(p); a != nil {
+			for _, c := range a.Containers {
+				for _, g := range c.GPUs {
+					booked[g.UUID] += g.Units
+				}
+			}
+		}
+	}
+	// A row that counts every pod's share (the agent publishes on change:
+	// a row from before it saw the pods counts their GPUs free).
+	row := h.waitRow(ctx, "counting the pods' shares", time.Time{}, func(g *v1alpha2.GPUNode) bool {
+		n := 0
+		for _, x := range g.Status.GPUs {
+			if u, ok := booked[x.UUID]; ok && int64(x.UnitsTotal)-int64(x.UnitsFree) >= u {
+				n++
+			}
+		}
+		return n == len(booked)
+	})
 	out := map[string]podState{}
 	for _, p := range pods {
 		m := h.minors(assignment(p), "main")
