@@ -80,12 +80,15 @@ func TestReliabilityConnBounds(t *testing.T) {
 			c.Close() //nolint:errcheck // test
 		}
 	}()
-	for range 3 { // this process's own group: pid-<pid>
+	for i := range 3 { // this process's own group: pid-<pid>
 		c, err := client.Dial(ctx, cfg.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
+		if i == 0 {
+			waitProbeGone(t, cfg)
+		}
 	}
 	if _, err := client.Dial(ctx, cfg.Socket); !client.IsBusy(err) {
 		t.Fatalf("4th connection of one group: %v, want a busy refusal", err)
@@ -111,6 +114,23 @@ func TestReliabilityConnBounds(t *testing.T) {
 			t.Fatalf("after a close: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitProbeGone waits until the daemon no longer counts startDaemon's probe
+// connection (it counts in this process's group until the daemon reads its
+// close): for a status written after this process's first welcomed
+// connection (accepted after the probe) that counts only that one.
+func waitProbeGone(t *testing.T, cfg Config) {
+	t.Helper()
+	since := time.Now()
+	for deadline := since.Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := ReadStatus(cfg.RunDir); err == nil && st.Time.After(since) && st.Connections == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon still counts the start-up probe's connection")
+		}
 	}
 }
 
