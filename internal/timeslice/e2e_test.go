@@ -203,7 +203,7 @@ type peer struct {
 // directory); env adds to the tenant's environment, prepare (if set) sees the
 // command before it starts. It returns the peer after the hello and welcome,
 // the tenant's first Acquire and its stderr. The tenant is killed at the end.
-func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.Cmd)) (*peer, *proto.Acquire, *lockedBuffer) {
+func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.Cmd)) (*peer, *proto.Acquire, *testbin.Output) {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "peer.sock")
@@ -215,7 +215,7 @@ func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.
 	cmd := exec.Command(e.tenant, args...)
 	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
 		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), EnvSocket+"="+sock), env...)
-	var stderr lockedBuffer // read while the tenant runs
+	var stderr testbin.Output // read while the tenant runs
 	cmd.Stderr = &stderr
 	if prepare != nil {
 		prepare(cmd)
@@ -238,25 +238,6 @@ func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.
 	p.expect(&proto.Hello{})
 	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
 	return p, p.expect(&proto.Acquire{}).(*proto.Acquire), &stderr
-}
-
-// lockedBuffer is a running process's output: written by exec's copying
-// goroutine, read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // expect reads the next message and checks its type.

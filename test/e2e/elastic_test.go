@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,9 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
 // tenant is gs-elastic under gpuslice run, driven through its stdin.
@@ -22,36 +22,7 @@ type tenant struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	lines chan string
-	err   stderrBuffer
-}
-
-// stderrBuffer is a tenant's stderr: written by exec's copying goroutine,
-// read by the test.
-type stderrBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *stderrBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *stderrBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// waitFor waits until the output holds want (false after d).
-func (s *stderrBuffer) waitFor(want string, d time.Duration) bool {
-	for deadline := time.Now().Add(d); !strings.Contains(s.String(), want); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	err   testbin.Output
 }
 
 func startTenant(t *testing.T, environ []string, name string, args ...string) *tenant {
@@ -259,7 +230,7 @@ func TestElasticNoSpill(t *testing.T) {
 		t.Fatalf("a holds %d bytes, want 10 GiB (refused past what the guarantees leave)\n%q", got, la)
 	}
 	// stderr is written before the refusal returns; the pipe's copy may lag.
-	if !a.err.waitFor("kept for guarantees", 5*time.Second) {
+	if !a.err.WaitFor("kept for guarantees", 5*time.Second) {
 		t.Fatalf("a's refusal should say why: %s", a.err.String())
 	}
 	for _, tn := range []*tenant{b, c} {
