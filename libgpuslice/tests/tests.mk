@@ -51,10 +51,14 @@ test-lib-preload: $(LIB_TEST_BIN)/preload_probe $(LIB_TEST_BIN)/preload_probe_as
 
 test-lib: test-lib-unit test-lib-hooks test-lib-preload
 
-# The accounting half of `make test-reliability` (mk/reliability.mk).
+# The accounting half of `make test-reliability` (mk/reliability.mk); the
+# property test once per seed (a failure prints its seed and replays with it).
+LIB_PROP_SEEDS ?= 1 2 3 4 5
 .PHONY: test-reliability-lib
 test-reliability-lib: $(LIB_REL_TESTS) $(LIB_SIM)
-	@set -e; for t in $(LIB_REL_TESTS); do echo "  $$t"; $(LIB_TEST_ENV) $$t; done
+	@set -e; t=$(LIB_TEST_BIN)/reliability_mem_test; echo "  $$t"; $(LIB_TEST_ENV) $$t; \
+	t=$(LIB_TEST_BIN)/reliability_prop_test; for s in $(LIB_PROP_SEEDS); do \
+		echo "  $$t (GPUSLICE_PROP_SEED=$$s)"; GPUSLICE_PROP_SEED=$$s $(LIB_TEST_ENV) $$t; done
 
 # libFuzzer over the parsers (optional: needs clang; not part of `make test`).
 LIB_FUZZ_CC ?= $(firstword $(shell command -v clang clang-16 clang-15 clang-14 2>/dev/null))
