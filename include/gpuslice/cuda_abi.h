@@ -382,6 +382,34 @@ enum {
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
 };
+/* Graph memory nodes */
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+	CUmemPoolProps poolProps;
+	const CUmemAccessDesc *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef int CUgraphNodeType;
+enum {
+	CU_GRAPH_NODE_TYPE_KERNEL = 0,
+	CU_GRAPH_NODE_TYPE_HOST = 3,
+	CU_GRAPH_NODE_TYPE_GRAPH = 4,
+	CU_GRAPH_NODE_TYPE_EMPTY = 5,
+	CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+	CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+};
+typedef int CUgraphMem_attribute;
+enum {
+	CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+	CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+};
+enum {
+	CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+	CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+};
 /* ---- end of simgpu additions ---- */
 
 #ifdef __cplusplus

@@ -89,7 +89,7 @@ CUresult sim_alloc_add(struct sim_alloc *a, size_t align)
 	if (charged(a) && (rc = sim_charge(a->dev, a->size)) != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&tab.mu);
-	if (a->kind == SIM_AK_DEVICE || a->kind == SIM_AK_RESERVED)
+	if (a->kind == SIM_AK_DEVICE || a->kind == SIM_AK_RESERVED || a->kind == SIM_AK_GRAPH)
 		a->base = assign_va(a->size, align);
 	if (insert_locked(a) != 0)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;

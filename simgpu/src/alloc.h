@@ -11,6 +11,7 @@ enum sim_alloc_kind {
 	SIM_AK_MANAGED,  /* host-backed (mmap NORESERVE): charged */
 	SIM_AK_HOST,     /* pinned host memory: not charged */
 	SIM_AK_RESERVED, /* cuMemAddressReserve VA range: not charged */
+	SIM_AK_GRAPH,    /* a graph allocation's VA (graph_mem.c): not charged */
 };
 
 struct sim_alloc {

@@ -272,6 +272,15 @@ A CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s);
 A CUresult cuGraphUpload(CUgraphExec e, CUstream s);
 A CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s);
 A CUresult cuGraphExecDestroy(CUgraphExec e);
+A CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType *t);
+A CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+				  CUDA_MEM_ALLOC_NODE_PARAMS *p);
+A CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUdeviceptr p);
+A CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS *p);
+A CUresult cuGraphMemFreeNodeGetParams(CUgraphNode n, CUdeviceptr *p);
+A CUresult cuDeviceGraphMemTrim(CUdevice d);
+A CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute a, void *v);
+A CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attribute a, void *v);
 
 /* events */
 A CUresult cuEventCreate(CUevent *e, unsigned int flags);

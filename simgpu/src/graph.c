@@ -28,7 +28,7 @@ static void graph_free(struct sim_graph *g)
 	free(g);
 }
 
-static int graph_add(struct sim_graph *g, const struct sim_node *n)
+int sim_graph_add(struct sim_graph *g, const struct sim_node *n)
 {
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? g->cap * 2 : 16;
@@ -38,7 +38,8 @@ static int graph_add(struct sim_graph *g, const struct sim_node *n)
 		g->nodes = v;
 		g->cap = cap;
 	}
-	g->nodes[g->n++] = *n;
+	g->nodes[g->n] = *n;
+	g->nodes[g->n++].magic = SIM_MAGIC_NODE;
 	return 0;
 }
 
@@ -60,7 +61,23 @@ bool sim_capture_item(struct sim_stream *s, const struct sim_item *it, CUresult 
 		else if (it->kind != SIM_ITEM_KERNEL && it->kind != SIM_ITEM_HOSTFN && it->kind != SIM_ITEM_NOP)
 			*rc = CUDA_SUCCESS; /* ordering items: implied by the node order */
 		else
-			*rc = graph_add(s->capture, &n) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+			*rc = sim_graph_add(s->capture, &n) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&s->cap_mu);
+	return captured;
+}
+
+bool sim_capture_node(struct sim_stream *s, const struct sim_node *n, CUresult *rc)
+{
+	bool captured = false;
+
+	pthread_mutex_lock(&s->cap_mu);
+	if (s->capture != NULL) {
+		captured = true;
+		if (s->cap_invalid)
+			*rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+		else
+			*rc = sim_graph_add(s->capture, n) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	pthread_mutex_unlock(&s->cap_mu);
 	return captured;

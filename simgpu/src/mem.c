@@ -115,6 +115,8 @@ static CUresult mem_free(CUdeviceptr p)
 		return rc;
 	if (p == 0)
 		return CUDA_SUCCESS; /* like the real driver */
+	if (sim_gmem_free(p, &rc))
+		return rc;
 	rc = sim_alloc_remove(p, 1u << SIM_AK_DEVICE | 1u << SIM_AK_MANAGED, &a);
 	if (rc == CUDA_SUCCESS && a.kind == SIM_AK_MANAGED)
 		munmap((void *)(uintptr_t)a.base, a.size);

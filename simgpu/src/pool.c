@@ -159,6 +159,18 @@ static CUresult pool_get(CUmemoryPool h, struct sim_pool **out)
 	return CUDA_SUCCESS;
 }
 
+static CUresult capture_alloc(CUdeviceptr *dp, size_t n, struct sim_stream *s)
+{
+	struct sim_node node;
+	CUresult rc = sim_gmem_alloc_node(&node, s->ctx->ordinal, n);
+
+	if (rc == CUDA_SUCCESS && !sim_capture_node(s, &node, &rc))
+		rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED; /* the capture ended meanwhile */
+	if (rc == CUDA_SUCCESS)
+		*dp = node.ptr;
+	return rc;
+}
+
 static CUresult alloc_async(CUdeviceptr *dp, size_t n, struct sim_pool *pool, CUstream hs)
 {
 	struct sim_stream *s;
@@ -175,6 +187,8 @@ static CUresult alloc_async(CUdeviceptr *dp, size_t n, struct sim_pool *pool, CU
 		return CUDA_ERROR_INVALID_VALUE;
 	if (n == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (sim_stream_capturing(s)) /* an allocation node: the graph's pool serves it */
+		return capture_alloc(dp, n, s);
 	a.dev = pool->dev;
 	a.ctx = s->ctx;
 	a.pool = pool;
@@ -223,6 +237,16 @@ static CUresult free_async(CUdeviceptr p, CUstream hs)
 	CUresult rc = sim_stream_resolve(hs, &s);
 
 	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (sim_stream_capturing(s)) {
+		struct sim_node node = {.mem = SIM_NODE_FREE, .kind = SIM_ITEM_NOP, .ptr = p};
+		if (!sim_alloc_find(p, &a) || a.kind != SIM_AK_GRAPH || a.base != p)
+			return CUDA_ERROR_NOT_SUPPORTED; /* a free node frees graph allocations only */
+		if (!sim_capture_node(s, &node, &rc))
+			rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+		return rc;
+	}
+	if (sim_gmem_free(p, &rc))
 		return rc;
 	rc = sim_alloc_remove(p, 1u << SIM_AK_DEVICE, &a);
 	if (rc == CUDA_SUCCESS && a.pool != NULL)

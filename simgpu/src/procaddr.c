@@ -239,6 +239,14 @@
 	X(cuGraphUpload, 11010, 0, cuGraphUpload)                                                            \
 	X(cuGraphUpload, 11010, 1, cuGraphUpload_ptsz)                                                       \
 	X(cuGraphExecDestroy, 10000, 0, cuGraphExecDestroy)                                                  \
+	X(cuGraphNodeGetType, 10000, 0, cuGraphNodeGetType)                                                  \
+	X(cuGraphAddMemAllocNode, 11040, 0, cuGraphAddMemAllocNode)                                          \
+	X(cuGraphAddMemFreeNode, 11040, 0, cuGraphAddMemFreeNode)                                            \
+	X(cuGraphMemAllocNodeGetParams, 11040, 0, cuGraphMemAllocNodeGetParams)                              \
+	X(cuGraphMemFreeNodeGetParams, 11040, 0, cuGraphMemFreeNodeGetParams)                                \
+	X(cuDeviceGraphMemTrim, 11040, 0, cuDeviceGraphMemTrim)                                              \
+	X(cuDeviceGetGraphMemAttribute, 11040, 0, cuDeviceGetGraphMemAttribute)                              \
+	X(cuDeviceSetGraphMemAttribute, 11040, 0, cuDeviceSetGraphMemAttribute)                              \
 	X(cuEventCreate, 2000, 0, cuEventCreate)                                                             \
 	X(cuEventDestroy, 2000, 0, cuEventDestroy)                                                           \
 	X(cuEventDestroy, 4000, 0, cuEventDestroy_v2)                                                        \

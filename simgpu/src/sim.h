@@ -30,6 +30,7 @@ enum sim_magic {
 	SIM_MAGIC_POOL = 0x504f4f53,
 	SIM_MAGIC_ARRAY = 0x41525253,
 	SIM_MAGIC_LIB = 0x4c494253,
+	SIM_MAGIC_NODE = 0x4e4f4453,
 };
 
 enum sim_item_kind { SIM_ITEM_KERNEL, SIM_ITEM_EVENT, SIM_ITEM_HOSTFN, SIM_ITEM_WAIT, SIM_ITEM_NOP };
@@ -81,17 +82,33 @@ struct sim_ctx {
 	struct sim_ctx *next;   /* registry */
 };
 
+enum sim_node_mem { SIM_NODE_RUN, SIM_NODE_ALLOC, SIM_NODE_FREE };
+
 struct sim_node {
-	enum sim_item_kind kind; /* KERNEL, NOP or HOSTFN */
+	uint32_t magic;
+	enum sim_node_mem mem;   /* RUN: an item to run, else a memory node (graph_mem.c) */
+	enum sim_item_kind kind; /* RUN: KERNEL, NOP or HOSTFN */
 	uint64_t busy_ns;
 	void (*fn)(void *);
 	void *arg;
+	CUdeviceptr ptr; /* ALLOC, FREE: the graph allocation */
+	uint64_t size;   /* ALLOC */
+	int dev, ordinal;
+	bool escapes; /* ALLOC in an exec: not freed by the same graph */
 };
 
 struct sim_graph {
 	uint32_t magic;
 	size_t n, cap;
 	struct sim_node *nodes;
+	/* An exec's graph memory (graph_mem.c, under its lock): */
+	bool gmem;            /* has memory nodes */
+	bool gbound;          /* gneed bytes of the device's graph pool are bound to it */
+	int gdev;             /* device of its allocation nodes */
+	uint64_t gneed;       /* bytes of its allocation nodes */
+	struct sim_queue *gq; /* its last launch: done once gq->done >= gseq */
+	uint64_t gseq;
+	struct sim_graph *gnext; /* execs with memory nodes */
 };
 
 struct sim_stream {
@@ -199,6 +216,21 @@ SIM_HIDDEN void sim_event_complete(struct sim_event *e, struct sim_queue *q, uin
  * capture is invalid, *rc set), false to run it now. */
 SIM_HIDDEN bool sim_capture_item(struct sim_stream *s, const struct sim_item *it, CUresult *rc);
 SIM_HIDDEN bool sim_stream_capturing(struct sim_stream *s);
+/* Appends n to g (0, or -1 out of memory). */
+SIM_HIDDEN int sim_graph_add(struct sim_graph *g, const struct sim_node *n);
+/* Appends a node to s's capture. false: not capturing (*rc untouched). */
+SIM_HIDDEN bool sim_capture_node(struct sim_stream *s, const struct sim_node *n, CUresult *rc);
+
+/* Graph memory (graph_mem.c): a per-device graph pool, charged when an exec
+ * with allocation nodes is launched or uploaded. */
+SIM_HIDDEN CUresult sim_gmem_alloc_node(struct sim_node *n, int ordinal, uint64_t size);
+SIM_HIDDEN CUresult sim_gmem_exec_new(struct sim_graph *e);
+SIM_HIDDEN CUresult sim_gmem_bind(struct sim_graph *e);
+SIM_HIDDEN void sim_gmem_launched(struct sim_graph *e, struct sim_stream *s);
+SIM_HIDDEN void sim_gmem_exec_destroy(struct sim_graph *e);
+/* cuMemFree / cuMemFreeAsync of p: true if p is a graph allocation (*rc set). */
+SIM_HIDDEN bool sim_gmem_free(CUdeviceptr p, CUresult *rc);
+SIM_HIDDEN void sim_gmem_teardown(int dev);
 
 /* Memory (mem.c). */
 SIM_HIDDEN void sim_mem_free_ctx(struct sim_ctx *c);
