@@ -4,11 +4,13 @@
  * cuDevicePrimaryCtxRelease free every allocation of that context (device
  * memory, arrays), so they are uncounted then (cudaDeviceReset, then
  * allocating again, works). VMM physical memory is not bound to a context.
+ * Graph execs made in the context go with it, and so does their memory.
  * The primary context of each device is learnt from cuDevicePrimaryCtxRetain.
  */
 #include <errno.h>
 
 #include "ctxmap.h"
+#include "graphmem.h"
 #include "memcore.h"
 
 #define PRIMARY_DEVS 64
@@ -37,8 +39,10 @@ static void released(CUdevice dev)
 	gs_fn_cuDevicePrimaryCtxGetState st = GS_REAL(cuDevicePrimaryCtxGetState);
 	unsigned int flags;
 	int active = 1;
-	if (st != NULL && st(dev, &flags, &active) == CUDA_SUCCESS && !active)
+	if (st != NULL && st(dev, &flags, &active) == CUDA_SUCCESS && !active) {
 		gs_release_ctx(primary_of(dev));
+		gs_graph_teardown(primary_of(dev));
+	}
 }
 
 #define CTX_HOOK(name, params, args, after) GS_AFTER_HOOK(name, params, args, if (rc == CUDA_SUCCESS) after)
@@ -56,6 +60,8 @@ static CUresult reset(gs_fn_cuDevicePrimaryCtxReset fn, CUdevice dev)
 	CUresult rc = fn(dev);
 	int e = errno;
 	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
+	if (rc == CUDA_SUCCESS)
+		gs_graph_teardown(primary_of(dev));
 	errno = e;
 	return rc;
 }
@@ -81,6 +87,8 @@ static CUresult destroy(gs_fn_cuCtxDestroy fn, CUcontext ctx)
 	if (rc == CUDA_SUCCESS)
 		gs_ctx_forget((uint64_t)(uintptr_t)ctx);
 	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
+	if (rc == CUDA_SUCCESS)
+		gs_graph_teardown((uint64_t)(uintptr_t)ctx);
 	errno = e;
 	return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "account.h"
 #include "device.h"
+#include "graphmem.h"
 #include "memcore.h"
 #include "pool.h"
 
@@ -53,12 +54,17 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 	GS_ALLOC_BODY(cuMemAllocManaged, gs_resv_current(bytesize, &r_), GS_KIND_PTR, *dptr, (dptr, bytesize, flags));
 }
 
-/* Stream-ordered allocations: what the pool keeps is taken first (pool.h). */
+/* Stream-ordered allocations: what the pool keeps is taken first (pool.h).
+ * On a capturing stream: an allocation node, counted with its exec (graphmem.h). */
 #define GS_POOL_ALLOC_BODY(name, pool, cur, args)                                              \
 	gs_fn_##name fn_ = GS_REAL(name);                                                      \
 	if (fn_ == NULL)                                                                       \
 		return CUDA_ERROR_NOT_FOUND;                                                   \
 	int errno_ = errno;                                                                    \
+	if (gs_graph_capturing(hStream)) {                                                     \
+		errno = errno_;                                                                \
+		return fn_ args;                                                               \
+	}                                                                                      \
 	struct gs_pool_op op_;                                                                 \
 	CUresult rc_ = gs_pool_alloc_begin((pool), (cur), bytesize, &op_);                     \
 	if (rc_ == CUDA_SUCCESS) {                                                             \
@@ -138,16 +144,30 @@ GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	return c.sync == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
 }
 
+/* On a capturing stream: a free node, nothing freed now. */
+static CUresult free_async(struct gs_free_call *c, CUdeviceptr dptr)
+{
+	if (c->async == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	int e = errno;
+	if (gs_graph_capturing(c->s)) {
+		errno = e;
+		return c->async(dptr, c->s);
+	}
+	errno = e;
+	return gs_ptr_free(dptr, c);
+}
+
 GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync), .s = hStream};
-	return c.async == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
+	return free_async(&c, dptr);
 }
 
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
 	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync_ptsz), .s = hStream};
-	return c.async == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
+	return free_async(&c, dptr);
 }
 
 static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)

@@ -28,7 +28,10 @@ struct gs_hot {
 	_Atomic int ptrs_touched;               /* ptrfast.c: the lock-free table was used */
 	_Atomic size_t ptrs_spilled;            /* ptrfast.c: entries in the locked table */
 	_Atomic uint64_t pool_kept;             /* pool.c: bytes the driver's pools keep, counted */
+	_Atomic int graph_execs;                /* graphmem.c: execs with allocation nodes (records) */
+	_Atomic int graph_capture;              /* graphmem.c: a stream capture has begun (sticky) */
 } __attribute__((aligned(64)));
+_Static_assert(sizeof(struct gs_hot) == 64, "gs_hot is one cache line");
 
 GS_HIDDEN extern struct gs_hot gs_hot;
 

@@ -84,7 +84,8 @@ static void ctx_deactivate(struct sim_ctx *c)
 	sim_queue_stop(&c->q);
 	sim_mem_free_ctx(c);
 	sim_pool_trim_dev(c->dev);
-	sim_gmem_teardown(c->dev);
+	if (c->primary)
+		sim_gmem_teardown(c->dev); /* the graph pool belongs to the device's primary context */
 	sim_array_free_ctx(c);
 	sim_stream_free(c->def);
 	c->def = NULL;
