@@ -56,7 +56,8 @@ test-lib: test-lib-unit test-lib-hooks test-lib-preload
 LIB_PROP_SEEDS ?= 1 2 3 4 5
 .PHONY: test-reliability-lib
 test-reliability-lib: $(LIB_REL_TESTS) $(LIB_SIM)
-	@set -e; t=$(LIB_TEST_BIN)/reliability_mem_test; echo "  $$t"; $(LIB_TEST_ENV) $$t; \
+	@set -e; for t in $(LIB_TEST_BIN)/reliability_mem_test $(LIB_TEST_BIN)/reliability_graph_test; do \
+		echo "  $$t"; $(LIB_TEST_ENV) $$t; done; \
 	t=$(LIB_TEST_BIN)/reliability_prop_test; for s in $(LIB_PROP_SEEDS); do \
 		echo "  $$t (GPUSLICE_PROP_SEED=$$s)"; GPUSLICE_PROP_SEED=$$s $(LIB_TEST_ENV) $$t; done
 
