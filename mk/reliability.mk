@@ -5,7 +5,7 @@
 # threads and processes (reliability_prop_test: its last line gives the steps
 # checked and the samples over the limit); the limit belongs to the group
 # (reliability_mem_test, TestGroupLimit*); the time-slice daemon against hostile local
-# clients (connection floods, made-up GPUs, huge setting files), identity from the
+# clients (connection floods, made-up GPUs, huge setting files, FIFOs and links in group directories), identity from the
 # kernel, one daemon per run directory (another socket, a replaced directory) and one state per group (a run directory
 # replaced or removed under live members), a killed daemon coming back, time slices that strand no member (a sibling's
 # expired grant, wall-clock steps, ON_LOSS=wait, 300 processes started at once with
@@ -17,7 +17,7 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/timeslice/
-	$(GO) test -count=1 -run 'TooLarge|BoundedQuote' ./internal/group/
+	$(GO) test -count=1 -run 'TooLarge|BoundedQuote|NotRegular' ./internal/group/
 	$(GO) test -count=1 -run 'TestRemoveGroupDir' ./internal/runner/
 
 .PHONY: bench-reliability

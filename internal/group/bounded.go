@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -25,10 +26,38 @@ const quotePrefix = 32
 // ErrTooLarge is wrapped when a file in the tree is larger than MaxFileSize.
 var ErrTooLarge = errors.New("file too large")
 
-// readBounded reads at most MaxFileSize bytes of path; a larger file is an
-// error wrapping ErrTooLarge (nothing more of it is read).
+// ErrNotRegular is wrapped when a file in the tree is not a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenFile opens a file in a group directory as os.OpenFile does, but never
+// through a symbolic link (its last component), never blocking (a FIFO), and
+// only a regular file. A group directory may be written by its owner or by the
+// container it is mounted into, and the daemon and the node agent, root, read
+// and write its files: a link to /etc/shadow or a FIFO there must not make
+// them read, create or change another file, or wait forever.
+func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, perm)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%w: %s is a symbolic link", ErrNotRegular, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%w: %s (%v)", ErrNotRegular, path, st.Mode().Type())
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
+}
+
+// readBounded reads at most MaxFileSize bytes of path (a regular file, not
+// through a link: OpenFile); a larger file is an error wrapping ErrTooLarge
+// (nothing more of it is read).
 func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
 
@@ -81,7 +82,7 @@ func checkShm(b []byte) (off, n int, err error) {
 
 // readMemory returns the ready GPU slots of a group state file.
 func readMemory(path string) (out []gpuMemory, err error) {
-	f, err := os.Open(path)
+	f, err := group.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ type slotLimits struct {
 // of uuid when not empty).
 func setSlots(path, uuid string, l slotLimits) (changed int, err error) {
 	defer guardFault(&err)()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := group.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/group"
 )
 
 // The rest of the group state file layout (shm.h version 1) beyond
@@ -78,7 +80,7 @@ func openState(path string, create bool) (*stateFile, error) {
 	if create {
 		flags |= os.O_CREATE
 	}
-	f, err := os.OpenFile(path, flags, 0o666)
+	f, err := group.OpenFile(path, flags, 0o666)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +151,7 @@ func createGroupState(procRoot, path, group string, mode os.FileMode) (err error
 		return err
 	}
 	defer func() { _ = s.close() }() // nothing to lose: the writes are in the mapping
-	if err := os.Chmod(path, mode); err != nil {
+	if err := s.f.Chmod(mode); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if atomic.LoadUint64(s.u64(0)) != 0 {
@@ -246,7 +248,7 @@ const (
 // between.
 func SetGroupLimit(path string, limit uint64) (changed int, err error) {
 	defer guardFault(&err)()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := group.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
 	}

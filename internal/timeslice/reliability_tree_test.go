@@ -1,0 +1,137 @@
+package timeslice
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+)
+
+// TestReliabilityTreeNotRegular: a group directory's owner (a user it was
+// delegated to, the container it is mounted into) puts a FIFO in place of a
+// setting file and of the cgroup binding, and a link to a root-only file in
+// place of another: the daemon, root, still comes up and identifies callers
+// (it waited forever in the FIFO's open), never reads nor logs the linked
+// file, and writes valid settings back in their place. Making a group's state
+// file (the node agent, root) never goes through a link either.
+func TestReliabilityTreeNotRegular(t *testing.T) {
+	cfg := testCfg(t)
+	tree := group.NewTree(cfg.RunDir)
+	setGroup(t, cfg, "fifo", group.Change{File: group.FileSlice, Value: "7ms"})
+	setGroup(t, cfg, "link")
+	secret := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(secret, []byte("s3cr3t:not-for-any-log\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifos := []string{filepath.Join(tree.Path("fifo"), group.FileSlice), filepath.Join(tree.Path("fifo"), group.FileCgroup)}
+	for _, p := range fifos {
+		if err := errors.Join(os.RemoveAll(p), syscall.Mkfifo(p, 0o644)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	linked := filepath.Join(tree.Path("link"), group.FilePriority)
+	if err := errors.Join(os.Remove(linked), os.Symlink(secret, linked)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var logs strings.Builder
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs.WriteString(prefix + args + "\n")
+	}, funcr.Options{Verbosity: 10})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		for stuck := true; stuck; { // a daemon blocked in a FIFO's open waits for a writer
+			for _, p := range fifos {
+				if f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					_ = f.Close() //nolint:errcheck // only wakes the reader
+				}
+			}
+			select {
+			case err := <-done:
+				stuck = false
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !client.Reachable(context.Background(), cfg.Socket); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not come up")
+		}
+	}
+	// A client is identified (every group's cgroup binding read) and served.
+	if l := startChild(t, cfg, "dial", "").expect(t, "dial", 10*time.Second); !strings.HasPrefix(l, "dial ok pid-") {
+		t.Errorf("a client: %q, want dial ok pid-...", l)
+	}
+	// The tree was read before the socket was made: the write-backs are done.
+	for _, f := range []struct{ path, want string }{{fifos[0], "default"}, {linked, "low"}} {
+		st, err := os.Lstat(f.path)
+		if err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s was not replaced by a regular file: %v %v", f.path, st.Mode(), err)
+			continue
+		}
+		if v, err := tree.ReadFile(filepath.Base(filepath.Dir(f.path)), filepath.Base(f.path)); err != nil || v != f.want {
+			t.Errorf("%s: %q %v, want %q", f.path, v, err, f.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "s3cr3t") {
+		t.Errorf("the daemon logged the linked file's content:\n%s", logs.String())
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "s3cr3t:not-for-any-log\n" {
+		t.Errorf("the linked file changed: %q %v", b, err)
+	}
+}
+
+// TestReliabilityGroupStateNoLink: the node agent (root) making a container's
+// group state file in a directory the container writes neither creates nor
+// changes the file a link there points to.
+func TestReliabilityGroupStateNoLink(t *testing.T) {
+	dir := t.TempDir()
+	path := paths.GroupStateFile(dir, "k8s-x")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "cron-job")
+	if err := os.Symlink(outside, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateGroupState("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("CreateGroupState through a dangling link: %v", err)
+	}
+	if _, err := os.Lstat(outside); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the link's target was created: %v", err)
+	}
+	if err := os.WriteFile(outside, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateGroupState("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("CreateGroupState through a link: %v", err)
+	}
+	if st, err := os.Stat(outside); err != nil || st.Size() != 0 || st.Mode().Perm() != 0o600 {
+		t.Errorf("the link's target changed: %v %v", st.Mode(), err)
+	}
+	if _, err := SetGroupLimit(path, 1<<30); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("SetGroupLimit through a link: %v", err)
+	}
+}
