@@ -4,7 +4,9 @@
  * managed, stream-ordered from the default pool and from a pool of the
  * process's own that keeps freed blocks up to a release threshold, arrays,
  * VMM create/map/release/unmap/retain, a context made, used and destroyed,
- * synchronisations, pool trims and threshold changes) against the simulated
+ * synchronisations, pool trims and threshold changes, graphs whose memory
+ * nodes are added or captured, launched or uploaded, destroyed, trimmed, an
+ * allocation a graph does not free kept and freed later) against the simulated
  * GPU under a small limit. After every round of steps (one per worker, all at
  * once) the group's count must equal what the simulator says the group's
  * processes hold, and never exceed the limit; a sampler checks the limit (the
@@ -31,6 +33,11 @@ typedef CUresult (*pool_create_fn)(CUmemoryPool *, const CUmemPoolProps *);
 typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
 typedef CUresult (*stream_fn)(CUstream);
 typedef CUresult (*trim_fn)(CUmemoryPool, size_t);
+typedef CUresult (*graph_create_fn)(CUgraph *, unsigned int);
+typedef CUresult (*graph_destroy_fn)(CUgraph);
+typedef CUresult (*add_alloc_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+typedef CUresult (*add_free_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+typedef CUresult (*end_capture_fn)(CUstream, CUgraph *);
 
 struct shared {
 	pthread_barrier_t attach, bar;
@@ -51,6 +58,7 @@ struct item {
 struct worker {
 	int id;
 	uint64_t rng;
+	CUstream s; /* its graphs' (captures, launches) */
 	struct item it[ITEMS];
 };
 
@@ -66,6 +74,11 @@ static pool_attr_fn pool_set;
 static stream_fn stream_sync;
 static trim_fn pool_trim;
 static CUmemoryPool pool; /* the process's own, keeping freed blocks up to its threshold */
+static graph_create_fn graph_create;
+static graph_destroy_fn graph_destroy;
+static add_alloc_fn add_alloc;
+static add_free_fn add_free;
+static end_capture_fn end_capture;
 
 static uint64_t rnd(struct worker *w, uint64_t n)
 {
@@ -196,6 +209,47 @@ static void step_release(struct worker *w)
 	}
 }
 
+/* A graph that allocates (added nodes, or a captured cuMemAllocAsync) and
+ * mostly frees: instantiated, launched or uploaded, destroyed; a trim now and
+ * then. An allocation it does not free, once launched, is an item. */
+static void step_graph(struct worker *w, struct item *x)
+{
+	size_t n = (1 + rnd(w, 32)) * MiB;
+	int keep = rnd(w, 3) == 0, upload = rnd(w, 3) == 0;
+	CUgraph g;
+	CUdeviceptr p;
+	if (rnd(w, 2)) {
+		CUDA_MEM_ALLOC_NODE_PARAMS ap = {
+			.poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = vmm_prop.location},
+			.bytesize = n};
+		CUgraphNode a, f;
+		CHECK_EQ(graph_create(&g, 0), CUDA_SUCCESS);
+		CHECK_EQ(add_alloc(&a, g, NULL, 0, &ap), CUDA_SUCCESS);
+		p = ap.dptr;
+		if (!keep)
+			CHECK_EQ(add_free(&f, g, &a, 1, p), CUDA_SUCCESS);
+	} else {
+		CHECK_EQ(cuStreamBeginCapture_v2(w->s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+		CHECK_EQ(cuMemAllocAsync(&p, n, w->s), CUDA_SUCCESS);
+		if (!keep)
+			CHECK_EQ(cuMemFreeAsync(p, w->s), CUDA_SUCCESS);
+		CHECK_EQ(end_capture(w->s, &g), CUDA_SUCCESS);
+	}
+	CUgraphExec e;
+	CUresult rc = cuGraphInstantiateWithFlags(&e, g, 0);
+	note(rc);
+	if (rc == CUDA_SUCCESS) {
+		rc = upload ? cuGraphUpload(e, w->s) : cuGraphLaunch(e, w->s); /* a trim may have unbound it */
+		note(rc);
+		if (rc == CUDA_SUCCESS && keep && !upload)
+			*x = (struct item){.kind = IT_ASYNC, .v = p};
+		CHECK_EQ(cuGraphExecDestroy(e), CUDA_SUCCESS);
+	}
+	if (rnd(w, 2))
+		CHECK_EQ(cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+	CHECK_EQ(graph_destroy(g), CUDA_SUCCESS);
+}
+
 static void step(struct worker *w)
 {
 	struct item *x = slot(w, 0);
@@ -248,6 +302,9 @@ static void step(struct worker *w)
 	case 9:
 		step_release(w);
 		return;
+	case 10:
+		step_graph(w, x);
+		return;
 	default: {
 		struct item *y = slot(w, 1);
 		if (y != NULL) {
@@ -283,6 +340,7 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(d.cuStreamCreate(&w->s, 0), CUDA_SUCCESS);
 	for (int r = 0; r < ROUNDS && !atomic_load(&sh->failed); r++) {
 		step(w);
 		atomic_fetch_add(&sh->steps, 1);
@@ -307,6 +365,11 @@ static int process_main(void *arg)
 	pool_set = (pool_attr_fn)drv_sym(d.cuda, "cuMemPoolSetAttribute");
 	stream_sync = (stream_fn)drv_sym(d.cuda, "cuStreamSynchronize");
 	pool_trim = (trim_fn)drv_sym(d.cuda, "cuMemPoolTrimTo");
+	graph_create = (graph_create_fn)drv_sym(d.cuda, "cuGraphCreate");
+	graph_destroy = (graph_destroy_fn)drv_sym(d.cuda, "cuGraphDestroy");
+	add_alloc = (add_alloc_fn)drv_sym(d.cuda, "cuGraphAddMemAllocNode");
+	add_free = (add_free_fn)drv_sym(d.cuda, "cuGraphAddMemFreeNode");
+	end_capture = (end_capture_fn)drv_sym(d.cuda, "cuStreamEndCapture");
 	CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
 				.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
 	CHECK_EQ(((pool_create_fn)drv_sym(d.cuda, "cuMemPoolCreate"))(&pool, &props), CUDA_SUCCESS);

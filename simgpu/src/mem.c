@@ -115,8 +115,11 @@ static CUresult mem_free(CUdeviceptr p)
 		return rc;
 	if (p == 0)
 		return CUDA_SUCCESS; /* like the real driver */
-	if (sim_gmem_free(p, &rc))
+	if (sim_gmem_free(p, &rc)) {
+		if (rc == CUDA_SUCCESS)
+			sim_pool_sync(); /* cuMemFree synchronises */
 		return rc;
+	}
 	rc = sim_alloc_remove(p, 1u << SIM_AK_DEVICE | 1u << SIM_AK_MANAGED, &a);
 	if (rc == CUDA_SUCCESS && a.kind == SIM_AK_MANAGED)
 		munmap((void *)(uintptr_t)a.base, a.size);
