@@ -94,7 +94,7 @@ func TestGroupLimitTruncatedStateFile(t *testing.T) {
 	if err := CreateGroupState("/proc", path, "g"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openState(path, false)
+	s, err := openState(path, false, stateLockWait)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -72,21 +74,51 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	case memChanged && st.MemoryMin != 0:
 		s.applyElastic(name, st)
 	case memChanged:
-		s.applyMemoryLimit(log, name, st.MemoryMax)
+		s.applyMemoryLimit(log, name)
 	}
 	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority, "memoryMax", st.MemoryMax)
 }
 
-// applyMemoryLimit writes a new limit into the group's state file so its
-// running processes enforce it from their next allocation.
-func (s *Server) applyMemoryLimit(log klog.Logger, name string, limit uint64) {
-	n, err := SetGroupLimit(paths.GroupStateFile(s.cfg.RunDir, name), limit)
+// applyMemoryLimit writes the group's memory.max into its state file so its
+// running processes enforce it from their next allocation. A state file whose
+// lock a member holds past reapLockWait is tried again at each status refresh
+// (retryLimits): no group's lock holds up the others' settings.
+func (s *Server) applyMemoryLimit(log klog.Logger, name string) {
+	s.limitMu.Lock()
+	defer s.limitMu.Unlock()
+	st := s.settingsOf(name)
+	n, err := setGroupLimit(paths.GroupStateFile(s.cfg.RunDir, name), st.MemoryMax, reapLockWait)
+	s.mu.Lock()
+	if errors.Is(err, errStateLocked) && st.MemoryMin == 0 {
+		s.unapplied[name] = struct{}{}
+	} else {
+		delete(s.unapplied, name)
+	}
+	s.mu.Unlock()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, errStateLocked):
+		log.V(1).Info("memory limit not applied yet: the state file is locked", "limit", st.MemoryMax)
 	case err != nil:
 		log.Error(err, "apply memory limit")
 	case n > 0:
-		log.V(1).Info("memory limit applied to running processes", "limit", limit, "gpus", n)
+		log.V(1).Info("memory limit applied to running processes", "limit", st.MemoryMax, "gpus", n)
+	}
+}
+
+// retryLimits applies the memory limits a held lock kept out.
+func (s *Server) retryLimits() {
+	s.mu.Lock()
+	names := slices.Collect(maps.Keys(s.unapplied))
+	s.mu.Unlock()
+	for _, n := range names {
+		if s.settingsOf(n).MemoryMin != 0 { // elastic now: the daemon's ledger sets its slots
+			s.mu.Lock()
+			delete(s.unapplied, n)
+			s.mu.Unlock()
+			continue
+		}
+		s.applyMemoryLimit(s.log.WithValues("group", n), n)
 	}
 }
 

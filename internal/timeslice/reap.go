@@ -65,7 +65,9 @@ func pidNS(procRoot string) (uint64, error) {
 // ReapDead releases what dead members of a group state file still hold and
 // frees their entries, under the file's lock, as the library does on attach:
 // the daemon calls it on every status refresh, so a dead member's memory is
-// uncounted well within a second of its exit even if no member allocates.
+// uncounted well within a second of its exit even if no member allocates. A
+// lock held past reapLockWait makes it return errStateLocked (tried again at
+// the next refresh).
 // It returns how many entries it freed.
 func ReapDead(procRoot, path string) (reaped int, err error) {
 	defer guardFault(&err)()
@@ -73,7 +75,7 @@ func ReapDead(procRoot, path string) (reaped int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	s, err := openState(path, false)
+	s, err := openState(path, false, reapLockWait)
 	if err != nil {
 		return 0, err
 	}

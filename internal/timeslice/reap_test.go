@@ -15,7 +15,7 @@ import (
 // the library does) into a state file made by CreateGroupState.
 func addMember(t *testing.T, path string, i int, pid int32, start, pidns, used uint64) {
 	t.Helper()
-	s, err := openState(path, false)
+	s, err := openState(path, false, stateLockWait)
 	if err != nil {
 		t.Fatal(err)
 	}

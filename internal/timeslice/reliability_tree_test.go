@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
@@ -133,5 +134,76 @@ func TestReliabilityGroupStateNoLink(t *testing.T) {
 	}
 	if _, err := SetGroupLimit(path, 1<<30); !errors.Is(err, group.ErrNotRegular) {
 		t.Errorf("SetGroupLimit through a link: %v", err)
+	}
+}
+
+// TestReliabilityStateLockHeld: a member that holds its group state file's
+// lock for ever (the file is mapped by every member; a container may lock it)
+// stops neither the daemon's start, its status refresh, the release of
+// another group's dead member's memory, nor other groups' settings (each
+// waited for the lock for ever); the locked group's new memory.max is applied
+// once the lock is let go.
+func TestReliabilityStateLockHeld(t *testing.T) {
+	cfg := testCfg(t)
+	setGroup(t, cfg, "hog") // before "reap": the refresh takes the groups in order
+	setGroup(t, cfg, "reap")
+	hog, reap := paths.GroupStateFile(cfg.RunDir, "hog"), paths.GroupStateFile(cfg.RunDir, "reap")
+	for _, p := range []string{hog, reap} {
+		if err := CreateGroupState("/proc", p, filepath.Base(filepath.Dir(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start, ns := selfIdentity(t)
+	addMember(t, reap, 0, int32(os.Getpid()), start, ns, 4096)
+	addMember(t, reap, 1, deadPID(t), start, ns, 1<<30)
+	f, err := os.OpenFile(hog, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = f.Close() }) } //nolint:errcheck // closing drops the lock
+	t.Cleanup(unlock)
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, cfg)
+	t.Cleanup(unlock) // before the daemon stops: one waiting for the lock gets it
+	tree := group.NewTree(cfg.RunDir)
+	waitFile := func(grp, file, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if v, _ := tree.ReadFile(grp, file); v == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				v, err := tree.ReadFile(grp, file)
+				t.Fatalf("%s's %s = %q (%v), want %q", grp, file, v, err, want)
+			}
+		}
+	}
+	waitFile("reap", group.FileMemoryCurrent, "4096")
+	setGroup(t, cfg, "hog", group.Change{File: group.FileMemoryMax, Value: "1GiB"})
+	setGroup(t, cfg, "reap", group.Change{File: group.FileMemoryMax, Value: "2GiB"})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if lim, _ := readGroupLimit(t, reap); lim == 2<<30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reap's memory.max was not applied while hog's state file is locked")
+		}
+	}
+	waitStatusSince(t, cfg, time.Now())
+	if _, err := SetGroupLimit(hog, 3<<30); !errors.Is(err, errStateLocked) {
+		t.Errorf("SetGroupLimit on a locked state file: %v, want errStateLocked", err)
+	}
+	unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if lim, set := readGroupLimit(t, hog); set && lim == 1<<30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			lim, set := readGroupLimit(t, hog)
+			t.Fatalf("hog's limit %d (set %v) after the lock was let go, want 1 GiB", lim, set)
+		}
 	}
 }

@@ -38,6 +38,9 @@ type Server struct {
 	settings map[string]group.Settings // last valid settings of each group
 	conns    map[*conn]struct{}
 	ledgers  *elasticLedgers // elastic memory
+
+	limitMu   sync.Mutex          // one memory limit written at a time (the latest settings win)
+	unapplied map[string]struct{} // groups whose memory limit a held state file lock kept out (under mu)
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -65,7 +68,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
 	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, ledgers: newElasticLedgers(),
-		adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	// Every existing group's settings are in force before the socket exists:
 	// a client that can connect is served under them, and a setting file
 	// changed from then on has last valid settings to fall back to (the

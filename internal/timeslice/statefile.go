@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -73,9 +74,40 @@ type stateFile struct {
 	b []byte
 }
 
-// openState opens, locks and maps path. create makes it (mode 0666) if
-// missing; an empty file is then sized, and init fills it.
-func openState(path string, create bool) (*stateFile, error) {
+// How long the daemon and the node agent wait for a group state file's lock.
+// Its members take it for a moment (attach, a slot claimed), but any of them,
+// or the container the file is mounted into, may hold it for ever: nothing of
+// ours waits for it unbounded (a refresh would stop for every group).
+const (
+	stateLockWait = time.Second           // host pids, a state made, members listed
+	reapLockWait  = 10 * time.Millisecond // the daemon's refresh and settings: a busy file is tried again at the next refresh
+)
+
+// errStateLocked is returned when a group state file's lock stayed taken.
+var errStateLocked = errors.New("group state file locked by another process")
+
+// lockState takes f's write lock (an open file description lock, as the
+// library's), waiting at most wait.
+func lockState(f *os.File, path string, wait time.Duration) error {
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	deadline := time.Now().Add(wait)
+	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
+			return fmt.Errorf("lock %s: %w", path, err)
+		case time.Now().After(deadline):
+			return fmt.Errorf("%w: %s, for over %v", errStateLocked, path, wait)
+		}
+		time.Sleep(pause)
+	}
+}
+
+// openState opens, locks (waiting at most wait) and maps path. create makes
+// it (mode 0666) if missing; an empty file is then sized, and init fills it.
+func openState(path string, create bool, wait time.Duration) (*stateFile, error) {
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE
@@ -85,9 +117,8 @@ func openState(path string, create bool) (*stateFile, error) {
 		return nil, err
 	}
 	s := &stateFile{f: f}
-	lk := unix.Flock_t{Type: unix.F_WRLCK}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
-		return nil, errors.Join(fmt.Errorf("lock %s: %w", path, err), f.Close())
+	if err := lockState(f, path, wait); err != nil {
+		return nil, errors.Join(err, f.Close())
 	}
 	st, err := f.Stat()
 	if err == nil && st.Size() == 0 && create {
@@ -146,7 +177,7 @@ func createGroupState(procRoot, path, group string, mode os.FileMode) (err error
 	if err := unix.Stat(procRoot+"/self/ns/pid", &ns); err != nil {
 		return fmt.Errorf("pid namespace: %w", err)
 	}
-	s, err := openState(path, true)
+	s, err := openState(path, true, stateLockWait)
 	if err != nil {
 		return err
 	}
@@ -197,7 +228,7 @@ func (s *stateFile) procs(fn func(off int, p GroupProcess) bool) {
 // GroupProcesses returns the live processes of a group state file.
 func GroupProcesses(path string) (_ []GroupProcess, err error) {
 	defer guardFault(&err)()
-	s, err := openState(path, false)
+	s, err := openState(path, false, stateLockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +246,7 @@ func GroupProcesses(path string) (_ []GroupProcess, err error) {
 // It reports whether the entry was there.
 func setHostPID(path string, pid int32, pidns, start uint64, hostPID int32) (_ bool, err error) {
 	defer guardFault(&err)()
-	s, err := openState(path, false)
+	s, err := openState(path, false, stateLockWait)
 	if err != nil {
 		return false, err
 	}
@@ -247,15 +278,19 @@ const (
 // slot already claimed. Under the file's lock, so no member claims a slot in
 // between.
 func SetGroupLimit(path string, limit uint64) (changed int, err error) {
+	return setGroupLimit(path, limit, stateLockWait)
+}
+
+// setGroupLimit is SetGroupLimit waiting at most wait for the lock.
+func setGroupLimit(path string, limit uint64, wait time.Duration) (changed int, err error) {
 	defer guardFault(&err)()
 	f, err := group.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }() // closing drops the lock
-	lk := unix.Flock_t{Type: unix.F_WRLCK}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
-		return 0, fmt.Errorf("lock %s: %w", path, err)
+	if err := lockState(f, path, wait); err != nil {
+		return 0, err
 	}
 	if err := editShm(f, path, func(b []byte, _, _ int) {
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[shmOffLimit])), limit)

@@ -124,6 +124,7 @@ func (s *Server) publish(ctx context.Context) {
 	tk := time.NewTicker(s.cfg.StatusEvery)
 	defer tk.Stop()
 	for {
+		s.retryLimits()
 		st := s.status(hist)
 		if err := writeJSON(StatusPath(s.cfg.RunDir), st); err != nil {
 			s.log.Error(err, "write status")
