@@ -3,7 +3,9 @@ package timeslice
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -334,4 +336,54 @@ func readHead(path string) (string, error) {
 		err = cerr
 	}
 	return string(b[:n]), err
+}
+
+// TestReliabilityHungDaemon: a daemon that accepts connections but never
+// answers (stopped with SIGSTOP, stuck) holds a dial no longer than its
+// context, and a supervising run (every `gpuslice run`) stops supervising when
+// told to (it waited for the welcome for ever: the run never exited after its
+// command, whatever signal it got).
+func TestReliabilityHungDaemon(t *testing.T) {
+	cfg := testCfg(t)
+	hung := func(name string) (*net.UnixListener, string) { // a daemon that never answers
+		socket := filepath.Join(cfg.RunDir, name)
+		ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: socket, Net: proto.Network})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() }) //nolint:errcheck // also wakes a client still waiting
+		return ln, socket
+	}
+	_, socket := hung("dial.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	dialed := make(chan error, 1)
+	go func() { _, err := client.Dial(ctx, socket); dialed <- err }()
+	select {
+	case err := <-dialed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Dial to a daemon that never answers: %v, want its context's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Dial still waiting 10 s after its context's deadline")
+	}
+	ln, socket := hung("supervise.sock")
+	sctx, stop := context.WithCancel(context.Background())
+	supervised := make(chan struct{})
+	start := client.StartOptions{Exe: "/bin/false"} // never started: the daemon is there
+	go func() { defer close(supervised); client.Supervise(sctx, socket, cfg.RunDir, start) }()
+	c, err := ln.AcceptUnix() // accepted, its hello read, never answered
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }() //nolint:errcheck // the peer is gone or going
+	if _, err := c.Read(make([]byte, proto.FrameSize)); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	select {
+	case <-supervised:
+	case <-time.After(10 * time.Second):
+		t.Error("Supervise still running 10 s after it was stopped")
+	}
 }

@@ -21,7 +21,8 @@ type Client struct {
 	wbuf  [proto.FrameSize]byte
 }
 
-// Dial connects and says hello.
+// Dial connects and says hello. The exchange ends with ctx: a daemon that
+// accepts but never answers (stopped, stuck) does not hold the caller.
 func Dial(ctx context.Context, socket string) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, proto.Network, socket)
@@ -29,26 +30,42 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 		return nil, fmt.Errorf("connect to node daemon: %w", err)
 	}
 	c := &Client{nc: nc.(*net.UnixConn)}
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Now()) }) //nolint:errcheck // wakes the exchange
+	err = c.hello()
+	if !stop() { // ctx ended meanwhile: the deadline set cut the exchange short
+		if err == nil {
+			err = c.closeWith(errors.New("hello to node daemon"))
+		}
+		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// hello says hello and reads the welcome; on error the connection is closed.
+func (c *Client) hello() error {
 	if err := c.Send(&proto.Hello{Features: proto.FeatureRevoke}); err != nil {
 		// A refusal may close the socket before the hello is sent; it is queued.
 		if rerr := c.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); rerr != nil {
-			return nil, c.closeWith(errors.Join(err, rerr))
+			return c.closeWith(errors.Join(err, rerr))
 		}
 		if _, nerr := c.Next(); errors.As(nerr, new(*RefusedError)) {
 			err = nerr
 		}
-		return nil, c.closeWith(err)
+		return c.closeWith(err)
 	}
 	m, err := c.Next()
 	if err != nil {
-		return nil, c.closeWith(err)
+		return c.closeWith(err)
 	}
 	w, ok := m.(*proto.Welcome)
 	if !ok {
-		return nil, c.closeWith(fmt.Errorf("node daemon answered hello with %T", m))
+		return c.closeWith(fmt.Errorf("node daemon answered hello with %T", m))
 	}
 	c.Group = proto.String(w.Group[:])
-	return c, nil
+	return nil
 }
 
 func (c *Client) closeWith(err error) error {

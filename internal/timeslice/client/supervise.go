@@ -39,6 +39,9 @@ func Supervise(ctx context.Context, socket, runDir string, o StartOptions) {
 			}
 			log.Info("node daemon gone; starting another", "socket", socket, "err", err)
 		}
+		if ctx.Err() != nil { // the dial was cut short: the run is over
+			return
+		}
 		if _, serr := os.Stat(runDir); errors.Is(serr, fs.ErrNotExist) {
 			log.Info("run directory removed; not restarting the node daemon", "runDir", runDir)
 			return
