@@ -39,7 +39,8 @@ type Config struct {
 	// ListGPUs lists the GPUs of the node (NVML): the only GPUs the daemon
 	// schedules, whatever clients send.
 	ListGPUs func() ([]proto.UUID, error)
-	// MaxConns, MaxConnsPerUID (root exempt) and MaxConnsPerGroup bound the
+	// MaxConns, MaxConnsPerUID (per uid; root in the daemon's pid namespace exempt,
+	// root in another one per namespace) and MaxConnsPerGroup bound the
 	// connections served; more are refused (proto.ErrBusy). MaxConns is
 	// lowered to the descriptor limit if that is smaller.
 	MaxConns, MaxConnsPerUID, MaxConnsPerGroup int

@@ -41,8 +41,8 @@ type conn struct {
 }
 
 // serve runs one connection until it closes; every grant it held is released.
-// It owns fd and the connection's admission slot for cred.Uid.
-func (s *Server) serve(ctx context.Context, fd int, cred *unix.Ucred) {
+// It owns fd and the connection's admission slot for account acct.
+func (s *Server) serve(ctx context.Context, fd int, cred *unix.Ucred, acct string) {
 	log := klog.FromContext(ctx)
 	c := &conn{s: s, fd: fd, gpus: map[proto.UUID]*gpuState{}}
 	s.track(c, true)
@@ -53,7 +53,7 @@ func (s *Server) serve(ctx context.Context, fd int, cred *unix.Ucred) {
 		}
 		s.forgetBorrower(c)
 		s.track(c, false)
-		s.adm.leave(cred.Uid, admitted)
+		s.adm.leave(acct, admitted)
 		c.wmu.Lock()
 		c.closed = true
 		if err := drainClose(c.fd); err != nil {

@@ -2,6 +2,7 @@ package timeslice
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 
 // Every connection holds a thread of the daemon (its blocking reads), a
 // descriptor and a little memory, so connections are admitted against three
-// bounds: in all (Config.MaxConns), per uid (Config.MaxConnsPerUID; root is
-// exempt: it is trusted, and containers running as root are bounded per
-// group), and per group (Config.MaxConnsPerGroup). A connection over a bound
+// bounds: in all (Config.MaxConns), per user (Config.MaxConnsPerUID: per uid;
+// root beside the daemon is exempt, it is trusted; root in another pid
+// namespace, a container running as root, is bounded per pid namespace, or
+// one container would take every slot with processes of no group), and per
+// group (Config.MaxConnsPerGroup). A connection over a bound
 // is refused politely: one error frame (proto.ErrBusy) and the socket closes.
 // The library stays gated and connects again later; everyone else is served.
 
@@ -23,28 +26,48 @@ import (
 type admission struct {
 	mu       sync.Mutex
 	total    int
-	perUID   map[uint32]int
+	perUser  map[string]int // by account
 	perGroup map[string]int
 	refused  uint64
 	loggedAt time.Time // last refusal logged at Info (at most one a second)
 }
 
 func newAdmission() *admission {
-	return &admission{perUID: map[uint32]int{}, perGroup: map[string]int{}}
+	return &admission{perUser: map[string]int{}, perGroup: map[string]int{}}
 }
 
-// admitUID takes a connection slot for uid; it returns why not ("" = admitted).
-func (a *admission) admitUID(cfg *Config, uid uint32) string {
+// account is what the per-user bound counts a caller against: its uid; for
+// root, the pid namespace it runs in when that is not the daemon's (ns, 0 if
+// unknown); "" (exempt) for root beside the daemon.
+func account(procRoot string, ns uint64, cred *unix.Ucred) string {
+	if cred.Uid != 0 {
+		return "uid " + strconv.FormatUint(uint64(cred.Uid), 10)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(procRoot+"/"+strconv.Itoa(int(cred.Pid))+"/ns/pid", &st); err != nil {
+		return "root in an unknown pid namespace" // gone already
+	}
+	if st.Ino == ns {
+		return ""
+	}
+	return "root in pid namespace " + strconv.FormatUint(st.Ino, 10)
+}
+
+// admitUser takes a connection slot for a caller of account acct (""
+// exempt); it returns why not ("" = admitted).
+func (a *admission) admitUser(cfg *Config, acct string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.total >= cfg.MaxConns:
 		return fmt.Sprintf("too many connections (%d)", cfg.MaxConns)
-	case uid != 0 && a.perUID[uid] >= cfg.MaxConnsPerUID:
-		return fmt.Sprintf("too many connections from uid %d (%d)", uid, cfg.MaxConnsPerUID)
+	case acct != "" && a.perUser[acct] >= cfg.MaxConnsPerUID:
+		return fmt.Sprintf("too many connections from %s (%d)", acct, cfg.MaxConnsPerUID)
 	}
 	a.total++
-	a.perUID[uid]++
+	if acct != "" {
+		a.perUser[acct]++
+	}
 	return ""
 }
 
@@ -59,13 +82,14 @@ func (a *admission) admitGroup(cfg *Config, group string) string {
 	return ""
 }
 
-// leave frees the slots of a connection (group "" if it had none).
-func (a *admission) leave(uid uint32, group string) {
+// leave frees the slots of a connection of account acct (group "" if it had
+// none).
+func (a *admission) leave(acct, group string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.total--
-	if a.perUID[uid]--; a.perUID[uid] <= 0 {
-		delete(a.perUID, uid)
+	if a.perUser[acct]--; a.perUser[acct] <= 0 {
+		delete(a.perUser, acct)
 	}
 	if group == "" {
 		return

@@ -66,6 +66,42 @@ func TestReliabilityConnFlood(t *testing.T) {
 	}
 }
 
+// TestReliabilityConnFloodContainerRoot: root in a pid namespace of its own
+// (a container running as root, its processes in no group) is bounded per
+// namespace like a user: its flood takes MaxConnsPerUID slots, not every slot
+// (it did: root was exempt), and root beside the daemon and another
+// container are still served.
+func TestReliabilityConnFloodContainerRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs clients in pid namespaces of their own (unshare -p)")
+	}
+	cfg := testCfg(t)
+	cfg.MaxConns, cfg.MaxConnsPerUID = 64, 16
+	startDaemon(t, cfg)
+	container := func(mode string, env ...string) *childProc {
+		cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", os.Args[0], "-test.run=^$")
+		return startChildCmd(t, cmd, cfg, mode, "", env...)
+	}
+	line := container("flood", "GS_N=200").expect(t, "flood ", time.Minute)
+	var welcomed, refused, closed, other int
+	if _, err := fmt.Sscanf(line, "flood welcomed %d refused %d closed %d other %d", &welcomed, &refused, &closed, &other); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if welcomed != cfg.MaxConnsPerUID || refused+closed != 200-cfg.MaxConnsPerUID || other != 0 {
+		t.Fatalf("%q: want %d welcomed and the other %d refused or closed", line, cfg.MaxConnsPerUID, 200-cfg.MaxConnsPerUID)
+	}
+	if l := container("dial").expect(t, "dial", 10*time.Second); !strings.HasPrefix(l, "dial ok ") {
+		t.Errorf("another container during the flood: %q, want dial ok", l)
+	}
+	c, err := client.Dial(context.Background(), cfg.Socket) // root beside the daemon
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReliabilityConnBounds: the per-group and total bounds refuse politely
 // too (a busy error frame: IsBusy), and a slot is free again once its
 // connection closes.

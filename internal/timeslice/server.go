@@ -31,7 +31,8 @@ type Server struct {
 	adm   *admission
 	known *knownGPUs
 
-	runDir dirID // the run directory this daemon locked (watchdog: stop if it is replaced)
+	runDir dirID  // the run directory this daemon locked (watchdog: stop if it is replaced)
+	pidNS  uint64 // the daemon's pid namespace (root callers in others are bounded per namespace)
 
 	mu       sync.Mutex
 	gpus     map[proto.UUID]*gpuState
@@ -66,7 +67,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
-	s := &Server{cfg: cfg, runDir: id, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
+	ns, err := pidNS(cfg.ProcRoot)
+	if err != nil {
+		log.Info("own pid namespace unknown: root callers are bounded like users", "err", err)
+	}
+	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, ledgers: newElasticLedgers(),
 		unapplied: map[string]struct{}{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	// Every existing group's settings are in force before the socket exists:
@@ -167,11 +172,12 @@ func (s *Server) acceptLoop(ctx context.Context, ln *net.UnixListener, wg *sync.
 			}
 			continue
 		}
-		if why := s.adm.admitUID(&s.cfg, cred.Uid); why != "" {
+		acct := account(s.cfg.ProcRoot, s.pidNS, cred)
+		if why := s.adm.admitUser(&s.cfg, acct); why != "" {
 			s.refuse(fd, cred, why)
 			continue
 		}
-		wg.Go(func() { s.serve(ctx, fd, cred) })
+		wg.Go(func() { s.serve(ctx, fd, cred, acct) })
 	}
 }
 
