@@ -67,6 +67,9 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	}
 	changes = append(changes, s.memoryChanges()...)
 	runDir := paths.RunDir(getenv)
+	if err := paths.CheckRunDir(runDir); err != nil {
+		return nil, err
+	}
 	tree := group.NewTree(runDir)
 	st, err := tree.Set(s.Group, changes)
 	if err != nil {

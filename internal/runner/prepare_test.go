@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
@@ -74,6 +75,42 @@ func stopDaemon(t *testing.T, runDir string) {
 		if time.Now().After(deadline) {
 			t.Errorf("no daemon status in %s: %v", runDir, err)
 			return
+		}
+	}
+}
+
+// A run directory another user may control (made first by someone else, a
+// link by its name, writable by others: the /tmp fallback's squatting) is
+// refused, and nothing is written into it.
+func TestPrepareRunUnsafeRunDir(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	open := filepath.Join(base, "open")
+	if err := errors.Join(os.Symlink(real, link), os.Mkdir(open, 0o755), os.Chmod(open, 0o777)); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{link, open}
+	if os.Geteuid() == 0 { // a directory another user made
+		other := filepath.Join(base, "other")
+		if err := errors.Join(os.Mkdir(other, 0o755), os.Chown(other, 65534, 65534)); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, other)
+	} else {
+		t.Log("not root: the directory of another user is not tried")
+	}
+	for _, dir := range dirs {
+		getenv := func(k string) string { return map[string]string{"GPUSLICE_RUN_DIR": dir}[k] }
+		_, err := PrepareRun(context.Background(), getenv, RunSetup{Group: "job", NoDaemon: true})
+		if !errors.Is(err, paths.ErrUnsafeRunDir) {
+			t.Errorf("run directory %s: %v, want ErrUnsafeRunDir", dir, err)
+		}
+		if group.NewTree(dir).Exists("job") {
+			t.Errorf("run directory %s: the group was made", dir)
 		}
 	}
 }

@@ -207,3 +207,31 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestReliabilityRunDirOtherUser: a daemon does not serve from a run
+// directory another user made (the /tmp fallback made first by someone else,
+// who could then swap its socket and group files) or one others may write.
+func TestReliabilityRunDirOtherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes a directory owned by another user")
+	}
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+		uid  int
+	}{{"another user's", 0o755, nobody}, {"writable by all", 0o777, 0}} {
+		cfg := testCfg(t)
+		if err := errors.Join(os.Chmod(cfg.RunDir, tc.mode), os.Chown(cfg.RunDir, tc.uid, tc.uid)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := Run(ctx, cfg)
+		cancel()
+		if !errors.Is(err, paths.ErrUnsafeRunDir) {
+			t.Errorf("%s run directory: Run returned %v, want ErrUnsafeRunDir", tc.name, err)
+		}
+		if _, err := os.Lstat(cfg.Socket); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s run directory: a socket was made (%v)", tc.name, err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
@@ -52,6 +53,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("node config: %w", err)
 	}
 	log := klog.FromContext(ctx)
+	if err := paths.CheckRunDir(cfg.RunDir); err != nil {
+		return err
+	}
 	for _, d := range []string{cfg.RunDir, filepath.Dir(cfg.Socket)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
