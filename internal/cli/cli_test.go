@@ -167,3 +167,32 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		}
 	})
 }
+
+// A run inside a group (its environment names the group's file: a run inside
+// a run, a container's process) runs its command in that group, under its
+// limits; flags that would give it a group of its own, out of those limits
+// (it had one: a nested run without --memory had no limit at all), are
+// refused.
+func TestRunInsideGroup(t *testing.T) {
+	const file = "/run/outer/groups/outer/gpu.state"
+	t.Setenv("GPUSLICE_GROUP_FILE", file)
+	t.Setenv("GPUSLICE_GROUP", "outer")
+	for _, c := range []struct {
+		args      []string
+		code      int
+		out, errs string
+	}{
+		{[]string{"run", "--", "sh", "-c", "echo $GPUSLICE_GROUP_FILE; exit 3"}, 3, file + "\n", ""},
+		{[]string{"run", "--group", "outer", "--", "sh", "-c", "echo $GPUSLICE_GROUP"}, 0, "outer\n", ""},
+		{[]string{"run", "--memory", "1Gi", "--", "true"}, 2, "", "already in group outer"},
+		{[]string{"run", "--group", "other", "--", "true"}, 2, "", "already in group outer"},
+		{[]string{"run", "--share", "90%", "--", "true"}, 2, "", "already in group outer"},
+	} {
+		env, out, errOut := testEnv(t, "GPUSLICE_GROUP_FILE="+file, "GPUSLICE_GROUP=outer")
+		code := Main(context.Background(), c.args, env)
+		if code != c.code || out.String() != c.out || !strings.Contains(errOut.String(), c.errs) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
+				c.args, code, out, errOut, c.code, c.out, c.errs)
+		}
+	}
+}

@@ -64,6 +64,9 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	if _, err := f.slices.Changes(); err != nil { // a bad flag is a usage error, GPU or not
 		return &UsageError{Err: err}
 	}
+	if file := env.Getenv("GPUSLICE_GROUP_FILE"); file != "" {
+		return runInGroup(ctx, env, f, command, file)
+	}
 	spec, err := buildRunSpec(env, f)
 	if err != nil {
 		return err
@@ -107,6 +110,31 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	code, err := runner.Run(ctx, spec)
 	stopSupervising()
 	<-supervised
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return &ExitError{Code: code}
+	}
+	return nil
+}
+
+// runInGroup runs the command of a process that is in a group already (a run
+// inside a run, a container's process) in that group, under its limits: they
+// hold for the command that started it and every process it starts, and a
+// group of its own would leave them. Flags that would make one are refused.
+func runInGroup(ctx context.Context, env *Env, f *runFlags, command []string, file string) error {
+	name := env.Getenv("GPUSLICE_GROUP")
+	if name == "" {
+		name = file
+	}
+	if f.memory != "" || f.memoryMax != "" || f.spill != "" || f.gpus != "" || (f.group != "" && f.group != name) ||
+		f.slices != (group.RunFlags{}) {
+		return usagef("already in group %s (GPUSLICE_GROUP_FILE): a run inside a group runs under that group's limits; "+
+			"start it without --memory, --memory-max, --spill, --gpu, --group or time-slice flags, or from outside the group", name)
+	}
+	code, err := runner.Run(ctx, &runner.Spec{Command: command, InGroup: true, Env: os.Environ(),
+		Stdin: env.Stdin, Stdout: env.Stdout, Stderr: env.Stderr})
 	if err != nil {
 		return err
 	}

@@ -43,9 +43,12 @@ type Spec struct {
 	// ExtraEnv is added last (KEY=VALUE), e.g. by the node-side options.
 	ExtraEnv []string
 	Env      []string
-	Stdin    io.Reader
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// InGroup runs the command with Env as it is: the process is in a group
+	// already (a run inside a run), which it keeps; no group is made or removed.
+	InGroup bool
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
 }
 
 // Environ is the command's environment: base plus gpuslice's variables,
@@ -88,23 +91,27 @@ func Run(ctx context.Context, s *Spec) (int, error) {
 		return 0, errors.New("no command to run")
 	}
 	logger := klog.FromContext(ctx).WithValues("group", s.Group)
-	dir := paths.GroupDir(s.RunDir, s.Group)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("create group directory: %w", err)
-	}
-	if !s.KeepGroup {
-		defer func() {
-			// Not on stderr: it is the command's (only its documented notices go there).
-			if err := removeGroupDir(dir); err != nil {
-				logger.V(1).Info("group directory left behind", "dir", dir, "err", err)
-			}
-		}()
+	env := s.Env
+	if !s.InGroup {
+		env = Environ(s)
+		dir := paths.GroupDir(s.RunDir, s.Group)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return 0, fmt.Errorf("create group directory: %w", err)
+		}
+		if !s.KeepGroup {
+			defer func() {
+				// Not on stderr: it is the command's (only its documented notices go there).
+				if err := removeGroupDir(dir); err != nil {
+					logger.V(1).Info("group directory left behind", "dir", dir, "err", err)
+				}
+			}()
+		}
 	}
 	path, err := exec.LookPath(s.Command[0])
 	if err != nil {
 		return 0, fmt.Errorf("command %q: %w", s.Command[0], err)
 	}
-	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: Environ(s), Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr}
+	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: env, Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr}
 	// The terminal delivers Ctrl-C to the command itself; gpuslice stays to clean up.
 	interrupts := make(chan os.Signal, 1)
 	signal.Notify(interrupts, os.Interrupt)

@@ -167,6 +167,27 @@ func TestTwoProcessesShareOneLimit(t *testing.T) {
 	}
 }
 
+// A gpuslice run inside a run (a script the command starts, say) runs in the
+// outer run's group: the limit holds for the command and every process it
+// starts (the inner run made a group of its own, without a limit: 2 GiB under
+// 1 GiB). A nested run asking for limits of its own is refused.
+func TestNestedRunKeepsTheLimit(t *testing.T) {
+	bin := binDir(t)
+	gs := filepath.Join(bin, "gpuslice")
+	inner := gs + " run -- " + filepath.Join(bin, "gs-memfill") + " --chunk 64MiB --max 2GiB"
+	r := run(t, env(t), gs, "run", "--memory", "1GiB", "--", "sh", "-c", inner)
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	if f := parseFills(t, r.stdout)[0]; f.Allocated > gib || f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("a nested run allocated %d MiB (stopped by %s) under the outer 1 GiB limit", f.Allocated>>20, f.StoppedBy)
+	}
+	r = run(t, env(t), gs, "run", "--memory", "1GiB", "--", gs, "run", "--memory", "2GiB", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "already in group") {
+		t.Errorf("a nested run with its own --memory: exit %d, stderr %q; want 2, already in group", r.code, r.stderr)
+	}
+}
+
 func TestRunRefusesBadInput(t *testing.T) {
 	bin := binDir(t)
 	gs := filepath.Join(bin, "gpuslice")
