@@ -142,7 +142,7 @@ func TestReliabilityGroupStateNoLink(t *testing.T) {
 // stops neither the daemon's start, its status refresh, the release of
 // another group's dead member's memory, nor other groups' settings (each
 // waited for the lock for ever); the locked group's new memory.max is applied
-// once the lock is let go.
+// once the lock is let go; its members are listed meanwhile.
 func TestReliabilityStateLockHeld(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "hog") // before "reap": the refresh takes the groups in order
@@ -156,6 +156,7 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	start, ns := selfIdentity(t)
 	addMember(t, reap, 0, int32(os.Getpid()), start, ns, 4096)
 	addMember(t, reap, 1, deadPID(t), start, ns, 1<<30)
+	addMember(t, hog, 0, int32(os.Getpid()), start, ns, 4096)
 	f, err := os.OpenFile(hog, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +196,13 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	waitStatusSince(t, cfg, time.Now())
 	if _, err := SetGroupLimit(hog, 3<<30); !errors.Is(err, errStateLocked) {
 		t.Errorf("SetGroupLimit on a locked state file: %v, want errStateLocked", err)
+	}
+	// Listing members needs no lock (the node agent's publisher, group rm).
+	if ps, err := GroupProcesses(hog); err != nil || len(ps) != 1 || ps[0].PID != int32(os.Getpid()) {
+		t.Errorf("GroupProcesses of a locked state file: %+v %v, want this process", ps, err)
+	}
+	if n, err := LiveMembers("/proc", hog); err != nil || n != 1 {
+		t.Errorf("LiveMembers of a locked state file: %d %v, want 1", n, err)
 	}
 	unlock()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {

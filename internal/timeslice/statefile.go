@@ -225,14 +225,20 @@ func (s *stateFile) procs(fn func(off int, p GroupProcess) bool) {
 	}
 }
 
-// GroupProcesses returns the live processes of a group state file.
+// GroupProcesses returns the live processes of a group state file, from a
+// copy read without its lock (entries are stored atomically, the state
+// last): a member holding the lock holds up neither the node agent's
+// publisher nor `group rm`, and a file truncated meanwhile is a short read.
 func GroupProcesses(path string) (_ []GroupProcess, err error) {
-	defer guardFault(&err)()
-	s, err := openState(path, false, stateLockWait)
+	f, err := group.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = s.close() }() // read only
+	defer func() { err = errors.Join(err, f.Close()) }()
+	s := &stateFile{b: make([]byte, shmFileSize)}
+	if n, err := f.ReadAt(s.b, 0); n != shmFileSize {
+		return nil, fmt.Errorf("%w: %s: %d bytes read, want %d (%w)", errShm, path, n, shmFileSize, err)
+	}
 	if err := s.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
