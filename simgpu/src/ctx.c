@@ -87,6 +87,7 @@ static void ctx_deactivate(struct sim_ctx *c)
 	if (c->primary)
 		sim_gmem_teardown(c->dev); /* the graph pool belongs to the device's primary context */
 	sim_array_free_ctx(c);
+	sim_ctx_limits_free(c);
 	sim_stream_free(c->def);
 	c->def = NULL;
 }
@@ -103,8 +104,7 @@ static struct sim_ctx *ctx_new(int ordinal, unsigned flags, bool primary)
 	c->flags = flags;
 	c->primary = primary;
 	c->id = atomic_fetch_add(&sim_g.next_id, 1) + 1;
-	static const size_t limits[7] = {1024, 1u << 20, 8u << 20, 2, 2048, 0, 0};
-	memcpy(c->limits, limits, sizeof(limits));
+	memcpy(c->limits, sim_limit_defaults, sizeof(c->limits));
 	c->next = sim_g.ctxs;
 	sim_g.ctxs = c;
 	return c;

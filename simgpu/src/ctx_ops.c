@@ -127,32 +127,6 @@ SIM_API CUresult cuCtxGetApiVersion(CUcontext h, unsigned int *v)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuCtxGetLimit(size_t *v, CUlimit l)
-{
-	struct sim_ctx *c;
-	CUresult rc = sim_ctx_get(&c);
-
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (v == NULL || l < 0 || l > 6)
-		return v == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
-	*v = c->limits[l];
-	return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuCtxSetLimit(CUlimit l, size_t v)
-{
-	struct sim_ctx *c;
-	CUresult rc = sim_ctx_get(&c);
-
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (l < 0 || l > 6)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	c->limits[l] = v;
-	return CUDA_SUCCESS;
-}
-
 SIM_API CUresult cuCtxGetCacheConfig(CUfunc_cache *cc)
 {
 	struct sim_ctx *c;

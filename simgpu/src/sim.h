@@ -68,6 +68,11 @@ struct sim_queue {
 
 struct sim_stream;
 
+/* cuCtxSetLimit / cuCtxGetLimit: CU_LIMIT_STACK_SIZE .. CU_LIMIT_PERSISTING_L2_CACHE_SIZE,
+ * and what a context starts with (the driver's defaults). */
+#define SIM_LIMITS 7
+extern const size_t sim_limit_defaults[SIM_LIMITS] SIM_HIDDEN;
+
 struct sim_ctx {
 	uint32_t magic;
 	int dev;     /* simulator device index */
@@ -76,7 +81,8 @@ struct sim_ctx {
 	bool primary, active;
 	int refs; /* primary: retain count */
 	unsigned long long id;
-	size_t limits[7];
+	size_t limits[SIM_LIMITS];
+	size_t limits_charged; /* device bytes the limits hold above the defaults (ctx_ops.c) */
 	struct sim_queue q;
 	struct sim_stream *def; /* the NULL / legacy / per-thread stream */
 	struct sim_ctx *next;   /* registry */
@@ -189,6 +195,9 @@ SIM_HIDDEN bool sim_ctx_valid(struct sim_ctx *c);
 SIM_HIDDEN CUresult sim_register_process(int dev);
 /* op 0 push, 1 pop, 2 set current. */
 SIM_HIDDEN CUresult sim_ctx_stack_op(int op, struct sim_ctx *in, struct sim_ctx **out);
+/* A context's teardown: gives back what its limits held, back to the defaults
+ * (ctx_limit.c). Called with sim_g.mu held. */
+SIM_HIDDEN void sim_ctx_limits_free(struct sim_ctx *c);
 
 /* Queue (queue.c). */
 SIM_HIDDEN int sim_queue_start(struct sim_queue *q, int dev);
