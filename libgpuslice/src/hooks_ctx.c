@@ -4,11 +4,13 @@
  * cuDevicePrimaryCtxRelease free every allocation of that context (device
  * memory, arrays), so they are uncounted then (cudaDeviceReset, then
  * allocating again, works). VMM physical memory is not bound to a context.
- * Graph execs made in the context go with it, and so does their memory.
+ * Graph execs made in the context go with it, and so does their memory, and
+ * what its limits held (ctxlimit.h).
  * The primary context of each device is learnt from cuDevicePrimaryCtxRetain.
  */
 #include <errno.h>
 
+#include "ctxlimit.h"
 #include "ctxmap.h"
 #include "graphmem.h"
 #include "memcore.h"
@@ -41,6 +43,7 @@ static void released(CUdevice dev)
 	int active = 1;
 	if (st != NULL && st(dev, &flags, &active) == CUDA_SUCCESS && !active) {
 		gs_release_ctx(primary_of(dev));
+		gs_ctxlim_gone(primary_of(dev));
 		gs_graph_teardown(primary_of(dev));
 	}
 }
@@ -60,8 +63,10 @@ static CUresult reset(gs_fn_cuDevicePrimaryCtxReset fn, CUdevice dev)
 	CUresult rc = fn(dev);
 	int e = errno;
 	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
-	if (rc == CUDA_SUCCESS)
+	if (rc == CUDA_SUCCESS) {
+		gs_ctxlim_gone(primary_of(dev));
 		gs_graph_teardown(primary_of(dev));
+	}
 	errno = e;
 	return rc;
 }
@@ -87,8 +92,10 @@ static CUresult destroy(gs_fn_cuCtxDestroy fn, CUcontext ctx)
 	if (rc == CUDA_SUCCESS)
 		gs_ctx_forget((uint64_t)(uintptr_t)ctx);
 	gs_ctx_settle(&t, rc == CUDA_SUCCESS);
-	if (rc == CUDA_SUCCESS)
+	if (rc == CUDA_SUCCESS) {
+		gs_ctxlim_gone((uint64_t)(uintptr_t)ctx);
 		gs_graph_teardown((uint64_t)(uintptr_t)ctx);
+	}
 	errno = e;
 	return rc;
 }

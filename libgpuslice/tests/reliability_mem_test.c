@@ -5,7 +5,9 @@
  * finally releasing the primary context uncounts that context's allocations;
  * cuMemAllocPitch never asks the driver for more than the limit leaves; a
  * memory pool's freed blocks stay counted while the pool keeps them (release
- * threshold, until a synchronisation, a trim or the pool's destruction).
+ * threshold, until a synchronisation, a trim or the pool's destruction); a
+ * context limit's memory (malloc heap, printf FIFO, stack) counts above the
+ * context's defaults from cuCtxSetLimit until lowered or the context goes.
  * After every step the group's count equals what the simulated GPU says the
  * group's processes hold. The limit is the group's (its file's header), not a
  * member's environment.
@@ -153,6 +155,68 @@ static int primary_last_release(void *arg)
 	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
 	CHECK_EQ(cuMemAlloc_v2(&p, 900 * MiB), CUDA_SUCCESS);
 	HOLDS(900 * MiB);
+	return 0;
+}
+
+/* Context limits that hold device memory (cudaDeviceSetLimit): the malloc
+ * heap and the printf FIFO their size, the stack its size for every resident
+ * thread (108 SMs x 2048 here), above what the context started with. */
+#define STACK_BYTE (108ull * 2048)
+typedef CUresult (*get_limit_fn)(size_t *, CUlimit);
+
+static int ctx_limits(void *arg)
+{
+	(void)arg;
+	open_group("limits");
+	ht_capture_stderr("limits");
+	get_limit_fn get = (get_limit_fn)drv_sym(d.cuda, "cuCtxGetLimit");
+	ctx_create_fn create = (ctx_create_fn)drv_sym(d.cuda, "cuCtxCreate_v2");
+	size_t v = 0;
+	/* A 2 GiB heap under a 1 GiB limit: refused, the driver never asked. */
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(get(&v, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+	CHECK_EQ(v, 8 * MiB);
+	HOLDS(0);
+	char buf[4096];
+	CHECK(strstr(ht_stderr(buf, sizeof(buf)), "refused") != NULL);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 520 * MiB), CUDA_SUCCESS); /* the default is overhead */
+	HOLDS(512 * MiB);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 776 * MiB), CUDA_SUCCESS); /* raised: the increase */
+	HOLDS(768 * MiB);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 264 * MiB), CUDA_SUCCESS); /* lowered: given back */
+	HOLDS(256 * MiB);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 65 * MiB), CUDA_SUCCESS);
+	HOLDS(320 * MiB);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096), CUDA_SUCCESS); /* 3 KiB more per resident thread */
+	HOLDS(320 * MiB + 3072 * STACK_BYTE);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 5120), CUDA_ERROR_OUT_OF_MEMORY); /* 1184 MiB */
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, SIZE_MAX), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(get(&v, CU_LIMIT_STACK_SIZE), CUDA_SUCCESS);
+	CHECK_EQ(v, 4096);
+	CUdeviceptr p;
+	CHECK_EQ(cuMemAlloc_v2(&p, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY); /* the limits count for allocations */
+	HOLDS(320 * MiB + 3072 * STACK_BYTE);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0), CUDA_SUCCESS);
+	HOLDS(320 * MiB);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 4096), CUDA_SUCCESS); /* not counted */
+	HOLDS(320 * MiB);
+	/* A context's limits go with it. */
+	CUcontext c;
+	CHECK_EQ(create(&c, 0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 712 * MiB), CUDA_SUCCESS);
+	HOLDS(1 * GiB);
+	CHECK_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+	HOLDS(320 * MiB);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS); /* cudaDeviceReset */
+	HOLDS(0);
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	CHECK_EQ(d.cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 1 * GiB + 8 * MiB), CUDA_SUCCESS); /* exactly the limit */
+	HOLDS(1 * GiB);
+	CHECK_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS); /* the last reference */
+	HOLDS(0);
+	CHECK(__atomic_load_n(&grp->gpu[0].peak, __ATOMIC_ACQUIRE) <= 1 * GiB);
 	return 0;
 }
 
@@ -360,6 +424,7 @@ int main(void)
 	HT_RUN(ctx_destroy, NULL);
 	HT_RUN(primary_reset, NULL);
 	HT_RUN(primary_last_release, NULL);
+	HT_RUN(ctx_limits, NULL);
 	HT_RUN(pitch_worst_case, NULL);
 	HT_RUN(pool_keeps, NULL);
 	group_limit_wins();
