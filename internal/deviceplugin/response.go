@@ -151,10 +151,16 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		r.Envs["LD_PRELOAD"] = lib
 	}
 	if in.RunDir != "" {
+		// The group's directory read-only: its settings and cgroup binding
+		// are the node's (a container writing them would take more GPU time
+		// or pull other containers into its group); only its state file, which
+		// the library maps, is writable.
 		dir := filepath.Join(in.RunDir, "groups", group)
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir})
+		state := filepath.Join(dir, "gpu.state")
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir, ReadOnly: true},
+			&pluginapi.Mount{HostPath: state, ContainerPath: state})
 		r.Envs["GPUSLICE_GROUP"] = group
-		r.Envs["GPUSLICE_GROUP_FILE"] = filepath.Join(dir, "gpu.state")
+		r.Envs["GPUSLICE_GROUP_FILE"] = state
 	}
 	if in.Socket != "" {
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Socket, ContainerPath: in.Socket})

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +192,18 @@ func TestResponse(t *testing.T) {
 		return m.HostPath == "/proc" && m.ContainerPath == ContainerSimHostProc && m.ReadOnly
 	}) {
 		t.Fatalf("no read-only host /proc mount for the simulated driver: %v", r.Mounts)
+	}
+	// The group's settings and cgroup binding are the node's: its directory is
+	// read-only in the container, only the state file the library maps is not.
+	dir := "/run/gpuslice/groups/" + g
+	var group []string
+	for _, m := range r.Mounts {
+		if strings.HasPrefix(m.HostPath, dir) {
+			group = append(group, fmt.Sprintf("%s>%s ro=%v", m.HostPath, m.ContainerPath, m.ReadOnly))
+		}
+	}
+	if want := []string{dir + ">" + dir + " ro=true", dir + "/gpu.state>" + dir + "/gpu.state ro=false"}; !slices.Equal(group, want) {
+		t.Fatalf("group mounts %q, want %q", group, want)
 	}
 	unhealthy := gpus[uuid(3)]
 	unhealthy.Healthy = false
