@@ -4,7 +4,8 @@
  * managed, stream-ordered from the default pool and from a pool of the
  * process's own that keeps freed blocks up to a release threshold, arrays,
  * VMM create/map/release/unmap/retain, a context made, used and destroyed,
- * synchronisations, pool trims and threshold changes, graphs whose memory
+ * limits that hold memory (malloc heap, stack) set in it and in the primary
+ * context, synchronisations, pool trims and threshold changes, graphs whose memory
  * nodes are added or captured, launched or uploaded, destroyed, trimmed, an
  * allocation a graph does not free kept and freed later) against the simulated
  * GPU under a small limit. After every round of steps (one per worker, all at
@@ -171,11 +172,26 @@ static void release(struct worker *w, struct item *x)
 	x->kind = IT_NONE;
 }
 
-/* A context of its own: allocations in it, then destroyed with them. */
+/* A limit that holds device memory (malloc heap or stack) set, raised or
+ * lowered in the current context. */
+static void set_limit(struct worker *w)
+{
+	if (rnd(w, 2))
+		note(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, rnd(w, 48) * MiB));
+	else
+		note(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1024 + rnd(w, 4) * 64));
+}
+
+/* A context of its own: allocations and limits in it, then destroyed with
+ * them; now and then a limit of the primary context changed. */
 static void step_ctx(struct worker *w)
 {
 	CUcontext c;
+	if (rnd(w, 3) == 0)
+		set_limit(w);
 	CHECK_EQ(ctx_create(&c, 0, 0), CUDA_SUCCESS);
+	if (rnd(w, 2))
+		set_limit(w);
 	for (int i = 0, n = 1 + (int)rnd(w, 3); i < n; i++) {
 		CUdeviceptr p;
 		CUarray a;
