@@ -138,11 +138,15 @@ func identify(procRoot string, tree group.Tree, cred *unix.Ucred) (Peer, error) 
 // groupFileAllowed decides whether a caller started with group file file
 // (which names group name of this daemon's tree) may act for that group. The
 // environment is the caller's own choice; the kernel decides:
-//   - the group's directory must be what the caller sees at that path
-//     (/proc/<pid>/root/...): a container sees only the group directory
-//     mounted into it, so it cannot name another container's group;
-//   - a caller in the daemon's own mount namespace (single node) must own the
-//     group's directory, or be root: users cannot join each other's groups.
+//   - the group's directory must be what the caller sees at that path,
+//     resolved inside the caller's root (viewOf): a container sees only the
+//     group directory mounted into it, so it cannot name another container's
+//     group;
+//   - the caller must own the group's directory, or be root: users cannot
+//     join each other's groups. Unless its mount namespace is not the
+//     daemon's and its user namespace is (a container: a view made with
+//     privilege); a mount namespace of a user namespace of its own is any
+//     user's to make, and shows it what it could see anyway.
 func groupFileAllowed(procRoot string, tree group.Tree, p Peer, name, file string) error {
 	var host, seen unix.Stat_t
 	dir := tree.Path(name)
@@ -150,20 +154,43 @@ func groupFileAllowed(procRoot string, tree group.Tree, p Peer, name, file strin
 		return fmt.Errorf("group %s: %w", name, err)
 	}
 	proc := filepath.Join(procRoot, strconv.Itoa(int(p.PID)))
-	if err := unix.Stat(filepath.Join(proc, "root", filepath.Dir(filepath.Clean(file))), &seen); err != nil {
+	if err := viewOf(proc, filepath.Dir(filepath.Clean(file)), &seen); err != nil {
 		return fmt.Errorf("group %s: the caller's view of %s: %w", name, filepath.Dir(file), err)
 	}
 	if seen.Dev != host.Dev || seen.Ino != host.Ino {
 		return fmt.Errorf("group %s: the caller sees another directory at %s", name, filepath.Dir(file))
 	}
-	same, err := sameNamespace(procRoot, p.PID, "mnt")
+	sameMnt, err := sameNamespace(procRoot, p.PID, "mnt")
 	if err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}
-	if same && p.UID != 0 && p.UID != host.Uid {
+	sameUser, err := sameNamespace(procRoot, p.PID, "user")
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	if (sameMnt || !sameUser) && p.UID != 0 && p.UID != host.Uid {
 		return fmt.Errorf("group %s belongs to uid %d, the caller is uid %d", name, host.Uid, p.UID)
 	}
 	return nil
+}
+
+// viewOf stats dir as the process at proc sees it: resolved inside its root
+// (proc/root), symbolic links included (openat2 RESOLVE_IN_ROOT). A plain
+// stat through proc/root resolves an absolute link there in the daemon's
+// root: a link made by the caller would name any directory of the host.
+func viewOf(proc, dir string, st *unix.Stat_t) error {
+	root, err := unix.Open(filepath.Join(proc, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(root) }() //nolint:errcheck // an O_PATH descriptor
+	fd, err := unix.Openat2(root, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(fd) }() //nolint:errcheck // an O_PATH descriptor
+	return unix.Fstat(fd, st)
 }
 
 // sameNamespace reports whether pid is in the daemon's namespace of kind

@@ -275,6 +275,14 @@ func TestReliabilityGroupFileOwner(t *testing.T) {
 			t.Errorf("nobody naming group %s: %q, want dial ok %s...", tc.grp, l, tc.want)
 		}
 	}
+	// In a user and mount namespace of its own (any user may make them: the
+	// view is the one it had), nobody is still not root nor vip's owner.
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", sharedTestBinary(t), "-test.run=^$")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	p := startChildCmd(t, cmd, cfg, "dial", "", "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, "vip"))
+	if l := p.expect(t, "dial", 10*time.Second); !strings.HasPrefix(l, "dial ok pid-") {
+		t.Errorf("nobody in namespaces of its own naming group vip: %q, want dial ok pid-...", l)
+	}
 }
 
 // TestReliabilityContainerGroupFile: a process in a mount namespace of its
@@ -296,6 +304,9 @@ func TestReliabilityContainerGroupFile(t *testing.T) {
 		{"mounted", "exec \"$0\" -test.run='^$'", "victim"},
 		// The path leads elsewhere in its namespace: another container's group.
 		{"elsewhere", "mount -t tmpfs none \"$1\" && mkdir -p \"$1/victim\" && exec \"$0\" -test.run='^$'", "pid-"},
+		// A link there whose absolute target names the host's directory: the
+		// daemon resolves it in its own root, not the caller's.
+		{"link", "mount -t tmpfs none \"$1\" && ln -s \"$1/victim\" \"$1/victim\" && exec \"$0\" -test.run='^$'", "pid-"},
 	} {
 		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", tc.script, os.Args[0], tree.Dir)
 		p := startChildCmd(t, cmd, cfg, "dial", "victim")
