@@ -144,6 +144,8 @@ func childClient(mode string) error {
 		return floodChild(socket)
 	case "unknown-gpus":
 		return unknownGPUsChild(socket)
+	case "map-state":
+		return mapStateChild(os.Getenv("GS_MAP"))
 	}
 	c, err := client.Dial(ctx, socket)
 	if mode == "dial" {

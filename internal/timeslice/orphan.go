@@ -53,7 +53,7 @@ func adoptOrphanedState(procRoot, path string) error {
 	}
 	if !m.deleted {
 		var st unix.Stat_t
-		if err := unix.Stat(m.path, &st); err == nil && st.Ino == m.ino &&
+		if err := unix.Stat(m.path, &st); err == nil && st.Ino == m.ino && int(st.Uid) == os.Geteuid() &&
 			unix.Major(st.Dev) == m.major && unix.Minor(st.Dev) == m.minor {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return err
@@ -71,8 +71,10 @@ func adoptOrphanedState(procRoot, path string) error {
 		ErrOrphanedState, m.pid)
 }
 
-// findMappedState finds a live process started with GPUSLICE_GROUP_FILE=path
-// that maps a gpu.state file.
+// findMappedState finds a live process of this user started with
+// GPUSLICE_GROUP_FILE=path that maps a gpu.state file. Only this user's: the
+// variable is any process's own choice, and the state file a run makes is
+// its user's (mode 0600), so another user's process is no member of it.
 func findMappedState(procRoot, path string) (mappedState, bool) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -85,6 +87,10 @@ func findMappedState(procRoot, path string) (mappedState, bool) {
 			continue
 		}
 		dir := filepath.Join(procRoot, e.Name())
+		var owner unix.Stat_t
+		if unix.Stat(dir, &owner) != nil || int(owner.Uid) != os.Geteuid() {
+			continue
+		}
 		f, err := os.Open(filepath.Join(dir, "environ"))
 		if err != nil {
 			continue // gone, or not ours to read

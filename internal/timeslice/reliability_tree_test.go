@@ -3,6 +3,7 @@ package timeslice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,5 +242,60 @@ func TestReliabilityRunDirOtherUser(t *testing.T) {
 		if _, err := os.Lstat(cfg.Socket); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s run directory: a socket was made (%v)", tc.name, err)
 		}
+	}
+}
+
+// mapStateChild maps file (shared, as the library maps a group's state) and
+// holds it.
+func mapStateChild(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, shmFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	fmt.Println("mapped")
+	time.Sleep(time.Hour)
+	return unix.Munmap(b)
+}
+
+// TestReliabilityAdoptOnlyOwnState: a user's process started with another
+// user's group file named in its environment (its own choice) and mapping a
+// state file of its own is no member of that group: preparing the group (a
+// `gpuslice run --group` of root, its state file missing) does not take that
+// file as the group's state (it was linked in place: the user then wrote the
+// root group's limits and counts), nor refuses to make one.
+func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs a process as another user")
+	}
+	cfg := testCfg(t)
+	openToAll(t, cfg)
+	mine := filepath.Join(cfg.RunDir, "nobody")
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(mine, "gpu.state")
+	if err := errors.Join(CreateGroupState("/proc", own, "own"), os.Chown(own, nobody, nobody), os.Chown(mine, nobody, nobody)); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(cfg.RunDir, "run")
+	file := paths.GroupStateFile(runDir, "g")
+	startChildAs(t, cfg, nobody, "map-state", "GS_MAP="+own, "GPUSLICE_GROUP_FILE="+file).expect(t, "mapped", 10*time.Second)
+	st, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: "1Gi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareGroupState(runDir, "g", st, true); err != nil {
+		t.Fatalf("preparing the group beside another user's process naming it: %v", err)
+	}
+	var a, b unix.Stat_t
+	if err := errors.Join(unix.Stat(file, &a), unix.Stat(own, &b)); err != nil {
+		t.Fatal(err)
+	}
+	if a.Ino == b.Ino || a.Uid != 0 {
+		t.Fatalf("the group's state file is another user's (uid %d, the same file: %v)", a.Uid, a.Ino == b.Ino)
 	}
 }
