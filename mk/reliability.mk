@@ -17,7 +17,7 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/timeslice/
-	$(GO) test -count=1 -run 'TooLarge|BoundedQuote|NotRegular' ./internal/group/
+	$(GO) test -count=1 -run 'TooLarge|BoundedQuote|NotRegular|ModeNotThroughLink' ./internal/group/
 	$(GO) test -count=1 -run 'TestRemoveGroupDir|TestPrepareRunUnsafeRunDir' ./internal/runner/
 
 .PHONY: bench-reliability

@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A setting file over MaxFileSize is refused without reading it whole, and
@@ -118,6 +121,77 @@ func unblockFIFO(path string, done <-chan error) error {
 		case err := <-done:
 			return err
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// WriteFile (the daemon's write-backs and read-back files, as root, in group
+// directories their owners write) sets its file's mode through the
+// descriptor: a link the directory's owner puts at the temporary file's name
+// the moment it appears never has its target's mode changed (it was chmod by
+// name: 0644 on any file of the host, /etc/shadow included).
+func TestWriteFileModeNotThroughLink(t *testing.T) {
+	tree := NewTree(t.TempDir())
+	if err := tree.Create("g"); err != nil {
+		t.Fatal(err)
+	}
+	dir := tree.Path("g")
+	secret := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(secret, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE); err != nil {
+		t.Fatal(err)
+	}
+	swapped := make(chan int)
+	go func() { swapped <- swapTempForLink(fd, dir, secret) }() // the directory's owner
+	failed := 0
+	for range 300 {
+		if tree.WriteFile("g", FileSlice, "7ms\n") != nil { // the owner moved its file away: its own group's loss
+			failed++
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil { // ends the owner's reads
+		t.Fatal(err)
+	}
+	t.Logf("temporary files swapped for a link: %d (writes failed: %d)", <-swapped, failed)
+	if err := unix.Close(fd); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(secret); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the link's target is now %v (%v), want -rw-------", st.Mode(), err)
+	}
+}
+
+// swapTempForLink replaces each temporary file created in dir (inotify fd)
+// by a link to target, at once, until a file named stop appears; it returns
+// how many it replaced.
+func swapTempForLink(fd int, dir, target string) int {
+	n := 0
+	buf := make([]byte, 4096)
+	for {
+		r, err := unix.Read(fd, buf)
+		if err != nil || r <= 0 {
+			return n
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= r; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			p := filepath.Join(dir, name)
+			if name == "stop" {
+				return n
+			}
+			if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() || !strings.HasPrefix(name, ".") {
+				continue // gone already, or a link of ours
+			}
+			if os.Rename(p, p+".moved") == nil && os.Symlink(target, p) == nil {
+				n++
+			}
 		}
 	}
 }

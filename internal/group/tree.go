@@ -239,9 +239,10 @@ func (t Tree) WriteFile(name, file, content string) error {
 	if err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}
+	// Its mode through the descriptor, not the name: the directory's owner
+	// could put a link to any file at that name meanwhile (the daemon is root).
 	_, werr := tmp.WriteString(content)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644)); err != nil {
+	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
 		return errors.Join(fmt.Errorf("group %s: write %s: %w", name, file, err), os.Remove(tmp.Name()))
 	}
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {

@@ -311,7 +311,7 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	_, werr := tmp.Write(append(b, '\n'))
-	if err := errors.Join(werr, tmp.Close(), os.Chmod(tmp.Name(), 0o644)); err != nil {
+	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
 		return errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
