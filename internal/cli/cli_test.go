@@ -174,9 +174,10 @@ func TestEveryCommandHasHelp(t *testing.T) {
 // (it had one: a nested run without --memory had no limit at all), are
 // refused.
 func TestRunInsideGroup(t *testing.T) {
-	const file = "/run/outer/groups/outer/gpu.state"
+	const file, lib = "/run/outer/groups/outer/gpu.state", "/opt/gs/libgpuslice.so"
 	t.Setenv("GPUSLICE_GROUP_FILE", file)
 	t.Setenv("GPUSLICE_GROUP", "outer")
+	t.Setenv("LD_PRELOAD", lib)
 	for _, c := range []struct {
 		args      []string
 		code      int
@@ -188,11 +189,16 @@ func TestRunInsideGroup(t *testing.T) {
 		{[]string{"run", "--group", "other", "--", "true"}, 2, "", "already in group outer"},
 		{[]string{"run", "--share", "90%", "--", "true"}, 2, "", "already in group outer"},
 	} {
-		env, out, errOut := testEnv(t, "GPUSLICE_GROUP_FILE="+file, "GPUSLICE_GROUP=outer")
+		env, out, errOut := testEnv(t, "GPUSLICE_GROUP_FILE="+file, "GPUSLICE_GROUP=outer", "LD_PRELOAD="+lib)
 		code := Main(context.Background(), c.args, env)
 		if code != c.code || out.String() != c.out || !strings.Contains(errOut.String(), c.errs) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
 				c.args, code, out, errOut, c.code, c.out, c.errs)
 		}
+	}
+	// The variable alone (left set by hand, no library preloaded) is no group.
+	env, _, errOut := testEnv(t, "GPUSLICE_GROUP_FILE="+file)
+	if Main(context.Background(), []string{"run", "--memory", "1Gi", "--", "true"}, env); strings.Contains(errOut.String(), "already in group") {
+		t.Errorf("GPUSLICE_GROUP_FILE without the library taken for a group: %q", errOut)
 	}
 }

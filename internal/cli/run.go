@@ -64,7 +64,9 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	if _, err := f.slices.Changes(); err != nil { // a bad flag is a usage error, GPU or not
 		return &UsageError{Err: err}
 	}
-	if file := env.Getenv("GPUSLICE_GROUP_FILE"); file != "" {
+	// In a group: its file named and the library preloaded (a variable left
+	// set by hand alone is not a group).
+	if file := env.Getenv("GPUSLICE_GROUP_FILE"); file != "" && strings.Contains(env.Getenv("LD_PRELOAD"), "libgpuslice") {
 		return runInGroup(ctx, env, f, command, file)
 	}
 	spec, err := buildRunSpec(env, f)
