@@ -232,6 +232,16 @@ typedef struct CUlaunchConfig_st {
 	unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* cuLaunchCooperativeKernelMultiDevice (deprecated since CUDA 11.3): one launch per device. */
+typedef struct CUDA_LAUNCH_PARAMS_st {
+	CUfunction function;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
 typedef enum CUstreamCaptureMode_enum {
 	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
 	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,

@@ -155,10 +155,57 @@ static int launches(void *arg)
 		.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
 	CHECK_EQ(cuLaunchKernelEx(&cfg, fn, params, NULL), CUDA_SUCCESS);
 	CHECK_EQ(cuLaunchKernelEx_ptsz(&cfg, fn, params, NULL), CUDA_SUCCESS);
+	CUDA_LAUNCH_PARAMS multi = {.function = fn,
+				    .gridDimX = 1,
+				    .gridDimY = 1,
+				    .gridDimZ = 1,
+				    .blockDimX = 1,
+				    .blockDimY = 1,
+				    .blockDimZ = 1,
+				    .kernelParams = params};
+	CHECK_EQ(cuLaunchCooperativeKernelMultiDevice(&multi, 1, 0), CUDA_SUCCESS);
+	CHECK(dlsym(RTLD_DEFAULT, "cuLaunchCooperativeKernelMultiDevice") ==
+	      (void *)cuLaunchCooperativeKernelMultiDevice);
 	CHECK_EQ(d.cuCtxSynchronize(), CUDA_SUCCESS);
 	/* Errors come back unchanged. */
 	CHECK(cuGraphLaunch(NULL, NULL) != CUDA_SUCCESS);
 	CHECK(cuLaunchKernelEx(NULL, fn, params, NULL) != CUDA_SUCCESS);
+	return 0;
+}
+
+/* The legacy entry points the library neither counts nor gates are refused,
+ * whichever way they are reached, without calling the driver. */
+static int legacy(void *arg)
+{
+	(void)arg;
+	ht_group("legacy", "1073741824");
+	ht_capture_stderr("legacy");
+	struct drv d;
+	CUcontext ctx;
+	drv_open(&d, &ctx);
+	unsigned int p32 = 0, pitch = 0;
+	CUarray a = NULL;
+	errno = 4242;
+	CHECK_EQ(cuMemAlloc(&p32, 512u * MiB), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(errno, 4242);
+	CHECK_EQ(cuMemAllocPitch(&p32, &pitch, 4096, 4096, 4), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(cuArrayCreate(&a, &(int[4]){0}), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(cuArray3DCreate(&a, &(int[8]){0}), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(cuLaunch(NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(cuLaunchGrid(NULL, 1, 1), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(cuLaunchGridAsync(NULL, 1, 1, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK(p32 == 0 && a == NULL);
+	CUdeviceptr whole; /* nothing was counted: the whole limit is still there */
+	CHECK_EQ(cuMemAlloc_v2(&whole, 1024 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFree_v2(whole), CUDA_SUCCESS);
+	typedef CUresult (*alloc32_fn)(unsigned int *, unsigned int);
+	alloc32_fn viadl = (alloc32_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc");
+	CHECK(viadl == cuMemAlloc && from_libgpuslice((void *)viadl));
+	CHECK_EQ(viadl(&p32, 64u * MiB), CUDA_ERROR_NOT_SUPPORTED);
+	char buf[512];
+	ht_stderr(buf, sizeof(buf));
+	CHECK(strstr(buf, "cuMemAlloc (a legacy entry point) refused") != NULL);
+	CHECK(strstr(buf, "cuLaunch ") == NULL); /* one line, not one per call */
 	return 0;
 }
 
@@ -231,6 +278,7 @@ int main(void)
 	HT_RUN(via_dlsym, NULL);
 	HT_RUN(via_procaddress, NULL);
 	HT_RUN(launches, NULL);
+	HT_RUN(legacy, NULL);
 	HT_RUN(errno_kept, NULL);
 	HT_RUN(no_limit, NULL);
 	HT_RUN(private_group, NULL);

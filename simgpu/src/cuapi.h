@@ -214,6 +214,7 @@ A CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int
 A CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 					  unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
 					  CUstream s, void **params);
+A CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags);
 A CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg);
 A CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *arg);
 

@@ -128,6 +128,24 @@ SIM_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
 	return launch(f, g, b, smem, s, params, NULL);
 }
 
+/* One launch per entry, each on its own stream (the driver's deprecated
+ * multi-device form; the simulator's devices share one engine). */
+SIM_API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
+{
+	(void)flags;
+	if (list == NULL || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < n; i++) {
+		const CUDA_LAUNCH_PARAMS *p = &list[i];
+		const unsigned g[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+		const unsigned b[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+		CUresult rc = launch(p->function, g, b, p->sharedMemBytes, p->hStream, p->kernelParams, NULL);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}
+
 static CUresult func_attr(struct sim_func *f, CUfunction_attribute a, int *v)
 {
 	switch (a) {

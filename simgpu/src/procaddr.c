@@ -188,6 +188,7 @@
 	X(cuLaunchKernelEx, 11060, 1, cuLaunchKernelEx_ptsz)                                                 \
 	X(cuLaunchCooperativeKernel, 9000, 0, cuLaunchCooperativeKernel)                                     \
 	X(cuLaunchCooperativeKernel, 9000, 1, cuLaunchCooperativeKernel_ptsz)                                \
+	X(cuLaunchCooperativeKernelMultiDevice, 9000, 0, cuLaunchCooperativeKernelMultiDevice)               \
 	X(cuLaunchHostFunc, 10000, 0, cuLaunchHostFunc)                                                      \
 	X(cuLaunchHostFunc, 10000, 1, cuLaunchHostFunc_ptsz)                                                 \
 	X(cuStreamCreate, 2000, 0, cuStreamCreate)                                                           \
