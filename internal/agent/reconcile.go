@@ -49,6 +49,9 @@ type reconciler struct {
 	// container no longer on the node must be before it is removed.
 	tree  group.Tree
 	gcAge time.Duration
+	// cgroupPids lists a cgroup directory's processes (nil: its
+	// cgroup.procs, through opencontainers/cgroups).
+	cgroupPids func(dir string) ([]int, error)
 	// observe gets each pod's hot-plug latency: from the agent seeing a
 	// new assignment (seen, by pod key) to its devices applied.
 	observe func(time.Duration)
@@ -193,7 +196,16 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			waiting = waiting || len(want[cs.Name]) > 0
 			continue
 		}
-		idx, changed, err := r.applyContainer(ctx, pod.UID, runtimeID(cs.ContainerID), want[cs.Name])
+		cid := runtimeID(cs.ContainerID)
+		c, err := findContainer(ctx, r.runtime, r.mounts, cid)
+		if err == nil {
+			err = r.bindContainer(ctx, pod, cs.Name, c)
+		}
+		var idx []int32
+		var changed bool
+		if err == nil {
+			idx, changed, err = r.applyContainer(ctx, pod.UID, cid, c, want[cs.Name])
+		}
 		anyChanged = anyChanged || changed
 		if errors.Is(err, ErrNoContainer) {
 			continue // not started or already gone; the next event says
@@ -213,11 +225,23 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 	return errors.Join(err, r.report(ctx, pod, applied))
 }
 
-func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, gpus []api.GPUAssignment) ([]int32, bool, error) {
-	c, err := findContainer(ctx, r.runtime, r.mounts, cid)
-	if err != nil {
-		return nil, false, err
+// bindContainer binds the group of container name of pod (if Allocate made
+// one) to the container's cgroup, so that the time-slice daemon identifies
+// every process of the container by the kernel's word, whatever its
+// environment.
+func (r *reconciler) bindContainer(ctx context.Context, pod *corev1.Pod, name string, c hotplug.Container) error {
+	g := deviceplugin.GroupName(deviceplugin.Candidate{Name: pod.Name, Container: name, UID: pod.UID})
+	if !r.tree.Exists(g) {
+		return nil
 	}
+	p, err := cgroupBinding(r.procRoot, c, r.cgroupPids)
+	if err != nil {
+		return err
+	}
+	return bindGroup(ctx, r.tree, g, p)
+}
+
+func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, c hotplug.Container, gpus []api.GPUAssignment) ([]int32, bool, error) {
 	want := map[string]bool{}
 	idx := make([]int32, 0, len(gpus))
 	for _, g := range gpus {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +31,8 @@ type conn struct {
 	s    *Server
 	fd   int // the socket (blocking; sends use MSG_DONTWAIT)
 	peer Peer
+	// known is peer once decided, for bindingChanged (other goroutines).
+	known atomic.Pointer[Peer]
 	// features: the GS_FEATURE_* bits both sides understand (set by the handshake).
 	features uint32
 	log      klog.Logger
@@ -121,7 +124,7 @@ var errBusy = errors.New("connection refused: over a bound")
 // answers its hello.
 func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 	var err error
-	if c.peer, err = identify(c.s.cfg.ProcRoot, c.s.tree, cred); err != nil {
+	if err = c.identify(cred); err != nil {
 		c.sendError(proto.ErrIdentity, err.Error())
 		return err
 	}

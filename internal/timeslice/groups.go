@@ -34,6 +34,7 @@ func (s *Server) loadGroups(ctx context.Context) error {
 // then apply them).
 func (s *Server) groupChanged(ctx context.Context, name string) {
 	log := klog.FromContext(ctx).WithValues("group", name)
+	s.bindingChanged(ctx, name, s.tree.Exists(name))
 	if !s.tree.Exists(name) {
 		s.mu.Lock()
 		delete(s.settings, name)

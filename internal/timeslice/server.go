@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,7 +40,9 @@ type Server struct {
 	gpus     map[proto.UUID]*gpuState
 	settings map[string]group.Settings // last valid settings of each group
 	conns    map[*conn]struct{}
-	ledgers  *elasticLedgers // elastic memory
+	bindings map[string]string // each group's cgroup binding, as last seen
+	bindGen  atomic.Uint64     // moves at every new binding (conn.identify)
+	ledgers  *elasticLedgers   // elastic memory
 
 	limitMu   sync.Mutex          // one memory limit written at a time (the latest settings win)
 	unapplied map[string]struct{} // groups whose memory limit a held state file lock kept out (under mu)
@@ -76,7 +79,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("own pid namespace unknown: root callers are bounded like users", "err", err)
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
-		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, ledgers: newElasticLedgers(),
+		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
 		unapplied: map[string]struct{}{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	// Every existing group's settings are in force before the socket exists:
 	// a client that can connect is served under them, and a setting file

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
@@ -51,6 +53,7 @@ func TestPodShares(t *testing.T) {
 	var busy []float64
 	var change time.Duration
 	shared := t.Run("shares", func(t *testing.T) { n.t = t; busy, change = testPodShares(t, ctx, n) })
+	t.Run("identity", func(t *testing.T) { n.t = t; testIdentity(t, ctx, n) })
 	t.Run("unfit", func(t *testing.T) { n.t = t; testUnfit(t, ctx, n) })
 	t.Run("draining", func(t *testing.T) { n.t = t; testDraining(t, ctx, n) })
 	t.Run("not-ready-gpus", func(t *testing.T) { n.t = t; testNotReady(t, ctx, n) })
@@ -184,6 +187,41 @@ func (n *node) waitDaemonShare(ctx context.Context, pods []*corev1.Pod, want flo
 	if err != nil {
 		n.t.Fatalf("the node daemon never scheduled the groups at share %.2f: %v\nstatus: %s", want, err, last)
 	}
+}
+
+// testIdentity: a container's process started without GPUSLICE_GROUP_FILE
+// is a member of its container's group all the same (the agent bound the
+// group to the container's cgroup: the daemon goes by the kernel's word), not
+// a group of its own with turns of its own.
+func testIdentity(t *testing.T, ctx context.Context, n *node) {
+	p := n.createPod(ctx, sharePod("noenv", 25, podMemory, "", "/bin/sh", "-c",
+		"unset GPUSLICE_GROUP_FILE; exec "+strings.Join(busyTenant(), " ")))
+	p = n.waitPod(bounded(ctx), p.Name, "running", running)
+	defer n.deletePods(bounded(ctx), p.Name)
+	var last string
+	err := waitFor(bounded(ctx), func() bool {
+		groups, err := n.daemonGroups()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := json.Marshal(groups)
+		last = string(b)
+		for name := range groups {
+			if strings.HasPrefix(name, "pid-") {
+				return false
+			}
+		}
+		g := groups[groupOf(p)]
+		return g.Members >= 1 && g.Grants > 0
+	})
+	bound, _ := os.ReadFile(filepath.Join(n.runDir(), "groups", groupOf(p), group.FileCgroup))
+	if err != nil {
+		t.Fatalf("a process without GPUSLICE_GROUP_FILE is not a member of its container's group %s (binding %q): %v\nstatus: %s",
+			groupOf(p), strings.TrimSpace(string(bound)), err, last)
+	}
+	t.Logf("e2e identity: a process without GPUSLICE_GROUP_FILE is a member of group %s, bound to cgroup %s",
+		groupOf(p), strings.TrimSpace(string(bound)))
 }
 
 // testUnfit: a pod that fits no GPU (more memory than a GPU has) stays
