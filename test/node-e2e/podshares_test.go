@@ -192,10 +192,12 @@ func (n *node) waitDaemonShare(ctx context.Context, pods []*corev1.Pod, want flo
 // testIdentity: a container's process started without GPUSLICE_GROUP_FILE
 // is a member of its container's group all the same (the agent bound the
 // group to the container's cgroup: the daemon goes by the kernel's word), not
-// a group of its own with turns of its own.
+// a group of its own with turns of its own. The container cannot write its
+// group's binding (the group directory is read-only in it, if there at all).
 func testIdentity(t *testing.T, ctx context.Context, n *node) {
 	p := n.createPod(ctx, sharePod("noenv", 25, podMemory, "", "/bin/sh", "-c",
-		"unset GPUSLICE_GROUP_FILE; exec "+strings.Join(busyTenant(), " ")))
+		"for d in "+filepath.Join(n.runDir(), "groups", "k8s-noenv-main-*")+`; do if echo / >"$d/cgroup"; then echo binding written; else echo binding refused; fi; done; `+
+			"unset GPUSLICE_GROUP_FILE; exec "+strings.Join(busyTenant(), " ")))
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
 	defer n.deletePods(bounded(ctx), p.Name)
 	var last string
@@ -222,6 +224,14 @@ func testIdentity(t *testing.T, ctx context.Context, n *node) {
 	}
 	t.Logf("e2e identity: a process without GPUSLICE_GROUP_FILE is a member of group %s, bound to cgroup %s",
 		groupOf(p), strings.TrimSpace(string(bound)))
+	if err := waitFor(bounded(ctx), func() bool { return strings.Contains(n.podLog(p), "binding ") }); err != nil {
+		t.Fatalf("the pod never said whether it could write its binding: %v\n%s", err, n.podLog(p))
+	}
+	if l := n.podLog(p); strings.Contains(l, "binding written") || !strings.Contains(l, "binding refused") {
+		t.Fatalf("the container wrote its group's cgroup binding:\n%s", l)
+	} else {
+		t.Logf("e2e identity: the container writing its binding: %s", strings.ReplaceAll(l, "\n", " | "))
+	}
 }
 
 // testUnfit: a pod that fits no GPU (more memory than a GPU has) stays
