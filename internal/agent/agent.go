@@ -142,6 +142,9 @@ func (p *parts) addPlugins(env map[string]string) error {
 	cfg := p.cfg
 	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
 		procRoot: cfg.ProcRoot, inject: injectFor(cfg, p.drv, env)}
+	if err := WritePreloadList(be.inject.Preload, cfg.Library); err != nil {
+		return err
+	}
 	be.inject.MPS = p.sh.inject()
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
 		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync, Observer: p.met}, be, p.gpus)
@@ -287,11 +290,11 @@ func byUUID(gpus []gpuset.GPU) map[string]gpuset.GPU {
 }
 
 // injectFor says what containers get: control devices that exist, the
-// library, the daemon socket, and on the simulated GPU its libraries, state
+// library and its preload list, the daemon socket, and on the simulated GPU its libraries, state
 // file and GPUSLICE_SIM_* settings.
 func injectFor(cfg Config, drv *gpu.Driver, env map[string]string) deviceplugin.Inject {
 	in := deviceplugin.Inject{DevRoot: cfg.DevRoot, Library: cfg.Library, RunDir: cfg.RunDir, Socket: cfg.Socket, Env: map[string]string{},
-		CDIKind: cfg.CDIKind}
+		CDIKind: cfg.CDIKind, Preload: PreloadListPath(cfg)}
 	for _, d := range cfg.ControlDevices {
 		if _, err := os.Stat(d); err == nil {
 			in.ControlDevices = append(in.ControlDevices, d)

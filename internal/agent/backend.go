@@ -103,5 +103,14 @@ func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[
 	if err := b.tree.Write(name, s); err != nil {
 		return nil, err
 	}
+	// The group's limit in its state file before the container starts
+	// (elastic groups get theirs from the daemon): a member is held to it
+	// whatever its GPUSLICE_MEMORY_LIMIT says, without waiting for the
+	// daemon to read the settings.
+	if s.MemoryMin == 0 {
+		if _, err := timeslice.SetGroupLimit(filepath.Join(b.tree.Path(name), "gpu.state"), s.MemoryMax); err != nil {
+			return nil, fmt.Errorf("group %s: %w", name, err)
+		}
+	}
 	return b.inject.Response(c, gpus, name)
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -80,8 +81,47 @@ func InstallLibrary(src, dst string) (err error) {
 	return nil
 }
 
+// PreloadListPath is the host file the agent writes for containers'
+// /etc/ld.so.preload (deviceplugin.ContainerPreload): in its run directory,
+// "" when no library is injected.
+func PreloadListPath(cfg Config) string {
+	if cfg.Library == "" {
+		return ""
+	}
+	return filepath.Join(cfg.RunDir, "ld.so.preload")
+}
+
+// WritePreloadList writes path (PreloadListPath) naming the container path
+// of the library at host path lib, atomically (a temporary file, then
+// rename), readable by every user; nothing when path is "".
+func WritePreloadList(path, lib string) (err error) {
+	if path == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write preload list: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".preload-*")
+	if err != nil {
+		return fmt.Errorf("write preload list: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name()) // the error says what failed; the temporary file is ours
+		}
+	}()
+	_, werr := tmp.WriteString(deviceplugin.PreloadList(lib))
+	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
+		return fmt.Errorf("write preload list %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write preload list %s: %w", path, err)
+	}
+	return nil
+}
+
 // RemoveHostFilesIfUnused removes what the agent put on the host (the
-// library copy, the run directory's groups, its CDI spec) once no pod bound to this
+// library copy and its preload list, the run directory's groups, its CDI spec) once no pod bound to this
 // node holds a GPU assignment any more: an agent stopped for an upgrade
 // while GPU pods run leaves them their files; one stopped for good after
 // its GPU pods are gone leaves nothing. It reports whether it removed them.
@@ -100,7 +140,7 @@ func RemoveHostFilesIfUnused(ctx context.Context, cfg Config) (bool, error) {
 			errs = append(errs, fmt.Errorf("remove the CDI spec: %w", err))
 		}
 	}
-	for _, p := range []string{cfg.Library, filepath.Join(cfg.RunDir, "groups")} {
+	for _, p := range []string{cfg.Library, PreloadListPath(cfg), filepath.Join(cfg.RunDir, "groups")} {
 		if p == "" {
 			continue
 		}

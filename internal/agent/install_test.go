@@ -47,3 +47,33 @@ func TestInstallLibrary(t *testing.T) {
 		t.Fatal("missing source installed")
 	}
 }
+
+// TestWritePreloadList: the list names the library's container path, one
+// line, readable by every user (the container's loader may run as any
+// uid), replaced by rename; no library, no list.
+func TestWritePreloadList(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Library: "/var/lib/gpuslice/libgpuslice.so", RunDir: filepath.Join(dir, "run")}
+	path := PreloadListPath(cfg)
+	for range 2 {
+		if err := WritePreloadList(path, cfg.Library); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "/usr/local/gpuslice/lib/libgpuslice.so\n" {
+		t.Fatalf("preload list %q, %v", b, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, %v", fi.Mode(), err)
+	}
+	if entries, err := os.ReadDir(cfg.RunDir); err != nil || len(entries) != 1 {
+		t.Fatalf("run directory holds %v, %v (a temporary file left?)", entries, err)
+	}
+	if p := PreloadListPath(Config{RunDir: cfg.RunDir}); p != "" {
+		t.Fatalf("no library, preload list %q", p)
+	}
+	if err := WritePreloadList("", cfg.Library); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -73,7 +73,7 @@ func TestRemoveHostFilesIfUnused(t *testing.T) {
 			if !tc.noSock {
 				cfg.PodResources = servePodResources(t, tc.pods...)
 			}
-			files := []string{cfg.Library, filepath.Join(cfg.RunDir, "groups", "g1", "share"), filepath.Join(cfg.CDISpecDir, gpucdi.SpecName+".yaml")}
+			files := []string{cfg.Library, PreloadListPath(cfg), filepath.Join(cfg.RunDir, "groups", "g1", "share"), filepath.Join(cfg.CDISpecDir, gpucdi.SpecName+".yaml")}
 			for _, f := range files {
 				if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 					t.Fatal(err)

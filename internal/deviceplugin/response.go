@@ -24,6 +24,14 @@ const (
 	// ContainerSimHostProc: where the simulated driver finds the host's
 	// /proc (GPUSLICE_SIM_HOST_PROC).
 	ContainerSimHostProc = "/usr/local/gpuslice/host-proc"
+	// ContainerPreload: the dynamic loader's preload list, mounted read-only
+	// from Inject.Preload so that every dynamically linked program of the
+	// container loads the library, whatever its environment says.
+	ContainerPreload = "/etc/ld.so.preload"
+	// ContainerGroupFile: the container's group state file, at one path the
+	// library knows (GS_CONTAINER_GROUP_FILE in libgpuslice's shm.h): where
+	// it exists, it is the library's group whatever GPUSLICE_GROUP_FILE says.
+	ContainerGroupFile = "/run/gpuslice-group/gpu.state"
 )
 
 // Inject says what a container gets besides its GPU device nodes.
@@ -35,6 +43,10 @@ type Inject struct {
 	ControlDevices []string
 	// Library is the host path of libgpuslice.so ("" = not injected).
 	Library string
+	// Preload is the host path of a file that names the library's container
+	// path (PreloadList), mounted read-only at ContainerPreload; required
+	// with Library.
+	Preload string
 	// RunDir is the time-slice daemon's run directory: the container's group
 	// directory and the daemon socket are mounted at their host paths, so
 	// the daemon recognises the group file a process names.
@@ -98,7 +110,9 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 	}
 	nvidiaContract(r, uuids, in.CDIKind)
 	in.addDevices(r, minors)
-	in.addNodeMounts(r, group)
+	if err := in.addNodeMounts(r, group); err != nil {
+		return nil, err
+	}
 	addMemoryEnv(r, c)
 	in.addSimulator(r)
 	for k, v := range in.Env {
@@ -142,23 +156,44 @@ func (in Inject) addDevices(r *pluginapi.ContainerAllocateResponse, minors []uin
 	}
 }
 
-// addNodeMounts adds the library (preloaded), the container's group
-// directory and the node daemon's socket, each where configured.
-func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group string) {
+// ContainerLibrary is where a container finds the library at host path lib.
+func ContainerLibrary(lib string) string {
+	return ContainerLibDir + "/" + filepath.Base(lib)
+}
+
+// PreloadList is the content of the file mounted at ContainerPreload for
+// the library at host path lib.
+func PreloadList(lib string) string {
+	return ContainerLibrary(lib) + "\n"
+}
+
+// addNodeMounts adds the library (preloaded by LD_PRELOAD and by the
+// loader's own list), the container's group directory and state file, and
+// the node daemon's socket, each where configured.
+func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group string) error {
 	if in.Library != "" {
-		lib := ContainerLibDir + "/" + filepath.Base(in.Library)
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Library, ContainerPath: lib, ReadOnly: true})
+		if in.Preload == "" {
+			return fmt.Errorf("library %s is injected without a preload list", in.Library)
+		}
+		lib := ContainerLibrary(in.Library)
+		// The loader's list holds programs whose environment drops
+		// LD_PRELOAD; bind-mounted over the image's own list, if it has one.
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Library, ContainerPath: lib, ReadOnly: true},
+			&pluginapi.Mount{HostPath: in.Preload, ContainerPath: ContainerPreload, ReadOnly: true})
 		r.Envs["LD_PRELOAD"] = lib
 	}
 	if in.RunDir != "" {
 		// The group's directory read-only: its settings and cgroup binding
 		// are the node's (a container writing them would take more GPU time
 		// or pull other containers into its group); only its state file, which
-		// the library maps, is writable.
+		// the library maps, is writable. The state file also at the one path
+		// the library looks at first, so a member that drops
+		// GPUSLICE_GROUP_FILE (or names another file) is still in the group.
 		dir := filepath.Join(in.RunDir, "groups", group)
 		state := filepath.Join(dir, "gpu.state")
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir, ReadOnly: true},
-			&pluginapi.Mount{HostPath: state, ContainerPath: state})
+			&pluginapi.Mount{HostPath: state, ContainerPath: state},
+			&pluginapi.Mount{HostPath: state, ContainerPath: ContainerGroupFile})
 		r.Envs["GPUSLICE_GROUP"] = group
 		r.Envs["GPUSLICE_GROUP_FILE"] = state
 	}
@@ -166,6 +201,7 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Socket, ContainerPath: in.Socket})
 		r.Envs["GPUSLICE_NODE_SOCKET"] = in.Socket
 	}
+	return nil
 }
 
 // addMemoryEnv sets the per-GPU memory limit, and elastic memory where the

@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -49,5 +50,18 @@ func TestNodeGPUs(t *testing.T) {
 				t.Errorf("got %v %v, want %v %v", minors, uuids, tc.wantMinors, tc.wantUUIDs)
 			}
 		})
+	}
+}
+
+// TestContainerGroupFileMatchesLibrary: the device plugin mounts the group
+// file where the library looks for it (GS_CONTAINER_GROUP_FILE in shm.h).
+func TestContainerGroupFileMatchesLibrary(t *testing.T) {
+	b, err := os.ReadFile("../../libgpuslice/include/gpuslice/shm.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "#define GS_CONTAINER_GROUP_FILE \"" + ContainerGroupFile + "\""
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("shm.h does not say %s", want)
 	}
 }

@@ -167,7 +167,7 @@ func TestResponse(t *testing.T) {
 		gpus[uuid(i)] = gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
 	}
 	in := Inject{DevRoot: "/host/dev", ControlDevices: []string{"/dev/nvidiactl"}, Library: "/opt/gs/libgpuslice.so",
-		RunDir: "/run/gpuslice", Socket: "/run/gpuslice/node.sock", SimDir: "/opt/gs/sim", SimHostProc: "/proc", Env: map[string]string{"X": "1"}}
+		Preload: "/run/gpuslice/ld.so.preload", RunDir: "/run/gpuslice", Socket: "/run/gpuslice/node.sock", SimDir: "/opt/gs/sim", SimHostProc: "/proc", Env: map[string]string{"X": "1"}}
 	g := GroupName(c)
 	r, err := in.Response(c, gpus, g)
 	if err != nil {
@@ -202,8 +202,26 @@ func TestResponse(t *testing.T) {
 			group = append(group, fmt.Sprintf("%s>%s ro=%v", m.HostPath, m.ContainerPath, m.ReadOnly))
 		}
 	}
-	if want := []string{dir + ">" + dir + " ro=true", dir + "/gpu.state>" + dir + "/gpu.state ro=false"}; !slices.Equal(group, want) {
+	// The state file also at the one path the library looks at first, so a
+	// member that drops GPUSLICE_GROUP_FILE is still held to the group.
+	if want := []string{dir + ">" + dir + " ro=true", dir + "/gpu.state>" + dir + "/gpu.state ro=false",
+		dir + "/gpu.state>" + ContainerGroupFile + " ro=false"}; !slices.Equal(group, want) {
 		t.Fatalf("group mounts %q, want %q", group, want)
+	}
+	// The loader's own preload list, read-only: a program whose environment
+	// drops LD_PRELOAD still loads the library.
+	if !slices.ContainsFunc(r.Mounts, func(m *pluginapi.Mount) bool {
+		return m.HostPath == in.Preload && m.ContainerPath == "/etc/ld.so.preload" && m.ReadOnly
+	}) {
+		t.Fatalf("no read-only /etc/ld.so.preload mount: %v", r.Mounts)
+	}
+	if got := PreloadList(in.Library); got != env["LD_PRELOAD"]+"\n" {
+		t.Fatalf("preload list %q, LD_PRELOAD %q", got, env["LD_PRELOAD"])
+	}
+	noList := in
+	noList.Preload = ""
+	if _, err := noList.Response(c, gpus, g); err == nil || !strings.Contains(err.Error(), "preload") {
+		t.Fatalf("library without a preload list: %v", err)
 	}
 	unhealthy := gpus[uuid(3)]
 	unhealthy.Healthy = false

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 
@@ -46,6 +48,15 @@ static void config_init(void)
 	copy_env(c->group_file, sizeof(c->group_file), "GPUSLICE_GROUP_FILE");
 	const char *managed = getenv("GPUSLICE_GROUP_MANAGED");
 	c->group_managed = managed != NULL && strcmp(managed, "1") == 0;
+	/* A container's group file, mounted by the device plugin: the group is
+	 * the node's choice, not the environment's. Made by the node, never here. */
+	struct stat st;
+	int saved = errno;
+	if (stat(GS_CONTAINER_GROUP_FILE, &st) == 0 || errno != ENOENT) {
+		strcpy(c->group_file, GS_CONTAINER_GROUP_FILE);
+		c->group_managed = 1;
+	}
+	errno = saved;
 	copy_env(c->limit_raw, sizeof(c->limit_raw), "GPUSLICE_MEMORY_LIMIT");
 	const char *sock = getenv("GPUSLICE_NODE_SOCKET");
 	if (sock != NULL && strlen(sock) < sizeof(c->node_socket))

@@ -316,33 +316,6 @@ static int pool_keeps(void *arg)
 	return 0;
 }
 
-/* A group file as a manager (gpuslice run, the time-slice daemon) makes it: the
- * group's limit in the header. */
-static const char *managed_group(const char *name, uint64_t limit)
-{
-	const char *path = ht_group(name, NULL);
-	struct gs_shm_file *f = calloc(1, sizeof(*f));
-	CHECK(f != NULL);
-	struct gs_shm_header *h = &f->hdr;
-	h->version = GS_SHM_VERSION;
-	h->header_size = sizeof(*h);
-	h->file_size = GS_SHM_FILE_SIZE;
-	h->max_gpus = GS_SHM_MAX_GPUS;
-	h->max_procs = GS_SHM_MAX_PROCS;
-	h->gpu_size = sizeof(struct gs_shm_gpu);
-	h->proc_size = sizeof(struct gs_shm_proc);
-	h->gpu_offset = offsetof(struct gs_shm_file, gpu);
-	h->proc_offset = offsetof(struct gs_shm_file, proc);
-	h->limit = limit;
-	h->limit_set = 1;
-	h->magic = GS_SHM_MAGIC;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	CHECK(fd >= 0 && write(fd, f, sizeof(*f)) == (ssize_t)sizeof(*f));
-	close(fd);
-	free(f);
-	return path;
-}
-
 /* Every member is held to the group's limit, whatever its own variable says. */
 static int member_with_env(void *env_limit)
 {
@@ -357,7 +330,7 @@ static int member_with_env(void *env_limit)
 
 static void group_limit_wins(void)
 {
-	managed_group("owned", 1 * GiB);
+	ht_managed_group("owned", 1 * GiB);
 	HT_RUN(member_with_env, NULL);         /* no limit of its own: not unlimited */
 	HT_RUN(member_with_env, "8589934592"); /* 8 GiB of its own: still 1 GiB */
 }

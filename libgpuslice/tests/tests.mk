@@ -6,7 +6,7 @@ LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
 LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c group_fault.c hello.c hot.c libc_sym.c log.c procfs.c ctxmap.c ptrfast.c ptrtab.c view.c)
 LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test unit_ptrs_test group_test)
 LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_group_test hooks_mps_test)
-LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test reliability_graph_test reliability_prop_test)
+LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test reliability_graph_test reliability_container_test reliability_prop_test)
 LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h) simgpu/src/simstate.h
 LIB_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1 $(BIN)/sim/gpuslice-sim-mps-control
 LIB_LINK_ASAN := -L$(BUILD)/asan -Wl,-rpath,$(abspath $(BUILD)/asan) -Wl,--no-as-needed -lgpuslice
@@ -56,7 +56,8 @@ test-lib: test-lib-unit test-lib-hooks test-lib-preload
 LIB_PROP_SEEDS ?= 1 2 3 4 5
 .PHONY: test-reliability-lib
 test-reliability-lib: $(LIB_REL_TESTS) $(LIB_SIM)
-	@set -e; for t in $(LIB_TEST_BIN)/reliability_mem_test $(LIB_TEST_BIN)/reliability_graph_test; do \
+	@set -e; for t in $(LIB_TEST_BIN)/reliability_mem_test $(LIB_TEST_BIN)/reliability_graph_test \
+		$(LIB_TEST_BIN)/reliability_container_test; do \
 		echo "  $$t"; $(LIB_TEST_ENV) $$t; done; \
 	t=$(LIB_TEST_BIN)/reliability_prop_test; for s in $(LIB_PROP_SEEDS); do \
 		echo "  $$t (GPUSLICE_PROP_SEED=$$s)"; GPUSLICE_PROP_SEED=$$s $(LIB_TEST_ENV) $$t; done

@@ -28,6 +28,12 @@
 #define GS_SHM_VERSION 1u
 #define GS_SHM_MAX_GPUS 16
 #define GS_SHM_MAX_PROCS 1024
+
+/* Where the device plugin mounts a container's group state file. Where this
+ * path exists, it is the library's group file, whatever GPUSLICE_GROUP_FILE
+ * says (a member cannot leave its group by its environment); elsewhere (a
+ * single node) GPUSLICE_GROUP_FILE decides. docs/contracts.md. */
+#define GS_CONTAINER_GROUP_FILE "/run/gpuslice-group/gpu.state"
 #define GS_SHM_UUID_LEN 64 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits */
 #define GS_SHM_NAME_LEN 64
 

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * A container's group file where the device plugin mounts it
+ * (GS_CONTAINER_GROUP_FILE): every member is held to the group's limit
+ * whatever its environment says: GPUSLICE_GROUP_FILE and
+ * GPUSLICE_MEMORY_LIMIT unset, or naming another file and a larger limit.
+ * Each member runs in a private mount namespace with the group file
+ * bind-mounted at that path, as in a container (root only); without that
+ * path (a single node) the environment decides as before.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <sys/mount.h>
+
+#include "../src/internal.h"
+#include "hooktest.h"
+
+static struct drv d;
+static CUcontext primary;
+static const char *group_path;
+
+/* Shows this process GS_CONTAINER_GROUP_FILE as the group file, in a mount
+ * namespace of its own (a tmpfs on /run, the file bound on the path): the
+ * host's /run is not changed. */
+static void mount_container_group(void)
+{
+	CHECK(unshare(CLONE_NEWNS) == 0);
+	CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0);
+	CHECK(strcmp("/run/gpuslice-group/gpu.state", GS_CONTAINER_GROUP_FILE) == 0);
+	CHECK(mkdir("/run", 0755) == 0 || errno == EEXIST);
+	CHECK(mount("tmpfs", "/run", "tmpfs", 0, "size=64k") == 0);
+	CHECK(mkdir("/run/gpuslice-group", 0755) == 0);
+	int fd = open(GS_CONTAINER_GROUP_FILE, O_WRONLY | O_CREAT, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	CHECK(mount(group_path, GS_CONTAINER_GROUP_FILE, NULL, MS_BIND, NULL) == 0);
+}
+
+/* env: "unset" drops GPUSLICE_GROUP_FILE and GPUSLICE_MEMORY_LIMIT; "other"
+ * names a file of the member's own and an 8 GiB limit. Either way the
+ * group's 1 GiB holds, and the group's file counts what the member holds. */
+static int member(void *env)
+{
+	mount_container_group();
+	unsetenv("GPUSLICE_GROUP_MANAGED");
+	if (strcmp(env, "unset") == 0) {
+		unsetenv("GPUSLICE_GROUP_FILE");
+		unsetenv("GPUSLICE_MEMORY_LIMIT");
+	}
+	char own[320];
+	snprintf(own, sizeof(own), "%s/own-group", ht_dir);
+	if (strcmp(env, "other") == 0) {
+		setenv("GPUSLICE_GROUP_FILE", own, 1);
+		setenv("GPUSLICE_MEMORY_LIMIT", "8589934592", 1);
+	}
+	drv_open(&d, &primary);
+	const struct gs_shm_file *grp = ht_map(group_path);
+	CHECK(grp != NULL);
+	CUdeviceptr p, q;
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(ht_used(grp), 600 * MiB);
+	CHECK_EQ(cuMemAlloc_v2(&q, 600 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	CHECK_EQ(ht_used(grp), 0);
+	CHECK(access(own, F_OK) != 0 && errno == ENOENT); /* never opened, never made */
+	return 0;
+}
+
+/* No such path: the environment's group and limit, as on a single node. */
+static int single_node(void *arg)
+{
+	(void)arg;
+	ht_group("single", "8589934592");
+	drv_open(&d, &primary);
+	CUdeviceptr p, q;
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&q, 600 * MiB), CUDA_SUCCESS);
+	return 0;
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "reliability_container_test: SKIP: needs root (a private mount namespace)\n");
+		return 0;
+	}
+	ht_setup();
+	group_path = strdup(ht_managed_group("container", 1 * GiB));
+	CHECK(group_path != NULL);
+	HT_RUN(member, "unset");
+	HT_RUN(member, "other");
+	HT_RUN(single_node, NULL);
+	free((void *)group_path);
+	ht_teardown();
+	fprintf(stderr, "reliability_container_test: ok\n");
+	return 0;
+}
