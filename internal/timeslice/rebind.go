@@ -3,7 +3,9 @@ package timeslice
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -39,7 +41,15 @@ func (s *Server) bindingChanged(ctx context.Context, name string, exists bool) {
 	if b == old || b == "" {
 		return
 	}
-	s.bindGen.Add(1) // before the connections are listed: see conn.identify
+	// Before the connections are listed: see conn.identify. Only a binding of
+	// root's counts for every caller; one in a user's group directory binds
+	// only that user's processes (boundGroup), and makes nobody else's
+	// identity be decided again.
+	if st, err := os.Stat(s.tree.Path(name)); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid == 0 {
+			s.bindGen.Add(1)
+		}
+	}
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -52,7 +62,7 @@ func (s *Server) bindingChanged(ctx context.Context, name string, exists bool) {
 			continue
 		}
 		if g := boundGroup(s.tree, p.Cgroups, p.UID); g != "" && g != p.Group {
-			klog.FromContext(ctx).Info("caller's cgroup is now bound to another group: it connects again",
+			klog.FromContext(ctx).V(1).Info("caller's cgroup is now bound to another group: it connects again",
 				"pid", p.PID, "group", p.Group, "bound", g, "via", p.Via)
 			c.kill()
 		}
@@ -72,7 +82,9 @@ func inCgroup(cgroups []string, b string) bool {
 // identify decides the caller's group (identify) and publishes it for
 // bindingChanged. A binding that changed while it was decided (bindGen
 // moved) may have been missed, and bindingChanged may have listed this
-// connection before its identity was published: it is decided again.
+// connection before its identity was published: it is decided again. Only
+// root's bindings move bindGen: no user can keep others' identities from
+// being decided.
 func (c *conn) identify(cred *unix.Ucred) error {
 	for range maxIdentifyTries {
 		gen := c.s.bindGen.Load()
