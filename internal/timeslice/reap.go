@@ -19,11 +19,12 @@ type liveness int
 const (
 	memberLive liveness = iota
 	memberDead
-	memberUnknown // another pid namespace and no host pid yet
+	memberUnknown // not decided (another pid namespace, not found in view)
 )
 
 // memberLiveness tells whether the process of entry p still runs, seen from
-// procRoot, whose own pid namespace is ourNS.
+// procRoot, whose own pid namespace is ourNS (an entry of another namespace
+// without a host pid is unknown here: livenessView looks for it).
 func memberLiveness(procRoot string, ourNS uint64, p GroupProcess) liveness {
 	pid := p.PID
 	if p.PIDNS != ourNS {
@@ -83,8 +84,15 @@ func ReapDead(procRoot, path string) (reaped int, err error) {
 	if err := s.check(); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
+	var ps []GroupProcess // entries change only under the lock we hold
+	s.procs(func(_ int, p GroupProcess) bool { ps = append(ps, p); return true })
+	view := newLivenessView(procRoot, ns, ps)
 	s.procs(func(off int, p GroupProcess) bool {
-		if memberLiveness(procRoot, ns, p) != memberDead {
+		l, hostPID := view.of(p)
+		if hostPID > 0 { // found by the scan: later passes need none
+			atomic.StoreUint32(s.u32(off+shmProcOffHost), uint32(hostPID))
+		}
+		if l != memberDead {
 			return true
 		}
 		for g := range shmMaxGPUs {
@@ -115,8 +123,8 @@ func subSaturating(v *uint64, n uint64) {
 }
 
 // LiveMembers counts the members of a group state file that may still run
-// (dead ones do not count; members of another pid namespace whose host pid
-// is not known yet do). A missing file has none.
+// (dead ones do not count; members whose liveness cannot be decided do). A
+// missing file has none.
 func LiveMembers(procRoot, path string) (int, error) {
 	ps, err := GroupProcesses(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -129,9 +137,10 @@ func LiveMembers(procRoot, path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	view := newLivenessView(procRoot, ns, ps)
 	n := 0
 	for _, p := range ps {
-		if memberLiveness(procRoot, ns, p) != memberDead {
+		if l, _ := view.of(p); l != memberDead {
 			n++
 		}
 	}

@@ -69,9 +69,12 @@ func TestGroupStateReapsDeadMembers(t *testing.T) {
 	addMember(t, path, 0, int32(os.Getpid()), start, ns, 100)
 	addMember(t, path, 1, deadPID(t), start, ns, 2000)
 	addMember(t, path, 2, int32(os.Getpid()), start+1, ns, 30000) // pid reused
-	addMember(t, path, 3, 12345, start, ns+1, 400000)             // another namespace, host pid unknown
+	addMember(t, path, 3, 12345, start, ns+1, 400000)             // another namespace: its host pid decides
+	if ok, err := setHostPID(path, 12345, ns+1, start, int32(os.Getpid())); !ok || err != nil {
+		t.Fatalf("setHostPID: %v %v", ok, err)
+	}
 	if n, err := LiveMembers("/proc", path); err != nil || n != 2 {
-		t.Fatalf("LiveMembers = %d, %v; want 2 (self, unknown namespace)", n, err)
+		t.Fatalf("LiveMembers = %d, %v; want 2 (self, by its host pid)", n, err)
 	}
 	n, err := ReapDead("/proc", path)
 	if err != nil || n != 2 {
