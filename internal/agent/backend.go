@@ -112,5 +112,16 @@ func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
 	}
-	return b.inject.Response(c, gpus, name)
+	r, err := b.inject.Response(c, gpus, name)
+	if err != nil {
+		return nil, err
+	}
+	// Ungated (MPS clients): said in the group's directory, which the
+	// container sees read-only; its GPUSLICE_GATE is not what the library reads.
+	if r.Envs["GPUSLICE_GATE"] == "off" {
+		if err := b.tree.WriteFile(name, deviceplugin.GateOffFile, "off\n"); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }

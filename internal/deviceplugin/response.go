@@ -28,10 +28,18 @@ const (
 	// from Inject.Preload so that every dynamically linked program of the
 	// container loads the library, whatever its environment says.
 	ContainerPreload = "/etc/ld.so.preload"
+	// ContainerGroupDir: the container's group directory, read-only, at one
+	// path the library knows, with ContainerGroupFile writable in it.
+	ContainerGroupDir = "/run/gpuslice-group"
 	// ContainerGroupFile: the container's group state file, at one path the
 	// library knows (GS_CONTAINER_GROUP_FILE in libgpuslice's shm.h): where
 	// it exists, it is the library's group whatever GPUSLICE_GROUP_FILE says.
-	ContainerGroupFile = "/run/gpuslice-group/gpu.state"
+	ContainerGroupFile = ContainerGroupDir + "/gpu.state"
+	// GateOffFile: in a group's directory, the node's word that its
+	// containers' launches are not gated (MPS clients). The library reads it
+	// at ContainerGroupDir (GS_CONTAINER_GATE_OFF), where the container cannot
+	// write, instead of GPUSLICE_GATE.
+	GateOffFile = "gate-off"
 )
 
 // Inject says what a container gets besides its GPU device nodes.
@@ -193,6 +201,7 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		state := filepath.Join(dir, "gpu.state")
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir, ReadOnly: true},
 			&pluginapi.Mount{HostPath: state, ContainerPath: state},
+			&pluginapi.Mount{HostPath: dir, ContainerPath: ContainerGroupDir, ReadOnly: true},
 			&pluginapi.Mount{HostPath: state, ContainerPath: ContainerGroupFile})
 		r.Envs["GPUSLICE_GROUP"] = group
 		r.Envs["GPUSLICE_GROUP_FILE"] = state

@@ -60,8 +60,12 @@ func TestContainerGroupFileMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "#define GS_CONTAINER_GROUP_FILE \"" + ContainerGroupFile + "\""
-	if !strings.Contains(string(b), want) {
-		t.Fatalf("shm.h does not say %s", want)
+	for _, want := range []string{
+		"#define GS_CONTAINER_GROUP_FILE \"" + ContainerGroupFile + "\"",
+		"#define GS_CONTAINER_GATE_OFF \"" + ContainerGroupDir + "/" + GateOffFile + "\"",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("shm.h does not say %s", want)
+		}
 	}
 }

@@ -205,7 +205,7 @@ func TestResponse(t *testing.T) {
 	// The state file also at the one path the library looks at first, so a
 	// member that drops GPUSLICE_GROUP_FILE is still held to the group.
 	if want := []string{dir + ">" + dir + " ro=true", dir + "/gpu.state>" + dir + "/gpu.state ro=false",
-		dir + "/gpu.state>" + ContainerGroupFile + " ro=false"}; !slices.Equal(group, want) {
+		dir + ">" + ContainerGroupDir + " ro=true", dir + "/gpu.state>" + ContainerGroupFile + " ro=false"}; !slices.Equal(group, want) {
 		t.Fatalf("group mounts %q, want %q", group, want)
 	}
 	// The loader's own preload list, read-only: a program whose environment

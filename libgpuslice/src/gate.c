@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <gpuslice/shm.h>
 
 #include "gate_int.h"
 #include "log.h"
@@ -88,11 +91,28 @@ static void after_fork_child(void)
 	atomic_store(&gs_gate_fast.state, cfg.off ? GS_GATE_PASS : GS_GATE_ASK);
 }
 
+/* Whether launches go ungated. In a pod container (its group file where the
+ * device plugin mounts it) the node decides, in the group's read-only
+ * directory: a member cannot turn its gate off by its environment. Elsewhere
+ * (a single node) GPUSLICE_GATE=off|0. */
+static int gate_off(void)
+{
+	struct stat st;
+	int e = errno, off;
+	if (stat(GS_CONTAINER_GROUP_FILE, &st) == 0 || errno != ENOENT) {
+		off = stat(GS_CONTAINER_GATE_OFF, &st) == 0;
+	} else {
+		const char *gate = getenv("GPUSLICE_GATE");
+		off = gate != NULL && (strcmp(gate, "off") == 0 || strcmp(gate, "0") == 0);
+	}
+	errno = e;
+	return off;
+}
+
 static void cfg_init(void)
 {
-	const char *gate = getenv("GPUSLICE_GATE");
 	const char *loss = getenv("GPUSLICE_GATE_ON_LOSS");
-	cfg.off = gate != NULL && (strcmp(gate, "off") == 0 || strcmp(gate, "0") == 0);
+	cfg.off = gate_off();
 	cfg.wait_on_loss = loss != NULL && strcmp(loss, "wait") == 0;
 	if (loss != NULL && *loss != '\0' && !cfg.wait_on_loss && strcmp(loss, "run") != 0)
 		gs_log("GPUSLICE_GATE_ON_LOSS=%s: want run or wait; using run", loss);

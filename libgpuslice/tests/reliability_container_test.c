@@ -5,11 +5,14 @@
  * GPUSLICE_MEMORY_LIMIT unset, or naming another file and a larger limit.
  * Each member runs in a private mount namespace with the group file
  * bind-mounted at that path, as in a container (root only); without that
- * path (a single node) the environment decides as before.
+ * path (a single node) the environment decides as before. The same for the
+ * launch gate: GPUSLICE_GATE=off is not read there, only the node's file.
  */
 #include <errno.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "../src/internal.h"
 #include "hooktest.h"
@@ -65,6 +68,56 @@ static int member(void *env)
 	return 0;
 }
 
+/* A member that says GPUSLICE_GATE=off launches a kernel with a node socket
+ * named; arg "marker": the node put GS_CONTAINER_GATE_OFF in place (an MPS
+ * client). The test's socket then says whether its gate asked the daemon. */
+static int gate_member(void *arg)
+{
+	mount_container_group();
+	if (strcmp(arg, "marker") == 0) {
+		int fd = open(GS_CONTAINER_GATE_OFF, O_WRONLY | O_CREAT, 0644);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	setenv("GPUSLICE_GATE", "off", 1);
+	setenv("GPUSLICE_GATE_TIMEOUT_MS", "100", 1);
+	setenv("GPUSLICE_GATE_ON_LOSS", "run", 1);
+	drv_open(&d, &primary);
+	CUmodule mod;
+	CUfunction fn;
+	CHECK_EQ(d.cuModuleLoadData(&mod, "any image"), CUDA_SUCCESS);
+	CHECK_EQ(d.cuModuleGetFunction(&fn, mod, "gpuslice_sim_busy"), CUDA_SUCCESS);
+	unsigned long long us = 10;
+	void *params[] = {&us};
+	CHECK_EQ(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+	return 0;
+}
+
+/* Whether a member's gate connected to a daemon at a socket of the test's
+ * (which never answers: the gate runs after its timeout). */
+static int gate_asked(const char *arg)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/gate.sock", ht_dir);
+	unlink(path);
+	int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+	CHECK(l >= 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	CHECK(strlen(path) < sizeof(a.sun_path));
+	strcpy(a.sun_path, path);
+	CHECK(bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 16) == 0);
+	setenv("GPUSLICE_NODE_SOCKET", path, 1);
+	HT_RUN(gate_member, (void *)arg);
+	unsetenv("GPUSLICE_NODE_SOCKET");
+	int c = accept(l, NULL, NULL);
+	int asked = c >= 0;
+	CHECK(asked || errno == EAGAIN || errno == EWOULDBLOCK);
+	if (c >= 0)
+		close(c);
+	close(l);
+	return asked;
+}
+
 /* No such path: the environment's group and limit, as on a single node. */
 static int single_node(void *arg)
 {
@@ -89,6 +142,10 @@ int main(void)
 	HT_RUN(member, "unset");
 	HT_RUN(member, "other");
 	HT_RUN(single_node, NULL);
+	/* In a container GPUSLICE_GATE=off is not the member's to say: gated
+	 * unless the node's file says otherwise. */
+	CHECK(gate_asked("no marker"));
+	CHECK(!gate_asked("marker"));
 	free((void *)group_path);
 	ht_teardown();
 	fprintf(stderr, "reliability_container_test: ok\n");

@@ -34,6 +34,10 @@
  * says (a member cannot leave its group by its environment); elsewhere (a
  * single node) GPUSLICE_GROUP_FILE decides. docs/contracts.md. */
 #define GS_CONTAINER_GROUP_FILE "/run/gpuslice-group/gpu.state"
+/* In a container (GS_CONTAINER_GROUP_FILE exists), the launch gate is off
+ * only where the node put this file in the group's read-only directory (MPS
+ * clients); GPUSLICE_GATE is not read there. */
+#define GS_CONTAINER_GATE_OFF "/run/gpuslice-group/gate-off"
 #define GS_SHM_UUID_LEN 64 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits */
 #define GS_SHM_NAME_LEN 64
 
