@@ -134,10 +134,32 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 	if err != nil {
 		return 0, false
 	}
+	s.checkLimits(name, gpus)
 	for _, g := range gpus {
 		used += g.Used
 	}
 	return used, true
+}
+
+// checkLimits puts the group's memory.max back into its state file where a
+// member changed it: the members map the file writable (their counts live
+// there), but its limits are the node's. Elastic groups' slots are the
+// ledger's (applyElastic); groups without settings are not the daemon's.
+func (s *Server) checkLimits(name string, gpus []gpuMemory) {
+	s.mu.Lock()
+	st, known := s.settings[name]
+	s.mu.Unlock()
+	if !known || st.MemoryMin != 0 {
+		return
+	}
+	for _, g := range gpus {
+		if g.Limit != st.MemoryMax {
+			s.log.Info("a member changed its group's memory limit in the state file: restored", "group", name,
+				"gpu", g.UUID, "found", g.Limit, "limit", st.MemoryMax)
+			s.applyMemoryLimit(s.log.WithValues("group", name), name)
+			return
+		}
+	}
 }
 
 // memoryByGPU returns a group's GPU memory slots by GPU UUID (upper case).

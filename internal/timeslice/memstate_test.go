@@ -106,6 +106,37 @@ func TestMemoryState(t *testing.T) {
 	}
 }
 
+// TestReliabilityLimitRestored: a member that writes a larger limit into its
+// group's state file (mapped writable: the counts live there) has the group's
+// memory.max put back at the next status refresh.
+func TestReliabilityLimitRestored(t *testing.T) {
+	cfg := testCfg(t)
+	setGroup(t, cfg, "mem", group.Change{File: "memory.max", Value: "3GiB"})
+	state := filepath.Join(cfg.RunDir, "groups", "mem", "gpu.state")
+	writeShm(t, state, 4096)
+	startDaemon(t, cfg)
+	limit := func() uint64 {
+		got, err := readMemory(state)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("read %s: %+v %v", state, got, err)
+		}
+		return got[0].Limit
+	}
+	waitLimit := func(want uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); limit() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("limit %d, want %d", limit(), want)
+			}
+		}
+	}
+	waitLimit(3 << 30)
+	if _, err := setMemoryLimit(state, 0); err != nil { // what a member could write: no limit
+		t.Fatal(err)
+	}
+	waitLimit(3 << 30)
+}
+
 // A new memory.max reaches the running processes' group state file, and the
 // group's use shows in memory.current.
 func TestMemoryLimitAppliesLive(t *testing.T) {
