@@ -16,7 +16,7 @@ struct gs_config {
 	uint64_t limit;              /* GPUSLICE_MEMORY_LIMIT, bytes; 0 = none */
 	char limit_raw[64];          /* for the error message */
 	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP */
-	char group_file[PATH_MAX];   /* GS_CONTAINER_GROUP_FILE where it exists, else GPUSLICE_GROUP_FILE; "" = private group */
+	char group_file[PATH_MAX];   /* GS_CONTAINER_GROUP_FILE, else GPUSLICE_GROUP_FILE; "": private */
 	int group_managed;           /* GPUSLICE_GROUP_MANAGED=1: a manager made the file; never create it */
 	char node_socket[108];       /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
 	uint32_t elastic;            /* GPUSLICE_MEMORY_ELASTIC: "on", "spill" -> GS_ELASTIC_* bits */
