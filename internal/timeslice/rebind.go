@@ -50,13 +50,7 @@ func (s *Server) bindingChanged(ctx context.Context, name string, exists bool) {
 			s.bindGen.Add(1)
 		}
 	}
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.connList() {
 		p := c.known.Load()
 		if p == nil || !inCgroup(p.Cgroups, b) {
 			continue

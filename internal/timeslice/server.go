@@ -130,13 +130,7 @@ func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
 		if err := ln.Close(); err != nil {
 			s.log.V(2).Info("close listener", "err", err)
 		}
-		s.mu.Lock()
-		conns := make([]*conn, 0, len(s.conns))
-		for c := range s.conns {
-			conns = append(conns, c)
-		}
-		s.mu.Unlock()
-		for _, c := range conns {
+		for _, c := range s.connList() {
 			c.kill()
 		}
 	})
@@ -315,4 +309,15 @@ func (s *Server) track(c *conn, add bool) {
 	} else {
 		delete(s.conns, c)
 	}
+}
+
+// connList returns the open connections, taken under s.mu.
+func (s *Server) connList() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }

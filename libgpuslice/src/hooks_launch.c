@@ -12,13 +12,15 @@
 
 #define HOOK(lib, ret, name, params, args)
 #define REAL(lib, ret, name, params, args)
-#define GATE(lib, ret, name, params, args, stream)                                                            \
+/* One launch hook: call_real is the cold path's call of the resolved real_fn;
+ * slow, when true, sends the hot path there too. */
+#define GATE_HOOK(ret, name, params, args, stream, call_real, slow)                                           \
 	static __attribute__((noinline, cold)) ret cold_##name params                                         \
 	{                                                                                                     \
 		gs_fn_##name real_fn = (gs_fn_##name)gs_real_slow(GS_ID_##name);                              \
 		if (real_fn == NULL)                                                                          \
 			return CUDA_ERROR_NOT_FOUND;                                                          \
-		return real_fn args;                                                                          \
+		return call_real;                                                                             \
 	}                                                                                                     \
 	static __attribute__((noinline, cold)) ret gated_##name params                                        \
 	{                                                                                                     \
@@ -33,41 +35,22 @@
 			return gated_##name args;                                                             \
 		gs_fn_##name real_fn =                                                                        \
 			(gs_fn_##name)atomic_load_explicit(&gs_real_tab[GS_ID_##name], memory_order_acquire); \
-		if (GS_UNLIKELY(real_fn == NULL))                                                             \
+		if (GS_UNLIKELY(real_fn == NULL || (slow)))                                                   \
 			return cold_##name args;                                                              \
 		return real_fn args;                                                                          \
 	}
+#define GATE(lib, ret, name, params, args, stream) GATE_HOOK(ret, name, params, args, stream, real_fn args, 0)
 /* A graph launch: as GATE, and through gs_graph_run_slow once the process
  * has execs with allocation nodes (graphmem.h). */
-#define GATEG(lib, ret, name, params, args, stream, exec, ptsz)                                               \
-	static __attribute__((noinline, cold)) ret cold_##name params                                         \
-	{                                                                                                     \
-		gs_fn_##name real_fn = (gs_fn_##name)gs_real_slow(GS_ID_##name);                              \
-		if (real_fn == NULL)                                                                          \
-			return CUDA_ERROR_NOT_FOUND;                                                          \
-		if (atomic_load_explicit(&gs_hot.graph_execs, memory_order_relaxed) == 0)                     \
-			return real_fn args;                                                                  \
-		return gs_graph_run_slow((gs_graph_run_fn)real_fn, exec, stream, ptsz);                       \
-	}                                                                                                     \
-	static __attribute__((noinline, cold)) ret gated_##name params                                        \
-	{                                                                                                     \
-		CUresult gate_rc = gs_gate_resume(stream);                                                    \
-		if (gate_rc != CUDA_SUCCESS)                                                                  \
-			return gate_rc;                                                                       \
-		return cold_##name args;                                                                      \
-	}                                                                                                     \
-	GS_EXPORT ret name params                                                                             \
-	{                                                                                                     \
-		if (GS_UNLIKELY(!gs_gate_pass()))                                                             \
-			return gated_##name args;                                                             \
-		gs_fn_##name real_fn =                                                                        \
-			(gs_fn_##name)atomic_load_explicit(&gs_real_tab[GS_ID_##name], memory_order_acquire); \
-		if (GS_UNLIKELY(real_fn == NULL ||                                                            \
-				atomic_load_explicit(&gs_hot.graph_execs, memory_order_relaxed) != 0))        \
-			return cold_##name args;                                                              \
-		return real_fn args;                                                                          \
-	}
+#define GRAPH_EXECS() atomic_load_explicit(&gs_hot.graph_execs, memory_order_relaxed)
+#define GATEG(lib, ret, name, params, args, stream, exec, ptsz)                                                        \
+	GATE_HOOK(                                                                                                     \
+		ret, name, params, args, stream,                                                                       \
+		(GRAPH_EXECS() == 0 ? real_fn args : gs_graph_run_slow((gs_graph_run_fn)real_fn, exec, stream, ptsz)), \
+		GRAPH_EXECS() != 0)
 #include "hooks.def"
 #undef HOOK
 #undef GATE
 #undef REAL
+#undef GATE_HOOK
+#undef GRAPH_EXECS

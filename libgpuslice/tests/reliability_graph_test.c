@@ -37,14 +37,7 @@ static stream_sync_fn sync_;
 
 static void open_group(const char *name)
 {
-	const char *path = ht_group(name, "1073741824");
-	drv_open(&d, &primary);
-	CUdeviceptr p;
-	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS); /* attaches us to the group */
-	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
-	grp = ht_map(path);
-	sim = sv_map();
-	CHECK(grp != NULL);
+	sv_open_group(name, &d, &primary, &grp, &sim);
 	CHECK_EQ(d.cuStreamCreate(&s, 0), CUDA_SUCCESS);
 	sync_ = (stream_sync_fn)drv_sym(d.cuda, "cuStreamSynchronize");
 }

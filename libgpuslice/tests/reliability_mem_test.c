@@ -36,14 +36,7 @@ static CUcontext primary;
 
 static void open_group(const char *name)
 {
-	const char *path = ht_group(name, "1073741824");
-	drv_open(&d, &primary);
-	CUdeviceptr p;
-	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS); /* attaches us to the group */
-	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
-	grp = ht_map(path);
-	sim = sv_map();
-	CHECK(grp != NULL);
+	sv_open_group(name, &d, &primary, &grp, &sim);
 }
 
 static int vmm_sample_pattern(void *arg)

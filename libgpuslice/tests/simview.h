@@ -58,6 +58,22 @@ static inline uint64_t sv_group_held(const struct sim_state *s, const struct gs_
 	return sum;
 }
 
+/* Opens the driver in group name under a 1 GiB limit, attaches this process
+ * to the group with one allocation, and maps the group's file (*grp) and the
+ * simulator's state (*sim). */
+static inline void sv_open_group(const char *name, struct drv *d, CUcontext *primary, const struct gs_shm_file **grp,
+				 const struct sim_state **sim)
+{
+	const char *path = ht_group(name, "1073741824");
+	drv_open(d, primary);
+	CUdeviceptr p;
+	CHECK_EQ(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS); /* attaches us to the group */
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	*grp = ht_map(path);
+	*sim = sv_map();
+	CHECK(*grp != NULL);
+}
+
 /* Bytes the whole simulated device 0 holds. */
 static inline uint64_t sv_device_used(const struct sim_state *s)
 {
