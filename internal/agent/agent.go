@@ -26,6 +26,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/health"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
@@ -140,8 +141,8 @@ func (p *parts) addReconciler(mounts hotplug.Mounts, rt containerRuntime) error 
 // resource, which allocates shares asked by units alone.
 func (p *parts) addPlugins(env map[string]string) error {
 	cfg := p.cfg
-	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, tree: group.NewTree(cfg.RunDir),
-		procRoot: cfg.ProcRoot, inject: injectFor(cfg, p.drv, env)}
+	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, groups: groupsOf(cfg),
+		inject: injectFor(cfg, p.drv, env)}
 	if err := WritePreloadList(be.inject.Preload, cfg.Library); err != nil {
 		return err
 	}
@@ -257,11 +258,16 @@ func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, erro
 	return cs, gc, nil
 }
 
+// groupsOf is the groups manager of the agent's run directory.
+func groupsOf(cfg Config) *groupmgr.Manager {
+	return groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir, ProcRoot: cfg.ProcRoot})
+}
+
 func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister, gpus []gpuset.GPU, mounts hotplug.Mounts, rt containerRuntime) *reconciler {
 	return &reconciler{client: cs, pods: pods, gpus: byUUID(gpus), managed: managedNodes(gpus), mounts: mounts,
 		progs:    hotplug.NewPrograms(maxSeen),
 		procRoot: cfg.ProcRoot, runtime: newKnownContainers(rt, maxSeen), resync: cfg.Resync,
-		tree: group.NewTree(cfg.RunDir), gcAge: time.Minute, seen: map[string]time.Time{},
+		tree: group.NewTree(cfg.RunDir), groups: groupsOf(cfg), gcAge: time.Minute, seen: map[string]time.Time{},
 		badShareMax: map[types.UID]string{},
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }

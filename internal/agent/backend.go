@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,8 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
-	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -28,8 +26,7 @@ type backend struct {
 	pods      listersv1.PodLister
 	client    kubernetes.Interface
 	podSocket string
-	tree      group.Tree
-	procRoot  string
+	groups    *groupmgr.Manager
 	inject    deviceplugin.Inject
 }
 
@@ -82,17 +79,13 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 	return p, nil
 }
 
-// Prepare creates the container's group with its settings (groupSettings) and its state
-// file (naming the host's pid namespace, so the container's processes get
-// their host pids from the time-slice daemon) and returns the Allocate answer.
-func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
+// Prepare creates the container's group through the groups manager: its
+// settings (groupSettings) and its state file (naming the host's pid
+// namespace, so the container's processes get their host pids from the
+// time-slice daemon); it returns the Allocate answer once the daemon has
+// written the group's limit into the state file (the container starts held to it).
+func (b *backend) Prepare(ctx context.Context, c deviceplugin.Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
 	name := deviceplugin.GroupName(c)
-	if err := b.tree.Create(name); err != nil {
-		return nil, err
-	}
-	if err := timeslice.CreateGroupState(b.procRoot, filepath.Join(b.tree.Path(name), "gpu.state"), name); err != nil {
-		return nil, fmt.Errorf("group %s: %w", name, err)
-	}
 	if c.Pod == nil {
 		return nil, fmt.Errorf("%s: no pod", c)
 	}
@@ -100,28 +93,15 @@ func (b *backend) Prepare(_ context.Context, c deviceplugin.Candidate, gpus map[
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}
-	if err := b.tree.Write(name, s); err != nil {
-		return nil, err
-	}
-	// The group's limit in its state file before the container starts
-	// (elastic groups get theirs from the daemon): a member is held to it
-	// whatever its GPUSLICE_MEMORY_LIMIT says, without waiting for the
-	// daemon to read the settings.
-	if s.MemoryMin == 0 {
-		if _, err := timeslice.SetGroupLimit(filepath.Join(b.tree.Path(name), "gpu.state"), s.MemoryMax); err != nil {
-			return nil, fmt.Errorf("group %s: %w", name, err)
-		}
-	}
 	r, err := b.inject.Response(c, gpus, name)
 	if err != nil {
 		return nil, err
 	}
 	// Ungated (MPS clients): said in the group's directory, which the
 	// container sees read-only; its GPUSLICE_GATE is not what the library reads.
-	if r.Envs["GPUSLICE_GATE"] == "off" {
-		if err := b.tree.WriteFile(name, deviceplugin.GateOffFile, "off\n"); err != nil {
-			return nil, err
-		}
+	o := groupmgr.CreateOptions{Container: true, GateOff: r.Envs["GPUSLICE_GATE"] == "off"}
+	if err := b.groups.Create(ctx, name, groupmgr.Resources{Settings: s}, o); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -47,8 +48,9 @@ type reconciler struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	// tree holds the groups Allocate made; gcAge is how old a group of a
 	// container no longer on the node must be before it is removed.
-	tree  group.Tree
-	gcAge time.Duration
+	tree   group.Tree
+	groups *groupmgr.Manager // changes a group's settings
+	gcAge  time.Duration
 	// cgroupPids lists a cgroup directory's processes (nil: its
 	// cgroup.procs, through opencontainers/cgroups).
 	cgroupPids func(dir string) ([]int, error)
@@ -186,7 +188,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
-	if err := applySettings(ctx, r.tree, pod, want, r.memoryOver(ctx), r.shareMaxTold(ctx)); err != nil {
+	if err := applySettings(ctx, r.groups, pod, want, r.memoryOver(ctx), r.shareMaxTold(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	var applied api.Applied

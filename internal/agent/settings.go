@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -74,8 +75,9 @@ type shareMaxTold func(pod *corev1.Pod, err error)
 // nothing is killed) and reported to over (may be nil). The pod's share
 // ceiling (api.AnnotationShareMax) goes to every group; a malformed one is
 // ignored (each group keeps the ceiling it had) and reported to told (may be nil).
-func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want map[string][]api.GPUAssignment,
+func applySettings(ctx context.Context, groups *groupmgr.Manager, pod *corev1.Pod, want map[string][]api.GPUAssignment,
 	over overLimit, told shareMaxTold) error {
+	tree := groups.Tree()
 	shareMax, smErr := api.ParseShareMax(pod)
 	if told != nil {
 		told(pod, smErr)
@@ -103,7 +105,7 @@ func applySettings(ctx context.Context, tree group.Tree, pod *corev1.Pod, want m
 		if err == nil && cur == s {
 			continue
 		}
-		if err := tree.Write(name, s); err != nil {
+		if err := groups.Set(ctx, name, groupmgr.Resources{Settings: s}); err != nil {
 			return err
 		}
 		if lowered := s.MemoryMax > 0 && (cur.MemoryMax == 0 || s.MemoryMax < cur.MemoryMax); lowered && over != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -66,7 +68,8 @@ func TestGroupSettings(t *testing.T) {
 // A changed assignment (units 25 -> 50) or priority rewrites the group's
 // files; an unchanged one leaves them alone.
 func TestApplySettingsLive(t *testing.T) {
-	tree := group.NewTree(t.TempDir())
+	groups := testGroups(t)
+	tree := groups.Tree()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}, {Name: "other"}}}}
 	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
 	if err := tree.Create(name); err != nil {
@@ -76,7 +79,7 @@ func TestApplySettingsLive(t *testing.T) {
 		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u, MemoryBytes: 1 << 30}}, "other": {{Index: 0, UUID: "g", Units: 10}}}
 	}
 	ctx := context.Background()
-	if err := applySettings(ctx, tree, pod, want(25), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, pod, want(25), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := tree.Read(name); err != nil || s.Share != 0.25 || s.MemoryMax != 1<<30 {
@@ -85,14 +88,14 @@ func TestApplySettingsLive(t *testing.T) {
 	if tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "other", UID: "u1"})) {
 		t.Fatal("a group was made for a container Allocate never saw")
 	}
-	if err := applySettings(ctx, tree, pod, want(50), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FileShare); s != "50%" {
 		t.Fatalf("share file %q after 25 -> 50", s)
 	}
 	pod.Annotations = map[string]string{api.AnnotationPriority: "high"}
-	if err := applySettings(ctx, tree, pod, want(50), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FilePriority); s != "high" {
@@ -103,7 +106,8 @@ func TestApplySettingsLive(t *testing.T) {
 // Shrinking memory below what the group holds is applied (allocations fail
 // until it fits) and reported; growing it or shrinking above use is not.
 func TestApplySettingsMemoryBelowUse(t *testing.T) {
-	tree := group.NewTree(t.TempDir())
+	groups := testGroups(t)
+	tree := groups.Tree()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
 	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
 	if err := tree.Create(name); err != nil {
@@ -121,7 +125,7 @@ func TestApplySettingsMemoryBelowUse(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, m := range []int64{8 << 30, 4 << 30, 6 << 30, 2 << 30} {
-		if err := applySettings(ctx, tree, pod, mem(m), over, nil); err != nil {
+		if err := applySettings(ctx, groups, pod, mem(m), over, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +140,8 @@ func TestApplySettingsMemoryBelowUse(t *testing.T) {
 // The pod's share ceiling goes to every group; a malformed one changes
 // nothing (the ceiling stays, the other settings still apply) and is told.
 func TestApplySettingsShareMax(t *testing.T) {
-	tree := group.NewTree(t.TempDir())
+	groups := testGroups(t)
+	tree := groups.Tree()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1", Annotations: map[string]string{api.AnnotationShareMax: "40%"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
 	name := deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "main", UID: "u1"})
@@ -155,7 +160,7 @@ func TestApplySettingsShareMax(t *testing.T) {
 			t.Fatalf("%s: %+v %v; want share %v, share.max %v", step, s, err, share, shareMax)
 		}
 	}
-	if err := applySettings(ctx, tree, pod, units(25), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, pod, units(25), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("40%", 0.25, 0.4)
@@ -163,17 +168,17 @@ func TestApplySettingsShareMax(t *testing.T) {
 		t.Fatalf("share.max file %q", v)
 	}
 	pod.Annotations[api.AnnotationShareMax] = "33"
-	if err := applySettings(ctx, tree, pod, units(25), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, pod, units(25), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("units 33", 0.25, 0.33)
 	pod.Annotations[api.AnnotationShareMax] = "lots"
-	if err := applySettings(ctx, tree, pod, units(50), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, pod, units(50), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("lots", 0.5, 0.33)
 	delete(pod.Annotations, api.AnnotationShareMax)
-	if err := applySettings(ctx, tree, pod, units(50), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, pod, units(50), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("none", 0.5, 0)
@@ -203,4 +208,27 @@ func TestNoteShareMax(t *testing.T) {
 	if _, ok := r.badShareMax["a"]; ok || len(r.badShareMax) != 1 {
 		t.Fatalf("after forgetting a: %v", r.badShareMax)
 	}
+}
+
+// testGroups is a groups manager of a new run directory with a stand-in for
+// the time-slice daemon that acknowledges every settings generation (the
+// round trip through a real daemon is internal/groupmgr's test).
+func testGroups(t *testing.T) *groupmgr.Manager {
+	m := groupmgr.New(groupmgr.Config{RunDir: t.TempDir()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tree := m.Tree(); ctx.Err() == nil; time.Sleep(time.Millisecond) {
+			names, _ := tree.List()
+			for _, n := range names {
+				g, err := tree.Generation(n)
+				if a, _ := tree.Applied(n); err == nil && a < g {
+					_ = tree.WriteFile(n, group.FileApplied, strconv.FormatUint(g, 10)) // retried at the next pass
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
 }

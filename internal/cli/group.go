@@ -1,17 +1,21 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
 func groupCommand(env *Env) *cobra.Command {
@@ -36,12 +40,16 @@ func groupCommand(env *Env) *cobra.Command {
 		Long:    "Change a group's settings (creating the group).\n\nUsage: gpuslice group " + groupUsage,
 		Example: "  gpuslice group set train slice=20ms priority=high memory.max=6GiB",
 		Args:    usageArgs(env, cobra.MinimumNArgs(2)),
-		RunE:    func(_ *cobra.Command, a []string) error { return groupSet(env, tree(), a[0], a[1:]) },
+		RunE: func(c *cobra.Command, a []string) error {
+			return groupSet(c.Context(), env, groupsOf(env, *runDir), a[0], a[1:])
+		},
 	}, groupGetCommand(env, tree), groupListCommand(env, tree), &cobra.Command{
 		Use:   "rm NAME",
 		Short: "remove a group that no process uses",
 		Args:  usageArgs(env, cobra.ExactArgs(1)),
-		RunE:  func(_ *cobra.Command, a []string) error { return groupRemove(tree(), *runDir, a[0]) },
+		RunE: func(c *cobra.Command, a []string) error {
+			return groupRemove(c.Context(), groupsOf(env, *runDir).m, a[0])
+		},
 	})
 	return cmd
 }
@@ -57,24 +65,40 @@ share (e.g. 30%, default; replaces slice), share.max (a ceiling on the GPU time,
 e.g. 40%, or none), priority (high or low).
 Read-back: memory.current, gpu_time.achieved, burst.banked.`
 
+// groups is the groups manager of a run directory, and whether its time-slice
+// daemon answers (a change then waits until it has applied it).
+type groups struct {
+	m      *groupmgr.Manager
+	daemon bool
+}
+
+func groupsOf(env *Env, runDir string) groups {
+	socket := env.Getenv(timeslice.EnvSocket)
+	if socket == "" {
+		socket = filepath.Join(runDir, "node.sock")
+	}
+	return groups{m: groupmgr.New(groupmgr.Config{RunDir: runDir}), daemon: client.Reachable(context.Background(), socket)}
+}
+
 // groupRemove deletes a group that no process uses: removing the state file
 // under live members would let the next member start a second state (and a
 // second limit) for the same group.
-func groupRemove(tree group.Tree, runDir, name string) error {
-	if !tree.Exists(name) {
+func groupRemove(ctx context.Context, m *groupmgr.Manager, name string) error {
+	if !m.Tree().Exists(name) {
 		return usagef("group rm: no group %q", name)
 	}
-	n, err := timeslice.LiveMembers("/proc", paths.GroupStateFile(runDir, name))
-	if err != nil {
+	if err := m.Remove(ctx, name); err != nil {
+		if errors.Is(err, groupmgr.ErrBusy) {
+			return fmt.Errorf("group rm %s: %w; stop them first", name, err)
+		}
 		return fmt.Errorf("group rm %s: %w", name, err)
 	}
-	if n > 0 {
-		return fmt.Errorf("group rm %s: %d process(es) of the group are running; stop them first", name, n)
-	}
-	return tree.Remove(name)
+	return nil
 }
 
-func groupSet(env *Env, tree group.Tree, name string, kvs []string) error {
+// groupSet changes a group's settings; where its time-slice daemon runs, it
+// returns once the daemon has applied them.
+func groupSet(ctx context.Context, env *Env, g groups, name string, kvs []string) error {
 	var changes []group.Change
 	for _, kv := range kvs {
 		c, err := group.ParseChange(kv)
@@ -83,7 +107,7 @@ func groupSet(env *Env, tree group.Tree, name string, kvs []string) error {
 		}
 		changes = append(changes, c)
 	}
-	s, err := tree.Set(name, changes)
+	s, err := g.m.Change(ctx, name, changes, !g.daemon)
 	if errors.Is(err, group.ErrInvalid) {
 		return usagef("group set %s: %w (nothing changed)", name, err)
 	}

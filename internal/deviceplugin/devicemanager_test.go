@@ -245,13 +245,18 @@ func expectDevices(t *testing.T, m *devicemanager.ManagerImpl, p *corev1.Pod, wa
 	if !slices.Equal(got, want) {
 		t.Fatalf("%s gets devices %v, want %v", p.Name, got, want)
 	}
-	var limit string
+	// The limit is the group's (its state file, written by the time-slice
+	// daemon), not the environment's: the container gets its group file.
+	var file string
 	for _, e := range opts.Envs {
 		if e.Name == "GPUSLICE_MEMORY_LIMIT" {
-			limit = e.Value
+			t.Errorf("%s: a memory limit in the environment: %v", p.Name, e)
+		}
+		if e.Name == "GPUSLICE_GROUP_FILE" {
+			file = e.Value
 		}
 	}
-	if limit == "" {
-		t.Fatalf("%s: no memory limit in %v", p.Name, opts.Envs)
+	if file == "" {
+		t.Fatalf("%s: no group file in %v", p.Name, opts.Envs)
 	}
 }

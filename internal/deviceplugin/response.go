@@ -121,7 +121,7 @@ func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string)
 	if err := in.addNodeMounts(r, group); err != nil {
 		return nil, err
 	}
-	addMemoryEnv(r, c)
+	addElasticEnv(r, c)
 	in.addSimulator(r)
 	for k, v := range in.Env {
 		r.Envs[k] = v
@@ -213,15 +213,12 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 	return nil
 }
 
-// addMemoryEnv sets the per-GPU memory limit, and elastic memory where the
-// pod asks for it (the limit is then the guarantee).
-func addMemoryEnv(r *pluginapi.ContainerAllocateResponse, c Candidate) {
-	lim := MemoryLimit(c)
-	if lim <= 0 {
-		return
-	}
-	r.Envs["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatInt(lim, 10)
-	if c.Pod == nil {
+// addElasticEnv says elastic memory where the pod asks for it, so a GPU
+// slot the library claims is elastic from the start. The limit is not in the
+// environment: it is the group's, written into its state file by the
+// time-slice daemon before the container starts (internal/groupmgr).
+func addElasticEnv(r *pluginapi.ContainerAllocateResponse, c Candidate) {
+	if MemoryLimit(c) <= 0 || c.Pod == nil {
 		return
 	}
 	if e, err := api.ParseElastic(c.Pod); err == nil && e.Max > 0 {

@@ -36,6 +36,19 @@ const (
 	FileBanked        = "burst.banked"
 )
 
+// The generation files: a writer of settings (internal/groupmgr) numbers
+// each change in FileGeneration after writing it; the time-slice daemon, once it has
+// applied the settings it read after that number, writes the number into
+// FileApplied (read-back). docs/timeslice.md, "Generations".
+const (
+	FileGeneration = "settings.generation"
+	FileApplied    = "settings.applied"
+)
+
+// FileGateOff in a group's directory is the node's word that its launches are
+// ungated (MPS clients); the library reads it where the group is a container's.
+const FileGateOff = "gate-off"
+
 // SettingFiles lists the writable files in a fixed order.
 func SettingFiles() []string {
 	return []string{FileMemoryMax, FileMemoryMin, FileMemorySpill, FileSlice, FileShare, FileShareMax, FilePriority}

@@ -141,18 +141,38 @@ func (t Tree) Set(name string, changes []Change) (Settings, error) {
 			return s, err
 		}
 	}
+	if err := t.put(name, n, exists); err != nil {
+		return s, err
+	}
+	return n, nil
+}
+
+// Put makes a group's settings s, creating the group with all of them at once
+// if it is missing. s is validated first: on error nothing is written.
+func (t Tree) Put(name string, s Settings) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	return t.put(name, s, t.Exists(name))
+}
+
+// put writes n, in a new directory that appears at once unless exists.
+func (t Tree) put(name string, n Settings, exists bool) error {
 	if !exists {
 		switch err := t.createWith(name, n); {
 		case err == nil:
-			return n, nil
+			return nil
 		case !errors.Is(err, fs.ErrExist):
-			return s, err
+			return err
 		} // made meanwhile by another writer: set its files one by one
 	}
 	if err := t.Create(name); err != nil {
-		return s, err
+		return err
 	}
-	return n, t.Write(name, n)
+	return t.Write(name, n)
 }
 
 // createWith makes a new group directory that appears with every setting of s

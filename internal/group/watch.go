@@ -111,7 +111,7 @@ func (w *watcher) event(ctx context.Context, wd int32, mask uint32, file string,
 			w.addGroup(ctx, file)
 		}
 		changed(file)
-	case slices.Contains(SettingFiles(), file) || file == FileCgroup:
+	case slices.Contains(SettingFiles(), file) || file == FileCgroup || file == FileGeneration:
 		changed(grp)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
@@ -52,11 +53,16 @@ func (s RunSetup) memoryChanges() []group.Change {
 		{File: group.FileMemorySpill, Value: spill}}
 }
 
-// PrepareRun validates the time-slice flags, writes the group's settings to
-// the group tree, and makes sure a time-slice daemon is running (starting one if
-// needed; concurrent runs end up with one). It returns the environment entries
-// the command needs. Flag errors wrap group.ErrInvalid (a usage error: exit 2);
-// a daemon that cannot be started gives ErrNoDaemon after the settings are written.
+// PrepareRun validates the time-slice flags, makes sure a time-slice daemon is
+// running (starting one if needed; concurrent runs end up with one), and makes
+// the group with its settings through the groups manager, which returns once
+// the daemon has applied them (the group's limit is in its state file before
+// the command starts). It returns the environment entries the command needs.
+// Flag errors wrap group.ErrInvalid (a usage error: exit 2). Without a daemon
+// (none can be started, or NoDaemon and none runs) the settings are written
+// for the next daemon, and the error wraps ErrNoDaemon; a run with a memory
+// limit then fails with a plain error instead (only the daemon writes limits:
+// its command would run unlimited).
 func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]string, error) {
 	changes, err := s.Flags.Changes()
 	if err != nil {
@@ -70,23 +76,49 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 	if err := paths.CheckRunDir(runDir); err != nil {
 		return nil, err
 	}
-	tree := group.NewTree(runDir)
-	st, err := tree.Set(s.Group, changes)
+	m := groupmgr.New(groupmgr.Config{RunDir: runDir})
+	st, err := settingsAfter(m.Tree(), s.Group, changes)
 	if err != nil {
-		return nil, err
-	}
-	if err := timeslice.PrepareGroupState(runDir, s.Group, st, !s.Private); err != nil {
 		return nil, err
 	}
 	socket, start := s.daemon(getenv)
 	env := []string{timeslice.EnvSocket + "=" + socket}
-	if s.NoDaemon {
-		return env, nil
+	var noDaemon error
+	switch {
+	case s.NoDaemon && !client.Reachable(ctx, socket):
+		noDaemon = fmt.Errorf("%w: none answers at %s (--no-daemon)", ErrNoDaemon, socket)
+	case !s.NoDaemon:
+		if err := client.EnsureRunning(ctx, socket, start); err != nil {
+			noDaemon = fmt.Errorf("%w: %w", ErrNoDaemon, err)
+		}
 	}
-	if err := client.EnsureRunning(ctx, socket, start); err != nil {
-		return env, fmt.Errorf("%w: %w", ErrNoDaemon, err)
+	o := groupmgr.CreateOptions{Adopt: !s.Private, NoWait: noDaemon != nil}
+	if err := m.Create(ctx, s.Group, groupmgr.Resources{Settings: st}, o); err != nil {
+		return nil, err
 	}
-	return env, nil
+	if noDaemon != nil && (st.MemoryMax != 0 || st.MemoryMin != 0) {
+		return nil, fmt.Errorf("group %s has a memory limit, which only the time-slice daemon writes into the "+
+			"group's state (%v): run without --no-daemon, or start one (gpuslice node)", s.Group, noDaemon)
+	}
+	return env, noDaemon
+}
+
+// settingsAfter is the group's settings (the defaults for a new group) with
+// changes applied; an invalid change wraps group.ErrInvalid.
+func settingsAfter(tree group.Tree, name string, changes []group.Change) (group.Settings, error) {
+	var st group.Settings
+	if tree.Exists(name) {
+		var err error
+		if st, err = tree.Read(name); err != nil {
+			return st, err
+		}
+	}
+	for _, c := range changes {
+		if err := st.Apply(c.File, c.Value); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
 }
 
 // daemon returns the socket of the run's daemon and how to start one.

@@ -1,8 +1,10 @@
 // Package runner starts a command as one gpuslice group: the interception
-// library preloaded, the group's limits in its environment, and the group's
+// library preloaded, the group named in its environment, and the group's
 // state cleaned up when the command ends.
-// Before that, PrepareRun (prepare.go) writes the group's settings and state
-// file and makes sure a time-slice daemon runs (internal/timeslice/client).
+// Before that, PrepareRun (prepare.go) makes sure a time-slice daemon runs
+// (internal/timeslice/client) and makes the group through the groups manager
+// (internal/groupmgr), which returns once the daemon has written the group's
+// limit into its state file.
 package runner
 
 import (
@@ -16,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -31,7 +32,8 @@ type Spec struct {
 	// Group names the group; KeepGroup leaves its directory behind at exit.
 	Group     string
 	KeepGroup bool
-	// MemoryLimit is the per-GPU limit in bytes (0: none).
+	// MemoryLimit is the per-GPU limit in bytes (0: none): the group's
+	// settings (PrepareRun), applied by the time-slice daemon; not in the environment.
 	MemoryLimit uint64
 	// VisibleGPUs are the UUIDs the command may use (empty: all).
 	VisibleGPUs []string
@@ -62,9 +64,6 @@ func Environ(s *Spec) []string {
 		"GPUSLICE_RUN_DIR":       s.RunDir,
 		"LD_PRELOAD":             prependList(lookup(s.Env, "LD_PRELOAD"), s.Library, " "),
 	}
-	if s.MemoryLimit > 0 {
-		set["GPUSLICE_MEMORY_LIMIT"] = strconv.FormatUint(s.MemoryLimit, 10)
-	}
 	if len(s.VisibleGPUs) > 0 {
 		set["CUDA_VISIBLE_DEVICES"] = strings.Join(s.VisibleGPUs, ",")
 	}
@@ -73,6 +72,8 @@ func Environ(s *Spec) []string {
 	}
 	out := make([]string, 0, len(s.Env)+len(set)+len(s.ExtraEnv))
 	for _, kv := range s.Env {
+		// The limit is the group's, in its state file (the time-slice daemon's):
+		// an inherited variable is no channel for it.
 		k, _, _ := strings.Cut(kv, "=")
 		if _, replaced := set[k]; !replaced && k != "GPUSLICE_MEMORY_LIMIT" {
 			out = append(out, kv)

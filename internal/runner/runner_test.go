@@ -29,7 +29,6 @@ func TestEnviron(t *testing.T) {
 		"PATH":                   "/bin",
 		"LD_PRELOAD":             "/opt/gs/libgpuslice.so /x.so",
 		"LD_LIBRARY_PATH":        "/opt/gs/sim:/usr/lib",
-		"GPUSLICE_MEMORY_LIMIT":  "1073741824",
 		"GPUSLICE_GROUP":         "g1",
 		"GPUSLICE_GROUP_FILE":    "/r/groups/g1/gpu.state",
 		"GPUSLICE_GROUP_MANAGED": "1",
@@ -39,6 +38,10 @@ func TestEnviron(t *testing.T) {
 		if m[k] != v {
 			t.Errorf("%s = %q, want %q", k, m[k], v)
 		}
+	}
+	// The limit is the group's (its state file, written by the time-slice daemon), not the environment's.
+	if v, ok := m["GPUSLICE_MEMORY_LIMIT"]; ok {
+		t.Errorf("GPUSLICE_MEMORY_LIMIT = %q: the environment is no channel for the limit", v)
 	}
 }
 

@@ -204,17 +204,20 @@ func (s *Server) writeAllowance(name, uuid string, st group.Settings, allowance 
 	}
 }
 
-// applyElastic marks a group's slots elastic with its guarantee as the
-// allowance (lent memory is asked for again).
-func (s *Server) applyElastic(name string, st group.Settings) {
+// applyElastic makes the guarantee the limit in a group's state file header
+// (what a slot claimed later starts with) and marks its slots elastic with
+// the guarantee as their allowance (lent memory is asked for again).
+// With slots false only the header is written.
+func (s *Server) applyElastic(path string, st group.Settings, slots bool) error {
 	flags := uint32(shmElasticOn)
 	if st.MemorySpill {
 		flags |= shmElasticSpill
 	}
-	if _, err := setSlots(paths.GroupStateFile(s.cfg.RunDir, name), "",
-		slotLimits{limit: st.MemoryMin, min: st.MemoryMin, elastic: flags}); err != nil {
-		s.log.V(1).Info("elastic memory not applied", "group", name, "err", err)
+	if err := setHeaderLimit(path, st.MemoryMin, reapLockWait); err != nil || !slots {
+		return err
 	}
+	_, err := setSlots(path, "", slotLimits{limit: st.MemoryMin, min: st.MemoryMin, elastic: flags})
+	return err
 }
 
 // forgetBorrower drops a closed connection from the spill orders.

@@ -26,16 +26,16 @@ func readGroupLimit(t *testing.T, path string) (uint64, bool) {
 	return le.Uint64(b[shmOffLimit:]), le.Uint32(b[shmOffLimitSet:]) == 1
 }
 
-// The limit belongs to the group: `gpuslice run` writes the group's
-// memory.max into its state file before any member starts (members then take
+// The limit belongs to the group, and only the time-slice daemon writes it:
+// `gpuslice run` prepares the group's state file (mode 0600) without a limit
+// (a member then claims no slot before the daemon has applied the group's
+// settings: internal/groupmgr waits for that); the daemon's writer puts the
+// limit into the header and into the slots already claimed (members then take
 // it whatever their own environment says; the library side is checked by
-// libgpuslice's reliability_mem_test), a later run without --memory keeps it,
-// one with --memory changes it for the slots already claimed too.
-func TestGroupLimitWrittenByRun(t *testing.T) {
+// libgpuslice's reliability_mem_test).
+func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	dir := t.TempDir()
 	state := paths.GroupStateFile(dir, "g")
-	// What `gpuslice run --memory` does (internal/runner): the plain limit's
-	// settings into the group tree, then the group's state file prepared.
 	run := func(max uint64) {
 		t.Helper()
 		var changes []group.Change
@@ -43,20 +43,22 @@ func TestGroupLimitWrittenByRun(t *testing.T) {
 			changes = []group.Change{{File: group.FileMemoryMin, Value: "0"}, {File: group.FileMemorySpill, Value: "none"},
 				{File: group.FileMemoryMax, Value: strconv.FormatUint(max, 10)}}
 		}
-		st, err := group.NewTree(dir).Set("g", changes)
-		if err != nil {
+		if _, err := group.NewTree(dir).Set("g", changes); err != nil {
 			t.Fatal(err)
 		}
-		if err := PrepareGroupState(dir, "g", st, true); err != nil {
+		if err := PrepareGroupState(dir, "g", true); err != nil {
 			t.Fatal(err)
 		}
 	}
 	run(1 << 30)
-	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
-		t.Fatalf("group limit %d (set %v), want 1 GiB", lim, set)
+	if lim, set := readGroupLimit(t, state); set || lim != 0 {
+		t.Fatalf("the run wrote a group limit %d (set %v): only the daemon writes limits", lim, set)
 	}
 	if st, err := os.Stat(state); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("state file mode: %v %v", st, err)
+	}
+	if _, err := setGroupLimit(state, 1<<30, stateLockWait); err != nil { // the daemon applies memory.max
+		t.Fatal(err)
 	}
 	// A member claimed a slot meanwhile (as the library does).
 	b, err := os.ReadFile(state)
@@ -70,11 +72,13 @@ func TestGroupLimitWrittenByRun(t *testing.T) {
 	if err := os.WriteFile(state, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(0)
-	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
-		t.Fatalf("a run without --memory changed the group limit to %d (set %v)", lim, set)
-	}
 	run(2 << 30)
+	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
+		t.Fatalf("a second run changed the group limit to %d (set %v)", lim, set)
+	}
+	if _, err := setGroupLimit(state, 2<<30, stateLockWait); err != nil {
+		t.Fatal(err)
+	}
 	if lim, _ := readGroupLimit(t, state); lim != 2<<30 {
 		t.Fatalf("group limit %d, want 2 GiB", lim)
 	}
@@ -82,8 +86,8 @@ func TestGroupLimitWrittenByRun(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Limit != 2<<30 {
 		t.Fatalf("claimed slot: %+v %v, want limit 2 GiB", got, err)
 	}
-	if _, err := SetGroupLimit(filepath.Join(dir, "missing"), 1); err == nil {
-		t.Fatal("SetGroupLimit on a missing file succeeded")
+	if _, err := setGroupLimit(filepath.Join(dir, "missing"), 1, stateLockWait); err == nil {
+		t.Fatal("setGroupLimit on a missing file succeeded")
 	}
 }
 
@@ -115,7 +119,7 @@ func TestGroupLimitTruncatedStateFile(t *testing.T) {
 	if _, err := GroupProcesses(path); err == nil {
 		t.Fatal("GroupProcesses of an empty file succeeded")
 	}
-	if _, err := SetGroupLimit(path, 1); err == nil {
-		t.Fatal("SetGroupLimit on an empty file succeeded")
+	if _, err := setGroupLimit(path, 1, stateLockWait); err == nil {
+		t.Fatal("setGroupLimit on an empty file succeeded")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -31,21 +32,27 @@ func (s *Server) loadGroups(ctx context.Context) error {
 // settings change nothing: the last valid ones stay in force and are written
 // back to the files (for a group never seen valid, its valid files are kept
 // and the invalid ones reset to their defaults; the write-back's own events
-// then apply them).
+// then apply them). The settings generation is read before the settings (a
+// writer numbers its settings after writing them), and written back as
+// applied once the settings and the memory limit are in force.
 func (s *Server) groupChanged(ctx context.Context, name string) {
 	log := klog.FromContext(ctx).WithValues("group", name)
 	s.bindingChanged(ctx, name, s.tree.Exists(name))
 	if !s.tree.Exists(name) {
 		s.mu.Lock()
 		delete(s.settings, name)
+		delete(s.generations, name)
 		s.mu.Unlock()
 		return
 	}
+	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
 	s.mu.Lock()
 	old, known := s.settings[name]
+	lastGen := s.generations[name]
 	if err == nil {
 		s.settings[name] = st
+		s.generations[name] = gen
 	}
 	gpus := make([]*gpuState, 0, len(s.gpus))
 	for _, g := range s.gpus {
@@ -62,35 +69,47 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		}
 		return
 	}
-	if known && old == st {
+	if known && old == st && gen == lastGen {
 		return
 	}
-	for _, g := range gpus {
-		if err := g.update(name, st.Params()); err != nil {
-			log.Error(err, "apply group settings", "gpu", g.uuid.String())
+	if !known || old != st {
+		for _, g := range gpus {
+			if err := g.update(name, st.Params()); err != nil {
+				log.Error(err, "apply group settings", "gpu", g.uuid.String())
+			}
 		}
 	}
+	// A new generation writes the header's limit again (its state file may be
+	// newer than the settings); an elastic group's slots only when its memory
+	// settings change (their allowances hold what was lent).
 	memChanged := !known || old.MemoryMax != st.MemoryMax || old.MemoryMin != st.MemoryMin || old.MemorySpill != st.MemorySpill
-	switch {
-	case memChanged && st.MemoryMin != 0:
-		s.applyElastic(name, st)
-	case memChanged:
-		s.applyMemoryLimit(log, name)
-	}
-	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority, "memoryMax", st.MemoryMax)
+	s.applyMemoryLimit(log, name, memChanged)
+	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority,
+		"memoryMax", st.MemoryMax, "generation", gen)
 }
 
-// applyMemoryLimit writes the group's memory.max into its state file so its
-// running processes enforce it from their next allocation. A state file whose
-// lock a member holds past reapLockWait is tried again at each status refresh
-// (retryLimits): no group's lock holds up the others' settings.
-func (s *Server) applyMemoryLimit(log klog.Logger, name string) {
+// applyMemoryLimit writes the group's limit into its state file's header (the
+// limit every GPU slot a member claims takes) and its GPU slots, so its running
+// processes enforce it from their next allocation: memory.max, or for an
+// elastic group (memory.min) the guarantee, its slots marked elastic. It then
+// acknowledges the group's settings generation (FileApplied). A state file
+// whose lock a member holds past reapLockWait is tried again at each status
+// refresh (retryLimits): no group's lock holds up the others' settings.
+// elasticSlots: an elastic group's slots are set too (else its header only).
+func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots bool) {
 	s.limitMu.Lock()
 	defer s.limitMu.Unlock()
 	st := s.settingsOf(name)
-	n, err := setGroupLimit(paths.GroupStateFile(s.cfg.RunDir, name), st.MemoryMax, reapLockWait)
+	path := paths.GroupStateFile(s.cfg.RunDir, name)
+	var n int
+	var err error
+	if st.MemoryMin != 0 {
+		err = s.applyElastic(path, st, elasticSlots)
+	} else {
+		n, err = setGroupLimit(path, st.MemoryMax, reapLockWait)
+	}
 	s.mu.Lock()
-	if errors.Is(err, errStateLocked) && st.MemoryMin == 0 {
+	if errors.Is(err, errStateLocked) {
 		s.unapplied[name] = struct{}{}
 	} else {
 		delete(s.unapplied, name)
@@ -100,11 +119,33 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string) {
 	case errors.Is(err, fs.ErrNotExist):
 	case errors.Is(err, errStateLocked):
 		log.V(1).Info("memory limit not applied yet: the state file is locked", "limit", st.MemoryMax)
+		return
 	case err != nil:
 		log.Error(err, "apply memory limit")
 	case n > 0:
 		log.V(1).Info("memory limit applied to running processes", "limit", st.MemoryMax, "gpus", n)
 	}
+	s.acknowledge(log, name)
+}
+
+// acknowledge writes the group's last applied settings generation into
+// FileApplied (once per generation).
+func (s *Server) acknowledge(log klog.Logger, name string) {
+	s.mu.Lock()
+	gen, done := s.generations[name], s.acked[name]
+	s.mu.Unlock()
+	if gen == 0 || gen == done {
+		return
+	}
+	if err := s.tree.WriteFile(name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n"); err != nil {
+		if s.tree.Exists(name) {
+			log.Error(err, "acknowledge group settings", "generation", gen)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.acked[name] = gen
+	s.mu.Unlock()
 }
 
 // retryLimits applies the memory limits a held lock kept out.
@@ -113,13 +154,7 @@ func (s *Server) retryLimits() {
 	names := slices.Collect(maps.Keys(s.unapplied))
 	s.mu.Unlock()
 	for _, n := range names {
-		if s.settingsOf(n).MemoryMin != 0 { // elastic now: the daemon's ledger sets its slots
-			s.mu.Lock()
-			delete(s.unapplied, n)
-			s.mu.Unlock()
-			continue
-		}
-		s.applyMemoryLimit(s.log.WithValues("group", n), n)
+		s.applyMemoryLimit(s.log.WithValues("group", n), n, false)
 	}
 }
 
@@ -141,22 +176,45 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 	return used, true
 }
 
-// checkLimits puts the group's memory.max back into its state file where a
-// member changed it: the members map the file writable (their counts live
-// there), but its limits are the node's. Elastic groups' slots are the
-// ledger's (applyElastic); groups without settings are not the daemon's.
+// checkLimits puts the group's limit back into its state file where anyone
+// but the daemon changed it, in a GPU slot (members map the file writable:
+// their counts live there) or in the header: its limits are the node's, and
+// the daemon alone writes them. Elastic groups' slots are the ledger's
+// (applyElastic), their header holds the guarantee; groups without settings
+// are not the daemon's.
 func (s *Server) checkLimits(name string, gpus []gpuMemory) {
 	s.mu.Lock()
 	st, known := s.settings[name]
+	_, pending := s.unapplied[name]
 	s.mu.Unlock()
-	if !known || st.MemoryMin != 0 {
+	if !known || pending {
+		return
+	}
+	want := st.MemoryMax
+	if st.MemoryMin != 0 {
+		want = st.MemoryMin
+	}
+	restore := func(what string, found uint64) {
+		s.log.Info("the group's memory limit was changed in its state file by another writer: restored", "group", name,
+			"where", what, "found", found, "limit", want)
+		s.applyMemoryLimit(s.log.WithValues("group", name), name, false)
+	}
+	switch lim, set, err := headerLimit(paths.GroupStateFile(s.cfg.RunDir, name)); {
+	case err != nil:
+	case !set: // a state file made after the settings were applied
+		s.log.V(1).Info("the group's memory limit written into its new state file", "group", name, "limit", want)
+		s.applyMemoryLimit(s.log.WithValues("group", name), name, true)
+		return
+	case lim != want:
+		restore("header", lim)
+		return
+	}
+	if st.MemoryMin != 0 {
 		return
 	}
 	for _, g := range gpus {
 		if g.Limit != st.MemoryMax {
-			s.log.Info("a member changed its group's memory limit in the state file: restored", "group", name,
-				"gpu", g.UUID, "found", g.Limit, "limit", st.MemoryMax)
-			s.applyMemoryLimit(s.log.WithValues("group", name), name)
+			restore("gpu "+g.UUID, g.Limit)
 			return
 		}
 	}
@@ -182,14 +240,14 @@ func (s *Server) settingsOf(name string) group.Settings {
 	return s.settings[name]
 }
 
-// PrepareGroupState makes the group's state file before any member starts and
-// writes the group's memory.max into it: every member is held to it,
-// whatever its own environment says. With adopt (a named group), a state its
-// live members still use after the run directory was replaced is taken back,
-// not made anew (a run's own group, run-<pid>, has no members before the run:
-// the surviving children of an earlier run with that pid are not its own). Elastic groups (memory.min) get their
-// limits from the daemon.
-func PrepareGroupState(runDir, name string, st group.Settings, adopt bool) error {
+// PrepareGroupState makes the group's state file (mode 0600: its members are
+// this user's processes) before any member starts, without a limit: the
+// time-slice daemon writes the group's limit into it when it applies the
+// group's settings. With adopt (a named group), a state its live members
+// still use after the run directory was replaced is taken back, not made anew
+// (a run's own group, run-<pid>, has no members before the run: the
+// surviving children of an earlier run with that pid are not its own).
+func PrepareGroupState(runDir, name string, adopt bool) error {
 	path := paths.GroupStateFile(runDir, name)
 	if adopt {
 		if err := adoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
@@ -197,12 +255,6 @@ func PrepareGroupState(runDir, name string, st group.Settings, adopt bool) error
 		}
 	}
 	if err := createGroupState("/proc", path, name, 0o600); err != nil {
-		return fmt.Errorf("group %s: %w", name, err)
-	}
-	if st.MemoryMin != 0 {
-		return nil
-	}
-	if _, err := SetGroupLimit(path, st.MemoryMax); err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}
 	return nil

@@ -110,6 +110,27 @@ func readMemory(path string) (out []gpuMemory, err error) {
 	return out, nil
 }
 
+// HeaderLimit reads the group's limit from a state file's header and whether
+// it is set (by the time-slice daemon).
+func HeaderLimit(path string) (limit uint64, set bool, err error) { return headerLimit(path) }
+
+// headerLimit is HeaderLimit.
+func headerLimit(path string) (limit uint64, set bool, err error) {
+	f, err := group.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	b := make([]byte, shmHeaderSize)
+	if n, err := f.ReadAt(b, 0); n < shmHeaderSize {
+		return 0, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	if le := binary.LittleEndian; le.Uint64(b) == shmMagic && le.Uint32(b[shmOffVersion:]) == shmVersion {
+		return le.Uint64(b[shmOffLimit:]), le.Uint32(b[shmOffLimitSet:]) == 1, nil
+	}
+	return 0, false, fmt.Errorf("%s: %w", path, errShm)
+}
+
 // setMemoryLimit stores limit (0 = none) in every ready GPU slot of a group
 // state file, atomically, so running processes apply it to their next
 // allocation; the slots are marked not elastic. It returns how many slots it

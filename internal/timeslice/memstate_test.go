@@ -135,6 +135,20 @@ func TestReliabilityLimitRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLimit(3 << 30)
+	// The header's limit (what a slot claimed later takes), written by
+	// anything but the daemon (a member, an old CLI or agent): put back too.
+	if err := setHeaderLimit(state, 8<<30, stateLockWait); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if lim, set, err := headerLimit(state); err == nil && set && lim == 3<<30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			lim, set, err := headerLimit(state)
+			t.Fatalf("header limit %d (set %v, %v), want 3 GiB put back", lim, set, err)
+		}
+	}
 }
 
 // A new memory.max reaches the running processes' group state file, and the

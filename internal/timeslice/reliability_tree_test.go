@@ -133,8 +133,8 @@ func TestReliabilityGroupStateNoLink(t *testing.T) {
 	if st, err := os.Stat(outside); err != nil || st.Size() != 0 || st.Mode().Perm() != 0o600 {
 		t.Errorf("the link's target changed: %v %v", st.Mode(), err)
 	}
-	if _, err := SetGroupLimit(path, 1<<30); !errors.Is(err, group.ErrNotRegular) {
-		t.Errorf("SetGroupLimit through a link: %v", err)
+	if _, err := setGroupLimit(path, 1<<30, stateLockWait); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("setGroupLimit through a link: %v", err)
 	}
 }
 
@@ -195,8 +195,8 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 		}
 	}
 	waitStatusSince(t, cfg, time.Now())
-	if _, err := SetGroupLimit(hog, 3<<30); !errors.Is(err, errStateLocked) {
-		t.Errorf("SetGroupLimit on a locked state file: %v, want errStateLocked", err)
+	if _, err := setGroupLimit(hog, 3<<30, stateLockWait); !errors.Is(err, errStateLocked) {
+		t.Errorf("setGroupLimit on a locked state file: %v, want errStateLocked", err)
 	}
 	// Listing members needs no lock (the node agent's publisher, group rm).
 	if ps, err := GroupProcesses(hog); err != nil || len(ps) != 1 || ps[0].PID != int32(os.Getpid()) {
@@ -284,11 +284,10 @@ func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
 	runDir := filepath.Join(cfg.RunDir, "run")
 	file := paths.GroupStateFile(runDir, "g")
 	startChildAs(t, cfg, nobody, "map-state", "GS_MAP="+own, "GPUSLICE_GROUP_FILE="+file).expect(t, "mapped", 10*time.Second)
-	st, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: "1Gi"}})
-	if err != nil {
+	if _, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: "1Gi"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := PrepareGroupState(runDir, "g", st, true); err != nil {
+	if err := PrepareGroupState(runDir, "g", true); err != nil {
 		t.Fatalf("preparing the group beside another user's process naming it: %v", err)
 	}
 	var a, b unix.Stat_t

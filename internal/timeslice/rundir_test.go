@@ -147,11 +147,15 @@ func TestReliabilityRunDirReplacedOneState(t *testing.T) {
 			runDir, simState := filepath.Join(base, "run"), filepath.Join(base, "sim.state")
 			const limit, part = 1 << 30, 600 << 20
 			prepare := func() error {
-				st, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: strconv.Itoa(limit)}})
-				if err != nil {
+				if _, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: strconv.Itoa(limit)}}); err != nil {
 					t.Fatal(err)
 				}
-				return PrepareGroupState(runDir, "g", st, true)
+				if err := PrepareGroupState(runDir, "g", true); err != nil {
+					return err
+				}
+				// What the daemon does when it applies the settings (none runs here).
+				_, err := setGroupLimit(paths.GroupStateFile(runDir, "g"), limit, stateLockWait)
+				return err
 			}
 			if err := prepare(); err != nil {
 				t.Fatal(err)

@@ -46,6 +46,9 @@ type Server struct {
 
 	limitMu   sync.Mutex          // one memory limit written at a time (the latest settings win)
 	unapplied map[string]struct{} // groups whose memory limit a held state file lock kept out (under mu)
+	// generations: each group's settings generation read with its last valid
+	// settings; acked: the last one written back as applied (under mu).
+	generations, acked map[string]uint64
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -80,7 +83,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, acked: map[string]uint64{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	// Every existing group's settings are in force before the socket exists:
 	// a client that can connect is served under them, and a setting file
 	// changed from then on has last valid settings to fall back to (the

@@ -278,31 +278,32 @@ const (
 	shmOffLimitSet = 136
 )
 
-// SetGroupLimit makes limit (bytes, 0 = none) the group's: it is written
+// setGroupLimit makes limit (bytes, 0 = none) the group's: it is written
 // into the state file's header, where every GPU slot a member claims later
 // takes it whatever the member's GPUSLICE_MEMORY_LIMIT says, and into every
-// slot already claimed. Under the file's lock, so no member claims a slot in
-// between.
-func SetGroupLimit(path string, limit uint64) (changed int, err error) {
-	return setGroupLimit(path, limit, stateLockWait)
-}
-
-// setGroupLimit is SetGroupLimit waiting at most wait for the lock.
+// slot already claimed (marked not elastic). The header under the file's lock
+// (waiting at most wait), so no member claims a slot in between. Only the
+// time-slice daemon writes limits.
 func setGroupLimit(path string, limit uint64, wait time.Duration) (changed int, err error) {
-	defer guardFault(&err)()
-	f, err := group.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, f.Close()) }() // closing drops the lock
-	if err := lockState(f, path, wait); err != nil {
-		return 0, err
-	}
-	if err := editShm(f, path, func(b []byte, _, _ int) {
-		atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[shmOffLimit])), limit)
-		atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[shmOffLimitSet])), 1)
-	}); err != nil {
+	if err := setHeaderLimit(path, limit, wait); err != nil {
 		return 0, err
 	}
 	return setMemoryLimit(path, limit)
+}
+
+// setHeaderLimit writes limit into the state file's header and marks it set.
+func setHeaderLimit(path string, limit uint64, wait time.Duration) (err error) {
+	defer guardFault(&err)()
+	f, err := group.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }() // closing drops the lock
+	if err := lockState(f, path, wait); err != nil {
+		return err
+	}
+	return editShm(f, path, func(b []byte, _, _ int) {
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[shmOffLimit])), limit)
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[shmOffLimitSet])), 1)
+	})
 }

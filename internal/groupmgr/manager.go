@@ -1,0 +1,208 @@
+// Package groupmgr is the one way a group is made, changed and removed on a
+// node: `gpuslice run`, `gpuslice group set|rm`, the node agent's device
+// plugin and reconciler, and the DRA driver all go through a Manager. Like
+// opencontainers/cgroups' Manager.Set(*Resources), one typed value (Resources)
+// is applied by one code path: the settings are written into the group tree
+// (internal/group), numbered (group.Tree.Bump), and the call returns once the
+// time-slice daemon, the only process that writes limits into a group's state
+// file, has applied that generation (it writes group.FileApplied), or fails
+// after Config.Timeout with ErrNotApplied.
+//
+// Our own: the group tree and the daemon are gpuslice's; cgroups' Manager has
+// the shape, not the resources.
+package groupmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+)
+
+// DefaultTimeout is how long a change waits for the time-slice daemon by default.
+const DefaultTimeout = 10 * time.Second
+
+// ErrNotApplied is wrapped when the time-slice daemon did not apply a change
+// in time (none runs, or it is stuck); the settings are written and a daemon
+// applies them when it (re)starts.
+var ErrNotApplied = errors.New("the time-slice daemon did not apply the group's settings")
+
+// ErrBusy is wrapped when a group to remove still has live members.
+var ErrBusy = errors.New("group in use")
+
+// Resources is everything a group is set to: its settings (memory.max and
+// memory.min, memory.spill, share or slice, share.max, priority; zero values
+// are the defaults).
+type Resources struct {
+	group.Settings
+}
+
+// Config says where the groups live.
+type Config struct {
+	RunDir string
+	// ProcRoot is the host's /proc (the node agent's --proc-root; "" = /proc):
+	// a container's group state names the pid namespace of ProcRoot/self.
+	ProcRoot string
+	// Timeout bounds each wait for the daemon (0: DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Manager makes, changes and removes groups of one run directory.
+type Manager struct {
+	cfg  Config
+	tree group.Tree
+}
+
+// New returns the manager of cfg.RunDir's groups.
+func New(cfg Config) *Manager {
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Manager{cfg: cfg, tree: group.NewTree(cfg.RunDir)}
+}
+
+// Tree is the group tree the manager writes.
+func (m *Manager) Tree() group.Tree { return m.tree }
+
+// CreateOptions say how a group's state file is made.
+type CreateOptions struct {
+	// Container: the group is a container's (node agent, DRA driver): its
+	// state file (mode 0666, reached through the group's directory) names the
+	// pid namespace of ProcRoot as the host's, so members in other pid
+	// namespaces get their host pids from the daemon. Else the group is a
+	// run's (mode 0600, this user's processes).
+	Container bool
+	// Adopt (a run's named group): a state file that live members still map
+	// after the run directory was replaced is taken back, not made anew.
+	Adopt bool
+	// GateOff: the group's launches are ungated (MPS clients), said in its
+	// directory (group.FileGateOff).
+	GateOff bool
+	// NoWait returns once the settings are written, without waiting for the
+	// daemon (the caller knows none runs: one applies them when it starts).
+	NoWait bool
+}
+
+// Create makes group name (or takes the existing one) with its state file and
+// the settings r, and waits until the daemon has applied them. Invalid
+// settings wrap group.ErrInvalid, and nothing is written then.
+func (m *Manager) Create(ctx context.Context, name string, r Resources, o CreateOptions) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", group.ErrInvalid, err)
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if err := m.tree.Put(name, r.Settings); err != nil {
+		return err
+	}
+	if err := m.createState(name, o); err != nil {
+		return err
+	}
+	if o.GateOff {
+		if err := m.tree.WriteFile(name, group.FileGateOff, "off\n"); err != nil {
+			return err
+		}
+	}
+	return m.apply(ctx, name, o.NoWait)
+}
+
+// createState makes the group's state file as o says.
+func (m *Manager) createState(name string, o CreateOptions) error {
+	if o.Container {
+		if err := timeslice.CreateGroupState(m.cfg.ProcRoot, paths.GroupStateFile(m.cfg.RunDir, name), name); err != nil {
+			return fmt.Errorf("group %s: %w", name, err)
+		}
+		return nil
+	}
+	return timeslice.PrepareGroupState(m.cfg.RunDir, name, o.Adopt)
+}
+
+// Set changes an existing group's settings to r and waits until the daemon
+// has applied them. Invalid settings wrap group.ErrInvalid (nothing written).
+func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", group.ErrInvalid, err)
+	}
+	if !m.tree.Exists(name) {
+		return fmt.Errorf("group %s: %w", name, fs.ErrNotExist)
+	}
+	if err := m.tree.Put(name, r.Settings); err != nil {
+		return err
+	}
+	return m.apply(ctx, name, false)
+}
+
+// Change applies setting changes ("slice=20ms") to a group, creating its
+// directory (without a state file) if missing, and waits for the daemon
+// unless noWait. It returns the new settings.
+func (m *Manager) Change(ctx context.Context, name string, changes []group.Change, noWait bool) (group.Settings, error) {
+	s, err := m.tree.Set(name, changes)
+	if err != nil {
+		return s, err
+	}
+	return s, m.apply(ctx, name, noWait)
+}
+
+// Get returns a group's resources as its files say.
+func (m *Manager) Get(name string) (Resources, error) {
+	s, err := m.tree.Read(name)
+	return Resources{Settings: s}, err
+}
+
+// Remove deletes a group no process uses (live members would start a second
+// state, and a second limit, for it): ErrBusy otherwise. A missing group is
+// no error.
+func (m *Manager) Remove(_ context.Context, name string) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", group.ErrInvalid, err)
+	}
+	if !m.tree.Exists(name) {
+		return nil
+	}
+	n, err := timeslice.LiveMembers(m.cfg.ProcRoot, paths.GroupStateFile(m.cfg.RunDir, name))
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("group %s: %w: %d process(es) of the group are running", name, ErrBusy, n)
+	}
+	return m.tree.Remove(name)
+}
+
+// apply numbers the settings written and waits for the daemon to apply them.
+func (m *Manager) apply(ctx context.Context, name string, noWait bool) error {
+	gen, err := m.tree.Bump(name)
+	if err != nil || noWait {
+		return err
+	}
+	return m.wait(ctx, name, gen)
+}
+
+// wait polls the group's applied generation until it reaches gen.
+func (m *Manager) wait(ctx context.Context, name string, gen uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	pause := 200 * time.Microsecond
+	for {
+		if got, err := m.tree.Applied(name); err == nil && got >= gen {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group %s: %w (generation %d) within %v: is the time-slice daemon of %s running "+
+				"(gpuslice node, or gpuslice-node's)? The settings are written and applied when it starts: %w",
+				name, ErrNotApplied, gen, m.cfg.Timeout, m.cfg.RunDir, context.Cause(ctx))
+		case <-time.After(pause):
+			pause = min(2*pause, time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package groupmgr
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+)
+
+// startDaemon runs a time-slice daemon on runDir (one made-up GPU) until the test ends.
+func startDaemon(t testing.TB, runDir string) {
+	t.Helper()
+	cfg := timeslice.DefaultConfig(func(string) string { return "" })
+	cfg.RunDir, cfg.Socket = runDir, filepath.Join(runDir, "node.sock")
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- timeslice.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+}
+
+func limitOf(t *testing.T, runDir, name string) uint64 {
+	t.Helper()
+	lim, set, err := timeslice.HeaderLimit(paths.GroupStateFile(runDir, name))
+	if err != nil || !set {
+		t.Fatalf("group %s: header limit %d set %v: %v", name, lim, set, err)
+	}
+	return lim
+}
+
+// Create and Set return once the daemon has applied the settings: the
+// group's limit is in its state file's header then (written by the daemon
+// alone), and the daemon's acknowledged generation is the manager's.
+func TestCreateSetAppliedByDaemon(t *testing.T) {
+	dir := t.TempDir()
+	startDaemon(t, dir)
+	m := New(Config{RunDir: dir})
+	ctx := context.Background()
+	r := Resources{Settings: group.Settings{MemoryMax: 1 << 30, Share: 0.3}}
+	for _, o := range []CreateOptions{{}, {Container: true, GateOff: true}} {
+		name := map[bool]string{false: "run", true: "ctr"}[o.Container]
+		if err := m.Create(ctx, name, r, o); err != nil {
+			t.Fatal(err)
+		}
+		if lim := limitOf(t, dir, name); lim != 1<<30 {
+			t.Fatalf("%s: limit %d after Create, want 1 GiB", name, lim)
+		}
+		if g, err := m.Tree().Applied(name); err != nil || g != 1 {
+			t.Fatalf("%s: applied generation %d %v, want 1", name, g, err)
+		}
+	}
+	if v, err := m.Tree().ReadFile("ctr", group.FileGateOff); err != nil || v != "off" {
+		t.Fatalf("gate-off: %q %v", v, err)
+	}
+	r.MemoryMax, r.Priority = 2<<30, 1
+	if err := m.Set(ctx, "run", r); err != nil {
+		t.Fatal(err)
+	}
+	if lim := limitOf(t, dir, "run"); lim != 2<<30 {
+		t.Fatalf("limit %d after Set, want 2 GiB", lim)
+	}
+	// The same settings again: a new generation, applied too.
+	if err := m.Set(ctx, "run", r); err != nil {
+		t.Fatal(err)
+	}
+	// Elastic: the header holds the guarantee (what a slot starts with).
+	r.MemoryMin, r.MemoryMax = 1<<30, 4<<30
+	if err := m.Set(ctx, "run", r); err != nil {
+		t.Fatal(err)
+	}
+	if lim := limitOf(t, dir, "run"); lim != 1<<30 {
+		t.Fatalf("elastic group: header limit %d, want the 1 GiB guarantee", lim)
+	}
+	got, err := m.Get("run")
+	if err != nil || got != r {
+		t.Fatalf("Get: %+v %v, want %+v", got, err, r)
+	}
+	if err := m.Set(ctx, "missing", r); err == nil {
+		t.Fatal("Set of a missing group succeeded")
+	}
+	bad := Resources{Settings: group.Settings{MemoryMin: 2, MemoryMax: 1}}
+	if err := m.Create(ctx, "bad", bad, CreateOptions{}); !errors.Is(err, group.ErrInvalid) || m.Tree().Exists("bad") {
+		t.Fatalf("invalid settings: %v (group made: %v)", err, m.Tree().Exists("bad"))
+	}
+	if err := m.Remove(ctx, "run"); err != nil || m.Tree().Exists("run") {
+		t.Fatalf("Remove: %v", err)
+	}
+}
+
+// Without a daemon a change fails after the timeout with a clear error; the
+// settings are written, and a daemon started later applies them.
+func TestNotAppliedWithoutDaemon(t *testing.T) {
+	dir := t.TempDir()
+	m := New(Config{RunDir: dir, Timeout: 100 * time.Millisecond})
+	err := m.Create(context.Background(), "g", Resources{Settings: group.Settings{MemoryMax: 1 << 30}}, CreateOptions{})
+	if !errors.Is(err, ErrNotApplied) || !strings.Contains(err.Error(), "time-slice daemon") {
+		t.Fatalf("without a daemon: %v, want ErrNotApplied", err)
+	}
+	if _, set, err := timeslice.HeaderLimit(paths.GroupStateFile(dir, "g")); err != nil || set {
+		t.Fatalf("a limit in the header with no daemon: set %v %v", set, err)
+	}
+	startDaemon(t, dir)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if lim, set, _ := timeslice.HeaderLimit(paths.GroupStateFile(dir, "g")); set && lim == 1<<30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon started later did not apply the written limit")
+		}
+	}
+}
+
+// BenchmarkApply: one Set round trip through the daemon (settings written,
+// generation numbered, the daemon's inotify event, its apply and
+// acknowledgement, the manager's poll), median and p99 over the run.
+func BenchmarkApply(b *testing.B) {
+	dir := b.TempDir()
+	startDaemon(b, dir)
+	m := New(Config{RunDir: dir})
+	ctx := context.Background()
+	r := Resources{Settings: group.Settings{MemoryMax: 1 << 30}}
+	if err := m.Create(ctx, "g", r, CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var took []time.Duration
+	for i := 0; b.Loop(); i++ {
+		r.MemoryMax = uint64(1+i%2) << 30
+		start := time.Now()
+		if err := m.Set(ctx, "g", r); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-us")
+}
