@@ -121,50 +121,58 @@ func DefaultConfig(getenv func(string) string) Config {
 	}
 }
 
-// Validate checks c.
+// Validate checks c. Each error names the setting by its configuration
+// file field and flag (internal/nodeconfig).
 func (c Config) Validate() error {
 	var errs []error
 	if c.NodeName == "" {
-		errs = append(errs, errors.New("node name is required (--node-name or $NODE_NAME)"))
+		errs = append(errs, errors.New("nodeName (--node-name, $NODE_NAME) is required"))
 	}
-	if c.RunDir == "" || c.Socket == "" || c.PluginDir == "" || c.PodResources == "" || c.DevRoot == "" {
-		errs = append(errs, errors.New("run dir, socket, plugin dir, pod-resources socket and dev root are required"))
-	}
-	for _, p := range []string{c.RunDir, c.Socket, c.PluginDir, c.PodResources, c.DevRoot, c.ProcRoot} {
-		if p != "" && !filepath.IsAbs(p) {
-			errs = append(errs, fmt.Errorf("path %q must be absolute", p))
+	for _, p := range []struct{ field, path string }{
+		{"daemon.runDir (--run-dir)", c.RunDir}, {"daemon.socket (--socket)", c.Socket},
+		{"devicePlugin.pluginDir (--plugin-dir)", c.PluginDir}, {"devicePlugin.podResources (--pod-resources)", c.PodResources},
+		{"devRoot (--dev-root)", c.DevRoot}, {"sharing.mps.dir (--mps-dir)", c.MPSDir},
+	} {
+		if !filepath.IsAbs(p.path) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.field, p.path))
 		}
 	}
+	if c.ProcRoot != "" && !filepath.IsAbs(c.ProcRoot) {
+		errs = append(errs, fmt.Errorf("proc root %q: want an absolute path", c.ProcRoot))
+	}
 	if c.SlotsPerGPU < api.MaxContainersPerGPU || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
-		errs = append(errs, fmt.Errorf("slots per GPU %d: want %d..%d (the scheduler places up to %d containers on a GPU; fewer slots would fail their admission)",
+		errs = append(errs, fmt.Errorf("devicePlugin.slotsPerGPU (--slots-per-gpu) %d: want %d..%d (the scheduler places up to %d containers on a GPU; fewer slots would fail their admission)",
 			c.SlotsPerGPU, api.MaxContainersPerGPU, deviceplugin.MaxSlotsPerGPU, api.MaxContainersPerGPU))
 	}
 	if c.PublishPeriod < time.Second {
-		errs = append(errs, fmt.Errorf("publish period %s: want at least 1s", c.PublishPeriod))
+		errs = append(errs, fmt.Errorf("publishPeriod (--publish-period) %s: want at least 1s", c.PublishPeriod))
 	}
-	if c.MPSServers < 1 || c.MPSServers > 8 || c.MPSUnitsPerClient < 1 || c.MPSUnitsPerClient > 100 {
-		errs = append(errs, fmt.Errorf("MPS servers %d (want 1..8) or units per client %d (want 1..100)", c.MPSServers, c.MPSUnitsPerClient))
+	if c.MPSServers < 1 || c.MPSServers > 8 {
+		errs = append(errs, fmt.Errorf("sharing.mps.servers (--mps-servers) %d: want 1..8", c.MPSServers))
 	}
-	if c.MPSDir == "" || !filepath.IsAbs(c.MPSDir) {
-		errs = append(errs, fmt.Errorf("MPS directory %q must be absolute", c.MPSDir))
+	if c.MPSUnitsPerClient < 1 || c.MPSUnitsPerClient > 100 {
+		errs = append(errs, fmt.Errorf("sharing.mps.unitsPerClient (--mps-units-per-client) %d: want 1..100", c.MPSUnitsPerClient))
 	}
 	switch c.CDIKind {
 	case "", gpucdi.KindNVIDIA:
 	case gpucdi.Kind:
 		if !filepath.IsAbs(c.CDISpecDir) {
-			errs = append(errs, fmt.Errorf("CDI spec dir %q must be absolute", c.CDISpecDir))
+			errs = append(errs, fmt.Errorf("devicePlugin.cdiSpecDir (--cdi-spec-dir) %q: want an absolute path", c.CDISpecDir))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("CDI kind %q: want %s, %s or \"\"", c.CDIKind, gpucdi.Kind, gpucdi.KindNVIDIA))
+		errs = append(errs, fmt.Errorf("devicePlugin.cdiKind (--cdi-kind) %q: want %s, %s or \"\"", c.CDIKind, gpucdi.Kind, gpucdi.KindNVIDIA))
 	}
 	if c.MetricsMaxGroups < 1 {
-		errs = append(errs, fmt.Errorf("metrics max groups %d: want at least 1", c.MetricsMaxGroups))
+		errs = append(errs, fmt.Errorf("metrics.maxGroups (--metrics-max-groups) %d: want at least 1", c.MetricsMaxGroups))
 	}
 	if c.HealthPeriod < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("health period %s: want at least 100ms", c.HealthPeriod))
+		errs = append(errs, fmt.Errorf("health.period (--health-period) %s: want at least 100ms", c.HealthPeriod))
 	}
 	if c.Resync < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("resync %s: want at least 10ms", c.Resync))
+		errs = append(errs, fmt.Errorf("resync (--resync) %s: want at least 10ms", c.Resync))
+	}
+	if c.RuntimeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("runtime.timeout (--runtime-timeout) %s: want more than 0", c.RuntimeTimeout))
 	}
 	return errors.Join(errs...)
 }

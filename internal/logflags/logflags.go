@@ -18,7 +18,7 @@ type Config = logsapi.LoggingConfiguration
 // AddGoFlags registers the flags on a standard library flag set.
 func AddGoFlags(fs *flag.FlagSet) *Config {
 	c := logsapi.NewLoggingConfiguration()
-	logsapi.AddGoFlags(c, fs)
+	BindGoFlags(c, fs)
 	return c
 }
 
@@ -47,4 +47,15 @@ func Apply(c *Config) error {
 		return fmt.Errorf("logging flags: %w", err)
 	}
 	return nil
+}
+
+// BindGoFlags registers the flags on a standard library flag set, bound to
+// c (a configuration file's logging section, say).
+func BindGoFlags(c *Config, fs *flag.FlagSet) {
+	logsapi.AddGoFlags(c, fs)
+}
+
+// Default is the logging configuration with its defaults.
+func Default() Config {
+	return *logsapi.NewLoggingConfiguration()
 }
