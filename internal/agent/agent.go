@@ -130,6 +130,7 @@ func podInformer(cs kubernetes.Interface, node string) (informers.SharedInformer
 // addReconciler makes the hot-plug reconciler, fed by the pod informer.
 func (p *parts) addReconciler(mounts hotplug.Mounts, rt containerRuntime) error {
 	p.rec = newReconciler(p.cfg, p.cs, p.pods.Lister(), p.gpus, mounts, rt)
+	p.rec.units = p.sh.unitsTotal
 	p.rec.observe = p.met.HotplugApplied
 	if _, err := p.pods.Informer().AddEventHandler(p.rec.handler()); err != nil {
 		return fmt.Errorf("pod handler: %w", err)
@@ -142,7 +143,7 @@ func (p *parts) addReconciler(mounts hotplug.Mounts, rt containerRuntime) error 
 func (p *parts) addPlugins(env map[string]string) error {
 	cfg := p.cfg
 	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, groups: groupsOf(cfg),
-		inject: injectFor(cfg, p.drv, env)}
+		units: p.sh.unitsTotal, inject: injectFor(cfg, p.drv, env)}
 	if err := WritePreloadList(be.inject.Preload, cfg.Library); err != nil {
 		return err
 	}

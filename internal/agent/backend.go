@@ -27,6 +27,7 @@ type backend struct {
 	client    kubernetes.Interface
 	podSocket string
 	groups    *groupmgr.Manager
+	units     unitsTotal // each GPU's units total, for shares
 	inject    deviceplugin.Inject
 }
 
@@ -89,7 +90,7 @@ func (b *backend) Prepare(ctx context.Context, c deviceplugin.Candidate, gpus ma
 	if c.Pod == nil {
 		return nil, fmt.Errorf("%s: no pod", c)
 	}
-	s, err := groupSettings(c.Pod, c.GPUs)
+	s, err := groupSettings(c.Pod, c.GPUs, b.units)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}

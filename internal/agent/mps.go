@@ -30,6 +30,15 @@ type sharing struct {
 	servers map[uint32]bool // the MPS servers' pids at the last measurement
 }
 
+// unitsTotal is a GPU's logical units: an mps GPU's M x N x K, else
+// api.DefaultUnitsPerGPU.
+func (s *sharing) unitsTotal(uuid string) int64 {
+	if s == nil || s.modes[uuid] != api.SharingMPS {
+		return api.DefaultUnitsPerGPU
+	}
+	return int64(api.MPSUnits(s.unitsPerClient, api.MPSClientLimit, len(s.daemons[uuid])))
+}
+
 // server tells whether pid is one of the node's MPS servers: the agent runs
 // them, so they are no unscheduled process (on a real driver the compute list
 // shows a server in place of its clients).
@@ -120,7 +129,7 @@ func (sr sharingReader) Devices(ctx context.Context) ([]gpunoderow.Device, error
 		if d.SharingMode != api.SharingMPS {
 			continue
 		}
-		d.UnitsTotal = api.MPSUnits(sr.s.unitsPerClient, api.MPSClientLimit, len(ds))
+		d.UnitsTotal = sr.s.unitsTotal(d.UUID)
 		d.MPSClientSlots, d.MPSUnitsPerClient = int32(api.MPSClientLimit*len(ds)), int32(sr.s.unitsPerClient)
 		d.MPSClients = clients[d.UUID]
 	}

@@ -50,6 +50,7 @@ type reconciler struct {
 	// container no longer on the node must be before it is removed.
 	tree   group.Tree
 	groups *groupmgr.Manager // changes a group's settings
+	units  unitsTotal        // each GPU's units total, for shares
 	gcAge  time.Duration
 	// cgroupPids lists a cgroup directory's processes (nil: its
 	// cgroup.procs, through opencontainers/cgroups).
@@ -188,7 +189,7 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 			want[c.Name] = c.GPUs
 		}
 	}
-	if err := applySettings(ctx, r.groups, pod, want, r.memoryOver(ctx), r.shareMaxTold(ctx)); err != nil {
+	if err := applySettings(ctx, r.groups, r.units, pod, want, r.memoryOver(ctx), r.shareMaxTold(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	var applied api.Applied

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,12 +16,17 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
+// unitsTotal returns a GPU's logical units by UUID (api.DefaultUnitsPerGPU
+// on a time-slice GPU; an MPS GPU's M x N x K).
+type unitsTotal func(uuid string) int64
+
 // groupSettings is what the time-slice group of a container holding gpus (its
 // part of the pod's assignment) is set to: the memory limit (smallest
-// per-GPU memory share, as GPUSLICE_MEMORY_LIMIT), a share of each GPU's time of units percent (none
-// for a whole GPU), and the pod's priority and slice (api.ParseSlicing; the
-// slice only without units: a group has a share or a slice).
-func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, error) {
+// per-GPU memory share), a share of each GPU's time of its units over that
+// GPU's units total (total; nil: api.DefaultUnitsPerGPU), the smallest over
+// its GPUs (none for a whole GPU), and the pod's priority and slice
+// (api.ParseSlicing; the slice only without units: a group has a share or a slice).
+func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment, total unitsTotal) (group.Settings, error) {
 	var s group.Settings
 	sl, err := api.ParseSlicing(pod)
 	if err != nil {
@@ -29,13 +35,13 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 	if s.Priority, err = policy.ParsePriority(sl.Priority); err != nil {
 		return s, fmt.Errorf("%w: %w", api.ErrInvalidSlicing, err)
 	}
-	var units int64
+	var share float64
 	for _, g := range gpus {
 		if g.MemoryBytes > 0 && (s.MemoryMax == 0 || uint64(g.MemoryBytes) < s.MemoryMax) {
 			s.MemoryMax = uint64(g.MemoryBytes)
 		}
-		if g.Units > 0 && !g.Exclusive && (units == 0 || g.Units < units) {
-			units = g.Units
+		if f := unitShare(g, total); f > 0 && (share == 0 || f < share) {
+			share = f
 		}
 	}
 	e, err := api.ParseElastic(pod)
@@ -49,8 +55,8 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 		s.MemoryMin, s.MemoryMax, s.MemorySpill = s.MemoryMax, e.Max, e.Spill
 	}
 	switch {
-	case units > 0:
-		s.Share = float64(min(units, api.DefaultUnitsPerGPU)) / api.DefaultUnitsPerGPU
+	case share > 0:
+		s.Share = share
 	default:
 		s.Slice = sl.Slice
 	}
@@ -58,6 +64,22 @@ func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment) (group.Settings, e
 		return group.Settings{}, err
 	}
 	return s, nil
+}
+
+// unitShare is the share of g's GPU time its units are (0: none, or a whole
+// GPU), rounded as the share file holds it (to a millionth) so the settings
+// read back compare equal.
+func unitShare(g api.GPUAssignment, total unitsTotal) float64 {
+	if g.Units <= 0 || g.Exclusive {
+		return 0
+	}
+	n := int64(api.DefaultUnitsPerGPU)
+	if total != nil {
+		if t := total(g.UUID); t > 0 {
+			n = t
+		}
+	}
+	return math.Round(float64(min(g.Units, n))/float64(n)*1e6) / 1e6
 }
 
 // overLimit is told when a container's new memory limit is below what its
@@ -75,8 +97,8 @@ type shareMaxTold func(pod *corev1.Pod, err error)
 // nothing is killed) and reported to over (may be nil). The pod's share
 // ceiling (api.AnnotationShareMax) goes to every group; a malformed one is
 // ignored (each group keeps the ceiling it had) and reported to told (may be nil).
-func applySettings(ctx context.Context, groups *groupmgr.Manager, pod *corev1.Pod, want map[string][]api.GPUAssignment,
-	over overLimit, told shareMaxTold) error {
+func applySettings(ctx context.Context, groups *groupmgr.Manager, total unitsTotal, pod *corev1.Pod,
+	want map[string][]api.GPUAssignment, over overLimit, told shareMaxTold) error {
 	tree := groups.Tree()
 	shareMax, smErr := api.ParseShareMax(pod)
 	if told != nil {
@@ -91,7 +113,7 @@ func applySettings(ctx context.Context, groups *groupmgr.Manager, pod *corev1.Po
 		if !tree.Exists(name) {
 			continue
 		}
-		s, err := groupSettings(pod, gpus)
+		s, err := groupSettings(pod, gpus, total)
 		if err != nil {
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}

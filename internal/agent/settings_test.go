@@ -47,11 +47,23 @@ func TestGroupSettings(t *testing.T) {
 		"elastic: gpu-memory is the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "20Gi", api.AnnotationMemorySpill: "host"},
 			gpus: share(25, 6<<30), want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true, Share: 0.25, Priority: policy.Low}},
 		"elastic ceiling below the guarantee": {ann: map[string]string{api.AnnotationMemoryMax: "4Gi"}, gpus: share(25, 6<<30), bad: true},
+		// Shares over each GPU's own units total (an MPS GPU of 96 units), not a constant 100.
+		"units of a 96-unit GPU": {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 24}}, want: group.Settings{Share: 0.25, Priority: policy.Low}},
+		"smallest share, not smallest units": {gpus: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30}, {Index: 2, UUID: "GPU-96", Units: 24}},
+			want: group.Settings{Share: 0.25, Priority: policy.Low}},
+		"units past the total":                {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 100}}, want: group.Settings{Share: 1, Priority: policy.Low}},
+		"a third, as the share file holds it": {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 32}}, want: group.Settings{Share: 0.333333, Priority: policy.Low}},
+	}
+	total := func(uuid string) int64 {
+		if uuid == "GPU-96" {
+			return 96
+		}
+		return api.DefaultUnitsPerGPU
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}, Spec: corev1.PodSpec{Priority: tc.prio}}
-			got, err := groupSettings(pod, tc.gpus)
+			got, err := groupSettings(pod, tc.gpus, total)
 			if tc.bad {
 				if !errors.Is(err, api.ErrInvalidSlicing) && !errors.Is(err, api.ErrInvalidElastic) {
 					t.Fatalf("err = %v, want ErrInvalidSlicing or ErrInvalidElastic", err)
@@ -79,7 +91,7 @@ func TestApplySettingsLive(t *testing.T) {
 		return map[string][]api.GPUAssignment{"main": {{Index: 0, UUID: "g", Units: u, MemoryBytes: 1 << 30}}, "other": {{Index: 0, UUID: "g", Units: 10}}}
 	}
 	ctx := context.Background()
-	if err := applySettings(ctx, groups, pod, want(25), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, want(25), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := tree.Read(name); err != nil || s.Share != 0.25 || s.MemoryMax != 1<<30 {
@@ -88,14 +100,14 @@ func TestApplySettingsLive(t *testing.T) {
 	if tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: "p", Container: "other", UID: "u1"})) {
 		t.Fatal("a group was made for a container Allocate never saw")
 	}
-	if err := applySettings(ctx, groups, pod, want(50), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FileShare); s != "50%" {
 		t.Fatalf("share file %q after 25 -> 50", s)
 	}
 	pod.Annotations = map[string]string{api.AnnotationPriority: "high"}
-	if err := applySettings(ctx, groups, pod, want(50), nil, nil); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, want(50), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := tree.ReadFile(name, group.FilePriority); s != "high" {
@@ -125,7 +137,7 @@ func TestApplySettingsMemoryBelowUse(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, m := range []int64{8 << 30, 4 << 30, 6 << 30, 2 << 30} {
-		if err := applySettings(ctx, groups, pod, mem(m), over, nil); err != nil {
+		if err := applySettings(ctx, groups, nil, pod, mem(m), over, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +172,7 @@ func TestApplySettingsShareMax(t *testing.T) {
 			t.Fatalf("%s: %+v %v; want share %v, share.max %v", step, s, err, share, shareMax)
 		}
 	}
-	if err := applySettings(ctx, groups, pod, units(25), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, units(25), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("40%", 0.25, 0.4)
@@ -168,17 +180,17 @@ func TestApplySettingsShareMax(t *testing.T) {
 		t.Fatalf("share.max file %q", v)
 	}
 	pod.Annotations[api.AnnotationShareMax] = "33"
-	if err := applySettings(ctx, groups, pod, units(25), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, units(25), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("units 33", 0.25, 0.33)
 	pod.Annotations[api.AnnotationShareMax] = "lots"
-	if err := applySettings(ctx, groups, pod, units(50), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, units(50), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("lots", 0.5, 0.33)
 	delete(pod.Annotations, api.AnnotationShareMax)
-	if err := applySettings(ctx, groups, pod, units(50), nil, tell); err != nil {
+	if err := applySettings(ctx, groups, nil, pod, units(50), nil, tell); err != nil {
 		t.Fatal(err)
 	}
 	check("none", 0.5, 0)
