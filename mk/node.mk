@@ -1,4 +1,4 @@
-# Time slicing (the time-slice daemon): internal/timeslice/policy, internal/proto, internal/timeslice, internal/group and the
+# Time slicing (the time-slice daemon): internal/policy, internal/proto, internal/timeslice, internal/group and the
 # launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
 # adds the end-to-end tests under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
@@ -39,7 +39,7 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
 		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/timeslice/ 2>&1 \
 		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
-	$(GO) test -count=1 -v -run 'Sim' ./internal/timeslice/policy/ | grep -E 'tenants|latency|ok'; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -v -run 'Sim' ./internal/policy/ | grep -E 'tenants|latency|ok'; exit $${PIPESTATUS[0]}
 
 .PHONY: bench-elastic
 # Elastic memory (docs/elastic-memory.md): borrow round trip, allocation cost below/above memory.min, the

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
 

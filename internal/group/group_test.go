@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+	"github.com/gpuslice/gpuslice/internal/policy"
 )
 
 func TestApply(t *testing.T) {

@@ -2,7 +2,7 @@
 // time. Client libraries connect over a unix socket (internal/proto), the
 // daemon identifies each caller through the kernel (SO_PEERCRED,
 // /proc/<pid>/cgroup and the group file it was started with), runs one
-// time-slice policy (internal/timeslice/policy) per GPU with one tenant per
+// time-slice policy (internal/policy) per GPU with one tenant per
 // group, and applies the group tree (internal/group) to running processes.
 // Its Go client, and starting and supervising it, are internal/timeslice/client.
 // See docs/timeslice.md.
@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/elastic"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 // EnvSocket overrides the socket path.

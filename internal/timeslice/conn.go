@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 // conn is one client connection (one process, any number of GPUs). Its

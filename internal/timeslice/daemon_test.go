@@ -20,8 +20,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 type interval struct {

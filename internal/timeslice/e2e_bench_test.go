@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+	"github.com/gpuslice/gpuslice/internal/policy"
 )
 
 // BenchmarkE2EShares: 2, 4 and 8 tenants (half synchronizing after every

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+	"github.com/gpuslice/gpuslice/internal/policy"
 )
 
 // A ceiling end to end: one busy tenant alone on the simulated GPU in a group

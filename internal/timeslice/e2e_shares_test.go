@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
+	"github.com/gpuslice/gpuslice/internal/policy"
 )
 
 // Shares end to end: busy and synchronizing tenants on the simulated GPU.

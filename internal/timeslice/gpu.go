@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 // gpuState is one GPU: its policy instance and the groups (tenants) using it.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 )
 
 // Shares per window of granted time: the daemon's slices, in the order it
@@ -111,7 +111,7 @@ func shareWindowTenants(n, secs int) (specs []tenantSpec, slices []time.Duration
 // of work in it. Printed, not asserted: a tenant starved of CPU does not ask
 // in time, hands back early or late, and the work-conserving policy gives its
 // turn to others, so these depend on the machine's load (the policy's own
-// bound, 3 pp per window, is asserted on its model in internal/timeslice/policy).
+// bound, 3 pp per window, is asserted on its model in internal/policy).
 func BenchmarkE2EShareWindows(b *testing.B) {
 	e := setupE2E(b)
 	const secs = 6

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice/policy"
 
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
