@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/nodeconfig"
 	"github.com/gpuslice/gpuslice/internal/sched"
 	"github.com/gpuslice/gpuslice/test/k8sversion"
 )
@@ -187,6 +190,9 @@ func checkObjects(t *testing.T, out string) {
 			if c, ok := o.Data["config.yaml"]; ok {
 				checkSchedulerConfig(t, c)
 			}
+			if c, ok := o.Data["node-config.yaml"]; ok {
+				checkNodeConfig(t, c)
+			}
 		}
 	}
 	if kinds["CustomResourceDefinition"] != 1 {
@@ -235,6 +241,46 @@ func checkSchedulerConfig(t *testing.T, c string) {
 	}
 	if !found {
 		t.Fatal("no GPUSlice plugin configuration in the scheduler's ConfigMap")
+	}
+}
+
+// checkNodeConfig reads the agent's configuration file as gpuslice-node does
+// (strictly, validated; the node name from the downward API's $NODE_NAME).
+func checkNodeConfig(t *testing.T, c string) agent.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "node-config.yaml")
+	if err := os.WriteFile(path, []byte(c), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) (string, bool) { return map[string]string{"NODE_NAME": "n1"}[k], k == "NODE_NAME" }
+	o, err := nodeconfig.Load([]string{"--config", path}, env, io.Discard)
+	if err != nil {
+		t.Fatalf("gpuslice-node configuration: %v\n%s", err, c)
+	}
+	return o.Agent
+}
+
+// TestNodeConfig: node.config reaches the agent's file, merged over the
+// node.* values; a mounted path in node.config is refused.
+func TestNodeConfig(t *testing.T) {
+	all := render(t, "", "node.config.sharing.mode=mps", "node.config.health.skipXIDs={48,79}", "node.slotsPerGPU=200", "node.verbosity=4")
+	var cfg agent.Config
+	for _, doc := range strings.Split(all, "\n---\n") {
+		if strings.Contains(doc, "node-config.yaml:") {
+			var cm corev1.ConfigMap
+			if err := yaml.UnmarshalStrict([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+			cfg = checkNodeConfig(t, cm.Data["node-config.yaml"])
+		}
+	}
+	if cfg.Sharing != "mps" || !reflect.DeepEqual(cfg.HealthSkipXIDs, []uint64{48, 79}) || cfg.SlotsPerGPU != 200 ||
+		cfg.RunDir != "/run/gpuslice" || cfg.Library != "/var/lib/gpuslice/libgpuslice.so" || cfg.MetricsAddress != ":9446" {
+		t.Fatalf("agent configuration from the chart: %+v", cfg)
+	}
+	out, err := helm(t, "template", "gs", chart, "--kube-version", kubeVersion(t), "--set", "node.config.daemon.runDir=/x")
+	if err == nil || !strings.Contains(out, "node.config.daemon.runDir: set it through its node.* value") {
+		t.Fatalf("node.config.daemon.runDir: err %v, output:\n%s", err, out)
 	}
 }
 
