@@ -36,6 +36,8 @@ fuzz-smoke:
 	  done; done
 
 .PHONY: demo
-# The demo on the real GPU if a driver is present, else on the simulated one.
-demo: all
+# The demo on the real GPU if a driver is present, else on the simulated one. It builds only what it
+# runs (the CLI, the library, the training program and the simulated driver), not all: the README's
+# first command stays short on a fresh machine.
+demo: $(BIN)/gpuslice $(BIN)/libgpuslice.so $(BIN)/gs-trainer $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	$(BIN)/gpuslice demo

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds golangci-lint from source through the Go module proxy into a cache keyed by
 # version: ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/golangci-lint/<version>/golangci-lint.
-# Idempotent: a complete cache (stamp file present) is reused as is. scripts/deps.sh runs it;
-# `make lint` runs it too. Prints the binary's path on stdout as its last line.
+# Idempotent: a complete cache (stamp file present) is reused as is. `make lint` (in make test)
+# runs it on first use. Prints the binary's path on stdout as its last line.
 set -euo pipefail
 
 GOLANGCI_LINT_VERSION="${GOLANGCI_LINT_VERSION:-v2.15.0}"
