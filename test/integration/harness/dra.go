@@ -1,0 +1,135 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// The DRA driver's names, as gpuslice-node publishes them and the chart's
+// DeviceClasses select them (docs/dra.md): one device per GPU, gpu-<index>,
+// shared by consumable capacity "units" and "memory" (bytes).
+const (
+	DRADriver     = "gpuslice.io"
+	DRAClassWhole = "gpu.gpuslice.io"   // whole GPUs; extendedResourceName gpuslice.io/gpu
+	DRAClassShare = "share.gpuslice.io" // shares: capacity requests of units and memory
+	DRAUnits      = "units"
+	DRAMemory     = "memory"
+	// DRARequest is the request name every claim built here uses.
+	DRARequest = "gpu"
+)
+
+// DRASlice is the ResourceSlice a node with gpus GPUs of memory bytes
+// publishes (pool = node name): every GPU shareable, a request without a
+// capacity request takes all of it (the whole GPU).
+func DRASlice(nodeName string, gpus int, memory int64) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + DRADriver},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: DRADriver, NodeName: ptr.To(nodeName),
+			Pool: resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	units := resource.NewQuantity(api.DefaultUnitsPerGPU, resource.DecimalSI)
+	mem := resource.NewQuantity(memory, resource.BinarySI)
+	for i := 0; i < gpus; i++ {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+			Name: "gpu-" + strconv.Itoa(i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"uuid":  {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", nodeName, i))},
+				"index": {IntValue: ptr.To(int64(i))},
+			},
+			AllowMultipleAllocations: ptr.To(true),
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				DRAUnits:  {Value: *units, RequestPolicy: policy(*units, resource.MustParse("1"), resource.MustParse("1"))},
+				DRAMemory: {Value: *mem, RequestPolicy: policy(*mem, resource.MustParse("1Mi"), resource.MustParse("1Mi"))},
+			},
+		})
+	}
+	return s
+}
+
+// policy: default all of it, any multiple of step from min to all of it.
+func policy(all, minimum, step resource.Quantity) *resourceapi.CapacityRequestPolicy {
+	return &resourceapi.CapacityRequestPolicy{Default: ptr.To(all),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(minimum), Max: ptr.To(all), Step: ptr.To(step)}}
+}
+
+// CreateDeviceClasses creates the whole-GPU and share DeviceClasses; with
+// extended, the whole-GPU class carries extendedResourceName gpuslice.io/gpu.
+func (cp *ControlPlane) CreateDeviceClasses(ctx context.Context, extended bool) error {
+	sel := []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", DRADriver)}}}
+	whole := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: DRAClassWhole}, Spec: resourceapi.DeviceClassSpec{Selectors: sel}}
+	if extended {
+		whole.Spec.ExtendedResourceName = ptr.To(string(api.ResourceGPU))
+	}
+	share := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: DRAClassShare}, Spec: resourceapi.DeviceClassSpec{Selectors: sel}}
+	for _, c := range []*resourceapi.DeviceClass{whole, share} {
+		if _, err := cp.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("device class %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// DRAClaimSpec asks for r: r.GPUs whole GPUs, or else one share of r.Units
+// units and r.Memory bytes of one GPU.
+func DRAClaimSpec(r GPURequest) resourceapi.ResourceClaimSpec {
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: DRAClassWhole, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: max(r.GPUs, 1)}
+	if r.GPUs == 0 {
+		req.DeviceClassName = DRAClassShare
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		if r.Units > 0 {
+			req.Capacity.Requests[DRAUnits] = *resource.NewQuantity(r.Units, resource.DecimalSI)
+		}
+		if r.Memory > 0 {
+			req.Capacity.Requests[DRAMemory] = *resource.NewQuantity(r.Memory, resource.BinarySI)
+		}
+	}
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: DRARequest, Exactly: &req}}}}
+}
+
+// DRAPod is Pod with no extended resources, its container using the claim
+// (a ResourceClaim named claim, or with template set a ResourceClaimTemplate).
+func DRAPod(ns, name, scheduler, claim string, template bool) *corev1.Pod {
+	p := Pod(ns, name, scheduler, GPURequest{})
+	rc := corev1.PodResourceClaim{Name: DRARequest, ResourceClaimName: ptr.To(claim)}
+	if template {
+		rc = corev1.PodResourceClaim{Name: DRARequest, ResourceClaimTemplateName: ptr.To(claim)}
+	}
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{rc}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: DRARequest}}
+	return p
+}
+
+// StartClaimController starts kube-controller-manager (bin) with the
+// controllers DRA needs on a control plane without the rest: the resource
+// claim controller (a pod's claims made from its ResourceClaimTemplates,
+// removed with the pod, reservations released) and the garbage collector.
+func (cp *ControlPlane) StartClaimController(ctx context.Context, bin string) (*Process, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := Start(cp.Dir, "kube-controller-manager", bin, "--kubeconfig", cp.Kubeconfig,
+		"--authentication-kubeconfig", cp.Kubeconfig, "--authorization-kubeconfig", cp.Kubeconfig,
+		"--bind-address", "127.0.0.1", "--secure-port", itoa(port), "--leader-elect=false",
+		"--use-service-account-credentials=false",
+		"--controllers", "resourceclaim-controller,garbage-collector-controller", "-v", "1")
+	if err != nil {
+		return nil, err
+	}
+	if err := exitedErr(p); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager: %w\n%s", err, p.Tail())
+	}
+	return p, nil
+}
