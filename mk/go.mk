@@ -41,3 +41,8 @@ fuzz-smoke:
 # first command stays short on a fresh machine.
 demo: $(BIN)/gpuslice $(BIN)/libgpuslice.so $(BIN)/gs-trainer $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
 	$(BIN)/gpuslice demo
+
+# The README's first command timed as on a fresh machine (clean clone, empty Go caches; hack/demo-cold.sh).
+.PHONY: demo-cold
+demo-cold:
+	@hack/demo-cold.sh
