@@ -1,6 +1,8 @@
 package nodeconfig
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +35,9 @@ func Decode(data []byte, c *v1.NodeConfig) error {
 	if len(data) > MaxFileBytes {
 		return fmt.Errorf("%d bytes, limit %d", len(data), MaxFileBytes)
 	}
+	if err := oneDocument(data); err != nil {
+		return err
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return fmt.Errorf("YAML: %w", err)
@@ -51,6 +57,29 @@ func Decode(data []byte, c *v1.NodeConfig) error {
 		return decodeStrict(js, c)
 	}
 	return fmt.Errorf("apiVersion %q: this gpuslice-node reads %s", clip(tm.APIVersion), strings.Join(Versions(), ", "))
+}
+
+// oneDocument refuses a YAML stream of several documents (the reader
+// would take the first and ignore the rest).
+func oneDocument(data []byte) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	n := 0
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("YAML: %w", err)
+		}
+		if len(bytes.TrimSpace(doc)) > 0 && !bytes.Equal(bytes.TrimSpace(doc), []byte("---")) {
+			n++
+		}
+	}
+	if n > 1 {
+		return fmt.Errorf("%d YAML documents: want one", n)
+	}
+	return nil
 }
 
 // decodeStrict unmarshals js onto into with no unknown, duplicate or

@@ -142,6 +142,7 @@ func TestDecodeErrors(t *testing.T) {
 		{header + "daemon: {enabled: 3}\n", "daemon.enabled"},
 		{header + "health: {skipXIDs: [-1]}\n", "health.skipXIDs"},
 		{header + "a: [\n", "YAML"},
+		{header + "---\n" + header, "2 YAML documents: want one"},
 		{header + "x: " + strings.Repeat("y", MaxFileBytes) + "\n", "limit"},
 	}
 	for _, c := range cases {
@@ -231,5 +232,13 @@ func TestExample(t *testing.T) {
 	c.HealthSkipXIDs = nil
 	if !reflect.DeepEqual(c, d) {
 		t.Fatalf("example differs from the defaults:\n%+v\n%+v", c, d)
+	}
+}
+
+// TestDecodeOneDocument: document markers around the one document are fine.
+func TestDecodeOneDocument(t *testing.T) {
+	n := FromAgent(agent.DefaultConfig(func(string) string { return "" }))
+	if err := Decode([]byte("---\n"+header+"resync: 3s\n---\n"), &n); err != nil || n.Resync != "3s" {
+		t.Fatalf("resync %q, %v", n.Resync, err)
 	}
 }
