@@ -1,5 +1,5 @@
-# Time slicing (the time-slice daemon): internal/policy, internal/proto, internal/timeslice, internal/group and the
-# launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
+# Time slicing (the time-slice daemon): internal/policy, internal/proto, internal/timeslice, internal/group,
+# internal/groupstate and the launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
 # adds the end-to-end tests under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
 NODE_GRANTBENCH := $(NODE_BUILD)/gs-grantbench
@@ -13,10 +13,19 @@ $(NODE_GRANTBENCH): test/timeslice/grantbench.c libgpuslice/src/gate_wire.h incl
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -fPIE -o $@ $<
 
-.PHONY: test-node bench-node proto-generate
-# The protocol header is generated from the Go definitions (a Go test fails when it is stale).
+.PHONY: test-node bench-node proto-generate verify-cheaders
+# The C headers generated from the Go definitions: the socket protocol's (include/gpuslice/proto.h)
+# and the group state file's (libgpuslice/include/gpuslice/shm.h, internal/groupstate). Go tests
+# (TestHeaderFresh) and `make verify-generate` fail when one is stale.
 proto-generate:
-	$(GO) generate ./internal/proto
+	$(GO) generate ./internal/proto ./internal/groupstate
+
+verify-generate: verify-cheaders
+verify-cheaders:
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  $(GO) run ./internal/proto/gen -o $$tmp/proto.h && $(GO) run ./internal/groupstate/gen -o $$tmp/shm.h && \
+	  diff -u include/gpuslice/proto.h $$tmp/proto.h && diff -u libgpuslice/include/gpuslice/shm.h $$tmp/shm.h || \
+	  { echo "generated C headers are stale: run make proto-generate"; exit 1; }
 
 # End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first);
 # then the shares for 2, 4 and 8 tenants with the release library, alone on the machine (in

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
@@ -130,7 +131,7 @@ func (o *owners) refresh(ctx context.Context) {
 			}
 			byPod[p.UID] = append(byPod[p.UID], idx...)
 			name := deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: c.Name, UID: p.UID})
-			procs, err := timeslice.GroupProcesses(filepath.Join(o.tree.Path(name), "gpu.state"))
+			procs, err := groupstate.Processes(filepath.Join(o.tree.Path(name), groupstate.FileName))
 			if err != nil {
 				continue // no process has attached yet (or the group is elsewhere)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/spf13/cobra"
 )
 
@@ -174,7 +175,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 // (it had one: a nested run without --memory had no limit at all), are
 // refused.
 func TestRunInsideGroup(t *testing.T) {
-	const file, lib = "/run/outer/groups/outer/gpu.state", "/opt/gs/libgpuslice.so"
+	const file, lib = "/run/outer/groups/outer/" + groupstate.FileName, "/opt/gs/libgpuslice.so"
 	t.Setenv("GPUSLICE_GROUP_FILE", file)
 	t.Setenv("GPUSLICE_GROUP", "outer")
 	t.Setenv("LD_PRELOAD", lib)

@@ -13,6 +13,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/gpuset"
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -30,16 +32,16 @@ const (
 	ContainerPreload = "/etc/ld.so.preload"
 	// ContainerGroupDir: the container's group directory, read-only, at one
 	// path the library knows, with ContainerGroupFile writable in it.
-	ContainerGroupDir = "/run/gpuslice-group"
+	ContainerGroupDir = groupstate.ContainerDir
 	// ContainerGroupFile: the container's group state file, at one path the
 	// library knows (GS_CONTAINER_GROUP_FILE in libgpuslice's shm.h): where
 	// it exists, it is the library's group whatever GPUSLICE_GROUP_FILE says.
-	ContainerGroupFile = ContainerGroupDir + "/gpu.state"
+	ContainerGroupFile = groupstate.ContainerFile
 	// GateOffFile: in a group's directory, the node's word that its
 	// containers' launches are not gated (MPS clients). The library reads it
 	// at ContainerGroupDir (GS_CONTAINER_GATE_OFF), where the container cannot
 	// write, instead of GPUSLICE_GATE.
-	GateOffFile = "gate-off"
+	GateOffFile = group.FileGateOff
 )
 
 // Inject says what a container gets besides its GPU device nodes.
@@ -198,7 +200,7 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		// the library looks at first, so a member that drops
 		// GPUSLICE_GROUP_FILE (or names another file) is still in the group.
 		dir := filepath.Join(in.RunDir, "groups", group)
-		state := filepath.Join(dir, "gpu.state")
+		state := filepath.Join(dir, groupstate.FileName)
 		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir, ReadOnly: true},
 			&pluginapi.Mount{HostPath: state, ContainerPath: state},
 			&pluginapi.Mount{HostPath: dir, ContainerPath: ContainerGroupDir, ReadOnly: true},

@@ -14,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/gpuset"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -183,7 +184,7 @@ func TestResponse(t *testing.T) {
 	}
 	env := r.Envs
 	if _, ok := env["GPUSLICE_MEMORY_LIMIT"]; ok || env["LD_PRELOAD"] != ContainerLibDir+"/libgpuslice.so" ||
-		env["GPUSLICE_GROUP_FILE"] != "/run/gpuslice/groups/"+g+"/gpu.state" || env["X"] != "1" ||
+		env["GPUSLICE_GROUP_FILE"] != "/run/gpuslice/groups/"+g+"/"+groupstate.FileName || env["X"] != "1" ||
 		env["GPUSLICE_NODE_SOCKET"] != "/run/gpuslice/node.sock" || env["LD_LIBRARY_PATH"] != ContainerSimDir ||
 		env["GPUSLICE_SIM_HOST_PROC"] != ContainerSimHostProc {
 		t.Fatalf("env %v", env)
@@ -204,8 +205,8 @@ func TestResponse(t *testing.T) {
 	}
 	// The state file also at the one path the library looks at first, so a
 	// member that drops GPUSLICE_GROUP_FILE is still held to the group.
-	if want := []string{dir + ">" + dir + " ro=true", dir + "/gpu.state>" + dir + "/gpu.state ro=false",
-		dir + ">" + ContainerGroupDir + " ro=true", dir + "/gpu.state>" + ContainerGroupFile + " ro=false"}; !slices.Equal(group, want) {
+	if want := []string{dir + ">" + dir + " ro=true", dir + "/" + groupstate.FileName + ">" + dir + "/" + groupstate.FileName + " ro=false",
+		dir + ">" + ContainerGroupDir + " ro=true", dir + "/" + groupstate.FileName + ">" + ContainerGroupFile + " ro=false"}; !slices.Equal(group, want) {
 		t.Fatalf("group mounts %q, want %q", group, want)
 	}
 	// The loader's own preload list, read-only: a program whose environment

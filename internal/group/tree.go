@@ -280,15 +280,29 @@ func (t Tree) ReadFile(name, file string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// Remove deletes a group's directory.
+// Remove deletes a group's directory (none: no error) while the time-slice
+// daemon may still be writing its read-back files into it: the directory is
+// renamed aside first (the daemon's next write by path then fails instead of
+// landing in it; the watcher ignores names starting with a dot), then
+// removed, with more passes for a file the daemon was creating at that very moment.
 func (t Tree) Remove(name string) error {
 	if err := paths.ValidateGroup(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := os.RemoveAll(t.Path(name)); err != nil {
+	aside := filepath.Join(t.Dir, fmt.Sprintf(".removing-%s-%d", name, os.Getpid()))
+	if err := os.Rename(t.Path(name), aside); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return fmt.Errorf("remove group %s: %w", name, err)
 	}
-	return nil
+	var err error
+	for range 3 {
+		if err = os.RemoveAll(aside); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("remove group %s: %w", name, err)
 }
 
 // Cgroup returns the group's cgroup binding ("" if none).

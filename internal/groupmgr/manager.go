@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
@@ -118,7 +119,7 @@ func (m *Manager) Create(ctx context.Context, name string, r Resources, o Create
 // createState makes the group's state file as o says.
 func (m *Manager) createState(name string, o CreateOptions) error {
 	if o.Container {
-		if err := timeslice.CreateGroupState(m.cfg.ProcRoot, paths.GroupStateFile(m.cfg.RunDir, name), name); err != nil {
+		if err := groupstate.Create(m.cfg.ProcRoot, groupstate.Path(m.cfg.RunDir, name), name); err != nil {
 			return fmt.Errorf("group %s: %w", name, err)
 		}
 		return nil
@@ -168,7 +169,7 @@ func (m *Manager) Remove(_ context.Context, name string) error {
 	if !m.tree.Exists(name) {
 		return nil
 	}
-	n, err := timeslice.LiveMembers(m.cfg.ProcRoot, paths.GroupStateFile(m.cfg.RunDir, name))
+	n, err := timeslice.LiveMembers(m.cfg.ProcRoot, groupstate.Path(m.cfg.RunDir, name))
 	if err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
@@ -34,7 +34,7 @@ func startDaemon(t testing.TB, runDir string) {
 
 func limitOf(t *testing.T, runDir, name string) uint64 {
 	t.Helper()
-	lim, set, err := timeslice.HeaderLimit(paths.GroupStateFile(runDir, name))
+	lim, set, err := groupstate.HeaderLimit(groupstate.Path(runDir, name))
 	if err != nil || !set {
 		t.Fatalf("group %s: header limit %d set %v: %v", name, lim, set, err)
 	}
@@ -109,12 +109,12 @@ func TestNotAppliedWithoutDaemon(t *testing.T) {
 	if !errors.Is(err, ErrNotApplied) || !strings.Contains(err.Error(), "time-slice daemon") {
 		t.Fatalf("without a daemon: %v, want ErrNotApplied", err)
 	}
-	if _, set, err := timeslice.HeaderLimit(paths.GroupStateFile(dir, "g")); err != nil || set {
+	if _, set, err := groupstate.HeaderLimit(groupstate.Path(dir, "g")); err != nil || set {
 		t.Fatalf("a limit in the header with no daemon: set %v %v", set, err)
 	}
 	startDaemon(t, dir)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if lim, set, _ := timeslice.HeaderLimit(paths.GroupStateFile(dir, "g")); set && lim == 1<<30 {
+		if lim, set, _ := groupstate.HeaderLimit(groupstate.Path(dir, "g")); set && lim == 1<<30 {
 			break
 		}
 		if time.Now().After(deadline) {

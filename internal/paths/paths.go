@@ -82,8 +82,3 @@ func validGroupName(name string) bool {
 
 // GroupDir is the directory of group name under runDir.
 func GroupDir(runDir, name string) string { return filepath.Join(runDir, "groups", name) }
-
-// GroupStateFile is the library's shared-memory state file of a group.
-func GroupStateFile(runDir, name string) string {
-	return filepath.Join(GroupDir(runDir, name), "gpu.state")
-}

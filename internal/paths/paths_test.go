@@ -24,9 +24,6 @@ func TestRunDirOverride(t *testing.T) {
 	if got := RunDir(func(k string) string { return env[k] }); got != "/x/y" {
 		t.Fatalf("RunDir = %q", got)
 	}
-	if got := GroupStateFile("/r", "g"); got != "/r/groups/g/gpu.state" {
-		t.Fatalf("GroupStateFile = %q", got)
-	}
 }
 
 // FuzzValidateGroup: the hand-written check accepts exactly what the documented expression does.

@@ -84,13 +84,13 @@ func writeStruct(b, asserts *bytes.Buffer, name, doc string, t reflect.Type) err
 		if off%align != 0 {
 			return fmt.Errorf("%s.%s at offset %d is not %d-aligned", t.Name(), f.Name, off, align)
 		}
-		field := snake(f.Name)
+		field := CName(f.Name)
 		if f.Type.Kind() == reflect.Array {
 			field = fmt.Sprintf("%s[%d]", field, f.Type.Len())
 		}
 		fmt.Fprintf(b, "\t%s %s; /* %s */\n", ctype, field, f.Tag.Get("doc"))
 		fmt.Fprintf(asserts, "_Static_assert(offsetof(struct %s, %s) == %d, \"%s.%s offset\");\n",
-			name, snake(f.Name), off, name, snake(f.Name))
+			name, CName(f.Name), off, name, CName(f.Name))
 		off += int(f.Type.Size())
 	}
 	b.WriteString("};\n\n")
@@ -117,8 +117,8 @@ func cType(f reflect.StructField) (string, int, error) {
 	return "", 0, fmt.Errorf("type %v is not a fixed-size unsigned integer or byte array", f.Type)
 }
 
-// snake turns a Go field name into a C one: PeriodNs -> period_ns, GPU -> gpu.
-func snake(s string) string {
+// CName turns a Go field name into a C one: PeriodNs -> period_ns, GPU -> gpu.
+func CName(s string) string {
 	r := []rune(s)
 	var out []rune
 	for i, c := range r {

@@ -185,8 +185,8 @@ int main(void) {
 
 func TestSnake(t *testing.T) {
 	for in, want := range map[string]string{"PeriodNs": "period_ns", "GPU": "gpu", "SliceNs": "slice_ns", "Seq": "seq", "GPUIndex": "gpu_index"} {
-		if got := snake(in); got != want {
-			t.Errorf("snake(%q) = %q, want %q", in, got, want)
+		if got := CName(in); got != want {
+			t.Errorf("CName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,6 +22,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -58,7 +59,7 @@ type Spec struct {
 func Environ(s *Spec) []string {
 	set := map[string]string{
 		"GPUSLICE_GROUP":      s.Group,
-		"GPUSLICE_GROUP_FILE": paths.GroupStateFile(s.RunDir, s.Group),
+		"GPUSLICE_GROUP_FILE": groupstate.Path(s.RunDir, s.Group),
 		// the file was made before the command (PrepareGroupState): a member never makes it again
 		"GPUSLICE_GROUP_MANAGED": "1",
 		"GPUSLICE_RUN_DIR":       s.RunDir,
@@ -180,24 +181,11 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// removeGroupDir removes a run's group directory while the time-slice daemon may
-// still be writing its read-back files into it: the directory is renamed
-// aside first (the daemon's next write by path then fails instead of landing
-// in it), then removed, with a second pass for a file the daemon was creating
-// at that very moment.
+// removeGroupDir removes a run's group directory (group.Tree.Remove: while
+// the time-slice daemon may still be writing its read-back files into it).
 func removeGroupDir(dir string) error {
-	aside := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".removing-%s-%d", filepath.Base(dir), os.Getpid()))
-	if err := os.Rename(dir, aside); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+	if err := (group.Tree{Dir: filepath.Dir(dir)}).Remove(filepath.Base(dir)); err != nil {
 		return fmt.Errorf("remove group directory: %w", err)
 	}
-	var err error
-	for range 3 {
-		if err = os.RemoveAll(aside); err == nil {
-			return nil
-		}
-	}
-	return fmt.Errorf("remove group directory: %w", err)
+	return nil
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,7 @@ func TestEnviron(t *testing.T) {
 		"LD_PRELOAD":             "/opt/gs/libgpuslice.so /x.so",
 		"LD_LIBRARY_PATH":        "/opt/gs/sim:/usr/lib",
 		"GPUSLICE_GROUP":         "g1",
-		"GPUSLICE_GROUP_FILE":    "/r/groups/g1/gpu.state",
+		"GPUSLICE_GROUP_FILE":    "/r/groups/g1/" + groupstate.FileName,
 		"GPUSLICE_GROUP_MANAGED": "1",
 		"CUDA_VISIBLE_DEVICES":   "GPU-a,GPU-b",
 	}

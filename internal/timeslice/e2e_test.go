@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/testbin"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -90,7 +90,7 @@ func (e *e2e) run(t testing.TB, cfg Config, simState string, specs []tenantSpec,
 		cmd := exec.Command(e.tenant, args...)
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
 			"GPUSLICE_SIM_STATE="+simState, EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
-			"GPUSLICE_GROUP="+s.group, "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, s.group))
+			"GPUSLICE_GROUP="+s.group, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, s.group))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		wg.Go(func() {
@@ -139,7 +139,7 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 		"--t0", strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixNano(), 10))
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
 		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), EnvSocket+"="+cfg.Socket,
-		"GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, "lone"))
+		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/elastic"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
@@ -57,7 +57,7 @@ func (s *Server) ledger(uuid string) (*elastic.Ledger, error) {
 	s.mu.Unlock()
 	seen := map[string]bool{}
 	for name, st := range settings {
-		slots, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+		slots, err := groupstate.ReadMemory(groupstate.Path(s.cfg.RunDir, name))
 		if err != nil {
 			continue // no state file: the group has not allocated yet
 		}
@@ -194,12 +194,12 @@ func (s *Server) awaitRoom(name, uuid string, m *proto.Borrow, start time.Time) 
 
 // writeAllowance stores a group's allowance in its state file's slot.
 func (s *Server) writeAllowance(name, uuid string, st group.Settings, allowance uint64) {
-	flags := uint32(shmElasticOn)
+	flags := uint32(groupstate.ElasticOn)
 	if st.MemorySpill {
-		flags |= shmElasticSpill
+		flags |= groupstate.ElasticSpill
 	}
-	if _, err := setSlots(paths.GroupStateFile(s.cfg.RunDir, name), uuid,
-		slotLimits{limit: allowance, min: st.MemoryMin, elastic: flags}); err != nil {
+	if _, err := groupstate.SetSlots(groupstate.Path(s.cfg.RunDir, name), uuid,
+		groupstate.SlotLimits{Limit: allowance, Min: st.MemoryMin, Elastic: flags}); err != nil {
 		s.log.Error(err, "write allowance", "group", name, "gpu", uuid)
 	}
 }
@@ -209,14 +209,14 @@ func (s *Server) writeAllowance(name, uuid string, st group.Settings, allowance 
 // the guarantee as their allowance (lent memory is asked for again).
 // With slots false only the header is written.
 func (s *Server) applyElastic(path string, st group.Settings, slots bool) error {
-	flags := uint32(shmElasticOn)
+	flags := uint32(groupstate.ElasticOn)
 	if st.MemorySpill {
-		flags |= shmElasticSpill
+		flags |= groupstate.ElasticSpill
 	}
-	if err := setHeaderLimit(path, st.MemoryMin, reapLockWait); err != nil || !slots {
+	if err := groupstate.SetHeaderLimit(path, st.MemoryMin, groupstate.BriefLockWait); err != nil || !slots {
 		return err
 	}
-	_, err := setSlots(path, "", slotLimits{limit: st.MemoryMin, min: st.MemoryMin, elastic: flags})
+	_, err := groupstate.SetSlots(path, "", groupstate.SlotLimits{Limit: st.MemoryMin, Min: st.MemoryMin, Elastic: flags})
 	return err
 }
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -23,15 +23,15 @@ const gib = uint64(1) << 30
 // elasticShm makes a group's state file with one slot on testGPU.
 func elasticShm(t *testing.T, cfg Config, name string, used uint64) string {
 	t.Helper()
-	path := paths.GroupStateFile(cfg.RunDir, name)
+	path := groupstate.Path(cfg.RunDir, name)
 	writeShm(t, path, used)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := b[shmHeaderSize:]
-	clear(slot[shmGPUOffUUID : shmGPUOffUUID+shmGPUUUIDLen])
-	copy(slot[shmGPUOffUUID:], testGPU.String())
+	slot := b[groupstate.HeaderSize:]
+	clear(slot[groupstate.GPUOffUUID : groupstate.GPUOffUUID+groupstate.UUIDLen])
+	copy(slot[groupstate.GPUOffUUID:], testGPU.String())
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func slotLimit(t *testing.T, path string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return binary.LittleEndian.Uint64(b[shmHeaderSize+shmGPUOffLimit:])
+	return binary.LittleEndian.Uint64(b[groupstate.HeaderSize+groupstate.GPUOffLimit:])
 }
 
 // TestElasticBorrow: three groups with 6 GiB guarantees and 20 GiB ceilings
@@ -70,7 +70,7 @@ func TestElasticBorrow(t *testing.T) {
 		defer mu.Unlock()
 		var used uint64
 		for _, p := range files {
-			if m, err := readMemory(p); err == nil && len(m) == 1 {
+			if m, err := groupstate.ReadMemory(p); err == nil && len(m) == 1 {
 				used += m[0].Used
 			}
 		}
@@ -94,7 +94,7 @@ func TestElasticBorrow(t *testing.T) {
 	if err != nil || l.Status != proto.LendGranted || l.Allowance != 12*gib {
 		t.Fatalf("borrow of 6 GiB: %+v %v", l, err)
 	}
-	if got := slotLimit(t, paths.GroupStateFile(cfg.RunDir, me)); got != 12*gib {
+	if got := slotLimit(t, groupstate.Path(cfg.RunDir, me)); got != 12*gib {
 		t.Fatalf("state file allowance %d, want 12 GiB", got)
 	}
 	setUsed(me, 12*gib)

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -102,7 +102,7 @@ func TestReliabilityE2EWallClockStep(t *testing.T) {
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "4")
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preloadWith(shim), "LD_LIBRARY_PATH="+e.sim,
 		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), EnvSocket+"="+cfg.Socket,
-		"GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, "lone"), "GS_CLOCKSTEP_FILE="+step)
+		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"), "GS_CLOCKSTEP_FILE="+step)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	lines := readLines(t, cmd)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // readGroupLimit returns the header's group limit and whether it is set.
@@ -19,11 +19,11 @@ func readGroupLimit(t *testing.T, path string) (uint64, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != shmFileSize {
-		t.Fatalf("state file is %d bytes, want %d", len(b), shmFileSize)
+	if len(b) != groupstate.FileSize {
+		t.Fatalf("state file is %d bytes, want %d", len(b), groupstate.FileSize)
 	}
 	le := binary.LittleEndian
-	return le.Uint64(b[shmOffLimit:]), le.Uint32(b[shmOffLimitSet:]) == 1
+	return le.Uint64(b[groupstate.OffLimit:]), le.Uint32(b[groupstate.OffLimitSet:]) == 1
 }
 
 // The limit belongs to the group, and only the time-slice daemon writes it:
@@ -35,7 +35,7 @@ func readGroupLimit(t *testing.T, path string) (uint64, bool) {
 // libgpuslice's reliability_mem_test).
 func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	dir := t.TempDir()
-	state := paths.GroupStateFile(dir, "g")
+	state := groupstate.Path(dir, "g")
 	run := func(max uint64) {
 		t.Helper()
 		var changes []group.Change
@@ -57,7 +57,7 @@ func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	if st, err := os.Stat(state); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("state file mode: %v %v", st, err)
 	}
-	if _, err := setGroupLimit(state, 1<<30, stateLockWait); err != nil { // the daemon applies memory.max
+	if _, err := groupstate.SetLimit(state, 1<<30, groupstate.LockWait); err != nil { // the daemon applies memory.max
 		t.Fatal(err)
 	}
 	// A member claimed a slot meanwhile (as the library does).
@@ -65,10 +65,10 @@ func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := b[shmHeaderSize:]
-	binary.LittleEndian.PutUint32(slot, shmSlotReady)
-	copy(slot[shmGPUOffUUID:], "GPU-0000")
-	binary.LittleEndian.PutUint64(slot[shmGPUOffLimit:], 1<<30)
+	slot := b[groupstate.HeaderSize:]
+	binary.LittleEndian.PutUint32(slot, groupstate.SlotReady)
+	copy(slot[groupstate.GPUOffUUID:], "GPU-0000")
+	binary.LittleEndian.PutUint64(slot[groupstate.GPUOffLimit:], 1<<30)
 	if err := os.WriteFile(state, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -76,29 +76,29 @@ func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	if lim, set := readGroupLimit(t, state); !set || lim != 1<<30 {
 		t.Fatalf("a second run changed the group limit to %d (set %v)", lim, set)
 	}
-	if _, err := setGroupLimit(state, 2<<30, stateLockWait); err != nil {
+	if _, err := groupstate.SetLimit(state, 2<<30, groupstate.LockWait); err != nil {
 		t.Fatal(err)
 	}
 	if lim, _ := readGroupLimit(t, state); lim != 2<<30 {
 		t.Fatalf("group limit %d, want 2 GiB", lim)
 	}
-	got, err := readMemory(state)
+	got, err := groupstate.ReadMemory(state)
 	if err != nil || len(got) != 1 || got[0].Limit != 2<<30 {
 		t.Fatalf("claimed slot: %+v %v, want limit 2 GiB", got, err)
 	}
-	if _, err := setGroupLimit(filepath.Join(dir, "missing"), 1, stateLockWait); err == nil {
-		t.Fatal("setGroupLimit on a missing file succeeded")
+	if _, err := groupstate.SetLimit(filepath.Join(dir, "missing"), 1, groupstate.LockWait); err == nil {
+		t.Fatal("groupstate.SetLimit on a missing file succeeded")
 	}
 }
 
 // A state file truncated while the daemon has it mapped gives an error, not
 // a crash of the daemon (SIGBUS on the mapping).
 func TestGroupLimitTruncatedStateFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gpu.state")
-	if err := CreateGroupState("/proc", path, "g"); err != nil {
+	path := filepath.Join(t.TempDir(), groupstate.FileName)
+	if err := groupstate.Create("/proc", path, "g"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openState(path, false, stateLockWait)
+	s, err := groupstate.Open(path, false, groupstate.LockWait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,20 +106,20 @@ func TestGroupLimitTruncatedStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	walk := func() (err error) {
-		defer guardFault(&err)()
-		s.procs(func(int, GroupProcess) bool { return true })
+		defer groupstate.GuardFault(&err)()
+		s.Procs(func(int, groupstate.Process) bool { return true })
 		return nil
 	}
-	if err := walk(); !errors.Is(err, errTruncated) {
-		t.Fatalf("walk of a truncated file: %v, want errTruncated", err)
+	if err := walk(); !errors.Is(err, groupstate.ErrTruncated) {
+		t.Fatalf("walk of a truncated file: %v, want groupstate.ErrTruncated", err)
 	}
-	if err := s.close(); err != nil { // drops its lock
+	if err := s.Close(); err != nil { // drops its lock
 		t.Fatal(err)
 	}
-	if _, err := GroupProcesses(path); err == nil {
-		t.Fatal("GroupProcesses of an empty file succeeded")
+	if _, err := groupstate.Processes(path); err == nil {
+		t.Fatal("groupstate.Processes of an empty file succeeded")
 	}
-	if _, err := setGroupLimit(path, 1, stateLockWait); err == nil {
-		t.Fatal("setGroupLimit on an empty file succeeded")
+	if _, err := groupstate.SetLimit(path, 1, groupstate.LockWait); err == nil {
+		t.Fatal("groupstate.SetLimit on an empty file succeeded")
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // loadGroups applies the settings of every group already in the tree.
@@ -93,23 +93,23 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 // processes enforce it from their next allocation: memory.max, or for an
 // elastic group (memory.min) the guarantee, its slots marked elastic. It then
 // acknowledges the group's settings generation (FileApplied). A state file
-// whose lock a member holds past reapLockWait is tried again at each status
+// whose lock a member holds past groupstate.BriefLockWait is tried again at each status
 // refresh (retryLimits): no group's lock holds up the others' settings.
 // elasticSlots: an elastic group's slots are set too (else its header only).
 func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots bool) {
 	s.limitMu.Lock()
 	defer s.limitMu.Unlock()
 	st := s.settingsOf(name)
-	path := paths.GroupStateFile(s.cfg.RunDir, name)
+	path := groupstate.Path(s.cfg.RunDir, name)
 	var n int
 	var err error
 	if st.MemoryMin != 0 {
 		err = s.applyElastic(path, st, elasticSlots)
 	} else {
-		n, err = setGroupLimit(path, st.MemoryMax, reapLockWait)
+		n, err = groupstate.SetLimit(path, st.MemoryMax, groupstate.BriefLockWait)
 	}
 	s.mu.Lock()
-	if errors.Is(err, errStateLocked) {
+	if errors.Is(err, groupstate.ErrLocked) {
 		s.unapplied[name] = struct{}{}
 	} else {
 		delete(s.unapplied, name)
@@ -117,7 +117,7 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 	s.mu.Unlock()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-	case errors.Is(err, errStateLocked):
+	case errors.Is(err, groupstate.ErrLocked):
 		log.V(1).Info("memory limit not applied yet: the state file is locked", "limit", st.MemoryMax)
 		return
 	case err != nil:
@@ -161,11 +161,11 @@ func (s *Server) retryLimits() {
 // memoryOf sums a group's GPU memory use from its state file, after
 // releasing what dead members still held (each status refresh).
 func (s *Server) memoryOf(name string) (used uint64, ok bool) {
-	path := paths.GroupStateFile(s.cfg.RunDir, name)
+	path := groupstate.Path(s.cfg.RunDir, name)
 	if n, err := ReapDead(s.cfg.ProcRoot, path); err == nil && n > 0 {
 		s.log.V(1).Info("released the memory of dead members", "group", name, "members", n)
 	}
-	gpus, err := readMemory(path)
+	gpus, err := groupstate.ReadMemory(path)
 	if err != nil {
 		return 0, false
 	}
@@ -182,7 +182,7 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 // the daemon alone writes them. Elastic groups' slots are the ledger's
 // (applyElastic), their header holds the guarantee; groups without settings
 // are not the daemon's.
-func (s *Server) checkLimits(name string, gpus []gpuMemory) {
+func (s *Server) checkLimits(name string, gpus []groupstate.GPUMemory) {
 	s.mu.Lock()
 	st, known := s.settings[name]
 	_, pending := s.unapplied[name]
@@ -199,7 +199,7 @@ func (s *Server) checkLimits(name string, gpus []gpuMemory) {
 			"where", what, "found", found, "limit", want)
 		s.applyMemoryLimit(s.log.WithValues("group", name), name, false)
 	}
-	switch lim, set, err := headerLimit(paths.GroupStateFile(s.cfg.RunDir, name)); {
+	switch lim, set, err := groupstate.HeaderLimit(groupstate.Path(s.cfg.RunDir, name)); {
 	case err != nil:
 	case !set: // a state file made after the settings were applied
 		s.log.V(1).Info("the group's memory limit written into its new state file", "group", name, "limit", want)
@@ -221,12 +221,12 @@ func (s *Server) checkLimits(name string, gpus []gpuMemory) {
 }
 
 // memoryByGPU returns a group's GPU memory slots by GPU UUID (upper case).
-func (s *Server) memoryByGPU(name string) map[string]gpuMemory {
-	gpus, err := readMemory(paths.GroupStateFile(s.cfg.RunDir, name))
+func (s *Server) memoryByGPU(name string) map[string]groupstate.GPUMemory {
+	gpus, err := groupstate.ReadMemory(groupstate.Path(s.cfg.RunDir, name))
 	if err != nil {
 		return nil
 	}
-	out := make(map[string]gpuMemory, len(gpus))
+	out := make(map[string]groupstate.GPUMemory, len(gpus))
 	for _, g := range gpus {
 		out[strings.ToUpper(g.UUID)] = g
 	}
@@ -248,13 +248,13 @@ func (s *Server) settingsOf(name string) group.Settings {
 // (a run's own group, run-<pid>, has no members before the run: the
 // surviving children of an earlier run with that pid are not its own).
 func PrepareGroupState(runDir, name string, adopt bool) error {
-	path := paths.GroupStateFile(runDir, name)
+	path := groupstate.Path(runDir, name)
 	if adopt {
 		if err := adoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
 			return fmt.Errorf("group %s: %w", name, err)
 		}
 	}
-	if err := createGroupState("/proc", path, name, 0o600); err != nil {
+	if err := groupstate.CreateMode("/proc", path, name, 0o600); err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}
 	return nil

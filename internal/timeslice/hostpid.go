@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // A process in a pid namespace of its own (a container without hostPID)
@@ -103,7 +104,7 @@ func identityOf(procRoot string, pid int32) (nsIdentity, error) {
 // entry was filled; a group without a state file, or a caller that has not
 // attached to it yet, is not an error.
 func mapHostPID(procRoot string, tree group.Tree, p Peer) (bool, error) {
-	path := filepath.Join(tree.Path(p.Group), "gpu.state")
+	path := filepath.Join(tree.Path(p.Group), groupstate.FileName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -111,7 +112,7 @@ func mapHostPID(procRoot string, tree group.Tree, p Peer) (bool, error) {
 	if err != nil || !id.Nested {
 		return false, err
 	}
-	ok, err := setHostPID(path, id.PID, id.NS, id.Start, p.PID)
+	ok, err := groupstate.SetHostPID(path, id.PID, id.NS, id.Start, p.PID)
 	if err != nil {
 		return false, fmt.Errorf("host pid of %d in group %s: %w", p.PID, p.Group, err)
 	}

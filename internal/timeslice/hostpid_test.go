@@ -16,45 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
-
-// TestStateFileLayout checks statefile.go's offsets against a C build of
-// libgpuslice/include/gpuslice/shm.h.
-func TestStateFileLayout(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler: cannot check the layout against the C header")
-	}
-	src := `#include <stdio.h>
-#include "gpuslice/shm.h"
-int main(void) {
-	printf("%zu %d %zu %zu %zu %zu %zu %zu %zu %d %d %zu %zu %zu %zu\n", (size_t)GS_SHM_FILE_SIZE, GS_SHM_MAX_PROCS,
-		sizeof(struct gs_shm_proc), offsetof(struct gs_shm_header, file_size), offsetof(struct gs_shm_header, max_procs),
-		offsetof(struct gs_shm_header, proc_size), offsetof(struct gs_shm_header, proc_offset),
-		offsetof(struct gs_shm_header, host_pidns), offsetof(struct gs_shm_header, group), GS_SHM_NAME_LEN, GS_PROC_LIVE,
-		offsetof(struct gs_shm_proc, pid), offsetof(struct gs_shm_proc, host_pid), offsetof(struct gs_shm_proc, start_time),
-		offsetof(struct gs_shm_proc, pidns));
-	return 0;
-}`
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "l.c"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "l")
-	if out, err := exec.Command(cc, "-std=c11", "-I", filepath.Join(repoRoot(), "libgpuslice", "include"), "-o", bin, filepath.Join(dir, "l.c")).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", shmFileSize, shmMaxProcs, shmProcSize, shmOffFileSize,
-		shmOffMaxProcs, shmOffProcSize, shmOffProcOff, shmOffHostPIDNS, shmOffGroup, shmNameLen, shmProcLive,
-		shmProcOffPID, shmProcOffHost, shmProcOffStart, shmProcOffNS)
-	if got := strings.TrimSpace(string(out)); got != want {
-		t.Fatalf("shm.h layout\n got %s\nwant %s", got, want)
-	}
-}
 
 func TestParseNSpid(t *testing.T) {
 	cases := map[string]string{
@@ -98,28 +61,28 @@ func FuzzParseNSpid(f *testing.F) {
 }
 
 // putProc writes a live process entry i into a state file.
-func putProc(t *testing.T, path string, i int, p GroupProcess) {
+func putProc(t *testing.T, path string, i int, p groupstate.Process) {
 	t.Helper()
-	b := make([]byte, shmProcSize)
+	b := make([]byte, groupstate.ProcSize)
 	le := binary.LittleEndian
-	le.PutUint32(b, shmProcLive)
-	le.PutUint32(b[shmProcOffPID:], uint32(p.PID))
-	le.PutUint32(b[shmProcOffHost:], uint32(p.HostPID))
-	le.PutUint64(b[shmProcOffStart:], p.StartTime)
-	le.PutUint64(b[shmProcOffNS:], p.PIDNS)
+	le.PutUint32(b, groupstate.ProcLive)
+	le.PutUint32(b[groupstate.ProcOffPID:], uint32(p.PID))
+	le.PutUint32(b[groupstate.ProcOffHostPID:], uint32(p.HostPID))
+	le.PutUint64(b[groupstate.ProcOffStart:], p.StartTime)
+	le.PutUint64(b[groupstate.ProcOffPIDNS:], p.PIDNS)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(b, int64(shmHeaderSize+shmMaxGPUs*shmGPUSize+i*shmProcSize)); err != nil {
+	if _, err := f.WriteAt(b, int64(groupstate.HeaderSize+groupstate.MaxGPUs*groupstate.GPUSize+i*groupstate.ProcSize)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestCreateGroupStateAndHostPIDs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gpu.state")
-	if err := CreateGroupState("/proc", path, "k8s-x"); err != nil {
+	path := filepath.Join(t.TempDir(), groupstate.FileName)
+	if err := groupstate.Create("/proc", path, "k8s-x"); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -131,37 +94,37 @@ func TestCreateGroupStateAndHostPIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fi, _ := os.Stat(path)
-	if _, _, err := checkShm(b); err != nil || len(b) != shmFileSize || binary.LittleEndian.Uint64(b[shmOffHostPIDNS:]) != ns.Ino ||
-		string(b[shmOffGroup:shmOffGroup+5]) != "k8s-x" || fi.Mode().Perm() != 0o666 {
-		t.Fatalf("created file: %v, %d bytes, host ns %d (want %d), mode %v", err, len(b), binary.LittleEndian.Uint64(b[shmOffHostPIDNS:]), ns.Ino, fi.Mode())
+	if _, _, err := groupstate.CheckHeader(b); err != nil || len(b) != groupstate.FileSize || binary.LittleEndian.Uint64(b[groupstate.OffHostPIDNS:]) != ns.Ino ||
+		string(b[groupstate.OffGroup:groupstate.OffGroup+5]) != "k8s-x" || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("created file: %v, %d bytes, host ns %d (want %d), mode %v", err, len(b), binary.LittleEndian.Uint64(b[groupstate.OffHostPIDNS:]), ns.Ino, fi.Mode())
 	}
-	putProc(t, path, 3, GroupProcess{PID: 7, PIDNS: 99, StartTime: 500})
-	putProc(t, path, 5, GroupProcess{PID: 8, PIDNS: 99, StartTime: 600, HostPID: 1234})
-	if err := CreateGroupState("/proc", path, "k8s-x"); err != nil { // kept as it is
+	putProc(t, path, 3, groupstate.Process{PID: 7, PIDNS: 99, StartTime: 500})
+	putProc(t, path, 5, groupstate.Process{PID: 8, PIDNS: 99, StartTime: 600, HostPID: 1234})
+	if err := groupstate.Create("/proc", path, "k8s-x"); err != nil { // kept as it is
 		t.Fatal(err)
 	}
-	if ok, err := setHostPID(path, 7, 99, 501, 4321); ok || err != nil {
+	if ok, err := groupstate.SetHostPID(path, 7, 99, 501, 4321); ok || err != nil {
 		t.Fatalf("start time mismatch filled: %v %v", ok, err)
 	}
-	if ok, err := setHostPID(path, 7, 98, 500, 4321); ok || err != nil {
+	if ok, err := groupstate.SetHostPID(path, 7, 98, 500, 4321); ok || err != nil {
 		t.Fatalf("pid namespace mismatch filled: %v %v", ok, err)
 	}
-	if ok, err := setHostPID(path, 7, 99, 500, 4321); !ok || err != nil {
-		t.Fatalf("setHostPID: %v %v", ok, err)
+	if ok, err := groupstate.SetHostPID(path, 7, 99, 500, 4321); !ok || err != nil {
+		t.Fatalf("groupstate.SetHostPID: %v %v", ok, err)
 	}
-	procs, err := GroupProcesses(path)
+	procs, err := groupstate.Processes(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []GroupProcess{{PID: 7, HostPID: 4321, StartTime: 500, PIDNS: 99}, {PID: 8, HostPID: 1234, StartTime: 600, PIDNS: 99}}
+	want := []groupstate.Process{{PID: 7, HostPID: 4321, StartTime: 500, PIDNS: 99}, {PID: 8, HostPID: 1234, StartTime: 600, PIDNS: 99}}
 	if !slices.Equal(procs, want) {
-		t.Fatalf("GroupProcesses = %+v, want %+v", procs, want)
+		t.Fatalf("groupstate.Processes = %+v, want %+v", procs, want)
 	}
 }
 
 func TestCreateGroupStateRefusesBadFiles(t *testing.T) {
 	dir := t.TempDir()
-	for name, content := range map[string][]byte{"short": []byte("not a state file"), "magic": make([]byte, shmFileSize)} {
+	for name, content := range map[string][]byte{"short": []byte("not a state file"), "magic": make([]byte, groupstate.FileSize)} {
 		path := filepath.Join(dir, name)
 		if name == "magic" {
 			binary.LittleEndian.PutUint64(content, 0x1234)
@@ -169,14 +132,14 @@ func TestCreateGroupStateRefusesBadFiles(t *testing.T) {
 		if err := os.WriteFile(path, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := CreateGroupState("/proc", path, "g"); !errors.Is(err, errShm) {
-			t.Errorf("%s: err = %v, want errShm", name, err)
+		if err := groupstate.Create("/proc", path, "g"); !errors.Is(err, groupstate.ErrBad) {
+			t.Errorf("%s: err = %v, want groupstate.ErrBad", name, err)
 		}
 		if got, _ := os.ReadFile(path); string(got) != string(content) {
 			t.Errorf("%s: a bad file was changed", name)
 		}
-		if _, err := GroupProcesses(path); !errors.Is(err, errShm) {
-			t.Errorf("%s: GroupProcesses err = %v", name, err)
+		if _, err := groupstate.Processes(path); !errors.Is(err, groupstate.ErrBad) {
+			t.Errorf("%s: groupstate.Processes err = %v", name, err)
 		}
 	}
 }
@@ -196,8 +159,8 @@ func TestE2EHostPIDOnHello(t *testing.T) {
 	if err := tree.Create("ns-test"); err != nil {
 		t.Fatal(err)
 	}
-	state := filepath.Join(tree.Path("ns-test"), "gpu.state")
-	if err := CreateGroupState("/proc", state, "ns-test"); err != nil {
+	state := filepath.Join(tree.Path("ns-test"), groupstate.FileName)
+	if err := groupstate.Create("/proc", state, "ns-test"); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", filepath.Join(e.bin, "gs-memfill"), "--max", "64M", "--hold-ms", "30000")
@@ -207,14 +170,14 @@ func TestE2EHostPIDOnHello(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var procs []GroupProcess
+	var procs []groupstate.Process
 	deadline := time.Now().Add(10 * time.Second)
 	for len(procs) == 0 || procs[0].HostPID == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no host pid recorded: %+v", procs)
 		}
 		time.Sleep(10 * time.Millisecond)
-		procs, _ = GroupProcesses(state)
+		procs, _ = groupstate.Processes(state)
 	}
 	p := procs[0]
 	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(int(p.HostPID)), "status"))

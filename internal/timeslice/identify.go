@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -206,9 +207,9 @@ func sameNamespace(procRoot string, pid int32, kind string) (bool, error) {
 	return mine.Dev == theirs.Dev && mine.Ino == theirs.Ino, nil
 }
 
-// groupOfFile maps <tree>/<name>/gpu.state to name.
+// groupOfFile maps <tree>/<name>/groupstate.FileName to name.
 func groupOfFile(tree group.Tree, file string) string {
-	if file == "" || filepath.Base(file) != "gpu.state" {
+	if file == "" || filepath.Base(file) != groupstate.FileName {
 		return ""
 	}
 	dir := filepath.Clean(filepath.Dir(file))

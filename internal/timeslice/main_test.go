@@ -20,9 +20,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -313,7 +313,7 @@ func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, en
 	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_RUN_DIR="+cfg.RunDir)
 	if grp != "" {
-		cmd.Env = append(cmd.Env, "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, grp))
+		cmd.Env = append(cmd.Env, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, grp))
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr

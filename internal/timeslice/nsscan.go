@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,7 +57,7 @@ func indexNS(procs []nsProc, complete, all bool) nsIndex {
 
 // locate returns the host pid of the process of entry p's namespace with
 // p's pid (found), or whether its absence proves p dead.
-func (ix nsIndex) locate(p GroupProcess) (hostPID int32, found, dead bool) {
+func (ix nsIndex) locate(p groupstate.Process) (hostPID int32, found, dead bool) {
 	if hp, ok := ix.hostPID[nsKey{p.PIDNS, p.PID}]; ok {
 		return hp, true, false
 	}
@@ -64,7 +65,7 @@ func (ix nsIndex) locate(p GroupProcess) (hostPID int32, found, dead bool) {
 }
 
 // needsScan: entry p is in another pid namespace and has no host pid yet.
-func needsScan(ourNS uint64, p GroupProcess) bool {
+func needsScan(ourNS uint64, p groupstate.Process) bool {
 	return p.PIDNS != ourNS && p.HostPID <= 0
 }
 
@@ -153,7 +154,7 @@ type livenessView struct {
 }
 
 // newLivenessView scans procRoot if some entry of ps needs it.
-func newLivenessView(procRoot string, ourNS uint64, ps []GroupProcess) livenessView {
+func newLivenessView(procRoot string, ourNS uint64, ps []groupstate.Process) livenessView {
 	v := livenessView{procRoot: procRoot, ourNS: ourNS}
 	want, wantPID := map[uint64]bool{}, map[int32]bool{}
 	for _, p := range ps {
@@ -171,7 +172,7 @@ func newLivenessView(procRoot string, ourNS uint64, ps []GroupProcess) livenessV
 
 // of returns entry p's liveness and, for a live member found by the scan,
 // its host pid (0 otherwise).
-func (v livenessView) of(p GroupProcess) (liveness, int32) {
+func (v livenessView) of(p groupstate.Process) (liveness, int32) {
 	if !needsScan(v.ourNS, p) {
 		return memberLiveness(v.procRoot, v.ourNS, p), 0
 	}

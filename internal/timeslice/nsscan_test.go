@@ -3,6 +3,7 @@ package timeslice
 import (
 	"bufio"
 	"fmt"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"io"
 	"os"
 	"os/exec"
@@ -20,35 +21,35 @@ func TestReapNSLocate(t *testing.T) {
 	procs := []nsProc{{HostPID: 500, NS: 7, NSPID: 1}, {HostPID: 501, NS: 7, NSPID: 2}, {HostPID: 900, NS: 8, NSPID: 2}}
 	for _, tc := range []struct {
 		name            string
-		p               GroupProcess
+		p               groupstate.Process
 		complete, all   bool
 		hostPID         int32
 		found, wantDead bool
 	}{
-		{"found", GroupProcess{PID: 2, PIDNS: 7}, true, false, 501, true, false},
-		{"found, other namespace same pid", GroupProcess{PID: 2, PIDNS: 8}, true, false, 900, true, false},
-		{"found though the scan was incomplete", GroupProcess{PID: 1, PIDNS: 7}, false, false, 500, true, false},
-		{"namespace seen, pid absent", GroupProcess{PID: 3, PIDNS: 7}, true, false, 0, false, true},
-		{"pid absent, incomplete scan", GroupProcess{PID: 3, PIDNS: 7}, false, true, 0, false, false},
-		{"namespace gone, initial namespace sees all", GroupProcess{PID: 1, PIDNS: 9}, true, true, 0, false, true},
-		{"namespace not in view", GroupProcess{PID: 1, PIDNS: 9}, true, false, 0, false, false},
-		{"namespace gone, incomplete scan", GroupProcess{PID: 1, PIDNS: 9}, false, true, 0, false, false},
+		{"found", groupstate.Process{PID: 2, PIDNS: 7}, true, false, 501, true, false},
+		{"found, other namespace same pid", groupstate.Process{PID: 2, PIDNS: 8}, true, false, 900, true, false},
+		{"found though the scan was incomplete", groupstate.Process{PID: 1, PIDNS: 7}, false, false, 500, true, false},
+		{"namespace seen, pid absent", groupstate.Process{PID: 3, PIDNS: 7}, true, false, 0, false, true},
+		{"pid absent, incomplete scan", groupstate.Process{PID: 3, PIDNS: 7}, false, true, 0, false, false},
+		{"namespace gone, initial namespace sees all", groupstate.Process{PID: 1, PIDNS: 9}, true, true, 0, false, true},
+		{"namespace not in view", groupstate.Process{PID: 1, PIDNS: 9}, true, false, 0, false, false},
+		{"namespace gone, incomplete scan", groupstate.Process{PID: 1, PIDNS: 9}, false, true, 0, false, false},
 	} {
 		hp, found, dead := indexNS(procs, tc.complete, tc.all).locate(tc.p)
 		if hp != tc.hostPID || found != tc.found || dead != tc.wantDead {
 			t.Errorf("%s: locate = %d %v %v, want %d %v %v", tc.name, hp, found, dead, tc.hostPID, tc.found, tc.wantDead)
 		}
 	}
-	if _, found, dead := (nsIndex{}).locate(GroupProcess{PID: 1, PIDNS: 9}); found || dead {
+	if _, found, dead := (nsIndex{}).locate(groupstate.Process{PID: 1, PIDNS: 9}); found || dead {
 		t.Errorf("no scan decides nothing: %v %v", found, dead)
 	}
 	for _, tc := range []struct {
-		p    GroupProcess
+		p    groupstate.Process
 		want bool
 	}{
-		{GroupProcess{PID: 5, PIDNS: 1}, false},              // our namespace
-		{GroupProcess{PID: 5, PIDNS: 2, HostPID: 77}, false}, // host pid known
-		{GroupProcess{PID: 5, PIDNS: 2}, true},
+		{groupstate.Process{PID: 5, PIDNS: 1}, false},              // our namespace
+		{groupstate.Process{PID: 5, PIDNS: 2, HostPID: 77}, false}, // host pid known
+		{groupstate.Process{PID: 5, PIDNS: 2}, true},
 	} {
 		if got := needsScan(1, tc.p); got != tc.want {
 			t.Errorf("needsScan(%+v) = %v", tc.p, got)
@@ -95,8 +96,8 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs processes in a new pid namespace (unshare -p)")
 	}
-	path := filepath.Join(t.TempDir(), "gpu.state")
-	if err := CreateGroupState("/proc", path, "g"); err != nil {
+	path := filepath.Join(t.TempDir(), groupstate.FileName)
+	if err := groupstate.Create("/proc", path, "g"); err != nil {
 		t.Fatal(err)
 	}
 	// pid 1: sh (then sleep); pid 2: the member, killed when asked.
@@ -129,11 +130,11 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 	}
 	addMember(t, path, 0, member.PID, member.Start, member.NS, 1000)
 	assertReap(t, path, 0, 1000)
-	ps, err := GroupProcesses(path)
+	ps, err := groupstate.Processes(path)
 	if err != nil || len(ps) != 1 || ps[0].HostPID != memberPID {
 		t.Fatalf("entries %+v (%v): want the live member with host pid %d", ps, err, memberPID)
 	}
-	if ok, err := setHostPID(path, member.PID, member.NS, member.Start, 0); !ok || err != nil {
+	if ok, err := groupstate.SetHostPID(path, member.PID, member.NS, member.Start, 0); !ok || err != nil {
 		t.Fatalf("clearing the host pid: %v %v", ok, err) // as if never written
 	}
 	if _, err := io.WriteString(in, "kill\n"); err != nil {
@@ -147,7 +148,7 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 	// The namespace's init as a member, then the whole namespace killed.
 	addMember(t, path, 1, initID.PID, initID.Start, initID.NS, 2000)
 	assertReap(t, path, 0, 2000)
-	if ok, err := setHostPID(path, initID.PID, initID.NS, initID.Start, 0); !ok || err != nil {
+	if ok, err := groupstate.SetHostPID(path, initID.PID, initID.NS, initID.Start, 0); !ok || err != nil {
 		t.Fatalf("clearing the host pid: %v %v", ok, err)
 	}
 	_ = cmd.Process.Kill()
@@ -180,7 +181,7 @@ func assertReap(t *testing.T, path string, reaped int, used uint64) {
 	if err != nil || n != reaped {
 		t.Fatalf("ReapDead = %d, %v; want %d", n, err, reaped)
 	}
-	got, err := readMemory(path)
+	got, err := groupstate.ReadMemory(path)
 	if err != nil || len(got) != 1 || got[0].Used != used {
 		t.Fatalf("after the sweep: %+v %v, want %d bytes used", got, err, used)
 	}

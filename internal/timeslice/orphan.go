@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,7 +73,7 @@ func adoptOrphanedState(procRoot, path string) error {
 }
 
 // findMappedState finds a live process of this user started with
-// GPUSLICE_GROUP_FILE=path that maps a gpu.state file. Only this user's: the
+// GPUSLICE_GROUP_FILE=path that maps a groupstate.FileName file. Only this user's: the
 // variable is any process's own choice, and the state file a run makes is
 // its user's (mode 0600), so another user's process is no member of it.
 func findMappedState(procRoot, path string) (mappedState, bool) {
@@ -108,7 +109,7 @@ func findMappedState(procRoot, path string) (mappedState, bool) {
 	return mappedState{}, false
 }
 
-// stateMapping finds a mapping of a file named gpu.state in a maps file.
+// stateMapping finds a mapping of a file named groupstate.FileName in a maps file.
 func stateMapping(maps string) (mappedState, bool) {
 	f, err := os.Open(maps)
 	if err != nil {
@@ -126,7 +127,7 @@ func stateMapping(maps string) (mappedState, bool) {
 }
 
 // parseStateMapping parses one maps line ("start-end perms offset maj:min
-// inode path") naming a file gpu.state.
+// inode path") naming a file groupstate.FileName.
 func parseStateMapping(line string) (mappedState, bool) {
 	f := strings.Fields(line)
 	if len(f) < 6 {
@@ -135,7 +136,7 @@ func parseStateMapping(line string) (mappedState, bool) {
 	path := strings.Join(f[5:], " ")
 	var m mappedState
 	path, m.deleted = strings.CutSuffix(path, " (deleted)")
-	if filepath.Base(path) != "gpu.state" || !filepath.IsAbs(path) {
+	if filepath.Base(path) != groupstate.FileName || !filepath.IsAbs(path) {
 		return mappedState{}, false
 	}
 	maj, min, ok := strings.Cut(f[3], ":")

@@ -1,6 +1,10 @@
 package timeslice
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
+)
 
 func TestParseStateMapping(t *testing.T) {
 	for _, c := range []struct {
@@ -11,15 +15,15 @@ func TestParseStateMapping(t *testing.T) {
 		ino     uint64
 		major   uint32
 	}{
-		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 1234 /run/gpuslice/groups/g/gpu.state", true, false,
-			"/run/gpuslice/groups/g/gpu.state", 1234, 0xfd},
-		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 00:1a 99 /run/x.old/groups/my g/gpu.state (deleted)", true, true,
-			"/run/x.old/groups/my g/gpu.state", 99, 0},
+		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 1234 /run/gpuslice/groups/g/" + groupstate.FileName, true, false,
+			"/run/gpuslice/groups/g/" + groupstate.FileName, 1234, 0xfd},
+		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 00:1a 99 /run/x.old/groups/my g/" + groupstate.FileName + " (deleted)", true, true,
+			"/run/x.old/groups/my g/" + groupstate.FileName, 99, 0},
 		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 1234 /run/gpuslice/groups/g/other", false, false, "", 0, 0},
 		{"7f1c2a000000-7f1c2a0b9000 r-xp 00000000 00:00 0 [vdso]", false, false, "", 0, 0},
-		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 0 /gpu.state", false, false, "", 0, 0},
-		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 zz:01 5 /a/gpu.state", false, false, "", 0, 0},
-		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 5 gpu.state", false, false, "", 0, 0},
+		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 0 /" + groupstate.FileName, false, false, "", 0, 0},
+		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 zz:01 5 /a/" + groupstate.FileName, false, false, "", 0, 0},
+		{"7f1c2a000000-7f1c2a0b9000 rw-s 00000000 fd:01 5 " + groupstate.FileName, false, false, "", 0, 0},
 		{"short line", false, false, "", 0, 0},
 	} {
 		m, ok := parseStateMapping(c.line)

@@ -9,25 +9,26 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // addMember writes a live process entry holding used bytes on GPU slot 0 (as
-// the library does) into a state file made by CreateGroupState.
+// the library does) into a state file made by groupstate.Create.
 func addMember(t *testing.T, path string, i int, pid int32, start, pidns, used uint64) {
 	t.Helper()
-	s, err := openState(path, false, stateLockWait)
+	s, err := groupstate.Open(path, false, groupstate.LockWait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = s.close() }()
-	off := shmHeaderSize + shmMaxGPUs*shmGPUSize + i*shmProcSize
-	atomic.StoreUint32(s.u32(off+shmProcOffPID), uint32(pid))
-	atomic.StoreUint64(s.u64(off+shmProcOffStart), start)
-	atomic.StoreUint64(s.u64(off+shmProcOffNS), pidns)
-	atomic.StoreUint64(s.u64(off+shmProcOffUsed), used)
-	atomic.StoreUint32(s.u32(off), shmProcLive)
-	atomic.StoreUint32(s.u32(shmHeaderSize), shmSlotReady)
-	atomic.AddUint64(s.u64(shmHeaderSize+shmGPUOffUsed), used)
+	defer func() { _ = s.Close() }()
+	off := groupstate.HeaderSize + groupstate.MaxGPUs*groupstate.GPUSize + i*groupstate.ProcSize
+	atomic.StoreUint32(s.U32(off+groupstate.ProcOffPID), uint32(pid))
+	atomic.StoreUint64(s.U64(off+groupstate.ProcOffStart), start)
+	atomic.StoreUint64(s.U64(off+groupstate.ProcOffPIDNS), pidns)
+	atomic.StoreUint64(s.U64(off+groupstate.ProcOffUsed), used)
+	atomic.StoreUint32(s.U32(off), groupstate.ProcLive)
+	atomic.StoreUint32(s.U32(groupstate.HeaderSize), groupstate.SlotReady)
+	atomic.AddUint64(s.U64(groupstate.HeaderSize+groupstate.GPUOffUsed), used)
 }
 
 // selfIdentity is this process's start time and pid namespace.
@@ -61,8 +62,8 @@ func deadPID(t *testing.T) int32 {
 // time); a live member keeps its memory and its entry; `group rm` counts the
 // live ones.
 func TestGroupStateReapsDeadMembers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gpu.state")
-	if err := CreateGroupState("/proc", path, "g"); err != nil {
+	path := filepath.Join(t.TempDir(), groupstate.FileName)
+	if err := groupstate.Create("/proc", path, "g"); err != nil {
 		t.Fatal(err)
 	}
 	start, ns := selfIdentity(t)
@@ -70,8 +71,8 @@ func TestGroupStateReapsDeadMembers(t *testing.T) {
 	addMember(t, path, 1, deadPID(t), start, ns, 2000)
 	addMember(t, path, 2, int32(os.Getpid()), start+1, ns, 30000) // pid reused
 	addMember(t, path, 3, 12345, start, ns+1, 400000)             // another namespace: its host pid decides
-	if ok, err := setHostPID(path, 12345, ns+1, start, int32(os.Getpid())); !ok || err != nil {
-		t.Fatalf("setHostPID: %v %v", ok, err)
+	if ok, err := groupstate.SetHostPID(path, 12345, ns+1, start, int32(os.Getpid())); !ok || err != nil {
+		t.Fatalf("groupstate.SetHostPID: %v %v", ok, err)
 	}
 	if n, err := LiveMembers("/proc", path); err != nil || n != 2 {
 		t.Fatalf("LiveMembers = %d, %v; want 2 (self, by its host pid)", n, err)
@@ -80,11 +81,11 @@ func TestGroupStateReapsDeadMembers(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("ReapDead = %d, %v; want 2", n, err)
 	}
-	got, err := readMemory(path)
+	got, err := groupstate.ReadMemory(path)
 	if err != nil || len(got) != 1 || got[0].Used != 400100 {
 		t.Fatalf("after the sweep: %+v %v, want 400100 bytes used", got, err)
 	}
-	ps, err := GroupProcesses(path)
+	ps, err := groupstate.Processes(path)
 	if err != nil || len(ps) != 2 {
 		t.Fatalf("entries left: %+v %v", ps, err)
 	}
@@ -99,8 +100,8 @@ func TestGroupStateReapsDeadMembers(t *testing.T) {
 func TestGroupStateDaemonReapsDeadMembers(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "reap")
-	state := filepath.Join(cfg.RunDir, "groups", "reap", "gpu.state")
-	if err := CreateGroupState("/proc", state, "reap"); err != nil {
+	state := filepath.Join(cfg.RunDir, "groups", "reap", groupstate.FileName)
+	if err := groupstate.Create("/proc", state, "reap"); err != nil {
 		t.Fatal(err)
 	}
 	start, ns := selfIdentity(t)

@@ -21,9 +21,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -269,7 +269,7 @@ func TestReliabilityGroupFileOwner(t *testing.T) {
 	}
 	startDaemon(t, cfg)
 	for _, tc := range []struct{ grp, want string }{{"vip", "pid-"}, {"mine", "mine"}} {
-		p := startChildAs(t, cfg, nobody, "dial", "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, tc.grp))
+		p := startChildAs(t, cfg, nobody, "dial", "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, tc.grp))
 		l := p.expect(t, "dial", 10*time.Second)
 		if !strings.HasPrefix(l, "dial ok "+tc.want) {
 			t.Errorf("nobody naming group %s: %q, want dial ok %s...", tc.grp, l, tc.want)
@@ -279,7 +279,7 @@ func TestReliabilityGroupFileOwner(t *testing.T) {
 	// view is the one it had), nobody is still not root nor vip's owner.
 	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", sharedTestBinary(t), "-test.run=^$")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	p := startChildCmd(t, cmd, cfg, "dial", "", "GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, "vip"))
+	p := startChildCmd(t, cmd, cfg, "dial", "", "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "vip"))
 	if l := p.expect(t, "dial", 10*time.Second); !strings.HasPrefix(l, "dial ok pid-") {
 		t.Errorf("nobody in namespaces of its own naming group vip: %q, want dial ok pid-...", l)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
@@ -110,7 +111,7 @@ func TestReliabilityTreeNotRegular(t *testing.T) {
 // changes the file a link there points to.
 func TestReliabilityGroupStateNoLink(t *testing.T) {
 	dir := t.TempDir()
-	path := paths.GroupStateFile(dir, "k8s-x")
+	path := groupstate.Path(dir, "k8s-x")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +119,8 @@ func TestReliabilityGroupStateNoLink(t *testing.T) {
 	if err := os.Symlink(outside, path); err != nil {
 		t.Fatal(err)
 	}
-	if err := CreateGroupState("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
-		t.Errorf("CreateGroupState through a dangling link: %v", err)
+	if err := groupstate.Create("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("groupstate.Create through a dangling link: %v", err)
 	}
 	if _, err := os.Lstat(outside); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the link's target was created: %v", err)
@@ -127,14 +128,14 @@ func TestReliabilityGroupStateNoLink(t *testing.T) {
 	if err := os.WriteFile(outside, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := CreateGroupState("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
-		t.Errorf("CreateGroupState through a link: %v", err)
+	if err := groupstate.Create("/proc", path, "k8s-x"); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("groupstate.Create through a link: %v", err)
 	}
 	if st, err := os.Stat(outside); err != nil || st.Size() != 0 || st.Mode().Perm() != 0o600 {
 		t.Errorf("the link's target changed: %v %v", st.Mode(), err)
 	}
-	if _, err := setGroupLimit(path, 1<<30, stateLockWait); !errors.Is(err, group.ErrNotRegular) {
-		t.Errorf("setGroupLimit through a link: %v", err)
+	if _, err := groupstate.SetLimit(path, 1<<30, groupstate.LockWait); !errors.Is(err, group.ErrNotRegular) {
+		t.Errorf("groupstate.SetLimit through a link: %v", err)
 	}
 }
 
@@ -148,9 +149,9 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "hog") // before "reap": the refresh takes the groups in order
 	setGroup(t, cfg, "reap")
-	hog, reap := paths.GroupStateFile(cfg.RunDir, "hog"), paths.GroupStateFile(cfg.RunDir, "reap")
+	hog, reap := groupstate.Path(cfg.RunDir, "hog"), groupstate.Path(cfg.RunDir, "reap")
 	for _, p := range []string{hog, reap} {
-		if err := CreateGroupState("/proc", p, filepath.Base(filepath.Dir(p))); err != nil {
+		if err := groupstate.Create("/proc", p, filepath.Base(filepath.Dir(p))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,12 +196,12 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 		}
 	}
 	waitStatusSince(t, cfg, time.Now())
-	if _, err := setGroupLimit(hog, 3<<30, stateLockWait); !errors.Is(err, errStateLocked) {
-		t.Errorf("setGroupLimit on a locked state file: %v, want errStateLocked", err)
+	if _, err := groupstate.SetLimit(hog, 3<<30, groupstate.LockWait); !errors.Is(err, groupstate.ErrLocked) {
+		t.Errorf("groupstate.SetLimit on a locked state file: %v, want groupstate.ErrLocked", err)
 	}
 	// Listing members needs no lock (the node agent's publisher, group rm).
-	if ps, err := GroupProcesses(hog); err != nil || len(ps) != 1 || ps[0].PID != int32(os.Getpid()) {
-		t.Errorf("GroupProcesses of a locked state file: %+v %v, want this process", ps, err)
+	if ps, err := groupstate.Processes(hog); err != nil || len(ps) != 1 || ps[0].PID != int32(os.Getpid()) {
+		t.Errorf("groupstate.Processes of a locked state file: %+v %v, want this process", ps, err)
 	}
 	if n, err := LiveMembers("/proc", hog); err != nil || n != 1 {
 		t.Errorf("LiveMembers of a locked state file: %d %v, want 1", n, err)
@@ -252,7 +253,7 @@ func mapStateChild(file string) error {
 	if err != nil {
 		return err
 	}
-	b, err := unix.Mmap(int(f.Fd()), 0, shmFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	b, err := unix.Mmap(int(f.Fd()), 0, groupstate.FileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return err
 	}
@@ -277,12 +278,12 @@ func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
 	if err := os.Mkdir(mine, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	own := filepath.Join(mine, "gpu.state")
-	if err := errors.Join(CreateGroupState("/proc", own, "own"), os.Chown(own, nobody, nobody), os.Chown(mine, nobody, nobody)); err != nil {
+	own := filepath.Join(mine, groupstate.FileName)
+	if err := errors.Join(groupstate.Create("/proc", own, "own"), os.Chown(own, nobody, nobody), os.Chown(mine, nobody, nobody)); err != nil {
 		t.Fatal(err)
 	}
 	runDir := filepath.Join(cfg.RunDir, "run")
-	file := paths.GroupStateFile(runDir, "g")
+	file := groupstate.Path(runDir, "g")
 	startChildAs(t, cfg, nobody, "map-state", "GS_MAP="+own, "GPUSLICE_GROUP_FILE="+file).expect(t, "mapped", 10*time.Second)
 	if _, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: "1Gi"}}); err != nil {
 		t.Fatal(err)

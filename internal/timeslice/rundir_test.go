@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -154,13 +154,13 @@ func TestReliabilityRunDirReplacedOneState(t *testing.T) {
 					return err
 				}
 				// What the daemon does when it applies the settings (none runs here).
-				_, err := setGroupLimit(paths.GroupStateFile(runDir, "g"), limit, stateLockWait)
+				_, err := groupstate.SetLimit(groupstate.Path(runDir, "g"), limit, groupstate.LockWait)
 				return err
 			}
 			if err := prepare(); err != nil {
 				t.Fatal(err)
 			}
-			file := paths.GroupStateFile(runDir, "g")
+			file := groupstate.Path(runDir, "g")
 			a, _ := startMemfill(t, e, file, simState, part, time.Minute)
 			if a.Allocated != part {
 				t.Fatalf("first member got %d bytes (%s), want %d", a.Allocated, a.StoppedBy, part)

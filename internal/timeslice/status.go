@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,7 +148,7 @@ func (s *Server) status(hist map[string][]sample) *Status {
 		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
 	var gpus []*gpuState
 	st.Connections, gpus = s.connsAndGPUs()
-	mem := map[string]map[string]gpuMemory{} // group -> GPU -> slot
+	mem := map[string]map[string]groupstate.GPUMemory{} // group -> GPU -> slot
 	for _, g := range gpus {
 		st.GPUs = append(st.GPUs, s.gpuStatus(g, now, hist, mem))
 	}
@@ -170,7 +171,7 @@ func (s *Server) connsAndGPUs() (int, []*gpuState) {
 // gpuStatus is one GPU's entry: each group's figures, its achieved share
 // over the last window (hist, per gpu/group) and its memory (mem caches
 // each group's memory by GPU for this round).
-func (s *Server) gpuStatus(g *gpuState, now time.Time, hist map[string][]sample, mem map[string]map[string]gpuMemory) GPUStatus {
+func (s *Server) gpuStatus(g *gpuState, now time.Time, hist map[string][]sample, mem map[string]map[string]groupstate.GPUMemory) GPUStatus {
 	gs := GPUStatus{UUID: g.uuid.String()}
 	snap := g.snapshot(now)
 	var total time.Duration

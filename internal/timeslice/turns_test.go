@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -104,7 +104,7 @@ func manyJobs(t testing.TB, e *e2e, cfg Config, n, kernels, kernelUs int, gated 
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
 		if gated {
 			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
-				"GPUSLICE_GROUP_FILE="+paths.GroupStateFile(cfg.RunDir, "jobs"))
+				"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "jobs"))
 		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
