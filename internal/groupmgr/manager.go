@@ -17,7 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -188,8 +192,15 @@ func (m *Manager) apply(ctx context.Context, name string, noWait bool) error {
 	return m.wait(ctx, name, gen)
 }
 
-// wait polls the group's applied generation until it reaches gen.
+// wait polls the group's applied generation until it reaches gen. A running
+// daemon of a release before generations (a node being upgraded) applies the
+// settings without acknowledging them: not waited for.
 func (m *Manager) wait(ctx context.Context, name string, gen uint64) error {
+	if m.olderDaemon() {
+		klog.FromContext(ctx).Info("the running time-slice daemon predates settings generations: "+
+			"settings written, not waited for", "group", name, "runDir", m.cfg.RunDir)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	pause := 200 * time.Microsecond
@@ -206,4 +217,14 @@ func (m *Manager) wait(ctx context.Context, name string, gen uint64) error {
 			pause = min(2*pause, time.Millisecond)
 		}
 	}
+}
+
+// olderDaemon reports whether the run directory's status names a live daemon
+// that does not acknowledge generations.
+func (m *Manager) olderDaemon() bool {
+	st, err := timeslice.ReadStatus(m.cfg.RunDir)
+	if err != nil || st.PID <= 0 || slices.Contains(st.Features, timeslice.FeatureGenerations) {
+		return false
+	}
+	return unix.Kill(st.PID, 0) == nil
 }

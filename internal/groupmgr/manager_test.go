@@ -3,6 +3,9 @@ package groupmgr
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -147,4 +150,36 @@ func BenchmarkApply(b *testing.B) {
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-us")
+}
+
+// A live daemon of a release before generations (its status names no
+// FeatureGenerations: a node mid-upgrade) applies settings without a word:
+// the manager does not wait for it; a stale status (its pid gone) is no daemon.
+func TestOlderDaemonNotWaitedFor(t *testing.T) {
+	dir := t.TempDir()
+	m := New(Config{RunDir: dir, Timeout: 100 * time.Millisecond})
+	write := func(pid int) {
+		t.Helper()
+		b := fmt.Sprintf(`{"version":%d,"pid":%d,"gpus":[]}`, timeslice.StatusVersion, pid)
+		if err := os.WriteFile(timeslice.StatusPath(dir), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(os.Getpid())
+	if err := m.Create(context.Background(), "g", Resources{}, CreateOptions{}); err != nil {
+		t.Fatalf("with an older daemon running: %v", err)
+	}
+	write(deadPID(t))
+	if err := m.Set(context.Background(), "g", Resources{}); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("with a stale status: %v, want ErrNotApplied", err)
+	}
+}
+
+// deadPID is the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
 }

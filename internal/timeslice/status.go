@@ -25,8 +25,11 @@ type Status struct {
 	PeriodNs int64     `json:"periodNs"`
 	Burst    bool      `json:"burst"`
 	// Connections is the number of open client connections.
-	Connections int         `json:"connections"`
-	GPUs        []GPUStatus `json:"gpus"`
+	Connections int `json:"connections"`
+	// Features are what this daemon does that older ones did not
+	// (FeatureGenerations); absent from an older daemon's status.
+	Features []string    `json:"features,omitempty"`
+	GPUs     []GPUStatus `json:"gpus"`
 	// Memory is elastic memory per GPU (GPUs where a group borrowed).
 	Memory []MemoryGPUStatus `json:"memory,omitempty"`
 }
@@ -95,6 +98,10 @@ type GroupGPUStatus struct {
 }
 
 // ReadStatus reads a daemon's status.json.
+// FeatureGenerations: the daemon acknowledges each settings generation it
+// applied (group.FileApplied); an older one applies settings without a word.
+const FeatureGenerations = "settings-generations"
+
 func ReadStatus(runDir string) (*Status, error) {
 	b, err := os.ReadFile(StatusPath(runDir))
 	if err != nil {
@@ -144,7 +151,7 @@ func (s *Server) publish(ctx context.Context) {
 
 func (s *Server) status(hist map[string][]sample) *Status {
 	now := time.Now()
-	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket,
+	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket, Features: []string{FeatureGenerations},
 		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
 	var gpus []*gpuState
 	st.Connections, gpus = s.connsAndGPUs()
