@@ -26,6 +26,9 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 16, "concurrent pod creators")
 	flag.IntVar(&o.rounds, "rounds", 2, "alternating stock/gpuslice rounds per scale (the box is noisy)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
+	var draScale int
+	flag.IntVar(&draScale, "dra-nodes", 1000, "the node count at which the DRA part runs (0: none)")
+	flag.IntVar(&o.draPods, "dra-pods", 1000, "pods per DRA run")
 	var extra string
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
@@ -33,7 +36,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
-	var last string
+	var last, draLine string
 	for _, f := range strings.Fields(scales) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
@@ -41,12 +44,22 @@ func main() {
 			os.Exit(2)
 		}
 		o.nodes = n
-		line, err := runScale(ctx, o)
+		dra := o
+		if n != draScale {
+			dra.draPods = 0
+		}
+		line, dl, err := runScale(ctx, dra)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %d nodes: %v\n", n, err)
 			os.Exit(1)
 		}
 		last = line
+		if dl != "" {
+			draLine = dl
+		}
+	}
+	if draLine != "" { // "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s"
+		fmt.Println(draLine)
 	}
 	fmt.Println(last)
 }

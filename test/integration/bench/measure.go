@@ -33,9 +33,34 @@ func podMix(seed uint64, n int) []harness.GPURequest {
 	return out
 }
 
+// workload is what one run schedules: n pods, the i-th built by pod (named
+// p-<i>), after setup (untimed: e.g. the pods' ResourceClaims), and what
+// cleanup removes once the pods are gone.
+type workload struct {
+	n       int
+	pod     func(ns, scheduler string, i int) *corev1.Pod
+	setup   func(ctx context.Context, ns string) error
+	cleanup func(ctx context.Context, ns string) error
+	// books, where set, reads the run's placement back (a printed note).
+	books func(ctx context.Context, ns string) (string, error)
+}
+
+// mixWorkload is the pod mix of podMix as plain extended resources.
+func mixWorkload(n int) workload {
+	mix := podMix(7, n)
+	return workload{n: n, pod: func(ns, scheduler string, i int) *corev1.Pod {
+		return harness.Pod(ns, fmt.Sprintf("p-%05d", i), scheduler, mix[i])
+	}}
+}
+
 // runOne starts one scheduler, creates the pods in a fresh namespace, waits
 // until all are bound, and reads the books back.
 func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name string, so harness.SchedulerOptions) (result, error) {
+	return runWorkload(ctx, cp, bin, name, so, o.clients, mixWorkload(o.pods))
+}
+
+// runWorkload is runOne for any workload.
+func runWorkload(ctx context.Context, cp *harness.ControlPlane, bin, name string, so harness.SchedulerOptions, clients int, w workload) (result, error) {
 	res := result{name: name}
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("namespace: %w", err)
@@ -45,6 +70,11 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 		return res, err
 	}
 	defer sched.Stop()
+	if w.setup != nil {
+		if err := w.setup(ctx, name); err != nil {
+			return res, err
+		}
+	}
 	if err := warmUp(ctx, cp, name, so.SchedulerName, sched); err != nil {
 		return res, err
 	}
@@ -54,13 +84,12 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 	if err != nil {
 		return res, err
 	}
-	mix := podMix(7, o.pods)
-	created := make([]time.Time, o.pods)
+	created := make([]time.Time, w.n)
 	var mu sync.Mutex
 	t0 := time.Now()
 	go func() {
-		_ = parallel(o.clients, o.pods, func(i int) error {
-			p := harness.Pod(name, fmt.Sprintf("p-%05d", i), so.SchedulerName, mix[i])
+		_ = parallel(clients, w.n, func(i int) error {
+			p := w.pod(name, so.SchedulerName, i)
 			mu.Lock()
 			created[i] = time.Now()
 			mu.Unlock()
@@ -68,7 +97,7 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 			return err
 		})
 	}()
-	bound, err := waitBound(ctx, seen, o.pods, sched)
+	bound, err := waitBound(ctx, seen, w.n, sched)
 	if err != nil {
 		return res, err
 	}
@@ -82,8 +111,18 @@ func runOne(ctx context.Context, cp *harness.ControlPlane, o options, bin, name 
 		if res.books, err = harness.ReadBooks(ctx, cp, name, "kwok-"); err != nil {
 			return res, err
 		}
+	} else if w.books != nil {
+		if res.note, err = w.books(ctx, name); err != nil {
+			return res, err
+		}
 	}
-	return res, clearPods(ctx, cp, name)
+	if err := clearPods(ctx, cp, name); err != nil {
+		return res, err
+	}
+	if w.cleanup != nil {
+		return res, w.cleanup(ctx, name)
+	}
+	return res, nil
 }
 
 // latencies computes throughput and latency percentiles from creation and

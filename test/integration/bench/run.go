@@ -21,6 +21,9 @@ type options struct {
 	rounds            int
 	keep              bool
 	extraArgs         []string
+	// draPods > 0 runs the DRA part (dra.go) at this scale, with that many
+	// pods per run.
+	draPods int
 }
 
 // result is one scheduler's run.
@@ -31,65 +34,73 @@ type result struct {
 	p50, p99   time.Duration
 	cpu        float64 // scheduler CPU seconds, start-up included
 	books      *harness.Books
+	note       string // placement read back where there are no per-GPU books
 }
 
 // runScale brings up a cluster of o.nodes KWOK nodes and runs stock, ours
-// (binpack) and ours (spread) on the same pods; it returns the summary line.
-func runScale(ctx context.Context, o options) (string, error) {
+// (binpack) and ours (spread) on the same pods, then the DRA part where
+// o.draPods > 0; it returns the summary line and the DRA line ("" without).
+func runScale(ctx context.Context, o options) (string, string, error) {
 	bins, err := harness.FindBinaries()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	dir, err := os.MkdirTemp("", "gpuslice-bench-")
 	if err != nil {
-		return "", fmt.Errorf("temp dir: %w", err)
+		return "", "", fmt.Errorf("temp dir: %w", err)
 	}
 	if !o.keep {
 		defer os.RemoveAll(dir)
 	}
 	cp, err := harness.StartControlPlane(ctx, bins, dir)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer cp.Stop()
 	if err := cp.InstallCRDs(ctx); err != nil {
-		return "", err
+		return "", "", err
 	}
 	kwok, err := cp.StartKwok(bins)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer kwok.Stop()
 	start := time.Now()
 	if err := createNodes(ctx, cp, o); err != nil {
-		return "", err
+		return "", "", err
 	}
 	fmt.Printf("== %d nodes x %d GPUs ready in %.1fs (KWOK), %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.pods)
 	var stock, ours []result
 	for r := 0; r < max(o.rounds, 1); r++ { // alternate, so load from elsewhere hits both
 		sr, err := runOne(ctx, cp, o, bins.Path("kube-scheduler"), fmt.Sprintf("stock-%d", r), harness.SchedulerOptions{SchedulerName: fmt.Sprintf("stock-%d", r)})
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		printResult(sr)
 		name := fmt.Sprintf("gpuslice-binpack-%d", r)
 		gr, err := runOne(ctx, cp, o, o.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true,
 			Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		printResult(gr)
 		stock, ours = append(stock, sr), append(ours, gr)
 	}
 	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, Args: "{placement: spread, heartbeatTimeout: 1h}"})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	printResult(spread)
 	s, g := mean(stock), mean(ours)
 	fmt.Printf("mean over %d rounds: stock %.1f pods/s (CPU %.1f s), gpuslice binpack %.1f pods/s (CPU %.1f s)\n", len(stock), s.podsPerSec, s.cpu, g.podsPerSec, g.cpu)
+	var draLine string
+	if o.draPods > 0 {
+		if draLine, err = runDRA(ctx, cp, o, bins.Path("kube-scheduler")); err != nil {
+			return "", "", fmt.Errorf("DRA: %w", err)
+		}
+	}
 	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
-		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), nil
+		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), draLine, nil
 }
 
 // mean averages throughput, CPU and p99 latency over rounds.
@@ -108,6 +119,8 @@ func printResult(r result) {
 	if r.books != nil {
 		fmt.Printf("  | GPUs used %d, partly used %d (fragmentation %.3f), node load stddev %.3f, over-committed %d",
 			r.books.UsedGPUs, r.books.PartialGPUs, r.books.Fragmentation(), r.books.LoadStddev(), len(r.books.Problems))
+	} else if r.note != "" {
+		fmt.Print(r.note)
 	} else {
 		fmt.Printf("  | no per-GPU books (plain extended resources)")
 	}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+// runDRA is the DRA part of a scale (see README.md): every node publishes a
+// ResourceSlice with one shareable device per GPU, then o.draPods pods with
+// fractional claims (units and memory) are placed by the stock
+// kube-scheduler, the same requests as extended resources by
+// gpuslice-scheduler (binpack), and o.draPods pods with a whole-GPU claim by
+// the stock kube-scheduler. It returns the line
+// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s".
+func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock string) (string, error) {
+	start := time.Now()
+	err := parallel(32, o.nodes, func(i int) error {
+		s := harness.DRASlice(fmt.Sprintf("kwok-%05d", i), o.gpus, 80*harness.GiB)
+		if _, err := cp.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("resource slice %s: %w", s.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := cp.CreateDeviceClasses(ctx, false); err != nil {
+		return "", err
+	}
+	fmt.Printf("== DRA: %d ResourceSlices (%d shareable GPUs each) published in %.1fs, %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.draPods)
+	frac := fracMix(11, o.draPods)
+	whole := make([]harness.GPURequest, o.draPods)
+	for i := range whole {
+		whole[i] = harness.GPURequest{GPUs: 1}
+	}
+	dra, err := runWorkload(ctx, cp, stock, "dra-shares", harness.SchedulerOptions{SchedulerName: "dra-shares"}, o.clients, claimWorkload(cp, frac))
+	if err != nil {
+		return "", err
+	}
+	printResult(dra)
+	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true,
+		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, plainWorkload(frac))
+	if err != nil {
+		return "", err
+	}
+	printResult(plugin)
+	wholeRes, err := runWorkload(ctx, cp, stock, "dra-whole", harness.SchedulerOptions{SchedulerName: "dra-whole"}, o.clients, claimWorkload(cp, whole))
+	if err != nil {
+		return "", err
+	}
+	printResult(wholeRes)
+	fmt.Printf("fractional DRA / whole-GPU DRA throughput: %.2f (target >= 0.8)\n", dra.podsPerSec/wholeRes.podsPerSec)
+	return fmt.Sprintf("dra %.1f pods/s, plugin %.1f pods/s, whole-GPU dra %.1f pods/s", dra.podsPerSec, plugin.podsPerSec, wholeRes.podsPerSec), nil
+}
+
+// fracMix is the fractional part of podMix: units 10..50, memory 4..32 GiB.
+func fracMix(seed uint64, n int) []harness.GPURequest {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]harness.GPURequest, n)
+	for i := range out {
+		out[i] = harness.GPURequest{Units: int64(10 * (1 + r.IntN(5))), Memory: int64(1+r.IntN(8)) * 4 * harness.GiB}
+	}
+	return out
+}
+
+// plainWorkload asks for reqs as extended resources.
+func plainWorkload(reqs []harness.GPURequest) workload {
+	return workload{n: len(reqs), pod: func(ns, scheduler string, i int) *corev1.Pod {
+		return harness.Pod(ns, fmt.Sprintf("p-%05d", i), scheduler, reqs[i])
+	}}
+}
+
+// claimWorkload asks for reqs through one ResourceClaim per pod, created
+// before the pods (as the resource claim controller does from a template
+// when the pod is created; creating them is not timed). Its books check
+// that no device was given more than its capacity.
+func claimWorkload(cp *harness.ControlPlane, reqs []harness.GPURequest) workload {
+	claims := func(ns string) *resourceClaims { return &resourceClaims{cp: cp, ns: ns} }
+	return workload{
+		n: len(reqs),
+		pod: func(ns, scheduler string, i int) *corev1.Pod {
+			return harness.DRAPod(ns, fmt.Sprintf("p-%05d", i), scheduler, fmt.Sprintf("claim-%05d", i), false)
+		},
+		setup: func(ctx context.Context, ns string) error {
+			return parallel(16, len(reqs), func(i int) error {
+				c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("claim-%05d", i)}, Spec: harness.DRAClaimSpec(reqs[i])}
+				_, err := cp.Client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+				return err
+			})
+		},
+		books:   func(ctx context.Context, ns string) (string, error) { return claims(ns).books(ctx) },
+		cleanup: func(ctx context.Context, ns string) error { return claims(ns).remove(ctx) },
+	}
+}
+
+type resourceClaims struct {
+	cp *harness.ControlPlane
+	ns string
+}
+
+// books sums the capacity the namespace's allocated claims consume per
+// device and fails where a device is given more than it has.
+func (c *resourceClaims) books(ctx context.Context) (string, error) {
+	l, err := c.cp.Client.ResourceV1().ResourceClaims(c.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list claims: %w", err)
+	}
+	type key struct{ pool, device string }
+	units, memory := map[key]int64{}, map[key]int64{}
+	allocated := 0
+	for _, cl := range l.Items {
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		allocated++
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			k := key{r.Pool, r.Device}
+			u, m := r.ConsumedCapacity[harness.DRAUnits], r.ConsumedCapacity[harness.DRAMemory]
+			units[k] += u.Value()
+			memory[k] += m.Value()
+		}
+	}
+	over, partial := 0, 0
+	for k, u := range units {
+		if u > 100 || memory[k] > 80*harness.GiB {
+			over++
+		}
+		if u < 100 {
+			partial++
+		}
+	}
+	if over > 0 {
+		return "", fmt.Errorf("%d devices given more than their capacity by %d claims", over, allocated)
+	}
+	return fmt.Sprintf("  | claims allocated %d, GPUs used %d, partly used %d, over-committed %d", allocated, len(units), partial, over), nil
+}
+
+// remove deletes the namespace's claims. Nothing here runs the resource
+// claim controller (kube-controller-manager), which takes the scheduler's
+// delete-protection finalizer off once no pod uses a claim: the pods are
+// gone, so the bench does that itself.
+func (c *resourceClaims) remove(ctx context.Context) error {
+	claims := c.cp.Client.ResourceV1().ResourceClaims(c.ns)
+	l, err := claims.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list claims: %w", err)
+	}
+	err = parallel(16, len(l.Items), func(i int) error {
+		name := l.Items[i].Name
+		if _, err := claims.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim %s: %w", name, err)
+		}
+		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim %s: %w", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	return harness.WaitFor(wctx, time.Second, func() (bool, error) {
+		l, err := claims.List(wctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	})
+}
