@@ -1,0 +1,117 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func sample() Data {
+	return Data{Claims: map[string]Claim{
+		"6f1c": {Namespace: "ml", Name: "train-gpu", Group: "dra-6f1c", CDIDevice: "gpuslice.io/claim=6f1c",
+			Devices: []Device{{Request: "gpu", Pool: "node-a", Device: "gpu-0", ShareID: "s1", UUID: "GPU-1", Units: 25, Memory: 4 << 30}}},
+		"7a2d": {Namespace: "ml", Name: "whole", Group: "dra-7a2d", CDIDevice: "gpuslice.io/claim=7a2d",
+			Devices: []Device{{Request: "gpu", Pool: "node-a", Device: "gpu-1", UUID: "GPU-2"}}},
+	}}
+}
+
+func TestRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "checkpoint.json")
+	d, err := Load(path)
+	if err != nil || len(d.Claims) != 0 {
+		t.Fatalf("missing file: %v, %v", d, err)
+	}
+	if err := Save(path, sample()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, sample()) {
+		t.Fatalf("round trip: %+v", got)
+	}
+	// Reformatted by hand (indentation) still reads: the checksum is over the compacted data.
+	b, _ := os.ReadFile(path)
+	var ind bytes.Buffer
+	if err := json.Indent(&ind, b, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Decode(ind.Bytes()); err != nil || !reflect.DeepEqual(got, sample()) {
+		t.Fatalf("indented: %v", err)
+	}
+	// Saving again replaces, leaving no temporary file behind.
+	s := sample()
+	delete(s.Claims, "7a2d")
+	if err := Save(path, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Load(path); len(got.Claims) != 1 {
+		t.Fatalf("after delete: %v", got)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	if len(ents) != 1 {
+		t.Fatalf("files left: %v", ents)
+	}
+}
+
+func TestCorruption(t *testing.T) {
+	good, err := Encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := bytes.Replace(good, []byte(`"units":25`), []byte(`"units":75`), 1)
+	if bytes.Equal(flip, good) {
+		t.Fatal("sample lacks the units field")
+	}
+	var e envelope
+	_ = json.Unmarshal(good, &e)
+	for name, b := range map[string][]byte{
+		"data changed":  flip,
+		"truncated":     good[:len(good)/2],
+		"empty":         {},
+		"version":       bytes.Replace(good, []byte(`"version":"v1"`), []byte(`"version":"v9"`), 1),
+		"no checksum":   bytes.Replace(good, []byte(`"checksum":"`+e.Checksum+`"`), []byte(`"checksum":""`), 1),
+		"unknown field": bytes.Replace(good, []byte(`{"version"`), []byte(`{"extra":1,"version"`), 1),
+		"not JSON":      []byte("claims: []"),
+		"too large":     make([]byte, MaxBytes+1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	if err := os.WriteFile(path, flip, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of a corrupt file = %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	good, _ := Encode(sample())
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		again, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(again); err != nil {
+			t.Fatalf("re-encoded checkpoint refused: %v", err)
+		}
+	})
+}
