@@ -34,7 +34,10 @@ func TestDRAExtendedResourceMapping(t *testing.T) {
 	ctx := context.Background()
 	const gpuMemory = 16 * harness.GiB
 	nodes := e.nodes(t, ns+"-dra", 1, 2)
-	slice := harness.DRASlice(nodes[0].Name, 2, gpuMemory)
+	slice, err := harness.DRASlice(nodes[0].Name, 2, gpuMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.cp.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

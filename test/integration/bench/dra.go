@@ -25,7 +25,10 @@ import (
 func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock string) (string, error) {
 	start := time.Now()
 	err := parallel(32, o.nodes, func(i int) error {
-		s := harness.DRASlice(fmt.Sprintf("kwok-%05d", i), o.gpus, 80*harness.GiB)
+		s, err := harness.DRASlice(fmt.Sprintf("kwok-%05d", i), o.gpus, 80*harness.GiB)
+		if err != nil {
+			return err
+		}
 		if _, err := cp.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("resource slice %s: %w", s.Name, err)
 		}

@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -22,46 +22,34 @@ const (
 	DRADriver     = "gpuslice.io"
 	DRAClassWhole = "gpu.gpuslice.io"   // whole GPUs; extendedResourceName gpuslice.io/gpu
 	DRAClassShare = "share.gpuslice.io" // shares: capacity requests of units and memory
-	DRAUnits      = "units"
-	DRAMemory     = "memory"
+	DRAUnits      = devices.CapacityUnits
+	DRAMemory     = devices.CapacityMemory
 	// DRARequest is the request name every claim built here uses.
 	DRARequest = "gpu"
 )
 
 // DRASlice is the ResourceSlice a node with gpus GPUs of memory bytes
-// publishes (pool = node name): every GPU shareable, a request without a
-// capacity request takes all of it (the whole GPU).
-func DRASlice(nodeName string, gpus int, memory int64) *resourceapi.ResourceSlice {
-	s := &resourceapi.ResourceSlice{
+// publishes (pool = node name), its devices built by the driver's own
+// builder (internal/dra/devices): every GPU shareable, a request without a
+// capacity request takes the whole GPU.
+func DRASlice(nodeName string, gpus int, memory int64) (*resourceapi.ResourceSlice, error) {
+	in := make([]devices.GPU, gpus)
+	for i := range in {
+		in[i] = devices.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", nodeName, i), ProductName: "gpuslice simulated GPU",
+			MemoryBytes: memory, Sharing: api.SharingTimeslice, Units: api.DefaultUnitsPerGPU}
+	}
+	devs, err := devices.Build(in)
+	if err != nil {
+		return nil, fmt.Errorf("devices of %s: %w", nodeName, err)
+	}
+	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + DRADriver},
 		Spec: resourceapi.ResourceSliceSpec{
 			Driver: DRADriver, NodeName: ptr.To(nodeName),
-			Pool: resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+			Pool:    resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+			Devices: devs,
 		},
-	}
-	units := resource.NewQuantity(api.DefaultUnitsPerGPU, resource.DecimalSI)
-	mem := resource.NewQuantity(memory, resource.BinarySI)
-	for i := 0; i < gpus; i++ {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
-			Name: "gpu-" + strconv.Itoa(i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"uuid":  {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", nodeName, i))},
-				"index": {IntValue: ptr.To(int64(i))},
-			},
-			AllowMultipleAllocations: ptr.To(true),
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				DRAUnits:  {Value: *units, RequestPolicy: policy(*units, resource.MustParse("1"), resource.MustParse("1"))},
-				DRAMemory: {Value: *mem, RequestPolicy: policy(*mem, resource.MustParse("1Mi"), resource.MustParse("1Mi"))},
-			},
-		})
-	}
-	return s
-}
-
-// policy: default all of it, any multiple of step from min to all of it.
-func policy(all, minimum, step resource.Quantity) *resourceapi.CapacityRequestPolicy {
-	return &resourceapi.CapacityRequestPolicy{Default: ptr.To(all),
-		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(minimum), Max: ptr.To(all), Step: ptr.To(step)}}
+	}, nil
 }
 
 // CreateDeviceClasses creates the whole-GPU and share DeviceClasses; with
