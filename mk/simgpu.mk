@@ -7,7 +7,7 @@ SIM_ASAN := $(BUILD)/asan/sim
 SIM_COMMON := config.c mps_limit.c state.c statefile.c engine.c
 SIM_CUDA := init.c device.c errors.c ctx.c ctx_ops.c ctx_limit.c queue.c stream.c event.c module.c launch.c \
 	alloc.c mem.c pool.c vmm.c array.c copy.c misc.c graph.c graph_exec.c graph_mem.c procaddr.c mps.c
-SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_events.c
+SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_acct.c nvml_events.c
 SIM_CUDA_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_CUDA))
 SIM_NVML_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_NVML))
 SIM_HDRS := $(wildcard $(SIM_DIR)/src/*.h) include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h

@@ -86,6 +86,58 @@ typedef struct nvmlProcessUtilizationSample_st {
 	unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* nvmlDeviceGetProcessesUtilizationInfo (nvmlProcessesUtilizationInfo_v1) */
+typedef struct {
+	unsigned long long timeStamp; /* CPU timestamp, µs */
+	unsigned int pid;
+	unsigned int smUtil;
+	unsigned int memUtil;
+	unsigned int encUtil;
+	unsigned int decUtil;
+	unsigned int jpgUtil;
+	unsigned int ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned int processSamplesCount; /* in: the array's size; out: the samples */
+	unsigned long long lastSeenTimeStamp;
+	nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+typedef nvmlProcessesUtilizationInfo_v1_t nvmlProcessesUtilizationInfo_t;
+#define nvmlProcessesUtilizationInfo_v1 NVML_STRUCT_VERSION(ProcessesUtilizationInfo, 1)
+
+/* nvmlDeviceGetRunningProcessDetailList (nvmlProcessDetailList_v1); mode:
+ * 0 compute, 1 graphics, 2 MPS compute. */
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+	unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned int mode;
+	unsigned int numProcArrayEntries; /* in: the array's size; out: the processes */
+	nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+typedef nvmlProcessDetailList_v1_t nvmlProcessDetailList_t;
+#define nvmlProcessDetailList_v1 NVML_STRUCT_VERSION(ProcessDetailList, 1)
+enum { GS_NVML_PROC_COMPUTE = 0, GS_NVML_PROC_GRAPHICS = 1, GS_NVML_PROC_MPS = 2 };
+
+/* nvmlDeviceGetAccountingStats */
+typedef struct nvmlAccountingStats_st {
+	unsigned int gpuUtilization;
+	unsigned int memoryUtilization;
+	unsigned long long maxMemoryUsage;
+	unsigned long long time;      /* ms */
+	unsigned long long startTime; /* CPU timestamp, µs */
+	unsigned int isRunning;
+	unsigned int reserved[5];
+} nvmlAccountingStats_t;
+
 typedef struct nvmlPciInfo_st {
 	char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
 	unsigned int domain;

@@ -76,6 +76,46 @@ GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return rc;
 }
 
+static unsigned int sat32(size_t v)
+{
+	return v > 0xffffffffu ? 0xffffffffu : (unsigned int)v;
+}
+
+/* The 32-bit forms show the same view as the _v2 hooks above (the driver's
+ * own v1 call would show the card), saturated as the driver saturates. Only
+ * a driver without the _v2 export answers with its v1 call. */
+GS_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+	if (GS_REAL(cuMemGetInfo_v2) == NULL) {
+		gs_fn_cuMemGetInfo fn = GS_REAL(cuMemGetInfo);
+		return fn != NULL ? fn(free, total) : CUDA_ERROR_NOT_FOUND;
+	}
+	if (free == NULL || total == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t f = 0, t = 0;
+	CUresult rc = cuMemGetInfo_v2(&f, &t);
+	if (rc == CUDA_SUCCESS) {
+		*free = sat32(f);
+		*total = sat32(t);
+	}
+	return rc;
+}
+
+GS_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	if (GS_REAL(cuDeviceTotalMem_v2) == NULL) {
+		gs_fn_cuDeviceTotalMem fn = GS_REAL(cuDeviceTotalMem);
+		return fn != NULL ? fn(bytes, dev) : CUDA_ERROR_NOT_FOUND;
+	}
+	if (bytes == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t b = 0;
+	CUresult rc = cuDeviceTotalMem_v2(&b, dev);
+	if (rc == CUDA_SUCCESS)
+		*bytes = sat32(b);
+	return rc;
+}
+
 /* NVML: returns the view for device, or 0 (real numbers stay) / -1 (broken). */
 static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *used, unsigned long long *free)
 {

@@ -36,22 +36,46 @@ GS_HIDDEN uint32_t gs_view_pid(const struct gs_shm_file *f, uint32_t host_pid, u
 	return 0;
 }
 
-GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
-				       size_t elem)
+GS_HIDDEN unsigned int gs_filter_procs_at(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
+					  size_t elem, size_t off)
 {
 	unsigned char *base = infos;
 	unsigned int kept = 0;
 	for (unsigned int i = 0; i < n; i++) {
 		unsigned char *e = base + (size_t)i * elem;
 		unsigned int pid;
-		memcpy(&pid, e, sizeof(pid));
+		memcpy(&pid, e + off, sizeof(pid));
 		uint32_t shown = gs_view_pid(f, pid, my_pidns);
 		if (shown == 0)
 			continue;
 		if (kept != i)
 			memmove(base + (size_t)kept * elem, e, elem);
-		memcpy(base + (size_t)kept * elem, &shown, sizeof(shown));
+		memcpy(base + (size_t)kept * elem + off, &shown, sizeof(shown));
 		kept++;
 	}
 	return kept;
+}
+
+GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
+				       size_t elem)
+{
+	return gs_filter_procs_at(f, my_pidns, infos, n, elem, 0);
+}
+
+GS_HIDDEN uint32_t gs_host_pid(const struct gs_shm_file *f, uint32_t shown_pid, uint64_t my_pidns)
+{
+	if (shown_pid == 0 || my_pidns == 0)
+		return 0;
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		const struct gs_shm_proc *p = &f->proc[i];
+		if (gs_ld32(&p->state) != GS_PROC_LIVE)
+			continue;
+		uint32_t host = (uint32_t)__atomic_load_n(&p->host_pid, __ATOMIC_RELAXED);
+		if (host == 0)
+			continue;
+		if (my_pidns == f->hdr.host_pidns ? host == shown_pid
+						  : p->pidns == my_pidns && (uint32_t)p->pid == shown_pid)
+			return host;
+	}
+	return 0;
 }

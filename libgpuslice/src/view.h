@@ -27,5 +27,11 @@ GS_HIDDEN uint32_t gs_view_pid(const struct gs_shm_file *f, uint32_t host_pid, u
  * group members, with pids translated; returns the new count. */
 GS_HIDDEN unsigned int gs_filter_procs(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
 				       size_t elem);
+/* The same with the pid at byte offset off of each entry. */
+GS_HIDDEN unsigned int gs_filter_procs_at(const struct gs_shm_file *f, uint64_t my_pidns, void *infos, unsigned int n,
+					  size_t elem, size_t off);
+/* The driver (host) pid of the live member a caller in my_pidns calls
+ * shown_pid, or 0 if there is none. */
+GS_HIDDEN uint32_t gs_host_pid(const struct gs_shm_file *f, uint32_t shown_pid, uint64_t my_pidns);
 
 #endif /* GS_VIEW_H */

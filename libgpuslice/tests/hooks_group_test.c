@@ -6,6 +6,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 
 #include "../src/internal.h"
 #include "hooktest.h"
@@ -160,6 +161,11 @@ static int nvml_memory(void *arg)
 	CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(dev, &m2), NVML_SUCCESS);
 	CHECK(m2.total == 2 * GiB && m2.used == 512 * MiB && m2.free == 1536 * MiB && m2.reserved == 0);
 	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	unsigned int f32 = 0, t32 = 0, b32 = 0;
+	CHECK_EQ(cuMemGetInfo(&f32, &t32), CUDA_SUCCESS); /* the 32-bit forms: the quota, not the card */
+	CHECK(t32 == 2 * GiB && f32 == 2 * GiB);
+	CHECK_EQ(cuDeviceTotalMem(&b32, 0), CUDA_SUCCESS);
+	CHECK_EQ(b32, 2 * GiB);
 	CHECK_EQ(nvmlDeviceGetMemoryInfo(dev, &m), NVML_SUCCESS);
 	CHECK(m.used == 0 && m.free == 2 * GiB);
 	return 0;
@@ -171,6 +177,69 @@ static int outsider(void *arg)
 	(void)arg;
 	ht_group("others", NULL);
 	return filler((void *)(intptr_t)2);
+}
+
+static pid_t outsider_pid;
+
+/* n entries naming us and member (pids at offset off, elem bytes apart). */
+static void two_members(const void *v, unsigned int n, size_t elem, size_t off, pid_t member)
+{
+	CHECK_EQ(n, 2);
+	int me = 0, mem = 0;
+	for (unsigned int i = 0; i < n; i++) {
+		unsigned int pid;
+		memcpy(&pid, (const char *)v + i * elem + off, sizeof(pid));
+		me += pid == (unsigned)getpid();
+		mem += pid == (unsigned)member;
+	}
+	CHECK(me == 1 && mem == 1);
+}
+
+/* Every other NVML list of processes or per-process figures. */
+static void other_lists(nvmlDevice_t dev, pid_t member)
+{
+	nvmlProcessInfo_t v3[4];
+	unsigned int n = 4;
+	CHECK_EQ(nvmlDeviceGetGraphicsRunningProcesses_v3(dev, &n, v3), NVML_SUCCESS);
+	two_members(v3, n, sizeof(v3[0]), 0, member);
+	nvmlProcessInfo_v1_t v1[4];
+	n = 4;
+	CHECK_EQ(nvmlDeviceGetGraphicsRunningProcesses(dev, &n, v1), NVML_SUCCESS);
+	two_members(v1, n, sizeof(v1[0]), 0, member);
+	n = 4;
+	CHECK_EQ(nvmlDeviceGetGraphicsRunningProcesses_v2(dev, &n, v3), NVML_SUCCESS);
+	CHECK_EQ(n, 2);
+	for (unsigned int mode = 0; mode < 2; mode++) {
+		nvmlProcessDetail_v1_t d[4];
+		nvmlProcessDetailList_t l = {
+			.version = nvmlProcessDetailList_v1, .mode = mode, .numProcArrayEntries = 1, .procArray = d};
+		CHECK_EQ(nvmlDeviceGetRunningProcessDetailList(dev, &l), NVML_ERROR_INSUFFICIENT_SIZE);
+		CHECK_EQ(l.numProcArrayEntries, 2);
+		l.numProcArrayEntries = 4;
+		CHECK_EQ(nvmlDeviceGetRunningProcessDetailList(dev, &l), NVML_SUCCESS);
+		two_members(d, l.numProcArrayEntries, sizeof(d[0]), 0, member);
+	}
+	nvmlProcessUtilizationSample_t u[4];
+	n = 0;
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(dev, NULL, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, 2);
+	n = 4;
+	CHECK_EQ(nvmlDeviceGetProcessUtilization(dev, u, &n, 0), NVML_SUCCESS);
+	two_members(u, n, sizeof(u[0]), 0, member);
+	nvmlProcessUtilizationInfo_v1_t ui[4];
+	nvmlProcessesUtilizationInfo_t info = {
+		.version = nvmlProcessesUtilizationInfo_v1, .processSamplesCount = 4, .procUtilArray = ui};
+	CHECK_EQ(nvmlDeviceGetProcessesUtilizationInfo(dev, &info), NVML_SUCCESS);
+	two_members(ui, info.processSamplesCount, sizeof(ui[0]), offsetof(nvmlProcessUtilizationInfo_v1_t, pid),
+		    member);
+	unsigned int pids[4];
+	n = 4;
+	CHECK_EQ(nvmlDeviceGetAccountingPids(dev, &n, pids), NVML_SUCCESS);
+	two_members(pids, n, sizeof(pids[0]), 0, member);
+	nvmlAccountingStats_t st;
+	CHECK_EQ(nvmlDeviceGetAccountingStats(dev, (unsigned)member, &st), NVML_SUCCESS);
+	CHECK_EQ(st.isRunning, 1);
+	CHECK_EQ(nvmlDeviceGetAccountingStats(dev, (unsigned)outsider_pid, &st), NVML_ERROR_NOT_FOUND);
 }
 
 static int list_procs(void *arg)
@@ -210,6 +279,7 @@ static int list_procs(void *arg)
 	CHECK(v1[0].pid == (unsigned)getpid() || v1[1].pid == (unsigned)getpid());
 	n = 1;
 	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(dev, &n, NULL), NVML_ERROR_INVALID_ARGUMENT);
+	other_lists(dev, member);
 	return 0;
 }
 
@@ -218,8 +288,10 @@ static void process_list(void)
 	fprintf(stderr, "--- process_list\n");
 	CHECK(pipe(pipe_fd) == 0);
 	ht_group("listed", NULL);
+	setenv("GPUSLICE_SIM_GRAPHICS", "1", 1); /* every process also draws: the graphics list names them */
 	pid_t member = ht_spawn(filler, (void *)(intptr_t)2);
 	pid_t other = ht_spawn(outsider, NULL);
+	outsider_pid = other;
 	int n;
 	CHECK(read(pipe_fd[0], &n, sizeof(n)) == sizeof(n));
 	CHECK(read(pipe_fd[0], &n, sizeof(n)) == sizeof(n));

@@ -49,7 +49,23 @@ test-lib-preload: $(LIB_TEST_BIN)/preload_probe $(LIB_TEST_BIN)/preload_probe_as
 	$(LIB_TEST_ENV) $(LIB_DIR)/tests/preload_test.sh $(LIB_TEST_BIN)/preload_probe_asan $(abspath $(LIB_ASAN)) \
 		$(shell $(CC) -print-file-name=libasan.so)
 
-test-lib: test-lib-unit test-lib-hooks test-lib-preload
+# NVML drift check: our declarations (include/gpuslice/nvml_abi.h, the NVML
+# entries of hooks.def) compiled against NVIDIA's nvml.h from the go-nvml
+# module in the module cache (go.mod pins the version; never committed): a
+# signature mismatch fails the build, a size/offset/constant mismatch the run.
+LIB_DRIFT := $(LIB_DIR)/tests/drift
+LIB_DRIFT_SRCS := $(wildcard $(LIB_DRIFT)/*) $(LIB_DIR)/src/hooks.def include/gpuslice/nvml_abi.h
+.PHONY: test-lib-drift
+test-lib-drift: $(LIB_DRIFT_SRCS)
+	@mkdir -p $(LIB_TEST_BIN)
+	$(GO) mod download github.com/NVIDIA/go-nvml
+	d=$$($(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml) && test -f "$$d/gen/nvml/nvml.h" && \
+	$(CC) $(CFLAGS_COMMON) -Iinclude -DDRIFT_OURS -c -o $(LIB_TEST_BIN)/drift_ours.o $(LIB_DRIFT)/nvml_drift.c && \
+	$(CC) $(CFLAGS_COMMON) -I"$$d/gen/nvml" -c -o $(LIB_TEST_BIN)/drift_nvml.o $(LIB_DRIFT)/nvml_drift.c && \
+	$(CC) $(CFLAGS_COMMON) -o $(LIB_TEST_BIN)/nvml_drift $(LIB_DRIFT)/nvml_drift_main.c \
+		$(LIB_TEST_BIN)/drift_ours.o $(LIB_TEST_BIN)/drift_nvml.o && $(LIB_TEST_BIN)/nvml_drift
+
+test-lib: test-lib-unit test-lib-hooks test-lib-preload test-lib-drift
 
 # The accounting half of `make test-reliability` (mk/reliability.mk); the
 # property test once per seed (a failure prints its seed and replays with it).

@@ -52,6 +52,9 @@ CUresult sim_register_process(int dev)
 		return CUDA_ERROR_OUT_OF_MEMORY; /* process table full */
 	sim_g.slot = slot;
 	atomic_store(&sim_g.st->proc[slot].mps_server, sim_mps_server());
+	const char *gfx = getenv("GPUSLICE_SIM_GRAPHICS");
+	if (gfx != NULL && strcmp(gfx, "1") == 0)
+		atomic_fetch_or(&sim_g.st->proc[slot].flags, SIM_PROC_GRAPHICS);
 	return CUDA_SUCCESS;
 }
 

@@ -36,4 +36,17 @@ SIM_HIDDEN struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index);
 /* Appends devices that became accessible (GPUSLICE_SIM_DEVNODES); returns ndev. */
 SIM_HIDDEN int sim_nvml_rescan(void);
 
+NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *out,
+						      unsigned int *count, unsigned long long last_seen);
+
+struct sim_proc_row {
+	unsigned pid;
+	unsigned long long mem;
+};
+
+/* LIST_ALL: every process with a context or memory (utilization samples). */
+enum sim_list { LIST_GRAPHICS, LIST_COMPUTE, LIST_MPS, LIST_ALL };
+/* Live processes of a list on device idx: the count, the first cap in rows. */
+SIM_HIDDEN unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *rows, unsigned cap);
+
 #endif

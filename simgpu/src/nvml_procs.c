@@ -9,16 +9,8 @@
 
 #include "nvml.h"
 
-struct proc_row {
-	unsigned pid;
-	unsigned long long mem;
-};
-
-/* LIST_ALL: every process with a context or memory (utilization samples). */
-enum list { LIST_NONE, LIST_COMPUTE, LIST_MPS, LIST_ALL };
-
 /* Adds mem to the server's row, appending one if it has none yet. */
-static unsigned add_server(struct proc_row *rows, unsigned n, unsigned cap, unsigned pid, unsigned long long mem)
+static unsigned add_server(struct sim_proc_row *rows, unsigned n, unsigned cap, unsigned pid, unsigned long long mem)
 {
 	for (unsigned i = 0; i < n && i < cap; i++)
 		if (rows[i].pid == pid) {
@@ -26,13 +18,13 @@ static unsigned add_server(struct proc_row *rows, unsigned n, unsigned cap, unsi
 			return n;
 		}
 	if (n < cap)
-		rows[n] = (struct proc_row){pid, mem};
+		rows[n] = (struct sim_proc_row){pid, mem};
 	return n + 1;
 }
 
 /* Live processes with a context or memory on device idx: MPS clients in the
  * MPS list, every other process and the clients' servers in the compute list. */
-static unsigned collect(int idx, enum list which, struct proc_row *rows, unsigned cap)
+unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *rows, unsigned cap)
 {
 	struct sim_state *st = sim_nvml.st;
 	unsigned n = 0;
@@ -49,6 +41,14 @@ static unsigned collect(int idx, enum list which, struct proc_row *rows, unsigne
 			n++;
 			continue;
 		}
+		if (which == LIST_GRAPHICS) {
+			if (atomic_load(&p->flags) & SIM_PROC_GRAPHICS) {
+				if (n < cap)
+					rows[n] = (struct sim_proc_row){(unsigned)pid, mem};
+				n++;
+			}
+			continue;
+		}
 		if (which == LIST_COMPUTE && server != 0) {
 			n = add_server(rows, n, cap, (unsigned)server, mem);
 			continue;
@@ -56,16 +56,16 @@ static unsigned collect(int idx, enum list which, struct proc_row *rows, unsigne
 		if ((which == LIST_MPS) != (server != 0))
 			continue;
 		if (n < cap)
-			rows[n] = (struct proc_row){(unsigned)pid, mem};
+			rows[n] = (struct sim_proc_row){(unsigned)pid, mem};
 		n++;
 	}
 	return n;
 }
 
 /* v: 1, 2 or 3 (v2 and v3 share nvmlProcessInfo_v2_t's layout). */
-static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v, enum list which)
+static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v, enum sim_list which)
 {
-	struct proc_row rows[SIM_MAX_PROCS];
+	struct sim_proc_row rows[SIM_MAX_PROCS];
 	nvmlReturn_t rc = sim_nvml_check();
 	unsigned n;
 	int idx;
@@ -76,7 +76,7 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (sim_is_lost(sim_nvml.st, idx))
 		return NVML_ERROR_GPU_IS_LOST;
-	n = which == LIST_NONE ? 0 : collect(idx, which, rows, SIM_MAX_PROCS);
+	n = sim_nvml_collect(idx, which, rows, SIM_MAX_PROCS);
 	if (n > *count || (infos == NULL && n > 0)) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -116,17 +116,17 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, un
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
 {
-	return running(h, n, p, 1, LIST_NONE);
+	return running(h, n, p, 1, LIST_GRAPHICS);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v2_t *p)
 {
-	return running(h, n, p, 2, LIST_NONE);
+	return running(h, n, p, 2, LIST_GRAPHICS);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p)
 {
-	return running(h, n, p, 3, LIST_NONE);
+	return running(h, n, p, 3, LIST_GRAPHICS);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p)
@@ -191,7 +191,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
 	struct sim_state *st = sim_nvml.st;
-	unsigned n = last_seen >= stamp ? 0 : collect(idx, LIST_ALL, NULL, 0);
+	unsigned n = last_seen >= stamp ? 0 : sim_nvml_collect(idx, LIST_ALL, NULL, 0);
 	if (n == 0)
 		return NVML_ERROR_NOT_FOUND;
 	if (out == NULL || *count < n) {

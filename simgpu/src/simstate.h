@@ -66,11 +66,15 @@ struct sim_proc_state {
 	uint32_t dev_mask;          /* devices this process has a context on */
 	uint64_t start;             /* /proc/<pid>/stat starttime, detects pid reuse */
 	_Atomic int32_t mps_server; /* pid of its MPS server when an MPS client, else 0 */
-	uint32_t reserved;
+	_Atomic uint32_t flags;     /* SIM_PROC_*; was reserved (0) before version 5 used it */
 	_Atomic uint64_t used[SIM_MAX_DEVICES];
 	_Atomic uint64_t busy_ns[SIM_MAX_DEVICES]; /* time its kernels held each device's engine */
 	uint64_t since_ns;                         /* CLOCK_MONOTONIC ns the slot was taken */
 };
+
+/* sim_proc_state.flags: the process also has a graphics context
+ * (GPUSLICE_SIM_GRAPHICS=1): NVML lists it among graphics processes too. */
+#define SIM_PROC_GRAPHICS 1u
 
 /* One NVML event (an injected XID). seq is the event's number + 1 once its
  * fields are written (a reader that sees it change while reading retries). */
