@@ -4,6 +4,10 @@
  * driver releases it (pool.h). One record per pool this process allocated
  * from: kept bytes (counted, not allocated), live allocations. A pool past
  * GS_POOL_RECS is untracked: its blocks are counted like cuMemAlloc's.
+ * A pool made by cuMemPoolCreate is charged where it lives: its device,
+ * whatever the current context's; a host pool holds no device memory and is
+ * not counted. A pool whose location the library did not see created (a
+ * default pool) is the current device's, as the driver serves it.
  */
 #include <errno.h>
 #include <string.h>
@@ -18,7 +22,10 @@ struct pool_rec {
 	_Atomic uint32_t live;
 	int slot;
 	int dead; /* destroyed with allocations outstanding */
+	int loc;  /* GS_POOL_LOC_* or the device ordinal it lives on */
 };
+
+enum { GS_POOL_LOC_CURRENT = -1, GS_POOL_LOC_HOST = -2 };
 
 static struct {
 	pthread_mutex_t mu; /* recursive: a refused reservation checks the pools under it */
@@ -39,7 +46,7 @@ static int rec_get(CUmemoryPool pool)
 			spare = i;
 	}
 	if (spare >= 0) {
-		P.r[spare] = (struct pool_rec){.handle = h, .slot = -1};
+		P.r[spare] = (struct pool_rec){.handle = h, .slot = -1, .loc = GS_POOL_LOC_CURRENT};
 	}
 	return spare;
 }
@@ -135,13 +142,27 @@ GS_HIDDEN CUresult gs_pool_alloc_begin(CUmemoryPool pool, int current, uint64_t 
 	pthread_mutex_lock(&P.mu);
 	if (pool != NULL)
 		op->idx = rec_get(pool);
+	int loc = op->idx >= 0 ? P.r[op->idx].loc : GS_POOL_LOC_CURRENT;
+	if (loc == GS_POOL_LOC_HOST) {
+		op->idx = -1; /* host memory: nothing reserved, the call passes (P.mu stays held) */
+		return CUDA_SUCCESS;
+	}
 	if (op->idx >= 0) {
 		struct pool_rec *x = &P.r[op->idx];
 		op->take = x->kept < n ? x->kept : n;
 		x->kept -= op->take;
 		atomic_fetch_sub(&gs_hot.pool_kept, op->take);
 	}
-	CUresult rc = gs_resv_current(n - op->take, &op->r);
+	CUresult rc;
+	if (loc >= 0) {
+		rc = gs_resv_dev((CUdevice)loc, n - op->take, &op->r);
+		gs_fn_cuCtxGetCurrent cc = GS_REAL(cuCtxGetCurrent);
+		CUcontext ctx = NULL;
+		if (rc == CUDA_SUCCESS && cc != NULL && cc(&ctx) == CUDA_SUCCESS)
+			op->r.ctx = (uint64_t)(uintptr_t)ctx; /* it goes with the context, as a pool block does */
+	} else {
+		rc = gs_resv_current(n - op->take, &op->r);
+	}
 	pthread_once(&once, at_fork);
 	if (rc != CUDA_SUCCESS || !op->r.active) {
 		/* What it took goes back to the keep; a synchronisation elsewhere
@@ -176,6 +197,20 @@ GS_HIDDEN void gs_pool_alloc_end(struct gs_pool_op *op, CUresult rc, CUdeviceptr
 			reconcile(0);
 		}
 	}
+	pthread_mutex_unlock(&P.mu);
+}
+
+GS_HIDDEN void gs_pool_created(CUmemoryPool pool, const CUmemPoolProps *props)
+{
+	int loc = GS_POOL_LOC_CURRENT;
+	if (props->location.type == CU_MEM_LOCATION_TYPE_DEVICE && props->location.id >= 0)
+		loc = props->location.id;
+	else if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		loc = GS_POOL_LOC_HOST; /* HOST, HOST_NUMA, HOST_NUMA_CURRENT */
+	pthread_mutex_lock(&P.mu);
+	int idx = rec_get(pool);
+	if (idx >= 0)
+		P.r[idx].loc = loc; /* table full: counted on the current device (never less than held) */
 	pthread_mutex_unlock(&P.mu);
 }
 

@@ -36,6 +36,8 @@ struct gs_pool_op {
  * the error to return without calling it. */
 GS_HIDDEN CUresult gs_pool_alloc_begin(CUmemoryPool pool, int current, uint64_t n, struct gs_pool_op *op);
 GS_HIDDEN void gs_pool_alloc_end(struct gs_pool_op *op, CUresult rc, CUdeviceptr p);
+/* A pool the driver made (cuMemPoolCreate succeeded): where it lives. */
+GS_HIDDEN void gs_pool_created(CUmemoryPool pool, const CUmemPoolProps *props);
 
 /* The driver's free of a device pointer (cuMemFree_v2: sync, else
  * cuMemFreeAsync(_ptsz) on stream s). */

@@ -7,7 +7,10 @@
  * memory above its release threshold (default 0: all of it), cuMemPoolTrimTo
  * down to the bytes asked for. Destroying a pool releases its free memory;
  * blocks still allocated from it are released when freed. A destroyed
- * context's pool allocations go with it. Also cuPointerGetAttribute. */
+ * context's pool allocations go with it. A pool lives where cuMemPoolCreate
+ * puts it: a device (any device's stream may allocate from it: the simulated
+ * devices are peers), or host memory (CU_MEM_LOCATION_TYPE_HOST*), which holds
+ * no device memory. Also cuPointerGetAttribute. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +64,8 @@ static void release_to(struct sim_pool *p, uint64_t keep)
 	if (target < p->used)
 		target = p->used;
 	if (p->reserved > target) {
-		sim_uncharge(p->dev, p->reserved - target);
+		if (p->dev >= 0)
+			sim_uncharge(p->dev, p->reserved - target);
 		p->reserved = target;
 	}
 }
@@ -73,7 +77,7 @@ static CUresult pool_take(struct sim_pool *p, uint64_t n)
 
 	pthread_mutex_lock(&p->mu);
 	uint64_t free_ = p->reserved - p->used, more = n > free_ ? n - free_ : 0;
-	if (more > 0 && (rc = sim_charge(p->dev, more)) == CUDA_SUCCESS)
+	if (more > 0 && (p->dev < 0 || (rc = sim_charge(p->dev, more)) == CUDA_SUCCESS))
 		p->reserved += more;
 	if (rc == CUDA_SUCCESS) {
 		p->used += n;
@@ -102,7 +106,8 @@ void sim_pool_dropped(void *pool, size_t n)
 	pthread_mutex_lock(&p->mu);
 	p->used -= n;
 	p->reserved -= n;
-	sim_uncharge(p->dev, n);
+	if (p->dev >= 0)
+		sim_uncharge(p->dev, n);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -183,13 +188,11 @@ static CUresult alloc_async(CUdeviceptr *dp, size_t n, struct sim_pool *pool, CU
 		return CUDA_ERROR_INVALID_VALUE;
 	if (pool == NULL && (pool = current_pool(s->ctx->dev, false)) == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (pool->dev != s->ctx->dev)
-		return CUDA_ERROR_INVALID_VALUE;
 	if (n == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (sim_stream_capturing(s)) /* an allocation node: the graph's pool serves it */
 		return capture_alloc(dp, n, s);
-	a.dev = pool->dev;
+	a.dev = pool->dev >= 0 ? pool->dev : s->ctx->dev; /* a host pool's block: host memory, never charged */
 	a.ctx = s->ctx;
 	a.pool = pool;
 	if ((rc = pool_take(pool, n)) != CUDA_SUCCESS)
@@ -272,12 +275,22 @@ SIM_API CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (out == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	if (out == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
-	dev = sim_device(props->location.id);
-	if (dev < 0)
-		return CUDA_ERROR_INVALID_DEVICE;
+	switch (props->location.type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		dev = sim_device(props->location.id);
+		if (dev < 0)
+			return CUDA_ERROR_INVALID_DEVICE;
+		break;
+	case CU_MEM_LOCATION_TYPE_HOST:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		dev = -1; /* host memory */
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	p = pool_new(dev);
 	if (p == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
