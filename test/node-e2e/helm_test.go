@@ -240,23 +240,6 @@ func (h *helmNode) resizeAfterUpgrade(ctx context.Context) {
 		seen.Sub(t0).Round(time.Millisecond))
 }
 
-// memoryTotal is the GPU memory a new CUDA process in the pod sees.
-func (h *helmNode) memoryTotal(p *corev1.Pod) int64 {
-	h.execs++
-	report := fmt.Sprintf("/tmp/gs-nvmlprocs-%d.out", h.execs)
-	out, err := h.execReport(p, report, "/bin/sh", "-c", "exec /gs/gs-nvmlprocs >"+report+" 2>&1")
-	var rep struct {
-		Total int64 `json:"total"`
-	}
-	if err == nil {
-		err = jsonUnmarshal(out, &rep)
-	}
-	if err != nil {
-		h.t.Fatalf("gs-nvmlprocs in %s: %v; it wrote %q\nagent log:\n%s", p.Name, err, out, h.agentTail())
-	}
-	return rep.Total
-}
-
 func (h *helmNode) waitNoPods(ctx context.Context, namespace string) {
 	var left []string
 	err := harness.WaitFor(ctx, 200*time.Millisecond, func() (bool, error) {

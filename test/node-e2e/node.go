@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -58,6 +59,11 @@ type node struct {
 	// test images; nodeLabels are the kubelet's --node-labels.
 	extraImages []string
 	nodeLabels  string
+	// cdiDir, where set, is given to containerd as its CDI spec directory
+	// (enable_cdi: containerd 1.7 or later on PATH, see dra.go).
+	cdiDir string
+	// groupFor, where set, names a pod's time-slice group (groupName).
+	groupFor func(*corev1.Pod) string
 }
 
 // freeAddr picks a free loopback TCP address (other nodes' agents may run
@@ -249,6 +255,10 @@ state = %q
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
 `, filepath.Join(root, "root"), n.stateDir, n.ctrSock, pauseImg, cni)
+	if n.cdiDir != "" {
+		cfg = strings.Replace(cfg, "  restrict_oom_score_adj = true\n",
+			fmt.Sprintf("  restrict_oom_score_adj = true\n  enable_cdi = true\n  cdi_spec_dirs = [%q]\n", n.cdiDir), 1)
+	}
 	path := filepath.Join(root, "config.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

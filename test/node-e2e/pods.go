@@ -341,3 +341,20 @@ func (n *node) containerState(p *corev1.Pod, pid int) string {
 	return fmt.Sprintf("probe sees %v; container /dev: %v; %s: %s (%v)\nCUDA program said:\n%s\nagent log:\n%s",
 		n.current(p), nodes, api.AnnotationApplied, appliedNow, err, n.logLines(p, "cuda"), n.agentTail())
 }
+
+// memoryTotal is the GPU memory a new CUDA process in the pod sees.
+func (n *node) memoryTotal(p *corev1.Pod) int64 {
+	n.execs++
+	report := fmt.Sprintf("/tmp/gs-nvmlprocs-%d.out", n.execs)
+	out, err := n.execReport(p, report, "/bin/sh", "-c", "exec /gs/gs-nvmlprocs >"+report+" 2>&1")
+	var rep struct {
+		Total int64 `json:"total"`
+	}
+	if err == nil {
+		err = jsonUnmarshal(out, &rep)
+	}
+	if err != nil {
+		n.t.Fatalf("gs-nvmlprocs in %s: %v; it wrote %q\nagent log:\n%s", p.Name, err, out, n.agentTail())
+	}
+	return rep.Total
+}

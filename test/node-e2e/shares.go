@@ -59,6 +59,16 @@ func groupOf(p *corev1.Pod) string {
 	return deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: "main", UID: p.UID})
 }
 
+// groupName is the time-slice group of the pod on this node: its device
+// plugin group (groupOf), or where the node sets groupFor (DRA: one group
+// per claim), that.
+func (n *node) groupName(p *corev1.Pod) string {
+	if n.groupFor != nil {
+		return n.groupFor(p)
+	}
+	return groupOf(p)
+}
+
 func (n *node) runDir() string { return filepath.Join(n.dir, "run") }
 
 // share reads the share the group of p is set to on the node (its group's
@@ -203,7 +213,7 @@ func (n *node) sampleShares(pods []*corev1.Pod) (shareSample, error) {
 		return s, err
 	}
 	for i, p := range pods {
-		s.held[i] = groups[groupOf(p)].AchievedNs
+		s.held[i] = groups[n.groupName(p)].AchievedNs
 	}
 	busy, err := n.simBusy()
 	if err != nil {

@@ -1,0 +1,26 @@
+# The DRA node end to end (test/node-e2e/dra_test.go, dra.go): gpuslice-node's DRA
+# driver on the real kubelet, containerd 1.7 with CDI (test/node-e2e/build-containerd.sh:
+# Debian's 1.6 has no CDI), runc, the stock kube-scheduler and kube-controller-manager's
+# resource claim controller. Root; skips otherwise.
+.PHONY: containerd-bin e2e-dra
+containerd-bin:
+	test/node-e2e/build-containerd.sh >/dev/null
+
+# Pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted and
+# busy time within 5 points, memory limits inside the containers), a claim that does not
+# fit and a claim for a tainted (XID 79) GPU left Pending with the scheduler's reason, the
+# agent killed between Prepare and container start, a plain gpuslice.io/gpu pod through
+# the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field.
+# Ends with "dra shares 25/75: <a>% / <b>%, memory limits held <n>/<n>, prepare p99 <ms> ms".
+e2e-dra: all kubelet-bin containerd-bin
+	@test/node-e2e/build-kubelet.sh kube-controller-manager >/dev/null
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/e2e-dra.summary
+	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
+	  GPUSLICE_KCM=$(AGENT_K8S_DIR)/node/kube-controller-manager \
+	  GPUSLICE_CONTAINERD=$$(test/node-e2e/build-containerd.sh) \
+	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-dra.summary \
+	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestDRA$$' ./test/node-e2e/ >$(BUILD)/e2e-dra.log 2>&1; \
+	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-dra.log | grep -v '^I[0-9]' ; \
+	  test $$rc -eq 0 || { echo "dra e2e failed; log: $(BUILD)/e2e-dra.log"; exit 1; }
+	@if [ -f $(BUILD)/e2e-dra.summary ]; then tail -n 1 $(BUILD)/e2e-dra.summary; fi

@@ -1,0 +1,277 @@
+//go:build nodee2e
+
+package nodee2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+const (
+	draSummary = "GPUSLICE_E2E_SUMMARY"
+	// draPluginDir is the driver's directory on the node (its socket and
+	// checkpoint), inside the test's private /var/lib.
+	draPluginDir  = "/var/lib/kubelet/plugins/gpuslice.io"
+	draCheckpoint = draPluginDir + "/checkpoint.json"
+)
+
+// draResult collects what the subtests measured for the summary line.
+type draResult struct {
+	shares      []float64 // busy-time shares of the 25 and 75 unit pods
+	held, tried int       // containers that saw exactly their claim's memory
+}
+
+// TestDRA: gpuslice-node's DRA driver on the real kubelet (containerd 1.7 with
+// CDI, runc), placed by the stock kube-scheduler, claims made from
+// ResourceClaimTemplates by kube-controller-manager (make e2e-dra). Ends with
+// "dra shares 25/75: <a>% / <b>%, memory limits held <n>/<n>, prepare p99 <ms> ms".
+func TestDRA(t *testing.T) {
+	ctx, n, ok := privateDRANode(t, "TestDRA")
+	if !ok {
+		return
+	}
+	defer n.stop()
+	var r draResult
+	shared := t.Run("shares", func(t *testing.T) { n.t = t; testDRAShares(t, ctx, n, &r) })
+	t.Run("unfit", func(t *testing.T) { n.t = t; testDRAUnfit(t, ctx, n) })
+	t.Run("tainted", func(t *testing.T) { n.t = t; testDRATainted(t, ctx, n) })
+	t.Run("agent-restart", func(t *testing.T) { n.t = t; testDRAAgentRestart(t, ctx, n, &r) })
+	t.Run("extended-resource", func(t *testing.T) { n.t = t; testDRAExtendedResource(t, ctx, n, &r) })
+	t.Run("bad-config", func(t *testing.T) { n.t = t; testDRABadConfig(t, ctx, n) })
+	n.t = t
+	if !shared {
+		return
+	}
+	times := n.prepareTimes()
+	if len(times) == 0 {
+		t.Fatalf("the agent logged no prepared claim (\"DRA claim prepared\" with its duration)\nagent log:\n%s", n.agentTail())
+	}
+	t.Logf("e2e dra: %d Prepare calls, %v .. %v", len(times), times[0], times[len(times)-1])
+	line := fmt.Sprintf("dra shares 25/75: %.1f%% / %.1f%%, memory limits held %d/%d, prepare p99 %d ms",
+		r.shares[0], r.shares[1], r.held, r.tried, p99(times).Milliseconds())
+	fmt.Println(line)
+	if path := os.Getenv(draSummary); path != "" {
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// checkMemory: a new CUDA process in the pod sees exactly want bytes of GPU
+// memory (its claim's memory, or the whole GPU's).
+func (n *node) checkMemory(p *corev1.Pod, want int64, r *draResult) {
+	got := n.memoryTotal(p)
+	r.tried++
+	if got != want {
+		n.t.Errorf("pod %s: a CUDA process sees %d bytes of GPU memory, want its claim's %d", p.Name, got, want)
+		return
+	}
+	r.held++
+}
+
+// testDRAShares: two pods from templates of 25 and 75 units (1 and 2 GiB) on
+// GPU 0, both busy: shares of the granted and busy time within 5 points,
+// each container's memory exactly its claim's.
+func testDRAShares(t *testing.T, ctx context.Context, n *node, r *draResult) {
+	n.claimTemplate(ctx, "q25", 25, 1<<30, 0, "")
+	n.claimTemplate(ctx, "q75", 75, 2<<30, 0, "")
+	small := n.createPod(ctx, draPod("s25", "q25", busyTenant()...))
+	big := n.createPod(ctx, draPod("s75", "q75", busyTenant()...))
+	small = n.waitPod(bounded(ctx), small.Name, "running", running)
+	big = n.waitPod(bounded(ctx), big.Name, "running", running)
+	for _, p := range []*corev1.Pod{small, big} {
+		c := n.claimOf(ctx, p)
+		if d := allocatedDevice(c); d != "gpu-0" {
+			t.Fatalf("pod %s's claim got device %q, want gpu-0", p.Name, d)
+		}
+	}
+	res := n.shares(bounded(ctx), []*corev1.Pod{small, big}, shareWindow)
+	n.checkShares("dra shares", []float64{25, 75}, res)
+	r.shares = res.busy
+	t.Logf("e2e dra shares: granted %.1f%% / %.1f%%, busy %.1f%% / %.1f%% (starved %.1f points)", res.held[0], res.held[1], res.busy[0], res.busy[1], res.starved)
+	n.checkMemory(small, 1<<30, r)
+	n.checkMemory(big, 2<<30, r)
+}
+
+// testDRAUnfit: 50 more units of the full GPU 0: Pending, with the scheduler's reason.
+func testDRAUnfit(t *testing.T, ctx context.Context, n *node) {
+	n.claimTemplate(ctx, "q50", 50, 1<<30, 0, "")
+	p := n.createPod(ctx, draPod("unfit", "q50", "/bin/busybox", "sleep", "3600"))
+	msg := n.pending(bounded(ctx), p.Name)
+	t.Logf("e2e dra unfit: %q", msg)
+	n.deletePods(ctx, p.Name)
+}
+
+// testDRATainted: a critical XID on GPU 1 taints its device in the
+// ResourceSlice; a claim only it could satisfy stays Pending.
+func testDRATainted(t *testing.T, ctx context.Context, n *node) {
+	victim := n.gpus[1]
+	t0 := time.Now()
+	n.simCtl("xid", victim.UUID, "79")
+	n.waitSlice(bounded(ctx), "tainted gpu-1", func(devs []resourceapi.Device) bool {
+		for _, d := range devs {
+			if d.Name == "gpu-1" {
+				for _, tn := range d.Taints {
+					if tn.Effect == resourceapi.DeviceTaintEffectNoSchedule || tn.Effect == resourceapi.DeviceTaintEffectNoExecute {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	t.Logf("e2e dra tainted: gpu-1 tainted in the ResourceSlice %v after XID 79", time.Since(t0).Round(time.Millisecond))
+	n.claimTemplate(ctx, "on1", 10, 1<<30, 1, "")
+	p := n.createPod(ctx, draPod("on-tainted", "on1", "/bin/busybox", "sleep", "3600"))
+	msg := n.pending(bounded(ctx), p.Name)
+	t.Logf("e2e dra tainted: a claim for gpu-1 only: %q", msg)
+	n.deletePods(ctx, p.Name)
+}
+
+// testDRAAgentRestart: the agent is SIGKILLed as soon as the claim's CDI
+// spec is written (Prepare done, the container not yet started); the pod
+// starts, and once the agent is back every claim is prepared once: one group
+// and one CDI spec per claim, the container holding its memory limit.
+func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResult) {
+	before := n.cdiSpecs()
+	n.claimTemplate(ctx, "r10", 10, 1<<30, 2, "")
+	p := n.createPod(ctx, draPod("restart", "r10", "/bin/busybox", "sleep", "3600"))
+	var started bool
+	err := harness.WaitFor(bounded(ctx), time.Millisecond, func() (bool, error) { return len(n.cdiSpecs()) > len(before), nil })
+	if err != nil {
+		t.Fatalf("no CDI spec written for the claim: %v\nagent log:\n%s", err, n.agentTail())
+	}
+	n.killAgent()
+	if cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+		started = cur.Status.Phase == corev1.PodRunning
+	}
+	t.Logf("e2e dra restart: agent killed right after Prepare wrote the CDI spec (pod running already: %v)", started)
+	time.Sleep(2 * time.Second)
+	n.startAgent()
+	p = n.waitPod(bounded(ctx), p.Name, "running", running)
+	n.checkOnce(ctx, []string{"s25", "s75", "restart"})
+	n.checkMemory(p, 1<<30, r)
+}
+
+// checkOnce: the node holds exactly one group and one CDI spec per claim of
+// the named running pods, and no other.
+func (n *node) checkOnce(ctx context.Context, pods []string) {
+	want := map[string]bool{}
+	for _, name := range pods {
+		p, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		want[string(n.claimOf(ctx, p).UID)] = true
+	}
+	var groups, specs []string
+	ents, _ := os.ReadDir(filepath.Join(n.runDir(), "groups"))
+	for _, e := range ents {
+		if uid, ok := strings.CutPrefix(e.Name(), "dra-"); ok {
+			groups = append(groups, uid)
+		}
+	}
+	for _, s := range n.cdiSpecs() {
+		specs = append(specs, strings.TrimSuffix(strings.TrimPrefix(s, harness.DRADriver+"-claim_"), ".json"))
+	}
+	cp, err := checkpoint.Load(draCheckpoint)
+	if err != nil {
+		n.t.Fatalf("the driver's checkpoint: %v", err)
+	}
+	var saved []string
+	for uid := range cp.Claims {
+		saved = append(saved, uid)
+	}
+	for what, got := range map[string][]string{"groups": groups, "CDI specs": specs, "checkpoint entries": saved} {
+		seen := map[string]int{}
+		for _, uid := range got {
+			seen[uid]++
+		}
+		for uid := range want {
+			if seen[uid] != 1 {
+				n.t.Errorf("claim %s has %d %s on the node, want 1 (all: %v)", uid, seen[uid], what, got)
+			}
+		}
+		for uid := range seen {
+			if !want[uid] {
+				n.t.Errorf("%s for claim %s, which no running pod holds (all: %v)", what, uid, got)
+			}
+		}
+	}
+}
+
+// testDRAExtendedResource: a plain pod asking for gpuslice.io/gpu (no claim,
+// no scheduler name) gets the one whole free GPU (gpu-3) through the
+// DeviceClass mapping, and sees all of its memory.
+func testDRAExtendedResource(t *testing.T, ctx context.Context, n *node, r *draResult) {
+	zero := int64(0)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}, Spec: corev1.PodSpec{
+		HostNetwork: true, TerminationGracePeriodSeconds: &zero, RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/busybox", "sleep", "3600"},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceGPU: *resource.NewQuantity(1, resource.DecimalSI)}}}}}}
+	p = n.createPod(ctx, p)
+	p = n.waitPod(bounded(ctx), p.Name, "running", running)
+	c := n.claimOf(ctx, p)
+	if p.Status.ExtendedResourceClaimStatus == nil {
+		t.Fatalf("pod %s runs without the scheduler's extended resource claim", p.Name)
+	}
+	if d := allocatedDevice(c); d != "gpu-3" {
+		t.Fatalf("the gpuslice.io/gpu pod got %q, want the only whole free GPU gpu-3", d)
+	}
+	units := c.Status.Allocation.Devices.Results[0].ConsumedCapacity[harness.DRAUnits]
+	if units.Value() != api.DefaultUnitsPerGPU {
+		t.Errorf("the gpuslice.io/gpu claim consumes %d units, want the whole GPU's %d", units.Value(), api.DefaultUnitsPerGPU)
+	}
+	n.checkMemory(p, int64(n.gpus[3].MemoryTotal), r)
+}
+
+// testDRABadConfig: a claim whose GPUShareConfig has shareCeiling 500 is
+// refused at Prepare with an event naming the field; nothing is applied.
+func testDRABadConfig(t *testing.T, ctx context.Context, n *node) {
+	specs := n.cdiSpecs()
+	n.claimTemplate(ctx, "bad", 10, 1<<30, 2, `{"apiVersion":"gpuslice.io/v1alpha1","kind":"GPUShareConfig","shareCeiling":500}`)
+	p := n.createPod(ctx, draPod("bad", "bad", "/bin/busybox", "sleep", "3600"))
+	var msg string
+	err := harness.WaitFor(bounded(ctx), 100*time.Millisecond, func() (bool, error) {
+		l, err := n.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range l.Items {
+			if strings.Contains(e.Message, "shareCeiling") {
+				msg = e.Reason + ": " + e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no event naming shareCeiling for pod %s: %v\nagent log:\n%s", p.Name, err, n.agentTail())
+	}
+	t.Logf("e2e dra bad config: %s", msg)
+	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase == corev1.PodRunning {
+		t.Errorf("pod %s with a bad claim config is running", p.Name)
+	}
+	if got := n.cdiSpecs(); len(got) != len(specs) {
+		t.Errorf("a refused claim left CDI specs: %v, before %v", got, specs)
+	}
+	n.deletePods(ctx, p.Name)
+}
