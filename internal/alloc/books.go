@@ -156,21 +156,7 @@ func (b *Books) Holding(uid string) *api.Assignment { return b.pods[uid] }
 // the same pod again replaces its previous holding.
 func (b *Books) Add(uid string, a *api.Assignment) {
 	b.Release(uid)
-	ns := b.node(a.Node)
-	for idx, t := range a.Totals() {
-		u := ns.used.add(idx)
-		u.Units += t.Units
-		u.MemoryBytes += t.MemoryBytes
-		if t.Exclusive {
-			u.ExclusivePods++
-		}
-		u.Pods++
-	}
-	for _, c := range a.Containers {
-		for _, g := range c.GPUs {
-			ns.used.add(g.Index).Containers++
-		}
-	}
+	b.node(a.Node).used.apply(a, 1)
 	b.pods[uid] = a
 }
 
@@ -208,23 +194,7 @@ func (b *Books) Release(uid string) {
 	}
 	delete(b.pods, uid)
 	ns := b.nodes[a.Node]
-	for _, c := range a.Containers {
-		for _, g := range c.GPUs {
-			ns.used.get(g.Index).Containers--
-		}
-	}
-	for idx, t := range a.Totals() {
-		u := ns.used.get(idx)
-		u.Units -= t.Units
-		u.MemoryBytes -= t.MemoryBytes
-		u.Pods--
-		if t.Exclusive {
-			u.ExclusivePods--
-		}
-		if u.Pods == 0 {
-			ns.used.del(idx)
-		}
-	}
+	ns.used.apply(a, -1)
 	if ns.table == nil && ns.used.len() == 0 {
 		delete(b.nodes, a.Node)
 	}
@@ -318,6 +288,38 @@ func (s *usageSet) add(idx int32) *Usage {
 	u := &Usage{}
 	s.e = append(s.e, usageEntry{idx: idx, u: u})
 	return u
+}
+
+// apply adds (sign 1) or takes away (sign -1) an assignment's holdings;
+// GPUs nobody holds any more leave the set.
+func (s *usageSet) apply(a *api.Assignment, sign int) {
+	for _, c := range a.Containers {
+		for _, g := range c.GPUs {
+			s.add(g.Index).Containers += sign
+		}
+	}
+	for idx, t := range a.Totals() {
+		u := s.add(idx)
+		u.Units += int64(sign) * t.Units
+		u.MemoryBytes += int64(sign) * t.MemoryBytes
+		u.Pods += sign
+		if t.Exclusive {
+			u.ExclusivePods += sign
+		}
+		if u.Pods == 0 {
+			s.del(idx)
+		}
+	}
+}
+
+// clone copies the set and its usages.
+func (s *usageSet) clone() usageSet {
+	out := usageSet{e: make([]usageEntry, len(s.e))}
+	for i, e := range s.e {
+		u := *e.u
+		out.e[i] = usageEntry{idx: e.idx, u: &u}
+	}
+	return out
 }
 
 func (s *usageSet) del(idx int32) {

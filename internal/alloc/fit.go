@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,8 +53,13 @@ const stackGPUs = 16
 // Fit chooses GPUs on node for every container of req, or says why none fit.
 // The returned assignment is not booked: Reserve it.
 func (b *Books) Fit(node string, req *api.PodRequest, now time.Time) (*api.Assignment, error) {
+	return b.FitWith(node, req, now, nil)
+}
+
+// FitWith is Fit on the node as the overlay o leaves it (nil: as booked).
+func (b *Books) FitWith(node string, req *api.PodRequest, now time.Time, o *Overlay) (*api.Assignment, error) {
 	a := &api.Assignment{Version: api.AssignmentVersion, Node: node}
-	if err := b.fit(node, req, now, a); err != nil {
+	if err := b.fit(node, req, now, o, a); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -62,10 +68,12 @@ func (b *Books) Fit(node string, req *api.PodRequest, now time.Time) (*api.Assig
 // Check tells whether req fits on node, exactly as Fit would, without
 // building the assignment (the scheduler's Filter hot path: no allocation).
 func (b *Books) Check(node string, req *api.PodRequest, now time.Time) error {
-	return b.fit(node, req, now, nil)
+	return b.fit(node, req, now, nil, nil)
 }
 
-func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.Assignment) error {
+// fit places req on node as the overlay o (nil: none) leaves it, filling
+// out when it is not nil.
+func (b *Books) fit(node string, req *api.PodRequest, now time.Time, o *Overlay, out *api.Assignment) error {
 	ns := b.nodes[node]
 	if ns == nil || ns.table == nil {
 		return fmt.Errorf("node %s has no GPUNode entry", node)
@@ -78,7 +86,13 @@ func (b *Books) fit(node string, req *api.PodRequest, now time.Time, out *api.As
 		return fmt.Errorf("node %s: %w", node, err)
 	}
 	var cbuf [stackGPUs]candidate
-	cands, sk := b.candidates(ns, req.Sharing, cbuf[:0])
+	var cands []candidate
+	var sk skipped
+	if o.Empty() {
+		cands, sk = b.candidates(ns, &ns.used, nil, req.Sharing, cbuf[:0])
+	} else {
+		cands, sk = b.overlaid(node, ns, o, req.Sharing, cbuf[:0])
+	}
 	policy := b.policy(req)
 	for _, c := range req.Containers {
 		var pbuf [stackGPUs]int
@@ -100,15 +114,22 @@ func (b *Books) policy(req *api.PodRequest) api.Placement {
 	return b.cfg.DefaultPlacement
 }
 
-func (b *Books) candidates(ns *nodeState, sharing api.SharingMode, out []candidate) ([]candidate, skipped) {
+// candidates lists the node's GPUs a pod may get a share of, with what is
+// free on each given the usage used. GPUs in freed (preemption's dry run
+// took pods off them) are not skipped as over the utilization threshold:
+// part of what was measured is those pods' work.
+func (b *Books) candidates(ns *nodeState, used *usageSet, freed []int32, sharing api.SharingMode, out []candidate) ([]candidate, skipped) {
 	var sk skipped
 	for i := range ns.table.GPUs {
 		g := &ns.table.GPUs[i]
-		u := ns.usage(g.Index)
+		var u Usage
+		if p := used.get(g.Index); p != nil {
+			u = *p
+		}
 		switch {
 		case !g.Healthy:
 			sk.unhealthy++
-		case g.UtilizationPercent > b.cfg.UtilizationThreshold:
+		case g.UtilizationPercent > b.cfg.UtilizationThreshold && !slices.Contains(freed, g.Index):
 			sk.busy++
 		case g.UnscheduledProcesses > 0 && !b.cfg.AllowUnscheduledProcesses:
 			sk.foreign++
@@ -254,7 +275,7 @@ func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 		return nil
 	}
 	var cbuf [stackGPUs]candidate
-	cands, _ := b.candidates(ns, "", cbuf[:0])
+	cands, _ := b.candidates(ns, &ns.used, nil, "", cbuf[:0])
 	var out []GPU
 	for _, k := range cands {
 		if k.empty {

@@ -32,13 +32,16 @@ func (h PodHoldings) Held(ctx context.Context) (map[int32]Held, error) {
 	return Sum(ctx, h.Node, pods.Items), nil
 }
 
-// Sum adds up the assignments of pods on node.
+// Sum adds up the assignments of pods on node. A pod that finished, or is
+// being deleted (preempted, evicted) and whose containers have all stopped,
+// holds nothing: its units are free at the next publication, before the
+// kubelet has removed the pod.
 func Sum(ctx context.Context, node string, pods []corev1.Pod) map[int32]Held {
 	out := map[int32]Held{}
 	for i := range pods {
 		p := &pods[i]
 		raw, ok := p.Annotations[api.AnnotationAssignment]
-		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || stopped(p) {
 			continue
 		}
 		a, err := api.ParseAssignment(raw)
@@ -57,4 +60,22 @@ func Sum(ctx context.Context, node string, pods []corev1.Pod) map[int32]Held {
 		}
 	}
 	return out
+}
+
+// stopped reports whether a pod being deleted has no container left that
+// runs or may run: every container the spec names has a terminated status.
+func stopped(p *corev1.Pod) bool {
+	if p.DeletionTimestamp == nil {
+		return false
+	}
+	done := map[string]bool{}
+	for _, cs := range p.Status.ContainerStatuses {
+		done[cs.Name] = cs.State.Terminated != nil
+	}
+	for _, c := range p.Spec.Containers {
+		if !done[c.Name] {
+			return false
+		}
+	}
+	return true
 }

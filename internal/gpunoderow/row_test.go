@@ -87,7 +87,29 @@ func TestSum(t *testing.T) {
 		return p
 	}
 	other := strings.Replace(string(raw), `"node":"n1"`, `"node":"n2"`, 1)
-	got := Sum(context.Background(), "n1", []corev1.Pod{
+	// Preempted: being deleted, its container stopped (holds nothing) or
+	// still stopping (holds its share until it stops).
+	preempted := func(name string, stopped bool) corev1.Pod {
+		p := pod(name, string(raw), corev1.PodRunning)
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+		p.Spec.Containers = []corev1.Container{{Name: "c"}}
+		st := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		if stopped {
+			st = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: st}}
+		return p
+	}
+	got := Sum(context.Background(), "n1", []corev1.Pod{pod("a", string(raw), corev1.PodRunning), preempted("gone", true)})
+	if got[0] != (Held{Units: 30, MemoryBytes: 5}) {
+		t.Fatalf("a preempted pod whose container stopped still holds: %+v", got)
+	}
+	got = Sum(context.Background(), "n1", []corev1.Pod{pod("a", string(raw), corev1.PodRunning), preempted("stopping", false)})
+	if got[0] != (Held{Units: 60, MemoryBytes: 10}) {
+		t.Fatalf("a preempted pod still stopping holds nothing: %+v", got)
+	}
+	got = Sum(context.Background(), "n1", []corev1.Pod{
 		pod("a", string(raw), corev1.PodRunning), pod("b", string(raw), corev1.PodPending),
 		pod("done", string(raw), corev1.PodSucceeded), pod("bad", "{", corev1.PodRunning), pod("moved", other, corev1.PodRunning),
 		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},

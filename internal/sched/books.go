@@ -24,6 +24,15 @@ type Allocator interface {
 	Release(uid string)
 	// Best names up to k nodes where req fits, best first.
 	Best(req *api.PodRequest, k int) []string
+	// CheckWith and ReserveWith are Check and Reserve on the node as the
+	// overlay leaves it (preemption's dry run, nominated pods).
+	CheckWith(node string, req *api.PodRequest, o *alloc.Overlay) error
+	ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error)
+	// Victims chooses the fewest of cands to evict for req to fit on node
+	// (alloc.Books.Victims).
+	Victims(node string, req *api.PodRequest, o *alloc.Overlay, cands []alloc.Victim) ([]string, error)
+	// Holds reports whether pod uid holds GPUs on node.
+	Holds(uid, node string) bool
 }
 
 // Books is the thread-safe Allocator the plugin uses (alloc.Books behind a
@@ -69,8 +78,39 @@ func (l *Books) Score(node string, req *api.PodRequest) int64 {
 	return l.books.Score(node, req)
 }
 
+// CheckWith implements Allocator.
+func (l *Books) CheckWith(node string, req *api.PodRequest, o *alloc.Overlay) error {
+	now := l.clock.Now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.CheckWith(node, req, now, o)
+}
+
+// Victims implements Allocator.
+func (l *Books) Victims(node string, req *api.PodRequest, o *alloc.Overlay, cands []alloc.Victim) ([]string, error) {
+	now := l.clock.Now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Victims(node, req, now, o, cands)
+}
+
+// Holds implements Allocator.
+func (l *Books) Holds(uid, node string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	a := l.books.Holding(uid)
+	return a != nil && a.Node == node
+}
+
 // Reserve implements Allocator.
 func (l *Books) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error) {
+	return l.ReserveWith(uid, node, req, nil)
+}
+
+// ReserveWith implements Allocator: the pod is placed as if the overlay's
+// pods (nominated to the node) were there first, and booked if it still fits
+// what is booked.
+func (l *Books) ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -78,7 +118,7 @@ func (l *Books) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment,
 		l.books.Release(uid) // a retried pod: its previous attempt's holding goes
 		delete(l.seen, uid)
 	}
-	a, err := l.books.Fit(node, req, now)
+	a, err := l.books.FitWith(node, req, now, o)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ const (
 	resultNoFit      = "no_fit"     // Filter: it does not
 	resultWidened    = "widened"    // PostFilter: retried on every node
 	resultParked     = "parked"     // PostFilter: waits for capacity
+	resultPreempted  = "preempted"  // PostFilter: victims chosen and being evicted
 	resultReserved   = "reserved"   // Reserve: GPUs booked
 	resultConflict   = "conflict"   // Reserve: lost a race since Filter
 	resultBound      = "bound"      // Bind: bound with the assignment

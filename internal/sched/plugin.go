@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
@@ -27,6 +29,7 @@ const stateKey fwk.StateKey = Name
 
 var (
 	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.PreEnqueuePlugin  = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
@@ -49,6 +52,11 @@ type Plugin struct {
 	candidates int
 	// metrics: decisions and latencies (nil: none).
 	metrics *pluginMetrics
+	// nominated lists the pods nominated to a node (the framework's
+	// nominator; nil: none), held for in Reserve.
+	nominated func(node string) []fwk.PodInfo
+	// preempt chooses and evicts victims for GPU pods (nil: no preemption).
+	preempt *preemptor
 }
 
 // cycle is the per-pod scheduling-cycle state.
@@ -60,9 +68,36 @@ type cycle struct {
 	got      *api.Assignment
 	// boundByUs: our Bind wrote the assignment with the binding.
 	boundByUs bool
+	// over: per node, the pods AddPod and RemovePod put on or took off it
+	// (preemption's dry run, nominated pods); Filter decides on it.
+	over map[string]*alloc.Overlay
 }
 
-func (c *cycle) Clone() fwk.StateData { return c }
+// Clone copies the cycle for a what-if (the framework clones the state for
+// preemption's dry run and for nominated pods): its overlays are its own.
+func (c *cycle) Clone() fwk.StateData {
+	n := *c
+	if c.over != nil {
+		n.over = make(map[string]*alloc.Overlay, len(c.over))
+		for k, o := range c.over {
+			n.over[k] = o.Clone()
+		}
+	}
+	return &n
+}
+
+// overlay returns the node's overlay, made on first use.
+func (c *cycle) overlay(node string) *alloc.Overlay {
+	if c.over == nil {
+		c.over = map[string]*alloc.Overlay{}
+	}
+	o := c.over[node]
+	if o == nil {
+		o = &alloc.Overlay{}
+		c.over[node] = o
+	}
+	return o
+}
 
 // Name implements fwk.Plugin.
 func (p *Plugin) Name() string { return Name }
@@ -111,17 +146,57 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	return nil, nil
 }
 
-// PreFilterExtensions implements fwk.PreFilterPlugin.
-func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+// PreFilterExtensions implements fwk.PreFilterPlugin: AddPod and RemovePod.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
 
-// Filter admits nodes with enough healthy, idle-enough GPU capacity.
+// AddPod puts a pod on the node in this cycle's view: a pod RemovePod took
+// off counts again; a pod not booked (one nominated to the node) is placed
+// there before the pod being scheduled.
+func (p *Plugin) AddPod(_ context.Context, state fwk.CycleState, _ *corev1.Pod, add fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return nil
+	}
+	pod, node := add.GetPod(), ni.Node().Name
+	uid := string(pod.UID)
+	o := c.overlay(node)
+	if o.Restore(uid) || p.alloc.Holds(uid, node) {
+		return nil
+	}
+	if req, err := api.ParseRequest(pod); err == nil && !req.Empty() {
+		o.Add(uid, req)
+	}
+	return nil
+}
+
+// RemovePod takes a pod off the node in this cycle's view: its GPUs, units
+// and memory count as free (preemption's dry run of evicting it).
+func (p *Plugin) RemovePod(_ context.Context, state fwk.CycleState, _ *corev1.Pod, rm fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return nil
+	}
+	uid, node := string(rm.GetPod().UID), ni.Node().Name
+	c.overlay(node).Remove(uid, p.alloc.Holds(uid, node))
+	return nil
+}
+
+// Filter admits nodes with enough healthy, idle-enough GPU capacity, as this
+// cycle's view of the node has it.
 func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	c, ok := readCycle(state)
 	if !ok {
 		return fwk.AsStatus(errNoState)
 	}
 	start := time.Now()
-	if err := p.alloc.Check(ni.Node().Name, c.req); err != nil {
+	node := ni.Node().Name
+	var err error
+	if o := c.over[node]; !o.Empty() {
+		err = p.alloc.CheckWith(node, c.req, o)
+	} else {
+		err = p.alloc.Check(node, c.req)
+	}
+	if err != nil {
 		p.metrics.done(pointFilter, resultNoFit, start)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
@@ -130,23 +205,47 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 }
 
 // PostFilter handles a GPU pod that fit nowhere: if only candidate nodes
-// were tried, it is retried at once against every node; otherwise it is
-// parked until capacity is freed. It never makes a pod schedulable itself.
-func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+// were tried, it is retried at once against every node; otherwise it
+// preempts lower-priority pods where that makes room (preempt.go), and is
+// parked until capacity is freed. For GPU pods it is the last PostFilter
+// plugin to run: DefaultPreemption after it would choose other victims and
+// overrule PodDisruptionBudgets. Pods without GPUs are left to the next one.
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c, ok := readCycle(state)
-	switch {
-	case !ok:
-	case c.narrowed: // other plugins rejected our candidates: retry on all nodes now
-		start := time.Now()
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	start := time.Now()
+	if c.narrowed { // other plugins rejected our candidates: retry on all nodes now
 		p.wait.widen(pod)
 		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		p.metrics.done(pointPostFilter, resultWidened, start)
-	default:
-		start := time.Now()
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "retrying on every node")
+	}
+	if p.preempt == nil {
 		p.wait.park(ctx, pod, c.gen)
 		p.metrics.done(pointPostFilter, resultParked, start)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable)
 	}
-	return nil, fwk.NewStatus(fwk.Unschedulable)
+	r, st := p.preempt.ev.Preempt(ctx, state, pod, m)
+	p.wait.park(ctx, pod, c.gen)
+	if st.IsSuccess() {
+		p.metrics.done(pointPostFilter, resultPreempted, start)
+		return r, st
+	}
+	p.metrics.done(pointPostFilter, resultParked, start)
+	if st.Code() == fwk.Error {
+		return r, st
+	}
+	return r, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "preemption: "+st.Message())
+}
+
+// PreEnqueue holds back a pod whose victims are still being evicted.
+func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
+	if p.preempt != nil && p.preempt.exec.IsPodRunningPreemption(pod.UID) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "waiting for the pods it preempts to be evicted")
+	}
+	return nil
 }
 
 // Score rates a node that passed Filter by placement policy.
@@ -172,7 +271,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		return nil
 	}
 	start := time.Now()
-	a, err := p.alloc.Reserve(string(pod.UID), node, c.req)
+	a, err := p.alloc.ReserveWith(string(pod.UID), node, c.req, p.heldFor(pod, node))
 	if err != nil {
 		p.metrics.done(pointReserve, resultConflict, start)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
@@ -181,6 +280,31 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	p.wait.forget(pod)
 	c.got = a
 	return nil
+}
+
+// heldFor is what Reserve leaves for the pods nominated to node of at least
+// the pod's priority (they preempted for it: Filter counted them too), so
+// that the GPUs chosen now are not the ones they need.
+func (p *Plugin) heldFor(pod *corev1.Pod, node string) *alloc.Overlay {
+	if p.nominated == nil {
+		return nil
+	}
+	var o *alloc.Overlay
+	prio := corev1helpers.PodPriority(pod)
+	for _, pi := range p.nominated(node) {
+		np := pi.GetPod()
+		uid := string(np.UID)
+		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || p.alloc.Holds(uid, node) {
+			continue
+		}
+		if req, err := api.ParseRequest(np); err == nil && !req.Empty() {
+			if o == nil {
+				o = &alloc.Overlay{}
+			}
+			o.Add(uid, req)
+		}
+	}
+	return o
 }
 
 // Unreserve returns the pod's GPUs when a later step fails.

@@ -75,7 +75,8 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 		klog.FromContext(ctx).Info("plugin metrics already registered by another profile; this one's are not served", "err", err)
 	}
 	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
-		metrics: pm}
+		metrics: pm, nominated: h.NominatedPodsForNode}
+	p.preempt = newPreemptor(h, books)
 	if err := watchGPUNodes(ctx, gc, books, w); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,9 @@ func SchedulerConfig(kubeconfig string, o SchedulerOptions) string {
 		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n      - {name: GPUSlice, weight: 10}\n")
 		// GPUSlice binds GPU pods (with their assignment), DefaultBinder the rest.
 		fmt.Fprintf(&b, "    bind:\n      disabled: [{name: DefaultBinder}]\n      enabled: [{name: GPUSlice}, {name: DefaultBinder}]\n")
+		// GPUSlice preempts for GPU pods (the fewest victims on one GPU, PDBs
+		// respected), DefaultPreemption for the rest.
+		fmt.Fprintf(&b, "    postFilter:\n      disabled: [{name: DefaultPreemption}]\n      enabled: [{name: GPUSlice}, {name: DefaultPreemption}]\n")
 		fmt.Fprintf(&b, "  pluginConfig:\n  - name: GPUSlice\n    args: %s\n", args)
 		fmt.Fprintf(&b, "  - name: NodeResourcesFit\n    args: {ignoredResourceGroups: [gpuslice.io]}\n")
 	}
