@@ -25,6 +25,8 @@ func main() {
 	flag.IntVar(&o.gpus, "gpus", 8, "GPUs per node")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent pod creators")
 	flag.IntVar(&o.rounds, "rounds", 2, "alternating stock/gpuslice rounds per scale (the box is noisy)")
+	flag.IntVar(&o.preemptNodes, "preempt-nodes", 1000, "scale (node count) whose cluster also runs the preemption phase (0: none)")
+	flag.IntVar(&o.preemptors, "preemptors", 200, "priority-1000 pods of the preemption phase")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
 	var draScale int
 	flag.IntVar(&draScale, "dra-nodes", 1000, "the node count at which the DRA part runs (0: none)")
@@ -36,7 +38,8 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
-	var last, draLine string
+	var last string
+	var before []string // lines before the last one: preemption, DRA
 	for _, f := range strings.Fields(scales) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
@@ -48,18 +51,18 @@ func main() {
 		if n != draScale {
 			dra.draPods = 0
 		}
-		line, dl, err := runScale(ctx, dra)
+		line, more, err := runScale(ctx, dra)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %d nodes: %v\n", n, err)
 			os.Exit(1)
 		}
 		last = line
-		if dl != "" {
-			draLine = dl
-		}
+		before = append(before, more...)
 	}
-	if draLine != "" { // "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s"
-		fmt.Println(draLine)
+	// "preemption p99 <ms> ms from creation to binding, <v> victims per preemption",
+	// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s"
+	for _, l := range before {
+		fmt.Println(l)
 	}
 	fmt.Println(last)
 }

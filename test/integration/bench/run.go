@@ -24,6 +24,9 @@ type options struct {
 	// draPods > 0 runs the DRA part (dra.go) at this scale, with that many
 	// pods per run.
 	draPods int
+	// preemptNodes: the scale whose cluster also runs the preemption
+	// phase (0: none), with preemptors pods.
+	preemptNodes, preemptors int
 }
 
 // result is one scheduler's run.
@@ -38,69 +41,79 @@ type result struct {
 }
 
 // runScale brings up a cluster of o.nodes KWOK nodes and runs stock, ours
-// (binpack) and ours (spread) on the same pods, then the DRA part where
-// o.draPods > 0; it returns the summary line and the DRA line ("" without).
-func runScale(ctx context.Context, o options) (string, string, error) {
+// (binpack) and ours (spread) on the same pods, then the preemption phase
+// at o.preemptNodes and the DRA part where o.draPods > 0; it returns the
+// summary line and the lines that go before it (preemption, DRA).
+func runScale(ctx context.Context, o options) (string, []string, error) {
 	bins, err := harness.FindBinaries()
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	dir, err := os.MkdirTemp("", "gpuslice-bench-")
 	if err != nil {
-		return "", "", fmt.Errorf("temp dir: %w", err)
+		return "", nil, fmt.Errorf("temp dir: %w", err)
 	}
 	if !o.keep {
 		defer os.RemoveAll(dir)
 	}
 	cp, err := harness.StartControlPlane(ctx, bins, dir)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	defer cp.Stop()
 	if err := cp.InstallCRDs(ctx); err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	kwok, err := cp.StartKwok(bins)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	defer kwok.Stop()
 	start := time.Now()
 	if err := createNodes(ctx, cp, o); err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	fmt.Printf("== %d nodes x %d GPUs ready in %.1fs (KWOK), %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.pods)
 	var stock, ours []result
 	for r := 0; r < max(o.rounds, 1); r++ { // alternate, so load from elsewhere hits both
 		sr, err := runOne(ctx, cp, o, bins.Path("kube-scheduler"), fmt.Sprintf("stock-%d", r), harness.SchedulerOptions{SchedulerName: fmt.Sprintf("stock-%d", r)})
 		if err != nil {
-			return "", "", err
+			return "", nil, err
 		}
 		printResult(sr)
 		name := fmt.Sprintf("gpuslice-binpack-%d", r)
 		gr, err := runOne(ctx, cp, o, o.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true,
 			Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
 		if err != nil {
-			return "", "", err
+			return "", nil, err
 		}
 		printResult(gr)
 		stock, ours = append(stock, sr), append(ours, gr)
 	}
 	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, Args: "{placement: spread, heartbeatTimeout: 1h}"})
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	printResult(spread)
+	var more []string
+	if o.nodes == o.preemptNodes {
+		pr, err := runPreemption(ctx, cp, o)
+		if err != nil {
+			return "", nil, fmt.Errorf("preemption: %w", err)
+		}
+		more = append(more, pr.line())
+	}
 	s, g := mean(stock), mean(ours)
 	fmt.Printf("mean over %d rounds: stock %.1f pods/s (CPU %.1f s), gpuslice binpack %.1f pods/s (CPU %.1f s)\n", len(stock), s.podsPerSec, s.cpu, g.podsPerSec, g.cpu)
-	var draLine string
 	if o.draPods > 0 {
-		if draLine, err = runDRA(ctx, cp, o, bins.Path("kube-scheduler")); err != nil {
-			return "", "", fmt.Errorf("DRA: %w", err)
+		draLine, err := runDRA(ctx, cp, o, bins.Path("kube-scheduler"))
+		if err != nil {
+			return "", nil, fmt.Errorf("DRA: %w", err)
 		}
+		more = append(more, draLine)
 	}
 	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
-		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), draLine, nil
+		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), more, nil
 }
 
 // mean averages throughput, CPU and p99 latency over rounds.

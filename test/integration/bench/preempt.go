@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+// Preemption phase: every GPU of the cluster is held by priority-0 pods,
+// already bound (as a running workload would be: created with their node
+// and assignment): on each node GPUs 0-5 whole, GPUs 6 and 7 by two 50-unit
+// shares each. Then preemptors of priority 1000 arrive from 16 clients:
+// shares of 50 units, 80 units and whole GPUs, each needing one victim at
+// best. Latency is creation -> bound seen, as for the main runs; victims per
+// preemption = filler pods gone / preemptors.
+const (
+	fillerWhole   = 6 // whole-GPU fillers per node, on GPUs 0..5
+	preemptorPrio = 1000
+)
+
+// preemptResult is the phase's figures.
+type preemptResult struct {
+	preemptors, victims int
+	p50, p99            time.Duration
+	overcommitted       int
+}
+
+func (r preemptResult) line() string {
+	return fmt.Sprintf("preemption p99 %d ms from creation to binding, %.2f victims per preemption", r.p99.Milliseconds(), float64(r.victims)/float64(r.preemptors))
+}
+
+// runPreemption runs the phase with gpuslice-scheduler (binpack).
+func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (preemptResult, error) {
+	var res preemptResult
+	const ns = "preempt"
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("namespace: %w", err)
+	}
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-high"}, Value: preemptorPrio}
+	if _, err := cp.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("priority class: %w", err)
+	}
+	start := time.Now()
+	fillers, err := fill(ctx, cp, ns, o)
+	if err != nil {
+		return res, err
+	}
+	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound in %.1fs)\n", fillers, time.Since(start).Seconds())
+	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}
+	sched, err := cp.StartScheduler(ctx, o.scheduler, so.SchedulerName, so)
+	if err != nil {
+		return res, err
+	}
+	defer sched.Stop()
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen, err := watchBound(ictx, cp, ns)
+	if err != nil {
+		return res, err
+	}
+	n := o.preemptors
+	created := make([]time.Time, n)
+	var mu sync.Mutex
+	go func() {
+		_ = parallel(o.clients, n, func(i int) error {
+			req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
+			p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, req)
+			p.Spec.PriorityClassName = pc.Name
+			mu.Lock()
+			created[i] = time.Now()
+			mu.Unlock()
+			_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		})
+	}()
+	bound, err := waitBound(ctx, seen, n, sched) // fillers (f-) are not recorded
+	if err != nil {
+		return res, err
+	}
+	mu.Lock()
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		lat = append(lat, bound[i].Sub(created[i]))
+	}
+	mu.Unlock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	res.preemptors, res.p50, res.p99 = n, lat[n/2], lat[n*99/100]
+	left, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "bench.gpuslice.io/filler"})
+	if err != nil {
+		return res, err
+	}
+	res.victims = fillers - len(left.Items)
+	books, err := harness.ReadBooks(ctx, cp, ns, "kwok-")
+	if err != nil {
+		return res, err
+	}
+	res.overcommitted = len(books.Problems)
+	if res.overcommitted > 0 {
+		return res, fmt.Errorf("after preemption: %s", strings.Join(books.Problems, "; "))
+	}
+	fmt.Printf("preemption: %d preemptors bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d\n",
+		n, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted)
+	return res, clearPods(ctx, cp, ns)
+}
+
+// fill creates the bound priority-0 pods holding every GPU and returns how
+// many there are.
+func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (int, error) {
+	type filler struct {
+		node string
+		gpu  int
+		a    api.GPUAssignment
+	}
+	var fs []filler
+	for i := 0; i < o.nodes; i++ {
+		node := fmt.Sprintf("kwok-%05d", i)
+		for g := 0; g < o.gpus; g++ {
+			uuid := fmt.Sprintf("GPU-%s-%d", node, g)
+			if g < fillerWhole {
+				fs = append(fs, filler{node, g, api.GPUAssignment{Index: int32(g), UUID: uuid, Units: api.DefaultUnitsPerGPU, MemoryBytes: 80 * harness.GiB, Exclusive: true}})
+				continue
+			}
+			for range 2 {
+				fs = append(fs, filler{node, g, api.GPUAssignment{Index: int32(g), UUID: uuid, Units: 50, MemoryBytes: 8 * harness.GiB}})
+			}
+		}
+	}
+	err := parallel(32, len(fs), func(i int) error {
+		f := fs[i]
+		req := harness.GPURequest{Units: f.a.Units, Memory: f.a.MemoryBytes}
+		if f.a.Exclusive {
+			req = harness.GPURequest{GPUs: 1}
+		}
+		p := harness.Pod(ns, fmt.Sprintf("f-%06d", i), "none", req)
+		a := api.Assignment{Version: api.AssignmentVersion, Node: f.node, Containers: []api.ContainerAssignment{{Name: "main", GPUs: []api.GPUAssignment{f.a}}}}
+		raw, err := a.Marshal()
+		if err != nil {
+			return err
+		}
+		p.Spec.NodeName = f.node
+		p.Labels = map[string]string{"bench.gpuslice.io/filler": "true"}
+		p.Annotations = map[string]string{api.AnnotationAssignment: string(raw)}
+		_, err = cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("filler pods: %w", err)
+	}
+	return len(fs), nil
+}
