@@ -77,6 +77,17 @@ func (e *env) present(t *testing.T, ns string) []string {
 	return out
 }
 
+// preemptSetup starts a test of one node with gpus GPUs, its scheduler and
+// a PriorityClass of 1000.
+func preemptSetup(t *testing.T, gpus int) (e *env, ns, sched, high string) {
+	t.Helper()
+	e, ns = setup(t)
+	e.nodes(t, ns+"-n", 1, gpus)
+	sched = ns + "-sched"
+	e.startScheduler(t, sched, staticRows)
+	return e, ns, sched, e.priorityClass(t, ns, 1000)
+}
+
 // preemptAndCheck creates the high-priority pod, waits until it is bound
 // and checks that exactly the pods in evicted are gone and nothing is
 // over-committed.
@@ -105,11 +116,7 @@ func (e *env) preemptAndCheck(t *testing.T, ns, sched, class string, req harness
 // on one GPU) and is bound; DefaultPreemption would have evicted from the
 // oldest pods down.
 func TestPreemptFewestOnOneGPU(t *testing.T) {
-	e, ns := setup(t)
-	e.nodes(t, ns+"-n", 1, 2)
-	sched := ns + "-sched"
-	e.startScheduler(t, sched, staticRows)
-	high := e.priorityClass(t, ns, 1000)
+	e, ns, sched, high := preemptSetup(t, 2)
 	mem := harness.GiB
 	fill := []filler{{name: "big", req: harness.GPURequest{Units: 60, Memory: mem}},
 		{name: "s1", req: harness.GPURequest{Units: 20, Memory: mem}}, {name: "s2", req: harness.GPURequest{Units: 20, Memory: mem}}}
@@ -123,11 +130,7 @@ func TestPreemptFewestOnOneGPU(t *testing.T) {
 // TestPreemptFewestMixedSizes: one GPU of 40, 10, 10, 10, 10 and 20 units;
 // 50 units asked: two victims, the 40-unit pod among them.
 func TestPreemptFewestMixedSizes(t *testing.T) {
-	e, ns := setup(t)
-	e.nodes(t, ns+"-n", 1, 1)
-	sched := ns + "-sched"
-	e.startScheduler(t, sched, staticRows)
-	high := e.priorityClass(t, ns, 1000)
+	e, ns, sched, high := preemptSetup(t, 1)
 	var fill []filler
 	for i, u := range []int64{40, 10, 10, 10, 10, 20} {
 		fill = append(fill, filler{name: "f-" + strconv.Itoa(i), req: harness.GPURequest{Units: u, Memory: harness.GiB}})
@@ -152,11 +155,7 @@ func TestPreemptFewestMixedSizes(t *testing.T) {
 // TestPreemptMemoryOnly: memory-only shares of 8, 2, 2 and 4 GiB fill a
 // 16 GiB GPU; a pod asking for 8 GiB evicts the 8 GiB one.
 func TestPreemptMemoryOnly(t *testing.T) {
-	e, ns := setup(t)
-	e.nodes(t, ns+"-n", 1, 1)
-	sched := ns + "-sched"
-	e.startScheduler(t, sched, staticRows)
-	high := e.priorityClass(t, ns, 1000)
+	e, ns, sched, high := preemptSetup(t, 1)
 	var fill []filler
 	for i, g := range []int64{2, 8, 2, 4} {
 		fill = append(fill, filler{name: "m-" + strconv.Itoa(i), req: harness.GPURequest{Memory: g * harness.GiB}})
@@ -168,11 +167,7 @@ func TestPreemptMemoryOnly(t *testing.T) {
 // TestPreemptWholeGPU: GPU 0 is held whole by one pod, GPU 1 shared by
 // three; a priority-1000 whole-GPU pod evicts the one whole holder.
 func TestPreemptWholeGPU(t *testing.T) {
-	e, ns := setup(t)
-	e.nodes(t, ns+"-n", 1, 2)
-	sched := ns + "-sched"
-	e.startScheduler(t, sched, staticRows)
-	high := e.priorityClass(t, ns, 1000)
+	e, ns, sched, high := preemptSetup(t, 2)
 	fill := []filler{{name: "w", req: harness.GPURequest{GPUs: 1}}}
 	for _, n := range names("s", 3) {
 		fill = append(fill, filler{name: n, req: harness.GPURequest{Units: 30, Memory: harness.GiB}})
@@ -186,11 +181,7 @@ func TestPreemptWholeGPU(t *testing.T) {
 // reason naming the budget, and nothing is evicted; once the budget is
 // deleted, it preempts and is bound.
 func TestPreemptRespectsPDB(t *testing.T) {
-	e, ns := setup(t)
-	e.nodes(t, ns+"-n", 1, 1)
-	sched := ns + "-sched"
-	e.startScheduler(t, sched, staticRows)
-	high := e.priorityClass(t, ns, 1000)
+	e, ns, sched, high := preemptSetup(t, 1)
 	var fill []filler
 	for _, n := range names("b", 4) {
 		fill = append(fill, filler{name: n, req: harness.GPURequest{Units: 25, Memory: harness.GiB}, mut: []func(*corev1.Pod){withLabel("app", "batch")}})
