@@ -129,3 +129,15 @@ func TestNominatedPodHoldsItsShare(t *testing.T) {
 		t.Fatalf("higher-priority pod held back by a lower nominated one: %v", st)
 	}
 }
+
+// TestCandidateCount: as DefaultPreemption, 10 % of the nodes, at least 100,
+// never more than there are.
+func TestCandidateCount(t *testing.T) {
+	pr := &preemptor{}
+	for _, tc := range []struct{ nodes, want int32 }{{0, 0}, {5, 5}, {100, 100}, {500, 100}, {1000, 100}, {5000, 500}} {
+		off, n := pr.GetOffsetAndNumCandidates(tc.nodes)
+		if n != tc.want || off < 0 || (tc.nodes > 0 && off >= tc.nodes) {
+			t.Errorf("%d nodes: offset %d, %d candidates; want %d", tc.nodes, off, n, tc.want)
+		}
+	}
+}
