@@ -73,7 +73,7 @@ func TestDRAPreemptionConsumableCapacity(t *testing.T) {
 	})
 	high := e.priorityClass(t, ns, 1000)
 	for _, name := range []string{"lo-0", "lo-1"} {
-		e.draPod(t, ns, name, sched, class, "")
+		e.draPod(t, ns, name, sched, class)
 	}
 	e.waitBound(t, ns, "lo-0", "lo-1")
 	e.draPod(t, ns, "hi", sched, class, high)
@@ -87,7 +87,7 @@ func TestDRAPreemptionConsumableCapacity(t *testing.T) {
 
 // draPod creates a ResourceClaim asking for 50 units and 4 GiB of the class
 // and a pod using it.
-func (e *env) draPod(t *testing.T, ns, name, sched, class, priorityClass string) {
+func (e *env) draPod(t *testing.T, ns, name, sched, class string, mut ...func(*corev1.Pod)) {
 	t.Helper()
 	ctx := context.Background()
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: resourcev1.ResourceClaimSpec{
@@ -101,7 +101,9 @@ func (e *env) draPod(t *testing.T, ns, name, sched, class, priorityClass string)
 	}
 	pod := harness.Pod(ns, name, sched, harness.GPURequest{})
 	pod.Spec.NodeSelector = map[string]string{groupLabel: ns}
-	pod.Spec.PriorityClassName = priorityClass
+	for _, m := range mut {
+		m(pod)
+	}
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}}
 	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 	if _, err := e.cp.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -58,11 +58,12 @@ func TestPreemptionChurn(t *testing.T) {
 	}
 	sched := ns + "-sched"
 	e.startScheduler(t, sched, staticRows)
-	classes := map[int32]string{100: e.priorityClass(t, ns, 100), 1000: e.priorityClass(t, ns, 1000)}
+	classes := map[int32]func(*corev1.Pod){100: e.priorityClass(t, ns, 100), 1000: e.priorityClass(t, ns, 1000)}
 	ctx := context.Background()
 	pods := e.cp.Client.CoreV1().Pods(ns)
 	r := rand.New(rand.NewPCG(25, 1))
 	created := map[string]churnPod{}
+	byUID := map[string]string{} // pod UID -> name
 	deleted := map[string]bool{}
 	var live []string
 	zero := int64(0)
@@ -82,10 +83,19 @@ func TestPreemptionChurn(t *testing.T) {
 		cp := churnPod{prio: prio, req: churnRequest(r, prio == 1000)}
 		var mut []func(*corev1.Pod)
 		if prio > 0 {
-			mut = append(mut, withPriority(classes[prio]))
+			mut = append(mut, classes[prio])
 		}
-		e.createPod(t, ns, name, sched, cp.req, mut...)
+		pod := harness.Pod(ns, name, sched, cp.req)
+		pod.Spec.NodeSelector = map[string]string{groupLabel: ns}
+		for _, m := range mut {
+			m(pod)
+		}
+		got, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		created[name] = cp
+		byUID[string(got.UID)] = name
 		live = append(live, name)
 		if i%perStep == perStep-1 {
 			time.Sleep(200 * time.Millisecond)
@@ -103,12 +113,12 @@ func TestPreemptionChurn(t *testing.T) {
 		}
 	}
 	e.waitBound(t, ns, high...)
-	e.checkEvictions(t, ns, created, deleted)
+	e.checkEvictions(t, ns, created, byUID, deleted)
 }
 
 // checkEvictions checks every Preempted event against the pods' priorities
 // and that every pod gone was deleted by the test or preempted.
-func (e *env) checkEvictions(t *testing.T, ns string, created map[string]churnPod, deleted map[string]bool) {
+func (e *env) checkEvictions(t *testing.T, ns string, created map[string]churnPod, byUID map[string]string, deleted map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
 	evs, err := e.cp.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
@@ -120,13 +130,16 @@ func (e *env) checkEvictions(t *testing.T, ns string, created map[string]churnPo
 		if ev.Reason != "Preempted" {
 			continue
 		}
-		victim := ev.Regarding.Name
-		if ev.Related == nil {
-			t.Fatalf("Preempted event on %s names no preemptor: %q", victim, ev.Note)
+		// "Preempted by pod <uid> on node <node>"
+		victim, by := ev.Regarding.Name, ""
+		if f := strings.Fields(ev.Note); len(f) >= 4 && f[0] == "Preempted" && f[2] == "pod" {
+			by = byUID[f[3]]
 		}
-		v, p := created[victim], created[ev.Related.Name]
-		if v.prio >= p.prio {
-			t.Errorf("%s (priority %d) was evicted for %s (priority %d)", victim, v.prio, ev.Related.Name, p.prio)
+		if by == "" {
+			t.Fatalf("Preempted event on %s names no pod of the test: %q", victim, ev.Note)
+		}
+		if v, p := created[victim], created[by]; v.prio >= p.prio {
+			t.Errorf("%s (priority %d) was evicted for %s (priority %d)", victim, v.prio, by, p.prio)
 		}
 		preempted[victim] = true
 	}

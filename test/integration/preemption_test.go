@@ -22,8 +22,10 @@ import (
 )
 
 // priorityClass creates a PriorityClass of the given value for the test
-// (deleted at its end) and returns its name.
-func (e *env) priorityClass(t *testing.T, ns string, value int32) string {
+// (deleted at its end) and returns what puts a pod in it: the class name and
+// the priority the Priority admission plugin would set (the harness's API
+// server runs without it).
+func (e *env) priorityClass(t *testing.T, ns string, value int32) func(*corev1.Pod) {
 	t.Helper()
 	name := ns + "-p" + strconv.Itoa(int(value))
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
@@ -33,11 +35,10 @@ func (e *env) priorityClass(t *testing.T, ns string, value int32) string {
 	t.Cleanup(func() {
 		_ = e.cp.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	return name
-}
-
-func withPriority(class string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.Spec.PriorityClassName = class }
+	return func(p *corev1.Pod) {
+		p.Spec.PriorityClassName = name
+		p.Spec.Priority = &value
+	}
 }
 
 func withLabel(k, v string) func(*corev1.Pod) {
@@ -79,7 +80,7 @@ func (e *env) present(t *testing.T, ns string) []string {
 
 // preemptSetup starts a test of one node with gpus GPUs, its scheduler and
 // a PriorityClass of 1000.
-func preemptSetup(t *testing.T, gpus int) (e *env, ns, sched, high string) {
+func preemptSetup(t *testing.T, gpus int) (e *env, ns, sched string, high func(*corev1.Pod)) {
 	t.Helper()
 	e, ns = setup(t)
 	e.nodes(t, ns+"-n", 1, gpus)
@@ -91,10 +92,10 @@ func preemptSetup(t *testing.T, gpus int) (e *env, ns, sched, high string) {
 // preemptAndCheck creates the high-priority pod, waits until it is bound
 // and checks that exactly the pods in evicted are gone and nothing is
 // over-committed.
-func (e *env) preemptAndCheck(t *testing.T, ns, sched, class string, req harness.GPURequest, evicted []string) {
+func (e *env) preemptAndCheck(t *testing.T, ns, sched string, class func(*corev1.Pod), req harness.GPURequest, evicted []string) {
 	t.Helper()
 	before := e.present(t, ns)
-	e.createPod(t, ns, "hi", sched, req, withPriority(class))
+	e.createPod(t, ns, "hi", sched, req, class)
 	e.waitBound(t, ns, "hi")
 	var want []string
 	for _, n := range before {
@@ -137,7 +138,7 @@ func TestPreemptFewestMixedSizes(t *testing.T) {
 	}
 	e.fillInOrder(t, ns, sched, fill)
 	before := e.present(t, ns)
-	e.createPod(t, ns, "hi", sched, harness.GPURequest{Units: 50, Memory: harness.GiB}, withPriority(high))
+	e.createPod(t, ns, "hi", sched, harness.GPURequest{Units: 50, Memory: harness.GiB}, high)
 	e.waitBound(t, ns, "hi")
 	got := e.present(t, ns)
 	var gone []string
@@ -197,7 +198,7 @@ func TestPreemptRespectsPDB(t *testing.T) {
 	// The scheduler must see the budget before the pod arrives.
 	time.Sleep(time.Second)
 	before := e.present(t, ns)
-	e.createPod(t, ns, "hi", sched, harness.GPURequest{Units: 50, Memory: harness.GiB}, withPriority(high))
+	e.createPod(t, ns, "hi", sched, harness.GPURequest{Units: 50, Memory: harness.GiB}, high)
 	msg := e.waitReason(t, ns, "hi", "PodDisruptionBudget "+ns+"/keep-batch")
 	t.Logf("pending: %s", msg)
 	e.stayPending(t, ns, "hi", 2*time.Second)

@@ -76,6 +76,8 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 			req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
 			p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, req)
 			p.Spec.PriorityClassName = pc.Name
+			prio := int32(preemptorPrio)
+			p.Spec.Priority = &prio // the harness's API server runs without the Priority admission plugin
 			mu.Lock()
 			created[i] = time.Now()
 			mu.Unlock()
