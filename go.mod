@@ -144,7 +144,7 @@ require (
 	k8s.io/cri-api v0.37.2
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
-	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
+	k8s.io/dynamic-resource-allocation v0.37.2
 	k8s.io/kms v0.37.2 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/mount-utils v0.0.0 // indirect

@@ -1,0 +1,88 @@
+package gpucdi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// ClaimKind is the CDI kind of the DRA driver's per-claim specs: one spec per
+// prepared ResourceClaim, one device in it named by the claim's UID, holding
+// everything a container using the claim gets (the GPUs' nodes, the control
+// devices, the library and /etc/ld.so.preload, the claim's group directory
+// read-only with its state file, the daemon socket, the environment).
+const ClaimKind = "gpuslice.io/claim"
+
+// ClaimDevice is the fully qualified CDI device name of a claim.
+func ClaimDevice(uid string) string { return ClaimKind + "=" + uid }
+
+// claimSpecName is the spec's file name (without extension) of a claim.
+func claimSpecName(uid string) string { return "gpuslice.io-claim_" + uid }
+
+// ClaimSpec returns the CDI spec of claim uid from the edits a device plugin
+// Allocate answer would carry (r: devices, mounts, environment).
+func ClaimSpec(uid string, r *pluginapi.ContainerAllocateResponse) (*specs.Spec, error) {
+	if err := parser.ValidateDeviceName(uid); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", uid, err)
+	}
+	var e specs.ContainerEdits
+	keys := make([]string, 0, len(r.Envs))
+	for k := range r.Envs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		e.Env = append(e.Env, k+"="+r.Envs[k])
+	}
+	for _, d := range r.Devices {
+		e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
+	}
+	for _, m := range r.Mounts {
+		opts := []string{"rw", "nosuid", "nodev", "bind"}
+		if m.ReadOnly {
+			opts[0] = "ro"
+		}
+		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts})
+	}
+	s := &specs.Spec{Kind: ClaimKind, Devices: []specs.Device{{Name: uid, ContainerEdits: e}}}
+	v, err := specs.MinimumRequiredVersion(s)
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec version: %w", err)
+	}
+	s.Version = v
+	return s, nil
+}
+
+// WriteClaim validates a claim's spec with the CDI library and writes it
+// into dir (created if missing), replacing an older one atomically.
+func WriteClaim(dir, uid string, spec *specs.Spec) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("CDI spec dir: %w", err)
+	}
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil && c == nil {
+		return fmt.Errorf("CDI cache: %w", err)
+	}
+	if err := c.WriteSpec(spec, claimSpecName(uid)+".json"); err != nil {
+		return fmt.Errorf("write CDI spec of claim %s: %w", uid, err)
+	}
+	return nil
+}
+
+// RemoveClaim removes a claim's spec (none: not an error).
+func RemoveClaim(dir, uid string) error {
+	var errs []error
+	for _, ext := range []string{".json", ".yaml"} {
+		if err := os.Remove(filepath.Join(dir, claimSpecName(uid)+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
