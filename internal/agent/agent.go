@@ -75,6 +75,7 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 		return err
 	}
 	p.addHealth()
+	p.env = env
 	return p.run(ctx)
 }
 
@@ -95,6 +96,7 @@ type parts struct {
 	ph      *pluginHealth
 	mon     *healthMonitor
 	kick    chan struct{} // publish the row now
+	env     map[string]string
 }
 
 // openGPUs finds the GPUs, writes their CDI spec, sets up their sharing
@@ -207,6 +209,9 @@ func (p *parts) run(ctx context.Context) error {
 	}
 	if cfg.HealthChecks {
 		g.Go(func() error { return p.mon.run(gctx) })
+	}
+	if cfg.DRA {
+		g.Go(func() error { return p.runDRA(gctx) })
 	}
 	pub := p.publisher(gctx)
 	g.Go(func() error { return pub.Run(gctx) })

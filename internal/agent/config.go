@@ -85,9 +85,14 @@ type Config struct {
 	// NVML queries (internal/health); HealthPeriod is how often each GPU
 	// is queried; HealthSkipXIDs are XIDs not critical beyond the
 	// application ones (13, 31, 43, 45, 68, 109).
-	HealthChecks   bool
-	HealthPeriod   time.Duration
-	HealthSkipXIDs []uint64
+	HealthChecks bool
+	// DRA runs the gpuslice.io DRA kubelet plugin (internal/dra): its socket
+	// and checkpoint in DRAPluginDir, registered in DRARegistrarDir, a CDI
+	// spec per prepared claim in DRACDIDir.
+	DRA                                      bool
+	DRAPluginDir, DRARegistrarDir, DRACDIDir string
+	HealthPeriod                             time.Duration
+	HealthSkipXIDs                           []uint64
 }
 
 // DefaultConfig returns the defaults for this environment.
@@ -117,6 +122,9 @@ func DefaultConfig(getenv func(string) string) Config {
 		MetricsAddress:    ":9446",
 		MetricsMaxGroups:  64,
 		HealthChecks:      true,
+		DRAPluginDir:      "/var/lib/kubelet/plugins/gpuslice.io",
+		DRARegistrarDir:   "/var/lib/kubelet/plugins_registry",
+		DRACDIDir:         "/var/run/cdi",
 		HealthPeriod:      5 * time.Second,
 	}
 }
@@ -132,6 +140,8 @@ func (c Config) Validate() error {
 		{"daemon.runDir (--run-dir)", c.RunDir}, {"daemon.socket (--socket)", c.Socket},
 		{"devicePlugin.pluginDir (--plugin-dir)", c.PluginDir}, {"devicePlugin.podResources (--pod-resources)", c.PodResources},
 		{"devRoot (--dev-root)", c.DevRoot}, {"sharing.mps.dir (--mps-dir)", c.MPSDir},
+		{"dra.pluginDir (--dra-plugin-dir)", c.DRAPluginDir}, {"dra.registrarDir (--dra-registrar-dir)", c.DRARegistrarDir},
+		{"dra.cdiDir (--dra-cdi-dir)", c.DRACDIDir},
 	} {
 		if !filepath.IsAbs(p.path) {
 			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.field, p.path))

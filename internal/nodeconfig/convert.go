@@ -26,6 +26,7 @@ func FromAgent(c agent.Config) v1.NodeConfig {
 			Servers: c.MPSServers, UnitsPerClient: c.MPSUnitsPerClient}},
 		Metrics: v1.Metrics{Address: c.MetricsAddress, MaxGroups: c.MetricsMaxGroups},
 		Health:  v1.Health{Enabled: c.HealthChecks, Period: duration(c.HealthPeriod), SkipXIDs: append([]uint64(nil), c.HealthSkipXIDs...)},
+		DRA:     v1.DRA{Enabled: c.DRA, PluginDir: c.DRAPluginDir, RegistrarDir: c.DRARegistrarDir, CDIDir: c.DRACDIDir},
 		Logging: logflags.Default(),
 	}
 }
@@ -49,6 +50,7 @@ func ToAgent(n v1.NodeConfig, base agent.Config) (agent.Config, error) {
 	c.MPSServers, c.MPSUnitsPerClient = n.Sharing.MPS.Servers, n.Sharing.MPS.UnitsPerClient
 	c.MetricsAddress, c.MetricsMaxGroups = n.Metrics.Address, n.Metrics.MaxGroups
 	c.HealthChecks, c.HealthSkipXIDs = n.Health.Enabled, append([]uint64(nil), n.Health.SkipXIDs...)
+	c.DRA, c.DRAPluginDir, c.DRARegistrarDir, c.DRACDIDir = n.DRA.Enabled, n.DRA.PluginDir, n.DRA.RegistrarDir, n.DRA.CDIDir
 	for _, d := range []struct {
 		field string
 		in    v1.Duration

@@ -86,6 +86,10 @@ func (f *flagSet) addSharing(c *v1.NodeConfig) {
 	f.integer("metrics-max-groups", "metrics.maxGroups", &c.Metrics.MaxGroups, "most groups per GPU with metric series of their own (the rest: group=\"_other\")")
 	f.boolean("health-checks", "health.enabled", &c.Health.Enabled, "withdraw GPUs that report a critical XID (NVML events) or fail NVML queries")
 	f.dur("health-period", "health.period", &c.Health.Period, "query each GPU's health this often")
+	f.boolean("dra", "dra.enabled", &c.DRA.Enabled, "run the gpuslice.io DRA kubelet plugin (ResourceSlices, Prepare of ResourceClaims)")
+	f.str("dra-plugin-dir", "dra.pluginDir", &c.DRA.PluginDir, "the DRA plugin's directory (its socket and checkpoint)")
+	f.str("dra-registrar-dir", "dra.registrarDir", &c.DRA.RegistrarDir, "the kubelet's plugin registration directory")
+	f.str("dra-cdi-dir", "dra.cdiDir", &c.DRA.CDIDir, "where the DRA plugin writes a CDI spec per prepared claim")
 	f.add("health-skip-xids", "health.skipXIDs", (*xidsValue)(&c.Health.SkipXIDs), "comma-separated XIDs that do not withdraw a GPU (beyond the application XIDs 13,31,43,45,68,109)")
 }
 

@@ -138,7 +138,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"apiVersion: gpuslice.io/v9\nkind: NodeConfig\n", `apiVersion "gpuslice.io/v9": this gpuslice-node reads gpuslice.io/v1alpha1`},
 		{header + "resync: 1s\nresync: 2s\n", `key "resync" already set`},
 		{header + "Resync: 1s\n", `unknown field "Resync"`},
-		{header + "dra: {enabled: true}\n", `unknown field "dra.enabled"`},
+		{header + "dra: {enable: true}\n", `unknown field "dra.enable"`},
 		{header + "daemon: {enabled: 3}\n", "daemon.enabled"},
 		{header + "health: {skipXIDs: [-1]}\n", "health.skipXIDs"},
 		{header + "a: [\n", "YAML"},
@@ -184,8 +184,8 @@ func TestSettings(t *testing.T) {
 			t.Errorf("fieldName(%s) = %s", s.field, fieldName(s.field))
 		}
 	}
-	if len(f.settings) != 31 {
-		t.Errorf("%d settings, want 31 (the 34 flags less the two ignored ones and --version)", len(f.settings))
+	if len(f.settings) != 35 {
+		t.Errorf("%d settings, want 35 (the 38 flags less the two ignored ones and --version)", len(f.settings))
 	}
 	if EnvName("slots-per-gpu") != "GPUSLICE_NODE_SLOTS_PER_GPU" {
 		t.Errorf("env name %s", EnvName("slots-per-gpu"))

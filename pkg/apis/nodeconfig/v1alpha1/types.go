@@ -135,6 +135,14 @@ type Health struct {
 	SkipXIDs []uint64 `json:"skipXIDs"`
 }
 
-// DRA is the DRA kubelet plugin's settings (dra.enabled and the rest are
-// added here with the plugin; an empty section is accepted meanwhile).
-type DRA struct{}
+// DRA is the gpuslice.io DRA kubelet plugin's settings (docs/dra.md).
+type DRA struct {
+	// Enabled runs the DRA kubelet plugin (--dra).
+	Enabled bool `json:"enabled"`
+	// PluginDir holds its socket and checkpoint (--dra-plugin-dir).
+	PluginDir string `json:"pluginDir"`
+	// RegistrarDir is the kubelet's plugin registration directory (--dra-registrar-dir).
+	RegistrarDir string `json:"registrarDir"`
+	// CDIDir is where the per-claim CDI specs are written (--dra-cdi-dir).
+	CDIDir string `json:"cdiDir"`
+}
