@@ -62,6 +62,20 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 		return res, err
 	}
 	defer sched.Stop()
+	// Start-up (informers listing every filler pod) is not measured: a pod
+	// without GPUs (the cluster has none free) is bound first.
+	wp := harness.Pod(ns, "warmup", so.SchedulerName, harness.GPURequest{})
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, wp, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("warm-up pod: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		got, err := cp.Client.CoreV1().Pods(ns).Get(wctx, "warmup", metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", nil
+	}); err != nil {
+		return res, fmt.Errorf("the scheduler never bound the warm-up pod: %w\n%s", err, sched.Tail())
+	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	seen, err := watchBound(ictx, cp, ns)
