@@ -96,13 +96,6 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 	}
 	printResult(spread)
 	var more []string
-	if o.nodes == o.preemptNodes {
-		pr, err := runPreemption(ctx, cp, o)
-		if err != nil {
-			return "", nil, fmt.Errorf("preemption: %w", err)
-		}
-		more = append(more, pr.line())
-	}
 	s, g := mean(stock), mean(ours)
 	fmt.Printf("mean over %d rounds: stock %.1f pods/s (CPU %.1f s), gpuslice binpack %.1f pods/s (CPU %.1f s)\n", len(stock), s.podsPerSec, s.cpu, g.podsPerSec, g.cpu)
 	if o.draPods > 0 {
@@ -111,6 +104,13 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 			return "", nil, fmt.Errorf("DRA: %w", err)
 		}
 		more = append(more, draLine)
+	}
+	if o.nodes == o.preemptNodes { // last: its 10,000-odd pods stay until the control plane stops
+		pr, err := runPreemption(ctx, cp, o)
+		if err != nil {
+			return "", nil, fmt.Errorf("preemption: %w", err)
+		}
+		more = append([]string{pr.line()}, more...)
 	}
 	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
 		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), more, nil
