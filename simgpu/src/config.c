@@ -434,5 +434,13 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 		rc = config_from_file(path, out, err, errlen);
 	else
 		rc = devices_from_env(out, err, errlen);
-	return rc != 0 ? rc : access_from_env(&out->access, err, errlen);
+	if (rc == 0)
+		rc = access_from_env(&out->access, err, errlen);
+	const char *v = getenv("GPUSLICE_SIM_CONTEXT_MEMORY");
+	out->ctx_mem = SIM_DEFAULT_CONTEXT_MEMORY;
+	if (rc == 0 && v != NULL && sim_parse_size(v, &out->ctx_mem) != 0) {
+		set_err(err, errlen, "GPUSLICE_SIM_CONTEXT_MEMORY=\"%s\": want a size like 512MiB", v);
+		rc = -1;
+	}
+	return rc;
 }

@@ -10,6 +10,10 @@
 #include "simstate.h"
 
 #define SIM_DEFAULT_MEMORY (24ull << 30)
+/* Device memory each context takes. A real H100 context takes a few hundred
+ * MiB; 0 until libgpuslice counts contexts (issue 26 item 1): tests that
+ * model it set GPUSLICE_SIM_CONTEXT_MEMORY. */
+#define SIM_DEFAULT_CONTEXT_MEMORY 0ull
 #define SIM_DEFAULT_SMS 108u
 #define SIM_DEFAULT_NAME "gpuslice simulated GPU"
 #define SIM_CONFIG_MAX_BYTES (64u << 10)
@@ -35,6 +39,7 @@ struct sim_config {
 	int ndev;
 	struct sim_dev_config dev[SIM_MAX_DEVICES];
 	struct sim_access access;
+	uint64_t ctx_mem; /* GPUSLICE_SIM_CONTEXT_MEMORY: device bytes per context (per process) */
 };
 
 /* Parses a device file (one device per line, see README.md). Returns 0, or -1

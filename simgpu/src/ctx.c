@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cuapi.h"
+#include "alloc.h"
 #include "sim.h"
 
 static _Thread_local struct {
@@ -65,14 +66,20 @@ static CUresult ctx_activate(struct sim_ctx *c)
 
 	if (rc == CUDA_SUCCESS)
 		rc = sim_register_process(c->dev);
+	if (rc == CUDA_SUCCESS && sim_g.ctx_mem > 0 && (rc = sim_charge(c->dev, sim_g.ctx_mem)) == CUDA_SUCCESS)
+		c->own_charged = sim_g.ctx_mem; /* what the driver sets aside for a context */
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (sim_queue_start(&c->q, c->dev) != 0)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	c->def = sim_stream_new(c, 0, 0);
-	if (c->def == NULL) {
+	if (sim_queue_start(&c->q, c->dev) != 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	} else if ((c->def = sim_stream_new(c, 0, 0)) == NULL) {
 		sim_queue_stop(&c->q);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (rc != CUDA_SUCCESS) {
+		sim_uncharge(c->dev, c->own_charged);
+		c->own_charged = 0;
+		return rc;
 	}
 	c->active = true;
 	return CUDA_SUCCESS;
@@ -93,6 +100,9 @@ static void ctx_deactivate(struct sim_ctx *c)
 	sim_ctx_limits_free(c);
 	sim_stream_free(c->def);
 	c->def = NULL;
+	if (c->own_charged > 0)
+		sim_uncharge(c->dev, c->own_charged);
+	c->own_charged = 0;
 }
 
 static struct sim_ctx *ctx_new(int ordinal, unsigned flags, bool primary)

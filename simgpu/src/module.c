@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cuapi.h"
+#include "alloc.h"
 #include "sim.h"
 
 #define BUSY_KERNEL "gpuslice_sim_busy"
@@ -20,7 +21,7 @@ static struct {
 	struct sim_module *head;
 } mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static CUresult module_new(CUmodule *out, const void *image, bool need_ctx)
+static CUresult module_new(CUmodule *out, const void *image, bool need_ctx, bool is_path)
 {
 	struct sim_ctx *c;
 	struct sim_module *m;
@@ -33,6 +34,15 @@ static CUresult module_new(CUmodule *out, const void *image, bool need_ctx)
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* A library is loaded into the current context, if any, as lazily as we model it. */
+	struct sim_ctx *at = need_ctx ? c : sim_current_ctx();
+	uint64_t globals = at != NULL && at->active && !is_path ? sim_ptx_globals(image) : 0;
+	if (globals > 0 && sim_charge(at->dev, globals) != CUDA_SUCCESS) {
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY; /* its globals do not fit */
+	}
+	m->dev = globals > 0 ? at->dev : -1;
+	m->charged = globals;
 	m->magic = SIM_MAGIC_MODULE;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_lock(&mods.mu);
@@ -64,6 +74,8 @@ static CUresult module_free(CUmodule h)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	m->magic = 0;
+	if (m->charged > 0)
+		sim_uncharge(m->dev, m->charged);
 	pthread_mutex_lock(&mods.mu);
 	for (struct sim_module **pp = &mods.head; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == m) {
@@ -125,24 +137,24 @@ SIM_API CUresult cuModuleLoad(CUmodule *m, const char *path)
 
 	if (rc == CUDA_SUCCESS)
 		rc = readable_file(path);
-	return rc == CUDA_SUCCESS ? module_new(m, path, true) : rc;
+	return rc == CUDA_SUCCESS ? module_new(m, path, true, true) : rc;
 }
 
 SIM_API CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
-	return module_new(m, image, true);
+	return module_new(m, image, true, false);
 }
 
 SIM_API CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v)
 {
 	if (n > 0 && (o == NULL || v == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
-	return module_new(m, image, true);
+	return module_new(m, image, true, false);
 }
 
 SIM_API CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin)
 {
-	return module_new(m, fatbin, true);
+	return module_new(m, fatbin, true, false);
 }
 
 SIM_API CUresult cuModuleUnload(CUmodule m)
@@ -196,18 +208,18 @@ SIM_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 	return CUDA_SUCCESS;
 }
 
-static CUresult lib_load(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,
+static CUresult lib_load(CUlibrary *l, const void *code, bool is_path, CUjit_option *jo, void **jv, unsigned int jn,
 			 CUlibraryOption *lo, void **lv, unsigned int ln)
 {
 	if ((jn > 0 && (jo == NULL || jv == NULL)) || (ln > 0 && (lo == NULL || lv == NULL)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return module_new((CUmodule *)l, code, false);
+	return module_new((CUmodule *)l, code, false, is_path);
 }
 
 SIM_API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,
 				   CUlibraryOption *lo, void **lv, unsigned int ln)
 {
-	return lib_load(l, code, jo, jv, jn, lo, lv, ln);
+	return lib_load(l, code, false, jo, jv, jn, lo, lv, ln);
 }
 
 SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv, unsigned int jn,
@@ -217,7 +229,7 @@ SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_opt
 
 	if (rc == CUDA_SUCCESS)
 		rc = readable_file(path);
-	return rc == CUDA_SUCCESS ? lib_load(l, path, jo, jv, jn, lo, lv, ln) : rc;
+	return rc == CUDA_SUCCESS ? lib_load(l, path, true, jo, jv, jn, lo, lv, ln) : rc;
 }
 
 SIM_API CUresult cuLibraryUnload(CUlibrary l)

@@ -83,6 +83,7 @@ struct sim_ctx {
 	unsigned long long id;
 	size_t limits[SIM_LIMITS];
 	size_t limits_charged; /* device bytes the limits hold above the defaults (ctx_ops.c) */
+	uint64_t own_charged;  /* device bytes the context itself holds (GPUSLICE_SIM_CONTEXT_MEMORY) */
 	struct sim_queue q;
 	struct sim_stream *def; /* the NULL / legacy / per-thread stream */
 	struct sim_ctx *next;   /* registry */
@@ -155,9 +156,14 @@ struct sim_func {
 struct sim_module {
 	uint32_t magic;
 	pthread_mutex_t mu;
+	int dev;          /* device its globals are charged on */
+	uint64_t charged; /* bytes of its .global variables (ptx.c) */
 	struct sim_func *funcs;
 	struct sim_module *next;
 };
+
+/* Device bytes a PTX image's .global variables take (0 for other images). */
+SIM_HIDDEN uint64_t sim_ptx_globals(const void *image);
 
 /* Process-wide state (one instance, sim_g). */
 struct sim_global {
@@ -171,6 +177,7 @@ struct sim_global {
 	struct sim_state *st;
 	int slot;                 /* process table slot, -1 until the first context */
 	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
+	uint64_t ctx_mem;         /* device bytes each context takes (GPUSLICE_SIM_CONTEXT_MEMORY) */
 	/* CUDA ordinal -> simulator device. Append-only: vis[i] is written under
 	 * mu before nvis (release) covers it, so readers need no lock. */
 	_Atomic int nvis;
