@@ -143,6 +143,10 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 	order := slices.Clone(allowed)
 	slices.Reverse(order)
 	sort.SliceStable(order, func(i, j int) bool { return !chosen[order[i]] && chosen[order[j]] })
+	order, err := pr.reprieveUnchosen(ctx, state, pod, ni, order, chosen)
+	if err != nil {
+		return nil, 0, fwk.AsStatus(err)
+	}
 	var victims []*preemption.DomainVictim
 	for _, v := range order {
 		if err := pr.move(ctx, state, pod, ni, v, true); err != nil {
@@ -164,6 +168,39 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 		}
 	}
 	return out, 0, nil
+}
+
+// reprieveUnchosen puts back at once every pod alloc.Victims did not choose;
+// if the pod still fits, only the chosen remain to be tried one by one (one
+// filter pass instead of one per pod), else all of them are taken off again
+// and order is returned whole.
+func (pr *preemptor) reprieveUnchosen(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo,
+	order []*preemption.DomainVictim, chosen map[*preemption.DomainVictim]bool) ([]*preemption.DomainVictim, error) {
+	var rest, picked []*preemption.DomainVictim
+	for _, v := range order {
+		if chosen[v] {
+			picked = append(picked, v)
+		} else {
+			rest = append(rest, v)
+		}
+	}
+	if len(picked) == 0 || len(rest) == 0 {
+		return order, nil
+	}
+	for _, v := range rest {
+		if err := pr.move(ctx, state, pod, ni, v, true); err != nil {
+			return nil, err
+		}
+	}
+	if pr.fh.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni).IsSuccess() {
+		return picked, nil
+	}
+	for _, v := range rest {
+		if err := pr.move(ctx, state, pod, ni, v, false); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
 }
 
 // gpuVictims marks the victims alloc.Victims chooses for the pod's GPU
