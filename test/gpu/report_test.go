@@ -5,6 +5,7 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,9 @@ import (
 func (s *suite) testMPS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("..", "mpsbench")); err != nil {
 		t.Skip("MPS: this tree has no MPS benchmark (test/mpsbench)")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("MPS: no Go toolchain on this machine to run test/mpsbench (a lent device machine has none)")
 	}
 	c := s.cmd(t.Context(), "go", "run", "./test/mpsbench", "--bin", s.bin)
 	c.Dir = filepath.Join("..", "..")

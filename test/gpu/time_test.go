@@ -137,29 +137,33 @@ func pct(sorted []float64, p float64) float64 {
 	return sorted[int(math.Min(float64(len(sorted)-1), p*float64(len(sorted))))]
 }
 
-// An online tenant (requests of 4 x 1 ms kernels every 50 ms) beside three busy
-// offline ones: with priorities (online high, banked time) vs all equal, and alone.
+// Two identical online tenants (requests of 4 x 1 ms kernels every 50 ms) beside
+// three busy offline ones, in one run: one with priority high, its twin with the
+// offline tenants' priority (the equal split). Both see the same machine, so the
+// ordering asserted (the high one's median latency below its twin's) does not
+// depend on the machine's load; the p50/p99 of both and of the tenant alone are
+// reported.
 func (s *suite) testLatency(t *testing.T) {
 	const seconds = 8
 	online := []string{"--mode", "requests", "--kernel-us", "1000", "--n", "4", "--gap-ms", "50", "--jitter-ms", "10"}
 	offline := []string{"--mode", "busy", "--kernel-us", "2000"}
-	run := func(name string, onlinePrio, offlinePrio string, neighbours int) []float64 {
-		ts := []tenant{{flags: []string{"--group", name + "-online", "--priority", onlinePrio}, args: online}}
-		for i := 0; i < neighbours; i++ {
-			ts = append(ts, tenant{flags: []string{"--group", fmt.Sprintf("%s-off%d", name, i), "--priority", offlinePrio}, args: offline})
-		}
-		return latencies(s.runTenants(t, seconds, ts)[0])
+	alone := latencies(s.runTenants(t, seconds, []tenant{{flags: []string{"--group", "alone-online", "--priority", "high"}, args: online}})[0])
+	ts := []tenant{
+		{flags: []string{"--group", "mix-online-high", "--priority", "high"}, args: online},
+		{flags: []string{"--group", "mix-online-equal", "--priority", "low"}, args: online},
 	}
-	alone := run("alone", "high", "low", 0)
-	equal := run("equal", "low", "low", 3)
-	prio := run("prio", "high", "low", 3)
+	for i := 0; i < 3; i++ {
+		ts = append(ts, tenant{flags: []string{"--group", fmt.Sprintf("mix-off%d", i), "--priority", "low"}, args: offline})
+	}
+	outs := s.runTenants(t, seconds, ts)
+	prio, equal := latencies(outs[0]), latencies(outs[1])
 	if len(prio) < 10 || len(equal) < 10 {
-		t.Fatalf("too few requests: %d with priorities, %d equal", len(prio), len(equal))
+		t.Fatalf("too few requests: %d with priority high, %d equal", len(prio), len(equal))
 	}
-	if pct(prio, 0.99) >= pct(equal, 0.99) {
-		t.Errorf("online p99 with priorities %.1f ms is not below the equal split's %.1f ms", pct(prio, 0.99), pct(equal, 0.99))
+	if pct(prio, 0.5) >= pct(equal, 0.5) {
+		t.Errorf("online median latency with priority high %.1f ms is not below its equal-priority twin's %.1f ms (same run)", pct(prio, 0.5), pct(equal, 0.5))
 	}
 	s.record(t, "time", "online request latency beside 3 busy offline tenants (p50/p99 ms)",
-		fmt.Sprintf("priorities %.1f/%.1f, equal %.1f/%.1f, alone %.1f/%.1f",
+		fmt.Sprintf("priority high %.1f/%.1f, equal twin %.1f/%.1f (same run), alone %.1f/%.1f",
 			pct(prio, 0.5), pct(prio, 0.99), pct(equal, 0.5), pct(equal, 0.99), pct(alone, 0.5), pct(alone, 0.99)))
 }
