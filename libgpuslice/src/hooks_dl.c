@@ -4,8 +4,8 @@
  * the driver's function gets our hook instead; every other lookup is a tail
  * call into libc's dlsym, so libc still sees the original caller (RTLD_NEXT
  * and RTLD_DEFAULT keep their meaning). cuGetProcAddress(_v2): the driver
- * resolves the name and version itself; a result that is the real pointer of
- * any hooked export is swapped for our hook (pointer identity).
+ * answers, then its pointer is swapped for the hook that the name, version and
+ * flags select (procaddr.c).
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -56,12 +56,24 @@ GS_NOSAN __attribute__((optimize("optimize-sibling-calls"))) GS_EXPORT void *dlv
 	return hooked_lookup(id, handle, name, version);
 }
 
-static void map_result(const char *symbol, void **pfn, int cudaVersion)
+/* The driver's pointer for symbol at another version (procaddr.c's cross-check). */
+static void *ask_again(const char *symbol, int ver, cuuint64_t flags)
 {
-	void *hook = gs_hook_for_real(*pfn);
-	if (hook != NULL) {
-		*pfn = hook;
-	} else if (*pfn != NULL && symbol != NULL && strcmp(symbol, "cuGetProcAddress") == 0) {
+	void *p = NULL;
+	gs_fn_cuGetProcAddress_v2 v2 = GS_REAL(cuGetProcAddress_v2);
+	gs_fn_cuGetProcAddress v1 = GS_REAL(cuGetProcAddress);
+	CUdriverProcAddressQueryResult st;
+	if (v2 != NULL ? v2(symbol, &p, ver, flags, &st) != CUDA_SUCCESS
+		       : v1 == NULL || v1(symbol, &p, ver, flags) != CUDA_SUCCESS)
+		return NULL;
+	return p;
+}
+
+static void map_result(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	*pfn = gs_procaddr_map(symbol, *pfn, cudaVersion, flags, ask_again);
+	if (*pfn != NULL && symbol != NULL && strcmp(symbol, "cuGetProcAddress") == 0 &&
+	    *pfn != (void *)cuGetProcAddress_v2 && *pfn != (void *)cuGetProcAddress) {
 		/* Never hand out a lookup function that bypasses us. */
 		*pfn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
 	}
@@ -74,7 +86,7 @@ GS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVers
 		return CUDA_ERROR_NOT_FOUND;
 	CUresult rc = fn(symbol, pfn, cudaVersion, flags);
 	if (rc == CUDA_SUCCESS && pfn != NULL)
-		map_result(symbol, pfn, cudaVersion);
+		map_result(symbol, pfn, cudaVersion, flags);
 	return rc;
 }
 
@@ -86,6 +98,6 @@ GS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
 		return CUDA_ERROR_NOT_FOUND;
 	CUresult rc = fn(symbol, pfn, cudaVersion, flags, symbolStatus);
 	if (rc == CUDA_SUCCESS && pfn != NULL)
-		map_result(symbol, pfn, cudaVersion);
+		map_result(symbol, pfn, cudaVersion, flags);
 	return rc;
 }

@@ -84,6 +84,10 @@ static inline void *gs_real_ptr(enum gs_id id)
 /* Lookups used by the dlsym / cuGetProcAddress hooks (resolve.c). */
 GS_HIDDEN int gs_hook_id_by_name(const char *name);    /* -1 if not hooked */
 GS_HIDDEN void *gs_hook_for_real(const void *real_fn); /* NULL if not a hooked real */
+/* cuGetProcAddress by name, version and flags (procaddr.c, procaddr.def). */
+GS_HIDDEN const char *gs_procaddr_export(const char *base, int ver, int per_thread);
+GS_HIDDEN void *gs_procaddr_map(const char *symbol, void *p, int ver, cuuint64_t flags,
+				void *(*again)(const char *symbol, int ver, cuuint64_t flags));
 GS_HIDDEN void *gs_hook_addr(enum gs_id id);
 
 /* libc's own dlsym / dlvsym, found without going through the global scope

@@ -124,8 +124,26 @@ static int via_procaddress(void *arg)
 	/* Unhooked and unknown names: exactly what the driver says. */
 	CHECK_EQ(gpa2("cuInit", &pfn, 12040, 0, &st), CUDA_SUCCESS);
 	CHECK(pfn != NULL && !from_libgpuslice(pfn));
-	CHECK(gpa2("cuNoSuchFunction", &pfn, 12040, 0, &st) == CUDA_ERROR_NOT_FOUND);
-	CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	pfn = &st; /* CUDA 12: an unknown name is CUDA_SUCCESS with NULL and its status */
+	CHECK_EQ(gpa2("cuNoSuchFunction", &pfn, 12040, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	/* By version: cuMemAlloc at 2000 is the legacy 32-bit export (refused), at 3020 the _v2 hook;
+	 * the driver hands out trampolines, not its exports, and the name decides. */
+	CHECK_EQ(gpa2("cuMemAlloc", &pfn, 2000, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuMemAlloc);
+	CHECK_EQ(gpa2("cuMemAlloc", &pfn, 3020, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuMemAlloc_v2);
+	CHECK_EQ(gpa2("cuGraphInstantiate", &pfn, 12040, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuGraphInstantiateWithFlags);
+	CHECK_EQ(gpa2("cuStreamBeginCapture", &pfn, 12040, ptds, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuStreamBeginCapture_v2_ptsz);
+	CHECK_EQ(gpa2("cuDevicePrimaryCtxRelease", &pfn, 10020, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuDevicePrimaryCtxRelease);
+	/* Unhooked exports at 12.6: the driver's pointer (not ours). */
+	CHECK_EQ(gpa2("cuMemAdvise", &pfn, 12060, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn != NULL && !from_libgpuslice(pfn) && st == CU_GET_PROC_ADDRESS_SUCCESS);
+	CHECK_EQ(gpa2("cuCtxCreate", &pfn, 12060, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn != NULL);
 	/* The CUDA 11 ABI (4 arguments). */
 	CHECK_EQ(gpa1("cuMemAlloc", &pfn, 11030, 0), CUDA_SUCCESS);
 	CHECK(pfn == (void *)cuMemAlloc_v2);

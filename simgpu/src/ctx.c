@@ -302,6 +302,13 @@ SIM_API CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, uns
 	return ctx_create(c, f, d);
 }
 
+/* CUDA 12.5: params (execution affinity, CIG) may be NULL; the simulator uses none. */
+SIM_API CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned int f, CUdevice d)
+{
+	(void)params;
+	return ctx_create(c, f, d);
+}
+
 static CUresult ctx_destroy(CUcontext h)
 {
 	struct sim_ctx *c = (struct sim_ctx *)h;

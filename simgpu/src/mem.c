@@ -196,6 +196,46 @@ SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstr
 	return sim_alloc_migrate(p, n, dst == CU_DEVICE_CPU);
 }
 
+SIM_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
+{
+	return cuMemPrefetchAsync(p, n, dst, s);
+}
+
+/* CUDA 12.2: the target is a CUmemLocation (a device, or the host). */
+static CUresult location_device(CUmemLocation loc, CUdevice *dev)
+{
+	if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		*dev = loc.id;
+	else if (loc.type == CU_MEM_LOCATION_TYPE_HOST || loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+		 loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+		*dev = CU_DEVICE_CPU;
+	else
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc)
+{
+	CUdevice dev;
+	CUresult rc = location_device(loc, &dev);
+
+	return rc != CUDA_SUCCESS ? rc : cuMemAdvise(p, n, advice, dev);
+}
+
+SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
+{
+	CUdevice dev;
+	CUresult rc = flags != 0 ? CUDA_ERROR_INVALID_VALUE : location_device(loc, &dev);
+
+	return rc != CUDA_SUCCESS ? rc : cuMemPrefetchAsync(p, n, dev, s);
+}
+
+SIM_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
+					    CUstream s)
+{
+	return cuMemPrefetchAsync_v2(p, n, loc, flags, s);
+}
+
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
 	struct sim_alloc a;

@@ -184,7 +184,7 @@ static nvmlReturn_t cuda_version(int *v)
 {
 	if (v == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*v = 12040;
+	*v = 12060; /* the CUDA driver API version (sim.h SIM_DRIVER_VERSION) */
 	return NVML_SUCCESS;
 }
 

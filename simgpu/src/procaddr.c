@@ -4,7 +4,14 @@
  * version, and returns the newest variant introduced at or before that
  * version ("cuMemAlloc_v2" from 3020); with
  * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the _ptds/_ptsz variant is
- * preferred where one exists. Versions follow cudaTypedefs.h (PFN_*_vNNNN). */
+ * preferred where one exists. Versions follow cudaTypedefs.h (PFN_*_vNNNN),
+ * up to CUDA 12.6. An unknown name, or one newer than the version asked,
+ * returns CUDA_SUCCESS with NULL and its status, as CUDA 12 drivers do.
+ *
+ * As a driver may, the lookup hands out trampolines, not the exported symbols:
+ * one per table row, a jump through a pointer to the export (x86-64 and
+ * aarch64; elsewhere the exports themselves). Nothing may find a hook by
+ * comparing the pointer with dlsym's. */
 #include <string.h>
 
 #include "cuapi.h"
@@ -48,6 +55,7 @@
 	X(cuCtxCreate, 2000, 0, cuCtxCreate)                                                                 \
 	X(cuCtxCreate, 3020, 0, cuCtxCreate_v2)                                                              \
 	X(cuCtxCreate, 11040, 0, cuCtxCreate_v3)                                                             \
+	X(cuCtxCreate, 12050, 0, cuCtxCreate_v4)                                                             \
 	X(cuCtxDestroy, 2000, 0, cuCtxDestroy)                                                               \
 	X(cuCtxDestroy, 4000, 0, cuCtxDestroy_v2)                                                            \
 	X(cuCtxPushCurrent, 2000, 0, cuCtxPushCurrent)                                                       \
@@ -79,7 +87,11 @@
 	X(cuMemFree, 3020, 0, cuMemFree_v2)                                                                  \
 	X(cuMemAllocManaged, 6000, 0, cuMemAllocManaged)                                                     \
 	X(cuMemAdvise, 8000, 0, cuMemAdvise)                                                                 \
+	X(cuMemAdvise, 12020, 0, cuMemAdvise_v2)                                                             \
 	X(cuMemPrefetchAsync, 8000, 0, cuMemPrefetchAsync)                                                   \
+	X(cuMemPrefetchAsync, 8000, 1, cuMemPrefetchAsync_ptsz)                                              \
+	X(cuMemPrefetchAsync, 12020, 0, cuMemPrefetchAsync_v2)                                               \
+	X(cuMemPrefetchAsync, 12020, 1, cuMemPrefetchAsync_v2_ptsz)                                          \
 	X(cuMemGetAddressRange, 3020, 0, cuMemGetAddressRange_v2)                                            \
 	X(cuMemAllocHost, 3020, 0, cuMemAllocHost_v2)                                                        \
 	X(cuMemHostAlloc, 2020, 0, cuMemHostAlloc)                                                           \
@@ -207,6 +219,8 @@
 	X(cuStreamGetFlags, 7000, 1, cuStreamGetFlags_ptsz)                                                  \
 	X(cuStreamGetCtx, 9020, 0, cuStreamGetCtx)                                                           \
 	X(cuStreamGetCtx, 9020, 1, cuStreamGetCtx_ptsz)                                                      \
+	X(cuStreamGetCtx, 12050, 0, cuStreamGetCtx_v2)                                                       \
+	X(cuStreamGetCtx, 12050, 1, cuStreamGetCtx_v2_ptsz)                                                  \
 	X(cuStreamGetId, 12000, 0, cuStreamGetId)                                                            \
 	X(cuStreamGetId, 12000, 1, cuStreamGetId_ptsz)                                                       \
 	X(cuStreamAddCallback, 5000, 0, cuStreamAddCallback)                                                 \
@@ -259,6 +273,30 @@
 	X(cuEventSynchronize, 2000, 0, cuEventSynchronize)                                                   \
 	X(cuEventElapsedTime, 2000, 0, cuEventElapsedTime)
 
+#define TRAMP(base, ver, pt) sim_tramp_##base##_##ver##_##pt
+#if defined(__x86_64__) || defined(__aarch64__)
+#define DECL(base, ver, pt, sym) __attribute__((visibility("hidden"))) void TRAMP(base, ver, pt)(void);
+PROC_TABLE(DECL)
+#undef DECL
+#define TNAME(base, ver, pt) "sim_tramp_" #base "_" #ver "_" #pt
+#if defined(__x86_64__)
+#define JUMP(base, ver, pt) "\tjmp *" TNAME(base, ver, pt) "_to(%rip)\n"
+#else
+#define JUMP(base, ver, pt)                                                                                  \
+	"\tadrp x16, " TNAME(base, ver, pt) "_to\n\tldr x16, [x16, :lo12:" TNAME(base, ver, pt) "_to]\n" \
+	"\tbr x16\n"
+#endif
+#define TRAMP_ASM(base, ver, pt, sym)                                                                          \
+	".text\n.globl " TNAME(base, ver, pt) "\n.hidden " TNAME(base, ver, pt) "\n.type " TNAME(base, ver, pt) \
+	", %function\n" TNAME(base, ver, pt) ":\n" JUMP(base, ver, pt) ".section .data.rel.ro\n.balign 8\n"     \
+	TNAME(base, ver, pt) "_to:\n\t.quad " #sym "\n"
+__asm__(PROC_TABLE(TRAMP_ASM) ".text\n");
+#undef TRAMP_ASM
+#define HANDED_OUT(base, ver, pt, sym) (void *)TRAMP(base, ver, pt)
+#else
+#define HANDED_OUT(base, ver, pt, sym) (void *)sym
+#endif
+
 struct proc_entry {
 	const char *base;
 	int version;
@@ -266,7 +304,7 @@ struct proc_entry {
 	void *fn;
 };
 
-#define ENTRY(base, ver, pt, sym) {#base, ver, pt, (void *)sym},
+#define ENTRY(base, ver, pt, sym) {#base, ver, pt, HANDED_OUT(base, ver, pt, sym)},
 static const struct proc_entry table[] = {PROC_TABLE(ENTRY)};
 #undef ENTRY
 
@@ -304,7 +342,7 @@ static CUresult lookup(const char *sym, void **pfn, int ver, cuuint64_t flags, C
 	if (e == NULL) {
 		if (st != NULL && known)
 			*st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-		return CUDA_ERROR_NOT_FOUND;
+		return CUDA_SUCCESS; /* NULL, and the status says why */
 	}
 	*pfn = e->fn;
 	if (st != NULL)

@@ -13,7 +13,7 @@
 #include "state.h"
 
 #define SIM_API __attribute__((visibility("default")))
-#define SIM_DRIVER_VERSION 12040
+#define SIM_DRIVER_VERSION 12060
 #define SIM_QUEUE_LEN 1024
 #define SIM_CTX_STACK 32
 #define SIM_MAX_BUSY_US (3600ull * 1000000ull)

@@ -230,6 +230,19 @@ SIM_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c)
 {
 	return stream_get(s, 2, c);
 }
+/* CUDA 12.5: a stream of a green context would name it; the simulator has none. */
+SIM_API CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *c, void **green)
+{
+	if (c == NULL && green == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (green != NULL)
+		*green = NULL;
+	return c == NULL ? CUDA_SUCCESS : stream_get(s, 2, c);
+}
+SIM_API CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *c, void **green)
+{
+	return cuStreamGetCtx_v2(s, c, green);
+}
 SIM_API CUresult cuStreamGetId(CUstream s, unsigned long long *id)
 {
 	return stream_get(s, 3, id);
