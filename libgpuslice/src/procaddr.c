@@ -62,10 +62,11 @@ GS_HIDDEN void *gs_procaddr_map(const char *symbol, void *p, int ver, cuuint64_t
 	void *by_ptr = gs_hook_for_real(p);
 	if (by_ptr != NULL) {
 		if (by_ptr != by_name && export != NULL)
-			gs_log_once(&said_identity,
-				    "cuGetProcAddress(%s, %d): the driver's pointer is another hooked export's than %s; "
-				    "using the driver's",
-				    symbol, ver, export);
+			gs_log_once(
+				&said_identity,
+				"cuGetProcAddress(%s, %d): the driver's pointer is another hooked export's than %s; "
+				"using the driver's",
+				symbol, ver, export);
 		return by_ptr;
 	}
 	if (by_name == NULL)

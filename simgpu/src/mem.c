@@ -230,8 +230,7 @@ SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation lo
 	return rc != CUDA_SUCCESS ? rc : cuMemPrefetchAsync(p, n, dev, s);
 }
 
-SIM_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
-					    CUstream s)
+SIM_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
 {
 	return cuMemPrefetchAsync_v2(p, n, loc, flags, s);
 }

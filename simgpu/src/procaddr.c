@@ -279,17 +279,17 @@
 PROC_TABLE(DECL)
 #undef DECL
 #define TNAME(base, ver, pt) "sim_tramp_" #base "_" #ver "_" #pt
+/* clang-format off */
 #if defined(__x86_64__)
-#define JUMP(base, ver, pt) "\tjmp *" TNAME(base, ver, pt) "_to(%rip)\n"
+#define JUMP(b, v, p) "\tjmp *" TNAME(b, v, p) "_to(%rip)\n"
 #else
-#define JUMP(base, ver, pt)                                                                                  \
-	"\tadrp x16, " TNAME(base, ver, pt) "_to\n\tldr x16, [x16, :lo12:" TNAME(base, ver, pt) "_to]\n" \
-	"\tbr x16\n"
+#define JUMP(b, v, p) "\tadrp x16, " TNAME(b, v, p) "_to\n\tldr x16, [x16, :lo12:" TNAME(b, v, p) "_to]\n\tbr x16\n"
 #endif
-#define TRAMP_ASM(base, ver, pt, sym)                                                                          \
-	".text\n.globl " TNAME(base, ver, pt) "\n.hidden " TNAME(base, ver, pt) "\n.type " TNAME(base, ver, pt) \
-	", %function\n" TNAME(base, ver, pt) ":\n" JUMP(base, ver, pt) ".section .data.rel.ro\n.balign 8\n"     \
-	TNAME(base, ver, pt) "_to:\n\t.quad " #sym "\n"
+#define TRAMP_ASM(b, v, p, sym) \
+	".text\n.globl " TNAME(b, v, p) "\n.hidden " TNAME(b, v, p) "\n.type " TNAME(b, v, p) ", %function\n" \
+	TNAME(b, v, p) ":\n" JUMP(b, v, p) \
+	".section .data.rel.ro\n.balign 8\n" TNAME(b, v, p) "_to:\n\t.quad " #sym "\n"
+/* clang-format on */
 __asm__(PROC_TABLE(TRAMP_ASM) ".text\n");
 #undef TRAMP_ASM
 #define HANDED_OUT(base, ver, pt, sym) (void *)TRAMP(base, ver, pt)
