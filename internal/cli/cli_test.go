@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // testEnv is an Env with captured output and only the given variables set.

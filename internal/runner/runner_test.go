@@ -3,11 +3,12 @@ package runner
 import (
 	"bytes"
 	"context"
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 func envMap(env []string) map[string]string {

@@ -7,8 +7,9 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // A member in a pid namespace other than the daemon's whose host pid was

@@ -3,7 +3,6 @@ package timeslice
 import (
 	"bufio"
 	"fmt"
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"io"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // An entry of another pid namespace without a host pid is found by its

@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // One group, one state, even across a replaced run directory (docs/timeslice.md,

@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // Liveness of a group member, decided from /proc (start time guards against

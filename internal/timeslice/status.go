@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // StatusVersion is the version of status.json's schema.
