@@ -22,26 +22,11 @@ import (
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
-	"github.com/gpuslice/gpuslice/internal/proto"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
 // startDaemon runs a time-slice daemon on runDir (one made-up GPU) until the test ends.
-func startDaemon(t testing.TB, runDir string) {
-	t.Helper()
-	cfg := timeslice.DefaultConfig(func(string) string { return "" })
-	cfg.RunDir, cfg.Socket = runDir, filepath.Join(runDir, "node.sock")
-	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- timeslice.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("daemon: %v", err)
-		}
-	})
-}
+func startDaemon(t testing.TB, runDir string) { t.Helper(); timeslicetest.Start(t, runDir) }
 
 const gib = int64(1) << 30
 

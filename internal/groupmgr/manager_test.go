@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,26 +13,12 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
-	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
 // startDaemon runs a time-slice daemon on runDir (one made-up GPU) until the test ends.
-func startDaemon(t testing.TB, runDir string) {
-	t.Helper()
-	cfg := timeslice.DefaultConfig(func(string) string { return "" })
-	cfg.RunDir, cfg.Socket = runDir, filepath.Join(runDir, "node.sock")
-	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- timeslice.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("daemon: %v", err)
-		}
-	})
-}
+func startDaemon(t testing.TB, runDir string) { t.Helper(); timeslicetest.Start(t, runDir) }
 
 func limitOf(t *testing.T, runDir, name string) uint64 {
 	t.Helper()

@@ -5,10 +5,12 @@ package timeslicetest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -48,4 +50,23 @@ func daemon(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	return timeslice.Run(ctx, cfg)
+}
+
+// Start runs a time-slice daemon in the test's process on runDir (socket
+// runDir/node.sock, one made-up GPU) until the test ends; an error it returns
+// other than its cancellation fails the test.
+func Start(t testing.TB, runDir string) {
+	t.Helper()
+	cfg := timeslice.DefaultConfig(func(string) string { return "" })
+	cfg.RunDir, cfg.Socket = runDir, filepath.Join(runDir, "node.sock")
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{{0x6a, 1}}, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- timeslice.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("daemon: %v", err)
+		}
+	})
 }
