@@ -3,6 +3,7 @@
 # Debian's 1.6 has no CDI), runc, the stock kube-scheduler and kube-controller-manager's
 # resource claim controller. Root; skips otherwise.
 .PHONY: containerd-bin e2e-dra
+TEST_TARGETS += e2e-dra
 containerd-bin:
 	test/node-e2e/build-containerd.sh >/dev/null
 

@@ -96,6 +96,7 @@ type parts struct {
 	ph      *pluginHealth
 	mon     *healthMonitor
 	kick    chan struct{} // publish the row now
+	draKick chan struct{} // republish the ResourceSlice's taints now
 	env     map[string]string
 }
 
@@ -141,7 +142,8 @@ func (p *parts) addReconciler(mounts hotplug.Mounts, rt containerRuntime) error 
 }
 
 // addPlugins makes the device plugins of gpuslice.io/gpu and of the units
-// resource, which allocates shares asked by units alone.
+// resource, which allocates shares asked by units alone (none with the
+// device plugin off: the GPUs are then offered through DRA alone).
 func (p *parts) addPlugins(env map[string]string) error {
 	cfg := p.cfg
 	be := &backend{pods: p.pods.Lister(), client: p.cs, podSocket: cfg.PodResources, groups: groupsOf(cfg),
@@ -150,6 +152,9 @@ func (p *parts) addPlugins(env map[string]string) error {
 		return err
 	}
 	be.inject.MPS = p.sh.inject()
+	if !cfg.DevicePlugin {
+		return nil
+	}
 	plugin, err := deviceplugin.New(deviceplugin.Config{ResourceName: string(api.ResourceGPU), PluginDir: cfg.PluginDir,
 		SocketName: "gpuslice.sock", SlotsPerGPU: cfg.SlotsPerGPU, CheckEvery: cfg.Resync, Observer: p.met}, be, p.gpus)
 	if err != nil {
@@ -171,15 +176,17 @@ func (p *parts) addHealth() {
 		p.met.SetHealth(g.UUID, true, "")
 	}
 	p.ph = &pluginHealth{gpus: p.gpus, plugins: p.plugins}
-	p.kick = make(chan struct{}, 1)
+	p.kick, p.draKick = make(chan struct{}, 1), make(chan struct{}, 1)
 	p.mon = newHealthMonitor(p.cfg, p.drv, p.gpus, func(changes []health.Change) {
 		for _, c := range changes {
 			p.met.SetHealth(c.UUID, c.Healthy, string(c.Cause))
 		}
 		p.ph.refresh()
-		select { // publish the row now, not at the next period
-		case p.kick <- struct{}{}:
-		default:
+		for _, k := range []chan struct{}{p.kick, p.draKick} {
+			select { // publish the row and the slice now, not at the next period
+			case k <- struct{}{}:
+			default:
+			}
 		}
 	})
 	if p.cfg.HealthChecks {

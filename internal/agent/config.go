@@ -39,6 +39,9 @@ type Config struct {
 	// DaemonBinary is the gpuslice CLI that runs the daemon ("": gpuslice
 	// beside this executable).
 	DaemonBinary string
+	// DevicePlugin serves the kubelet device plugins (gpuslice.io/gpu and
+	// the units resource); off, the node's GPUs are offered through DRA alone.
+	DevicePlugin bool
 	// PluginDir is the kubelet's device plugin directory; PodResources the
 	// kubelet's pod-resources socket.
 	PluginDir, PodResources string
@@ -91,8 +94,13 @@ type Config struct {
 	// spec per prepared claim in DRACDIDir.
 	DRA                                      bool
 	DRAPluginDir, DRARegistrarDir, DRACDIDir string
-	HealthPeriod                             time.Duration
-	HealthSkipXIDs                           []uint64
+	// DRABusyAbove and DRABusyBelow (percent) taint a GPU whose measured
+	// utilization stayed at or above DRABusyAbove for DRABusyHold, until
+	// it stays below DRABusyBelow as long (internal/dra/taints); 0: off.
+	DRABusyAbove, DRABusyBelow int
+	DRABusyHold                time.Duration
+	HealthPeriod               time.Duration
+	HealthSkipXIDs             []uint64
 }
 
 // DefaultConfig returns the defaults for this environment.
@@ -103,6 +111,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		RunDir:            paths.RunDir(getenv),
 		Socket:            timeslice.SocketPath(getenv),
 		RunDaemon:         true,
+		DevicePlugin:      true,
 		PluginDir:         pluginapi.DevicePluginPath,
 		PodResources:      "/var/lib/kubelet/pod-resources/kubelet.sock",
 		DevRoot:           "/dev",
@@ -125,6 +134,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		DRAPluginDir:      "/var/lib/kubelet/plugins/gpuslice.io",
 		DRARegistrarDir:   "/var/lib/kubelet/plugins_registry",
 		DRACDIDir:         "/var/run/cdi",
+		DRABusyHold:       time.Minute,
 		HealthPeriod:      5 * time.Second,
 	}
 }
@@ -184,5 +194,21 @@ func (c Config) Validate() error {
 	if c.RuntimeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("runtime.timeout (--runtime-timeout) %s: want more than 0", c.RuntimeTimeout))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.validateBusy()...)...)
+}
+
+// validateBusy checks the busy taint's thresholds (0 above: off).
+func (c Config) validateBusy() []error {
+	var errs []error
+	if c.DRABusyAbove < 0 || c.DRABusyAbove > 100 {
+		errs = append(errs, fmt.Errorf("dra.busyAbove (--dra-busy-above) %d: want 0 (off) or 1..100", c.DRABusyAbove))
+	}
+	if c.DRABusyAbove > 0 && (c.DRABusyBelow < 0 || c.DRABusyBelow >= c.DRABusyAbove) {
+		errs = append(errs, fmt.Errorf("dra.busyBelow (--dra-busy-below) %d: want 0..%d (below dra.busyAbove, for hysteresis)",
+			c.DRABusyBelow, c.DRABusyAbove-1))
+	}
+	if c.DRABusyHold < 0 {
+		errs = append(errs, fmt.Errorf("dra.busyHold (--dra-busy-hold) %s: want 0 or more", c.DRABusyHold))
+	}
+	return errs
 }

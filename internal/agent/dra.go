@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -14,6 +16,27 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
+// draGPUs are the node's GPUs as the DRA driver (by device name) and the
+// slice builder (in order) know them.
+func (p *parts) draGPUs() (map[string]dra.GPU, []devices.GPU) {
+	gpus := map[string]dra.GPU{}
+	var devs []devices.GPU
+	for i, g := range p.gpus {
+		f := p.found[i]
+		units := p.sh.unitsTotal(g.UUID)
+		gpus[devices.Name(g.Index)] = dra.GPU{UUID: g.UUID, Minor: g.Minor,
+			MemoryBytes: int64(f.MemoryTotal) / devices.MemoryStep * devices.MemoryStep,
+			Units:       units, MPS: p.sh.modes[g.UUID] == api.SharingMPS, Healthy: true}
+		mode := p.sh.modes[g.UUID]
+		if mode == "" {
+			mode = api.SharingTimeslice
+		}
+		devs = append(devs, devices.GPU{Index: g.Index, UUID: g.UUID, ProductName: f.Name, MemoryBytes: int64(f.MemoryTotal),
+			DriverVersion: p.drv.Version, Sharing: mode, Units: units})
+	}
+	return gpus, devs
+}
+
 // runDRA runs the gpuslice.io DRA kubelet plugin (internal/dra) until ctx
 // ends: it registers with the kubelet, publishes the node's ResourceSlice
 // (one device per GPU, internal/dra/devices) and prepares claims through
@@ -22,24 +45,15 @@ func (p *parts) runDRA(ctx context.Context) error {
 	cfg := p.cfg
 	inject := injectFor(cfg, p.drv, p.env)
 	inject.MPS = p.sh.inject()
-	gpus := map[string]dra.GPU{}
-	var devs []devices.GPU
-	for i, g := range p.gpus {
-		f := p.found[i]
-		units := p.sh.unitsTotal(g.UUID)
-		name := devices.Name(g.Index)
-		gpus[name] = dra.GPU{UUID: g.UUID, Minor: g.Minor, MemoryBytes: int64(f.MemoryTotal) / devices.MemoryStep * devices.MemoryStep,
-			Units: units, MPS: p.sh.modes[g.UUID] == api.SharingMPS, Healthy: true}
-		mode := p.sh.modes[g.UUID]
-		if mode == "" {
-			mode = api.SharingTimeslice
-		}
-		devs = append(devs, devices.GPU{Index: g.Index, UUID: g.UUID, ProductName: f.Name, MemoryBytes: int64(f.MemoryTotal),
-			DriverVersion: p.drv.Version, Sharing: mode, Units: units})
-	}
-	built, err := devices.Build(devs)
-	if err != nil {
+	gpus, devs := p.draGPUs()
+	if _, err := devices.Build(devs); err != nil {
 		return fmt.Errorf("DRA devices: %w", err)
+	}
+	// The kubelet makes neither directory: a fresh node has no plugin dir yet.
+	for _, dir := range []string{cfg.DRAPluginDir, cfg.DRACDIDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("DRA directory: %w", err)
+		}
 	}
 	d, err := dra.New(dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
 		Checkpoint: filepath.Join(cfg.DRAPluginDir, "checkpoint.json"), Inject: inject})
@@ -53,13 +67,27 @@ func (p *parts) runDRA(ctx context.Context) error {
 		return fmt.Errorf("DRA kubelet plugin: %w", err)
 	}
 	defer h.Stop()
-	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: built}}}}}
-	if err := h.PublishResources(ctx, res); err != nil {
-		return fmt.Errorf("DRA ResourceSlice: %w", err)
+	t := newDRATaints(p)
+	publish := func(taints [][]resourceapi.DeviceTaint) error {
+		for i := range devs {
+			devs[i].Taints = taints[i]
+		}
+		built, err := devices.Build(devs)
+		if err != nil {
+			return fmt.Errorf("DRA devices: %w", err)
+		}
+		res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+			cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: built}}}}}
+		if err := h.PublishResources(ctx, res); err != nil {
+			return fmt.Errorf("DRA ResourceSlice: %w", err)
+		}
+		return nil
 	}
-	klog.FromContext(ctx).Info("DRA kubelet plugin serving", "driver", dra.DriverName, "devices", len(built),
+	taints, _ := t.update()
+	if err := publish(taints); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("DRA kubelet plugin serving", "driver", dra.DriverName, "devices", len(devs),
 		"pluginDir", cfg.DRAPluginDir, "cdiDir", cfg.DRACDIDir)
-	<-ctx.Done()
-	return nil
+	return t.run(ctx, publish)
 }

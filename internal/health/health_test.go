@@ -173,3 +173,26 @@ func FuzzParseXIDs(f *testing.F) {
 		}
 	})
 }
+
+// TestLost: the first critical XID is kept with its number; only a GPU that
+// fell off the bus (79) is lost, and a later XID does not change that.
+func TestLost(t *testing.T) {
+	at := time.Unix(1000, 0)
+	tr := NewTracker([]string{"a", "b"}, nil)
+	tr.XID("a", 48, at)
+	tr.XID("b", 79, at)
+	tr.XID("b", 48, at)
+	for _, c := range []struct {
+		uuid string
+		xid  uint64
+		lost bool
+	}{{"a", 48, false}, {"b", 79, true}} {
+		st := tr.Status(c.uuid)
+		if st.Healthy || st.XID != c.xid || st.Lost() != c.lost {
+			t.Errorf("%s: healthy %v, XID %d, lost %v; want unhealthy, XID %d, lost %v", c.uuid, st.Healthy, st.XID, st.Lost(), c.xid, c.lost)
+		}
+	}
+	if st := NewTracker([]string{"c"}, nil).Status("c"); !st.Healthy || st.XID != 0 || st.Lost() {
+		t.Errorf("healthy GPU: %+v lost %v", st, st.Lost())
+	}
+}

@@ -27,13 +27,20 @@ type Status struct {
 	Healthy bool
 	Cause   Cause  // the first cause while unhealthy
 	Reason  string // why, for people; empty when healthy
+	// XID is the first critical XID while Cause is CauseXID, else 0.
+	XID uint64
 }
+
+// Lost tells whether the GPU is gone from the node, not merely unfit for new
+// work: it fell off the bus (XID 79), so the work on it is lost too.
+func (s Status) Lost() bool { return s.Cause == CauseXID && s.XID == 79 }
 
 // Change is a GPU whose health or reason changed.
 type Change = Status
 
 type gpuState struct {
 	xid, query, register, wait string // reasons; empty: not this cause
+	xidNum                     uint64 // the XID behind xid
 }
 
 func (g *gpuState) status(uuid string) Status {
@@ -42,7 +49,11 @@ func (g *gpuState) status(uuid string) Status {
 		reason string
 	}{{CauseXID, g.xid}, {CauseQuery, g.query}, {CauseEvents, g.register}, {CauseEvents, g.wait}} {
 		if c.reason != "" {
-			return Status{UUID: uuid, Cause: c.cause, Reason: c.reason}
+			st := Status{UUID: uuid, Cause: c.cause, Reason: c.reason}
+			if c.cause == CauseXID {
+				st.XID = g.xidNum
+			}
+			return st
 		}
 	}
 	return Status{UUID: uuid, Healthy: true}
@@ -126,7 +137,7 @@ func (t *Tracker) XID(uuid string, xid uint64, at time.Time) []Change {
 	}
 	return t.update(uuids, func(g *gpuState) {
 		if g.xid == "" { // the first critical XID is the one to report
-			g.xid = reason
+			g.xid, g.xidNum = reason, xid
 		}
 	})
 }

@@ -19,14 +19,15 @@ func FromAgent(c agent.Config) v1.NodeConfig {
 		Library: c.Library, DevRoot: c.DevRoot, ControlDevices: append([]string(nil), c.ControlDevices...),
 		Resync: duration(c.Resync), PublishPeriod: duration(c.PublishPeriod),
 		Daemon: v1.Daemon{Enabled: c.RunDaemon, Binary: c.DaemonBinary, RunDir: c.RunDir, Socket: c.Socket},
-		DevicePlugin: v1.DevicePlugin{PluginDir: c.PluginDir, PodResources: c.PodResources, SlotsPerGPU: c.SlotsPerGPU,
+		DevicePlugin: v1.DevicePlugin{Enabled: c.DevicePlugin, PluginDir: c.PluginDir, PodResources: c.PodResources, SlotsPerGPU: c.SlotsPerGPU,
 			CDIKind: c.CDIKind, CDISpecDir: c.CDISpecDir},
 		Runtime: v1.Runtime{Endpoint: c.RuntimeEndpoint, Timeout: duration(c.RuntimeTimeout)},
 		Sharing: v1.Sharing{Mode: c.Sharing, MPS: v1.MPS{Control: c.MPSControl, Dir: c.MPSDir,
 			Servers: c.MPSServers, UnitsPerClient: c.MPSUnitsPerClient}},
 		Metrics: v1.Metrics{Address: c.MetricsAddress, MaxGroups: c.MetricsMaxGroups},
 		Health:  v1.Health{Enabled: c.HealthChecks, Period: duration(c.HealthPeriod), SkipXIDs: append([]uint64(nil), c.HealthSkipXIDs...)},
-		DRA:     v1.DRA{Enabled: c.DRA, PluginDir: c.DRAPluginDir, RegistrarDir: c.DRARegistrarDir, CDIDir: c.DRACDIDir},
+		DRA: v1.DRA{Enabled: c.DRA, PluginDir: c.DRAPluginDir, RegistrarDir: c.DRARegistrarDir, CDIDir: c.DRACDIDir,
+			BusyAbove: c.DRABusyAbove, BusyBelow: c.DRABusyBelow, BusyHold: duration(c.DRABusyHold)},
 		Logging: logflags.Default(),
 	}
 }
@@ -44,6 +45,7 @@ func ToAgent(n v1.NodeConfig, base agent.Config) (agent.Config, error) {
 	c.Driver = mode
 	c.RunDaemon, c.DaemonBinary, c.RunDir, c.Socket = n.Daemon.Enabled, n.Daemon.Binary, n.Daemon.RunDir, n.Daemon.Socket
 	p := n.DevicePlugin
+	c.DevicePlugin = p.Enabled
 	c.PluginDir, c.PodResources, c.SlotsPerGPU, c.CDIKind, c.CDISpecDir = p.PluginDir, p.PodResources, p.SlotsPerGPU, p.CDIKind, p.CDISpecDir
 	c.RuntimeEndpoint = n.Runtime.Endpoint
 	c.Sharing, c.MPSControl, c.MPSDir = n.Sharing.Mode, n.Sharing.MPS.Control, n.Sharing.MPS.Dir
@@ -51,6 +53,7 @@ func ToAgent(n v1.NodeConfig, base agent.Config) (agent.Config, error) {
 	c.MetricsAddress, c.MetricsMaxGroups = n.Metrics.Address, n.Metrics.MaxGroups
 	c.HealthChecks, c.HealthSkipXIDs = n.Health.Enabled, append([]uint64(nil), n.Health.SkipXIDs...)
 	c.DRA, c.DRAPluginDir, c.DRARegistrarDir, c.DRACDIDir = n.DRA.Enabled, n.DRA.PluginDir, n.DRA.RegistrarDir, n.DRA.CDIDir
+	c.DRABusyAbove, c.DRABusyBelow = n.DRA.BusyAbove, n.DRA.BusyBelow
 	for _, d := range []struct {
 		field string
 		in    v1.Duration
@@ -60,6 +63,7 @@ func ToAgent(n v1.NodeConfig, base agent.Config) (agent.Config, error) {
 		{"publishPeriod", n.PublishPeriod, &c.PublishPeriod},
 		{"runtime.timeout", n.Runtime.Timeout, &c.RuntimeTimeout},
 		{"health.period", n.Health.Period, &c.HealthPeriod},
+		{"dra.busyHold", n.DRA.BusyHold, &c.DRABusyHold},
 	} {
 		v, err := time.ParseDuration(string(d.in))
 		errs = append(errs, fieldErr(d.field, err))

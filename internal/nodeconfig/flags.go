@@ -63,6 +63,7 @@ func newFlagSet(c *v1.NodeConfig) *flagSet {
 	f.str("daemon-binary", "daemon.binary", &c.Daemon.Binary, "the gpuslice CLI that runs the node daemon (default: gpuslice beside this executable)")
 	f.str("run-dir", "daemon.runDir", &c.Daemon.RunDir, "node daemon run directory")
 	f.str("socket", "daemon.socket", &c.Daemon.Socket, "node daemon socket")
+	f.boolean("device-plugin", "devicePlugin.enabled", &c.DevicePlugin.Enabled, "serve the kubelet device plugins gpuslice.io/gpu and gpuslice.io/gpu-units (false: the GPUs are offered through DRA alone)")
 	f.str("plugin-dir", "devicePlugin.pluginDir", &c.DevicePlugin.PluginDir, "kubelet device plugin directory")
 	f.str("pod-resources", "devicePlugin.podResources", &c.DevicePlugin.PodResources, "kubelet pod-resources socket")
 	f.integer("slots-per-gpu", "devicePlugin.slotsPerGPU", &c.DevicePlugin.SlotsPerGPU, "slots of gpuslice.io/gpu per GPU (at least the scheduler's 100 containers per GPU)")
@@ -90,6 +91,9 @@ func (f *flagSet) addSharing(c *v1.NodeConfig) {
 	f.str("dra-plugin-dir", "dra.pluginDir", &c.DRA.PluginDir, "the DRA plugin's directory (its socket and checkpoint)")
 	f.str("dra-registrar-dir", "dra.registrarDir", &c.DRA.RegistrarDir, "the kubelet's plugin registration directory")
 	f.str("dra-cdi-dir", "dra.cdiDir", &c.DRA.CDIDir, "where the DRA plugin writes a CDI spec per prepared claim")
+	f.integer("dra-busy-above", "dra.busyAbove", &c.DRA.BusyAbove, "taint a GPU gpuslice.io/busy (NoSchedule) once its utilization stayed at or above this percent for --dra-busy-hold (0: off)")
+	f.integer("dra-busy-below", "dra.busyBelow", &c.DRA.BusyBelow, "lift the busy taint once utilization stayed below this percent for --dra-busy-hold")
+	f.dur("dra-busy-hold", "dra.busyHold", &c.DRA.BusyHold, "how long utilization must stay across a busy threshold")
 	f.add("health-skip-xids", "health.skipXIDs", (*xidsValue)(&c.Health.SkipXIDs), "comma-separated XIDs that do not withdraw a GPU (beyond the application XIDs 13,31,43,45,68,109)")
 }
 

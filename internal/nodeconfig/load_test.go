@@ -184,8 +184,8 @@ func TestSettings(t *testing.T) {
 			t.Errorf("fieldName(%s) = %s", s.field, fieldName(s.field))
 		}
 	}
-	if len(f.settings) != 35 {
-		t.Errorf("%d settings, want 35 (the 38 flags less the two ignored ones and --version)", len(f.settings))
+	if len(f.settings) != 39 {
+		t.Errorf("%d settings, want 39 (every flag but --config and --version)", len(f.settings))
 	}
 	if EnvName("slots-per-gpu") != "GPUSLICE_NODE_SLOTS_PER_GPU" {
 		t.Errorf("env name %s", EnvName("slots-per-gpu"))

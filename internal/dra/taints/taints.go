@@ -59,3 +59,70 @@ func For(healthy, lost, busy bool, reason string) []resourceapi.DeviceTaint {
 	}
 	return out
 }
+
+// Health is what the node knows of one GPU's health at a moment.
+type Health struct {
+	Healthy, Lost bool
+	// Reason is the taint's value: a label value naming the cause
+	// ("xid-79", "query"); it is cut to 63 characters.
+	Reason string
+}
+
+// Node decides the taints of a node's GPUs from their health and measured
+// utilization. Not safe for concurrent use.
+type Node struct {
+	busy []Busy // nil: the busy taint is off
+	last [][]resourceapi.DeviceTaint
+}
+
+// NewNode tracks n GPUs; above <= 0 turns the busy taint off.
+func NewNode(n int, above, below float64, hold time.Duration) *Node {
+	nd := &Node{last: make([][]resourceapi.DeviceTaint, n)}
+	if above > 0 {
+		nd.busy = make([]Busy, n)
+		for i := range nd.busy {
+			nd.busy[i] = Busy{Above: above, Below: below, Hold: hold}
+		}
+	}
+	return nd
+}
+
+// BusyOn tells whether utilization matters (the busy taint is on).
+func (n *Node) BusyOn() bool { return n.busy != nil }
+
+// Update takes each GPU's health and utilization (percent; a negative value:
+// not measured this time, the GPU keeps its busy state) at now, and returns
+// every GPU's taints and whether any changed since the last Update.
+func (n *Node) Update(health []Health, util []float64, now time.Time) ([][]resourceapi.DeviceTaint, bool) {
+	changed := false
+	for i, h := range health {
+		busy := false
+		if n.busy != nil {
+			if i < len(util) && util[i] >= 0 {
+				n.busy[i].Observe(util[i], now)
+			}
+			busy = n.busy[i].tainted
+		}
+		reason := h.Reason
+		if len(reason) > 63 {
+			reason = reason[:63]
+		}
+		t := For(h.Healthy, h.Lost, busy, reason)
+		if !equal(t, n.last[i]) {
+			n.last[i], changed = t, true
+		}
+	}
+	return n.last, changed
+}
+
+func equal(a, b []resourceapi.DeviceTaint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || a[i].Value != b[i].Value || a[i].Effect != b[i].Effect {
+			return false
+		}
+	}
+	return true
+}

@@ -74,6 +74,10 @@ type Daemon struct {
 
 // DevicePlugin is the kubelet device plugins and what Allocate answers.
 type DevicePlugin struct {
+	// Enabled serves the kubelet device plugins gpuslice.io/gpu and
+	// gpuslice.io/gpu-units on this node (--device-plugin); off, the node's
+	// GPUs are offered through DRA alone.
+	Enabled bool `json:"enabled"`
 	// PluginDir is the kubelet's device plugin directory (--plugin-dir).
 	PluginDir string `json:"pluginDir"`
 	// PodResources is the kubelet's pod-resources socket (--pod-resources).
@@ -145,4 +149,13 @@ type DRA struct {
 	RegistrarDir string `json:"registrarDir"`
 	// CDIDir is where the per-claim CDI specs are written (--dra-cdi-dir).
 	CDIDir string `json:"cdiDir"`
+	// BusyAbove taints a GPU NoSchedule (gpuslice.io/busy) once its
+	// measured utilization (percent) has stayed at or above it for BusyHold;
+	// 0 turns the busy taint off (--dra-busy-above).
+	BusyAbove int `json:"busyAbove"`
+	// BusyBelow lifts the taint once utilization has stayed below it for
+	// BusyHold (--dra-busy-below); below BusyAbove, for hysteresis.
+	BusyBelow int `json:"busyBelow"`
+	// BusyHold is how long utilization must stay across a threshold (--dra-busy-hold).
+	BusyHold Duration `json:"busyHold"`
 }
