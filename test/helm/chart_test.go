@@ -290,4 +290,8 @@ func TestTemplateErrors(t *testing.T) {
 	if err == nil || !strings.Contains(out, "apiServer.port is required") {
 		t.Fatalf("apiServer.host without a port: err %v, output:\n%s", err, out)
 	}
+	out, err = helm(t, "template", "gs", chart, "--kube-version", kubeVersion(t), "--set", "devicePlugin.enabled=true")
+	if err == nil || !strings.Contains(out, "pick one path for the nodes' GPUs") {
+		t.Fatalf("DRA and the device plugin both on: err %v, output:\n%s", err, out)
+	}
 }
