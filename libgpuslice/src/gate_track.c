@@ -22,10 +22,13 @@
  * launch; the one recorded N launches earlier is waited for first.
  *
  * Both use the first context that launches; other contexts are not bounded.
+ * Markers go on the launch's own stream (a _ptsz launch's NULL is the
+ * per-thread stream: GS_PT in hooks.def), never on a capturing one.
  */
 #include <errno.h>
 
 #include "gate_int.h"
+#include "graphmem.h"
 
 #define GS_TRACK_MAX 64
 
@@ -121,9 +124,11 @@ GS_HIDDEN void gs_gate_track(CUstream stream)
 	if (!ring.broken && ring.ctx == cur) {
 		unsigned i = ring.next;
 		if (ring.used[i])
-			(void)wait(ring.ev[i]); /* an error: do not bound this launch */
-		ring.used[i] = record(ring.ev[i], stream) == CUDA_SUCCESS;
-		ring.next = (i + 1) % depth;
+			(void)wait(ring.ev[i]);    /* an error: do not bound this launch */
+		if (!gs_graph_capturing(stream)) { /* a launch into a capture queues nothing */
+			ring.used[i] = record(ring.ev[i], stream) == CUDA_SUCCESS;
+			ring.next = (i + 1) % depth;
+		}
 	}
 	pthread_mutex_unlock(&ring.mu);
 	errno = saved;
@@ -206,7 +211,8 @@ static unsigned bound_locked(CUstream stream, unsigned n)
 		 * quarter of the bound (long kernels): waits stay short. */
 		unsigned since = n - q.m[(q.head - 1) % GS_MARKS].n;
 		uint64_t quarter = atomic_load_explicit(&q.bound_ns, memory_order_relaxed) / 4;
-		if (q.tail == q.head || since >= GS_MARK_EVERY || (uint64_t)since * q.launch_ns >= quarter) {
+		if ((q.tail == q.head || since >= GS_MARK_EVERY || (uint64_t)since * q.launch_ns >= quarter) &&
+		    !gs_graph_capturing(stream)) { /* a launch into a capture queues nothing */
 			struct mark *m = &q.m[q.head % GS_MARKS];
 			if (record(m->ev, stream) == CUDA_SUCCESS) {
 				m->stream = stream;

@@ -325,7 +325,7 @@ GS_HIDDEN int gs_graph_capturing_slow(CUstream s)
 {
 	gs_fn_cuStreamIsCapturing is = GS_REAL(cuStreamIsCapturing);
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || is == NULL)
-		return 0; /* the default streams cannot be captured */
+	if (s == NULL || s == CU_STREAM_LEGACY || is == NULL)
+		return 0; /* the legacy stream cannot be captured (the per-thread one can: cuda.h) */
 	return is(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
 }

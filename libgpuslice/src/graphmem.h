@@ -62,7 +62,8 @@ GS_HIDDEN void gs_graph_teardown(uint64_t ctx);
 
 /* Whether stream s is capturing (a stream-ordered allocation or free on it
  * is a graph node, not an allocation). One relaxed load until a capture has
- * begun in this process. */
+ * begun in this process. A _ptsz entry point passes GS_PT(s): its NULL is the
+ * per-thread stream, which can be captured. */
 GS_HIDDEN int gs_graph_capturing_slow(CUstream s);
 static inline int gs_graph_capturing(CUstream s)
 {

@@ -111,3 +111,11 @@ CAPTURE_HOOK(cuStreamBeginCapture, (CUstream hStream), (hStream))
 CAPTURE_HOOK(cuStreamBeginCapture_ptsz, (CUstream hStream), (hStream))
 CAPTURE_HOOK(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
 CAPTURE_HOOK(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+CAPTURE_HOOK(cuStreamBeginCaptureToGraph,
+	     (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+	      size_t numDependencies, CUstreamCaptureMode mode),
+	     (hStream, hGraph, dependencies, dependencyData, numDependencies, mode))
+CAPTURE_HOOK(cuStreamBeginCaptureToGraph_ptsz,
+	     (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+	      size_t numDependencies, CUstreamCaptureMode mode),
+	     (hStream, hGraph, dependencies, dependencyData, numDependencies, mode))

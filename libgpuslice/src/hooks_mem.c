@@ -56,12 +56,12 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 
 /* Stream-ordered allocations: what the pool keeps is taken first (pool.h).
  * On a capturing stream: an allocation node, counted with its exec (graphmem.h). */
-#define GS_POOL_ALLOC_BODY(name, pool, cur, args)                                              \
+#define GS_POOL_ALLOC_BODY(name, pool, cur, st, args)                                          \
 	gs_fn_##name fn_ = GS_REAL(name);                                                      \
 	if (fn_ == NULL)                                                                       \
 		return CUDA_ERROR_NOT_FOUND;                                                   \
 	int errno_ = errno;                                                                    \
-	if (gs_graph_capturing(hStream)) {                                                     \
+	if (gs_graph_capturing(st)) {                                                          \
 		errno = errno_;                                                                \
 		return fn_ args;                                                               \
 	}                                                                                      \
@@ -80,22 +80,22 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 
 GS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	GS_POOL_ALLOC_BODY(cuMemAllocAsync, NULL, 1, (dptr, bytesize, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocAsync, NULL, 1, hStream, (dptr, bytesize, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	GS_POOL_ALLOC_BODY(cuMemAllocAsync_ptsz, NULL, 1, (dptr, bytesize, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocAsync_ptsz, NULL, 1, GS_PT(hStream), (dptr, bytesize, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync, pool, 0, (dptr, bytesize, pool, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync, pool, 0, hStream, (dptr, bytesize, pool, hStream));
 }
 
 GS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, pool, 0, (dptr, bytesize, pool, hStream));
+	GS_POOL_ALLOC_BODY(cuMemAllocFromPoolAsync_ptsz, pool, 0, GS_PT(hStream), (dptr, bytesize, pool, hStream));
 }
 
 /* The pitch is known only after the call: reserve the worst case first (rows
@@ -166,7 +166,7 @@ GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync_ptsz), .s = hStream};
+	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync_ptsz), .s = GS_PT(hStream)};
 	return free_async(&c, dptr);
 }
 

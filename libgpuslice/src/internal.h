@@ -65,6 +65,9 @@ static inline void *gs_real_ptr(enum gs_id id)
 	return p;
 }
 #define GS_REAL(name) ((gs_fn_##name)gs_real_ptr(GS_ID_##name))
+/* A _ptsz/_ptds entry point's stream: there NULL is the per-thread default
+ * stream, which CU_STREAM_PER_THREAD names in every entry point. */
+#define GS_PT(s) ((s) == NULL ? CU_STREAM_PER_THREAD : (s))
 
 /* GS_AFTER_HOOK exports a hook that forwards to the driver, then runs after
  * (which sees the driver's result as rc), keeping errno as the driver left it. */

@@ -137,6 +137,10 @@ static int via_procaddress(void *arg)
 	CHECK(pfn == (void *)cuGraphInstantiateWithFlags);
 	CHECK_EQ(gpa2("cuStreamBeginCapture", &pfn, 12040, ptds, &st), CUDA_SUCCESS);
 	CHECK(pfn == (void *)cuStreamBeginCapture_v2_ptsz);
+	CHECK_EQ(gpa2("cuStreamBeginCaptureToGraph", &pfn, 12060, 0, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuStreamBeginCaptureToGraph);
+	CHECK_EQ(gpa2("cuStreamBeginCaptureToGraph", &pfn, 12060, ptds, &st), CUDA_SUCCESS);
+	CHECK(pfn == (void *)cuStreamBeginCaptureToGraph_ptsz);
 	CHECK_EQ(gpa2("cuDevicePrimaryCtxRelease", &pfn, 10020, 0, &st), CUDA_SUCCESS);
 	CHECK(pfn == (void *)cuDevicePrimaryCtxRelease);
 	/* Unhooked exports at 12.6: the driver's pointer (not ours). */

@@ -168,12 +168,70 @@ static int graph_capture(void *arg)
 	return 0;
 }
 
+/* The per-thread default stream can be captured (cuda.h): a cuMemAllocAsync_ptsz
+ * with NULL during its capture is a node too, counted once, with its exec. */
+static int graph_capture_per_thread(void *arg)
+{
+	(void)arg;
+	open_group("ptcapture");
+	end_capture_fn end_pt = (end_capture_fn)drv_sym(d.cuda, "cuStreamEndCapture_ptsz");
+	CUdeviceptr p;
+	CUgraph g;
+	CUgraphExec e;
+	CHECK_EQ(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync_ptsz(&p, 700 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync_ptsz(p, NULL), CUDA_SUCCESS);
+	CHECK_EQ(end_pt(NULL, &g), CUDA_SUCCESS);
+	HOLDS(0); /* a node, not a pool block */
+	CHECK_EQ(cuStreamBeginCapture(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&p, 200 * MiB, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(p, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+	CUgraph g2;
+	CHECK_EQ(end_pt(NULL, &g2), CUDA_SUCCESS);
+	HOLDS(0);
+	CHECK_EQ(cuGraphInstantiateWithFlags(&e, g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphLaunch_ptsz(e, NULL), CUDA_SUCCESS);
+	CHECK_EQ(sync_(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+	HOLDS(700 * MiB); /* once */
+	return 0;
+}
+
+/* cuStreamBeginCaptureToGraph (CUDA 12.3) begins a capture like the others,
+ * even as the process's first. */
+static int graph_capture_to_graph(void *arg)
+{
+	(void)arg;
+	open_group("tograph");
+	graph_create_fn create = (graph_create_fn)drv_sym(d.cuda, "cuGraphCreate");
+	CUdeviceptr p;
+	CUgraph g = NULL, out = NULL;
+	CUgraphExec e;
+	CHECK_EQ(create(&g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuStreamBeginCaptureToGraph(s, g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&p, 600 * MiB, s), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+	CHECK_EQ(((end_capture_fn)drv_sym(d.cuda, "cuStreamEndCapture"))(s, &out), CUDA_SUCCESS);
+	CHECK(out == g);
+	HOLDS(0);
+	CHECK_EQ(cuStreamBeginCaptureToGraph_ptsz(NULL, g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync_ptsz(&p, 300 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(((end_capture_fn)drv_sym(d.cuda, "cuStreamEndCapture_ptsz"))(NULL, &out), CUDA_SUCCESS);
+	HOLDS(0);
+	CHECK_EQ(cuGraphInstantiateWithFlags(&e, g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphLaunch(e, s), CUDA_SUCCESS);
+	CHECK_EQ(sync_(s), CUDA_SUCCESS);
+	HOLDS(900 * MiB);
+	return 0;
+}
+
 int main(void)
 {
 	ht_setup();
 	HT_RUN(graph_nodes, NULL);
 	HT_RUN(graph_escaping, NULL);
 	HT_RUN(graph_capture, NULL);
+	HT_RUN(graph_capture_per_thread, NULL);
+	HT_RUN(graph_capture_to_graph, NULL);
 	ht_teardown();
 	fprintf(stderr, "reliability_graph_test: ok\n");
 	return 0;

@@ -107,7 +107,7 @@ SIM_API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n)
 }
 SIM_API CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
-	return copy(d, true, s, true, n, LEGACY, true);
+	return copy(d, true, s, true, n, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
@@ -115,7 +115,7 @@ SIM_API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream 
 }
 SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
-	return copy(d, true, s, true, n, st, false);
+	return copy(d, true, s, true, n, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
 {
@@ -133,7 +133,7 @@ SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
 }
 SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n)
 {
-	return htod(d, s, n, LEGACY, true);
+	return htod(d, s, n, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
 {
@@ -141,7 +141,7 @@ SIM_API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
 }
 SIM_API CUresult cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n)
 {
-	return dtoh(d, s, n, LEGACY, true);
+	return dtoh(d, s, n, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
@@ -149,7 +149,7 @@ SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n)
 }
 SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
-	return copy(d, false, s, false, n, LEGACY, true);
+	return copy(d, false, s, false, n, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st)
 {
@@ -157,7 +157,7 @@ SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CU
 }
 SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st)
 {
-	return htod(d, s, n, st, false);
+	return htod(d, s, n, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st)
 {
@@ -165,7 +165,7 @@ SIM_API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream
 }
 SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st)
 {
-	return dtoh(d, s, n, st, false);
+	return dtoh(d, s, n, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
@@ -173,7 +173,7 @@ SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CU
 }
 SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
-	return copy(d, false, s, false, n, st, false);
+	return copy(d, false, s, false, n, SIM_PT(st), false);
 }
 
 /* One 2D side: checks every row's range and resolves host memory. */
@@ -228,7 +228,7 @@ SIM_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c)
 }
 SIM_API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c)
 {
-	return copy_2d(c, LEGACY, true);
+	return copy_2d(c, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream st)
 {
@@ -236,7 +236,7 @@ SIM_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream st)
 }
 SIM_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream st)
 {
-	return copy_2d(c, st, false);
+	return copy_2d(c, SIM_PT(st), false);
 }
 
 static CUresult set(CUdeviceptr d, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h, CUstream st, bool sync)
@@ -268,7 +268,7 @@ SIM_API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
 }
 SIM_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n)
 {
-	return set(d, 0, v, 1, n, 1, LEGACY, true);
+	return set(d, 0, v, 1, n, 1, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
 {
@@ -276,7 +276,7 @@ SIM_API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
 }
 SIM_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n)
 {
-	return set(d, 0, v, 2, n, 1, LEGACY, true);
+	return set(d, 0, v, 2, n, 1, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n)
 {
@@ -284,7 +284,7 @@ SIM_API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n)
 }
 SIM_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n)
 {
-	return set(d, 0, v, 4, n, 1, LEGACY, true);
+	return set(d, 0, v, 4, n, 1, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
 {
@@ -292,7 +292,7 @@ SIM_API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstr
 }
 SIM_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st)
 {
-	return set(d, 0, v, 1, n, 1, st, false);
+	return set(d, 0, v, 1, n, 1, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st)
 {
@@ -300,7 +300,7 @@ SIM_API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUs
 }
 SIM_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st)
 {
-	return set(d, 0, v, 2, n, 1, st, false);
+	return set(d, 0, v, 2, n, 1, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st)
 {
@@ -308,7 +308,7 @@ SIM_API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstr
 }
 SIM_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st)
 {
-	return set(d, 0, v, 4, n, 1, st, false);
+	return set(d, 0, v, 4, n, 1, SIM_PT(st), false);
 }
 SIM_API CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
 {
@@ -316,7 +316,7 @@ SIM_API CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t p, unsigned char v, size_
 }
 SIM_API CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
 {
-	return set(d, p, v, 1, w, h, LEGACY, true);
+	return set(d, p, v, 1, w, h, CU_STREAM_PER_THREAD, true);
 }
 SIM_API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st)
 {
@@ -324,5 +324,5 @@ SIM_API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, siz
 }
 SIM_API CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st)
 {
-	return set(d, p, v, 1, w, h, st, false);
+	return set(d, p, v, 1, w, h, SIM_PT(st), false);
 }

@@ -81,6 +81,7 @@ static CUresult ctx_activate(struct sim_ctx *c)
 		c->own_charged = 0;
 		return rc;
 	}
+	c->gen = atomic_fetch_add(&sim_g.next_id, 1) + 1;
 	c->active = true;
 	return CUDA_SUCCESS;
 }
@@ -100,6 +101,7 @@ static void ctx_deactivate(struct sim_ctx *c)
 	sim_ctx_limits_free(c);
 	sim_stream_free(c->def);
 	c->def = NULL;
+	sim_stream_free_pt(c);
 	if (c->own_charged > 0)
 		sim_uncharge(c->dev, c->own_charged);
 	c->own_charged = 0;

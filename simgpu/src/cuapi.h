@@ -252,6 +252,10 @@ A CUresult cuStreamBeginCapture(CUstream s);
 A CUresult cuStreamBeginCapture_ptsz(CUstream s);
 A CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m);
 A CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m);
+A CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+				       size_t n, CUstreamCaptureMode m);
+A CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+					    const CUgraphEdgeData *edges, size_t n, CUstreamCaptureMode m);
 A CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
 A CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
 A CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st);

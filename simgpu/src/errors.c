@@ -61,6 +61,8 @@ static const struct err_text errs[] = {
 	 "operation not permitted when stream is capturing"},
 	{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
 	 "operation failed due to a previous error during capture"},
+	{CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+	 "operation would make the legacy stream depend on a capturing blocking stream"},
 	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

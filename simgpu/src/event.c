@@ -123,7 +123,7 @@ SIM_API CUresult cuEventRecord(CUevent e, CUstream s)
 
 SIM_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s)
 {
-	return event_record(e, s, 0);
+	return event_record(e, SIM_PT(s), 0);
 }
 
 SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)
@@ -133,7 +133,7 @@ SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flag
 
 SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags)
 {
-	return event_record(e, s, flags);
+	return event_record(e, SIM_PT(s), flags);
 }
 
 static void event_target(struct sim_event *e, struct sim_queue **q, uint64_t *seq)
@@ -242,5 +242,5 @@ SIM_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 
 SIM_API CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags)
 {
-	return stream_wait_event(s, e, flags);
+	return stream_wait_event(SIM_PT(s), e, flags);
 }

@@ -182,7 +182,7 @@ SIM_API CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
 
 SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s)
 {
-	return graph_launch(e, s);
+	return graph_launch(e, SIM_PT(s));
 }
 
 static CUresult graph_upload(CUgraphExec h, CUstream hs)
@@ -203,7 +203,7 @@ SIM_API CUresult cuGraphUpload(CUgraphExec e, CUstream s)
 
 SIM_API CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s)
 {
-	return graph_upload(e, s);
+	return graph_upload(e, SIM_PT(s));
 }
 
 SIM_API CUresult cuGraphExecDestroy(CUgraphExec h)

@@ -88,26 +88,26 @@ SIM_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int
 {
 	const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
 
-	return launch(f, g, b, smem, s, params, extra);
+	return launch(f, g, b, smem, SIM_PT(s), params, extra);
 }
 
-static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra, bool ptsz)
 {
 	if (c == NULL || (c->numAttrs > 0 && c->attrs == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
 	const unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
 	const unsigned b[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-	return launch(f, g, b, c->sharedMemBytes, c->hStream, params, extra);
+	return launch(f, g, b, c->sharedMemBytes, ptsz ? SIM_PT(c->hStream) : c->hStream, params, extra);
 }
 
 SIM_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-	return launch_ex(c, f, params, extra);
+	return launch_ex(c, f, params, extra, false);
 }
 
 SIM_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-	return launch_ex(c, f, params, extra);
+	return launch_ex(c, f, params, extra, true);
 }
 
 SIM_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -125,7 +125,7 @@ SIM_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
 {
 	const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
 
-	return launch(f, g, b, smem, s, params, NULL);
+	return launch(f, g, b, smem, SIM_PT(s), params, NULL);
 }
 
 /* One launch per entry, each on its own stream (the driver's deprecated

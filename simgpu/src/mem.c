@@ -198,7 +198,7 @@ SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstr
 
 SIM_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
 {
-	return cuMemPrefetchAsync(p, n, dst, s);
+	return cuMemPrefetchAsync(p, n, dst, SIM_PT(s));
 }
 
 /* CUDA 12.2: the target is a CUmemLocation (a device, or the host). */
@@ -232,7 +232,7 @@ SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation lo
 
 SIM_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
 {
-	return cuMemPrefetchAsync_v2(p, n, loc, flags, s);
+	return cuMemPrefetchAsync_v2(p, n, loc, flags, SIM_PT(s));
 }
 
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)

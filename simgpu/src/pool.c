@@ -212,7 +212,7 @@ SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 
 SIM_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
-	return alloc_async(p, n, NULL, s);
+	return alloc_async(p, n, NULL, SIM_PT(s));
 }
 
 static CUresult alloc_from_pool(CUdeviceptr *p, size_t n, CUmemoryPool h, CUstream s)
@@ -230,7 +230,7 @@ SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool 
 
 SIM_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
-	return alloc_from_pool(p, n, pool, s);
+	return alloc_from_pool(p, n, pool, SIM_PT(s));
 }
 
 static CUresult free_async(CUdeviceptr p, CUstream hs)
@@ -264,7 +264,7 @@ SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 
 SIM_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
-	return free_async(p, s);
+	return free_async(p, SIM_PT(s));
 }
 
 SIM_API CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)

@@ -229,6 +229,8 @@
 	X(cuStreamBeginCapture, 10000, 1, cuStreamBeginCapture_ptsz)                                         \
 	X(cuStreamBeginCapture, 10010, 0, cuStreamBeginCapture_v2)                                           \
 	X(cuStreamBeginCapture, 10010, 1, cuStreamBeginCapture_v2_ptsz)                                      \
+	X(cuStreamBeginCaptureToGraph, 12030, 0, cuStreamBeginCaptureToGraph)                                \
+	X(cuStreamBeginCaptureToGraph, 12030, 1, cuStreamBeginCaptureToGraph_ptsz)                           \
 	X(cuStreamEndCapture, 10000, 0, cuStreamEndCapture)                                                  \
 	X(cuStreamEndCapture, 10000, 1, cuStreamEndCapture_ptsz)                                             \
 	X(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing)                                                \

@@ -85,8 +85,12 @@ struct sim_ctx {
 	size_t limits_charged; /* device bytes the limits hold above the defaults (ctx_ops.c) */
 	uint64_t own_charged;  /* device bytes the context itself holds (GPUSLICE_SIM_CONTEXT_MEMORY) */
 	struct sim_queue q;
-	struct sim_stream *def; /* the NULL / legacy / per-thread stream */
-	struct sim_ctx *next;   /* registry */
+	struct sim_stream *def;        /* the NULL / legacy stream */
+	struct sim_stream *pt;         /* per-thread default streams (stream.c), under sim_g.mu */
+	unsigned long long gen;        /* activation: per-thread streams of an earlier one are gone */
+	_Atomic int blocking_captures; /* captures on blocking streams (the legacy stream syncs with them) */
+	_Atomic uint64_t implicit;     /* legacy-stream uses that invalidated those captures */
+	struct sim_ctx *next;          /* registry */
 };
 
 enum sim_node_mem { SIM_NODE_RUN, SIM_NODE_ALLOC, SIM_NODE_FREE };
@@ -131,6 +135,10 @@ struct sim_stream {
 	bool cap_invalid;
 	int cap_mode;
 	unsigned long long cap_id;
+	bool cap_owned;             /* the capture's graph was made by BeginCapture (not ...ToGraph) */
+	bool cap_blocking;          /* counted in ctx->blocking_captures */
+	uint64_t cap_implicit;      /* ctx->implicit at the capture's start */
+	struct sim_stream *pt_next; /* per-thread stream: the context's next one */
 };
 
 struct sim_event {
@@ -218,8 +226,14 @@ SIM_HIDDEN uint64_t sim_queue_push(struct sim_queue *q, const struct sim_item *i
 SIM_HIDDEN void sim_queue_wait(struct sim_queue *q, uint64_t upto);
 SIM_HIDDEN uint64_t sim_queue_tail(struct sim_queue *q);
 
-/* Streams (stream.c). per_thread: NULL means the per-thread default stream. */
+/* Streams (stream.c). NULL and CU_STREAM_LEGACY are the context's legacy
+ * stream, CU_STREAM_PER_THREAD the calling thread's own default stream (a
+ * blocking stream that can be captured); the _ptsz/_ptds entry points pass
+ * SIM_PT(h): their NULL is the per-thread stream. */
+#define SIM_PT(h) ((h) == NULL ? CU_STREAM_PER_THREAD : (h))
 SIM_HIDDEN CUresult sim_stream_resolve(CUstream h, struct sim_stream **out);
+/* Frees the context's per-thread streams (sim_g.mu held, at deactivation). */
+SIM_HIDDEN void sim_stream_free_pt(struct sim_ctx *c);
 SIM_HIDDEN CUresult sim_stream_submit(struct sim_stream *s, const struct sim_item *it);
 SIM_HIDDEN CUresult sim_stream_submit_hook(struct sim_stream *s, const struct sim_item *it, sim_seq_hook hook,
 					   void *arg);
@@ -232,6 +246,7 @@ SIM_HIDDEN void sim_event_complete(struct sim_event *e, struct sim_queue *q, uin
  * capture is invalid, *rc set), false to run it now. */
 SIM_HIDDEN bool sim_capture_item(struct sim_stream *s, const struct sim_item *it, CUresult *rc);
 SIM_HIDDEN bool sim_stream_capturing(struct sim_stream *s);
+SIM_HIDDEN bool sim_capture_invalid_locked(struct sim_stream *s);
 /* Appends n to g (0, or -1 out of memory). */
 SIM_HIDDEN int sim_graph_add(struct sim_graph *g, const struct sim_node *n);
 /* Appends a node to s's capture. false: not capturing (*rc untouched). */

@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
- * Streams: handles onto their context's in-order queue. The NULL, legacy and
- * per-thread default streams all map to the context's default stream. */
+ * Streams: handles onto their context's in-order queue. NULL and
+ * CU_STREAM_LEGACY are the context's legacy stream; CU_STREAM_PER_THREAD is
+ * the calling thread's own stream, made on first use, which (as cuda.h says)
+ * synchronizes with the legacy stream and can be captured. Work on the legacy
+ * stream while a blocking stream of its context is capturing is an implicit
+ * dependency on the capture: refused (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT),
+ * and those captures are invalidated, like the driver. */
 #include <stdlib.h>
 
 #include "cuapi.h"
@@ -36,6 +41,41 @@ void sim_stream_free(struct sim_stream *s)
 	free(s);
 }
 
+void sim_stream_free_pt(struct sim_ctx *c)
+{
+	while (c->pt != NULL) {
+		struct sim_stream *s = c->pt;
+		c->pt = s->pt_next;
+		sim_stream_free(s);
+	}
+}
+
+/* The calling thread's per-thread stream of c (this activation of it). */
+static struct sim_stream *per_thread(struct sim_ctx *c)
+{
+	static _Thread_local struct pt_entry {
+		struct sim_ctx *c;
+		unsigned long long gen;
+		struct sim_stream *s;
+	} cache[4];
+	static _Thread_local unsigned next;
+	struct sim_stream *s;
+
+	for (unsigned i = 0; i < 4; i++)
+		if (cache[i].c == c && cache[i].gen == c->gen)
+			return cache[i].s;
+	pthread_mutex_lock(&sim_g.mu);
+	s = c->active ? sim_stream_new(c, 0, 0) : NULL;
+	if (s != NULL) {
+		s->pt_next = c->pt;
+		c->pt = s;
+	}
+	pthread_mutex_unlock(&sim_g.mu);
+	if (s != NULL)
+		cache[next++ % 4] = (struct pt_entry){c, c->gen, s};
+	return s;
+}
+
 CUresult sim_stream_resolve(CUstream h, struct sim_stream **out)
 {
 	struct sim_stream *s = (struct sim_stream *)h;
@@ -45,7 +85,9 @@ CUresult sim_stream_resolve(CUstream h, struct sim_stream **out)
 	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
 		rc = sim_ctx_get(&c);
 		if (rc == CUDA_SUCCESS)
-			*out = c->def;
+			*out = h == CU_STREAM_PER_THREAD ? per_thread(c) : c->def;
+		if (rc == CUDA_SUCCESS && *out == NULL)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		return rc;
 	}
 	rc = sim_check_init();
@@ -65,6 +107,10 @@ CUresult sim_stream_submit_hook(struct sim_stream *s, const struct sim_item *it,
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (s == s->ctx->def && atomic_load(&s->ctx->blocking_captures) > 0) {
+		atomic_fetch_add(&s->ctx->implicit, 1);
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	}
 	if (sim_stream_capturing(s) && sim_capture_item(s, it, &rc))
 		return rc;
 	sim_queue_push(&s->ctx->q, it, &s->last, hook, arg);
@@ -159,7 +205,7 @@ SIM_API CUresult cuStreamQuery(CUstream s)
 
 SIM_API CUresult cuStreamQuery_ptsz(CUstream s)
 {
-	return stream_query(s);
+	return stream_query(SIM_PT(s));
 }
 
 static CUresult stream_sync(CUstream h)
@@ -183,7 +229,7 @@ SIM_API CUresult cuStreamSynchronize(CUstream s)
 
 SIM_API CUresult cuStreamSynchronize_ptsz(CUstream s)
 {
-	return stream_sync(s);
+	return stream_sync(SIM_PT(s));
 }
 
 static CUresult stream_get(CUstream h, int what, void *out)
@@ -212,7 +258,7 @@ SIM_API CUresult cuStreamGetPriority(CUstream s, int *p)
 }
 SIM_API CUresult cuStreamGetPriority_ptsz(CUstream s, int *p)
 {
-	return stream_get(s, 0, p);
+	return stream_get(SIM_PT(s), 0, p);
 }
 SIM_API CUresult cuStreamGetFlags(CUstream s, unsigned int *f)
 {
@@ -220,7 +266,7 @@ SIM_API CUresult cuStreamGetFlags(CUstream s, unsigned int *f)
 }
 SIM_API CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int *f)
 {
-	return stream_get(s, 1, f);
+	return stream_get(SIM_PT(s), 1, f);
 }
 SIM_API CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
 {
@@ -228,7 +274,7 @@ SIM_API CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
 }
 SIM_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c)
 {
-	return stream_get(s, 2, c);
+	return stream_get(SIM_PT(s), 2, c);
 }
 /* CUDA 12.5: a stream of a green context would name it; the simulator has none. */
 SIM_API CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *c, void **green)
@@ -241,7 +287,7 @@ SIM_API CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *c, void **green)
 }
 SIM_API CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *c, void **green)
 {
-	return cuStreamGetCtx_v2(s, c, green);
+	return cuStreamGetCtx_v2(SIM_PT(s), c, green);
 }
 SIM_API CUresult cuStreamGetId(CUstream s, unsigned long long *id)
 {
@@ -249,7 +295,7 @@ SIM_API CUresult cuStreamGetId(CUstream s, unsigned long long *id)
 }
 SIM_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id)
 {
-	return stream_get(s, 3, id);
+	return stream_get(SIM_PT(s), 3, id);
 }
 
 static CUresult host_func(CUstream h, CUhostFn fn, void *arg)
@@ -272,7 +318,7 @@ SIM_API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg)
 
 SIM_API CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *arg)
 {
-	return host_func(s, fn, arg);
+	return host_func(SIM_PT(s), fn, arg);
 }
 
 struct callback {
@@ -317,5 +363,5 @@ SIM_API CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *arg,
 
 SIM_API CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void *arg, unsigned int flags)
 {
-	return add_callback(s, cb, arg, flags);
+	return add_callback(SIM_PT(s), cb, arg, flags);
 }

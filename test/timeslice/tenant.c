@@ -9,12 +9,16 @@
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
  *   job       --n kernels, synchronize, exit; prints "job <ns from t0 to done> <longest launch call ns>"
+ *   ptcapture --n kernels captured on the per-thread default stream (cuLaunchKernel_ptsz with
+ *             NULL), the graph launched there and synchronized; prints "ptcapture <EndCapture
+ *             result> <graph launch result>" (the gate's markers must not touch the legacy stream)
  * busy and sync print "win <second> <kernels launched> <run delay ns>" per 1 s
  * window: the run delay is the longest time one thread of this process spent
  * runnable but waiting for a CPU in that window (/proc/self/task/<tid>/schedstat),
  * so that the tests can tell a scheduling result from CPU starvation.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +181,43 @@ static int run_job(const struct cuapi *api, CUfunction fn, const struct opts *o)
 	return 0;
 }
 
+typedef CUresult (*begin_fn)(CUstream, CUstreamCaptureMode);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			      CUstream, void **, void **);
+typedef CUresult (*end_fn)(CUstream, CUgraph *);
+typedef CUresult (*inst_fn)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*glaunch_fn)(CUgraphExec, CUstream);
+typedef CUresult (*sync_fn)(CUstream);
+
+static int run_ptcapture(const struct cuapi *api, CUfunction fn, const struct opts *o)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	begin_fn begin = lib ? (begin_fn)dlsym(lib, "cuStreamBeginCapture_v2_ptsz") : NULL;
+	launch_fn launch = lib ? (launch_fn)dlsym(lib, "cuLaunchKernel_ptsz") : NULL;
+	end_fn end = lib ? (end_fn)dlsym(lib, "cuStreamEndCapture_ptsz") : NULL;
+	inst_fn inst = lib ? (inst_fn)dlsym(lib, "cuGraphInstantiateWithFlags") : NULL;
+	glaunch_fn glaunch = lib ? (glaunch_fn)dlsym(lib, "cuGraphLaunch_ptsz") : NULL;
+	sync_fn sync = lib ? (sync_fn)dlsym(lib, "cuStreamSynchronize_ptsz") : NULL;
+	unsigned long long us = o->kernel_us;
+	void *args[] = {&us};
+	CUgraph g = NULL;
+	CUgraphExec x = NULL;
+	CUresult ended, ran = CUDA_ERROR_NOT_FOUND;
+	if (!begin || !launch || !end || !inst || !glaunch || !sync)
+		return 1;
+	if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS || api->CtxSynchronize() != CUDA_SUCCESS)
+		return 1; /* the grant is held from here */
+	if (begin(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS)
+		return 1;
+	for (unsigned long long i = 0; i < o->n; i++)
+		(void)launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL); /* the capture's state tells */
+	ended = end(NULL, &g);
+	if (ended == CUDA_SUCCESS && inst(&x, g, 0) == CUDA_SUCCESS && (ran = glaunch(x, NULL)) == CUDA_SUCCESS)
+		ran = sync(NULL);
+	printf("ptcapture %s %s\n", cuapi_err(api, ended), cuapi_err(api, ran));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.mode = "busy", .kernel_us = 500, .seconds = 1, .n = 1, .gap_ms = 100};
@@ -201,9 +242,10 @@ int main(int argc, char **argv)
 		o.t0 = now_ns();
 	sleep_until(o.t0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int rc = strcmp(o.mode, "requests") == 0 ? run_requests(&api, fn, &o)
-		 : strcmp(o.mode, "job") == 0    ? run_job(&api, fn, &o)
-						 : run_windows(&api, fn, &o, strcmp(o.mode, "sync") == 0);
+	int rc = strcmp(o.mode, "requests") == 0    ? run_requests(&api, fn, &o)
+		 : strcmp(o.mode, "job") == 0       ? run_job(&api, fn, &o)
+		 : strcmp(o.mode, "ptcapture") == 0 ? run_ptcapture(&api, fn, &o)
+						    : run_windows(&api, fn, &o, strcmp(o.mode, "sync") == 0);
 	if (rc != 0)
 		fprintf(stderr, "gs-tenant: a launch failed\n");
 	return rc;
