@@ -10,11 +10,11 @@
  * for the life of a process. */
 static _Atomic int cuda_slot_cache[CACHED_ORDINALS];
 
-GS_HIDDEN void gs_uuid_format(const unsigned char b[16], char out[GS_SHM_UUID_LEN])
+GS_HIDDEN void gs_uuid_format(const char *prefix, const unsigned char b[16], char out[GS_SHM_UUID_LEN])
 {
 	static const char hex[] = "0123456789abcdef";
 	char *o = out;
-	memcpy(o, "GPU-", 4);
+	memcpy(o, prefix, 4);
 	o += 4;
 	for (int i = 0; i < 16; i++) {
 		if (i == 4 || i == 6 || i == 8 || i == 10)
@@ -41,6 +41,22 @@ GS_HIDDEN int gs_current_device(CUdevice *dev)
 	return rc;
 }
 
+GS_HIDDEN int gs_cuda_uuid(CUdevice dev, char out[GS_SHM_UUID_LEN])
+{
+	gs_fn_cuDeviceGetUuid v1 = GS_REAL(cuDeviceGetUuid);
+	gs_fn_cuDeviceGetUuid_v2 v2 = (gs_fn_cuDeviceGetUuid_v2)gs_real_peek(GS_ID_cuDeviceGetUuid_v2);
+	CUuuid gpu, own;
+	int saved = errno;
+	int ok = v1 != NULL && v1(&gpu, dev) == CUDA_SUCCESS;
+	int mig = ok && v2 != NULL && v2(&own, dev) == CUDA_SUCCESS && memcmp(gpu.bytes, own.bytes, 16) != 0;
+	errno = saved;
+	if (!ok)
+		return -1;
+	/* Under MIG, v1 names the parent GPU and v2 the instance the device is. */
+	gs_uuid_format(mig ? "MIG-" : "GPU-", (const unsigned char *)(mig ? own.bytes : gpu.bytes), out);
+	return 0;
+}
+
 static int slot_for_uuid(struct gs_group *g, const char *uuid)
 {
 	int slot = gs_group_gpu(g, uuid);
@@ -54,15 +70,9 @@ GS_HIDDEN int gs_slot_cuda(struct gs_group *g, CUdevice dev)
 		if (cached > 0)
 			return cached - 1;
 	}
-	gs_fn_cuDeviceGetUuid fn = GS_REAL(cuDeviceGetUuid);
-	CUuuid u;
-	int saved = errno;
-	int ok = fn != NULL && fn(&u, dev) == CUDA_SUCCESS;
-	errno = saved;
-	if (!ok)
-		return GS_SLOT_UNKNOWN_DEVICE;
 	char uuid[GS_SHM_UUID_LEN];
-	gs_uuid_format((const unsigned char *)u.bytes, uuid);
+	if (gs_cuda_uuid(dev, uuid) != 0)
+		return GS_SLOT_UNKNOWN_DEVICE;
 	int slot = slot_for_uuid(g, uuid);
 	if (slot >= 0 && dev >= 0 && dev < CACHED_ORDINALS)
 		atomic_store_explicit(&cuda_slot_cache[dev], slot + 1, memory_order_relaxed);

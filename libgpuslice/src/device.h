@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
- * Devices -> group GPU slots, by UUID ("GPU-..."), for CUDA ordinals and NVML
- * handles alike. */
+ * Devices -> group GPU slots, by UUID ("GPU-...", or "MIG-..." for a MIG
+ * instance: a limit holds per instance), for CUDA ordinals and NVML handles alike. */
 #ifndef GS_DEVICE_H
 #define GS_DEVICE_H
 
@@ -11,8 +11,12 @@
 
 enum { GS_SLOT_UNKNOWN_DEVICE = -1, GS_SLOT_TABLE_FULL = -2 };
 
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower case) from 16 bytes. */
-GS_HIDDEN void gs_uuid_format(const unsigned char b[16], char out[GS_SHM_UUID_LEN]);
+/* prefix ("GPU-" or "MIG-", 4 characters) + "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+ * (lower case) from 16 bytes. */
+GS_HIDDEN void gs_uuid_format(const char *prefix, const unsigned char b[16], char out[GS_SHM_UUID_LEN]);
+/* A CUDA device's UUID string as NVML spells it: its MIG instance's
+ * ("MIG-...") when it is one, else its GPU's ("GPU-..."). 0, or -1. */
+GS_HIDDEN int gs_cuda_uuid(CUdevice dev, char out[GS_SHM_UUID_LEN]);
 /* Lower-cases the hex digits of an NVML UUID string in place. */
 GS_HIDDEN void gs_uuid_normalize(char *s);
 /* The device of the calling thread's current context: 0, or -1 if none. */

@@ -6,12 +6,14 @@
  * allocating again, works). VMM physical memory is not bound to a context.
  * Graph execs made in the context go with it, and so does their memory, and
  * what its limits held (ctxlimit.h).
- * The primary context of each device is learnt from cuDevicePrimaryCtxRetain.
+ * The primary context of each device is learnt from cuDevicePrimaryCtxRetain;
+ * the retain that creates it is charged what the context takes (drvmem.h).
  */
 #include <errno.h>
 
 #include "ctxlimit.h"
 #include "ctxmap.h"
+#include "drvmem.h"
 #include "graphmem.h"
 #include "memcore.h"
 
@@ -24,15 +26,46 @@ static uint64_t primary_of(CUdevice dev)
 	return dev >= 0 && dev < PRIMARY_DEVS ? atomic_load(&primary[dev]) : 0;
 }
 
+static int primary_active(CUdevice dev)
+{
+	gs_fn_cuDevicePrimaryCtxGetState st = GS_REAL(cuDevicePrimaryCtxGetState);
+	unsigned int flags;
+	int active = 0, e = errno;
+	int known = st != NULL && st(dev, &flags, &active) == CUDA_SUCCESS;
+	errno = e;
+	return known && active;
+}
+
+static CUresult retained(CUresult rc, CUcontext *pctx, CUdevice dev)
+{
+	if (rc == CUDA_SUCCESS && pctx != NULL && dev >= 0 && dev < PRIMARY_DEVS)
+		atomic_store(&primary[dev], (uint64_t)(uintptr_t)*pctx);
+	return rc;
+}
+
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	gs_fn_cuDevicePrimaryCtxRetain fn = GS_REAL(cuDevicePrimaryCtxRetain);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
+	if (primary_active(dev))
+		return retained(fn(pctx, dev), pctx, dev);
+	/* The first retain creates the context: what it takes is charged
+	 * (drvmem.h); past the limit the retain is undone. */
+	struct gs_drv_probe p;
+	gs_drv_begin(dev, &p);
 	CUresult rc = fn(pctx, dev);
-	if (rc == CUDA_SUCCESS && pctx != NULL && dev >= 0 && dev < PRIMARY_DEVS)
-		atomic_store(&primary[dev], (uint64_t)(uintptr_t)*pctx);
-	return rc;
+	int ok = rc == CUDA_SUCCESS && pctx != NULL;
+	uint64_t ctx = ok ? (uint64_t)(uintptr_t)*pctx : 0;
+	if (gs_drv_end(&p, ok, GS_KIND_CTXMEM, ctx, ctx) == CUDA_SUCCESS || !ok)
+		return retained(rc, pctx, dev);
+	int e = errno;
+	gs_fn_cuDevicePrimaryCtxRelease_v2 release = GS_REAL(cuDevicePrimaryCtxRelease_v2);
+	if (release != NULL)
+		(void)release(dev);
+	*pctx = NULL;
+	errno = e;
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* After a successful release: uncount if that was the last reference. */

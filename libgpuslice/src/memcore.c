@@ -170,7 +170,8 @@ GS_HIDDEN void gs_uncount_slow(int slot, uint64_t size)
 static int in_ctx(const struct gs_ptrent *e, void *arg)
 {
 	return e->aux == *(const uint64_t *)arg &&
-	       (e->kind == GS_KIND_PTR || e->kind == GS_KIND_ARRAY || e->kind == GS_KIND_MIPMAP);
+	       (e->kind == GS_KIND_PTR || e->kind == GS_KIND_ARRAY || e->kind == GS_KIND_MIPMAP ||
+		e->kind == GS_KIND_CTXMEM || e->kind == GS_KIND_MODULE);
 }
 
 static void release_one(const struct gs_ptrent *e, void *arg)

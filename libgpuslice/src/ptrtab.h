@@ -16,20 +16,23 @@
 
 enum gs_kind {
 	GS_KIND_NONE = 0,
-	GS_KIND_PTR = 1,     /* CUdeviceptr (cuMemAlloc*, cuMemAllocAsync*, ...) */
-	GS_KIND_HANDLE = 2,  /* CUmemGenericAllocationHandle (cuMemCreate) */
-	GS_KIND_ARRAY = 3,   /* CUarray */
-	GS_KIND_MIPMAP = 4,  /* CUmipmappedArray */
-	GS_KIND_VHANDLE = 5, /* VMM handle -> physical id (aux), refs = releases owed */
-	GS_KIND_PHYS = 6,    /* VMM physical memory by id: counted size, refs = handles + mappings */
-	GS_KIND_VMAP = 7,    /* VMM mapping at a VA (key): size mapped, physical id (aux) */
-	GS_KIND_DEAD = 0xff, /* tombstone */
+	GS_KIND_PTR = 1,      /* CUdeviceptr (cuMemAlloc*, cuMemAllocAsync*, ...) */
+	GS_KIND_HANDLE = 2,   /* CUmemGenericAllocationHandle (cuMemCreate) */
+	GS_KIND_ARRAY = 3,    /* CUarray */
+	GS_KIND_MIPMAP = 4,   /* CUmipmappedArray */
+	GS_KIND_VHANDLE = 5,  /* VMM handle -> physical id (aux), refs = releases owed */
+	GS_KIND_PHYS = 6,     /* VMM physical memory by id: counted size, refs = handles + mappings */
+	GS_KIND_VMAP = 7,     /* VMM mapping at a VA (key): size mapped, physical id (aux) */
+	GS_KIND_CTXMEM = 8,   /* what a context itself holds (key and aux: the CUcontext; drvmem.h) */
+	GS_KIND_MODULE = 9,   /* a CUmodule's globals (aux: its context) */
+	GS_KIND_LIBRARY = 10, /* a CUlibrary's globals (aux: 0, no context) */
+	GS_KIND_DEAD = 0xff,  /* tombstone */
 };
 
 struct gs_ptrent {
 	uint64_t key;
 	uint64_t size;
-	uint64_t aux;  /* PTR/ARRAY/MIPMAP: the CUcontext it was made in; VMM kinds: a physical id */
+	uint64_t aux;  /* PTR/ARRAY/MIPMAP/CTXMEM/MODULE: the CUcontext it was made in; VMM kinds: a physical id */
 	uint32_t refs; /* VMM kinds only */
 	uint8_t kind;
 	uint8_t slot;

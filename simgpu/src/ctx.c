@@ -98,6 +98,7 @@ static void ctx_deactivate(struct sim_ctx *c)
 	if (c->primary)
 		sim_gmem_teardown(c->dev); /* the graph pool belongs to the device's primary context */
 	sim_array_free_ctx(c);
+	sim_modules_ctx_gone(c);
 	sim_ctx_limits_free(c);
 	sim_stream_free(c->def);
 	c->def = NULL;

@@ -43,6 +43,7 @@ static CUresult module_new(CUmodule *out, const void *image, bool need_ctx, bool
 	}
 	m->dev = globals > 0 ? at->dev : -1;
 	m->charged = globals;
+	m->ctx = need_ctx ? c : NULL;
 	m->magic = SIM_MAGIC_MODULE;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_lock(&mods.mu);
@@ -51,6 +52,20 @@ static CUresult module_new(CUmodule *out, const void *image, bool need_ctx, bool
 	pthread_mutex_unlock(&mods.mu);
 	*out = (CUmodule)m;
 	return CUDA_SUCCESS;
+}
+
+SIM_HIDDEN void sim_modules_ctx_gone(struct sim_ctx *c)
+{
+	pthread_mutex_lock(&mods.mu);
+	for (struct sim_module *m = mods.head; m != NULL; m = m->next) {
+		if (m->ctx != c)
+			continue;
+		if (m->charged > 0)
+			sim_uncharge(m->dev, m->charged);
+		m->charged = 0;
+		m->ctx = NULL;
+	}
+	pthread_mutex_unlock(&mods.mu);
 }
 
 static CUresult module_get(CUmodule h, struct sim_module **out)
@@ -74,9 +89,10 @@ static CUresult module_free(CUmodule h)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	m->magic = 0;
+	pthread_mutex_lock(&mods.mu);
 	if (m->charged > 0)
 		sim_uncharge(m->dev, m->charged);
-	pthread_mutex_lock(&mods.mu);
+	m->charged = 0;
 	for (struct sim_module **pp = &mods.head; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == m) {
 			*pp = m->next;

@@ -164,12 +164,15 @@ struct sim_func {
 struct sim_module {
 	uint32_t magic;
 	pthread_mutex_t mu;
-	int dev;          /* device its globals are charged on */
-	uint64_t charged; /* bytes of its .global variables (ptx.c) */
+	int dev;             /* device its globals are charged on */
+	uint64_t charged;    /* bytes of its .global variables (ptx.c) */
+	struct sim_ctx *ctx; /* the context a module (not a library) was loaded in */
 	struct sim_func *funcs;
 	struct sim_module *next;
 };
 
+/* A context went: the globals of the modules loaded in it go with it. */
+SIM_HIDDEN void sim_modules_ctx_gone(struct sim_ctx *c);
 /* Device bytes a PTX image's .global variables take (0 for other images). */
 SIM_HIDDEN uint64_t sim_ptx_globals(const void *image);
 

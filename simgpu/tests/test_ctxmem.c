@@ -48,6 +48,14 @@ int main(void)
 	CUcontext c;
 	CU_OK(cuCtxCreate_v2(&c, 0, 0));
 	CHECK_EQ(used(), 2 * CTX);
+	CU_OK(cuModuleLoadData(&m, ptx)); /* in c: its globals go with c */
+	CHECK_EQ(used(), 2 * CTX + GLOBALS);
+	CU_OK(cuCtxDestroy_v2(c));
+	CU_OK(cuCtxSetCurrent(primary));
+	CHECK_EQ(used(), CTX);
+	CU_OK(cuModuleUnload(m)); /* unloaded with its context: nothing more to give back */
+	CHECK_EQ(used(), CTX);
+	CU_OK(cuCtxCreate_v2(&c, 0, 0));
 	CU_OK(cuCtxDestroy_v2(c));
 	CU_OK(cuCtxSetCurrent(primary));
 	CHECK_EQ(used(), CTX);

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Context creation and module/library loads: the memory the driver takes
+ * for them (a context's own, a module's globals) is charged to the group as
+ * the driver reports it (drvmem.h), released with the context or at unload.
+ * Past the limit the call is undone (the context destroyed, the module
+ * unloaded) and fails with CUDA_ERROR_OUT_OF_MEMORY, so nothing is held.
+ */
+#include <errno.h>
+
+#include "device.h"
+#include "drvmem.h"
+#include "memcore.h"
+
+/* After a measured context creation: charged, or undone. */
+static CUresult ctx_made(struct gs_drv_probe *p, CUresult rc, CUcontext *pctx)
+{
+	int ok = rc == CUDA_SUCCESS && pctx != NULL;
+	uint64_t ctx = ok ? (uint64_t)(uintptr_t)*pctx : 0;
+	if (gs_drv_end(p, ok, GS_KIND_CTXMEM, ctx, ctx) == CUDA_SUCCESS || !ok)
+		return rc;
+	int e = errno;
+	gs_fn_cuCtxDestroy_v2 destroy = GS_REAL(cuCtxDestroy_v2);
+	if (destroy != NULL)
+		(void)destroy(*pctx);
+	*pctx = NULL;
+	errno = e;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+#define CTX_CREATE(name, params, args, dev)          \
+	GS_EXPORT CUresult name params               \
+	{                                            \
+		gs_fn_##name fn = GS_REAL(name);     \
+		if (fn == NULL)                      \
+			return CUDA_ERROR_NOT_FOUND; \
+		struct gs_drv_probe p;               \
+		gs_drv_begin(dev, &p);               \
+		return ctx_made(&p, fn args, pctx);  \
+	}
+
+CTX_CREATE(cuCtxCreate, (CUcontext * pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev), dev)
+CTX_CREATE(cuCtxCreate_v2, (CUcontext * pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev), dev)
+CTX_CREATE(cuCtxCreate_v3,
+	   (CUcontext * pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev),
+	   (pctx, paramsArray, numParams, flags, dev), dev)
+CTX_CREATE(cuCtxCreate_v4, (CUcontext * pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev),
+	   (pctx, ctxCreateParams, flags, dev), dev)
+
+/* Loads measure on the current context's device (none: the driver answers,
+ * uncounted). */
+static void load_begin(struct gs_drv_probe *p, uint64_t *ctx)
+{
+	CUdevice dev;
+	CUcontext cur = NULL;
+	gs_fn_cuCtxGetCurrent get = GS_REAL(cuCtxGetCurrent);
+	int e = errno;
+	if (get == NULL || get(&cur) != CUDA_SUCCESS)
+		cur = NULL;
+	*ctx = (uint64_t)(uintptr_t)cur;
+	if (cur == NULL || gs_current_device(&dev) != 0)
+		dev = -1;
+	errno = e;
+	gs_drv_begin(dev, p);
+}
+
+static CUresult module_loaded(struct gs_drv_probe *p, uint64_t ctx, CUresult rc, CUmodule *m)
+{
+	int ok = rc == CUDA_SUCCESS && m != NULL;
+	if (gs_drv_end(p, ok, GS_KIND_MODULE, ok ? (uint64_t)(uintptr_t)*m : 0, ctx) == CUDA_SUCCESS || !ok)
+		return rc;
+	int e = errno;
+	gs_fn_cuModuleUnload unload = GS_REAL(cuModuleUnload);
+	if (unload != NULL)
+		(void)unload(*m);
+	*m = NULL;
+	errno = e;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult library_loaded(struct gs_drv_probe *p, CUresult rc, CUlibrary *l)
+{
+	int ok = rc == CUDA_SUCCESS && l != NULL;
+	if (gs_drv_end(p, ok, GS_KIND_LIBRARY, ok ? (uint64_t)(uintptr_t)*l : 0, 0) == CUDA_SUCCESS || !ok)
+		return rc;
+	int e = errno;
+	gs_fn_cuLibraryUnload unload = GS_REAL(cuLibraryUnload);
+	if (unload != NULL)
+		(void)unload(*l);
+	*l = NULL;
+	errno = e;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* done: module_loaded / library_loaded around the driver's call (fn). */
+#define LOAD(name, params, done)                     \
+	GS_EXPORT CUresult name params               \
+	{                                            \
+		gs_fn_##name fn = GS_REAL(name);     \
+		if (fn == NULL)                      \
+			return CUDA_ERROR_NOT_FOUND; \
+		struct gs_drv_probe p;               \
+		uint64_t ctx;                        \
+		load_begin(&p, &ctx);                \
+		(void)ctx;                           \
+		return done;                         \
+	}
+
+LOAD(cuModuleLoad, (CUmodule * module, const char *fname), module_loaded(&p, ctx, fn(module, fname), module))
+LOAD(cuModuleLoadData, (CUmodule * module, const void *image), module_loaded(&p, ctx, fn(module, image), module))
+LOAD(cuModuleLoadDataEx,
+     (CUmodule * module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues),
+     module_loaded(&p, ctx, fn(module, image, numOptions, options, optionValues), module))
+LOAD(cuModuleLoadFatBinary, (CUmodule * module, const void *fatCubin),
+     module_loaded(&p, ctx, fn(module, fatCubin), module))
+LOAD(cuLibraryLoadData,
+     (CUlibrary * library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+      unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+      unsigned int numLibraryOptions),
+     library_loaded(&p,
+		    fn(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
+		       numLibraryOptions),
+		    library))
+LOAD(cuLibraryLoadFromFile,
+     (CUlibrary * library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues,
+      unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+      unsigned int numLibraryOptions),
+     library_loaded(&p,
+		    fn(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+		       libraryOptionValues, numLibraryOptions),
+		    library))
+
+GS_EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+	GS_FREE_BODY(cuModuleUnload, GS_KIND_MODULE, (uintptr_t)hmod, (hmod));
+}
+
+GS_EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+	GS_FREE_BODY(cuLibraryUnload, GS_KIND_LIBRARY, (uintptr_t)library, (library));
+}

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Hook tests: memory no call names (issue 26 item 1). What a context takes
+ * (GPUSLICE_SIM_CONTEXT_MEMORY) and a module's or library's .global
+ * variables count against the group as the driver holds them, through every
+ * way in (cuCtxCreate v1-v4, the primary context's first retain, cuModuleLoad*,
+ * cuLibraryLoad*, cuGetProcAddress), and go with the context or at unload;
+ * past the limit the call fails with CUDA_ERROR_OUT_OF_MEMORY, one line says
+ * why, and the driver holds nothing more (the group's count equals what the
+ * simulator says its members hold, after every step).
+ */
+#include <errno.h>
+
+#include "../src/internal.h"
+#include "simview.h"
+
+#define CTX_MEM (300 * MiB)
+
+static const char ptx64[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+			    ".global .align 8 .b8 buf[67108864];\n"
+			    ".visible .entry k()\n{\n\tret;\n}\n";
+
+static const struct gs_shm_file *grp;
+static const struct sim_state *sim;
+static CUresult (*get_current)(CUcontext *);
+static CUresult (*primary_state)(CUdevice, unsigned int *, int *);
+
+static void drv_more(struct drv *d)
+{
+	*(void **)&get_current = drv_sym(d->cuda, "cuCtxGetCurrent");
+	*(void **)&primary_state = drv_sym(d->cuda, "cuDevicePrimaryCtxGetState");
+}
+
+/* The group counts what the driver holds for it, and that is want. */
+#define HELD(want)                                               \
+	do {                                                     \
+		CHECK_EQ(ht_used(grp), (want));                  \
+		CHECK_EQ(sv_group_held(sim, grp), ht_used(grp)); \
+	} while (0)
+
+static void modules(void)
+{
+	CUmodule m;
+	CUlibrary l;
+	int e = errno = 1234;
+	CHECK_EQ(cuModuleLoadData(&m, ptx64), CUDA_SUCCESS);
+	CHECK_EQ(errno, e);
+	HELD(CTX_MEM + 64 * MiB);
+	CHECK_EQ(cuLibraryLoadData(&l, ptx64, NULL, NULL, 0, NULL, NULL, 0), CUDA_SUCCESS);
+	HELD(CTX_MEM + 128 * MiB);
+	CHECK_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+	HELD(CTX_MEM + 64 * MiB);
+	CHECK(cuModuleUnload(m) != CUDA_SUCCESS); /* twice: the driver says no, nothing changes */
+	HELD(CTX_MEM + 64 * MiB);
+	CHECK_EQ(cuLibraryUnload(l), CUDA_SUCCESS);
+	HELD(CTX_MEM);
+	/* Through cuGetProcAddress, as the CUDA runtime finds it. */
+	CUresult (*load)(CUmodule *, const void *) = NULL;
+	CUdriverProcAddressQueryResult st;
+	CHECK_EQ(cuGetProcAddress_v2("cuModuleLoadData", (void **)&load, 12060, 0, &st), CUDA_SUCCESS);
+	CHECK(load != NULL);
+	CHECK_EQ(load(&m, ptx64), CUDA_SUCCESS);
+	HELD(CTX_MEM + 64 * MiB);
+	CHECK_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+	HELD(CTX_MEM);
+}
+
+/* Extra contexts count, and what was made in one goes with it. */
+static void contexts(struct drv *d, CUcontext primary)
+{
+	CUcontext c1, c2, c3, c4;
+	CHECK_EQ(cuCtxCreate(&c1, 0, 0), CUDA_SUCCESS);
+	HELD(2 * CTX_MEM);
+	CHECK_EQ(cuCtxCreate_v2(&c2, 0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxCreate_v3(&c3, NULL, 0, 0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxCreate_v4(&c4, NULL, 0, 0), CUDA_SUCCESS);
+	HELD(5 * CTX_MEM);
+	CUmodule m;
+	CUdeviceptr p;
+	CHECK_EQ(cuModuleLoadData(&m, ptx64), CUDA_SUCCESS); /* in c4, current */
+	CHECK_EQ(cuMemAlloc_v2(&p, 10 * MiB), CUDA_SUCCESS);
+	HELD(5 * CTX_MEM + 74 * MiB);
+	CHECK_EQ(cuCtxDestroy_v2(c4), CUDA_SUCCESS); /* its module and allocation go with it */
+	HELD(4 * CTX_MEM);
+	CHECK_EQ(cuCtxDestroy_v2(c3), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxDestroy_v2(c2), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxDestroy(c1), CUDA_SUCCESS);
+	HELD(CTX_MEM);
+	CHECK_EQ(d->cuCtxSetCurrent(primary), CUDA_SUCCESS);
+}
+
+static int counted(void *arg)
+{
+	(void)arg;
+	const char *path = ht_group("drvmem", "2147483648");
+	struct drv d;
+	CUcontext ctx;
+	drv_open(&d, &ctx);
+	drv_more(&d);
+	sim = sv_map(); /* the primary context's first retain */
+	grp = ht_map(path);
+	CHECK(grp != NULL);
+	HELD(CTX_MEM);
+	modules();
+	contexts(&d, ctx);
+	return 0;
+}
+
+/* Past the limit: refused, undone, one line. */
+static int refused(void *arg)
+{
+	(void)arg;
+	const char *path = ht_group("drvfull", "419430400"); /* 400 MiB: one context and a little */
+	struct drv d;
+	CUcontext ctx;
+	drv_open(&d, &ctx);
+	drv_more(&d);
+	sim = sv_map();
+	grp = ht_map(path);
+	CHECK(grp != NULL);
+	ht_capture_stderr("drvfull");
+	HELD(CTX_MEM);
+	CUcontext c = (CUcontext)&d;
+	int e = errno = 4321;
+	CHECK_EQ(cuCtxCreate_v2(&c, 0, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(errno, e);
+	CHECK(c == NULL);
+	HELD(CTX_MEM); /* the driver let it go */
+	CUcontext cur;
+	CHECK_EQ(get_current(&cur), CUDA_SUCCESS);
+	CHECK(cur == ctx);
+	CUmodule m = (CUmodule)&d;
+	CHECK_EQ(cuModuleLoadData(&m, ptx64), CUDA_SUCCESS); /* 364 MiB of 400 */
+	CUmodule m2 = (CUmodule)&d;
+	CHECK_EQ(cuModuleLoadData(&m2, ptx64), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(m2 == NULL);
+	HELD(CTX_MEM + 64 * MiB);
+	CUlibrary l = (CUlibrary)&d;
+	CHECK_EQ(cuLibraryLoadData(&l, ptx64, NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(l == NULL);
+	HELD(CTX_MEM + 64 * MiB);
+	char buf[2048];
+	ht_stderr(buf, sizeof(buf));
+	CHECK_EQ(ht_count_lines(buf), 1);
+	if (strstr(buf, "gpuslice: allocation of 300.0 MiB refused on GPU-") != buf ||
+	    strstr(buf, ": group \"drvfull\" uses 300.0 MiB of its 400.0 MiB limit\n") == NULL) {
+		fprintf(stdout, "unexpected message: %s", buf);
+		return 1;
+	}
+	CHECK_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+	HELD(CTX_MEM);
+	return 0;
+}
+
+/* The primary context of a process that cannot hold one fails to start. */
+static int primary_refused(void *arg)
+{
+	(void)arg;
+	const char *path = ht_group("drvtiny", "104857600"); /* 100 MiB */
+	struct drv d;
+	d.cuda = dlopen("libcuda.so.1", RTLD_NOW);
+	CHECK(d.cuda != NULL);
+	*(void **)&d.cuInit = drv_sym(d.cuda, "cuInit");
+	drv_more(&d);
+	CHECK_EQ(d.cuInit(0), CUDA_SUCCESS);
+	sim = sv_map();
+	CUcontext c = (CUcontext)&c;
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&c, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(c == NULL);
+	unsigned int flags;
+	int active = 1;
+	CHECK_EQ(primary_state(0, &flags, &active), CUDA_SUCCESS);
+	CHECK_EQ(active, 0); /* released again */
+	grp = ht_map(path);
+	CHECK(grp != NULL);
+	HELD(0);
+	return 0;
+}
+
+int main(void)
+{
+	ht_setup();
+	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "300MiB", 1);
+	HT_RUN(counted, NULL);
+	HT_RUN(refused, NULL);
+	HT_RUN(primary_refused, NULL);
+	ht_teardown();
+	fprintf(stderr, "hooks_drvmem_test: ok\n");
+	return 0;
+}
