@@ -104,7 +104,7 @@ type parts struct {
 // and finds the host's cgroup mounts.
 func (p *parts) openGPUs(ctx context.Context) (hotplug.Mounts, error) {
 	var err error
-	if p.gpus, p.found, err = discover(p.drv.NVML); err != nil {
+	if p.gpus, p.found, err = discover(ctx, p.drv.NVML); err != nil {
 		return hotplug.Mounts{}, err
 	}
 	if err := writeCDISpec(p.cfg, p.gpus); err != nil {
@@ -285,17 +285,31 @@ func newReconciler(cfg Config, cs kubernetes.Interface, pods listersv1.PodLister
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 }
 
-func discover(n gpu.NVML) ([]gpuset.GPU, []gpu.Device, error) {
-	devs, err := gpu.Devices(n)
+func discover(ctx context.Context, n gpu.NVML) ([]gpuset.GPU, []gpu.Device, error) {
+	count, err := n.Count()
 	if err != nil {
 		return nil, nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	out := make([]gpuset.GPU, 0, len(devs))
-	for _, d := range devs {
+	out := make([]gpuset.GPU, 0, count)
+	devs := make([]gpu.Device, 0, count)
+	var errs []error
+	for i := range count {
+		d, err := n.Device(i)
+		if err != nil {
+			// A GPU that fell off the bus fails every query: the node's other
+			// GPUs are still served, this one is not offered until a restart.
+			klog.FromContext(ctx).Error(err, "GPU withheld: NVML cannot describe it", "index", i)
+			errs = append(errs, err)
+			continue
+		}
 		if d.Minor < 0 {
 			return nil, nil, fmt.Errorf("GPU %d (%s): no device minor number", d.Index, d.UUID)
 		}
 		out = append(out, gpuset.GPU{Index: int32(d.Index), UUID: d.UUID, Minor: uint32(d.Minor), Healthy: true})
+		devs = append(devs, d)
+	}
+	if len(out) == 0 && count > 0 {
+		return nil, nil, fmt.Errorf("discover GPUs: none of %d answers NVML: %w", count, errors.Join(errs...))
 	}
 	return out, devs, nil
 }

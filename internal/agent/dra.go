@@ -67,6 +67,10 @@ func (p *parts) runDRA(ctx context.Context) error {
 		return fmt.Errorf("DRA kubelet plugin: %w", err)
 	}
 	defer h.Stop()
+	go p.watchClaims(ctx, d)
+	if cfg.HealthChecks {
+		p.mon.queryAll(ctx) // the first slice already withholds a GPU that fails NVML (one lost before a restart)
+	}
 	t := newDRATaints(p)
 	publish := func(taints [][]resourceapi.DeviceTaint) error {
 		for i := range devs {

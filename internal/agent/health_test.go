@@ -80,7 +80,7 @@ func openSimGPUs(t *testing.T, bin string, n int) (*gpu.Driver, []gpuset.GPU, []
 			t.Error(err)
 		}
 	})
-	gpus, found, err := discover(drv.NVML)
+	gpus, found, err := discover(context.Background(), drv.NVML)
 	if err != nil {
 		t.Fatal(err)
 	}

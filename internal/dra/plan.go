@@ -84,9 +84,10 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 	return p, err
 }
 
-// claimConfig is the claim's GPUShareConfig: the last opaque configuration
-// of this driver (the claim's own come after its class's), defaulted; a
-// claim without one gets DefaultConfig.
+// claimConfig is the claim's GPUShareConfig, defaulted: its annotation
+// gpuslice.io/share-config (the live change), else the last opaque
+// configuration of this driver (the claim's own come after its class's),
+// else DefaultConfig.
 func claimConfig(claim *resourceapi.ResourceClaim) (*drav1.GPUShareConfig, error) {
 	cfg := drav1.DefaultConfig()
 	for i, c := range claim.Status.Allocation.Devices.Config {
@@ -98,6 +99,14 @@ func claimConfig(claim *resourceapi.ResourceClaim) (*drav1.GPUShareConfig, error
 			return nil, fmt.Errorf("claim %s/%s: config[%d] (from the %s): %w", claim.Namespace, claim.Name, i,
 				map[resourceapi.AllocationConfigSource]string{resourceapi.AllocationConfigSourceClass: "DeviceClass",
 					resourceapi.AllocationConfigSourceClaim: "claim"}[c.Source], err)
+		}
+		d.Default()
+		cfg = d
+	}
+	if raw, ok := claim.Annotations[drav1.ShareConfigAnnotation]; ok {
+		d, err := drav1.Decode([]byte(raw))
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s: annotation %s: %w", claim.Namespace, claim.Name, drav1.ShareConfigAnnotation, err)
 		}
 		d.Default()
 		cfg = d

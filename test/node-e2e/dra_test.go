@@ -4,6 +4,7 @@ package nodee2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,9 +16,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/pkg/api"
+	drav1 "github.com/gpuslice/gpuslice/pkg/apis/dra/v1alpha1"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -47,6 +51,7 @@ func TestDRA(t *testing.T) {
 	defer n.stop()
 	var r draResult
 	shared := t.Run("shares", func(t *testing.T) { n.t = t; testDRAShares(t, ctx, n, &r) })
+	t.Run("live-change", func(t *testing.T) { n.t = t; testDRALiveChange(t, ctx, n) })
 	t.Run("unfit", func(t *testing.T) { n.t = t; testDRAUnfit(t, ctx, n) })
 	t.Run("tainted", func(t *testing.T) { n.t = t; testDRATainted(t, ctx, n) })
 	t.Run("agent-restart", func(t *testing.T) { n.t = t; testDRAAgentRestart(t, ctx, n, &r) })
@@ -122,6 +127,9 @@ func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 	victim := n.gpus[1]
 	t0 := time.Now()
 	n.simCtl("xid", victim.UUID, "79")
+	// As on a real driver, a GPU that fell off the bus fails NVML queries from
+	// then on: it stays withheld after the agent restarts (agent-restart below).
+	n.simCtl("lost", victim.UUID)
 	n.waitSlice(bounded(ctx), "tainted gpu-1", func(devs []resourceapi.Device) bool {
 		for _, d := range devs {
 			if d.Name == "gpu-1" {
@@ -274,4 +282,74 @@ func testDRABadConfig(t *testing.T, ctx context.Context, n *node) {
 		t.Errorf("a refused claim left CDI specs: %v, before %v", got, specs)
 	}
 	n.deletePods(ctx, p.Name)
+}
+
+// testDRALiveChange: the annotation gpuslice.io/share-config on the running
+// 25-unit pod's claim makes its group high priority with a 40% share
+// ceiling, without restarting the pod; a bad one is a Warning event on the
+// claim naming the field, and changes nothing.
+func testDRALiveChange(t *testing.T, ctx context.Context, n *node) {
+	p, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, "s25", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := n.claimOf(ctx, p)
+	mgr := groupmgr.New(groupmgr.Config{RunDir: n.runDir()})
+	group := n.claimGroup(p)
+	annotate := func(raw string) time.Time {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{drav1.ShareConfigAnnotation: raw}}})
+		t0 := time.Now()
+		if _, err := n.cp.Client.ResourceV1().ResourceClaims(ns).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return t0
+	}
+	t0 := annotate(`{"apiVersion":"gpuslice.io/v1alpha1","kind":"GPUShareConfig","priority":"high","shareCeiling":40}`)
+	var got groupmgr.Resources
+	err = harness.WaitFor(bounded(ctx), 10*time.Millisecond, func() (bool, error) {
+		got, err = mgr.Get(group)
+		return err == nil && got.Settings.Priority.String() == "high" && got.Settings.ShareMax == 0.4, nil
+	})
+	if err != nil {
+		t.Fatalf("group %s after the annotation: %+v (%v)\nagent log:\n%s", group, got.Settings, err, n.agentTail())
+	}
+	took := time.Since(t0)
+	if got.Settings.Share != 0.25 || got.Settings.MemoryMax != 1<<30 {
+		t.Errorf("the live change moved the claim's share or memory: %+v", got.Settings)
+	}
+	t.Logf("e2e dra live change: priority high, share ceiling 40%% in the group %v after the annotation", took.Round(time.Millisecond))
+	annotate(`{"apiVersion":"gpuslice.io/v1alpha1","kind":"GPUShareConfig","shareCeiling":0}`)
+	var msg string
+	err = harness.WaitFor(bounded(ctx), 100*time.Millisecond, func() (bool, error) {
+		l, err := n.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + c.Name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range l.Items {
+			if e.Reason == "InvalidShareConfig" && strings.Contains(e.Message, "shareCeiling") {
+				msg = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no InvalidShareConfig event naming shareCeiling on claim %s: %v\nagent log:\n%s", c.Name, err, n.agentTail())
+	}
+	if now, err := mgr.Get(group); err != nil || now.Settings != got.Settings {
+		t.Errorf("a refused change changed the group: %+v (%v), was %+v", now.Settings, err, got.Settings)
+	}
+	t.Logf("e2e dra live change refused: %s", msg)
+	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil || cur.UID != p.UID || restarts(cur) != restarts(p) {
+		t.Errorf("pod %s restarted or replaced by the live change (%v)", p.Name, err)
+	}
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
 }

@@ -17,6 +17,11 @@ import (
 // opaque parameters to 10 KiB; an annotation is untrusted too).
 const MaxConfigBytes = 10 * 1024
 
+// ShareConfigAnnotation on a ResourceClaim holds a GPUShareConfig (JSON) that
+// replaces the claim's configuration while it runs: the node applies a
+// change to its group at once, without restarting its pods.
+const ShareConfigAnnotation = "gpuslice.io/share-config"
+
 // Slice bounds (those of the time-slice daemon).
 const (
 	MinSlice = 100 * time.Microsecond
