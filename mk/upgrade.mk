@@ -1,7 +1,7 @@
 # Rolling upgrades (test/upgrade, build tag upgrade): the library of one release against the daemon and
 # CLI of the other, on a running group. The old release is built from UPGRADE_BASE's sources (git archive:
 # needs the commit in the clone), the last commit before the groups manager and internal/groupstate
-# (gpu.state header version 1). Takes about 2 minutes cold (the old gpuslice and library), seconds warm.
+# (group state header version 1). Takes about 2 minutes cold (the old gpuslice and library), seconds warm.
 UPGRADE_BASE ?= ba6fd52
 UPGRADE_OLD := $(BUILD)/upgrade/$(UPGRADE_BASE)
 TEST_TARGETS += test-upgrade

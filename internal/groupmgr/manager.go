@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
@@ -173,7 +174,7 @@ func (m *Manager) Remove(_ context.Context, name string) error {
 	if !m.tree.Exists(name) {
 		return nil
 	}
-	n, err := timeslice.LiveMembers(m.cfg.ProcRoot, groupstate.Path(m.cfg.RunDir, name))
+	n, err := identity.LiveMembers(m.cfg.ProcRoot, groupstate.Path(m.cfg.RunDir, name))
 	if err != nil {
 		return fmt.Errorf("group %s: %w", name, err)
 	}

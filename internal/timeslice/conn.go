@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
@@ -30,9 +31,9 @@ import (
 type conn struct {
 	s    *Server
 	fd   int // the socket (blocking; sends use MSG_DONTWAIT)
-	peer Peer
+	peer identity.Peer
 	// known is peer once decided, for bindingChanged (other goroutines).
-	known atomic.Pointer[Peer]
+	known atomic.Pointer[identity.Peer]
 	// features: the GS_FEATURE_* bits both sides understand (set by the handshake).
 	features uint32
 	log      klog.Logger
@@ -159,7 +160,7 @@ func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 	c.s.groupSeen(c.peer)
 	// Before the welcome: a library that says hello at its first
 	// allocation waits for it, so its host pid is known from then on.
-	if filled, err := mapHostPID(c.s.cfg.ProcRoot, c.s.tree, c.peer); err != nil {
+	if filled, err := identity.MapHostPID(c.s.cfg.ProcRoot, c.s.tree, c.peer); err != nil {
 		c.s.log.V(2).Info("host pid not recorded", "pid", c.peer.PID, "group", c.peer.Group, "err", err)
 	} else if filled {
 		c.s.log.V(4).Info("host pid recorded", "pid", c.peer.PID, "group", c.peer.Group)

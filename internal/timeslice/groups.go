@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/identity"
 )
 
 // loadGroups applies the settings of every group already in the tree.
@@ -162,7 +163,7 @@ func (s *Server) retryLimits() {
 // releasing what dead members still held (each status refresh).
 func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 	path := groupstate.Path(s.cfg.RunDir, name)
-	if n, err := ReapDead(s.cfg.ProcRoot, path); err == nil && n > 0 {
+	if n, err := identity.ReapDead(s.cfg.ProcRoot, path); err == nil && n > 0 {
 		s.log.V(1).Info("released the memory of dead members", "group", name, "members", n)
 	}
 	gpus, err := groupstate.ReadMemory(path)
@@ -250,7 +251,7 @@ func (s *Server) settingsOf(name string) group.Settings {
 func PrepareGroupState(runDir, name string, adopt bool) error {
 	path := groupstate.Path(runDir, name)
 	if adopt {
-		if err := adoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
+		if err := identity.AdoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
 			return fmt.Errorf("group %s: %w", name, err)
 		}
 	}

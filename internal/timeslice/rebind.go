@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/identity"
 )
 
 // maxIdentifyTries bounds how often a connection is identified again because
@@ -55,7 +57,7 @@ func (s *Server) bindingChanged(ctx context.Context, name string, exists bool) {
 		if p == nil || !inCgroup(p.Cgroups, b) {
 			continue
 		}
-		if g := boundGroup(s.tree, p.Cgroups, p.UID); g != "" && g != p.Group {
+		if g := identity.BoundGroup(s.tree, p.Cgroups, p.UID); g != "" && g != p.Group {
 			klog.FromContext(ctx).V(1).Info("caller's cgroup is now bound to another group: it connects again",
 				"pid", p.PID, "group", p.Group, "bound", g, "via", p.Via)
 			c.kill()
@@ -82,7 +84,7 @@ func inCgroup(cgroups []string, b string) bool {
 func (c *conn) identify(cred *unix.Ucred) error {
 	for range maxIdentifyTries {
 		gen := c.s.bindGen.Load()
-		p, err := identify(c.s.cfg.ProcRoot, c.s.tree, cred)
+		p, err := identity.Identify(c.s.cfg.ProcRoot, c.s.tree, cred)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
+	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
@@ -156,9 +158,9 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 		}
 	}
 	start, ns := selfIdentity(t)
-	addMember(t, reap, 0, int32(os.Getpid()), start, ns, 4096)
-	addMember(t, reap, 1, deadPID(t), start, ns, 1<<30)
-	addMember(t, hog, 0, int32(os.Getpid()), start, ns, 4096)
+	groupstatetest.AddMember(t, reap, 0, int32(os.Getpid()), start, ns, 4096)
+	groupstatetest.AddMember(t, reap, 1, groupstatetest.DeadPID(t), start, ns, 1<<30)
+	groupstatetest.AddMember(t, hog, 0, int32(os.Getpid()), start, ns, 4096)
 	f, err := os.OpenFile(hog, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +205,7 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	if ps, err := groupstate.Processes(hog); err != nil || len(ps) != 1 || ps[0].PID != int32(os.Getpid()) {
 		t.Errorf("groupstate.Processes of a locked state file: %+v %v, want this process", ps, err)
 	}
-	if n, err := LiveMembers("/proc", hog); err != nil || n != 1 {
+	if n, err := identity.LiveMembers("/proc", hog); err != nil || n != 1 {
 		t.Errorf("LiveMembers of a locked state file: %d %v, want 1", n, err)
 	}
 	unlock()

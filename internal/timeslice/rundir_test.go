@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -177,7 +178,7 @@ func TestReliabilityRunDirReplacedOneState(t *testing.T) {
 			}
 			err := prepare()
 			if removed {
-				if !errors.Is(err, ErrOrphanedState) {
+				if !errors.Is(err, identity.ErrOrphanedState) {
 					t.Fatalf("group prepared again while its member uses a removed state: %v, want ErrOrphanedState", err)
 				}
 				// A member started by the run that made the group (its

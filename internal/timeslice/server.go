@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -77,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
-	ns, err := pidNS(cfg.ProcRoot)
+	ns, err := identity.PIDNS(cfg.ProcRoot)
 	if err != nil {
 		log.Info("own pid namespace unknown: root callers are bounded like users", "err", err)
 	}
@@ -168,7 +169,7 @@ func (s *Server) acceptLoop(ctx context.Context, ln *net.UnixListener, wg *sync.
 			s.log.Error(err, "client connection")
 			continue
 		}
-		cred, err := peerCred(fd)
+		cred, err := identity.PeerCred(fd)
 		if err != nil {
 			s.log.Error(err, "client connection")
 			if cerr := unix.Close(fd); cerr != nil {
@@ -286,7 +287,7 @@ func (s *Server) params(name string) policy.Params {
 }
 
 // groupSeen loads the settings of a caller's group when it first shows up.
-func (s *Server) groupSeen(p Peer) {
+func (s *Server) groupSeen(p identity.Peer) {
 	if p.Via == "default" {
 		return
 	}

@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"errors"
@@ -131,7 +131,7 @@ func scanOne(dir string, pid int32, want map[uint64]bool, wantPID map[int32]bool
 	if serr != nil {
 		return p, false, false
 	}
-	ids, perr := parseNSpid(status)
+	ids, perr := ParseNSpid(status)
 	if perr != nil {
 		return p, false, false
 	}

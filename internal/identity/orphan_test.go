@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"testing"

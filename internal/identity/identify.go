@@ -1,4 +1,11 @@
-package timeslice
+// Package identity is process identity for the time-slice daemon: who a
+// caller is as the kernel says (SO_PEERCRED, /proc/<pid>/cgroup, the group
+// file it was started with), how a process of another pid namespace appears
+// on the host (NSpid, start time), whether a group state file's members still
+// run (reaping the dead ones), and a state file live members still map after
+// the run directory was replaced. It holds no state of its own: every answer
+// is read from /proc (procRoot) and the group state files (internal/groupstate).
+package identity
 
 import (
 	"bufio"
@@ -40,8 +47,8 @@ const (
 	maxEnvEntry   = 64 << 10
 )
 
-// peerCred reads SO_PEERCRED of a connected unix socket.
-func peerCred(fd int) (*unix.Ucred, error) {
+// PeerCred reads SO_PEERCRED of a connected unix socket.
+func PeerCred(fd int) (*unix.Ucred, error) {
 	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", err)
@@ -97,14 +104,14 @@ func parseEnviron(r io.Reader, key string) string {
 	return "" // a read error or an entry too long: as if unset
 }
 
-// identify finds the group of a caller from what the kernel says about it:
+// Identify finds the group of a caller from what the kernel says about it:
 //   - a group bound to one of its cgroups (the binding counts if the group's
 //     directory belongs to root or to the caller);
 //   - else the group file it was started with (GPUSLICE_GROUP_FILE in
 //     /proc/<pid>/environ), if the kernel confirms it may act for that group
 //     (groupFileAllowed);
 //   - else a group of its own, "pid-<pid>".
-func identify(procRoot string, tree group.Tree, cred *unix.Ucred) (Peer, error) {
+func Identify(procRoot string, tree group.Tree, cred *unix.Ucred) (Peer, error) {
 	p := Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}
 	proc := filepath.Join(procRoot, strconv.Itoa(int(cred.Pid)))
 	cgs, err := readCgroups(proc)
@@ -112,7 +119,7 @@ func identify(procRoot string, tree group.Tree, cred *unix.Ucred) (Peer, error) 
 		return p, fmt.Errorf("identify pid %d: %w", cred.Pid, err)
 	}
 	p.Cgroups = cgs
-	if name := boundGroup(tree, p.Cgroups, p.UID); name != "" {
+	if name := BoundGroup(tree, p.Cgroups, p.UID); name != "" {
 		p.Group, p.Via = name, "cgroup"
 		return p, nil
 	}
@@ -223,11 +230,11 @@ func groupOfFile(tree group.Tree, file string) string {
 	return name
 }
 
-// boundGroup returns the group whose cgroup binding is the longest prefix of
+// BoundGroup returns the group whose cgroup binding is the longest prefix of
 // one of the caller's cgroup paths. A binding counts only in a group
 // directory owned by root or by the caller: a user cannot pull other users'
 // processes (or containers) into a group of theirs.
-func boundGroup(tree group.Tree, cgroups []string, uid uint32) string {
+func BoundGroup(tree group.Tree, cgroups []string, uid uint32) string {
 	names, err := tree.List()
 	if err != nil {
 		return ""

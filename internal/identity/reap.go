@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"errors"
@@ -55,8 +55,8 @@ func memberLiveness(procRoot string, ourNS uint64, p groupstate.Process) livenes
 	return memberLive
 }
 
-// pidNS is the inode of procRoot/self's pid namespace.
-func pidNS(procRoot string) (uint64, error) {
+// PIDNS is the inode of procRoot/self's pid namespace.
+func PIDNS(procRoot string) (uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(procRoot+"/self/ns/pid", &st); err != nil {
 		return 0, fmt.Errorf("pid namespace: %w", err)
@@ -72,7 +72,7 @@ func pidNS(procRoot string) (uint64, error) {
 // the next refresh).
 // It returns how many entries it freed.
 func ReapDead(procRoot, path string) (reaped int, err error) {
-	ns, err := pidNS(procRoot)
+	ns, err := PIDNS(procRoot)
 	if err != nil {
 		return 0, err
 	}
@@ -96,7 +96,7 @@ func LiveMembers(procRoot, path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ns, err := pidNS(procRoot)
+	ns, err := PIDNS(procRoot)
 	if err != nil {
 		return 0, err
 	}

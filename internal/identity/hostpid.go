@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"errors"
@@ -22,8 +22,8 @@ import (
 // caller's host pid through SO_PEERCRED, finds its pid in its own namespace
 // from /proc/<pid>/status (NSpid), and fills the entry in.
 
-// nsIdentity is how a process appears in its own pid namespace.
-type nsIdentity struct {
+// InNamespace is how a process appears in its own pid namespace.
+type InNamespace struct {
 	PID   int32  // innermost NSpid value
 	NS    uint64 // inode of /proc/<pid>/ns/pid
 	Start uint64 // /proc/<pid>/stat field 22
@@ -31,8 +31,8 @@ type nsIdentity struct {
 	Nested bool
 }
 
-// parseNSpid returns the NSpid values of a /proc/<pid>/status file.
-func parseNSpid(status []byte) ([]int32, error) {
+// ParseNSpid returns the NSpid values of a /proc/<pid>/status file.
+func ParseNSpid(status []byte) ([]int32, error) {
 	for line := range strings.SplitSeq(string(status), "\n") {
 		rest, ok := strings.CutPrefix(line, "NSpid:")
 		if !ok {
@@ -72,43 +72,43 @@ func parseStartTime(stat []byte) (uint64, error) {
 	return v, nil
 }
 
-// identityOf reads how host pid pid appears in its own namespace.
-func identityOf(procRoot string, pid int32) (nsIdentity, error) {
+// Of reads how host pid pid appears in its own namespace.
+func Of(procRoot string, pid int32) (InNamespace, error) {
 	dir := filepath.Join(procRoot, strconv.Itoa(int(pid)))
 	status, err := os.ReadFile(filepath.Join(dir, "status"))
 	if err != nil {
-		return nsIdentity{}, err
+		return InNamespace{}, err
 	}
-	ids, err := parseNSpid(status)
+	ids, err := ParseNSpid(status)
 	if err != nil {
-		return nsIdentity{}, fmt.Errorf("pid %d: %w", pid, err)
+		return InNamespace{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	id := nsIdentity{PID: ids[len(ids)-1], Nested: len(ids) > 1}
+	id := InNamespace{PID: ids[len(ids)-1], Nested: len(ids) > 1}
 	var st unix.Stat_t
 	if err := unix.Stat(filepath.Join(dir, "ns", "pid"), &st); err != nil {
-		return nsIdentity{}, fmt.Errorf("pid %d: pid namespace: %w", pid, err)
+		return InNamespace{}, fmt.Errorf("pid %d: pid namespace: %w", pid, err)
 	}
 	id.NS = st.Ino
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {
-		return nsIdentity{}, err
+		return InNamespace{}, err
 	}
 	if id.Start, err = parseStartTime(stat); err != nil {
-		return nsIdentity{}, fmt.Errorf("pid %d: %w", pid, err)
+		return InNamespace{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	return id, nil
 }
 
-// mapHostPID records a caller's host pid in its group's state file when the
+// MapHostPID records a caller's host pid in its group's state file when the
 // caller lives in a pid namespace below the daemon's. It reports whether an
 // entry was filled; a group without a state file, or a caller that has not
 // attached to it yet, is not an error.
-func mapHostPID(procRoot string, tree group.Tree, p Peer) (bool, error) {
+func MapHostPID(procRoot string, tree group.Tree, p Peer) (bool, error) {
 	path := filepath.Join(tree.Path(p.Group), groupstate.FileName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	id, err := identityOf(procRoot, p.PID)
+	id, err := Of(procRoot, p.PID)
 	if err != nil || !id.Nested {
 		return false, err
 	}

@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
 )
 
 // An entry of another pid namespace without a host pid is found by its
@@ -118,18 +119,18 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	initPID := childOf(t, cmd.Process.Pid)
 	memberPID := childOf(t, int(initPID))
-	initID, err := identityOf("/proc", initPID)
+	initID, err := Of("/proc", initPID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, err := identityOf("/proc", memberPID)
+	member, err := Of("/proc", memberPID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !member.Nested || member.PID != 2 || initID.PID != 1 || member.NS != initID.NS {
 		t.Fatalf("member %+v, init %+v: want pids 2 and 1 of one namespace below ours", member, initID)
 	}
-	addMember(t, path, 0, member.PID, member.Start, member.NS, 1000)
+	groupstatetest.AddMember(t, path, 0, member.PID, member.Start, member.NS, 1000)
 	assertReap(t, path, 0, 1000)
 	ps, err := groupstate.Processes(path)
 	if err != nil || len(ps) != 1 || ps[0].HostPID != memberPID {
@@ -147,7 +148,7 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 	assertReap(t, path, 1, 0)
 
 	// The namespace's init as a member, then the whole namespace killed.
-	addMember(t, path, 1, initID.PID, initID.Start, initID.NS, 2000)
+	groupstatetest.AddMember(t, path, 1, initID.PID, initID.Start, initID.NS, 2000)
 	assertReap(t, path, 0, 2000)
 	if ok, err := groupstate.SetHostPID(path, initID.PID, initID.NS, initID.Start, 0); !ok || err != nil {
 		t.Fatalf("clearing the host pid: %v %v", ok, err)
@@ -162,7 +163,7 @@ func TestReliabilityReapOtherPIDNamespace(t *testing.T) {
 			t.Fatalf("pid %d still there", initPID)
 		}
 	}
-	ourNS, err := pidNS("/proc")
+	ourNS, err := PIDNS("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package timeslice
+package identity
 
 import (
 	"bufio"
@@ -42,10 +42,10 @@ type mappedState struct {
 	deleted bool
 }
 
-// adoptOrphanedState links the state file that live members started with
+// AdoptOrphanedState links the state file that live members started with
 // GPUSLICE_GROUP_FILE=path still map back to path, if path is gone; nil if
 // none does (or path exists). ErrOrphanedState if it was deleted.
-func adoptOrphanedState(procRoot, path string) error {
+func AdoptOrphanedState(procRoot, path string) error {
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
