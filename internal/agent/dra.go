@@ -32,7 +32,7 @@ func (p *parts) draGPUs() (map[string]dra.GPU, []devices.GPU) {
 			mode = api.SharingTimeslice
 		}
 		devs = append(devs, devices.GPU{Index: g.Index, UUID: g.UUID, ProductName: f.Name, MemoryBytes: int64(f.MemoryTotal),
-			DriverVersion: p.drv.Version, Sharing: mode, Units: units})
+			DriverVersion: p.drv.Version, CUDAComputeCapability: f.ComputeCapability, Sharing: mode, Units: units})
 	}
 	return gpus, devs
 }

@@ -18,6 +18,9 @@ type Device struct {
 	Name        string
 	Minor       int
 	MemoryTotal uint64
+	// ComputeCapability is the CUDA compute capability, "9.0"; "" where
+	// NVML does not say.
+	ComputeCapability string
 }
 
 // Memory is a device's memory use in bytes.
@@ -134,6 +137,9 @@ func (l *lib) Device(index int) (Device, error) {
 	}
 	if out.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
 		out.Minor = -1 // not every platform reports one; not fatal
+	}
+	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		out.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
 	}
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {

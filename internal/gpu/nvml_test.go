@@ -29,6 +29,9 @@ func TestDevicesFromMockServer(t *testing.T) {
 	if devs[0].UUID == devs[1].UUID {
 		t.Errorf("devices share a UUID: %s", devs[0].UUID)
 	}
+	if devs[0].ComputeCapability != "8.0" { // an A100
+		t.Errorf("compute capability %q, want 8.0", devs[0].ComputeCapability)
+	}
 }
 
 func TestUtilizationAndProcesses(t *testing.T) {
