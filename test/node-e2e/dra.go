@@ -104,7 +104,7 @@ func startDRANode(t *testing.T, ctx context.Context) *node {
 		"--dra-cdi-dir", n.cdiDir}
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
-	n.waitSlice(ctx, "published", func(d []resourceapi.Device) bool { return len(d) == numGPUs })
+	n.waitSlice(bounded(ctx), "published", func(d []resourceapi.Device) bool { return len(d) == numGPUs })
 	ok = true
 	return n
 }
