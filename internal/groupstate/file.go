@@ -139,54 +139,6 @@ func (s *State) Check() error {
 	return nil
 }
 
-// Create makes a group's state file as the library does (race-free
-// under the file lock, magic stored last) if it is missing or empty, naming
-// the pid namespace of procRoot/self as the group's host namespace: members
-// in other namespaces (containers) then leave their host pid for the daemon
-// to fill in. A valid existing file is kept; an invalid one is an error and
-// left untouched. Mode 0666: the file is reached through the group directory.
-func Create(procRoot, path, group string) error {
-	return CreateMode(procRoot, path, group, 0o666)
-}
-
-// CreateMode is Create with the file's mode.
-func CreateMode(procRoot, path, group string, mode os.FileMode) (err error) {
-	defer GuardFault(&err)()
-	var ns unix.Stat_t
-	if err := unix.Stat(procRoot+"/self/ns/pid", &ns); err != nil {
-		return fmt.Errorf("pid namespace: %w", err)
-	}
-	s, err := Open(path, true, LockWait)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = s.Close() }() // nothing to lose: the writes are in the mapping
-	if err := s.f.Chmod(mode); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if atomic.LoadUint64(s.U64(0)) != 0 {
-		if err := s.Check(); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		return nil
-	}
-	le := binary.LittleEndian
-	clear(s.b)
-	le.PutUint32(s.b[OffVersion:], Version)
-	le.PutUint32(s.b[OffHeaderSize:], uint32(HeaderSize))
-	le.PutUint64(s.b[OffFileSize:], uint64(FileSize))
-	le.PutUint32(s.b[OffMaxGPUs:], MaxGPUs)
-	le.PutUint32(s.b[OffMaxProcs:], MaxProcs)
-	le.PutUint32(s.b[OffGPUSize:], uint32(GPUSize))
-	le.PutUint32(s.b[OffProcSize:], uint32(ProcSize))
-	le.PutUint64(s.b[OffGPUOffset:], uint64(GPUsOffset))
-	le.PutUint64(s.b[OffProcOffset:], uint64(ProcsOffset))
-	le.PutUint64(s.b[OffHostPIDNS:], ns.Ino)
-	copy(s.b[OffGroup:OffGroup+NameLen-1], group)
-	atomic.StoreUint64(s.U64(0), Magic)
-	return nil
-}
-
 // Procs calls fn for each live process entry (its offset and contents).
 func (s *State) Procs(fn func(off int, p Process) bool) {
 	base := HeaderSize + MaxGPUs*GPUSize

@@ -34,7 +34,10 @@ var ErrBad = errors.New("bad group state file")
 // CheckHeader validates a state file's header and returns its GPU area bounds.
 func CheckHeader(b []byte) (off, n int, err error) {
 	le := binary.LittleEndian
-	if len(b) < HeaderSize {
+	switch {
+	case len(b) == 0 || len(b) >= 8 && le.Uint64(b) == 0:
+		return 0, 0, ErrIncomplete // its maker stores the magic last
+	case len(b) < HeaderSize:
 		return 0, 0, fmt.Errorf("%w: %d bytes", ErrBad, len(b))
 	}
 	switch {
@@ -146,8 +149,12 @@ func SetSlots(path, uuid string, l SlotLimits) (changed int, err error) {
 // short or with a bad header is an error.
 func editShm(f *os.File, path string, edit func(b []byte, off, count int)) error {
 	size := HeaderSize + MaxGPUs*GPUSize
-	if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
-		return fmt.Errorf("%s: %w: too short (%w)", path, ErrBad, err)
+	if st, err := f.Stat(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	} else if st.Size() == 0 {
+		return fmt.Errorf("%s: %w", path, ErrIncomplete) // a member is making it (under the lock we hold now: not for long)
+	} else if st.Size() < int64(size) {
+		return fmt.Errorf("%s: %w: too short (%d bytes)", path, ErrBad, st.Size())
 	}
 	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -94,7 +94,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 // processes enforce it from their next allocation: memory.max, or for an
 // elastic group (memory.min) the guarantee, its slots marked elastic. It then
 // acknowledges the group's settings generation (FileApplied). A state file
-// whose lock a member holds past groupstate.BriefLockWait is tried again at each status
+// whose lock a member holds past groupstate.BriefLockWait, or that a member is still making, is tried again at each status
 // refresh (retryLimits): no group's lock holds up the others' settings.
 // elasticSlots: an elastic group's slots are set too (else its header only).
 func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots bool) {
@@ -109,8 +109,9 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 	} else {
 		n, err = groupstate.SetLimit(path, st.MemoryMax, groupstate.BriefLockWait)
 	}
+	later := errors.Is(err, groupstate.ErrLocked) || errors.Is(err, groupstate.ErrIncomplete)
 	s.mu.Lock()
-	if errors.Is(err, groupstate.ErrLocked) {
+	if later {
 		s.unapplied[name] = struct{}{}
 	} else {
 		delete(s.unapplied, name)
@@ -118,8 +119,8 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 	s.mu.Unlock()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-	case errors.Is(err, groupstate.ErrLocked):
-		log.V(1).Info("memory limit not applied yet: the state file is locked", "limit", st.MemoryMax)
+	case later: // a member holds the lock, or is making the file (groupstate.ErrIncomplete)
+		log.V(1).Info("memory limit not applied yet: the state file is locked or being made", "limit", st.MemoryMax, "reason", err)
 		return
 	case err != nil:
 		log.Error(err, "apply memory limit")
