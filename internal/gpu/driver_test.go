@@ -47,3 +47,29 @@ func TestDriversOpenedConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSimulatedComputeCapability: the simulated driver answers NVML's compute
+// capability as a driver does (the simulated GPU is an sm_90 part, as its
+// cuDeviceComputeCapability says).
+func TestSimulatedComputeCapability(t *testing.T) {
+	sim := filepath.Join(testbin.Dir(t, "sim/libnvidia-ml.so.1"), "sim")
+	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
+	drv, err := OpenDriver(ModeSim, sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := drv.NVML.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	devs, err := Devices(drv.NVML)
+	if err != nil || len(devs) == 0 {
+		t.Fatalf("devices %+v, %v", devs, err)
+	}
+	for _, d := range devs {
+		if d.ComputeCapability != "9.0" {
+			t.Errorf("GPU %d compute capability %q, want 9.0", d.Index, d.ComputeCapability)
+		}
+	}
+}

@@ -32,6 +32,12 @@ func TestDevicesFromMockServer(t *testing.T) {
 	if devs[0].ComputeCapability != "8.0" { // an A100
 		t.Errorf("compute capability %q, want 8.0", devs[0].ComputeCapability)
 	}
+	server.Devices[1].(*dgxa100.Device).GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) {
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	if d, err := n.Device(1); err != nil || d.ComputeCapability != "" {
+		t.Errorf("a driver without the compute capability: %+v, %v (want the device, no capability)", d, err)
+	}
 }
 
 func TestUtilizationAndProcesses(t *testing.T) {
