@@ -6,7 +6,9 @@
  *
  *   gs-memfill [--via dlsym|procaddr|procaddr_v2] [--path PATH] [--chunk SIZE]
  *              [--max SIZE] [--hold-ms N]
- * PATH: alloc (cuMemAlloc_v2), pitch, managed, async, pool, vmm (cuMemCreate), array.
+ * PATH: alloc (cuMemAlloc_v2), pitch, managed, async, pool, vmm (cuMemCreate), array,
+ * module (cuModuleLoadData of PTX modules each holding one .global array of the
+ * chunk's size, loaded eagerly: CUDA_MODULE_LOADING=EAGER unless set).
  * Exit status: 0 if it stopped on CUDA_ERROR_OUT_OF_MEMORY or reached --max, 1 otherwise.
  */
 #include <stdio.h>
@@ -22,6 +24,19 @@ struct opts {
 	size_t chunk, max;
 	long hold_ms;
 };
+
+/* A module whose only content is an n-byte global array (kept: .visible). */
+static CUresult load_globals(const struct cuapi *api, size_t n)
+{
+	char ptx[256];
+	CUmodule m;
+
+	snprintf(ptx, sizeof(ptx),
+		 ".version 7.0\n.target sm_50\n.address_size 64\n"
+		 ".visible .global .align 8 .b8 gs_fill[%zu];\n",
+		 n);
+	return api->ModuleLoadData(&m, ptx);
+}
 
 static CUresult alloc_one(const struct cuapi *api, const struct opts *o, CUdevice dev, size_t n)
 {
@@ -49,6 +64,8 @@ static CUresult alloc_one(const struct cuapi *api, const struct opts *o, CUdevic
 		prop.location.id = dev;
 		return api->MemCreate(&h, n, &prop, 0);
 	}
+	if (strcmp(o->path, "module") == 0)
+		return load_globals(api, n);
 	if (strcmp(o->path, "array") == 0) {
 		CUarray a;
 		CUDA_ARRAY_DESCRIPTOR d = {
@@ -104,6 +121,8 @@ int main(int argc, char **argv)
 
 	if (parse(argc, argv, &o) != 0)
 		return 2;
+	if (strcmp(o.path, "module") == 0)
+		setenv("CUDA_MODULE_LOADING", "EAGER", 0); /* globals at load, not at first use */
 	if (cuapi_load(&api, o.via, err, sizeof(err)) != 0) {
 		fprintf(stderr, "gs-memfill: %s\n", err);
 		return 1;

@@ -436,6 +436,8 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 		rc = devices_from_env(out, err, errlen);
 	if (rc == 0)
 		rc = access_from_env(&out->access, err, errlen);
+	if (rc == 0)
+		rc = sim_mig_split(out, err, errlen);
 	const char *v = getenv("GPUSLICE_SIM_CONTEXT_MEMORY");
 	out->ctx_mem = SIM_DEFAULT_CONTEXT_MEMORY;
 	if (rc == 0 && v != NULL && sim_parse_size(v, &out->ctx_mem) != 0) {

@@ -61,5 +61,12 @@ int sim_parse_uuid(const char *s, unsigned char out[16]);
 /* Writes "GPU-..." (41 bytes with NUL); buf must hold at least 41 bytes. */
 void sim_format_uuid(const unsigned char u[16], char *buf, size_t len);
 void sim_default_uuid(int index, unsigned char out[16]);
+/* MIG mode (mig.c, GPUSLICE_SIM_MIG): splits every GPU of c into instances;
+ * 0, or -1 with a message. */
+int sim_mig_split(struct sim_config *c, char *err, size_t errlen);
+/* Whether device index is a MIG instance; its GPU's UUID in out (may be NULL). */
+bool sim_mig_parent(int index, unsigned char out[16]);
+/* A device's UUID as NVML spells it: "MIG-..." for an instance, else "GPU-...". */
+void sim_format_dev_uuid(int index, const unsigned char u[16], char *buf, size_t len);
 
 #endif

@@ -103,26 +103,28 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
-/* cuDeviceGetUuid and its _v2 answer alike. */
-static CUresult device_uuid(CUuuid *u, CUdevice d)
+/* cuDeviceGetUuid and its _v2 answer alike, but for a MIG instance (mig.c):
+ * v1 names its GPU, v2 the instance. */
+static CUresult device_uuid(CUuuid *u, CUdevice d, bool own)
 {
 	int i;
 
 	DEV_OR_RETURN(i, d);
 	if (u == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(u->bytes, sim_g.st->dev[i].uuid, 16);
+	if (own || !sim_mig_parent(i, (unsigned char *)u->bytes))
+		memcpy(u->bytes, sim_g.st->dev[i].uuid, 16);
 	return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
-	return device_uuid(u, d);
+	return device_uuid(u, d, false);
 }
 
 SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 {
-	return device_uuid(u, d);
+	return device_uuid(u, d, true);
 }
 
 SIM_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)

@@ -90,7 +90,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 	if (uuid == NULL || h == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (int i = 0, n = atomic_load(&sim_nvml.ndev); i < n; i++) {
-		sim_format_uuid(sim_nvml.st->dev[sim_nvml.dev[i].index].uuid, buf, sizeof(buf));
+		int idx = sim_nvml.dev[i].index;
+		sim_format_dev_uuid(idx, sim_nvml.st->dev[idx].uuid, buf, sizeof(buf));
 		if (strcmp(buf, uuid) == 0) {
 			*h = (nvmlDevice_t)&sim_nvml.dev[i];
 			return NVML_SUCCESS;
@@ -152,8 +153,21 @@ NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int
 	int idx;
 
 	DEV_OR_RETURN(h, d, idx);
-	sim_format_uuid(d->uuid, buf, sizeof(buf));
+	sim_format_dev_uuid(idx, d->uuid, buf, sizeof(buf));
 	return put(uuid, len, buf);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t h, unsigned int *is_mig)
+{
+	struct sim_dev_state *d;
+	int idx;
+
+	DEV_OR_RETURN(h, d, idx);
+	(void)d;
+	if (is_mig == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*is_mig = sim_mig_parent(idx, NULL);
+	return NVML_SUCCESS;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t h, int *major, int *minor)

@@ -72,6 +72,14 @@ static uint64_t one_global(const char *p)
 	return 0;
 }
 
+/* Back from p over blanks, not past s. */
+static const char *skip_back(const char *s, const char *p)
+{
+	while (p > s && (p[-1] == ' ' || p[-1] == '\t'))
+		p--;
+	return p;
+}
+
 uint64_t sim_ptx_globals(const void *image)
 {
 	const char *s = image;
@@ -79,9 +87,11 @@ uint64_t sim_ptx_globals(const void *image)
 		return 0; /* not PTX text */
 	uint64_t total = 0;
 	for (const char *p = s; (p = strstr(p, ".global")) != NULL; p += 7) {
-		const char *b = p;
-		while (b > s && (b[-1] == ' ' || b[-1] == '\t'))
-			b--;
+		const char *b = skip_back(s, p);
+		if (b - s >= 8 && strncmp(b - 8, ".visible", 8) == 0) /* linkage: still a definition */
+			b = skip_back(s, b - 8);
+		else if (b - s >= 5 && strncmp(b - 5, ".weak", 5) == 0)
+			b = skip_back(s, b - 5);
 		int starts = b == s || b[-1] == '\n'; /* a declaration opens its line (comments do not count) */
 		if (starts && (p[7] == ' ' || p[7] == '\t'))
 			total = sat_add(total, one_global(p + 7));

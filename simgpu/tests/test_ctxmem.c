@@ -12,9 +12,11 @@ static const char ptx[] = "//\n.version 8.0\n.target sm_90\n.address_size 64\n"
 			  ".global .align 8 .b8 buf[67108864];\n"
 			  "\t.global .f32 grid[64][64];\n"
 			  ".global .u32 count;\n"
+			  ".visible .global .align 4 .b8 shown[4096];\n"
+			  ".extern .global .b8 elsewhere[1048576];\n"
 			  "// .global .b8 commented[1048576]; is not at a line's start\n"
 			  ".visible .entry k()\n{\n\tret;\n}\n";
-#define GLOBALS (64 * MiB + 64 * 64 * 4 + 4)
+#define GLOBALS (64 * MiB + 64 * 64 * 4 + 4 + 4096) /* .extern: declared, defined elsewhere */
 
 static size_t used(void)
 {

@@ -16,7 +16,8 @@ import (
 
 const (
 	mib        = 1 << 20
-	limit      = 512 * mib // the group's memory.max in the memory checks
+	limit      = 2048 * mib // the group's memory.max in the memory checks: room for a context (a few hundred MiB on an H100) and more
+	limitFlag  = "2Gi"
 	chunk      = 32 * mib
 	fillPaths  = "alloc pitch managed async pool vmm array"
 	memTimeout = 2 * time.Minute
@@ -51,6 +52,46 @@ func (s *suite) testMemory(t *testing.T) {
 	t.Run("LimitEveryPath", s.testLimitEveryPath)
 	t.Run("TwoProcessesOneGroup", s.testTwoProcesses)
 	t.Run("NVMLProcessList", s.testProcessList)
+	t.Run("DriverHeld", s.testDriverHeld)
+}
+
+// Check 1 (issue 26): what the driver holds without an allocation call counts against the limit: the
+// context's own memory (the quota view's free is short of its total by it) and module globals (a module of
+// 64 MiB of .global arrays per load, loaded eagerly, until the limit refuses a load). Whatever a driver
+// takes per context and per module, the loads stop within the limit: what was loaded plus what the
+// context held at the start is at most the limit.
+func (s *suite) testDriverHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), memTimeout)
+	defer cancel()
+	const quota, modChunk = 1024 * mib, 64 * mib
+	c := s.gpusliceRun(ctx, []string{"--memory", "1Gi"}, "gs-memfill", "--path", "module", "--chunk", "64MiB")
+	// On the simulator, a context takes what an H100's does (a real driver ignores the variable).
+	c.Env = append(c.Env, "GPUSLICE_SIM_CONTEXT_MEMORY=500MiB")
+	out := output(t, c)
+	fs := parseFills(t, out)
+	if len(fs) != 1 {
+		t.Fatalf("want one result line, got %q", out)
+	}
+	f := fs[0]
+	if f.Total != quota || f.Free > quota {
+		t.Fatalf("the program sees total %d, free %d; want the quota %d", f.Total, f.Free, quota)
+	}
+	held := f.Total - f.Free // the context, as the driver reported it
+	if held == 0 {
+		t.Errorf("free %d = total at the start: the context's own memory was not counted", f.Free)
+	}
+	if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("module loads stopped by %s, want CUDA_ERROR_OUT_OF_MEMORY (the limit)", f.StoppedBy)
+	}
+	if f.Allocated+held > quota {
+		t.Errorf("loaded %d MiB of module globals beside %d MiB of context under a %d MiB limit", f.Allocated/mib, held/mib, quota/mib)
+	}
+	if f.Allocated+held+2*modChunk < quota/2 {
+		t.Errorf("loaded only %d MiB of module globals beside %d MiB of context under a %d MiB limit (want most of it)",
+			f.Allocated/mib, held/mib, quota/mib)
+	}
+	s.record(t, "memory", "context + module globals counted (check 1)",
+		fmt.Sprintf("limit 1 GiB: context %d MiB counted at start, %d MiB of module globals loaded, next load refused", held/mib, f.Allocated/mib))
 }
 
 // Every allocation path: the quota is the card the program sees, and it gets no more.
@@ -59,7 +100,7 @@ func (s *suite) testLimitEveryPath(t *testing.T) {
 	defer cancel()
 	var worst uint64
 	for _, path := range strings.Fields(fillPaths) {
-		out := output(t, s.gpusliceRun(ctx, []string{"--memory", "512Mi"}, "gs-memfill", "--path", path, "--chunk", "32MiB"))
+		out := output(t, s.gpusliceRun(ctx, []string{"--memory", limitFlag}, "gs-memfill", "--path", path, "--chunk", "32MiB"))
 		fs := parseFills(t, out)
 		if len(fs) != 1 {
 			t.Fatalf("%s: want one result line, got %q", path, out)
@@ -68,8 +109,10 @@ func (s *suite) testLimitEveryPath(t *testing.T) {
 		if f.Total != limit || f.DeviceTotal != limit {
 			t.Errorf("%s: the program sees total %d / device total %d, want the quota %d", path, f.Total, f.DeviceTotal, limit)
 		}
-		if f.Allocated > limit || f.Allocated < limit/2 {
-			t.Errorf("%s: allocated %d under a %d limit (want at most the limit, and most of it)", path, f.Allocated, limit)
+		// What the context holds counts too (check 1): at most what was free at the start, and most of it.
+		if f.Allocated > f.Free || f.Free > limit || f.Allocated < f.Free/2 {
+			t.Errorf("%s: allocated %d under a %d limit with %d free at the start (want at most that, and most of it)",
+				path, f.Allocated, limit, f.Free)
 		}
 		if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" {
 			t.Errorf("%s: stopped by %s, want CUDA_ERROR_OUT_OF_MEMORY", path, f.StoppedBy)
@@ -79,24 +122,26 @@ func (s *suite) testLimitEveryPath(t *testing.T) {
 		}
 	}
 	s.record(t, "memory", "quota view + hard limit, 7 allocation paths",
-		fmt.Sprintf("limit 512 MiB: total seen 512 MiB on every path, most allocated %d MiB", worst/mib))
+		fmt.Sprintf("limit 2 GiB: total seen 2 GiB on every path, most allocated %d MiB", worst/mib))
 }
 
 // Two processes of one group share its limit.
 func (s *suite) testTwoProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), memTimeout)
 	defer cancel()
-	fillCmd := s.bin + "/gs-memfill --path alloc --chunk 16MiB --max 384MiB --hold-ms 1500"
-	out := output(t, s.gpusliceRun(ctx, []string{"--memory", "512Mi"}, "sh", "-c", fillCmd+" & "+fillCmd+"; wait"))
+	fillCmd := s.bin + "/gs-memfill --path alloc --chunk 16MiB --max 1536MiB --hold-ms 1500"
+	out := output(t, s.gpusliceRun(ctx, []string{"--memory", limitFlag}, "sh", "-c", fillCmd+" & "+fillCmd+"; wait"))
 	fs := parseFills(t, out)
 	if len(fs) != 2 {
 		t.Fatalf("want two result lines, got %q", out)
 	}
 	sum := fs[0].Allocated + fs[1].Allocated
-	if sum > limit || sum < limit-2*16*mib || fs[0].Allocated == 0 || fs[1].Allocated == 0 {
+	// Each saw at least its own context held at its start (check 1): the two contexts come off the limit.
+	held := (fs[0].Total - fs[0].Free) + (fs[1].Total - fs[1].Free)
+	if sum > limit || sum < limit-held-2*16*mib || fs[0].Allocated == 0 || fs[1].Allocated == 0 {
 		t.Errorf("two processes of one group allocated %d + %d = %d under a %d limit", fs[0].Allocated, fs[1].Allocated, sum, limit)
 	}
-	s.record(t, "memory", "two processes, one group", fmt.Sprintf("%d + %d MiB = %d MiB of 512 MiB", fs[0].Allocated/mib, fs[1].Allocated/mib, sum/mib))
+	s.record(t, "memory", "two processes, one group", fmt.Sprintf("%d + %d MiB = %d MiB of 2 GiB", fs[0].Allocated/mib, fs[1].Allocated/mib, sum/mib))
 }
 
 var smiProc = regexp.MustCompile(`(?m)^0\s+(\d+)\s+\S+ \S+\s*$`)
