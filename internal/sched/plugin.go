@@ -228,6 +228,11 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable)
 	}
 	r, st := p.preempt.ev.Preempt(ctx, state, pod, m)
+	nominated := ""
+	if st.IsSuccess() && r != nil && r.NominatingInfo != nil {
+		nominated = r.NominatingInfo.NominatedNodeName
+	}
+	p.preempt.rec.commit(pod.UID, nominated, time.Now())
 	p.wait.park(ctx, pod, c.gen)
 	if st.IsSuccess() {
 		p.metrics.done(pointPostFilter, resultPreempted, start)
@@ -278,6 +283,9 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	p.metrics.done(pointReserve, resultReserved, start)
 	p.wait.forget(pod)
+	if p.preempt != nil {
+		p.preempt.rec.forget(pod.UID)
+	}
 	c.got = a
 	return nil
 }

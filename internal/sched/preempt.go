@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
@@ -34,7 +35,13 @@ type preemptor struct {
 	alloc Allocator
 	ev    *preemption.Evaluator
 	exec  *preemption.Executor
+	// rec holds each preemptor's victims until the books release them.
+	rec *preempted
 }
+
+// victimWait bounds how long a preemptor waits for its victims to leave
+// the books before it may preempt again.
+const victimWait = 30 * time.Second
 
 var _ preemption.Interface = &preemptor{}
 
@@ -46,7 +53,7 @@ const (
 )
 
 func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
-	pr := &preemptor{fh: fh, alloc: a}
+	pr := &preemptor{fh: fh, alloc: a, rec: newPreempted(victimWait)}
 	pr.exec = preemption.NewExecutor(fh, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)
 	return pr
@@ -76,6 +83,9 @@ func (pr *preemptor) CandidatesToVictimsMap(cs []preemption.Candidate) map[strin
 func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.Pod, nominated *fwk.Status) (bool, string) {
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
 		return false, "not eligible due to preemptionPolicy=Never."
+	}
+	if pr.rec.waiting(pod.UID, time.Now(), pr.alloc.Holds) {
+		return false, "not eligible: the pods it preempted still hold their GPUs."
 	}
 	nom := pod.Status.NominatedNodeName
 	if nom == "" || nominated.Code() == fwk.UnschedulableAndUnresolvable {
@@ -162,11 +172,14 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 	}
 	sort.SliceStable(victims, func(i, j int) bool { return preemption.MoreImportantVictim(victims[i], victims[j]) })
 	var out []*corev1.Pod
+	var uids []string
 	for _, v := range victims {
 		for _, pi := range v.Pods() {
 			out = append(out, pi.GetPod())
+			uids = append(uids, string(pi.GetPod().UID))
 		}
 	}
+	pr.rec.chose(pod.UID, node, uids)
 	return out, 0, nil
 }
 

@@ -1,0 +1,92 @@
+package sched
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// preempted remembers, per preemptor, the victims its last preemption
+// evicted, until the plugin's books have released them all. A preemptor
+// retried before that (the scheduler saw a victim deleted before the books
+// did, or its own nomination in the pod's status is not back yet) must not
+// preempt again: Filter still counts the victims' GPUs, and a second
+// preemption would evict more pods than the first one freed (on a loaded
+// scheduler all four pods of a GPU went for one victim's room).
+type preempted struct {
+	mu sync.Mutex
+	// dry is each pod's victims per node of its current preemption's dry
+	// run; the chosen node's become final in commit.
+	dry map[types.UID]map[string][]string
+	// final is each pod's victims on the node it was nominated to, and when.
+	final map[types.UID]evicted
+	// ttl bounds how long a preemptor waits on its victims (a victim the
+	// books never see released, a preemptor deleted meanwhile).
+	ttl time.Duration
+}
+
+type evicted struct {
+	node    string
+	victims []string // pod UIDs
+	at      time.Time
+}
+
+func newPreempted(ttl time.Duration) *preempted {
+	return &preempted{dry: map[types.UID]map[string][]string{}, final: map[types.UID]evicted{}, ttl: ttl}
+}
+
+// chose records the victims a dry run chose for pod on node.
+func (p *preempted) chose(pod types.UID, node string, victims []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dry[pod] == nil {
+		p.dry[pod] = map[string][]string{}
+	}
+	p.dry[pod][node] = victims
+}
+
+// commit ends pod's preemption: nominated to node ("" none), whose dry-run
+// victims are being evicted at now.
+func (p *preempted) commit(pod types.UID, node string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid, e := range p.final { // preemptors deleted while they waited
+		if now.Sub(e.at) >= p.ttl {
+			delete(p.final, uid)
+		}
+	}
+	if v := p.dry[pod][node]; node != "" && len(v) > 0 {
+		p.final[pod] = evicted{node: node, victims: v, at: now}
+	}
+	delete(p.dry, pod)
+}
+
+// waiting tells whether pod must wait for its last victims: some are
+// still held in the books (holds), and the wait is younger than ttl.
+// Otherwise the record goes.
+func (p *preempted) waiting(pod types.UID, now time.Time, holds func(uid, node string) bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.final[pod]
+	if !ok {
+		return false
+	}
+	if now.Sub(e.at) < p.ttl {
+		for _, v := range e.victims {
+			if holds(v, e.node) {
+				return true
+			}
+		}
+	}
+	delete(p.final, pod)
+	return false
+}
+
+// forget drops what is known of pod (bound or deleted).
+func (p *preempted) forget(pod types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.dry, pod)
+	delete(p.final, pod)
+}
