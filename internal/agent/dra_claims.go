@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -36,7 +37,7 @@ type claimWatcher struct {
 
 // watchClaims runs the watcher until ctx ends.
 func (p *parts) watchClaims(ctx context.Context, d *dra.Driver) {
-	f := informers.NewSharedInformerFactory(p.cs, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(p.cs, 0, informers.WithTransform(claimsOfPool(p.cfg.NodeName)))
 	inf := f.Resource().V1().ResourceClaims()
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.cs.CoreV1().Events("")})
@@ -111,4 +112,33 @@ func (w *claimWatcher) handle(ctx context.Context, c *resourceapi.ResourceClaim)
 	}
 	log.Info("DRA claim reconfigured", "duration", time.Since(start).String())
 	w.rec.Eventf(c, corev1.EventTypeNormal, "ShareConfigApplied", "%s applied to the claim's group", drav1.ShareConfigAnnotation)
+}
+
+// claimsOfPool is the claim informer's transform: the watch sees every
+// ResourceClaim of the cluster, but only those allocated a device of this
+// node's pool are kept whole; the others are cached as their name, UID and
+// resource version alone (no spec, status, annotations or managed fields), so
+// what a node holds does not grow with the cluster's claims.
+func claimsOfPool(pool string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		c, ok := obj.(*resourceapi.ResourceClaim)
+		if !ok || allocatedIn(c, pool) {
+			return obj, nil
+		}
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name,
+			UID: c.UID, ResourceVersion: c.ResourceVersion}}, nil
+	}
+}
+
+// allocatedIn reports whether c is allocated a gpuslice.io device of pool.
+func allocatedIn(c *resourceapi.ResourceClaim, pool string) bool {
+	if c.Status.Allocation == nil {
+		return false
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == dra.DriverName && r.Pool == pool {
+			return true
+		}
+	}
+	return false
 }
