@@ -59,3 +59,10 @@ bench-elastic: all
 	  rc=$$?; grep '^figure: ' $(BUILD)/bench-elastic.log | sed 's/^figure: //'; \
 	  test $$rc -eq 0 || { grep -v '^I[0-9]' $(BUILD)/bench-elastic.log | tail -30; exit 1; }; \
 	  grep '^elastic: ' $(BUILD)/bench-elastic.log
+
+.PHONY: bench-compare
+# make bench-hooks and bench-node's grant round trips of BENCH_BASE (built from git, as test-upgrade does) and
+# of this tree side by side in one run (hack/bench-compare.sh; figures in docs/benchmarks.md).
+BENCH_BASE ?= ba6fd52
+bench-compare:
+	hack/bench-compare.sh $(BENCH_BASE)
