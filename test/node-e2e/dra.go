@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -132,10 +133,15 @@ func (n *node) waitSlice(ctx context.Context, what string, cond func([]resourcea
 	return devs
 }
 
-// claimTemplate creates a ResourceClaimTemplate asking for a share of units
-// and memory bytes of the GPU with index gpu (-1: any), with an opaque
-// GPUShareConfig (raw JSON, "" for none).
+// claimTemplate creates a ResourceClaimTemplate of draClaim(units, memory,
+// gpu, config).
 func (n *node) claimTemplate(ctx context.Context, name string, units, memory int64, gpu int, config string) {
+	n.createTemplate(ctx, name, draClaim(units, memory, gpu, config))
+}
+
+// draClaim asks for a share of units and memory bytes of the GPU with index
+// gpu (-1: any), with an opaque GPUShareConfig (raw JSON, "" for none).
+func draClaim(units, memory int64, gpu int, config string) resourceapi.ResourceClaimSpec {
 	spec := harness.DRAClaimSpec(harness.GPURequest{Units: units, Memory: memory})
 	if gpu >= 0 {
 		spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -145,6 +151,10 @@ func (n *node) claimTemplate(ctx context.Context, name string, units, memory int
 		spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
 			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: harness.DRADriver, Parameters: runtime.RawExtension{Raw: []byte(config)}}}}}
 	}
+	return spec
+}
+
+func (n *node) createTemplate(ctx context.Context, name string, spec resourceapi.ResourceClaimSpec) {
 	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
 	if _, err := n.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tpl, metav1.CreateOptions{}); err != nil {
 		n.t.Fatal(err)
@@ -236,4 +246,89 @@ func (n *node) cdiSpecs() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// allocated waits until the pod's claim is allocated and returns it.
+func (n *node) allocated(ctx context.Context, p *corev1.Pod) *resourceapi.ResourceClaim {
+	c := n.claimOf(ctx, p)
+	err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		cur, err := n.cp.Client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if err == nil {
+			c = cur
+		}
+		return c.Status.Allocation != nil, nil
+	})
+	if err != nil {
+		n.t.Fatalf("claim %s of pod %s never allocated: %v", c.Name, p.Name, err)
+	}
+	return c
+}
+
+// claimOnNode says what the node holds of a claim: its group, CDI spec and
+// checkpoint entry.
+func (n *node) claimOnNode(uid string) (group, spec, saved bool) {
+	_, err := os.Stat(filepath.Join(n.runDir(), "groups", "dra-"+uid))
+	group = err == nil
+	spec = slices.Contains(n.cdiSpecs(), harness.DRADriver+"-claim_"+uid+".json")
+	if cp, err := checkpoint.Load(draCheckpoint); err == nil {
+		_, saved = cp.Claims[uid]
+	}
+	return group, spec, saved
+}
+
+// waitUnprepared waits until the node holds nothing of the claim.
+func (n *node) waitUnprepared(ctx context.Context, c *resourceapi.ResourceClaim) {
+	var group, spec, saved bool
+	err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		group, spec, saved = n.claimOnNode(string(c.UID))
+		return !group && !spec && !saved, nil
+	})
+	if err != nil {
+		n.t.Fatalf("claim %s still on the node after its pod went (group %v, CDI spec %v, checkpoint entry %v): %v", c.Name, group, spec, saved, err)
+	}
+}
+
+// waitTainted waits until the device has a NoSchedule or NoExecute taint in
+// the node's ResourceSlice and returns its taints.
+func (n *node) waitTainted(ctx context.Context, device string) []resourceapi.DeviceTaint {
+	var taints []resourceapi.DeviceTaint
+	n.waitSlice(ctx, device+" tainted", func(devs []resourceapi.Device) bool {
+		for _, d := range devs {
+			if d.Name == device {
+				taints = d.Taints
+			}
+		}
+		return slices.ContainsFunc(taints, func(tn resourceapi.DeviceTaint) bool {
+			return tn.Effect == resourceapi.DeviceTaintEffectNoSchedule || tn.Effect == resourceapi.DeviceTaintEffectNoExecute
+		})
+	})
+	return taints
+}
+
+// pendingForClaims waits until the scheduler reports the pod unschedulable
+// because its claims cannot be allocated, and returns its message.
+func (n *node) pendingForClaims(ctx context.Context, pod string) string {
+	const want = "cannot allocate all claims"
+	msg := n.pending(ctx, pod)
+	if !strings.Contains(msg, want) {
+		n.t.Errorf("pod %s unschedulable for another reason than its claims (%q): %q", pod, want, msg)
+	}
+	return msg
+}
+
+// waitAgentServing waits until the agent has logged that its DRA plugin
+// serves for the n-th time (n-1 restarts), failing at once if it exited.
+func (n *node) waitAgentServing(ctx context.Context, times int) {
+	err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		select {
+		case <-n.agentDone:
+			return false, fmt.Errorf("gpuslice-node exited")
+		default:
+		}
+		b, err := os.ReadFile(n.agentLog)
+		return err == nil && strings.Count(string(b), `"DRA kubelet plugin serving"`) >= times, nil
+	})
+	if err != nil {
+		n.t.Fatalf("the agent's DRA plugin not serving (start %d): %v\nagent log:\n%s", times, err, n.agentTail())
+	}
 }

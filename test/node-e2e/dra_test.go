@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,63 +118,111 @@ func testDRAShares(t *testing.T, ctx context.Context, n *node, r *draResult) {
 func testDRAUnfit(t *testing.T, ctx context.Context, n *node) {
 	n.claimTemplate(ctx, "q50", 50, 1<<30, 0, "")
 	p := n.createPod(ctx, draPod("unfit", "q50", "/bin/busybox", "sleep", "3600"))
-	msg := n.pending(bounded(ctx), p.Name)
+	msg := n.pendingForClaims(bounded(ctx), p.Name)
 	t.Logf("e2e dra unfit: %q", msg)
 	n.deletePods(ctx, p.Name)
 }
 
-// testDRATainted: a critical XID on GPU 1 taints its device in the
-// ResourceSlice; a claim only it could satisfy stays Pending.
+// testDRATainted: GPU 1 falls off the bus as on a real driver (its NVML
+// measurements fail with GPU_IS_LOST, XID 79 is reported), which taints its
+// device in the ResourceSlice; a claim only it could satisfy stays Pending,
+// and the same claim tolerating the taint is given gpu-1 (so the taint, not
+// the selector, kept the first one out).
 func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 	victim := n.gpus[1]
 	t0 := time.Now()
+	n.simCtl("lost", strconv.Itoa(victim.Index))
 	n.simCtl("xid", victim.UUID, "79")
-	// As on a real driver, a GPU that fell off the bus fails NVML queries from
-	// then on: it stays withheld after the agent restarts (agent-restart below).
-	n.simCtl("lost", victim.UUID)
-	n.waitSlice(bounded(ctx), "tainted gpu-1", func(devs []resourceapi.Device) bool {
-		for _, d := range devs {
-			if d.Name == "gpu-1" {
-				for _, tn := range d.Taints {
-					if tn.Effect == resourceapi.DeviceTaintEffectNoSchedule || tn.Effect == resourceapi.DeviceTaintEffectNoExecute {
-						return true
-					}
-				}
-			}
-		}
-		return false
-	})
-	t.Logf("e2e dra tainted: gpu-1 tainted in the ResourceSlice %v after XID 79", time.Since(t0).Round(time.Millisecond))
+	taints := n.waitTainted(bounded(ctx), "gpu-1")
+	t.Logf("e2e dra tainted: gpu-1 tainted in the ResourceSlice %v after XID 79: %+v", time.Since(t0).Round(time.Millisecond), taints)
 	n.claimTemplate(ctx, "on1", 10, 1<<30, 1, "")
 	p := n.createPod(ctx, draPod("on-tainted", "on1", "/bin/busybox", "sleep", "3600"))
-	msg := n.pending(bounded(ctx), p.Name)
+	msg := n.pendingForClaims(bounded(ctx), p.Name)
 	t.Logf("e2e dra tainted: a claim for gpu-1 only: %q", msg)
 	n.deletePods(ctx, p.Name)
+
+	spec := draClaim(10, 1<<30, 1, "")
+	spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
+	n.createTemplate(ctx, "on1-tolerating", spec)
+	p = n.createPod(ctx, draPod("on-tainted-tolerating", "on1-tolerating", "/bin/busybox", "sleep", "3600"))
+	c := n.allocated(bounded(ctx), p)
+	if d := allocatedDevice(c); d != "gpu-1" {
+		t.Errorf("a claim for gpu-1 tolerating its taints got %q, want gpu-1", d)
+	}
+	n.deletePods(ctx, p.Name)
+	n.waitUnprepared(bounded(ctx), c)
 }
 
 // testDRAAgentRestart: the agent is SIGKILLed as soon as the claim's CDI
-// spec is written (Prepare done, the container not yet started); the pod
-// starts, and once the agent is back every claim is prepared once: one group
-// and one CDI spec per claim, the container holding its memory limit.
+// spec is written (Prepare done or nearly, the container not yet started).
+// While it is down, either the pod starts (the kubelet had Prepare's answer)
+// or the kubelet reports the failed Prepare; then the agent comes back, the
+// pod runs (without a container restart if it ran already), and every claim
+// is prepared once: one group, CDI spec and checkpoint entry per claim, the
+// container holding its memory limit.
 func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResult) {
 	before := n.cdiSpecs()
 	n.claimTemplate(ctx, "r10", 10, 1<<30, 2, "")
 	p := n.createPod(ctx, draPod("restart", "r10", "/bin/busybox", "sleep", "3600"))
-	var started bool
 	err := harness.WaitFor(bounded(ctx), time.Millisecond, func() (bool, error) { return len(n.cdiSpecs()) > len(before), nil })
 	if err != nil {
 		t.Fatalf("no CDI spec written for the claim: %v\nagent log:\n%s", err, n.agentTail())
 	}
 	n.killAgent()
-	if cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
-		started = cur.Status.Phase == corev1.PodRunning
+	var runningBefore *corev1.Pod
+	var failed string
+	n.waitPod(bounded(ctx), p.Name, "running, or told its Prepare failed, while the agent is down", func(cur *corev1.Pod) bool {
+		if running(cur) {
+			runningBefore = cur
+			return true
+		}
+		failed = n.podEvent(ctx, cur.Name, "FailedPrepareDynamicResources")
+		return failed != ""
+	})
+	if runningBefore != nil {
+		t.Logf("e2e dra restart: agent killed right after Prepare wrote the CDI spec; the pod started while it was down")
+	} else {
+		t.Logf("e2e dra restart: agent killed right after Prepare wrote the CDI spec; the kubelet: %s", failed)
 	}
-	t.Logf("e2e dra restart: agent killed right after Prepare wrote the CDI spec (pod running already: %v)", started)
-	time.Sleep(2 * time.Second)
 	n.startAgent()
+	n.waitAgentServing(bounded(ctx), 2)
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
+	// The lost GPU does not come back with the agent: it is withdrawn from
+	// the ResourceSlice, so the next test's plain pod cannot get it.
+	n.waitSlice(bounded(ctx), "withdrew the lost gpu-1", func(devs []resourceapi.Device) bool {
+		return len(devs) == numGPUs-1 && !slices.ContainsFunc(devs, func(d resourceapi.Device) bool { return d.Name == "gpu-1" })
+	})
+	if c := allocatedDevice(n.claimOf(ctx, p)); c != "gpu-2" {
+		t.Errorf("the claim for gpu-2 got %q", c)
+	}
+	if runningBefore != nil && containerID(p) != containerID(runningBefore) {
+		t.Errorf("pod %s's container changed across the agent restart: %s -> %s", p.Name, containerID(runningBefore), containerID(p))
+	}
 	n.checkOnce(ctx, []string{"s25", "s75", "restart"})
 	n.checkMemory(p, 1<<30, r)
+}
+
+// containerID is the pod's first container's ID ("" before it started).
+func containerID(p *corev1.Pod) string {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return ""
+	}
+	return p.Status.ContainerStatuses[0].ContainerID
+}
+
+// podEvent returns "reason: message" of an event of the pod whose reason
+// or message contains what ("" if none).
+func (n *node) podEvent(ctx context.Context, pod, what string) string {
+	l, err := n.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		return ""
+	}
+	for _, e := range l.Items {
+		if strings.Contains(e.Reason, what) || strings.Contains(e.Message, what) {
+			return e.Reason + ": " + e.Message
+		}
+	}
+	return ""
 }
 
 // checkOnce: the node holds exactly one group and one CDI spec per claim of
@@ -248,38 +298,30 @@ func testDRAExtendedResource(t *testing.T, ctx context.Context, n *node, r *draR
 }
 
 // testDRABadConfig: a claim whose GPUShareConfig has shareCeiling 500 is
-// refused at Prepare with an event naming the field; nothing is applied.
+// refused at Prepare with an event naming the field; nothing is applied (no
+// group, CDI spec or checkpoint entry of the claim, the pod not running).
 func testDRABadConfig(t *testing.T, ctx context.Context, n *node) {
-	specs := n.cdiSpecs()
 	n.claimTemplate(ctx, "bad", 10, 1<<30, 2, `{"apiVersion":"gpuslice.io/v1alpha1","kind":"GPUShareConfig","shareCeiling":500}`)
 	p := n.createPod(ctx, draPod("bad", "bad", "/bin/busybox", "sleep", "3600"))
 	var msg string
 	err := harness.WaitFor(bounded(ctx), 100*time.Millisecond, func() (bool, error) {
-		l, err := n.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
-		if err != nil {
-			return false, nil
-		}
-		for _, e := range l.Items {
-			if strings.Contains(e.Message, "shareCeiling") {
-				msg = e.Reason + ": " + e.Message
-				return true, nil
-			}
-		}
-		return false, nil
+		msg = n.podEvent(ctx, p.Name, "shareCeiling")
+		return msg != "", nil
 	})
 	if err != nil {
 		t.Fatalf("no event naming shareCeiling for pod %s: %v\nagent log:\n%s", p.Name, err, n.agentTail())
 	}
 	t.Logf("e2e dra bad config: %s", msg)
+	c := n.claimOf(ctx, p)
+	if group, spec, saved := n.claimOnNode(string(c.UID)); group || spec || saved {
+		t.Errorf("a refused claim left group %v, CDI spec %v, checkpoint entry %v", group, spec, saved)
+	}
 	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cur.Status.Phase == corev1.PodRunning {
 		t.Errorf("pod %s with a bad claim config is running", p.Name)
-	}
-	if got := n.cdiSpecs(); len(got) != len(specs) {
-		t.Errorf("a refused claim left CDI specs: %v, before %v", got, specs)
 	}
 	n.deletePods(ctx, p.Name)
 }

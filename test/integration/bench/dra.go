@@ -16,12 +16,14 @@ import (
 )
 
 // runDRA is the DRA part of a scale (see README.md): every node publishes a
-// ResourceSlice with one shareable device per GPU, then o.draPods pods with
-// fractional claims (units and memory) are placed by the stock
-// kube-scheduler, the same requests as extended resources by
-// gpuslice-scheduler (binpack), and o.draPods pods with a whole-GPU claim by
-// the stock kube-scheduler. It returns the line
-// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s".
+// ResourceSlice with one shareable device per GPU, then, for o.draRounds
+// rounds side by side, o.draPods pods with fractional claims (units and
+// memory) and o.draPods pods with a whole-GPU claim, both placed by the
+// stock kube-scheduler (in turn, whole first every other round, so load
+// from elsewhere hits both), and once the fractional requests as extended
+// resources through gpuslice-scheduler (binpack). It returns the line
+// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s" (means over the
+// rounds).
 func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock string) (string, error) {
 	start := time.Now()
 	err := parallel(32, o.nodes, func(i int) error {
@@ -40,29 +42,43 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 	if err := cp.CreateDeviceClasses(ctx, false); err != nil {
 		return "", err
 	}
-	fmt.Printf("== DRA: %d ResourceSlices (%d shareable GPUs each) published in %.1fs, %d pods per run\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.draPods)
+	fmt.Printf("== DRA: %d ResourceSlices (%d shareable GPUs each) published in %.1fs, %d pods per run, %d rounds\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.draPods, o.draRounds)
 	frac := fracMix(11, o.draPods)
 	whole := make([]harness.GPURequest, o.draPods)
 	for i := range whole {
 		whole[i] = harness.GPURequest{GPUs: 1}
 	}
-	dra, err := runWorkload(ctx, cp, stock, "dra-shares", harness.SchedulerOptions{SchedulerName: "dra-shares"}, o.clients, claimWorkload(cp, frac))
-	if err != nil {
-		return "", err
+	var fracs, wholes []result
+	for r := 0; r < max(o.draRounds, 1); r++ {
+		runs := []struct {
+			name string
+			reqs []harness.GPURequest
+			out  *[]result
+		}{{"dra-shares", frac, &fracs}, {"dra-whole", whole, &wholes}}
+		if r%2 == 1 {
+			runs[0], runs[1] = runs[1], runs[0]
+		}
+		for _, run := range runs {
+			name := fmt.Sprintf("%s-%d", run.name, r)
+			res, err := runWorkload(ctx, cp, stock, name, harness.SchedulerOptions{SchedulerName: name}, o.clients, claimWorkload(cp, run.reqs))
+			if err != nil {
+				return "", err
+			}
+			printResult(res)
+			*run.out = append(*run.out, res)
+		}
+		f, w := fracs[r], wholes[r]
+		fmt.Printf("round %d: fractional / whole-GPU DRA throughput %.2f, scheduler CPU per 1,000 pods %.1f s / %.1f s\n",
+			r, f.podsPerSec/w.podsPerSec, 1000*f.cpu/float64(f.bound), 1000*w.cpu/float64(w.bound))
 	}
-	printResult(dra)
 	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true,
 		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, plainWorkload(frac))
 	if err != nil {
 		return "", err
 	}
 	printResult(plugin)
-	wholeRes, err := runWorkload(ctx, cp, stock, "dra-whole", harness.SchedulerOptions{SchedulerName: "dra-whole"}, o.clients, claimWorkload(cp, whole))
-	if err != nil {
-		return "", err
-	}
-	printResult(wholeRes)
-	fmt.Printf("fractional DRA / whole-GPU DRA throughput: %.2f (target >= 0.8)\n", dra.podsPerSec/wholeRes.podsPerSec)
+	dra, wholeRes := mean(fracs), mean(wholes)
+	fmt.Printf("mean over %d rounds: fractional / whole-GPU DRA throughput %.2f (target >= 0.8)\n", len(fracs), dra.podsPerSec/wholeRes.podsPerSec)
 	return fmt.Sprintf("dra %.1f pods/s, plugin %.1f pods/s, whole-GPU dra %.1f pods/s", dra.podsPerSec, plugin.podsPerSec, wholeRes.podsPerSec), nil
 }
 

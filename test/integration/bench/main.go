@@ -31,6 +31,7 @@ func main() {
 	var draScale int
 	flag.IntVar(&draScale, "dra-nodes", 1000, "the node count at which the DRA part runs (0: none)")
 	flag.IntVar(&o.draPods, "dra-pods", 1000, "pods per DRA run")
+	flag.IntVar(&o.draRounds, "dra-rounds", 2, "rounds of fractional and whole-GPU DRA runs side by side (in turn)")
 	var extra string
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -104,6 +105,7 @@ func runWorkload(ctx context.Context, cp *harness.ControlPlane, bin, name string
 	if res.cpu, err = sched.CPUSeconds(); err != nil {
 		return res, err
 	}
+	res.load = loadAverage()
 	mu.Lock()
 	res.bound, res.podsPerSec, res.p50, res.p99 = latencies(created, bound, t0)
 	mu.Unlock()
@@ -235,4 +237,18 @@ func waitBound(ctx context.Context, b *boundTimes, n int, sched *harness.Process
 		out[k] = v
 	}
 	return out, nil
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unreadable): the
+// box is shared, so every figure is printed with it.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	if _, err := fmt.Sscan(string(b), &l); err != nil {
+		return 0
+	}
+	return l
 }

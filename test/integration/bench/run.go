@@ -23,7 +23,7 @@ type options struct {
 	extraArgs         []string
 	// draPods > 0 runs the DRA part (dra.go) at this scale, with that many
 	// pods per run.
-	draPods int
+	draPods, draRounds int
 	// preemptNodes: the scale whose cluster also runs the preemption
 	// phase (0: none), with preemptors pods.
 	preemptNodes, preemptors int
@@ -36,6 +36,7 @@ type result struct {
 	podsPerSec float64
 	p50, p99   time.Duration
 	cpu        float64 // scheduler CPU seconds, start-up included
+	load       float64 // the machine's load average when the run ended
 	books      *harness.Books
 	note       string // placement read back where there are no per-GPU books
 }
@@ -128,7 +129,7 @@ func mean(rs []result) result {
 }
 
 func printResult(r result) {
-	fmt.Printf("%-17s %7.1f pods/s  bound %d  latency p50 %5d ms p99 %5d ms  scheduler CPU %5.1f s", r.name, r.podsPerSec, r.bound, r.p50.Milliseconds(), r.p99.Milliseconds(), r.cpu)
+	fmt.Printf("%-17s %7.1f pods/s  bound %d  latency p50 %5d ms p99 %5d ms  scheduler CPU %5.1f s  load %4.1f", r.name, r.podsPerSec, r.bound, r.p50.Milliseconds(), r.p99.Milliseconds(), r.cpu, r.load)
 	if r.books != nil {
 		fmt.Printf("  | GPUs used %d, partly used %d (fragmentation %.3f), node load stddev %.3f, over-committed %d",
 			r.books.UsedGPUs, r.books.PartialGPUs, r.books.Fragmentation(), r.books.LoadStddev(), len(r.books.Problems))
