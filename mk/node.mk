@@ -50,6 +50,19 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
 	$(GO) test -count=1 -v -run 'Sim' ./internal/policy/ | grep -E 'tenants|latency|ok'; exit $${PIPESTATUS[0]}
 
+.PHONY: bench-copy-gate
+# Engine work outside kernels under the gate (issue 26 item 3): a copy-only tenant (500 us device memsets,
+# share.max 10%) beside a busy online tenant on the simulated GPU, its part of the engine with the library
+# of BENCH_BASE (default: main before copies and memsets were gated) and with this tree's, side by side.
+BENCH_BASE ?= cbe6c96
+bench-copy-gate: $(BIN)/libgpuslice.so $(BIN)/gpuslice $(NODE_SIM)
+	rm -rf $(BUILD)/bench-base && mkdir -p $(BUILD)/bench-base
+	git archive $(BENCH_BASE) | tar -x -C $(BUILD)/bench-base
+	$(MAKE) -s -C $(BUILD)/bench-base bin/libgpuslice.so >/dev/null
+	$(NODE_E2E_ENV) GPUSLICE_BENCH_BASE_PRELOAD=$(abspath $(BUILD)/bench-base/bin/libgpuslice.so) \
+		$(GO) test -count=1 -run '^$$' -bench 'CopyOnlyTenant' -benchtime 1x ./internal/timeslice/ 2>&1 \
+		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
+
 .PHONY: bench-elastic
 # Elastic memory (docs/elastic-memory.md): borrow round trip, allocation cost below/above memory.min, the
 # three-group spill scenario on the simulated GPU, the model's random interleavings, four bursty tenants

@@ -339,6 +339,10 @@ typedef struct CUDA_MEMCPY2D_st {
 	size_t WidthInBytes;
 	size_t Height;
 } CUDA_MEMCPY2D;
+/* Passed through by pointer only (the library never reads them): cuda.h's
+ * complete types have the same tags. */
+typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D;
+typedef struct CUDA_MEMCPY3D_PEER_st CUDA_MEMCPY3D_PEER;
 
 /* cuLaunchKernel "extra" keys */
 #define CU_LAUNCH_PARAM_END ((void *)0x00)

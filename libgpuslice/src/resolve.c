@@ -46,8 +46,8 @@ static void *const sym_hook[GS_ID_COUNT] = {
 };
 
 /* Open-addressing tables, built once, read-only afterwards. Slots hold id+1. */
-#define NAME_SLOTS 256
-#define PTR_SLOTS 256
+#define NAME_SLOTS 512
+#define PTR_SLOTS 512
 _Static_assert(GS_ID_COUNT * 2 < NAME_SLOTS, "name table too small");
 
 static struct {

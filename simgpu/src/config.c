@@ -424,6 +424,24 @@ static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
 	return 0;
 }
 
+static int copy_from_env(struct sim_config *out, char *err, size_t errlen)
+{
+	const char *v = getenv("GPUSLICE_SIM_COPY_GBPS");
+	char *end = NULL;
+	unsigned long long g = SIM_DEFAULT_COPY_GBPS;
+
+	if (v != NULL && *v != '\0') {
+		errno = 0;
+		g = strtoull(v, &end, 10);
+		if (errno != 0 || end == v || *end != '\0' || g == 0 || g > 1000000) {
+			set_err(err, errlen, "GPUSLICE_SIM_COPY_GBPS=\"%s\": want GB/s, 1 to 1000000", v);
+			return -1;
+		}
+	}
+	out->copy_bps = g * 1000000000ull;
+	return 0;
+}
+
 int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 {
 	const char *path = getenv("GPUSLICE_SIM_CONFIG");
@@ -444,5 +462,5 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 		set_err(err, errlen, "GPUSLICE_SIM_CONTEXT_MEMORY=\"%s\": want a size like 512MiB", v);
 		rc = -1;
 	}
-	return rc;
+	return rc == 0 ? copy_from_env(out, err, errlen) : rc;
 }

@@ -14,6 +14,10 @@
  * MiB; 0 until libgpuslice counts contexts (issue 26 item 1): tests that
  * model it set GPUSLICE_SIM_CONTEXT_MEMORY. */
 #define SIM_DEFAULT_CONTEXT_MEMORY 0ull
+/* Device-side copies, memsets and prefetches run on the engine for their
+ * bytes at this bandwidth (GB/s, 10^9 bytes; about an H100's HBM3 copy rate);
+ * GPUSLICE_SIM_COPY_GBPS sets it. */
+#define SIM_DEFAULT_COPY_GBPS 1500ull
 #define SIM_DEFAULT_SMS 108u
 #define SIM_DEFAULT_NAME "gpuslice simulated GPU"
 #define SIM_CONFIG_MAX_BYTES (64u << 10)
@@ -39,7 +43,8 @@ struct sim_config {
 	int ndev;
 	struct sim_dev_config dev[SIM_MAX_DEVICES];
 	struct sim_access access;
-	uint64_t ctx_mem; /* GPUSLICE_SIM_CONTEXT_MEMORY: device bytes per context (per process) */
+	uint64_t ctx_mem;  /* GPUSLICE_SIM_CONTEXT_MEMORY: device bytes per context (per process) */
+	uint64_t copy_bps; /* GPUSLICE_SIM_COPY_GBPS: device-side copy/memset bandwidth, bytes per second */
 };
 
 /* Parses a device file (one device per line, see README.md). Returns 0, or -1

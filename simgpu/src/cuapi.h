@@ -140,6 +140,8 @@ A CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st);
 A CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st);
 A CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n);
 A CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st);
+A CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n);
+A CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st);
 A CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n);
 A CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n);
 A CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n);

@@ -134,6 +134,7 @@ static CUresult do_init(void)
 	sim_g.start = sim_proc_start_time(sim_g.pid);
 	sim_g.access = cfg->access;
 	sim_g.ctx_mem = cfg->ctx_mem;
+	sim_g.copy_bps = cfg->copy_bps;
 	if (rescan_locked() > 0) {
 		pthread_atfork(NULL, NULL, on_fork_child);
 		rc = CUDA_SUCCESS;

@@ -186,14 +186,14 @@ SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstr
 	struct sim_ctx *c;
 	CUresult rc = sim_ctx_get(&c);
 
-	(void)s;
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (n == 0 || !sim_alloc_find(p, &a) || a.kind != SIM_AK_MANAGED || p - a.base + n > a.size)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (dst != CU_DEVICE_CPU && dst != a.dev)
 		return CUDA_ERROR_INVALID_DEVICE;
-	return sim_alloc_migrate(p, n, dst == CU_DEVICE_CPU);
+	rc = sim_copy_engine(s, n); /* the migration occupies the engine, in stream order */
+	return rc != CUDA_SUCCESS ? rc : sim_alloc_migrate(p, n, dst == CU_DEVICE_CPU);
 }
 
 SIM_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)

@@ -133,7 +133,9 @@
 	X(cuMemcpyAsync, 4000, 0, cuMemcpyAsync)                                                             \
 	X(cuMemcpyAsync, 7000, 1, cuMemcpyAsync_ptsz)                                                        \
 	X(cuMemcpyPeer, 4000, 0, cuMemcpyPeer)                                                               \
+	X(cuMemcpyPeer, 7000, 1, cuMemcpyPeer_ptds)                                                          \
 	X(cuMemcpyPeerAsync, 4000, 0, cuMemcpyPeerAsync)                                                     \
+	X(cuMemcpyPeerAsync, 7000, 1, cuMemcpyPeerAsync_ptsz)                                                \
 	X(cuMemcpyHtoD, 3020, 0, cuMemcpyHtoD_v2)                                                            \
 	X(cuMemcpyHtoD, 7000, 1, cuMemcpyHtoD_v2_ptds)                                                       \
 	X(cuMemcpyDtoH, 3020, 0, cuMemcpyDtoH_v2)                                                            \

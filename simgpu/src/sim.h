@@ -189,6 +189,7 @@ struct sim_global {
 	int slot;                 /* process table slot, -1 until the first context */
 	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
 	uint64_t ctx_mem;         /* device bytes each context takes (GPUSLICE_SIM_CONTEXT_MEMORY) */
+	uint64_t copy_bps;        /* device-side copy bandwidth, bytes/s (GPUSLICE_SIM_COPY_GBPS) */
 	/* CUDA ordinal -> simulator device. Append-only: vis[i] is written under
 	 * mu before nvis (release) covers it, so readers need no lock. */
 	_Atomic int nvis;
@@ -237,6 +238,8 @@ SIM_HIDDEN uint64_t sim_queue_tail(struct sim_queue *q);
 SIM_HIDDEN CUresult sim_stream_resolve(CUstream h, struct sim_stream **out);
 /* Frees the context's per-thread streams (sim_g.mu held, at deactivation). */
 SIM_HIDDEN void sim_stream_free_pt(struct sim_ctx *c);
+/* Queues bytes of device-side work (a prefetch) on stream hs's engine time (copy.c). */
+SIM_HIDDEN CUresult sim_copy_engine(CUstream hs, uint64_t bytes);
 SIM_HIDDEN CUresult sim_stream_submit(struct sim_stream *s, const struct sim_item *it);
 SIM_HIDDEN CUresult sim_stream_submit_hook(struct sim_stream *s, const struct sim_item *it, sim_seq_hook hook,
 					   void *arg);

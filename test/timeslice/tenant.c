@@ -9,6 +9,8 @@
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
  *   job       --n kernels, synchronize, exit; prints "job <ns from t0 to done> <longest launch call ns>"
+ *   copy      as busy, with device memsets (cuMemsetD8Async on the legacy stream) of --kernel-us x 1000
+ *             bytes instead of kernels: --kernel-us of engine time each at GPUSLICE_SIM_COPY_GBPS=1
  *   ptcapture --n kernels captured on the per-thread default stream (cuLaunchKernel_ptsz with
  *             NULL), the graph launched there and synchronized; prints "ptcapture <EndCapture
  *             result> <graph launch result>" (the gate's markers must not touch the legacy stream)
@@ -121,6 +123,30 @@ static int parse(int argc, char **argv, struct opts *o)
 	return o->kernel_us > 0 && o->seconds > 0 ? 0 : -1;
 }
 
+typedef CUresult (*memset_fn)(CUdeviceptr, unsigned char, size_t, CUstream);
+
+/* copy mode: the memset that stands for a kernel (NULL: kernels). */
+static struct {
+	memset_fn fn;
+	CUdeviceptr buf;
+	size_t bytes;
+} copy_work;
+
+static CUresult work(const struct cuapi *api, CUfunction fn, unsigned long long us)
+{
+	if (copy_work.fn != NULL)
+		return copy_work.fn(copy_work.buf, 0, copy_work.bytes, NULL);
+	return cuapi_launch_busy(api, fn, us);
+}
+
+static int copy_setup(const struct cuapi *api, const struct opts *o)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	copy_work.fn = lib ? (memset_fn)dlsym(lib, "cuMemsetD8Async") : NULL;
+	copy_work.bytes = (size_t)o->kernel_us * 1000;
+	return copy_work.fn != NULL && api->MemAlloc(&copy_work.buf, copy_work.bytes) == CUDA_SUCCESS ? 0 : -1;
+}
+
 static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts *o, int sync)
 {
 	unsigned long long end = o->t0 + (unsigned long long)(o->seconds * 1e9), count = 0;
@@ -134,8 +160,7 @@ static int run_windows(const struct cuapi *api, CUfunction fn, const struct opts
 			win = w;
 			count = 0;
 		}
-		if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS ||
-		    (sync && api->CtxSynchronize() != CUDA_SUCCESS))
+		if (work(api, fn, o->kernel_us) != CUDA_SUCCESS || (sync && api->CtxSynchronize() != CUDA_SUCCESS))
 			return 1;
 		count++;
 	}
@@ -236,6 +261,10 @@ int main(int argc, char **argv)
 	}
 	if (cuapi_open_device0(&api, &dev) != CUDA_SUCCESS || cuapi_busy_kernel(&api, &fn) != CUDA_SUCCESS) {
 		fprintf(stderr, "gs-tenant: cannot open the GPU\n");
+		return 1;
+	}
+	if (strcmp(o.mode, "copy") == 0 && copy_setup(&api, &o) != 0) {
+		fprintf(stderr, "gs-tenant: cannot set up the copies\n");
 		return 1;
 	}
 	if (o.t0 == 0)
