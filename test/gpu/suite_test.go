@@ -176,6 +176,7 @@ func TestGPU(t *testing.T) {
 	t.Run("Memory", s.testMemory)
 	if !testing.Short() {
 		t.Run("Time", s.testTime)
+		t.Run("Engine", s.testEngine)
 		t.Run("Overhead", s.testOverhead)
 		t.Run("Demo", s.testDemo)
 		t.Run("MPS", s.testMPS)

@@ -9,8 +9,9 @@
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
  *             then synchronize; prints "lat <ns>" per request
  *   job       --n kernels, synchronize, exit; prints "job <ns from t0 to done> <longest launch call ns>"
- *   copy      as busy, with device memsets (cuMemsetD8Async on the legacy stream) of --kernel-us x 1000
- *             bytes instead of kernels: --kernel-us of engine time each at GPUSLICE_SIM_COPY_GBPS=1
+ *   copy      as busy, with device memsets (cuMemsetD8Async on the legacy stream) of --copy-bytes
+ *             (default --kernel-us x 1000: --kernel-us of engine time at GPUSLICE_SIM_COPY_GBPS=1)
+ *             instead of kernels
  *   ptcapture --n kernels captured on the per-thread default stream (cuLaunchKernel_ptsz with
  *             NULL), the graph launched there and synchronized; prints "ptcapture <EndCapture
  *             result> <graph launch result>" (the gate's markers must not touch the legacy stream)
@@ -30,7 +31,7 @@
 
 struct opts {
 	const char *mode;
-	unsigned long long kernel_us, t0, n, gap_ms, jitter_ms;
+	unsigned long long kernel_us, t0, n, gap_ms, jitter_ms, copy_bytes;
 	double seconds;
 };
 
@@ -117,6 +118,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->gap_ms = strtoull(v, NULL, 10);
 		else if (strcmp(k, "--jitter-ms") == 0)
 			o->jitter_ms = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--copy-bytes") == 0)
+			o->copy_bytes = strtoull(v, NULL, 10);
 		else
 			return -1;
 	}
@@ -143,7 +146,7 @@ static int copy_setup(const struct cuapi *api, const struct opts *o)
 {
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
 	copy_work.fn = lib ? (memset_fn)dlsym(lib, "cuMemsetD8Async") : NULL;
-	copy_work.bytes = (size_t)o->kernel_us * 1000;
+	copy_work.bytes = o->copy_bytes != 0 ? (size_t)o->copy_bytes : (size_t)o->kernel_us * 1000;
 	return copy_work.fn != NULL && api->MemAlloc(&copy_work.buf, copy_work.bytes) == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -251,8 +254,8 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	CUfunction fn;
 	if (parse(argc, argv, &o) != 0) {
-		fprintf(stderr, "usage: gs-tenant --mode busy|sync|requests|job --kernel-us N --seconds S [--t0 NS] "
-				"[--n N --gap-ms MS --jitter-ms MS]\n");
+		fprintf(stderr, "usage: gs-tenant --mode busy|sync|copy|requests|job|ptcapture --kernel-us N --seconds S [--t0 NS] "
+				"[--n N --gap-ms MS --jitter-ms MS --copy-bytes B]\n");
 		return 2;
 	}
 	if (cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) != 0) {
