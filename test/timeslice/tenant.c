@@ -254,8 +254,9 @@ int main(int argc, char **argv)
 	CUdevice dev;
 	CUfunction fn;
 	if (parse(argc, argv, &o) != 0) {
-		fprintf(stderr, "usage: gs-tenant --mode busy|sync|copy|requests|job|ptcapture --kernel-us N --seconds S [--t0 NS] "
-				"[--n N --gap-ms MS --jitter-ms MS --copy-bytes B]\n");
+		fprintf(stderr,
+			"usage: gs-tenant --mode busy|sync|copy|requests|job|ptcapture --kernel-us N --seconds S [--t0 NS] "
+			"[--n N --gap-ms MS --jitter-ms MS --copy-bytes B]\n");
 		return 2;
 	}
 	if (cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) != 0) {
