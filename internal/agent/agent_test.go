@@ -162,6 +162,14 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.DevRoot = "dev" },
 		func(c *Config) { c.SlotsPerGPU = 0 },
 		func(c *Config) { c.Resync = time.Millisecond },
+		func(c *Config) { c.DRA = true }, // with the device plugin on
+		func(c *Config) { c.DRA, c.DevicePlugin, c.DRABusyAbove, c.DRABusyBelow = true, false, 80, 80 }, // no hysteresis
+		func(c *Config) { c.DRABusyAbove = 101 },
+	}
+	ok := c
+	ok.DRA, ok.DevicePlugin, ok.DRABusyAbove, ok.DRABusyBelow = true, false, 90, 70
+	if err := ok.Validate(); err != nil {
+		t.Errorf("DRA alone with a busy taint: %v", err)
 	}
 	for i, mut := range bad {
 		cc := c

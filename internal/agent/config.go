@@ -197,9 +197,14 @@ func (c Config) Validate() error {
 	return errors.Join(append(errs, c.validateBusy()...)...)
 }
 
-// validateBusy checks the busy taint's thresholds (0 above: off).
+// validateBusy checks the DRA settings: one path per node, and the busy
+// taint's thresholds (0 above: off).
 func (c Config) validateBusy() []error {
 	var errs []error
+	if c.DRA && c.DevicePlugin {
+		errs = append(errs, errors.New("dra.enabled (--dra) and devicePlugin.enabled (--device-plugin) are both true: "+
+			"offer the node's GPUs through one path (--device-plugin=false with --dra); the stock scheduler and gpuslice-scheduler would book a GPU twice"))
+	}
 	if c.DRABusyAbove < 0 || c.DRABusyAbove > 100 {
 		errs = append(errs, fmt.Errorf("dra.busyAbove (--dra-busy-above) %d: want 0 (off) or 1..100", c.DRABusyAbove))
 	}
