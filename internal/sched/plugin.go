@@ -8,6 +8,8 @@ package sched
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,14 +138,18 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		return nil, nil
 	}
 	// Only the best nodes by free GPU capacity and placement go on to the
-	// other plugins; none fitting means every node is filtered, so the
-	// pod's status says why each was rejected.
-	if best := p.alloc.Best(req, p.candidates); len(best) > 0 {
-		c.narrowed = true
-		result = resultCandidates
-		return &fwk.PreFilterResult{NodeNames: sets.New(best...)}, nil
+	// other plugins. None fitting by the books means Filter would reject
+	// every node: the pod is rejected here, on every node alike, without
+	// running every Filter plugin on every node (with a burst of
+	// preemptors, most of their CPU); PostFilter then preempts.
+	best := p.alloc.Best(req, p.candidates)
+	if len(best) == 0 {
+		result = resultNoFit
+		return nil, fwk.NewStatus(fwk.Unschedulable, noRoom(req))
 	}
-	return nil, nil
+	c.narrowed = true
+	result = resultCandidates
+	return &fwk.PreFilterResult{NodeNames: sets.New(best...)}, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin: AddPod and RemovePod.
@@ -206,7 +212,8 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 
 // PostFilter handles a GPU pod that fit nowhere: if only candidate nodes
 // were tried, it is retried at once against every node; otherwise it
-// preempts lower-priority pods where that makes room (preempt.go), and is
+// preempts lower-priority pods where that makes room (preempt.go, the
+// nodes tried shortlisted by the books: shortlist.go), and is
 // parked until capacity is freed. For GPU pods it is the last PostFilter
 // plugin to run: DefaultPreemption after it would choose other victims and
 // overrule PodDisruptionBudgets. Pods without GPUs are left to the next one.
@@ -227,7 +234,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		p.metrics.done(pointPostFilter, resultParked, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable)
 	}
-	r, st := p.preempt.ev.Preempt(ctx, state, pod, m)
+	r, st := p.preempt.preempt(ctx, state, pod, c.req, m, p.nominated)
 	nominated := ""
 	if st.IsSuccess() && r != nil && r.NominatingInfo != nil {
 		nominated = r.NominatingInfo.NominatedNodeName
@@ -365,4 +372,22 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 	}, nil
+}
+
+// noRoom says that no node has what req needs free, container by container.
+func noRoom(req *api.PodRequest) string {
+	var b strings.Builder
+	b.WriteString(errNoRoom.Error())
+	for i, c := range req.Containers {
+		sep := ": "
+		if i > 0 {
+			sep = "; "
+		}
+		if c.Whole {
+			fmt.Fprintf(&b, "%sneeds %d whole GPUs free", sep, c.Count)
+		} else {
+			fmt.Fprintf(&b, "%sneeds %d GPUs with %d units and %d bytes free", sep, c.Count, c.Units, c.MemoryBytes)
+		}
+	}
+	return b.String()
 }

@@ -270,6 +270,7 @@ func (e recorderEvents) InvalidAssignment(ctx context.Context, pod *corev1.Pod, 
 var (
 	errNoState   = errors.New("gpuslice: no PreFilter state")
 	errNotSynced = errors.New("gpuslice: pod informer not synced")
+	errNoRoom    = errors.New("gpuslice: no node has the free GPU capacity the pod requests")
 )
 
 // unpublished: a row whose status was never written.

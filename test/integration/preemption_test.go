@@ -182,21 +182,26 @@ func TestPreemptWholeGPU(t *testing.T) {
 // reason naming the budget, and nothing is evicted; once the budget is
 // deleted, it preempts and is bound.
 func TestPreemptRespectsPDB(t *testing.T) {
-	e, ns, sched, high := preemptSetup(t, 1)
-	var fill []filler
-	for _, n := range names("b", 4) {
-		fill = append(fill, filler{name: n, req: harness.GPURequest{Units: 25, Memory: harness.GiB}, mut: []func(*corev1.Pod){withLabel("app", "batch")}})
-	}
-	e.fillInOrder(t, ns, sched, fill)
+	e, ns := setup(t)
+	e.nodes(t, ns+"-n", 1, 1)
 	ctx := context.Background()
+	// The budget exists before the scheduler starts: its informers list it
+	// before it schedules anything, so it sees the budget when the pod
+	// arrives (no wait for a watch event).
 	four := intstr.FromInt32(4)
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keep-batch"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &four, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "batch"}}}}
 	if _, err := e.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The scheduler must see the budget before the pod arrives.
-	time.Sleep(time.Second)
+	sched := ns + "-sched"
+	e.startScheduler(t, sched, staticRows)
+	high := e.priorityClass(t, ns, 1000)
+	var fill []filler
+	for _, n := range names("b", 4) {
+		fill = append(fill, filler{name: n, req: harness.GPURequest{Units: 25, Memory: harness.GiB}, mut: []func(*corev1.Pod){withLabel("app", "batch")}})
+	}
+	e.fillInOrder(t, ns, sched, fill)
 	before := e.present(t, ns)
 	e.createPod(t, ns, "hi", sched, harness.GPURequest{Units: 50, Memory: harness.GiB}, high)
 	msg := e.waitReason(t, ns, "hi", "PodDisruptionBudget "+ns+"/keep-batch")
@@ -208,18 +213,36 @@ func TestPreemptRespectsPDB(t *testing.T) {
 	if err := e.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "keep-batch", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// No scheduler plugin requeues pods on PodDisruptionBudget events: an
-	// update of the pod itself retries it at once.
-	time.Sleep(time.Second)
-	patch := []byte(`{"metadata":{"labels":{"retry":"1"}}}`)
-	if _, err := e.cp.Client.CoreV1().Pods(ns).Patch(ctx, "hi", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitBound(t, ns, "hi")
+	e.nudgeUntilBound(t, ns, "hi")
 	if left := len(e.present(t, ns)); left != 3 {
 		t.Fatalf("%d pods left after the budget went, want 3 (two of 25 units evicted)", left)
 	}
 	e.checkBooks(t, ns, ns+"-n")
+}
+
+// nudgeUntilBound waits until the pod is bound. No scheduler plugin
+// requeues pods on PodDisruptionBudget events, and when the scheduler's
+// informer sees a budget go is not observable: the pod is updated (a label)
+// at each poll until it is bound, as each update of the pod itself retries
+// it at once.
+func (e *env) nudgeUntilBound(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	i := 0
+	err := harness.WaitFor(ctx, 500*time.Millisecond, func() (bool, error) {
+		p, err := e.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.Spec.NodeName != "" {
+			return err == nil, nil
+		}
+		i++
+		patch := []byte(`{"metadata":{"labels":{"retry":"` + strconv.Itoa(i) + `"}}}`)
+		_, err = e.cp.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return false, err
+	})
+	if err != nil {
+		t.Fatalf("%s/%s not bound after the budget went: %v", ns, name, err)
+	}
 }
 
 // waitReason waits until the pod's PodScheduled condition message contains
