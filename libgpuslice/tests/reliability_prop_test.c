@@ -189,7 +189,13 @@ static void step_ctx(struct worker *w)
 	CUcontext c;
 	if (rnd(w, 3) == 0)
 		set_limit(w);
-	CHECK_EQ(ctx_create(&c, 0, 0), CUDA_SUCCESS);
+	/* What the driver holds for a context (its heap and stacks, as set by
+	 * the limits above) counts against the group now: near the limit the
+	 * context is refused like an allocation. */
+	CUresult r = ctx_create(&c, 0, 0);
+	if (r == CUDA_ERROR_OUT_OF_MEMORY)
+		return;
+	CHECK_EQ(r, CUDA_SUCCESS);
 	if (rnd(w, 2))
 		set_limit(w);
 	for (int i = 0, n = 1 + (int)rnd(w, 3); i < n; i++) {
