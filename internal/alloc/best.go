@@ -121,3 +121,19 @@ func (b *Books) Chunks(n int) [][2]int {
 func (b *Books) BestIn(r [2]int, req *api.PodRequest, now time.Time, k int) []Ranked {
 	return b.bestIn(r[0], r[1], req, now, k)
 }
+
+// Refusals returns why req fits on none of the first max nodes in name order
+// (Check's reasons, each naming its node): what a pod rejected before any
+// node was filtered is told, as Filter would have told it node by node.
+func (b *Books) Refusals(req *api.PodRequest, now time.Time, max int) []string {
+	var out []string
+	for _, n := range b.sortedNames() {
+		if len(out) == max {
+			break
+		}
+		if err := b.Check(n, req, now); err != nil {
+			out = append(out, err.Error())
+		}
+	}
+	return out
+}

@@ -24,6 +24,8 @@ type Allocator interface {
 	Release(uid string)
 	// Best names up to k nodes where req fits, best first.
 	Best(req *api.PodRequest, k int) []string
+	// Refusals tells why req fits on none of the first max nodes by name.
+	Refusals(req *api.PodRequest, max int) []string
 	// CheckWith and ReserveWith are Check and Reserve on the node as the
 	// overlay leaves it (preemption's dry run, nominated pods).
 	CheckWith(node string, req *api.PodRequest, o *alloc.Overlay) error
@@ -130,6 +132,17 @@ func (l *Books) ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Over
 
 // Best implements Allocator: every node is ranked, in two halves in
 // parallel (a scheduler box has at least two cores).
+// Refusals implements Allocator.
+func (l *Books) Refusals(req *api.PodRequest, max int) []string {
+	now := l.clock.Now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	l.index.Lock() // sortedNames caches like the index does
+	defer l.index.Unlock()
+	return l.books.Refusals(req, now, max)
+}
+
+// Best implements Allocator.
 func (l *Books) Best(req *api.PodRequest, k int) []string {
 	now := l.clock.Now()
 	l.mu.RLock()

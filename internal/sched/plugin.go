@@ -145,7 +145,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	best := p.alloc.Best(req, p.candidates)
 	if len(best) == 0 {
 		result = resultNoFit
-		return nil, fwk.NewStatus(fwk.Unschedulable, noRoom(req))
+		return nil, fwk.NewStatus(fwk.Unschedulable, noRoom(req, p.alloc.Refusals(req, refusalsTold)))
 	}
 	c.narrowed = true
 	result = resultCandidates
@@ -375,7 +375,11 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 }
 
 // noRoom says that no node has what req needs free, container by container.
-func noRoom(req *api.PodRequest) string {
+// refusalsTold: how many nodes' reasons a pod rejected in PreFilter is told.
+const refusalsTold = 3
+
+// noRoom says what req needs and why the first nodes by name refuse it.
+func noRoom(req *api.PodRequest, refusals []string) string {
 	var b strings.Builder
 	b.WriteString(errNoRoom.Error())
 	for i, c := range req.Containers {
@@ -388,6 +392,9 @@ func noRoom(req *api.PodRequest) string {
 		} else {
 			fmt.Fprintf(&b, "%sneeds %d GPUs with %d units and %d bytes free", sep, c.Count, c.Units, c.MemoryBytes)
 		}
+	}
+	if len(refusals) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(refusals, "; "))
 	}
 	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
+	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // writerDouble stands in for the API server's Binding endpoint.
@@ -96,8 +97,22 @@ func TestPluginCycle(t *testing.T) {
 		t.Fatalf("after failed bind: %+v", u)
 	}
 	w.fail = nil
-	if st := schedule(p, gpuPod("c", 50)); st.IsSuccess() || !strings.Contains(st.Message(), "needs 1 GPUs with 50 units") {
+	// Rejected in PreFilter (no node fits by the books), the pod is still
+	// told each node's reason, as Filter would tell it.
+	if st := schedule(p, gpuPod("c", 50)); st.IsSuccess() || !strings.Contains(st.Message(), "needs 1 GPUs with 50 units") ||
+		!strings.Contains(st.Message(), "node n1") {
 		t.Fatalf("c should not fit: %v", st)
+	}
+	drain := gpuNode("n1", 1, t0)
+	drain.Status.State = v1alpha2.NodeDraining
+	if err := setGPUNode(l, drain); err != nil {
+		t.Fatal(err)
+	}
+	if st := schedule(p, gpuPod("e", 10)); st.IsSuccess() || !strings.Contains(st.Message(), "is Draining") {
+		t.Fatalf("e on a draining node: %v", st)
+	}
+	if err := setGPUNode(l, gpuNode("n1", 1, t0)); err != nil {
+		t.Fatal(err)
 	}
 	if st := schedule(p, gpuPod("d", 40)); st != nil {
 		t.Fatalf("d: %v", st)
