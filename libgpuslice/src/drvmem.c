@@ -6,6 +6,8 @@
 #include "device.h"
 #include "drvmem.h"
 #include "memcore.h"
+#include "pool.h"
+#include "quiet.h"
 
 #define DRV_PROCS 64
 #define DRV_NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
@@ -24,11 +26,17 @@ static void fork_done(void)
 	pthread_mutex_unlock(&measuring);
 }
 
+static void fork_child(void)
+{
+	gs_quiet_forked(0); /* fork is never called from a hook's window */
+	pthread_mutex_unlock(&measuring);
+}
+
 static void nvml_init(void)
 {
 	gs_fn_nvmlInit_v2 init = (gs_fn_nvmlInit_v2)gs_real_peek(GS_ID_nvmlInit_v2);
 	atomic_store(&nvml_ok, init != NULL && init() == NVML_SUCCESS);
-	(void)pthread_atfork(fork_prepare, fork_done, fork_done);
+	(void)pthread_atfork(fork_prepare, fork_done, fork_child);
 }
 
 /* NVML's used memory of host pid on h: 0 (and *v) if NVML has a figure
@@ -85,19 +93,41 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
 	return 0;
 }
 
+/* The driver's figure and this process's count at a quiet point (quiet.h):
+ * no other thread of the process between a reservation and the driver's
+ * answer or between the driver's free and its uncount, what the pools no
+ * longer keep uncounted. The caller is in its hook's window. */
+static int sample(const struct gs_drv_probe *p, uint64_t *drv, uint64_t *counted)
+{
+	(void)gs_quiet_hold(1);
+	gs_pool_sync();
+	int rc = measure(p, drv);
+	*counted = __atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE);
+	gs_quiet_release();
+	return rc;
+}
+
+/* Takes the measuring lock, out of the caller's window while it waits (a
+ * thread waiting for it is at no allocation's midpoint). */
+static void lock_measuring(void)
+{
+	atomic_fetch_sub(&gs_quiet.inside, 1);
+	pthread_mutex_lock(&measuring);
+	atomic_fetch_add(&gs_quiet.inside, 1); /* only the lock's holder holds windows off */
+}
+
 GS_HIDDEN void gs_drv_begin(CUdevice dev, struct gs_drv_probe *p)
 {
 	int saved = errno;
 	memset(p, 0, sizeof(*p));
 	pthread_once(&nvml_once, nvml_init);
-	pthread_mutex_lock(&measuring);
+	lock_measuring();
 	if (locate(dev, p) != 0) {
 		p->nvml = NULL;
 	} else {
 		p->per_process = __atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE) != 0;
-		if (measure(p, &p->drv) != 0 && (p->per_process = 0, measure(p, &p->drv) != 0))
+		if (sample(p, &p->drv, &p->counted) != 0 && (p->per_process = 0, sample(p, &p->drv, &p->counted) != 0))
 			p->nvml = NULL;
-		p->counted = __atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE);
 	}
 	errno = saved;
 }
@@ -105,10 +135,10 @@ GS_HIDDEN void gs_drv_begin(CUdevice dev, struct gs_drv_probe *p)
 /* What the driver grew by that the hooks did not count (0 if unknown). */
 static uint64_t uncounted(const struct gs_drv_probe *p)
 {
-	uint64_t now;
-	if (measure(p, &now) != 0)
+	uint64_t now, counted_now;
+	if (sample(p, &now, &counted_now) != 0)
 		return 0;
-	int64_t counted = (int64_t)(__atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE) - p->counted);
+	int64_t counted = (int64_t)(counted_now - p->counted);
 	int64_t grown = (int64_t)(now - p->drv) - counted;
 	return grown > 0 ? (uint64_t)grown : 0;
 }

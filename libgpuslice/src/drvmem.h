@@ -6,9 +6,13 @@
  * NVML's used memory for this process on the device (its host pid), else the
  * device's used memory where the driver gives no per-process figure. What the
  * allocation hooks counted for this process in between (another thread's
- * allocations and frees) is taken off, so nothing is counted twice; measured
- * calls run one at a time, so two of them never see each other's memory.
- * None of this is on a hot path.
+ * allocations and frees) is taken off, so nothing is counted twice; both
+ * figures are read at a quiet point (quiet.h: no other thread of the process
+ * between a reservation and the driver's answer), so an allocation in flight
+ * is neither charged to the context nor missed. Measured calls run one at a
+ * time, so two of them never see each other's memory. The device-wide
+ * fallback cannot quiet other processes: there a neighbour's allocation in
+ * flight can still be charged. None of this is on a hot path.
  */
 #ifndef GS_DRVMEM_H
 #define GS_DRVMEM_H

@@ -45,6 +45,7 @@ static CUresult retained(CUresult rc, CUcontext *pctx, CUdevice dev)
 
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuDevicePrimaryCtxRetain fn = GS_REAL(cuDevicePrimaryCtxRetain);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -106,11 +107,13 @@ static CUresult reset(gs_fn_cuDevicePrimaryCtxReset fn, CUdevice dev)
 
 GS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
+	GS_QUIET_WINDOW;
 	return reset(GS_REAL(cuDevicePrimaryCtxReset), dev);
 }
 
 GS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+	GS_QUIET_WINDOW;
 	return reset(GS_REAL(cuDevicePrimaryCtxReset_v2), dev);
 }
 
@@ -135,10 +138,12 @@ static CUresult destroy(gs_fn_cuCtxDestroy fn, CUcontext ctx)
 
 GS_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
+	GS_QUIET_WINDOW;
 	return destroy(GS_REAL(cuCtxDestroy), ctx);
 }
 
 GS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+	GS_QUIET_WINDOW;
 	return destroy(GS_REAL(cuCtxDestroy_v2), ctx);
 }

@@ -9,9 +9,11 @@
 #include <errno.h>
 
 #include "graphmem.h"
+#include "quiet.h"
 
 /* Instantiation: walk and reserve, call, record (upload: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD). */
 #define GS_INSTANTIATE_BODY(name, graph, call, out, upload, upload_stream)                                           \
+	GS_QUIET_WINDOW;                                                                                             \
 	gs_fn_##name fn_ = GS_REAL(name);                                                                            \
 	if (fn_ == NULL)                                                                                             \
 		return CUDA_ERROR_NOT_FOUND;                                                                         \
@@ -66,6 +68,7 @@ GS_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, C
 
 static CUresult upload(gs_graph_run_fn fn, CUgraphExec e, CUstream s, int ptsz)
 {
+	GS_QUIET_WINDOW;
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
 	if (atomic_load_explicit(&gs_hot.graph_execs, memory_order_relaxed) == 0)
@@ -85,12 +88,14 @@ GS_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 
 GS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuGraphExecDestroy fn = GS_REAL(cuGraphExecDestroy);
 	return fn == NULL ? CUDA_ERROR_NOT_FOUND : gs_graph_exec_destroy(fn, hGraphExec);
 }
 
 GS_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuDeviceGraphMemTrim fn = GS_REAL(cuDeviceGraphMemTrim);
 	return fn == NULL ? CUDA_ERROR_NOT_FOUND : gs_graph_trim(fn, device);
 }

@@ -9,6 +9,14 @@
 #include "gate.h"
 #include "graphmem.h"
 #include "internal.h"
+#include "quiet.h"
+
+/* A graph launch with allocation nodes takes memory: a quiet.h window. */
+static __attribute__((noinline, cold)) CUresult graph_run(gs_graph_run_fn fn, CUgraphExec e, CUstream s, int ptsz)
+{
+	GS_QUIET_WINDOW;
+	return gs_graph_run_slow(fn, e, s, ptsz);
+}
 
 #define HOOK(lib, ret, name, params, args)
 #define REAL(lib, ret, name, params, args)
@@ -43,11 +51,10 @@
 /* A graph launch: as GATE, and through gs_graph_run_slow once the process
  * has execs with allocation nodes (graphmem.h). */
 #define GRAPH_EXECS() atomic_load_explicit(&gs_hot.graph_execs, memory_order_relaxed)
-#define GATEG(lib, ret, name, params, args, stream, exec, ptsz)                                                        \
-	GATE_HOOK(                                                                                                     \
-		ret, name, params, args, stream,                                                                       \
-		(GRAPH_EXECS() == 0 ? real_fn args : gs_graph_run_slow((gs_graph_run_fn)real_fn, exec, stream, ptsz)), \
-		GRAPH_EXECS() != 0)
+#define GATEG(lib, ret, name, params, args, stream, exec, ptsz)                                                  \
+	GATE_HOOK(ret, name, params, args, stream,                                                               \
+		  (GRAPH_EXECS() == 0 ? real_fn args : graph_run((gs_graph_run_fn)real_fn, exec, stream, ptsz)), \
+		  GRAPH_EXECS() != 0)
 #include "hooks.def"
 #undef HOOK
 #undef GATE

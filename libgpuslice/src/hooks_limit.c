@@ -163,6 +163,7 @@ static CUresult set_locked(struct call *c, uint64_t ctx, size_t value)
 
 GS_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
+	GS_QUIET_WINDOW;
 	struct call c = {.set = GS_REAL(cuCtxSetLimit), .get = GS_REAL(cuCtxGetLimit), .l = limit, .per = 1};
 	if (c.set == NULL)
 		return CUDA_ERROR_NOT_FOUND;

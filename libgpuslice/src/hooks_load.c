@@ -31,6 +31,7 @@ static CUresult ctx_made(struct gs_drv_probe *p, CUresult rc, CUcontext *pctx)
 #define CTX_CREATE(name, params, args, dev)          \
 	GS_EXPORT CUresult name params               \
 	{                                            \
+		GS_QUIET_WINDOW;                     \
 		gs_fn_##name fn = GS_REAL(name);     \
 		if (fn == NULL)                      \
 			return CUDA_ERROR_NOT_FOUND; \
@@ -96,6 +97,7 @@ static CUresult library_loaded(struct gs_drv_probe *p, CUresult rc, CUlibrary *l
 #define LOAD(name, params, done)                     \
 	GS_EXPORT CUresult name params               \
 	{                                            \
+		GS_QUIET_WINDOW;                     \
 		gs_fn_##name fn = GS_REAL(name);     \
 		if (fn == NULL)                      \
 			return CUDA_ERROR_NOT_FOUND; \

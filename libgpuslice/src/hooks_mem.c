@@ -31,6 +31,7 @@ static inline CUresult alloc_v2(gs_fn_cuMemAlloc_v2 fn, struct gs_resv *r, CUdev
 
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemAlloc_v2 fn = GS_REAL(cuMemAlloc_v2);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -57,6 +58,7 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 /* Stream-ordered allocations: what the pool keeps is taken first (pool.h).
  * On a capturing stream: an allocation node, counted with its exec (graphmem.h). */
 #define GS_POOL_ALLOC_BODY(name, pool, cur, st, args)                                          \
+	GS_QUIET_WINDOW;                                                                       \
 	gs_fn_##name fn_ = GS_REAL(name);                                                      \
 	if (fn_ == NULL)                                                                       \
 		return CUDA_ERROR_NOT_FOUND;                                                   \
@@ -115,6 +117,7 @@ static uint64_t pitch_bound(size_t width, size_t height)
 GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
 				      unsigned int ElementSizeBytes)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemAllocPitch_v2 fn = GS_REAL(cuMemAllocPitch_v2);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -140,6 +143,7 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
 
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+	GS_QUIET_WINDOW;
 	struct gs_free_call c = {.sync = GS_REAL(cuMemFree_v2)};
 	return c.sync == NULL ? CUDA_ERROR_NOT_FOUND : gs_ptr_free(dptr, &c);
 }
@@ -160,12 +164,14 @@ static CUresult free_async(struct gs_free_call *c, CUdeviceptr dptr)
 
 GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
+	GS_QUIET_WINDOW;
 	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync), .s = hStream};
 	return free_async(&c, dptr);
 }
 
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
+	GS_QUIET_WINDOW;
 	struct gs_free_call c = {.async = GS_REAL(cuMemFreeAsync_ptsz), .s = GS_PT(hStream)};
 	return free_async(&c, dptr);
 }

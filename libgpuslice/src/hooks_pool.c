@@ -8,6 +8,7 @@
 #include <errno.h>
 
 #include "pool.h"
+#include "quiet.h"
 
 GS_AFTER_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream), gs_pool_sync())
 GS_AFTER_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream), gs_pool_sync())

@@ -52,6 +52,7 @@ static CUresult resv_create(const CUmemAllocationProp *prop, uint64_t size, stru
 GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 			       unsigned long long flags)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemCreate fn = GS_REAL(cuMemCreate);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -81,6 +82,7 @@ out:
 
 GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemRelease fn = GS_REAL(cuMemRelease);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -98,6 +100,7 @@ GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 GS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
 			    unsigned long long flags)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemMap fn = GS_REAL(cuMemMap);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -146,6 +149,7 @@ static void collect(const struct gs_ptrent *e, void *arg)
 
 GS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemUnmap fn = GS_REAL(cuMemUnmap);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;
@@ -169,6 +173,7 @@ GS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 /* One more handle to the physical memory mapped at addr: one more release owed. */
 GS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
+	GS_QUIET_WINDOW;
 	gs_fn_cuMemRetainAllocationHandle fn = GS_REAL(cuMemRetainAllocationHandle);
 	if (fn == NULL)
 		return CUDA_ERROR_NOT_FOUND;

@@ -74,6 +74,7 @@ static inline void *gs_real_ptr(enum gs_id id)
 #define GS_AFTER_HOOK(name, params, args, after)     \
 	GS_EXPORT CUresult name params               \
 	{                                            \
+		GS_QUIET_WINDOW;                     \
 		gs_fn_##name fn = GS_REAL(name);     \
 		if (fn == NULL)                      \
 			return CUDA_ERROR_NOT_FOUND; \

@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "elastic.h"
 #include "ptrfast.h"
+#include "quiet.h"
 
 struct gs_resv {
 	struct gs_group *g;
@@ -133,6 +134,7 @@ GS_INLINE CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 
 /* Bodies of the simple allocation / release hooks. */
 #define GS_ALLOC_BODY(name, resv_expr, kind, key_expr, args)                                    \
+	GS_QUIET_WINDOW;                                                                        \
 	gs_fn_##name fn_ = GS_REAL(name);                                                       \
 	if (fn_ == NULL)                                                                        \
 		return CUDA_ERROR_NOT_FOUND;                                                    \
@@ -151,6 +153,7 @@ GS_INLINE CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 	return rc_
 
 #define GS_FREE_BODY(name, kind, key_arg, args)                   \
+	GS_QUIET_WINDOW;                                          \
 	gs_fn_##name fn_ = GS_REAL(name);                         \
 	if (fn_ == NULL)                                          \
 		return CUDA_ERROR_NOT_FOUND;                      \

@@ -9,6 +9,8 @@
  * simulator says its members hold, after every step).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include "../src/internal.h"
 #include "simview.h"
@@ -105,6 +107,55 @@ static int counted(void *arg)
 	return 0;
 }
 
+#define LATENT (64 * MiB)
+
+struct latent {
+	struct drv *d;
+	CUcontext ctx;
+	CUdeviceptr p;
+};
+
+static void *alloc_slowly(void *arg)
+{
+	struct latent *l = arg;
+	CHECK_EQ(l->d->cuCtxSetCurrent(l->ctx), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&l->p, LATENT), CUDA_SUCCESS);
+	return NULL;
+}
+
+/* Another thread is mid-allocation while a context is made: reserved on the
+ * group but not yet in the driver's figure when the creation begins, in it
+ * when the creation ends. Only what the context took is charged to it (the
+ * allocation once, by its hook), whatever the interleaving. */
+static int concurrent(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1); /* cuMemAlloc and cuCtxCreate take 100 ms */
+	const char *path = ht_group("drvconc", "2147483648");
+	struct drv d;
+	CUcontext ctx;
+	drv_open(&d, &ctx);
+	drv_more(&d);
+	sim = sv_map();
+	grp = ht_map(path);
+	CHECK(grp != NULL);
+	HELD(CTX_MEM);
+	struct latent l = {.d = &d, .ctx = ctx};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, alloc_slowly, &l) == 0);
+	while (ht_used(grp) != CTX_MEM + LATENT) /* reserved: the driver's call has begun */
+		sched_yield();
+	CUcontext c;
+	CHECK_EQ(cuCtxCreate_v2(&c, 0, 0), CUDA_SUCCESS);
+	CHECK(pthread_join(t, NULL) == 0);
+	HELD(2 * CTX_MEM + LATENT);
+	CHECK_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+	CHECK_EQ(d.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFree_v2(l.p), CUDA_SUCCESS);
+	HELD(CTX_MEM);
+	return 0;
+}
+
 /* Past the limit: refused, undone, one line. */
 static int refused(void *arg)
 {
@@ -183,6 +234,7 @@ int main(void)
 	HT_RUN(counted, NULL);
 	HT_RUN(refused, NULL);
 	HT_RUN(primary_refused, NULL);
+	HT_RUN(concurrent, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_drvmem_test: ok\n");
 	return 0;

@@ -147,9 +147,11 @@ int main(void)
 	 * unless the node's file says otherwise. */
 	/* Both members say hello once to learn their host pid (the module load
 	 * charges the driver's memory to their slot); only the gated one also
-	 * asks for GPU time. */
+	 * asks for GPU time, once or more (it tries the silent daemon again
+	 * after its timeout, as often as the launch takes). */
 	int gated = gate_asked("no marker"), off = gate_asked("marker");
-	CHECK(gated == off + 1);
+	CHECK_EQ(off, 1);
+	CHECK(gated >= 2);
 	free((void *)group_path);
 	ht_teardown();
 	fprintf(stderr, "reliability_container_test: ok\n");

@@ -424,6 +424,28 @@ static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
 	return 0;
 }
 
+/* GPUSLICE_SIM_LATENCY_US: how long cuMemAlloc and context creation take
+ * before the memory is the process's (0 by default; on a real driver large
+ * allocations take milliseconds, a context hundreds). Tests use it to catch a
+ * thread mid-call. */
+static int latency_from_env(struct sim_config *out, char *err, size_t errlen)
+{
+	const char *v = getenv("GPUSLICE_SIM_LATENCY_US");
+	char *end = NULL;
+	unsigned long long us = 0;
+
+	if (v != NULL && *v != '\0') {
+		errno = 0;
+		us = strtoull(v, &end, 10);
+		if (errno != 0 || end == v || *end != '\0' || us > 10000000) {
+			set_err(err, errlen, "GPUSLICE_SIM_LATENCY_US=\"%s\": want microseconds, 0 to 10000000", v);
+			return -1;
+		}
+	}
+	out->latency_ns = us * 1000ull;
+	return 0;
+}
+
 static int copy_from_env(struct sim_config *out, char *err, size_t errlen)
 {
 	const char *v = getenv("GPUSLICE_SIM_COPY_GBPS");
@@ -439,7 +461,7 @@ static int copy_from_env(struct sim_config *out, char *err, size_t errlen)
 		}
 	}
 	out->copy_bps = g * 1000000000ull;
-	return 0;
+	return latency_from_env(out, err, errlen);
 }
 
 int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)

@@ -45,6 +45,8 @@ struct sim_config {
 	struct sim_access access;
 	uint64_t ctx_mem;  /* GPUSLICE_SIM_CONTEXT_MEMORY: device bytes per context (per process) */
 	uint64_t copy_bps; /* GPUSLICE_SIM_COPY_GBPS: device-side copy/memset bandwidth, bytes per second */
+	uint64_t
+		latency_ns; /* GPUSLICE_SIM_LATENCY_US: cuMemAlloc's and context creation's time before they take memory */
 };
 
 /* Parses a device file (one device per line, see README.md). Returns 0, or -1

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  * Contexts: primary (retain/release per device) and explicit, a per-thread
  * context stack, one work queue and worker thread per active context. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuapi.h"
 #include "alloc.h"
@@ -262,6 +264,16 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *f, int *ac
 	return CUDA_SUCCESS;
 }
 
+void sim_latency(void)
+{
+	int e = errno;
+	struct timespec ts = {.tv_sec = (time_t)(sim_g.latency_ns / 1000000000ull),
+			      .tv_nsec = (long)(sim_g.latency_ns % 1000000000ull)};
+	while (sim_g.latency_ns > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	errno = e;
+}
+
 static CUresult ctx_create(CUcontext *out, unsigned f, CUdevice d)
 {
 	CUresult rc = check_dev(d);
@@ -273,6 +285,7 @@ static CUresult ctx_create(CUcontext *out, unsigned f, CUdevice d)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (tls.n == SIM_CTX_STACK)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	sim_latency();
 	pthread_mutex_lock(&sim_g.mu);
 	c = ctx_new(d, f, false);
 	rc = c == NULL ? CUDA_ERROR_OUT_OF_MEMORY : ctx_activate(c);

@@ -135,6 +135,7 @@ static CUresult do_init(void)
 	sim_g.access = cfg->access;
 	sim_g.ctx_mem = cfg->ctx_mem;
 	sim_g.copy_bps = cfg->copy_bps;
+	sim_g.latency_ns = cfg->latency_ns;
 	if (rescan_locked() > 0) {
 		pthread_atfork(NULL, NULL, on_fork_child);
 		rc = CUDA_SUCCESS;

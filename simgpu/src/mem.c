@@ -63,6 +63,8 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 	struct sim_ctx *c;
 	CUresult rc = sim_ctx_get(&c);
 
+	if (rc == CUDA_SUCCESS)
+		sim_latency();
 	return rc == CUDA_SUCCESS ? dev_alloc(p, n, c, NULL) : rc;
 }
 

@@ -190,6 +190,8 @@ struct sim_global {
 	struct sim_access access; /* device node check (GPUSLICE_SIM_DEVNODES) */
 	uint64_t ctx_mem;         /* device bytes each context takes (GPUSLICE_SIM_CONTEXT_MEMORY) */
 	uint64_t copy_bps;        /* device-side copy bandwidth, bytes/s (GPUSLICE_SIM_COPY_GBPS) */
+	uint64_t
+		latency_ns; /* cuMemAlloc's and context creation's time before they take memory (GPUSLICE_SIM_LATENCY_US) */
 	/* CUDA ordinal -> simulator device. Append-only: vis[i] is written under
 	 * mu before nvis (release) covers it, so readers need no lock. */
 	_Atomic int nvis;
@@ -210,6 +212,8 @@ SIM_HIDDEN int sim_rescan_devices(void);
 /* Contexts (ctx.c). */
 SIM_HIDDEN struct sim_ctx *sim_current_ctx(void);
 SIM_HIDDEN CUresult sim_ctx_get(struct sim_ctx **out);
+/* Waits GPUSLICE_SIM_LATENCY_US (no lock held): a driver call's own time. */
+SIM_HIDDEN void sim_latency(void);
 SIM_HIDDEN bool sim_ctx_valid(struct sim_ctx *c);
 SIM_HIDDEN CUresult sim_register_process(int dev);
 /* op 0 push, 1 pop, 2 set current. */
