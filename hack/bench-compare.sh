@@ -21,9 +21,13 @@ hooks() { # tree
 	(cd "$1" && LD_LIBRARY_PATH="$1/bin/sim" apps/bench_hooks.sh bin 2000 31)
 }
 grants() { # tree
-	(cd "$1" && go test -run '^$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/timeslice/ 2>&1 &&
+	# The daemon's benchmarks live in test/timeslice/e2e (build tag timeslicee2e) since issue 23, in
+	# internal/timeslice before.
+	local pkg=(./internal/timeslice/)
+	[ -d "$1/test/timeslice/e2e" ] && pkg=(-tags timeslicee2e ./test/timeslice/e2e/)
+	(cd "$1" && go test -run '^$' -bench 'GrantRoundTrip' -benchtime 1x "${pkg[@]}" 2>&1 &&
 		GPUSLICE_BIN="$1/bin" GPUSLICE_NODE_GRANTBENCH="$1/build/node/gs-grantbench" \
-			go test -run '^$' -bench 'GrantC|GateLaunch' -benchtime 1x ./internal/timeslice/ 2>&1) |
+			go test -run '^$' -bench 'GrantC|GateLaunch' -benchtime 1x "${pkg[@]}" 2>&1) |
 		grep -E '^Benchmark|/s|ns/' | grep -v '^[IE][0-9]'
 }
 for what in hooks grants; do

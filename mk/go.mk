@@ -9,14 +9,20 @@ $(GO_BINS): $(BIN)/%:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=1 $(GO_BUILD) -o $@ ./cmd/$*
 
+# The time-slice daemon's tests that start daemons and processes end to end (build tag timeslicee2e).
+TIMESLICE_E2E := -tags timeslicee2e ./test/timeslice/e2e/
+
 .PHONY: test-go test-go-vet fuzz-smoke
 test-go-vet:
-	@test -z "$$(gofmt -l cmd internal pkg 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal pkg; exit 1; }
+	@test -z "$$(gofmt -l cmd internal pkg test 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal pkg test; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet $(TIMESLICE_E2E)
 
-# Go tests; end-to-end ones use bin/ (built by 'all') through GPUSLICE_BIN.
+# Go tests; end-to-end ones use bin/ (built by 'all') through GPUSLICE_BIN. The daemon's end-to-end
+# tests run after the others, as they did in internal/timeslice before they moved (go test -list: the same 59).
 test-go:
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 ./...
+	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -count=1 $(TIMESLICE_E2E)
 
 # The race detector over the packages whose tests assert no timing (the
 # daemon's and the e2e tests run under -race by hand: 5-10x slower, their

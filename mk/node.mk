@@ -1,6 +1,7 @@
 # Time slicing (the time-slice daemon): internal/policy, internal/proto, internal/timeslice, internal/group,
-# internal/groupstate and the launch gate in libgpuslice/src/gate*.c. Their Go tests run in test-go (go test ./...); this fragment
-# adds the end-to-end tests under ASan/UBSan and the benchmarks.
+# internal/groupstate and the launch gate in libgpuslice/src/gate*.c. Their Go unit tests run in test-go (go test ./...);
+# the tests that start daemons and processes end to end are test/timeslice/e2e (build tag timeslicee2e,
+# TIMESLICE_E2E), run by test-go too; this fragment adds them under ASan/UBSan and the benchmarks.
 NODE_BUILD := $(BUILD)/node
 NODE_GRANTBENCH := $(NODE_BUILD)/gs-grantbench
 NODE_LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
@@ -32,8 +33,8 @@ verify-cheaders:
 # `go test ./...` they would share the CPUs with other packages' tests; there only 2 tenants run).
 test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
-		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' ./internal/timeslice/
-	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' ./internal/timeslice/ \
+		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' $(TIMESLICE_E2E)
+	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' $(TIMESLICE_E2E) \
 		| grep -E '^(---|\s+---|ok|FAIL|PASS)|whole run'; exit $${PIPESTATUS[0]}
 
 # Figures for docs/benchmarks.md: grant round trips (Go and C clients; "grants/s" is all clients' grants
@@ -44,9 +45,9 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 		"wall time. clients=1, procs=1: ONE client (1 / round trip); procs=4/gpu=own, clients=4: 4 CONCURRENT" \
 		"clients on GPUs of their own (the daemon's rate); gpu=shared: 4 on one GPU (each grant a hand-over);" \
 		"gpu=floor: the same exchange with a C peer that answers at once (no daemon: this machine's bound)."
-	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x ./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
+	$(GO) test -run '^$$' -bench 'GrantRoundTrip' -benchtime 1x $(TIMESLICE_E2E) 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
 	$(NODE_E2E_ENV) GPUSLICE_NODE_GRANTBENCH=$(abspath $(NODE_GRANTBENCH)) \
-		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v ./internal/timeslice/ 2>&1 \
+		$(GO) test -run '^$$' -bench 'GrantC|GateLaunch|E2E' -benchtime 1x -timeout 30m -v $(TIMESLICE_E2E) 2>&1 \
 		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
 	$(GO) test -count=1 -v -run 'Sim' ./internal/policy/ | grep -E 'tenants|latency|ok'; exit $${PIPESTATUS[0]}
 
@@ -60,7 +61,7 @@ bench-copy-gate: $(BIN)/libgpuslice.so $(BIN)/gpuslice $(NODE_SIM)
 	git archive $(BENCH_BASE) | tar -x -C $(BUILD)/bench-base
 	$(MAKE) -s -C $(BUILD)/bench-base bin/libgpuslice.so >/dev/null
 	$(NODE_E2E_ENV) GPUSLICE_BENCH_BASE_PRELOAD=$(abspath $(BUILD)/bench-base/bin/libgpuslice.so) \
-		$(GO) test -count=1 -run '^$$' -bench 'CopyOnlyTenant' -benchtime 1x ./internal/timeslice/ 2>&1 \
+		$(GO) test -count=1 -run '^$$' -bench 'CopyOnlyTenant' -benchtime 1x $(TIMESLICE_E2E) 2>&1 \
 		| grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
 
 .PHONY: bench-elastic

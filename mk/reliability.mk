@@ -17,7 +17,8 @@ RELIABILITY_GO_TESTS := ^TestGroupLimit|^TestGroupState|^TestReliability
 
 .PHONY: test-reliability
 test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1
-	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' ./internal/timeslice/
+	GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_NODE_MANY=300 $(GO) test -count=1 -run '$(RELIABILITY_GO_TESTS)' $(TIMESLICE_E2E)
+	$(GO) test -count=1 -run '^TestGroupLimit' ./internal/groupstate/ ./internal/groupmgr/
 	$(GO) test -count=1 -run 'TooLarge|BoundedQuote|NotRegular|ModeNotThroughLink' ./internal/group/
 	$(GO) test -count=1 -run 'TestRemoveGroupDir|TestPrepareRunUnsafeRunDir' ./internal/runner/
 
@@ -28,4 +29,4 @@ test-reliability: test-reliability-lib $(BIN)/libgpuslice.so $(BIN)/sim/libcuda.
 # 2/4/8 tenants (BenchmarkE2EShareWindows).
 bench-reliability: all
 	GPUSLICE_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench 'ConnFlood|DaemonKillRecovery|E2EShareWindows' -benchtime 1x \
-		./internal/timeslice/ 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}
+		$(TIMESLICE_E2E) 2>&1 | grep -v '^[IE][0-9]'; exit $${PIPESTATUS[0]}

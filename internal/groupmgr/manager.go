@@ -129,7 +129,27 @@ func (m *Manager) createState(name string, o CreateOptions) error {
 		}
 		return nil
 	}
-	return timeslice.PrepareGroupState(m.cfg.RunDir, name, o.Adopt)
+	return createRunState(m.cfg.RunDir, name, o.Adopt)
+}
+
+// createRunState makes a run's group state file (mode 0600: its members are
+// this user's processes) before any member starts, without a limit: the
+// time-slice daemon writes the group's limit into it when it applies the
+// group's settings. With adopt (a named group), a state its live members
+// still use after the run directory was replaced is taken back, not made anew
+// (a run's own group, run-<pid>, has no members before the run: the
+// surviving children of an earlier run with that pid are not its own).
+func createRunState(runDir, name string, adopt bool) error {
+	path := groupstate.Path(runDir, name)
+	if adopt {
+		if err := identity.AdoptOrphanedState("/proc", path); err != nil { // one group, one state
+			return fmt.Errorf("group %s: %w", name, err)
+		}
+	}
+	if err := groupstate.CreateMode("/proc", path, name, 0o600); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	return nil
 }
 
 // Set changes an existing group's settings to r and waits until the daemon

@@ -60,7 +60,7 @@ func Environ(s *Spec) []string {
 	set := map[string]string{
 		"GPUSLICE_GROUP":      s.Group,
 		"GPUSLICE_GROUP_FILE": groupstate.Path(s.RunDir, s.Group),
-		// the file was made before the command (PrepareGroupState): a member never makes it again
+		// the file was made before the command (groupmgr Create): a member never makes it again
 		"GPUSLICE_GROUP_MANAGED": "1",
 		"GPUSLICE_RUN_DIR":       s.RunDir,
 		"LD_PRELOAD":             prependList(lookup(s.Env, "LD_PRELOAD"), s.Library, " "),

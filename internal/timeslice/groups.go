@@ -241,23 +241,3 @@ func (s *Server) settingsOf(name string) group.Settings {
 	defer s.mu.Unlock()
 	return s.settings[name]
 }
-
-// PrepareGroupState makes the group's state file (mode 0600: its members are
-// this user's processes) before any member starts, without a limit: the
-// time-slice daemon writes the group's limit into it when it applies the
-// group's settings. With adopt (a named group), a state its live members
-// still use after the run directory was replaced is taken back, not made anew
-// (a run's own group, run-<pid>, has no members before the run: the
-// surviving children of an earlier run with that pid are not its own).
-func PrepareGroupState(runDir, name string, adopt bool) error {
-	path := groupstate.Path(runDir, name)
-	if adopt {
-		if err := identity.AdoptOrphanedState("/proc", path); err != nil { // one group, one state (orphan.go)
-			return fmt.Errorf("group %s: %w", name, err)
-		}
-	}
-	if err := groupstate.CreateMode("/proc", path, name, 0o600); err != nil {
-		return fmt.Errorf("group %s: %w", name, err)
-	}
-	return nil
-}

@@ -3,6 +3,8 @@
 package groupstatetest
 
 import (
+	"encoding/binary"
+	"os"
 	"os/exec"
 	"sync/atomic"
 	"testing"
@@ -37,4 +39,26 @@ func DeadPID(t testing.TB) int32 {
 		t.Fatal(err)
 	}
 	return int32(c.Process.Pid)
+}
+
+// WriteSlot writes a state file of the current layout with one ready GPU slot
+// (uuid, a 1 GiB limit, used bytes), as a library member leaves it.
+func WriteSlot(t testing.TB, path, uuid string, used uint64) {
+	t.Helper()
+	le := binary.LittleEndian
+	b := make([]byte, groupstate.HeaderSize+groupstate.MaxGPUs*groupstate.GPUSize+4096)
+	le.PutUint64(b, groupstate.Magic)
+	le.PutUint32(b[groupstate.OffVersion:], groupstate.Version)
+	le.PutUint32(b[groupstate.OffHeaderSize:], uint32(groupstate.HeaderSize))
+	le.PutUint32(b[groupstate.OffMaxGPUs:], groupstate.MaxGPUs)
+	le.PutUint32(b[groupstate.OffGPUSize:], uint32(groupstate.GPUSize))
+	le.PutUint64(b[groupstate.OffGPUOffset:], uint64(groupstate.GPUsOffset))
+	slot := b[groupstate.HeaderSize:]
+	le.PutUint32(slot, groupstate.SlotReady)
+	copy(slot[groupstate.GPUOffUUID:], uuid)
+	le.PutUint64(slot[groupstate.GPUOffLimit:], 1<<30)
+	le.PutUint64(slot[groupstate.GPUOffUsed:], used)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

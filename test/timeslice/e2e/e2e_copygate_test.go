@@ -1,6 +1,8 @@
+//go:build timeslicee2e
+
 // SPDX-License-Identifier: Apache-2.0
 
-package timeslice
+package timeslicee2e
 
 import (
 	"fmt"

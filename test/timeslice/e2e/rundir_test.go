@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bufio"
@@ -14,8 +16,10 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/identity"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -32,7 +36,7 @@ func TestReliabilityOneDaemonPerRunDir(t *testing.T) {
 	second.Socket = filepath.Join(t.TempDir(), "other.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := Run(ctx, second); !errors.Is(err, ErrRunning) {
+	if err := timeslice.Run(ctx, second); !errors.Is(err, timeslice.ErrRunning) {
 		t.Fatalf("second daemon on run directory %s (socket %s): %v, want ErrRunning", cfg.RunDir, second.Socket, err)
 	}
 	if client.Reachable(ctx, second.Socket) {
@@ -53,7 +57,7 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- timeslice.Run(ctx, cfg) }()
 	waitServing(t, cfg, done)
 	aside := cfg.RunDir + ".old"
 	if err := os.Rename(cfg.RunDir, aside); err != nil {
@@ -72,7 +76,7 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 	}
 	// The new directory is free: a new daemon takes it.
 	done2 := make(chan error, 1)
-	go func() { done2 <- Run(ctx, cfg) }()
+	go func() { done2 <- timeslice.Run(ctx, cfg) }()
 	waitServing(t, cfg, done2)
 	cancel()
 	if err := <-done2; err != nil {
@@ -81,7 +85,7 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 }
 
 // waitServing waits until a daemon answers on cfg.Socket (its Run reports on done).
-func waitServing(t *testing.T, cfg Config, done <-chan error) {
+func waitServing(t *testing.T, cfg timeslice.Config, done <-chan error) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !client.Reachable(context.Background(), cfg.Socket); {
 		select {
@@ -148,14 +152,14 @@ func TestReliabilityRunDirReplacedOneState(t *testing.T) {
 			runDir, simState := filepath.Join(base, "run"), filepath.Join(base, "sim.state")
 			const limit, part = 1 << 30, 600 << 20
 			prepare := func() error {
-				if _, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: strconv.Itoa(limit)}}); err != nil {
-					t.Fatal(err)
-				}
-				if err := PrepareGroupState(runDir, "g", true); err != nil {
+				// As `gpuslice run --group g` prepares it.
+				err := groupmgr.New(groupmgr.Config{RunDir: runDir}).Create(context.Background(), "g",
+					groupmgr.Resources{Settings: group.Settings{MemoryMax: limit}}, groupmgr.CreateOptions{Adopt: true, NoWait: true})
+				if err != nil {
 					return err
 				}
 				// What the daemon does when it applies the settings (none runs here).
-				_, err := groupstate.SetLimit(groupstate.Path(runDir, "g"), limit, groupstate.LockWait)
+				_, err = groupstate.SetLimit(groupstate.Path(runDir, "g"), limit, groupstate.LockWait)
 				return err
 			}
 			if err := prepare(); err != nil {

@@ -1,62 +1,16 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
-	"encoding/binary"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
 )
-
-// writeShm makes a state file with one ready GPU slot.
-func writeShm(t *testing.T, path string, used uint64) {
-	t.Helper()
-	le := binary.LittleEndian
-	b := make([]byte, groupstate.HeaderSize+groupstate.MaxGPUs*groupstate.GPUSize+4096)
-	le.PutUint64(b, groupstate.Magic)
-	le.PutUint32(b[groupstate.OffVersion:], groupstate.Version)
-	le.PutUint32(b[groupstate.OffHeaderSize:], uint32(groupstate.HeaderSize))
-	le.PutUint32(b[groupstate.OffMaxGPUs:], groupstate.MaxGPUs)
-	le.PutUint32(b[groupstate.OffGPUSize:], uint32(groupstate.GPUSize))
-	le.PutUint64(b[groupstate.OffGPUOffset:], uint64(groupstate.GPUsOffset))
-	slot := b[groupstate.HeaderSize:]
-	le.PutUint32(slot, groupstate.SlotReady)
-	copy(slot[groupstate.GPUOffUUID:], "GPU-0000")
-	le.PutUint64(slot[groupstate.GPUOffLimit:], 1<<30)
-	le.PutUint64(slot[groupstate.GPUOffUsed:], used)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestMemoryState(t *testing.T) {
-	path := filepath.Join(t.TempDir(), groupstate.FileName)
-	writeShm(t, path, 123)
-	if n, err := groupstate.SetMemoryLimit(path, 2<<30); err != nil || n != 1 {
-		t.Fatalf("set limit: %d %v", n, err)
-	}
-	got, err := groupstate.ReadMemory(path)
-	if err != nil || len(got) != 1 || got[0] != (groupstate.GPUMemory{UUID: "GPU-0000", Limit: 2 << 30, Used: 123}) {
-		t.Fatalf("read %+v %v", got, err)
-	}
-	bad := filepath.Join(t.TempDir(), "bad.state")
-	if err := os.WriteFile(bad, make([]byte, 8192), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := os.ReadFile(bad)
-	if _, err := groupstate.SetMemoryLimit(bad, 1); err == nil {
-		t.Fatal("limit written into a file without the magic")
-	}
-	if after, _ := os.ReadFile(bad); string(after) != string(before) {
-		t.Fatal("a bad file was changed")
-	}
-	if _, err := groupstate.ReadMemory(bad); err == nil {
-		t.Fatal("bad file read")
-	}
-}
 
 // TestReliabilityLimitRestored: a member that writes a larger limit into its
 // group's state file (mapped writable: the counts live there) has the group's
@@ -65,7 +19,7 @@ func TestReliabilityLimitRestored(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "mem", group.Change{File: "memory.max", Value: "3GiB"})
 	state := filepath.Join(cfg.RunDir, "groups", "mem", groupstate.FileName)
-	writeShm(t, state, 4096)
+	groupstatetest.WriteSlot(t, state, "GPU-0000", 4096)
 	startDaemon(t, cfg)
 	limit := func() uint64 {
 		got, err := groupstate.ReadMemory(state)
@@ -109,7 +63,7 @@ func TestMemoryLimitAppliesLive(t *testing.T) {
 	cfg := testCfg(t)
 	setGroup(t, cfg, "mem")
 	state := filepath.Join(cfg.RunDir, "groups", "mem", groupstate.FileName)
-	writeShm(t, state, 4096)
+	groupstatetest.WriteSlot(t, state, "GPU-0000", 4096)
 	startDaemon(t, cfg)
 	setGroup(t, cfg, "mem", group.Change{File: "memory.max", Value: "3GiB"})
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"context"
@@ -21,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -97,7 +100,7 @@ func TestKilledHolderLosesGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := "pid-" + strconv.Itoa(os.Getpid())
-	waitStatusWhere(t, cfg, "this process's group waiting", func(g GroupGPUStatus) bool { return g.Group == me && g.Waiting })
+	waitStatusWhere(t, cfg, "this process's group waiting", func(g timeslice.GroupGPUStatus) bool { return g.Group == me && g.Waiting })
 	killed := time.Now()
 	if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -251,8 +254,8 @@ func TestConcurrentStartOneDaemon(t *testing.T) {
 		p.expect(t, "up", 15*time.Second)
 	}
 	// Exactly one process holds the lock: a second Run here is refused.
-	err := Run(context.Background(), cfg)
-	if !errors.Is(err, ErrRunning) {
+	err := timeslice.Run(context.Background(), cfg)
+	if !errors.Is(err, timeslice.ErrRunning) {
 		t.Fatalf("second daemon: %v, want ErrRunning", err)
 	}
 	// Daemons that lost the race exit at once: wait until only the winner
@@ -280,10 +283,10 @@ func TestConcurrentStartOneDaemon(t *testing.T) {
 	}
 }
 
-func waitStatus(t *testing.T, cfg Config) *Status {
+func waitStatus(t *testing.T, cfg timeslice.Config) *timeslice.Status {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := ReadStatus(cfg.RunDir)
+		st, err := timeslice.ReadStatus(cfg.RunDir)
 		if err == nil {
 			return st
 		}
@@ -295,10 +298,10 @@ func waitStatus(t *testing.T, cfg Config) *Status {
 
 // waitStatusSince waits for a status the daemon took at or after since (it
 // publishes every Config.StatusEvery: the file may predate a change).
-func waitStatusSince(t *testing.T, cfg Config, since time.Time) *Status {
+func waitStatusSince(t *testing.T, cfg timeslice.Config, since time.Time) *timeslice.Status {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := ReadStatus(cfg.RunDir)
+		st, err := timeslice.ReadStatus(cfg.RunDir)
 		if err == nil && !st.Time.Before(since) {
 			return st
 		}
@@ -405,9 +408,9 @@ func stopPID(t *testing.T, pid int) {
 
 // stopStartedDaemon stops, when the test ends, a daemon that EnsureRunning
 // started in cfg's run directory (even if the test failed before it could).
-func stopStartedDaemon(t *testing.T, cfg Config) {
+func stopStartedDaemon(t *testing.T, cfg timeslice.Config) {
 	t.Cleanup(func() {
-		if st, err := ReadStatus(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
+		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
 			stopPID(t, st.PID)
 		}
 	})
@@ -457,10 +460,10 @@ func TestOnlinePreemptsOffline(t *testing.T) {
 }
 
 // waitStatusWhere waits until status.json shows a group entry for which ok holds.
-func waitStatusWhere(t *testing.T, cfg Config, what string, ok func(GroupGPUStatus) bool) {
+func waitStatusWhere(t *testing.T, cfg timeslice.Config, what string, ok func(timeslice.GroupGPUStatus) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, err := ReadStatus(cfg.RunDir); err == nil {
+		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil {
 			for _, g := range st.GPUs {
 				for _, e := range g.Groups {
 					if ok(e) {

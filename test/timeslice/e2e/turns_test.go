@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bytes"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -92,7 +95,7 @@ type jobResult struct {
 // manyJobs starts n gs-tenant jobs (kernels of kernel µs each, then a
 // synchronize) in one group at a common start, gated by cfg's daemon or, with
 // gated false, without libgpuslice; returns each job's result.
-func manyJobs(t testing.TB, e *e2e, cfg Config, n, kernels, kernelUs int, gated bool) []jobResult {
+func manyJobs(t testing.TB, e *e2e, cfg timeslice.Config, n, kernels, kernelUs int, gated bool) []jobResult {
 	t.Helper()
 	t0 := time.Now().Add(time.Duration(n) * 15 * time.Millisecond) // after every process is up
 	res := make([]jobResult, n)
@@ -103,7 +106,7 @@ func manyJobs(t testing.TB, e *e2e, cfg Config, n, kernels, kernelUs int, gated 
 			"--seconds", "1", "--t0", strconv.FormatInt(t0.UnixNano(), 10))
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
 		if gated {
-			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
+			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, timeslice.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 				"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "jobs"))
 		}
 		var stderr bytes.Buffer
@@ -135,8 +138,8 @@ type waitLog struct {
 	maxTurns uint64
 }
 
-func (w *waitLog) observer() *Observer {
-	return &Observer{Wait: func(_ proto.UUID, _ string, wait time.Duration, turns uint64) {
+func (w *waitLog) observer() *timeslice.Observer {
+	return &timeslice.Observer{Wait: func(_ proto.UUID, _ string, wait time.Duration, turns uint64) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.n++

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bufio"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -101,7 +104,7 @@ func TestReliabilityE2EWallClockStep(t *testing.T) {
 	stop := runDaemon(t, cfg)
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "4")
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preloadWith(shim), "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), EnvSocket+"="+cfg.Socket,
+		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), timeslice.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"), "GS_CLOCKSTEP_FILE="+step)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -128,11 +131,11 @@ func TestReliabilityE2EWallClockStep(t *testing.T) {
 
 // runDaemon runs a daemon in this process until the returned stop is called
 // (or the test ends).
-func runDaemon(t testing.TB, cfg Config) (stop func()) {
+func runDaemon(t testing.TB, cfg timeslice.Config) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- timeslice.Run(ctx, cfg) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for !client.Reachable(ctx, cfg.Socket) {
 		if time.Now().After(deadline) {

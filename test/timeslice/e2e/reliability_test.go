@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bytes"
@@ -24,6 +26,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -159,11 +162,11 @@ func TestReliabilityConnBounds(t *testing.T) {
 // connection (it counts in this process's group until the daemon reads its
 // close): for a status written after this process's first welcomed
 // connection (accepted after the probe) that counts only that one.
-func waitProbeGone(t *testing.T, cfg Config) {
+func waitProbeGone(t *testing.T, cfg timeslice.Config) {
 	t.Helper()
 	since := time.Now()
 	for deadline := since.Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, err := ReadStatus(cfg.RunDir); err == nil && st.Time.After(since) && st.Connections == 1 {
+		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil && st.Time.After(since) && st.Connections == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -209,7 +212,7 @@ func TestReliabilityHugeSettingFile(t *testing.T) {
 	}, funcr.Options{Verbosity: 10})
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- timeslice.Run(ctx, cfg) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -246,7 +249,7 @@ func TestReliabilityHugeSettingFile(t *testing.T) {
 }
 
 // waitUp waits until a daemon answers on cfg's socket.
-func waitUp(t testing.TB, cfg Config) {
+func waitUp(t testing.TB, cfg timeslice.Config) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !client.Reachable(context.Background(), cfg.Socket); {
 		if time.Now().After(deadline) {
@@ -358,10 +361,10 @@ func TestReliabilityDaemonKilled(t *testing.T) {
 
 // waitDaemonPID waits for a daemon other than pid not to publish its status
 // and answer on the socket, and returns its pid.
-func waitDaemonPID(t testing.TB, cfg Config, not int) int {
+func waitDaemonPID(t testing.TB, cfg timeslice.Config, not int) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := ReadStatus(cfg.RunDir)
+		st, err := timeslice.ReadStatus(cfg.RunDir)
 		if err == nil && st.PID > 0 && st.PID != not && client.Reachable(context.Background(), cfg.Socket) {
 			return st.PID
 		}

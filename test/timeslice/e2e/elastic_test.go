@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"context"
@@ -15,16 +17,18 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
 const gib = uint64(1) << 30
 
 // elasticShm makes a group's state file with one slot on testGPU.
-func elasticShm(t *testing.T, cfg Config, name string, used uint64) string {
+func elasticShm(t *testing.T, cfg timeslice.Config, name string, used uint64) string {
 	t.Helper()
 	path := groupstate.Path(cfg.RunDir, name)
-	writeShm(t, path, used)
+	groupstatetest.WriteSlot(t, path, "GPU-0000", used)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

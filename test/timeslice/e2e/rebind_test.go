@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"fmt"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/hotplug"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // TestBindingAfterConnect: a container's process connects as soon as it
@@ -57,7 +60,7 @@ func TestBindingAfterConnect(t *testing.T) {
 }
 
 // members counts a group's members in the daemon's latest status (on any GPU).
-func members(t *testing.T, cfg Config, name string) int {
+func members(t *testing.T, cfg timeslice.Config, name string) int {
 	t.Helper()
 	st := waitStatusSince(t, cfg, time.Now())
 	n := 0

@@ -1,8 +1,7 @@
-package timeslice
+package groupmgr
 
 import (
 	"encoding/binary"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,7 +45,7 @@ func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 		if _, err := group.NewTree(dir).Set("g", changes); err != nil {
 			t.Fatal(err)
 		}
-		if err := PrepareGroupState(dir, "g", true); err != nil {
+		if err := createRunState(dir, "g", true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,38 +87,5 @@ func TestGroupLimitWrittenByDaemonOnly(t *testing.T) {
 	}
 	if _, err := groupstate.SetLimit(filepath.Join(dir, "missing"), 1, groupstate.LockWait); err == nil {
 		t.Fatal("groupstate.SetLimit on a missing file succeeded")
-	}
-}
-
-// A state file truncated while the daemon has it mapped gives an error, not
-// a crash of the daemon (SIGBUS on the mapping).
-func TestGroupLimitTruncatedStateFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), groupstate.FileName)
-	if err := groupstate.Create("/proc", path, "g"); err != nil {
-		t.Fatal(err)
-	}
-	s, err := groupstate.Open(path, false, groupstate.LockWait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, 0); err != nil {
-		t.Fatal(err)
-	}
-	walk := func() (err error) {
-		defer groupstate.GuardFault(&err)()
-		s.Procs(func(int, groupstate.Process) bool { return true })
-		return nil
-	}
-	if err := walk(); !errors.Is(err, groupstate.ErrTruncated) {
-		t.Fatalf("walk of a truncated file: %v, want groupstate.ErrTruncated", err)
-	}
-	if err := s.Close(); err != nil { // drops its lock
-		t.Fatal(err)
-	}
-	if _, err := groupstate.Processes(path); err == nil {
-		t.Fatal("groupstate.Processes of an empty file succeeded")
-	}
-	if _, err := groupstate.SetLimit(path, 1, groupstate.LockWait); err == nil {
-		t.Fatal("groupstate.SetLimit on an empty file succeeded")
 	}
 }

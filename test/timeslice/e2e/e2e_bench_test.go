@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"fmt"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // BenchmarkE2EShares: 2, 4 and 8 tenants (half synchronizing after every
@@ -142,7 +145,7 @@ func BenchmarkGateLaunch(b *testing.B) {
 			}
 			for b.Loop() {
 				cmd := exec.Command(bench, filepath.Join(e.bin, "libgpuslice.so"), "1000", "0")
-				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_LOG=0", EnvSocket+"="+cfg.Socket,
+				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_LOG=0", timeslice.EnvSocket+"="+cfg.Socket,
 					"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
 				cmd.Env = append(cmd.Env, tc.env...)
 				out, err := cmd.CombinedOutput()

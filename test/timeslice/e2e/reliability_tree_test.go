@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"context"
@@ -17,10 +19,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
 	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -59,7 +63,7 @@ func TestReliabilityTreeNotRegular(t *testing.T) {
 	}, funcr.Options{Verbosity: 10})
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- timeslice.Run(ctx, cfg) }()
 	defer func() {
 		cancel()
 		for stuck := true; stuck; { // a daemon blocked in a FIFO's open waits for a writer
@@ -190,7 +194,7 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	setGroup(t, cfg, "hog", group.Change{File: group.FileMemoryMax, Value: "1GiB"})
 	setGroup(t, cfg, "reap", group.Change{File: group.FileMemoryMax, Value: "2GiB"})
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if lim, _ := readGroupLimit(t, reap); lim == 2<<30 {
+		if lim, _, _ := groupstate.HeaderLimit(reap); lim == 2<<30 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -210,12 +214,12 @@ func TestReliabilityStateLockHeld(t *testing.T) {
 	}
 	unlock()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if lim, set := readGroupLimit(t, hog); set && lim == 1<<30 {
+		if lim, set, _ := groupstate.HeaderLimit(hog); set && lim == 1<<30 {
 			break
 		}
 		if time.Now().After(deadline) {
-			lim, set := readGroupLimit(t, hog)
-			t.Fatalf("hog's limit %d (set %v) after the lock was let go, want 1 GiB", lim, set)
+			lim, set, err := groupstate.HeaderLimit(hog)
+			t.Fatalf("hog's limit %d (set %v, %v) after the lock was let go, want 1 GiB", lim, set, err)
 		}
 	}
 }
@@ -237,7 +241,7 @@ func TestReliabilityRunDirOtherUser(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := Run(ctx, cfg)
+		err := timeslice.Run(ctx, cfg)
 		cancel()
 		if !errors.Is(err, paths.ErrUnsafeRunDir) {
 			t.Errorf("%s run directory: Run returned %v, want ErrUnsafeRunDir", tc.name, err)
@@ -287,10 +291,10 @@ func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
 	runDir := filepath.Join(cfg.RunDir, "run")
 	file := groupstate.Path(runDir, "g")
 	startChildAs(t, cfg, nobody, "map-state", "GS_MAP="+own, "GPUSLICE_GROUP_FILE="+file).expect(t, "mapped", 10*time.Second)
-	if _, err := group.NewTree(runDir).Set("g", []group.Change{{File: group.FileMemoryMax, Value: "1Gi"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := PrepareGroupState(runDir, "g", true); err != nil {
+	// As `gpuslice run --group g` prepares it (the daemon of cfg does not serve runDir: not waited for).
+	err := groupmgr.New(groupmgr.Config{RunDir: runDir}).Create(context.Background(), "g",
+		groupmgr.Resources{Settings: group.Settings{MemoryMax: 1 << 30}}, groupmgr.CreateOptions{Adopt: true, NoWait: true})
+	if err != nil {
 		t.Fatalf("preparing the group beside another user's process naming it: %v", err)
 	}
 	var a, b unix.Stat_t

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bufio"
@@ -23,6 +25,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -66,7 +69,7 @@ func testLister() func() ([]proto.UUID, error) {
 		}
 		dir = filepath.Join(bin, "sim")
 	}
-	sim := DriverGPUs(gpu.ModeSim, dir)
+	sim := timeslice.DriverGPUs(gpu.ModeSim, dir)
 	_, err := os.Stat(filepath.Join(dir, "libnvidia-ml.so.1"))
 	return func() ([]proto.UUID, error) {
 		if err != nil {
@@ -78,9 +81,9 @@ func testLister() func() ([]proto.UUID, error) {
 }
 
 // testCfg is a daemon config in a fresh run directory with short slices.
-func testCfg(t testing.TB) Config {
+func testCfg(t testing.TB) timeslice.Config {
 	dir := t.TempDir()
-	cfg := DefaultConfig(func(k string) string {
+	cfg := timeslice.DefaultConfig(func(k string) string {
 		if k == "GPUSLICE_RUN_DIR" {
 			return dir
 		}
@@ -102,7 +105,7 @@ func childDaemon(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg := DefaultConfig(os.Getenv)
+	cfg := timeslice.DefaultConfig(os.Getenv)
 	cfg.ListGPUs = testLister()
 	cfg.Socket = *socket
 	if *runDir != "" {
@@ -110,14 +113,14 @@ func childDaemon(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := Run(ctx, cfg)
+	err := timeslice.Run(ctx, cfg)
 	switch {
-	case err == nil, errors.Is(err, ErrRunning) && *ifNot:
+	case err == nil, errors.Is(err, timeslice.ErrRunning) && *ifNot:
 		if err != nil {
 			fmt.Println("lost the race")
 		}
 		return 0
-	case errors.Is(err, ErrRunning):
+	case errors.Is(err, timeslice.ErrRunning):
 		return 3
 	}
 	fmt.Fprintln(os.Stderr, err)
@@ -134,7 +137,7 @@ func childDaemon(args []string) int {
 //	       take GS_N grants each (bench_test.go), printing as gs-grantbench.
 func childClient(mode string) error {
 	ctx := context.Background()
-	socket := os.Getenv(EnvSocket)
+	socket := os.Getenv(timeslice.EnvSocket)
 	switch mode {
 	case "ensure":
 		return ensureChild(ctx, socket)
@@ -267,14 +270,14 @@ func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
 }
 
 // startDaemon runs a daemon in this process until the test ends.
-func startDaemon(t testing.TB, cfg Config) {
+func startDaemon(t testing.TB, cfg timeslice.Config) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, bench := t.(*testing.B); bench { // info lines would split the benchmark's result lines
 		ctx = klog.NewContext(ctx, klog.Background().V(10))
 	}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- timeslice.Run(ctx, cfg) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for !client.Reachable(ctx, cfg.Socket) {
 		select {
@@ -303,14 +306,14 @@ type childProc struct {
 	done  chan error
 }
 
-func startChild(t testing.TB, cfg Config, mode, grp string, env ...string) *childProc {
+func startChild(t testing.TB, cfg timeslice.Config, mode, grp string, env ...string) *childProc {
 	t.Helper()
 	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), cfg, mode, grp, env...)
 }
 
-func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg Config, mode, grp string, env ...string) *childProc {
+func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg timeslice.Config, mode, grp string, env ...string) *childProc {
 	t.Helper()
-	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, EnvSocket+"="+cfg.Socket,
+	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, timeslice.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_RUN_DIR="+cfg.RunDir)
 	if grp != "" {
 		cmd.Env = append(cmd.Env, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, grp))
@@ -382,7 +385,7 @@ func (p *childProc) all(t testing.TB, within time.Duration) []string {
 	}
 }
 
-func setGroup(t testing.TB, cfg Config, name string, changes ...group.Change) {
+func setGroup(t testing.TB, cfg timeslice.Config, name string, changes ...group.Change) {
 	t.Helper()
 	if _, err := group.NewTree(cfg.RunDir).Set(name, changes); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bufio"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -62,7 +65,7 @@ func BenchmarkConnFlood(b *testing.B) {
 }
 
 // grantP is the p50 and p99 of one grantRTT run.
-func grantP(b *testing.B, cfg Config) [2]time.Duration {
+func grantP(b *testing.B, cfg timeslice.Config) [2]time.Duration {
 	p50, p99 := percentiles(grantRTT(b, cfg))
 	return [2]time.Duration{p50, p99}
 }
@@ -80,7 +83,7 @@ func medianP(runs [][2]time.Duration) [2]time.Duration {
 
 // waitConns waits until the daemon has seen the flood's connections close:
 // the flooding user is admitted again.
-func waitConns(b *testing.B, cfg Config) {
+func waitConns(b *testing.B, cfg timeslice.Config) {
 	b.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if startChildAs(b, cfg, nobody, "dial").expect(b, "dial", 10*time.Second) != "dial busy" {
@@ -92,7 +95,7 @@ func waitConns(b *testing.B, cfg Config) {
 
 // grantRTT runs the "grants" child (one client, 20,000 round trips) and
 // returns stand-ins for its round trips: 49 at its p50 for one at its p99.
-func grantRTT(b *testing.B, cfg Config) []time.Duration {
+func grantRTT(b *testing.B, cfg timeslice.Config) []time.Duration {
 	b.Helper()
 	p := startChild(b, cfg, "grants", "", "GS_N=20000", "GS_CLIENTS=1")
 	var out []time.Duration
@@ -123,7 +126,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 	for b.Loop() {
 		cmd := exec.Command(filepath.Join(e.bin, "gpuslice"), "run", "--group", "kb", "--slice", "5ms", "--",
 			e.tenant, "--mode", "busy", "--kernel-us", "500", "--seconds", "60")
-		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+dir, EnvSocket+"="+socket,
+		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+dir, timeslice.EnvSocket+"="+socket,
 			"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), "GPUSLICE_DRIVER=sim")
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
@@ -170,7 +173,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = cmd.Wait() //nolint:errcheck // terminated
-		if st, err := ReadStatus(dir); err == nil {
+		if st, err := timeslice.ReadStatus(dir); err == nil {
 			_ = syscall.Kill(st.PID, syscall.SIGTERM) //nolint:errcheck // may be gone
 		}
 		slices.Sort(up)
@@ -188,7 +191,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 func waitGroupGranted(b *testing.B, runDir, group string, not int) int {
 	b.Helper()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		st, err := ReadStatus(runDir)
+		st, err := timeslice.ReadStatus(runDir)
 		if err != nil || st.PID == not {
 			continue
 		}

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"fmt"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // A ceiling end to end: one busy tenant alone on the simulated GPU in a group
@@ -37,8 +40,8 @@ type ceilingSample struct {
 	ok            bool
 }
 
-func sampleCeiling(cfg Config, name string) ceilingSample {
-	st, err := ReadStatus(cfg.RunDir)
+func sampleCeiling(cfg timeslice.Config, name string) ceilingSample {
+	st, err := timeslice.ReadStatus(cfg.RunDir)
 	if err != nil {
 		return ceilingSample{}
 	}

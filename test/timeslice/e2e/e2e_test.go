@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"bufio"
@@ -19,12 +21,13 @@ import (
 	"github.com/gpuslice/gpuslice/internal/testbin"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
 // End-to-end: real tenant processes (test/timeslice/tenant.c) launch kernels on the
 // simulated GPU through bin/libgpuslice.so (LD_PRELOAD), gated by a daemon.
-// Needs the build outputs: GPUSLICE_BIN (set by `make test`) or ../../bin.
+// Needs the build outputs: GPUSLICE_BIN (set by `make test`) or ../../../bin.
 // GPUSLICE_NODE_SIMDIR overrides the driver directory (default <bin>/sim);
 // GPUSLICE_NODE_PRELOAD overrides LD_PRELOAD (the ASan run in mk/node.mk).
 
@@ -32,7 +35,7 @@ type e2e struct {
 	bin, sim, preload, tenant string
 }
 
-func repoRoot() string { return filepath.Join("..", "..") }
+func repoRoot() string { return filepath.Join("..", "..", "..") }
 
 func setupE2E(t testing.TB) *e2e {
 	t.Helper()
@@ -79,7 +82,7 @@ type tenantSpec struct {
 }
 
 // run starts the tenants at a common t0 and returns each one's stdout lines.
-func (e *e2e) run(t testing.TB, cfg Config, simState string, specs []tenantSpec, start time.Time) [][]string {
+func (e *e2e) run(t testing.TB, cfg timeslice.Config, simState string, specs []tenantSpec, start time.Time) [][]string {
 	t.Helper()
 	t0 := start.UnixNano()
 	outs := make([][]string, len(specs))
@@ -89,7 +92,7 @@ func (e *e2e) run(t testing.TB, cfg Config, simState string, specs []tenantSpec,
 		args := append([]string{"--t0", strconv.FormatInt(t0, 10)}, s.args...)
 		cmd := exec.Command(e.tenant, args...)
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-			"GPUSLICE_SIM_STATE="+simState, EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
+			"GPUSLICE_SIM_STATE="+simState, timeslice.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 			"GPUSLICE_GROUP="+s.group, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, s.group))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -131,14 +134,14 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 		case <-ctx.Done():
 			return
 		}
-		if err := Run(ctx, cfg); err != nil {
+		if err := timeslice.Run(ctx, cfg); err != nil {
 			t.Errorf("daemon: %v", err)
 		}
 	}()
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "3",
 		"--t0", strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixNano(), 10))
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), EnvSocket+"="+cfg.Socket,
+		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), timeslice.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -214,7 +217,7 @@ func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.
 	t.Cleanup(func() { _ = ln.Close() }) //nolint:errcheck // test
 	cmd := exec.Command(e.tenant, args...)
 	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), EnvSocket+"="+sock), env...)
+		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), timeslice.EnvSocket+"="+sock), env...)
 	var stderr testbin.Output // read while the tenant runs
 	cmd.Stderr = &stderr
 	if prepare != nil {

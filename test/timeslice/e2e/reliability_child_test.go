@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"context"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/proto"
 
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -169,7 +172,7 @@ func sharedTestBinary(t testing.TB) string {
 }
 
 // openToAll lets other users reach cfg's socket (test directories are 0700).
-func openToAll(t testing.TB, cfg Config) {
+func openToAll(t testing.TB, cfg timeslice.Config) {
 	t.Helper()
 	for _, d := range []string{cfg.RunDir, filepath.Dir(cfg.RunDir)} {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -179,7 +182,7 @@ func openToAll(t testing.TB, cfg Config) {
 }
 
 // startChildAs is startChild as another user (root only).
-func startChildAs(t testing.TB, cfg Config, uid uint32, mode string, env ...string) *childProc {
+func startChildAs(t testing.TB, cfg timeslice.Config, uid uint32, mode string, env ...string) *childProc {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a client as another user")

@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // Shares per window of granted time: the daemon's slices, in the order it
@@ -31,8 +34,8 @@ type grantedSlice struct {
 	contended bool
 }
 
-func (l *sliceLog) observer() *Observer {
-	return &Observer{Slice: func(_ proto.UUID, group string, length time.Duration, _ uint64, contended bool) {
+func (l *sliceLog) observer() *timeslice.Observer {
+	return &timeslice.Observer{Slice: func(_ proto.UUID, group string, length time.Duration, _ uint64, contended bool) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.on {

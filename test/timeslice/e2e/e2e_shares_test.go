@@ -1,4 +1,6 @@
-package timeslice
+//go:build timeslicee2e
+
+package timeslicee2e
 
 import (
 	"fmt"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // Shares end to end: busy and synchronizing tenants on the simulated GPU.
@@ -115,7 +118,7 @@ type overrunStat struct {
 	p99Pct, maxPct float64
 }
 
-func overrunOf(st *Status) overrunStat {
+func overrunOf(st *timeslice.Status) overrunStat {
 	var o overrunStat
 	for _, g := range st.GPUs {
 		for _, gr := range g.Groups {
@@ -232,15 +235,15 @@ func (s heldSample) delay(prev heldSample) time.Duration {
 }
 
 // sampleHeld samples at t0 + k s.
-func sampleHeld(cfg Config, t0 time.Time, secs int) []heldSample {
+func sampleHeld(cfg timeslice.Config, t0 time.Time, secs int) []heldSample {
 	out := make([]heldSample, secs+1)
 	for k := range secs + 1 {
 		time.Sleep(time.Until(t0.Add(time.Duration(k) * time.Second)))
 		out[k] = heldSample{granted: map[string]int64{}, delays: runDelays()}
-		st, err := ReadStatus(cfg.RunDir)
+		st, err := timeslice.ReadStatus(cfg.RunDir)
 		for try := 0; err != nil && try < 5; try++ { // not written yet
 			time.Sleep(5 * time.Millisecond)
-			st, err = ReadStatus(cfg.RunDir)
+			st, err = timeslice.ReadStatus(cfg.RunDir)
 		}
 		if err == nil {
 			out[k].over = overrunOf(st)
