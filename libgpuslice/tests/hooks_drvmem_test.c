@@ -90,17 +90,23 @@ static void contexts(struct drv *d, CUcontext primary)
 	CHECK_EQ(d->cuCtxSetCurrent(primary), CUDA_SUCCESS);
 }
 
+/* A member of the group at path, its primary context current (charged). */
+static void open_member(const char *path, struct drv *d, CUcontext *ctx)
+{
+	drv_open(d, ctx);
+	drv_more(d);
+	sim = sv_map(); /* the primary context's first retain */
+	grp = ht_map(path);
+	CHECK(grp != NULL);
+}
+
 static int counted(void *arg)
 {
 	(void)arg;
 	const char *path = ht_group("drvmem", "2147483648");
 	struct drv d;
 	CUcontext ctx;
-	drv_open(&d, &ctx);
-	drv_more(&d);
-	sim = sv_map(); /* the primary context's first retain */
-	grp = ht_map(path);
-	CHECK(grp != NULL);
+	open_member(path, &d, &ctx);
 	HELD(CTX_MEM);
 	modules();
 	contexts(&d, ctx);
@@ -134,11 +140,7 @@ static int concurrent(void *arg)
 	const char *path = ht_group("drvconc", "2147483648");
 	struct drv d;
 	CUcontext ctx;
-	drv_open(&d, &ctx);
-	drv_more(&d);
-	sim = sv_map();
-	grp = ht_map(path);
-	CHECK(grp != NULL);
+	open_member(path, &d, &ctx);
 	HELD(CTX_MEM);
 	struct latent l = {.d = &d, .ctx = ctx};
 	pthread_t t;
@@ -163,11 +165,7 @@ static int refused(void *arg)
 	const char *path = ht_group("drvfull", "419430400"); /* 400 MiB: one context and a little */
 	struct drv d;
 	CUcontext ctx;
-	drv_open(&d, &ctx);
-	drv_more(&d);
-	sim = sv_map();
-	grp = ht_map(path);
-	CHECK(grp != NULL);
+	open_member(path, &d, &ctx);
 	ht_capture_stderr("drvfull");
 	HELD(CTX_MEM);
 	CUcontext c = (CUcontext)&d;
