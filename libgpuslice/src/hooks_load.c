@@ -12,20 +12,49 @@
 #include "drvmem.h"
 #include "memcore.h"
 
+/* After a measured call that made key (ok: it did): rc once charged, or
+ * CUDA_ERROR_OUT_OF_MEMORY once undo(key) took it back, past the limit. */
+static CUresult charge_or_undo(struct gs_drv_probe *p, CUresult rc, int ok, enum gs_kind kind, uint64_t key,
+			       uint64_t ctx, void (*undo)(uint64_t key))
+{
+	if (gs_drv_end(p, ok, kind, ok ? key : 0, ctx) == CUDA_SUCCESS || !ok)
+		return rc;
+	int e = errno;
+	undo(key);
+	errno = e;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void ctx_undo(uint64_t key)
+{
+	gs_fn_cuCtxDestroy_v2 destroy = GS_REAL(cuCtxDestroy_v2);
+	if (destroy != NULL)
+		(void)destroy((CUcontext)(uintptr_t)key);
+}
+
+static void module_undo(uint64_t key)
+{
+	gs_fn_cuModuleUnload unload = GS_REAL(cuModuleUnload);
+	if (unload != NULL)
+		(void)unload((CUmodule)(uintptr_t)key);
+}
+
+static void library_undo(uint64_t key)
+{
+	gs_fn_cuLibraryUnload unload = GS_REAL(cuLibraryUnload);
+	if (unload != NULL)
+		(void)unload((CUlibrary)(uintptr_t)key);
+}
+
 /* After a measured context creation: charged, or undone. */
 static CUresult ctx_made(struct gs_drv_probe *p, CUresult rc, CUcontext *pctx)
 {
 	int ok = rc == CUDA_SUCCESS && pctx != NULL;
 	uint64_t ctx = ok ? (uint64_t)(uintptr_t)*pctx : 0;
-	if (gs_drv_end(p, ok, GS_KIND_CTXMEM, ctx, ctx) == CUDA_SUCCESS || !ok)
-		return rc;
-	int e = errno;
-	gs_fn_cuCtxDestroy_v2 destroy = GS_REAL(cuCtxDestroy_v2);
-	if (destroy != NULL)
-		(void)destroy(*pctx);
-	*pctx = NULL;
-	errno = e;
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult out = charge_or_undo(p, rc, ok, GS_KIND_CTXMEM, ctx, ctx, ctx_undo);
+	if (out != rc)
+		*pctx = NULL;
+	return out;
 }
 
 #define CTX_CREATE(name, params, args, dev)          \
@@ -68,29 +97,19 @@ static void load_begin(struct gs_drv_probe *p, uint64_t *ctx)
 static CUresult module_loaded(struct gs_drv_probe *p, uint64_t ctx, CUresult rc, CUmodule *m)
 {
 	int ok = rc == CUDA_SUCCESS && m != NULL;
-	if (gs_drv_end(p, ok, GS_KIND_MODULE, ok ? (uint64_t)(uintptr_t)*m : 0, ctx) == CUDA_SUCCESS || !ok)
-		return rc;
-	int e = errno;
-	gs_fn_cuModuleUnload unload = GS_REAL(cuModuleUnload);
-	if (unload != NULL)
-		(void)unload(*m);
-	*m = NULL;
-	errno = e;
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult out = charge_or_undo(p, rc, ok, GS_KIND_MODULE, ok ? (uint64_t)(uintptr_t)*m : 0, ctx, module_undo);
+	if (out != rc)
+		*m = NULL;
+	return out;
 }
 
 static CUresult library_loaded(struct gs_drv_probe *p, CUresult rc, CUlibrary *l)
 {
 	int ok = rc == CUDA_SUCCESS && l != NULL;
-	if (gs_drv_end(p, ok, GS_KIND_LIBRARY, ok ? (uint64_t)(uintptr_t)*l : 0, 0) == CUDA_SUCCESS || !ok)
-		return rc;
-	int e = errno;
-	gs_fn_cuLibraryUnload unload = GS_REAL(cuLibraryUnload);
-	if (unload != NULL)
-		(void)unload(*l);
-	*l = NULL;
-	errno = e;
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult out = charge_or_undo(p, rc, ok, GS_KIND_LIBRARY, ok ? (uint64_t)(uintptr_t)*l : 0, 0, library_undo);
+	if (out != rc)
+		*l = NULL;
+	return out;
 }
 
 /* done: module_loaded / library_loaded around the driver's call (fn). */
