@@ -80,6 +80,9 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 			}
 		}
 	}
+	if !known {
+		s.checkLimitsAtStart(s.log, name, st, gen)
+	}
 	// A new generation writes the header's limit again (its state file may be
 	// newer than the settings); an elastic group's slots only when its memory
 	// settings change (their allowances hold what was lent).
@@ -181,9 +184,7 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 // checkLimits puts the group's limit back into its state file where anyone
 // but the daemon changed it, in a GPU slot (members map the file writable:
 // their counts live there) or in the header: its limits are the node's, and
-// the daemon alone writes them. Elastic groups' slots are the ledger's
-// (applyElastic), their header holds the guarantee; groups without settings
-// are not the daemon's.
+// the daemon alone writes them. Groups without settings are not the daemon's.
 func (s *Server) checkLimits(name string, gpus []groupstate.GPUMemory) {
 	s.mu.Lock()
 	st, known := s.settings[name]
@@ -192,34 +193,70 @@ func (s *Server) checkLimits(name string, gpus []groupstate.GPUMemory) {
 	if !known || pending {
 		return
 	}
-	want := st.MemoryMax
-	if st.MemoryMin != 0 {
-		want = st.MemoryMin
-	}
-	restore := func(what string, found uint64) {
-		s.log.Info("the group's memory limit was changed in its state file by another writer: restored", "group", name,
-			"where", what, "found", found, "limit", want)
-		s.applyMemoryLimit(s.log.WithValues("group", name), name, false)
-	}
-	switch lim, set, err := groupstate.HeaderLimit(groupstate.Path(s.cfg.RunDir, name)); {
-	case err != nil:
-	case !set: // a state file made after the settings were applied
-		s.log.V(1).Info("the group's memory limit written into its new state file", "group", name, "limit", want)
+	path := groupstate.Path(s.cfg.RunDir, name)
+	if _, set, err := groupstate.HeaderLimit(path); err == nil && !set { // a state file made after the settings were applied
+		s.log.V(1).Info("the group's memory limit written into its new state file", "group", name, "limit", limitOf(st))
 		s.applyMemoryLimit(s.log.WithValues("group", name), name, true)
 		return
-	case lim != want:
-		restore("header", lim)
+	}
+	if where, found, ok := foreignLimit(path, st, gpus); ok {
+		logRestored(s.log, name, where, found, limitOf(st))
+		s.applyMemoryLimit(s.log.WithValues("group", name), name, false)
+	}
+}
+
+// checkLimitsAtStart logs, before a new daemon applies a group's settings,
+// a limit another writer put into the group's state file while no daemon
+// ran: the settings' generation was acknowledged by an earlier daemon (it
+// wrote that limit), yet the file holds another. Applying puts it back.
+func (s *Server) checkLimitsAtStart(log klog.Logger, name string, st group.Settings, gen uint64) {
+	if applied, err := s.tree.Applied(name); gen == 0 || err != nil || applied < gen {
+		return // new settings: their limit is written for the first time
+	}
+	path := groupstate.Path(s.cfg.RunDir, name)
+	gpus, err := groupstate.ReadMemory(path)
+	if err != nil {
 		return
+	}
+	if where, found, ok := foreignLimit(path, st, gpus); ok {
+		logRestored(log, name, where, found, limitOf(st), "while", "no daemon ran")
+	}
+}
+
+// foreignLimit finds where a group's state file (path, its GPU slots gpus)
+// holds a limit other than its settings st say: the header (set), or for a
+// plain limit a GPU slot (an elastic group's slots are the ledger's,
+// applyElastic; its header holds the guarantee).
+func foreignLimit(path string, st group.Settings, gpus []groupstate.GPUMemory) (where string, found uint64, ok bool) {
+	want := limitOf(st)
+	if lim, set, err := groupstate.HeaderLimit(path); err == nil && set && lim != want {
+		return "header", lim, true
 	}
 	if st.MemoryMin != 0 {
-		return
+		return "", 0, false
 	}
 	for _, g := range gpus {
-		if g.Limit != st.MemoryMax {
-			restore("gpu "+g.UUID, g.Limit)
-			return
+		if g.Limit != want {
+			return "gpu " + g.UUID, g.Limit, true
 		}
 	}
+	return "", 0, false
+}
+
+// limitOf is the limit a group's state file holds: memory.max, or for an
+// elastic group (memory.min) the guarantee.
+func limitOf(st group.Settings) uint64 {
+	if st.MemoryMin != 0 {
+		return st.MemoryMin
+	}
+	return st.MemoryMax
+}
+
+// logRestored says that a limit another writer put into a group's state file
+// is put back (tests and operators look for "restored").
+func logRestored(log klog.Logger, name, where string, found, limit uint64, kv ...any) {
+	log.Info("the group's memory limit was changed in its state file by another writer: restored",
+		append([]any{"group", name, "where", where, "found", found, "limit", limit}, kv...)...)
 }
 
 // memoryByGPU returns a group's GPU memory slots by GPU UUID (upper case).

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -272,30 +273,44 @@ func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
 // startDaemon runs a daemon in this process until the test ends.
 func startDaemon(t testing.TB, cfg timeslice.Config) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	if _, bench := t.(*testing.B); bench { // info lines would split the benchmark's result lines
 		ctx = klog.NewContext(ctx, klog.Background().V(10))
 	}
+	stop := startDaemonCtx(t, ctx, cfg)
+	t.Cleanup(stop)
+}
+
+// startDaemonCtx runs a daemon in this process (logging to ctx's logger)
+// until stop, which reports its error.
+func startDaemonCtx(t testing.TB, ctx context.Context, cfg timeslice.Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- timeslice.Run(ctx, cfg) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for !client.Reachable(ctx, cfg.Socket) {
 		select {
 		case err := <-done:
+			cancel()
 			t.Fatalf("daemon exited: %v", err)
 		default:
 		}
 		if time.Now().After(deadline) {
+			cancel()
 			t.Fatal("daemon did not come up")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+		})
+	}
 }
 
 // child starts the test binary as a client process in group (if not "").

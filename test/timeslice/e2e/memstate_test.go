@@ -3,11 +3,20 @@
 package timeslicee2e
 
 import (
+	"context"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
+
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
 )
@@ -53,6 +62,103 @@ func TestReliabilityLimitRestored(t *testing.T) {
 		if time.Now().After(deadline) {
 			lim, set, err := groupstate.HeaderLimit(state)
 			t.Fatalf("header limit %d (set %v, %v), want 3 GiB put back", lim, set, err)
+		}
+	}
+}
+
+// TestReliabilityLimitRestoredAfterRestart: a daemon started again on the run
+// directory of a running group knows the group's limit as the one before it:
+// a limit another writer put into the group's state file while no daemon ran
+// (the header) is put back when it starts, one written after it came back (a
+// GPU slot, then the header) at its next status refresh, and each put-back is
+// logged: "...: restored", where, what was found, the limit.
+func TestReliabilityLimitRestoredAfterRestart(t *testing.T) {
+	cfg := testCfg(t)
+	// As the groups manager sets it: numbered (a generation the daemon acknowledges).
+	if _, err := groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir}).Change(context.Background(), "mem",
+		[]group.Change{{File: group.FileMemoryMax, Value: "3GiB"}}, true); err != nil {
+		t.Fatal(err)
+	}
+	state := groupstate.Path(cfg.RunDir, "mem")
+	groupstatetest.WriteSlot(t, state, "GPU-0000", 4096)
+	header := func() uint64 {
+		lim, set, err := groupstate.HeaderLimit(state)
+		if err != nil || !set {
+			t.Fatalf("header limit %d (set %v): %v", lim, set, err)
+		}
+		return lim
+	}
+	slot := func() uint64 {
+		got, err := groupstate.ReadMemory(state)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("read %s: %+v %v", state, got, err)
+		}
+		return got[0].Limit
+	}
+	waitBack := func(what string, get func() uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); get() != 3<<30; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s limit %d, want 3 GiB put back", what, get())
+			}
+		}
+	}
+	stop := startDaemonCtx(t, context.Background(), cfg)
+	waitBack("header", header)
+	stop()
+	if err := groupstate.SetHeaderLimit(state, 8<<30, groupstate.LockWait); err != nil { // no daemon runs
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	t.Cleanup(startDaemonCtx(t, klog.NewContext(context.Background(), logs.logger()), cfg))
+	waitBack("header", header)
+	logs.expect(t, "restored", `"where"="header" "found"=8589934592 "limit"=3221225472 "while"="no daemon ran"`)
+	if _, err := groupstate.SetMemoryLimit(state, 5<<30); err != nil { // a member's slot (header too: see below)
+		t.Fatal(err)
+	}
+	if err := groupstate.SetHeaderLimit(state, 3<<30, groupstate.LockWait); err != nil {
+		t.Fatal(err)
+	}
+	waitBack("slot", slot)
+	logs.expect(t, "restored", `"where"="gpu GPU-0000" "found"=5368709120 "limit"=3221225472`)
+	if err := groupstate.SetHeaderLimit(state, 7<<30, groupstate.LockWait); err != nil {
+		t.Fatal(err)
+	}
+	waitBack("header", header)
+	logs.expect(t, "restored", `"where"="header" "found"=7516192768 "limit"=3221225472`)
+}
+
+// logLines keeps a daemon's log lines (funcr's format: message, then
+// "key"=value pairs).
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{})
+}
+
+// expect waits up to 5 s for a line with both substrings, and forgets the lines up to it.
+func (l *logLines) expect(t *testing.T, msg, kv string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		l.mu.Lock()
+		for i, s := range l.lines {
+			if strings.Contains(s, msg) && strings.Contains(s, kv) {
+				l.lines = l.lines[i+1:]
+				l.mu.Unlock()
+				return
+			}
+		}
+		seen := slices.Clone(l.lines)
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q and %s; lines: %q", msg, kv, seen)
 		}
 	}
 }
