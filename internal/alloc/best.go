@@ -20,14 +20,15 @@ type Ranked struct {
 // instead of a sample of the cluster.
 func (b *Books) Best(req *api.PodRequest, now time.Time, k int) []Ranked {
 	b.sortedNames()
-	return b.bestIn(0, len(b.names), req, now, k)
+	return b.bestIn(0, len(b.names), req, now, k, nil)
 }
 
 // bestIn ranks the given nodes (in name order). Nodes holding nothing are
 // alike for ranking (same shape, same score in a homogeneous cluster), so
 // only the first k of them are looked at; first-fit stops at the first k
-// fitting nodes. Partly used nodes are all ranked.
-func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int) []Ranked {
+// fitting nodes. Partly used nodes are all ranked. A node in held is
+// checked as its overlay leaves it (capacity held for pods nominated there).
+func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int, held map[string]*Overlay) []Ranked {
 	if k <= 0 {
 		return nil
 	}
@@ -36,11 +37,12 @@ func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int) []
 	empties := 0
 	for j := lo; j < hi; j++ {
 		n, ns := b.names[j], b.states[j]
-		empty := ns.used.len() == 0
+		o := held[n]
+		empty := ns.used.len() == 0 && o.Empty()
 		if empty && empties >= k {
 			continue
 		}
-		if b.Check(n, req, now) != nil {
+		if b.fit(n, req, now, o, nil, false) != nil {
 			continue
 		}
 		if empty {
@@ -117,9 +119,10 @@ func (b *Books) Chunks(n int) [][2]int {
 }
 
 // BestIn is Best over one range from Chunks (valid until the next node is
-// added or removed).
-func (b *Books) BestIn(r [2]int, req *api.PodRequest, now time.Time, k int) []Ranked {
-	return b.bestIn(r[0], r[1], req, now, k)
+// added or removed), the nodes in held (nil: none) as their overlays leave
+// them.
+func (b *Books) BestIn(r [2]int, req *api.PodRequest, now time.Time, k int, held map[string]*Overlay) []Ranked {
+	return b.bestIn(r[0], r[1], req, now, k, held)
 }
 
 // Refusals returns why req fits on none of the first max nodes in name order

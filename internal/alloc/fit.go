@@ -59,7 +59,7 @@ func (b *Books) Fit(node string, req *api.PodRequest, now time.Time) (*api.Assig
 // FitWith is Fit on the node as the overlay o leaves it (nil: as booked).
 func (b *Books) FitWith(node string, req *api.PodRequest, now time.Time, o *Overlay) (*api.Assignment, error) {
 	a := &api.Assignment{Version: api.AssignmentVersion, Node: node}
-	if err := b.fit(node, req, now, o, a); err != nil {
+	if err := b.fit(node, req, now, o, a, true); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -68,13 +68,20 @@ func (b *Books) FitWith(node string, req *api.PodRequest, now time.Time, o *Over
 // Check tells whether req fits on node, exactly as Fit would, without
 // building the assignment (the scheduler's Filter hot path: no allocation).
 func (b *Books) Check(node string, req *api.PodRequest, now time.Time) error {
-	return b.fit(node, req, now, nil, nil)
+	return b.fit(node, req, now, nil, nil, true)
 }
 
+// errNoFit is fit's answer when it is not asked why (ranking many nodes:
+// formatting every full node's reason was much of the cost).
+var errNoFit = errors.New("does not fit")
+
 // fit places req on node as the overlay o (nil: none) leaves it, filling
-// out when it is not nil.
-func (b *Books) fit(node string, req *api.PodRequest, now time.Time, o *Overlay, out *api.Assignment) error {
+// out when it is not nil. Without why, every refusal is errNoFit.
+func (b *Books) fit(node string, req *api.PodRequest, now time.Time, o *Overlay, out *api.Assignment, why bool) error {
 	ns := b.nodes[node]
+	if !why && (ns == nil || ns.table == nil || ns.table.State != v1alpha2.NodeWorking || !b.live(ns, now)) {
+		return errNoFit
+	}
 	if ns == nil || ns.table == nil {
 		return fmt.Errorf("node %s has no GPUNode entry", node)
 	}
@@ -96,9 +103,12 @@ func (b *Books) fit(node string, req *api.PodRequest, now time.Time, o *Overlay,
 	policy := b.policy(req)
 	for _, c := range req.Containers {
 		var pbuf [stackGPUs]int
-		chosen, err := pick(cands, c, policy, pbuf[:0])
-		if err != nil {
-			return fmt.Errorf("node %s: container %q: %w%s", node, c.Name, err, sk)
+		chosen, have := pick(cands, c, policy, pbuf[:0])
+		if chosen == nil {
+			if !why {
+				return errNoFit
+			}
+			return fmt.Errorf("node %s: container %q: %w%s", node, c.Name, pickErr(c, have), sk)
 		}
 		if out != nil {
 			out.Containers = append(out.Containers, api.ContainerAssignment{Name: c.Name, GPUs: shares(cands, chosen, c)})
@@ -153,8 +163,9 @@ func (b *Books) candidates(ns *nodeState, used *usageSet, freed []int32, sharing
 }
 
 // pick chooses c.Count distinct GPUs (indices into cands) in policy order
-// and charges them, appending to out.
-func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out []int) ([]int, error) {
+// and charges them, appending to out; when fewer fit, it returns nil and
+// how many did (pickErr says so).
+func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out []int) ([]int, int) {
 	for i := range cands {
 		k := &cands[i]
 		if !k.taken && k.freeSlots > 0 && (c.Whole && k.empty || !c.Whole && k.freeUnits >= c.Units && k.freeMem >= c.MemoryBytes) {
@@ -162,10 +173,7 @@ func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out [
 		}
 	}
 	if len(out) < c.Count {
-		if c.Whole {
-			return nil, fmt.Errorf("needs %d whole GPUs, %d free", c.Count, len(out))
-		}
-		return nil, fmt.Errorf("needs %d GPUs with %d units and %d bytes free, %d have", c.Count, c.Units, c.MemoryBytes, len(out))
+		return nil, len(out)
 	}
 	order(cands, out, policy)
 	out = out[:c.Count]
@@ -181,7 +189,15 @@ func pick(cands []candidate, c api.ContainerRequest, policy api.Placement, out [
 		k.freeSlots--
 		k.frac = k.freeFraction()
 	}
-	return out, nil
+	return out, len(out)
+}
+
+// pickErr says why pick found only have of the GPUs c needs.
+func pickErr(c api.ContainerRequest, have int) error {
+	if c.Whole {
+		return fmt.Errorf("needs %d whole GPUs, %d free", c.Count, have)
+	}
+	return fmt.Errorf("needs %d GPUs with %d units and %d bytes free, %d have", c.Count, c.Units, c.MemoryBytes, have)
 }
 
 // shares builds a container's GPU shares from the chosen candidates.
@@ -283,6 +299,18 @@ func (b *Books) FreeWhole(node string, now time.Time) []GPU {
 		}
 	}
 	return out
+}
+
+// live is leaseErr == nil without building the error.
+func (b *Books) live(ns *nodeState, now time.Time) bool {
+	if ns.lease == nil {
+		return false
+	}
+	limit := b.cfg.HeartbeatTimeout
+	if d := ns.lease.Duration; d > 0 && d < limit {
+		limit = d
+	}
+	return now.Sub(ns.lease.Renewed) <= limit
 }
 
 // leaseErr says why the node's agent counts as gone: no Lease, or one not

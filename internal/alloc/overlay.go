@@ -71,7 +71,7 @@ func (o *Overlay) Add(uid string, req *api.PodRequest) {
 
 // CheckWith is Check on the node as o leaves it.
 func (b *Books) CheckWith(node string, req *api.PodRequest, now time.Time, o *Overlay) error {
-	return b.fit(node, req, now, o, nil)
+	return b.fit(node, req, now, o, nil, true)
 }
 
 // overlaid lists the node's candidate GPUs as o leaves them: the removed
@@ -124,7 +124,7 @@ func (b *Books) charge(cands []candidate, req *api.PodRequest) {
 	policy := b.policy(req)
 	for _, c := range req.Containers {
 		var pbuf [stackGPUs]int
-		if _, err := pick(try, c, policy, pbuf[:0]); err != nil {
+		if chosen, _ := pick(try, c, policy, pbuf[:0]); chosen == nil {
 			return
 		}
 	}

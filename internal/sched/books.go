@@ -22,8 +22,9 @@ type Allocator interface {
 	Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error)
 	// Release returns what pod uid holds; unknown pods are ignored.
 	Release(uid string)
-	// Best names up to k nodes where req fits, best first.
-	Best(req *api.PodRequest, k int) []string
+	// Best names up to k nodes where req fits, best first; the nodes in
+	// held as their overlays leave them (capacity held for nominated pods).
+	Best(req *api.PodRequest, k int, held map[string]*alloc.Overlay) []string
 	// Refusals tells why req fits on none of the first max nodes by name.
 	Refusals(req *api.PodRequest, max int) []string
 	// CheckWith and ReserveWith are Check and Reserve on the node as the
@@ -130,8 +131,6 @@ func (l *Books) ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Over
 	return a, nil
 }
 
-// Best implements Allocator: every node is ranked, in two halves in
-// parallel (a scheduler box has at least two cores).
 // Refusals implements Allocator.
 func (l *Books) Refusals(req *api.PodRequest, max int) []string {
 	now := l.clock.Now()
@@ -142,8 +141,9 @@ func (l *Books) Refusals(req *api.PodRequest, max int) []string {
 	return l.books.Refusals(req, now, max)
 }
 
-// Best implements Allocator.
-func (l *Books) Best(req *api.PodRequest, k int) []string {
+// Best implements Allocator: every node is ranked, in two halves in
+// parallel (a scheduler box has at least two cores).
+func (l *Books) Best(req *api.PodRequest, k int, held map[string]*alloc.Overlay) []string {
 	now := l.clock.Now()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -156,7 +156,7 @@ func (l *Books) Best(req *api.PodRequest, k int) []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lists[i] = l.books.BestIn(c, req, now, k)
+			lists[i] = l.books.BestIn(c, req, now, k, held)
 		}()
 	}
 	wg.Wait()

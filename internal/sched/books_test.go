@@ -162,7 +162,7 @@ func TestBooksConcurrentReaders(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
-				if best := l.Best(req, 2); len(best) != min(2, round+1) {
+				if best := l.Best(req, 2, nil); len(best) != min(2, round+1) {
 					t.Errorf("round %d: best %v", round, best)
 				}
 			})

@@ -6,6 +6,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
@@ -38,4 +39,49 @@ func (p *Plugin) gpuNodeHint(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// podHint is the queueing hint for Pod events: a pod rejected for lack of
+// GPUs is retried when another pod's GPUs may have been released (it was
+// deleted or ended, or its assignment changed), when a pod nominated
+// somewhere moved or went away (the capacity held for it is free), or when
+// the pod itself changed. Status updates of running pods, a victim's
+// DisruptionTarget condition or deletion timestamp (it still holds its
+// GPUs) and pods of the same burst being nominated are skipped, as is the
+// release of another preemptor's victim for a preemptor waiting on its own.
+func (p *Plugin) podHint(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	old, _ := oldObj.(*corev1.Pod)
+	cur, _ := newObj.(*corev1.Pod)
+	switch {
+	case cur == nil && old == nil:
+		return fwk.Queue, nil
+	case cur == nil: // deleted
+		return p.freedHint(pod, old), nil
+	case cur.UID == pod.UID || old == nil:
+		return fwk.Queue, nil
+	case old.Spec.NodeName == "": // another pending pod: nominated, or bound
+		if on := old.Status.NominatedNodeName; on != "" && on != cur.Status.NominatedNodeName && on != cur.Spec.NodeName {
+			return fwk.Queue, nil
+		}
+		return fwk.QueueSkip, nil
+	case ended(cur) && !ended(old):
+		return p.freedHint(pod, cur), nil
+	case cur.Annotations[api.AnnotationAssignment] != old.Annotations[api.AnnotationAssignment]:
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// freedHint: gone released what it held; pod retries unless it waits for
+// victims of its own that gone is not one of.
+func (p *Plugin) freedHint(pod, gone *corev1.Pod) fwk.QueueingHint {
+	if p.preempt != nil && p.preempt.rec.waitsOnOthers(pod.UID, gone.UID) {
+		return fwk.QueueSkip
+	}
+	return fwk.Queue
+}
+
+// ended reports whether the pod's containers are done (its GPUs released).
+func ended(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }

@@ -4,8 +4,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
@@ -32,6 +37,58 @@ func TestRowMayAdmitMore(t *testing.T) {
 	for _, tc := range cases {
 		if got := rowMayAdmitMore(tc.old, tc.cur); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPodHint: a parked pod is retried for pod events that may free GPUs
+// for it, and not for those that cannot (a victim being marked or
+// terminating, a running pod's status, another pod being nominated), nor
+// for another preemptor's victim while it waits for its own.
+func TestPodHint(t *testing.T) {
+	mk := func(uid, node string, mut func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: uid, UID: types.UID(uid),
+			Annotations: map[string]string{api.AnnotationAssignment: "a-" + uid}}, Spec: corev1.PodSpec{NodeName: node}}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	p := &Plugin{preempt: &preemptor{rec: newPreempted(time.Minute)}}
+	p.preempt.rec.chose("waiter", "n1", []string{"mine"})
+	p.preempt.rec.commit("waiter", "n1", t0)
+	fresh := mk("fresh", "", nil)
+	waiter := mk("waiter", "", func(p *corev1.Pod) { p.Status.NominatedNodeName = "n1" })
+	running := mk("run", "n2", nil)
+	mine, theirs := mk("mine", "n1", nil), mk("theirs", "n3", nil)
+	cases := []struct {
+		name     string
+		pod      *corev1.Pod
+		old, cur *corev1.Pod
+		want     fwk.QueueingHint
+	}{
+		{"deleted", fresh, running, nil, fwk.Queue},
+		{"own victim deleted", waiter, mine, nil, fwk.Queue},
+		{"another's victim deleted", waiter, theirs, nil, fwk.QueueSkip},
+		{"status only", fresh, running, mk("run", "n2", func(p *corev1.Pod) { p.Status.Message = "x" }), fwk.QueueSkip},
+		{"terminating", fresh, running, mk("run", "n2", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }), fwk.QueueSkip},
+		{"succeeded", fresh, running, mk("run", "n2", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), fwk.Queue},
+		{"another's victim failed", waiter, theirs, mk("theirs", "n3", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), fwk.QueueSkip},
+		{"resized", fresh, running, mk("run", "n2", func(p *corev1.Pod) { p.Annotations[api.AnnotationAssignment] = "b" }), fwk.Queue},
+		{"itself", fresh, fresh, mk("fresh", "", func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }), fwk.Queue},
+		{"another nominated", fresh, mk("o", "", nil), mk("o", "", func(p *corev1.Pod) { p.Status.NominatedNodeName = "n1" }), fwk.QueueSkip},
+		{"another's nomination moved", fresh, waiter, mk("waiter", "", func(p *corev1.Pod) { p.Status.NominatedNodeName = "n4" }), fwk.Queue},
+		{"nominee bound there", fresh, waiter, mk("waiter", "n1", nil), fwk.QueueSkip},
+		{"nominee bound elsewhere", fresh, waiter, mk("waiter", "n5", nil), fwk.Queue},
+	}
+	for _, tc := range cases {
+		var cur any
+		if tc.cur != nil {
+			cur = tc.cur
+		}
+		got, err := p.podHint(klog.Background(), tc.pod, tc.old, cur)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
 }

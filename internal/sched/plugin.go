@@ -142,7 +142,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	// every node: the pod is rejected here, on every node alike, without
 	// running every Filter plugin on every node (with a burst of
 	// preemptors, most of their CPU); PostFilter then preempts.
-	best := p.alloc.Best(req, p.candidates)
+	best := p.alloc.Best(req, p.candidates, p.held(pod))
 	if len(best) == 0 {
 		result = resultNoFit
 		return nil, fwk.NewStatus(fwk.Unschedulable, noRoom(req, p.alloc.Refusals(req, refusalsTold)))
@@ -297,6 +297,27 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	return nil
 }
 
+// held is, per node a preemptor was nominated to, the capacity held there
+// for the nominated pods of at least pod's priority, as Filter will count
+// it: PreFilter then hands over no node whose freed GPUs wait for their
+// preemptor (Filter would reject it, and the pod would retry on every
+// node) and rejects the pod at once when only such nodes have room.
+func (p *Plugin) held(pod *corev1.Pod) map[string]*alloc.Overlay {
+	if p.preempt == nil {
+		return nil
+	}
+	var out map[string]*alloc.Overlay
+	for _, node := range p.preempt.rec.nominatedNodes(pod.UID) {
+		if o := p.heldFor(pod, node); o != nil {
+			if out == nil {
+				out = map[string]*alloc.Overlay{}
+			}
+			out[node] = o
+		}
+	}
+	return out
+}
+
 // heldFor is what Reserve leaves for the pods nominated to node of at least
 // the pod's priority (they preempted for it: Filter counted them too), so
 // that the GPUs chosen now are not the ones they need.
@@ -369,7 +390,7 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 	gpuNodes := fwk.EventResource(v1alpha2.GPUNodeResource + "." + v1alpha2.Version + "." + api.Group)
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}, QueueingHintFn: p.podHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 	}, nil
 }

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,10 @@ type preempted struct {
 	// ttl bounds how long a preemptor waits on its victims (a victim the
 	// books never see released, a preemptor deleted meanwhile).
 	ttl time.Duration
+	// nominated is the node each preemptor was last nominated to, until it
+	// is bound or deleted: the nodes where capacity is held for someone
+	// (the scheduler's nominator says for whom and how much).
+	nominated map[types.UID]string
 }
 
 type evicted struct {
@@ -33,7 +38,8 @@ type evicted struct {
 }
 
 func newPreempted(ttl time.Duration) *preempted {
-	return &preempted{dry: map[types.UID]map[string][]string{}, final: map[types.UID]evicted{}, ttl: ttl}
+	return &preempted{dry: map[types.UID]map[string][]string{}, final: map[types.UID]evicted{}, ttl: ttl,
+		nominated: map[types.UID]string{}}
 }
 
 // chose records the victims a dry run chose for pod on node.
@@ -59,7 +65,36 @@ func (p *preempted) commit(pod types.UID, node string, now time.Time) {
 	if v := p.dry[pod][node]; node != "" && len(v) > 0 {
 		p.final[pod] = evicted{node: node, victims: v, at: now}
 	}
+	if node != "" {
+		p.nominated[pod] = node
+	}
 	delete(p.dry, pod)
+}
+
+// nominatedNodes returns the nodes preemptors other than pod were
+// nominated to (each once).
+func (p *preempted) nominatedNodes(pod types.UID) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	seen := make(map[string]bool, len(p.nominated))
+	for uid, n := range p.nominated {
+		if uid != pod && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitsOnOthers reports whether pod waits for victims of its own of which
+// freed is not one: capacity freed by freed is another preemptor's, and
+// retrying pod for it would only find its own victims still there.
+func (p *preempted) waitsOnOthers(pod, freed types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.final[pod]
+	return ok && !slices.Contains(e.victims, string(freed))
 }
 
 // waiting tells whether pod must wait for its last victims: some are
@@ -89,4 +124,5 @@ func (p *preempted) forget(pod types.UID) {
 	defer p.mu.Unlock()
 	delete(p.dry, pod)
 	delete(p.final, pod)
+	delete(p.nominated, pod)
 }

@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"fmt"
+	"sort"
 	"testing"
 	"time"
 )
@@ -49,5 +51,34 @@ func TestPreempted(t *testing.T) {
 	p.forget("x")
 	if p.waiting("x", t0, holds) {
 		t.Fatal("a forgotten pod still waits")
+	}
+}
+
+// TestPreemptedNominated: the nodes preemptors were nominated to are known
+// to the others until they are bound or deleted; a preemptor waits on its
+// own victims only.
+func TestPreemptedNominated(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := newPreempted(time.Minute)
+	p.chose("a", "n1", []string{"v1"})
+	p.commit("a", "n1", t0)
+	p.commit("b", "n1", t0) // no victims: nominated all the same
+	p.commit("c", "n2", t0)
+	p.commit("d", "", t0) // no node
+	got := p.nominatedNodes("a")
+	sort.Strings(got)
+	if fmt.Sprint(got) != "[n1 n2]" {
+		t.Fatalf("nominated nodes seen by a = %v", got)
+	}
+	if got := p.nominatedNodes("c"); fmt.Sprint(got) != "[n1]" {
+		t.Fatalf("nominated nodes seen by c = %v", got)
+	}
+	if !p.waitsOnOthers("a", "v9") || p.waitsOnOthers("a", "v1") || p.waitsOnOthers("b", "v9") {
+		t.Fatal("waitsOnOthers: a waits on v1 only, b on nothing")
+	}
+	p.forget("b")
+	p.forget("c")
+	if got := p.nominatedNodes("x"); fmt.Sprint(got) != "[n1]" {
+		t.Fatalf("after forgetting b and c: %v", got)
 	}
 }

@@ -67,11 +67,44 @@ func cheapest(costs []nodeCost, k int) []string {
 }
 
 // nodeView is what the shortlist reads of one node: its pods (from the
-// scheduler's snapshot) and the pods nominated to it.
+// scheduler's snapshot) and the pods nominated to it. A view made from a
+// NodeInfo reads them only when the node is costed (load): a full
+// cluster's shortlist costs a handful of nodes, not all of them.
 type nodeView struct {
 	name      string
 	pods      []*corev1.Pod
 	nominated []*corev1.Pod
+	ni        fwk.NodeInfo               // nil: pods and nominated are given
+	nom       func(string) []fwk.PodInfo // the nominator (nil: none)
+}
+
+// load fills pods and nominated from the NodeInfo, once.
+func (v *nodeView) load() {
+	if v.ni == nil {
+		return
+	}
+	for _, pi := range v.ni.GetPods() {
+		v.pods = append(v.pods, pi.GetPod())
+	}
+	if v.nom != nil {
+		for _, pi := range v.nom(v.name) {
+			v.nominated = append(v.nominated, pi.GetPod())
+		}
+	}
+	v.ni = nil
+}
+
+// eachPod calls f on the node's pods without loading the view.
+func (v *nodeView) eachPod(f func(*corev1.Pod)) {
+	if v.ni == nil {
+		for _, p := range v.pods {
+			f(p)
+		}
+		return
+	}
+	for _, pi := range v.ni.GetPods() {
+		f(pi.GetPod())
+	}
 }
 
 // costOn is preempting for pod (req, priority prio) on one node by the
@@ -82,6 +115,7 @@ type nodeView struct {
 // evicting them would not make room, or when none need go (the pod waits
 // for terminating pods, not for new victims).
 func costOn(a Allocator, pod *corev1.Pod, req *api.PodRequest, v nodeView, protected func(*corev1.Pod) bool) (nodeCost, bool) {
+	v.load()
 	prio := corev1helpers.PodPriority(pod)
 	o := &alloc.Overlay{}
 	var cands []*corev1.Pod
@@ -164,7 +198,8 @@ func (pr *preemptor) shortlist(pod *corev1.Pod, req *api.PodRequest, m fwk.NodeT
 	return cheapestOf(pr.alloc, pod, req, views, protectedBy(pdbs), shortlistLen), nil
 }
 
-// nodeViews reads the nodes m gives Unschedulable, starting at off.
+// nodeViews lists the nodes m gives Unschedulable, starting at off, as
+// views that load their pods when costed.
 func nodeViews(nis []fwk.NodeInfo, m fwk.NodeToStatusReader, nominated func(string) []fwk.PodInfo, off int) []nodeView {
 	var views []nodeView
 	for i := range nis {
@@ -173,16 +208,7 @@ func nodeViews(nis []fwk.NodeInfo, m fwk.NodeToStatusReader, nominated func(stri
 		if m.Get(name).Code() != fwk.Unschedulable {
 			continue
 		}
-		v := nodeView{name: name}
-		for _, pi := range ni.GetPods() {
-			v.pods = append(v.pods, pi.GetPod())
-		}
-		if nominated != nil {
-			for _, pi := range nominated(name) {
-				v.nominated = append(v.nominated, pi.GetPod())
-			}
-		}
-		views = append(views, v)
+		views = append(views, nodeView{name: name, ni: ni, nom: nominated})
 	}
 	return views
 }
@@ -193,12 +219,12 @@ func nodeViews(nis []fwk.NodeInfo, m fwk.NodeToStatusReader, nominated func(stri
 func cheapestOf(a Allocator, pod *corev1.Pod, req *api.PodRequest, views []nodeView, protected func(*corev1.Pod) bool, k int) []string {
 	prio := corev1helpers.PodPriority(pod)
 	floor, seen := int32(0), false
-	for _, v := range views {
-		for _, p := range v.pods {
+	for i := range views {
+		views[i].eachPod(func(p *corev1.Pod) {
 			if pp := corev1helpers.PodPriority(p); pp < prio && (!seen || pp < floor) {
 				floor, seen = pp, true
 			}
-		}
+		})
 	}
 	best := nodeCost{victims: 1, maxPrio: floor, sumPrio: int64(floor)}
 	var costs []nodeCost
@@ -224,6 +250,11 @@ func cheapestOf(a Allocator, pod *corev1.Pod, req *api.PodRequest, views []nodeV
 // nodes DefaultPreemption would try.
 func (pr *preemptor) preempt(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *api.PodRequest,
 	m fwk.NodeToStatusReader, nominated func(string) []fwk.PodInfo) (*fwk.PostFilterResult, *fwk.Status) {
+	// A pod still waiting for its last victims is told so before anything
+	// is costed (the dry run would refuse it too, after the shortlist).
+	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
 	nodes, err := pr.shortlist(pod, req, m, nominated)
 	if err != nil {
 		return nil, fwk.AsStatus(err)

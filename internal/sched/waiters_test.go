@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -55,5 +56,49 @@ func TestWaitersReleaseDuringCycle(t *testing.T) {
 	w.park(ctx, waitPod("c"), g)
 	if len(act.got) != 1 || act.got[0] != "ns/c" {
 		t.Fatalf("activated %v, want ns/c at once", act.got)
+	}
+}
+
+// TestWaitersWakeFor: a release wakes only the parked pods it may help,
+// at once and for a cycle it overlapped; a cycle older than the releases
+// remembered is woken.
+func TestWaitersWakeFor(t *testing.T) {
+	ctx := context.Background()
+	act := &recordActivator{}
+	// "w" waits for its own victim "mine"; everyone else takes anything.
+	w := &waiters{activator: act, helps: func(p *corev1.Pod, freed types.UID) bool { return p.Name != "w" || freed == "mine" }}
+	g := w.generation()
+	w.park(ctx, waitPod("w"), g)
+	w.park(ctx, waitPod("x"), g)
+	w.wakeFor(ctx, "theirs")
+	if len(act.got) != 1 || act.got[0] != "ns/x" {
+		t.Fatalf("another's victim woke %v, want ns/x only", act.got)
+	}
+	act.got = nil
+	g = w.generation()
+	w.wakeFor(ctx, "theirs") // during w's next cycle
+	w.park(ctx, waitPod("w"), g)
+	if len(act.got) != 0 {
+		t.Fatalf("a release that cannot help woke %v", act.got)
+	}
+	w.wakeFor(ctx, "mine")
+	if len(act.got) != 1 || act.got[0] != "ns/w" {
+		t.Fatalf("own victim woke %v, want ns/w", act.got)
+	}
+	act.got = nil
+	g = w.generation()
+	w.wakeFor(ctx, "mine") // during the cycle: helps, so parked is woken at once
+	w.park(ctx, waitPod("w"), g)
+	if len(act.got) != 1 {
+		t.Fatalf("own victim released during the cycle: woken %v", act.got)
+	}
+	act.got = nil
+	g = w.generation()
+	for range recentReleases + 1 {
+		w.wakeFor(ctx, "theirs")
+	}
+	w.park(ctx, waitPod("w"), g)
+	if len(act.got) != 1 || len(w.recent) != recentReleases {
+		t.Fatalf("a cycle older than the releases remembered: woken %v, %d remembered", act.got, len(w.recent))
 	}
 }

@@ -65,8 +65,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	cfg := st.Alloc
 	books := NewBooks(cfg, clock.RealClock{})
 	ev := recorderEvents{rec: h.EventRecorder()}
-	w := &waiters{activator: h}
-	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w))
+	pr := newPreemptor(h, books)
+	w := &waiters{activator: h, helps: func(parked *corev1.Pod, freed types.UID) bool {
+		return !pr.rec.waitsOnOthers(parked.UID, freed)
+	}}
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w, pr.rec))
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
@@ -76,7 +79,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	}
 	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
 		metrics: pm, nominated: h.NominatedPodsForNode}
-	p.preempt = newPreemptor(h, books)
+	p.preempt = pr
 	if err := watchGPUNodes(ctx, gc, books, w); err != nil {
 		return nil, err
 	}
@@ -113,8 +116,9 @@ func startResize(ctx context.Context, h fwk.Handle, books resizeBooks, leading <
 	return nil
 }
 
-// podHandler keeps the books in step with bound pods.
-func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.ResourceEventHandler {
+// podHandler keeps the books in step with bound pods, and wakes parked
+// pods when a pod's GPUs are released.
+func podHandler(ctx context.Context, l *Books, ev Events, w *waiters, rec *preempted) cache.ResourceEventHandler {
 	observe := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -124,7 +128,7 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.Reso
 			ev.InvalidAssignment(ctx, pod, err)
 		}
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			w.wake(ctx)
+			w.wakeFor(ctx, pod.UID)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -137,7 +141,8 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters) cache.Reso
 			if pod, ok := obj.(*corev1.Pod); ok {
 				l.Release(string(pod.UID))
 				w.forget(pod)
-				w.wake(ctx)
+				rec.forget(pod.UID)
+				w.wakeFor(ctx, pod.UID)
 			}
 		},
 	}
