@@ -151,30 +151,6 @@ func (n *node) simBusy() (map[int]int64, error) {
 	return busy, nil
 }
 
-// runDelays adds to into the cumulative run delay (ns runnable but waiting
-// for a CPU, /proc/PID/task/TID/schedstat's second field) of each thread of
-// pid. A process that has exited adds nothing.
-func runDelays(pid int, into map[int]int64) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
-		if err != nil {
-			continue
-		}
-		var run, wait int64
-		if c, _ := fmt.Sscanf(string(b), "%d %d", &run, &wait); c == 2 {
-			into[tid] = wait
-		}
-	}
-}
-
 // podOfPid returns the UID of the pod whose cgroup holds host pid (the
 // kubelet's cgroup paths name the pod's UID).
 func podOfPid(pid int, pods []*corev1.Pod) (types.UID, bool) {
@@ -227,7 +203,7 @@ func (n *node) sampleShares(pods []*corev1.Pod) (shareSample, error) {
 		for i, p := range pods {
 			if p.UID == uid {
 				s.busy[i] += ns
-				runDelays(pid, s.waited[i])
+				harness.RunDelays(pid, s.waited[i])
 			}
 		}
 	}

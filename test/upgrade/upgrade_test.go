@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,7 +19,7 @@ import (
 // During a rolling upgrade a node runs pods whose library is of one release
 // beside a daemon (and CLI) of the other. Two ways round, each on a running
 // group: a member holds 700 MiB under a 1 GiB limit, memory.max is lowered to
-// 768 MiB by `gpuslice group set` while it runs, and a second member gets
+// 768 MiB by `gpuslice group set` once the group's memory.current shows it, and a second member gets
 // only what is left (at most 68 MiB; with the limit not applied it would get
 // about 324 MiB). The old release is built from UPGRADE_BASE's sources (make
 // test-upgrade: the last commit before the groups manager, header version 1;
@@ -100,8 +101,19 @@ func runGroup(t *testing.T, bin string) []fill {
 	}
 	t.Cleanup(func() { removeRunDir(t, runDir) })
 	gs, fillCmd := filepath.Join(bin, "gpuslice"), filepath.Join(bin, "gs-memfill")
-	script := fillCmd + " --chunk 100MiB --max 700MiB --hold-ms 3000 & sleep 1; " +
-		gs + " group set up memory.max=768MiB >/dev/null && " + fillCmd + " --chunk 4MiB; wait"
+	// The holder prints its result, then holds until killed; the limit is
+	// lowered once its 700 MiB shows in the group's memory.current (the
+	// daemon's read-back, in both releases), polled for as long as it holds.
+	current := filepath.Join(runDir, "groups", "up", "memory.current")
+	script := fillCmd + ` --chunk 100MiB --max 700MiB --hold-ms 60000 & h=$!
+n=0
+until v=$(cat "` + current + `" 2>/dev/null); [ "${v:-0}" -ge ` + fmt.Sprint(700<<20) + ` ]; do
+	n=$((n+1))
+	if [ $n -ge 1200 ]; then echo "the holder's 700 MiB never showed in memory.current (last: ${v:-none})" >&2; kill $h; exit 1; fi
+	sleep 0.05
+done
+` + gs + ` group set up memory.max=768MiB >/dev/null && ` + fillCmd + ` --chunk 4MiB
+kill $h; wait $h; exit 0`
 	cmd := exec.Command(gs, "run", "--group", "up", "--memory", "1GiB", "--", "sh", "-c", script)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
