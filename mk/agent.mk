@@ -42,7 +42,8 @@ test-node-e2e: all kubelet-bin
 # GPUSLICE_GROUP_FILE counted in its container's group, gpuslice.io/units 25 -> 50 refused
 # while the GPU is full, then applied live (timed), a pod that fits nowhere and a
 # pod on a Draining node left Pending with the reason, an online pod beside three
-# offline ones. Ends with "pod shares 25/75: <a>% / <b>%, change 25->50 enforced in <ms> ms".
+# offline ones, a preempted pod's memory, GPU time and units freed as soon as its containers stop.
+# Ends with "pod shares 25/75: <a>% / <b>%, change 25->50 enforced in <ms> ms".
 e2e-pod-shares: all kubelet-bin
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/e2e-pod-shares.summary

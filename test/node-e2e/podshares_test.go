@@ -58,6 +58,7 @@ func TestPodShares(t *testing.T) {
 	t.Run("draining", func(t *testing.T) { n.t = t; testDraining(t, ctx, n) })
 	t.Run("no-escape", func(t *testing.T) { n.t = t; testNoEscape(t, ctx, n) })
 	t.Run("not-ready-gpus", func(t *testing.T) { n.t = t; testNotReady(t, ctx, n) })
+	t.Run("preempted", func(t *testing.T) { n.t = t; testPreempted(t, ctx, n) })
 	t.Run("online", func(t *testing.T) { n.t = t; testOnline(t, ctx, n) })
 	t.Run("slots", func(t *testing.T) { n.t = t; testSlots(t, ctx, n) })
 	n.t = t
