@@ -12,10 +12,14 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "../../simgpu/src/config.h"
 #include "../src/internal.h"
 #include "simview.h"
 
+/* What the simulator's contexts take by default, as a real card's: the test runs
+ * with GPUSLICE_SIM_CONTEXT_MEMORY unset (the messages below name the figure). */
 #define CTX_MEM (300 * MiB)
+_Static_assert(CTX_MEM == SIM_DEFAULT_CONTEXT_MEMORY, "the simulator's default context memory");
 
 static const char ptx64[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
 			    ".global .align 8 .b8 buf[67108864];\n"
@@ -228,7 +232,7 @@ static int primary_refused(void *arg)
 int main(void)
 {
 	ht_setup();
-	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "300MiB", 1);
+	unsetenv("GPUSLICE_SIM_CONTEXT_MEMORY"); /* the simulator's default: CTX_MEM */
 	HT_RUN(counted, NULL);
 	HT_RUN(refused, NULL);
 	HT_RUN(primary_refused, NULL);

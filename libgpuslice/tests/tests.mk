@@ -7,7 +7,7 @@ LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c group_fa
 LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test unit_ptrs_test group_test)
 LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_drvmem_test hooks_mig_test hooks_group_test hooks_mps_test hooks_pool_test)
 LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test reliability_graph_test reliability_container_test reliability_prop_test)
-LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h) simgpu/src/simstate.h
+LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h) simgpu/src/simstate.h simgpu/src/config.h
 LIB_SIM := $(BIN)/sim/libcuda.so.1 $(BIN)/sim/libnvidia-ml.so.1 $(BIN)/sim/gpuslice-sim-mps-control
 LIB_LINK_ASAN := -L$(BUILD)/asan -Wl,-rpath,$(abspath $(BUILD)/asan) -Wl,--no-as-needed -lgpuslice
 LIB_TEST_ENV := LD_LIBRARY_PATH=$(abspath $(BIN)/sim) ASAN_OPTIONS=detect_leaks=1

@@ -10,10 +10,11 @@
 #include "simstate.h"
 
 #define SIM_DEFAULT_MEMORY (24ull << 30)
-/* Device memory each context takes. A real H100 context takes a few hundred
- * MiB; 0 until libgpuslice counts contexts (issue 26 item 1): tests that
- * model it set GPUSLICE_SIM_CONTEXT_MEMORY. */
-#define SIM_DEFAULT_CONTEXT_MEMORY 0ull
+/* Device memory each context takes unless GPUSLICE_SIM_CONTEXT_MEMORY says
+ * otherwise: a real card's order (about 300 MB per process with CUDA's lazy
+ * loading, pytorch/pytorch#86509 and #107667; an H100's may be more). Tests
+ * about other figures set the variable to 0. */
+#define SIM_DEFAULT_CONTEXT_MEMORY (300ull << 20)
 /* Device-side copies, memsets and prefetches run on the engine for their
  * bytes at this bandwidth (GB/s, 10^9 bytes; about an H100's HBM3 copy rate);
  * GPUSLICE_SIM_COPY_GBPS sets it. */

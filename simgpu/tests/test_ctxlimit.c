@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 	t_private_state("ctxlimit");
 	setenv("GPUSLICE_SIM_MEMORY", "4GiB", 1);
 	setenv("GPUSLICE_SIM_SMS", "8", 1);
+	t_no_context_memory();
 	CUcontext primary = t_primary(0);
 	test_defaults();
 	test_heap_fifo();

@@ -2,6 +2,7 @@
  * Memory no call names: each context takes GPUSLICE_SIM_CONTEXT_MEMORY of
  * device memory from its creation to its destruction, and a PTX module or
  * library its .global variables from load to unload, as a driver does. */
+#include "config.h"
 #include "testutil.h"
 
 #define MiB (1ull << 20)
@@ -26,10 +27,42 @@ static size_t used(void)
 	return t - f;
 }
 
-int main(void)
+/* Child: the variable unset, a context takes the default, an H100-like figure;
+ * NVML's per-process figure includes it, as nvidia-smi's does. */
+static int child_default(void)
 {
+	unsetenv("GPUSLICE_SIM_CONTEXT_MEMORY");
+	t_primary(0);
+	CHECK(SIM_DEFAULT_CONTEXT_MEMORY >= 256 * MiB);
+	CHECK_EQ(used(), SIM_DEFAULT_CONTEXT_MEMORY);
+	nvmlDevice_t h;
+	nvmlProcessInfo_t v[4];
+	unsigned n = 4;
+	CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &h), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v), NVML_SUCCESS);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(v[0].pid, getpid());
+	CHECK_EQ(v[0].usedGpuMemory, SIM_DEFAULT_CONTEXT_MEMORY);
+	nvmlShutdown();
+	return t_failures == 0 ? 0 : 1;
+}
+
+/* Child: a malformed figure fails cuInit as a bad configuration does. */
+static int child_bad(void)
+{
+	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "300 apples", 1);
+	return cuInit(0) == CUDA_ERROR_NO_DEVICE ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "child") == 0)
+		return strcmp(argv[2], "default") == 0 ? child_default() : child_bad();
 	t_private_state("ctxmem");
 	setenv("GPUSLICE_SIM_MEMORY", "4GiB", 1);
+	CHECK_EQ(t_run("default", "-"), 0); /* before this process holds anything */
+	CHECK_EQ(t_run("bad", "-"), 0);
 	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "300MiB", 1);
 	CUcontext primary = t_primary(0);
 	CHECK_EQ(used(), CTX);

@@ -4,6 +4,7 @@
  * export lists contain only the driver API. */
 #include <dlfcn.h>
 
+#include "config.h"
 #include "testutil.h"
 
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -49,12 +50,18 @@ static void test_release_library(const char *dir)
 	CU_MUST(init(0));
 	CU_MUST(retain(&c, 0));
 	CU_MUST(setcur(c));
-	while (alloc(&p, 256u << 20) == CUDA_SUCCESS)
-		n++;
-	CHECK_EQ(n, 4 * 23); /* 23 GiB in 256 MiB pieces */
-	CHECK_EQ(alloc(&p, 256u << 20), CUDA_ERROR_OUT_OF_MEMORY);
+	/* The context takes the default (GPUSLICE_SIM_CONTEXT_MEMORY unset), like a real card's. */
+	const unsigned long long piece = 256ull << 20, room = (23ull << 30) - SIM_DEFAULT_CONTEXT_MEMORY;
 	CU_OK(info(&f, &t));
-	CHECK(f == 0 && t == 23ull << 30);
+	CHECK_EQ(f, room);
+	CHECK_EQ(t, 23ull << 30);
+	while (alloc(&p, piece) == CUDA_SUCCESS)
+		n++;
+	CHECK_EQ(n, room / piece); /* what is left beside the context, in 256 MiB pieces */
+	CHECK_EQ(alloc(&p, piece), CUDA_ERROR_OUT_OF_MEMORY);
+	CU_OK(info(&f, &t));
+	CHECK_EQ(f, room % piece);
+	CHECK_EQ(t, 23ull << 30);
 	/* Not dlclose'd: like the real driver, the library is not meant to unload with live contexts. */
 }
 
@@ -80,6 +87,7 @@ int main(void)
 	}
 	t_private_state("dlopen");
 	setenv("GPUSLICE_SIM_MEMORY", "23GiB", 1);
+	unsetenv("GPUSLICE_SIM_CONTEXT_MEMORY");
 	test_release_library(dir);
 	test_exports(dir);
 	return t_done("release libcuda.so.1 through dlopen + cuGetProcAddress_v2, export lists");

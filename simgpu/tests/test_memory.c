@@ -252,6 +252,7 @@ int main(int argc, char **argv)
 		return child_alloc(argv[2], argv[3]);
 	t_private_state("memory");
 	setenv("GPUSLICE_SIM_MEMORY", "4GiB", 1);
+	t_no_context_memory();
 	t_primary(0);
 	test_capacity();
 	test_two_processes();

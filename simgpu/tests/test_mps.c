@@ -282,6 +282,7 @@ int main(int argc, char **argv)
 		return strcmp(argv[2], "hold") == 0 ? child_hold() : child_orphan();
 	}
 	t_private_state("mps");
+	t_no_context_memory(); /* the pinned limit's exact 64 MiB */
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	MUST(n > 0);
 	self[n] = '\0';

@@ -156,6 +156,7 @@ int main(int argc, char **argv)
 		return child_hold(argv[3]);
 	t_private_state("nvml");
 	setenv("GPUSLICE_SIM_MEMORY", "8GiB", 1);
+	t_no_context_memory();
 	test_nvml();
 	return t_done("NVML memory, processes, utilization");
 }

@@ -91,6 +91,15 @@ static inline void t_private_state(const char *name)
 	atexit(t_cleanup);
 }
 
+/* For a test about something other than the memory a context takes: every
+ * context (this process's and its children's) takes none, so the test's exact
+ * figures are what its own calls hold (test_ctxmem and test_dlopen check the
+ * default). Call before cuInit. */
+static inline void t_no_context_memory(void)
+{
+	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "0", 1);
+}
+
 static inline double t_now_ms(void)
 {
 	struct timespec ts;

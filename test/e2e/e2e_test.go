@@ -100,7 +100,34 @@ func parseFills(t *testing.T, stdout string) []fill {
 	return out
 }
 
-const gib = 1 << 30
+const (
+	gib = 1 << 30
+	mib = 1 << 20
+	// simContext is what each context takes on the simulated GPU by default (simgpu/src/config.h,
+	// GPUSLICE_SIM_CONTEXT_MEMORY unset here), as a real card's context takes a few hundred MiB.
+	simContext = 300 * mib
+)
+
+// noContextMemory is for a test of something else whose figures fill the simulated card exactly:
+// contexts take nothing.
+const noContextMemory = "GPUSLICE_SIM_CONTEXT_MEMORY=0"
+
+// simulated says whether gpuslice run fell back to the simulated GPU (exact figures hold there only).
+func simulated(r result) bool {
+	return strings.Contains(r.stderr, "using the simulated GPU")
+}
+
+// contextCounted checks that what the process's context holds counts against the group: the program
+// sees less free than its quota at the start (on the simulator, exactly the default context memory).
+func contextCounted(t *testing.T, r result, f fill) {
+	t.Helper()
+	held := f.Total - f.Free
+	if f.Free > f.Total || held == 0 {
+		t.Errorf("%s: free %d of total %d at the start: the context's own memory was not counted", f.Path, f.Free, f.Total)
+	} else if simulated(r) && held != simContext {
+		t.Errorf("%s: the context holds %d MiB of the group's quota, want the simulator's default %d MiB", f.Path, held/mib, simContext/mib)
+	}
+}
 
 func TestMemoryLimitEveryLookupRoute(t *testing.T) {
 	bin := binDir(t)
@@ -115,8 +142,9 @@ func TestMemoryLimitEveryLookupRoute(t *testing.T) {
 			if f.Total != gib || f.DeviceTotal != gib {
 				t.Errorf("total %d, device total %d; want exactly 1 GiB (%d)", f.Total, f.DeviceTotal, gib)
 			}
-			if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || f.Allocated > gib || f.Allocated < gib-48<<20 {
-				t.Errorf("allocated %d, stopped by %s; want OOM just under 1 GiB", f.Allocated, f.StoppedBy)
+			contextCounted(t, r, f)
+			if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || f.Allocated > f.Free || f.Allocated+48*mib <= f.Free {
+				t.Errorf("allocated %d, stopped by %s; want OOM just under the %d free beside the context", f.Allocated, f.StoppedBy, f.Free)
 			}
 			if !strings.Contains(r.stderr, "gpuslice:") || !strings.Contains(r.stderr, "refused") {
 				t.Errorf("no refusal message on stderr: %q", r.stderr)
@@ -135,18 +163,25 @@ func TestMemoryLimitEveryAllocationPath(t *testing.T) {
 				t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 			}
 			f := parseFills(t, r.stdout)[0]
-			if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || f.Allocated > 512<<20 || f.Allocated < 512<<20-32<<20 {
-				t.Errorf("%s: allocated %d MiB, stopped by %s; want OOM at the 512 MiB limit", path, f.Allocated>>20, f.StoppedBy)
+			if f.Total != 512*mib {
+				t.Errorf("%s: total %d, want the 512 MiB quota", path, f.Total)
+			}
+			contextCounted(t, r, f)
+			if f.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || f.Allocated > f.Free || f.Allocated+32*mib <= f.Free {
+				t.Errorf("%s: allocated %d MiB, stopped by %s; want OOM at the 512 MiB limit, less the context (%d MiB free)",
+					path, f.Allocated/mib, f.StoppedBy, f.Free/mib)
 			}
 		})
 	}
 }
 
+// Two processes of one group share its limit, their contexts included: the second sees free what the
+// first's allocations and both contexts left.
 func TestTwoProcessesShareOneLimit(t *testing.T) {
 	bin := binDir(t)
 	fillCmd := filepath.Join(bin, "gs-memfill")
 	script := fillCmd + " --chunk 64MiB --max 700MiB --hold-ms 2000 & sleep 0.5; " + fillCmd + " --chunk 64MiB; wait"
-	r := run(t, env(t), filepath.Join(bin, "gpuslice"), "run", "--memory", "1GiB", "--", "sh", "-c", script)
+	r := run(t, env(t), filepath.Join(bin, "gpuslice"), "run", "--memory", "2GiB", "--", "sh", "-c", script)
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
@@ -154,16 +189,21 @@ func TestTwoProcessesShareOneLimit(t *testing.T) {
 	if len(fills) != 2 {
 		t.Fatalf("want 2 results, got %d: %s", len(fills), r.stdout)
 	}
-	sum := fills[0].Allocated + fills[1].Allocated
-	if sum > gib {
-		t.Fatalf("two processes of one group got %d bytes together, over the 1 GiB limit", sum)
+	first, second := fills[0], fills[1]
+	if first.Allocated != 700*mib {
+		first, second = second, first
 	}
-	second := fills[1]
-	if fills[0].Allocated < fills[1].Allocated {
-		second = fills[0]
+	held := first.Total - first.Free // one context, as the first process saw it at its start
+	sum := first.Allocated + second.Allocated
+	if first.Allocated != 700*mib || sum+2*held > 2*gib {
+		t.Fatalf("two processes of one group got %d and %d bytes beside two contexts of %d, over the 2 GiB limit",
+			first.Allocated, second.Allocated, held)
 	}
-	if second.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || second.Free > gib-700<<20 || sum < gib-64<<20 {
-		t.Fatalf("second process: %+v (sum %d); want it to see and get only what the first left", second, sum)
+	if simulated(r) && held != simContext {
+		t.Errorf("the first context holds %d MiB, want the simulator's default %d MiB", held/mib, simContext/mib)
+	}
+	if second.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || second.Free > 2*gib-700*mib-2*held || sum+2*held+64*mib <= 2*gib {
+		t.Fatalf("second process: %+v (sum %d); want it to see and get only what the first and both contexts left", second, sum)
 	}
 }
 

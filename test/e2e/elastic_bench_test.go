@@ -20,7 +20,7 @@ import (
 // Figures are printed as "figure: ..." lines, the summary line last.
 func TestBenchElastic(t *testing.T) {
 	app := filepath.Join(binDir(t), "gs-elastic")
-	e := env(t, "GPUSLICE_DRIVER=sim")
+	e := env(t, "GPUSLICE_DRIVER=sim", noContextMemory)
 	num := func(lines []string, key string) float64 {
 		v, err := strconv.ParseFloat(field(lines[len(lines)-1], key), 64)
 		if err != nil {
@@ -91,7 +91,7 @@ var smiUsed = regexp.MustCompile(`(\d+\.\d) GiB / (\d+\.\d) GiB`)
 // read back the same, and the slowest allocation within a guarantee (µs).
 // The card's use is read from NVML after every step.
 func spillScenario(t *testing.T) (bool, int64) {
-	e := env(t, "GPUSLICE_DRIVER=sim")
+	e := env(t, "GPUSLICE_DRIVER=sim", noContextMemory)
 	app := filepath.Join(binDir(t), "gs-elastic")
 	checkCard := func() {
 		r := run(t, e, filepath.Join(binDir(t), "gpuslice"), "smi")

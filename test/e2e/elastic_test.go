@@ -139,7 +139,7 @@ func maxAllocUs(lines []string) (us int64, allOK bool) {
 // gets its memory after the borrower's managed memory moved to the host; the
 // borrower's data reads back the same.
 func TestElasticSpill(t *testing.T) {
-	e := env(t, "GPUSLICE_DRIVER=sim")
+	e := env(t, "GPUSLICE_DRIVER=sim", noContextMemory) // the card's exact 24 GiB: 18 + 6 GiB, then 6 GiB more
 	a := startTenant(t, e, "a", "--memory", "6GiB", "--memory-max", "20GiB", "--spill", "host", "--",
 		filepath.Join(binDir(t), "gs-elastic"), "--hold", "18GiB", "--chunk", "2GiB")
 	if got := held(t, a.until("ready")); got != 18*gib {

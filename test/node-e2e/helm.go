@@ -108,6 +108,7 @@ node:
   extraEnv:
   - {name: GPUSLICE_SIM_GPUS, value: "%d"}
   - {name: GPUSLICE_SIM_MEMORY, value: 16GiB}
+  - {name: GPUSLICE_SIM_CONTEXT_MEMORY, value: "0"}
   - {name: GPUSLICE_SIM_STATE, value: %q}
 `, h.cp.Port, filepath.Join(h.bin, "sim"), filepath.Join(h.dir, "dev"), h.runDir,
 		"unix://"+h.ctrSock, h.cdiDir, port, numGPUs, h.simState)

@@ -160,14 +160,17 @@ func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 }
 
 // simGPUs sets the simulated GPU up for every process of the test and makes
-// the host device nodes (c 195:N, no driver behind them).
+// the host device nodes (c 195:N, no driver behind them). Contexts take no
+// memory here (the agent passes GPUSLICE_SIM_* on to containers): these tests
+// assert exact shares of pods' limits; that a context counts is tested in
+// test/e2e, test/gpu and the library's tests.
 func (n *node) simGPUs() {
 	t := n.t
 	if n.simState == "" {
 		n.simState = filepath.Join(n.dir, "sim.state")
 	}
 	for k, v := range map[string]string{"GPUSLICE_SIM_GPUS": strconv.Itoa(numGPUs), "GPUSLICE_SIM_MEMORY": "16GiB",
-		"GPUSLICE_SIM_STATE": n.simState} {
+		"GPUSLICE_SIM_STATE": n.simState, "GPUSLICE_SIM_CONTEXT_MEMORY": "0"} {
 		if err := os.Setenv(k, v); err != nil {
 			t.Fatal(err)
 		}

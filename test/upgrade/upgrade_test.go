@@ -118,7 +118,8 @@ kill $h; wait $h; exit 0`
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GPUSLICE_RUN_DIR=" + runDir,
-		"GPUSLICE_SIM_STATE=" + filepath.Join(tmp, "sim.state"), "GPUSLICE_SIM_MEMORY=24GiB"}
+		"GPUSLICE_SIM_STATE=" + filepath.Join(tmp, "sim.state"), "GPUSLICE_SIM_MEMORY=24GiB",
+		"GPUSLICE_SIM_CONTEXT_MEMORY=0"} // the exact figures above; the old release's library counted no context
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\nstdout %s\nstderr %s", err, out.String(), errb.String())
 	}

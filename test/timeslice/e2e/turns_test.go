@@ -104,7 +104,9 @@ func manyJobs(t testing.TB, e *e2e, cfg timeslice.Config, n, kernels, kernelUs i
 	for i := range n {
 		cmd := exec.Command(e.tenant, "--mode", "job", "--n", strconv.Itoa(kernels), "--kernel-us", strconv.Itoa(kernelUs),
 			"--seconds", "1", "--t0", strconv.FormatInt(t0.UnixNano(), 10))
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
+		// Contexts take no memory: 300 of a real card's (a few hundred MiB each) fit on no GPU, and this is about turns.
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"),
+			"GPUSLICE_SIM_CONTEXT_MEMORY=0")
 		if gated {
 			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, timeslice.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 				"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "jobs"))
