@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
@@ -75,7 +77,7 @@ func (p *Plugin) podHint(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fw
 // freedHint: gone released what it held; pod retries unless it waits for
 // victims of its own that gone is not one of.
 func (p *Plugin) freedHint(pod, gone *corev1.Pod) fwk.QueueingHint {
-	if p.preempt != nil && p.preempt.rec.waitsOnOthers(pod.UID, gone.UID) {
+	if p.preempt != nil && p.preempt.rec.waitsOnOthers(pod.UID, gone.UID, time.Now()) {
 		return fwk.QueueSkip
 	}
 	return fwk.Queue

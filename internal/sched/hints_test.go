@@ -56,7 +56,7 @@ func TestPodHint(t *testing.T) {
 	}
 	p := &Plugin{preempt: &preemptor{rec: newPreempted(time.Minute)}}
 	p.preempt.rec.chose("waiter", "n1", []string{"mine"})
-	p.preempt.rec.commit("waiter", "n1", t0)
+	p.preempt.rec.commit("waiter", "n1", time.Now()) // the hint reads the clock: within the ttl
 	fresh := mk("fresh", "", nil)
 	waiter := mk("waiter", "", func(p *corev1.Pod) { p.Status.NominatedNodeName = "n1" })
 	running := mk("run", "n2", nil)

@@ -87,14 +87,16 @@ func (p *preempted) nominatedNodes(pod types.UID) []string {
 	return out
 }
 
-// waitsOnOthers reports whether pod waits for victims of its own of which
-// freed is not one: capacity freed by freed is another preemptor's, and
-// retrying pod for it would only find its own victims still there.
-func (p *preempted) waitsOnOthers(pod, freed types.UID) bool {
+// waitsOnOthers reports whether pod waits (at now, within the ttl) for
+// victims of its own of which freed is not one: capacity freed by freed is
+// another preemptor's, and retrying pod for it would only find its own
+// victims still there. Past the ttl it may preempt again: any release
+// counts.
+func (p *preempted) waitsOnOthers(pod, freed types.UID, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.final[pod]
-	return ok && !slices.Contains(e.victims, string(freed))
+	return ok && now.Sub(e.at) < p.ttl && !slices.Contains(e.victims, string(freed))
 }
 
 // waiting tells whether pod must wait for its last victims: some are

@@ -73,8 +73,11 @@ func TestPreemptedNominated(t *testing.T) {
 	if got := p.nominatedNodes("c"); fmt.Sprint(got) != "[n1]" {
 		t.Fatalf("nominated nodes seen by c = %v", got)
 	}
-	if !p.waitsOnOthers("a", "v9") || p.waitsOnOthers("a", "v1") || p.waitsOnOthers("b", "v9") {
+	if !p.waitsOnOthers("a", "v9", t0) || p.waitsOnOthers("a", "v1", t0) || p.waitsOnOthers("b", "v9", t0) {
 		t.Fatal("waitsOnOthers: a waits on v1 only, b on nothing")
+	}
+	if p.waitsOnOthers("a", "v9", t0.Add(time.Minute)) {
+		t.Fatal("waitsOnOthers past the ttl: a may preempt again, any release helps it")
 	}
 	p.forget("b")
 	p.forget("c")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,7 +68,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	ev := recorderEvents{rec: h.EventRecorder()}
 	pr := newPreemptor(h, books)
 	w := &waiters{activator: h, helps: func(parked *corev1.Pod, freed types.UID) bool {
-		return !pr.rec.waitsOnOthers(parked.UID, freed)
+		return !pr.rec.waitsOnOthers(parked.UID, freed, time.Now())
 	}}
 	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w, pr.rec))
 	if err != nil {
