@@ -74,7 +74,9 @@ func Run(ctx context.Context, cfg Config, env map[string]string) (err error) {
 	if err := p.addPlugins(env); err != nil {
 		return err
 	}
-	p.addHealth()
+	if err := p.addHealth(ctx); err != nil {
+		return err
+	}
 	p.env = env
 	return p.run(ctx)
 }
@@ -170,8 +172,9 @@ func (p *parts) addPlugins(env map[string]string) error {
 }
 
 // addHealth makes the GPU health monitor: a change goes to the metrics and
-// the device plugins, and publishes the row at once.
-func (p *parts) addHealth() {
+// the device plugins, and publishes the row at once. With health checks on,
+// the GPUs the XID record holds are unhealthy from the start.
+func (p *parts) addHealth(ctx context.Context) error {
 	for _, g := range p.gpus {
 		p.met.SetHealth(g.UUID, true, "")
 	}
@@ -189,9 +192,11 @@ func (p *parts) addHealth() {
 			}
 		}
 	})
-	if p.cfg.HealthChecks {
-		p.ph.healthy = func(uuid string) bool { return p.mon.status(uuid).Healthy }
+	if !p.cfg.HealthChecks {
+		return nil
 	}
+	p.ph.healthy = func(uuid string) bool { return p.mon.status(uuid).Healthy }
+	return p.mon.restore(ctx)
 }
 
 // run runs the parts until ctx ends or one fails.

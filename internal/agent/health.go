@@ -3,6 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/health"
+	"github.com/gpuslice/gpuslice/internal/health/xidrecord"
 )
 
 // eventWait bounds one NVML event wait, so the loop sees ctx end.
@@ -19,7 +24,8 @@ const eventWait = time.Second
 
 // healthMonitor watches the node's GPUs through NVML, as NVIDIA's device
 // plugin does: XID critical error events (a critical XID withdraws the GPU
-// until the agent restarts) and, every period, a measurement query per GPU
+// until it is reset, remembered across agent restarts in the XID record,
+// internal/health/xidrecord) and, every period, a measurement query per GPU
 // (a failing one withdraws it while it fails). Works on any NVML: the real
 // driver or the simulated GPU. Every change goes to onChange.
 type healthMonitor struct {
@@ -29,6 +35,12 @@ type healthMonitor struct {
 	period   time.Duration
 	clock    clock.PassiveClock
 	onChange func([]health.Change)
+	// record is the XID record's path, procRoot where the boot ID is read.
+	record, procRoot string
+	bootID           string // set by restore
+	// others are the record's GPUs not watched here (withheld at start,
+	// e.g. lost): kept in the record, in case one answers again.
+	others map[string]xidrecord.GPU
 
 	mu      sync.Mutex
 	tracker *health.Tracker
@@ -44,7 +56,55 @@ func newHealthMonitor(cfg Config, drv *gpu.Driver, gpus []gpuset.GPU, onChange f
 		uuids = append(uuids, g.UUID)
 	}
 	return &healthMonitor{nvml: drv.NVML, watcher: drv.Events, gpus: gpus, period: cfg.HealthPeriod, clock: clock.RealClock{},
-		onChange: onChange, tracker: health.NewTracker(uuids, cfg.HealthSkipXIDs), watching: make(chan struct{})}
+		onChange: onChange, tracker: health.NewTracker(uuids, cfg.HealthSkipXIDs), watching: make(chan struct{}),
+		record: filepath.Join(cfg.RunDir, xidrecord.FileName), procRoot: cfg.ProcRoot}
+}
+
+// restore marks the GPUs the XID record holds for this boot unhealthy, as
+// before the agent restarted (before anything is published); a corrupt
+// record is an error: the agent must not clear a withdrawal it cannot
+// check again.
+func (m *healthMonitor) restore(ctx context.Context) error {
+	boot, err := xidrecord.BootID(m.procRoot)
+	if err != nil {
+		return fmt.Errorf("XID record: %w", err)
+	}
+	gpus, stale, err := xidrecord.Load(m.record, boot)
+	if err != nil {
+		return err
+	}
+	others := maps.Clone(gpus)
+	for _, g := range m.gpus {
+		delete(others, g.UUID)
+	}
+	m.mu.Lock()
+	m.bootID, m.others = boot, others
+	m.mu.Unlock()
+	log := klog.FromContext(ctx)
+	if stale {
+		log.Info("XID record of an earlier boot ignored (its GPUs were reset since)", "record", m.record)
+	}
+	for _, g := range m.gpus {
+		if x, ok := gpus[g.UUID]; ok {
+			log.Info("GPU withdrawn by an XID seen before the agent restarted", "gpu", g.UUID, "xid", x.XID, "record", m.record)
+			m.apply(ctx, func(t *health.Tracker) []health.Change { return t.Restore(g.UUID, x.XID, x.Reason) })
+		}
+	}
+	return nil
+}
+
+// saveLocked writes the tracker's XIDs to the record (m.mu held): before a
+// new XID is published, so that a restart at any moment keeps it.
+func (m *healthMonitor) saveLocked() error {
+	if m.bootID == "" { // not restored: the record may hold XIDs not in the tracker
+		return errors.New("XID record not read at start")
+	}
+	d := xidrecord.Data{BootID: m.bootID, GPUs: map[string]xidrecord.GPU{}}
+	maps.Copy(d.GPUs, m.others)
+	for _, s := range m.tracker.XIDs() {
+		d.GPUs[s.UUID] = xidrecord.GPU{XID: s.XID, Reason: s.Reason}
+	}
+	return xidrecord.Save(m.record, d)
 }
 
 // ready fails until the GPUs are registered for XID events (a readiness
@@ -69,7 +129,14 @@ func (m *healthMonitor) status(uuid string) health.Status {
 func (m *healthMonitor) apply(ctx context.Context, update func(*health.Tracker) []health.Change) {
 	m.mu.Lock()
 	changes := update(m.tracker)
+	var err error
+	if slices.ContainsFunc(changes, func(c health.Change) bool { return c.Cause == health.CauseXID }) {
+		err = m.saveLocked()
+	}
 	m.mu.Unlock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "the XID will be forgotten if the agent restarts", "record", m.record)
+	}
 	for _, c := range changes {
 		if c.Healthy {
 			klog.FromContext(ctx).Info("GPU healthy again", "gpu", c.UUID)

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,26 +15,31 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/health"
+	"github.com/gpuslice/gpuslice/internal/health/xidrecord"
 	"github.com/gpuslice/gpuslice/internal/testbin"
 )
 
-// On the simulated GPU through go-nvml, as on a real driver: application
-// and skipped XIDs change nothing, a critical XID withdraws its GPU, a GPU
-// whose queries fail is withdrawn while they fail, and the GPUNode reader
-// says why. "Nothing changed" is checked by order: the monitor handles events
-// one by one, so the change for a later event proves the earlier ones seen.
+// The health monitor on the simulated GPU through go-nvml, as on a real
+// driver. One driver for all: the simulated NVML reads its state file's
+// name once per process.
 func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
 	bin := testbin.Dir(t, "sim/gpuslice-sim-ctl", "sim/libnvidia-ml.so.1")
-	ctl := filepath.Join(bin, "sim", "gpuslice-sim-ctl")
 	drv, gpus, found := openSimGPUs(t, bin, 3)
+	sim := simCtl(t, filepath.Join(bin, "sim", "gpuslice-sim-ctl"))
+	t.Run("events", func(t *testing.T) { testHealthEvents(t, drv, gpus, found, sim) })
+	t.Run("xid-survives-restart", func(t *testing.T) { testHealthXIDSurvivesRestart(t, drv, gpus, sim) })
+}
+
+// testHealthEvents: application and skipped XIDs change nothing, a critical
+// XID withdraws its GPU, a GPU whose queries fail is withdrawn while they
+// fail, and the GPUNode reader says why. "Nothing changed" is checked by
+// order: the monitor handles events one by one, so the change for a later
+// event proves the earlier ones seen.
+func testHealthEvents(t *testing.T, drv *gpu.Driver, gpus []gpuset.GPU, found []gpu.Device, sim func(...string)) {
 	cfg := DefaultConfig(func(string) string { return "" })
 	cfg.HealthPeriod, cfg.HealthSkipXIDs = 100*time.Millisecond, []uint64{94}
+	cfg.RunDir = t.TempDir()
 	ctx, mon, next := startHealthMonitor(t, cfg, drv, gpus)
-	sim := func(args ...string) {
-		if out, err := exec.Command(ctl, args...).CombinedOutput(); err != nil {
-			t.Fatalf("gpuslice-sim-ctl %v: %v\n%s", args, err, out)
-		}
-	}
 	sim("xid", "0", "13")
 	sim("xid", gpus[0].UUID, "94")
 	sim("xid", "1", "79")
@@ -62,6 +69,89 @@ func TestHealthMonitorOnSimulatedGPU(t *testing.T) {
 	if s := mon.status(gpus[1].UUID); s.Healthy {
 		t.Fatal("an XID is not sticky")
 	}
+}
+
+// simCtl runs gpuslice-sim-ctl, failing the test if it fails.
+func simCtl(t *testing.T, ctl string) func(args ...string) {
+	return func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ctl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("gpuslice-sim-ctl %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// testHealthXIDSurvivesRestart: a critical XID on a GPU that still answers
+// NVML (GPU 0) outlives the agent: a restarted agent's monitor starts with the GPU unhealthy for the same XID
+// and reason, before any event (its DRA device tainted from the first
+// slice); a record of an earlier boot (the GPUs reset since) is ignored,
+// and a corrupt one refused.
+func testHealthXIDSurvivesRestart(t *testing.T, drv *gpu.Driver, gpus []gpuset.GPU, sim func(...string)) {
+	gpus = gpus[:2] // GPU 0 and the one withdrawn by events' XID 79 (of no record here)
+	cfg := DefaultConfig(func(string) string { return "" })
+	cfg.HealthPeriod, cfg.RunDir, cfg.ProcRoot = 100*time.Millisecond, t.TempDir(), fakeProc(t, "boot-1")
+	_, mon, next := startHealthMonitor(t, cfg, drv, gpus)
+	sim("xid", gpus[0].UUID, "48")
+	if c := next("XID 48"); c.UUID != gpus[0].UUID || c.Cause != health.CauseXID || c.XID != 48 {
+		t.Fatalf("XID 48 on GPU 0: %+v", c)
+	}
+	before := mon.status(gpus[0].UUID)
+	restarted := func(cfg Config) (*healthMonitor, []health.Change, error) {
+		var changes []health.Change
+		m := newHealthMonitor(cfg, drv, gpus, func(cs []health.Change) { changes = append(changes, cs...) })
+		err := m.restore(context.Background())
+		return m, changes, err
+	}
+	again, changes, err := restarted(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.status(gpus[0].UUID); got != before || len(changes) != 1 || changes[0] != before {
+		t.Fatalf("after a restart GPU 0 is %+v (changes %+v), want %+v", got, changes, before)
+	}
+	if h := taintHealth(again.status(gpus[0].UUID)); h.Healthy || h.Reason != "xid-48" {
+		t.Errorf("the restarted agent's DRA taint health: %+v, want unhealthy xid-48", h)
+	}
+	if !again.status(gpus[1].UUID).Healthy {
+		t.Error("GPU 1 has no XID in this record and is unhealthy after the restart")
+	}
+	// GPU 0 withheld at a restart (lost, say): its XID stays in the record
+	// when another GPU's is added.
+	var withheld []health.Change
+	one := newHealthMonitor(cfg, drv, gpus[1:], func(cs []health.Change) { withheld = append(withheld, cs...) })
+	if err := one.restore(context.Background()); err != nil || len(withheld) != 0 {
+		t.Fatalf("restore without GPU 0: %v, changes %+v", err, withheld)
+	}
+	one.apply(context.Background(), func(tr *health.Tracker) []health.Change { return tr.XID(gpus[1].UUID, 62, time.Now()) })
+	rec, _, err := xidrecord.Load(filepath.Join(cfg.RunDir, xidrecord.FileName), "boot-1")
+	if err != nil || rec[gpus[0].UUID].XID != 48 || rec[gpus[1].UUID].XID != 62 {
+		t.Fatalf("record after an XID beside a withheld GPU: %+v, %v", rec, err)
+	}
+	cfg.ProcRoot = fakeProc(t, "boot-2")
+	if rebooted, _, err := restarted(cfg); err != nil || !rebooted.status(gpus[0].UUID).Healthy {
+		t.Fatalf("a record of an earlier boot: %v, GPU 0 %+v", err, rebooted.status(gpus[0].UUID))
+	}
+	path := filepath.Join(cfg.RunDir, xidrecord.FileName)
+	if err := os.WriteFile(path, []byte(`{"version":"v1","checksum":"00","data":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := restarted(cfg); !errors.Is(err, xidrecord.ErrCorrupt) {
+		t.Fatalf("a corrupt record: %v, want ErrCorrupt", err)
+	}
+}
+
+// fakeProc is a /proc with only the boot ID.
+func fakeProc(t *testing.T, bootID string) string {
+	t.Helper()
+	proc := t.TempDir()
+	dir := filepath.Join(proc, "sys", "kernel", "random")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "boot_id"), []byte(bootID+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return proc
 }
 
 // openSimGPUs opens the simulated driver of bin/sim with n GPUs of a state
@@ -100,6 +190,10 @@ func startHealthMonitor(t *testing.T, cfg Config, drv *gpu.Driver, gpus []gpuset
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := mon.restore(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- mon.run(ctx) }()
 	t.Cleanup(func() {

@@ -90,6 +90,42 @@ func trackerCases() []trackerCase {
 				map[string]string{"a": "waiting for NVML events failed", "b": "registration"}, nil},
 			{"wait ok", func(t *Tracker) []Change { return t.Wait(nil) }, []string{"a"}, map[string]string{"a": "", "b": "registration"}, nil},
 		}},
+		{"restored XIDs", []uint64{94}, []step{
+			{"skipped now", func(t *Tracker) []Change { return t.Restore("a", 94, "XID 94 at then") }, nil, map[string]string{"a": ""}, nil},
+			{"application", func(t *Tracker) []Change { return t.Restore("a", 13, "") }, nil, map[string]string{"a": ""}, nil},
+			{"not ours", func(t *Tracker) []Change { return t.Restore("zz", 48, "") }, nil, map[string]string{"a": "", "b": ""}, nil},
+			{"xid 48", func(t *Tracker) []Change { return t.Restore("b", 48, "XID 48 (double-bit ECC error) at then") }, []string{"b"},
+				map[string]string{"a": "", "b": "XID 48 (double-bit ECC error) at then"}, map[string]Cause{"b": CauseXID}},
+			{"answers", func(t *Tracker) []Change { return t.Query("b", nil) }, nil, map[string]string{"b": "XID 48"}, nil},
+			{"first stays", func(t *Tracker) []Change { return t.Restore("b", 79, "") }, nil, map[string]string{"b": "XID 48"}, nil},
+			{"no reason", func(t *Tracker) []Change { return t.Restore("a", 62, "") }, []string{"a"}, map[string]string{"a": "XID 62 (internal"}, nil},
+		}},
+	}
+}
+
+// XIDs hands a restarted agent exactly what Restore takes back: the same
+// statuses, the other causes left out.
+func TestTrackerXIDsRoundTrip(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tr := NewTracker([]string{"a", "b", "c"}, nil)
+	tr.XID("c", 79, at)
+	tr.XID("a", 48, at)
+	tr.Query("b", errors.New("GPU is lost"))
+	got := tr.XIDs()
+	if len(got) != 2 || got[0].UUID != "a" || got[0].XID != 48 || got[1].UUID != "c" || got[1].XID != 79 {
+		t.Fatalf("XIDs = %+v, want a (48) and c (79)", got)
+	}
+	again := NewTracker([]string{"a", "b", "c"}, nil)
+	for _, s := range got {
+		again.Restore(s.UUID, s.XID, s.Reason)
+	}
+	for _, u := range []string{"a", "c"} {
+		if again.Status(u) != tr.Status(u) {
+			t.Errorf("%s restored as %+v, was %+v", u, again.Status(u), tr.Status(u))
+		}
+	}
+	if !again.Status("b").Healthy {
+		t.Error("a failing query was carried over: it is re-checked, not remembered")
 	}
 }
 

@@ -10,8 +10,9 @@ type Cause string
 
 // Causes, in the order a GPU's reason names them.
 const (
-	// CauseXID: a critical XID; the GPU stays unhealthy until the agent
-	// restarts (it needs a reset or a reboot), as NVIDIA's device plugin does.
+	// CauseXID: a critical XID; the GPU stays unhealthy until it is reset
+	// (a reboot, or an operator clearing the agent's XID record: XIDs and
+	// Restore carry it across agent restarts).
 	CauseXID Cause = "xid"
 	// CauseQuery: NVML fails to measure the GPU; healthy again once a
 	// query succeeds.
@@ -169,4 +170,34 @@ func (t *Tracker) Wait(err error) []Change {
 		reason = "waiting for NVML events failed: " + err.Error()
 	}
 	return t.update(nil, func(g *gpuState) { g.wait = reason })
+}
+
+// XIDs returns the GPUs unhealthy by a critical XID (Cause CauseXID, the
+// XID and its reason), in the order given to NewTracker: what an agent
+// restart must not forget.
+func (t *Tracker) XIDs() []Status {
+	var out []Status
+	for _, u := range t.order {
+		if g := t.gpus[u]; g.xid != "" {
+			out = append(out, Status{UUID: u, Cause: CauseXID, Reason: g.xid, XID: g.xidNum})
+		}
+	}
+	return out
+}
+
+// Restore marks a GPU unhealthy by an XID seen before (by an earlier run
+// of the agent), as XID would have; an unknown GPU, an XID not critical now
+// or a GPU with an XID already changes nothing.
+func (t *Tracker) Restore(uuid string, xid uint64, reason string) []Change {
+	if _, ok := t.gpus[uuid]; !ok || !Critical(xid, t.skip) {
+		return nil
+	}
+	if reason == "" {
+		reason = Describe(xid)
+	}
+	return t.update([]string{uuid}, func(g *gpuState) {
+		if g.xid == "" {
+			g.xid, g.xidNum = reason, xid
+		}
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/internal/dra/taints"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	drav1 "github.com/gpuslice/gpuslice/pkg/apis/dra/v1alpha1"
@@ -159,8 +160,12 @@ func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 // or the kubelet reports the failed Prepare; then the agent comes back, the
 // pod runs (without a container restart if it ran already), and every claim
 // is prepared once: one group, CDI spec and checkpoint entry per claim, the
-// container holding its memory limit.
+// container holding its memory limit. Before that, XID 48 on gpu-0 (full,
+// still answering NVML): the restarted agent cannot see that XID again, and
+// keeps its taint from the XID record (internal/health/xidrecord).
 func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResult) {
+	n.simCtl("xid", n.gpus[0].UUID, "48")
+	n.waitSlice(bounded(ctx), "gpu-0 tainted xid-48", func(devs []resourceapi.Device) bool { return hasXID48(devs) })
 	before := n.cdiSpecs()
 	n.claimTemplate(ctx, "r10", 10, 1<<30, 2, "")
 	p := n.createPod(ctx, draPod("restart", "r10", "/bin/busybox", "sleep", "3600"))
@@ -189,8 +194,8 @@ func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResul
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
 	// The lost GPU does not come back with the agent: it is withdrawn from
 	// the ResourceSlice, so the next test's plain pod cannot get it.
-	n.waitSlice(bounded(ctx), "withdrew the lost gpu-1", func(devs []resourceapi.Device) bool {
-		return len(devs) == numGPUs-1 && !slices.ContainsFunc(devs, func(d resourceapi.Device) bool { return d.Name == "gpu-1" })
+	n.waitSlice(bounded(ctx), "withdrew the lost gpu-1, gpu-0 still tainted xid-48", func(devs []resourceapi.Device) bool {
+		return len(devs) == numGPUs-1 && !slices.ContainsFunc(devs, func(d resourceapi.Device) bool { return d.Name == "gpu-1" }) && hasXID48(devs)
 	})
 	if c := allocatedDevice(n.claimOf(ctx, p)); c != "gpu-2" {
 		t.Errorf("the claim for gpu-2 got %q", c)
@@ -200,6 +205,15 @@ func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResul
 	}
 	n.checkOnce(ctx, []string{"s25", "s75", "restart"})
 	n.checkMemory(p, 1<<30, r)
+}
+
+// hasXID48 tells whether gpu-0 carries the NoSchedule taint of XID 48.
+func hasXID48(devs []resourceapi.Device) bool {
+	return slices.ContainsFunc(devs, func(d resourceapi.Device) bool {
+		return d.Name == "gpu-0" && slices.ContainsFunc(d.Taints, func(tn resourceapi.DeviceTaint) bool {
+			return tn.Key == taints.KeyUnhealthy && tn.Value == "xid-48" && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule
+		})
+	})
 }
 
 // containerID is the pod's first container's ID ("" before it started).

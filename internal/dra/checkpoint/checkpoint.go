@@ -2,24 +2,18 @@
 // checkpoint: the claims prepared on this node, so that an agent restart
 // neither loses a prepared claim (Unprepare still finds its group and CDI
 // spec) nor prepares one twice. The file is versioned and checksummed
-// (SHA-256 of the data as stored) and replaced atomically; a file that does
+// (SHA-256 of the data as stored, internal/statefile) and replaced atomically; a file that does
 // not check out is refused (ErrCorrupt), never half read. The driver is its
 // one writer.
 package checkpoint
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 
-	sigsjson "sigs.k8s.io/json"
+	"github.com/gpuslice/gpuslice/internal/statefile"
 )
 
 // Version is the layout written; Versions are those read.
@@ -62,67 +56,29 @@ type Data struct {
 	Claims map[string]Claim `json:"claims"`
 }
 
-type envelope struct {
-	Version  string          `json:"version"`
-	Checksum string          `json:"checksum"`
-	Data     json.RawMessage `json:"data"`
-}
-
-func sum(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
 // Encode renders d as a checkpoint file.
 func Encode(d Data) ([]byte, error) {
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{}
 	}
-	raw, err := json.Marshal(d)
+	b, err := statefile.Encode(Version, d)
 	if err != nil {
 		return nil, fmt.Errorf("DRA checkpoint: %w", err)
 	}
-	return json.Marshal(envelope{Version: Version, Checksum: sum(raw), Data: raw})
+	return b, nil
 }
 
 // Decode reads a checkpoint file: a known version, a matching checksum,
 // strict JSON.
 func Decode(b []byte) (Data, error) {
-	var e envelope
-	if len(b) > MaxBytes {
-		return Data{}, fmt.Errorf("%w: %d bytes, limit %d", ErrCorrupt, len(b), MaxBytes)
-	}
-	if err := strict(b, &e); err != nil {
-		return Data{}, err
-	}
-	if !slices.Contains(Versions(), e.Version) {
-		return Data{}, fmt.Errorf("%w: version %q, this agent reads %v", ErrCorrupt, e.Version, Versions())
-	}
-	// The checksum is over the data exactly as stored (compacted, in case a
-	// person reformatted the file).
-	var c bytes.Buffer
-	if err := json.Compact(&c, e.Data); err != nil || sum(c.Bytes()) != e.Checksum {
-		return Data{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
 	var d Data
-	if err := strict(e.Data, &d); err != nil {
-		return Data{}, err
+	if _, err := statefile.Decode(b, Versions(), MaxBytes, &d); err != nil {
+		return Data{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{}
 	}
 	return d, nil
-}
-
-func strict(b []byte, into any) error {
-	errs, err := sigsjson.UnmarshalStrict(b, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrCorrupt, errors.Join(errs...))
-	}
-	return nil
 }
 
 // Load reads the checkpoint at path; a missing file is an empty checkpoint.
@@ -141,33 +97,15 @@ func Load(path string) (Data, error) {
 	return d, nil
 }
 
-// Save replaces the checkpoint at path atomically (write, fsync, rename,
-// fsync the directory): a crash leaves the old file or the new one.
+// Save replaces the checkpoint at path atomically (statefile.Write): a
+// crash leaves the old file or the new one.
 func Save(path string, d Data) error {
 	b, err := Encode(d)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := statefile.Write(path, b); err != nil {
 		return fmt.Errorf("DRA checkpoint: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("DRA checkpoint: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	if err := errors.Join(werr, tmp.Sync(), tmp.Close()); err != nil {
-		return errors.Join(fmt.Errorf("DRA checkpoint: %w", err), os.Remove(tmp.Name()))
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return errors.Join(fmt.Errorf("DRA checkpoint: %w", err), os.Remove(tmp.Name()))
-	}
-	if d, err := os.Open(dir); err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-		if err != nil {
-			return fmt.Errorf("DRA checkpoint: sync %s: %w", dir, err)
-		}
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func TestCorruption(t *testing.T) {
 	if bytes.Equal(flip, good) {
 		t.Fatal("sample lacks the units field")
 	}
-	var e envelope
+	var e struct{ Checksum string }
 	_ = json.Unmarshal(good, &e)
 	for name, b := range map[string][]byte{
 		"data changed":  flip,
