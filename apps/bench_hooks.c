@@ -9,11 +9,15 @@
  *    only the launch call is timed, not the GPU draining the queue;
  *  - cuMemAlloc_v2 + cuMemFree_v2 pairs;
  *  - a launch-bound workload (bench_work.c), whole runs alternating: its
- *    throughput through the hooks over direct.
+ *    throughput through the hooks over direct;
+ *  - the shortest kernels back to back on one stream (bench_work.c), whole runs
+ *    alternating: their throughput through the hooks over direct.
+ * cuLaunchKernel is also reported per 1,024 launches (4 batches in a row), so
+ * that work the gate does every few hundred launches counts in the median.
  *
  *   gs-bench-hooks LIBGPUSLICE_SO [ROUNDS [WORK_ROUNDS]]
  * The memory limit is active during the run (GPUSLICE_MEMORY_LIMIT, default 8 GiB).
- * The last line: "launch x<r> alloc+free x<r> launch-bound throughput x<r>".
+ * The last line: "launch x<r> alloc+free x<r> launch-bound throughput x<r> shortest-kernel stream x<r>".
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -27,6 +31,7 @@
 
 #define BATCH 256
 #define BEHIND_US 1000ull /* each launch batch queues behind a kernel this long */
+#define GROUP 4           /* batches summed for the per-1,024-launches figure */
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
@@ -87,6 +92,21 @@ static int one_round(const struct cuapi *api, struct variant *v, CUfunction fn, 
 	return 0;
 }
 
+/* The launch figures of GROUP batches in a row (ns per call), per variant, in
+ * out (before report sorts them); returns how many. */
+static int group_batches(struct variant vs[2], double *out[2], int rounds)
+{
+	int n = rounds / GROUP;
+	for (int i = 0; i < 2; i++)
+		for (int g = 0; g < n; g++) {
+			double sum = 0;
+			for (int k = 0; k < GROUP; k++)
+				sum += vs[i].launch_ns[g * GROUP + k];
+			out[i][g] = sum / GROUP;
+		}
+	return n;
+}
+
 /* Prints median and p99 of both; returns the ratio of the medians. */
 static double report(const char *what, double *direct, double *hooked, int n)
 {
@@ -145,7 +165,7 @@ static int run_calls(const struct cuapi *api, struct variant vs[2], CUfunction f
 /* Runs the launch-bound workload through both variants, alternating which
  * goes first; wt[i][r] is variant i's time in round r. */
 static int run_work(const struct cuapi *api, struct variant vs[2], void *cuda, CUfunction fn, double *wt[2],
-		    int wrounds)
+		    double *st[2], int wrounds)
 {
 	struct work work;
 
@@ -163,12 +183,22 @@ static int run_work(const struct cuapi *api, struct variant vs[2], void *cuda, C
 			}
 			wt[i][r] = t;
 		}
+	for (int r = 0; r < wrounds; r++)
+		for (int k = 0; k < 2; k++) {
+			int i = (r + k) % 2;
+			double t = work_short_run(&work, &vs[i].w);
+			if (t < 0) {
+				fprintf(stderr, "gs-bench-hooks: the shortest-kernel stream failed in round %d\n", r);
+				return -1;
+			}
+			st[i][r] = t;
+		}
 	return 0;
 }
 
-/* Prints the workload's median times; returns the median of the rounds'
+/* Prints a workload's median times; returns the median of the rounds'
  * throughput ratios (the two runs of a round saw the same load), or -1. */
-static double report_work(double *wt[2], int wrounds)
+static double report_work(const char *what, double *wt[2], int wrounds)
 {
 	double *ratio = malloc((size_t)wrounds * sizeof(double));
 	if (ratio == NULL)
@@ -178,9 +208,9 @@ static double report_work(double *wt[2], int wrounds)
 	double through = bench_quantile(ratio, wrounds, 0.5);
 	free(ratio);
 	double wd = bench_quantile(wt[0], wrounds, 0.5), wh = bench_quantile(wt[1], wrounds, 0.5);
-	printf("launch-bound workload (%s): %d runs each, median %.2f ms direct, %.2f ms hooked; median "
+	printf("%s: %d runs each, median %.2f ms direct, %.2f ms hooked; median "
 	       "throughput ratio (direct time / hooked time, per round) %.3f\n",
-	       WORK_DESCRIPTION, wrounds, wd / 1e6, wh / 1e6, through);
+	       what, wrounds, wd / 1e6, wh / 1e6, through);
 	return through;
 }
 
@@ -198,7 +228,7 @@ int main(int argc, char **argv)
 	default_env();
 	if (open_driver(&api, &fn, argv[1], &cuda, &hooks) != 0)
 		return 1;
-	double *buf = calloc((size_t)rounds * 4 + (size_t)wrounds * 2, sizeof(double));
+	double *buf = calloc((size_t)rounds * 6 + (size_t)wrounds * 4, sizeof(double));
 	if (!buf)
 		return 1;
 	struct variant vs[2] = {
@@ -211,18 +241,25 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	double *wt[2] = {buf + 4 * rounds, buf + 4 * rounds + wrounds};
-	if (run_calls(&api, vs, fn, rounds) != 0 || run_work(&api, vs, cuda, fn, wt, wrounds) != 0)
+	double *st[2] = {buf + 4 * rounds + 2 * wrounds, buf + 4 * rounds + 3 * wrounds};
+	double *grouped[2] = {buf + 4 * rounds + 4 * wrounds, buf + 5 * rounds + 4 * wrounds};
+	if (run_calls(&api, vs, fn, rounds) != 0 || run_work(&api, vs, cuda, fn, wt, st, wrounds) != 0)
 		return 1;
-	double launch = 0, alloc = 0, through = 0;
+	double launch = 0, alloc = 0, through = 0, shortest = 0;
 	if (rounds > 0) {
+		int groups = group_batches(vs, grouped, rounds);
 		printf("gs-bench-hooks: %d rounds x %d calls, median and p99 ns per call (over rounds), direct vs through %s\n",
 		       rounds, BATCH, argv[1]);
 		launch = report("cuLaunchKernel", vs[0].launch_ns, vs[1].launch_ns, rounds);
+		report("cuLaunchKernel per 1,024", grouped[0], grouped[1], groups);
 		alloc = report("cuMemAlloc_v2+cuMemFree_v2", vs[0].alloc_ns, vs[1].alloc_ns, rounds);
 	}
-	if (wrounds > 0 && (through = report_work(wt, wrounds)) < 0)
+	if (wrounds > 0 &&
+	    ((through = report_work("launch-bound workload (" WORK_DESCRIPTION ")", wt, wrounds)) < 0 ||
+	     (shortest = report_work("shortest-kernel stream (" SHORT_DESCRIPTION ")", st, wrounds)) < 0))
 		return 1;
-	printf("launch x%.2f alloc+free x%.2f launch-bound throughput x%.2f\n", launch, alloc, through);
+	printf("launch x%.2f alloc+free x%.2f launch-bound throughput x%.2f shortest-kernel stream x%.2f\n", launch,
+	       alloc, through, shortest);
 	unlink(getenv("GPUSLICE_GROUP_FILE"));
 	free(buf);
 	return 0;

@@ -4,7 +4,7 @@
 # queue (GPUSLICE_GATE_QUEUE_US=0), the count bound (GPUSLICE_GATE_DEPTH=4) and the default gate (the queue
 # bounded by time). Per-call costs are taken under a daemon with 1 s slices, so that a timed batch rarely
 # contains a hand-over (the hand-overs' cost is in the workload and in make bench-node); the launch-bound
-# workload runs under a daemon with the default 10 ms slices, alone on the GPU.
+# workload and the shortest-kernel stream run under a daemon with the default 10 ms slices, alone on the GPU.
 # The last line sums up the default gate.
 #   bench_hooks.sh BIN_DIR [ROUNDS [WORK_ROUNDS]]
 set -euo pipefail
@@ -49,7 +49,7 @@ for state in "unbounded queue (GPUSLICE_GATE_QUEUE_US=0):GPUSLICE_GATE_QUEUE_US=
 	read -r _ launch _ alloc _ _ _ <<<"$(tail -n 1 "$tmp/out")"
 	run "grant held (10 ms slices), $title: launch-bound workload alone on the GPU" 0 "$wrounds" \
 		GPUSLICE_NODE_SOCKET="$tmp/std.sock" "${state#*:}"
-	read -r _ _ _ _ _ _ through <<<"$(tail -n 1 "$tmp/out")"
+	read -r _ _ _ _ _ _ through _ _ shortest <<<"$(tail -n 1 "$tmp/out")"
 done
 
 # gpuslice run start-up: the wall time of `gpuslice run -- true` over `true`, medians of 15, with the
@@ -84,4 +84,4 @@ for f in "$tmp"/warm/status.json "$tmp"/fresh-*/status.json; do
 	[ -n "$p" ] && kill "$p" 2>/dev/null || true
 done
 echo "gpuslice run start-up (true: $((base / 1000)).$(((base % 1000) / 100)) ms): $(((warm - base) / 1000)).$((((warm - base) % 1000) / 100)) ms added with the daemon running, $(((cold - base) / 1000)).$((((cold - base) % 1000) / 100)) ms when it starts one"
-echo "launch $launch (default gate, grant held), launch-bound throughput $through, alloc+free $alloc"
+echo "launch $launch (default gate, grant held), launch-bound throughput $through, alloc+free $alloc, shortest-kernel stream $shortest"

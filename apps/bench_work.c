@@ -77,3 +77,15 @@ double work_run(const struct work *w, const struct work_fns *f, const struct cua
 		return -1;
 	return bench_now_ns() - t0;
 }
+
+double work_short_run(const struct work *w, const struct work_fns *f)
+{
+	double t0 = bench_now_ns();
+
+	for (int i = 0; i < SHORT_LAUNCHES; i++)
+		if (kernel(f->launch, w->fn, w->s[0], 0) != CUDA_SUCCESS)
+			return -1;
+	if (w->stream_sync(w->s[0]) != CUDA_SUCCESS)
+		return -1;
+	return bench_now_ns() - t0;
+}

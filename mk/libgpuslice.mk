@@ -6,8 +6,9 @@ LIB_DEPS := $(LIB_SRCS) $(wildcard $(LIB_DIR)/src/*.h $(LIB_DIR)/src/*.def $(LIB
 LIB_MAP := $(BUILD)/libgpuslice/exports.map
 # -foptimize-sibling-calls: dlsym/dlvsym pass through as tail calls (also at -O1). -flto: the allocation
 # hooks' path crosses several files (group, accounting, pointer table); inlined across them it costs ~12 ns
-# less per cuMemAlloc+cuMemFree pair (make bench-hooks).
-LIB_CFLAGS = -I$(LIB_DIR)/include -foptimize-sibling-calls -flto=auto
+# less per cuMemAlloc+cuMemFree pair (make bench-hooks). -fno-crossjumping: each gate state of a launch hook
+# keeps its own tail call (hooks_launch.c; ~3 ns per held launch, make bench-gate-cost).
+LIB_CFLAGS = -I$(LIB_DIR)/include -foptimize-sibling-calls -fno-crossjumping -flto=auto
 LIB_LDFLAGS = -flto=auto -shared -Wl,-Bsymbolic -Wl,--version-script=$(LIB_MAP) -Wl,-z,now -Wl,-z,relro \
 	-Wl,--no-undefined -ldl -lpthread
 LIB_ASAN := $(BUILD)/asan/libgpuslice.so

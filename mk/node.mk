@@ -74,6 +74,14 @@ bench-elastic: all
 	  test $$rc -eq 0 || { grep -v '^I[0-9]' $(BUILD)/bench-elastic.log | tail -30; exit 1; }; \
 	  grep '^elastic: ' $(BUILD)/bench-elastic.log
 
+.PHONY: bench-gate-cost
+# The launch gate's cost with the grant held (issue 26): libgpuslice of GATE_BASE (built from git) and of this
+# tree side by side in one run, GATE_RUNS times (hack/bench-gate-cost.sh; figures in docs/benchmarks.md).
+GATE_BASE ?= 1a13bb3
+GATE_RUNS ?= 3
+bench-gate-cost:
+	hack/bench-gate-cost.sh $(GATE_BASE) $(GATE_RUNS)
+
 .PHONY: bench-compare
 # make bench-hooks and bench-node's grant round trips of BENCH_BASE (built from git, as test-upgrade does) and
 # of this tree side by side in one run (hack/bench-compare.sh; figures in docs/benchmarks.md).

@@ -14,7 +14,8 @@
  * launch may go while that stays within the time left in the grant plus the
  * bound (GPUSLICE_GATE_QUEUE_US, default 10 % of the slice); otherwise the
  * launcher waits for the oldest marker. The next check comes after as many
- * launches as the remaining room allows (at most GS_GATE_CHECK_EVERY); markers
+ * launches as the remaining room allows (at most GS_GATE_CHECK_EVERY, or up to
+ * GS_GATE_CHECK_MAX while those hold under a quarter of the bound); markers
  * come every 64 launches, or sooner when those hold a quarter of the bound. So the
  * queue is deep early in a slice and drained to the bound at its end.
  *
@@ -186,13 +187,28 @@ static void wait_oldest_locked(void)
 	pthread_mutex_lock(&q.mu);
 }
 
-/* Bounds the queue for a launch (the n-th) on stream; returns the launches the
- * next check may wait, or 0 when the grant ended meanwhile. */
-static unsigned bound_locked(CUstream stream, unsigned n)
+/* The launches to the next check: as many as the room left allows at the
+ * measured rate, at most GS_GATE_CHECK_EVERY, or up to GS_GATE_CHECK_MAX while
+ * those hold less than a quarter of the bound (the rule markers follow): a
+ * check costs 1-2 us when its cache lines went cold, ~8 ns a launch at 256 with
+ * the simulator's ~50 ns launches. */
+static unsigned next_check(uint64_t queued, uint64_t room, uint64_t quarter)
+{
+	uint64_t left = queued < room ? (room - queued) / q.launch_ns : 0;
+	uint64_t most = quarter / q.launch_ns;
+	most = most < GS_GATE_CHECK_EVERY ? GS_GATE_CHECK_EVERY : most > GS_GATE_CHECK_MAX ? GS_GATE_CHECK_MAX : most;
+	return left < 1 ? 1 : left > most ? (unsigned)most : (unsigned)left;
+}
+
+/* Bounds the queue for a launch (the n-th) on stream, at now; returns the
+ * launches the next check may wait, or 0 when the grant ended meanwhile. */
+static unsigned bound_locked(CUstream stream, unsigned n, uint64_t now)
 {
 	gs_fn_cuEventRecord record = GS_REAL(cuEventRecord);
-	for (;;) {
-		uint64_t now = gs_gate_now(), end = atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed);
+	for (int waited = 0;; waited = 1) {
+		if (waited)
+			now = gs_gate_now();
+		uint64_t end = atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed);
 		if (now >= end || atomic_load_explicit(&gs_gate_fast.state, memory_order_relaxed) != GS_GATE_HELD)
 			return 0;
 		poll_marks_locked();
@@ -220,8 +236,7 @@ static unsigned bound_locked(CUstream stream, unsigned n)
 				q.head++;
 			}
 		}
-		uint64_t left = queued < room ? (room - queued) / q.launch_ns : 0;
-		return left < 1 ? 1 : left > GS_GATE_CHECK_EVERY ? GS_GATE_CHECK_EVERY : (unsigned)left;
+		return next_check(queued, room, quarter);
 	}
 }
 
@@ -241,7 +256,7 @@ GS_HIDDEN CUresult gs_gate_check(CUstream stream, unsigned n)
 		if (!q.broken && q.ctx == NULL && marks_init_locked(cur) != 0)
 			q.broken = 1;
 		if (!q.broken && q.ctx == cur)
-			next = bound_locked(stream, n);
+			next = bound_locked(stream, n, now);
 		pthread_mutex_unlock(&q.mu);
 		if (next == 0) {
 			errno = saved;
