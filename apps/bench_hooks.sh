@@ -11,25 +11,8 @@ set -euo pipefail
 bin=$(cd "$1" && pwd)
 rounds=${2:-2000}
 wrounds=${3:-31}
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-export GPUSLICE_SIM_STATE=$tmp/sim.state
-
-daemon() { # name, flags...
-	local name=$1
-	shift
-	"$bin/gpuslice" node --socket "$tmp/$name.sock" --run-dir "$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 500); do [ -S "$tmp/$name.sock" ] && return 0; sleep 0.01; done
-	echo "bench-hooks: the node daemon did not start:"
-	cat "$tmp/$name.log"
-	exit 1
-}
+# shellcheck source=apps/bench_daemons.sh
+. "$(dirname "$0")/bench_daemons.sh"
 
 run() { # title, rounds, work rounds, env...
 	local title=$1 r=$2 w=$3

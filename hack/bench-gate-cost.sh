@@ -16,24 +16,9 @@ if [ ! -f "$old/bin/libgpuslice.so" ]; then
 fi
 make -s bin/gpuslice bin/libgpuslice.so bin/gs-bench-hooks bin/sim/libcuda.so.1 bin/sim/libnvidia-ml.so.1 >/dev/null
 bin=$new/bin
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-export GPUSLICE_SIM_STATE=$tmp/sim.state LD_LIBRARY_PATH=$bin/sim
-daemon() { # name, flags...
-	local name=$1
-	shift
-	"$bin/gpuslice" node --socket "$tmp/$name.sock" --run-dir "$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 500); do [ -S "$tmp/$name.sock" ] && return 0; sleep 0.01; done
-	echo "bench-gate-cost: the node daemon did not start:"
-	cat "$tmp/$name.log"
-	exit 1
-}
+# shellcheck source=apps/bench_daemons.sh
+. apps/bench_daemons.sh
+export LD_LIBRARY_PATH=$bin/sim
 daemon long --default-slice 1s
 daemon std
 echo "bench-gate-cost: old=$base new=$(git rev-parse --short HEAD)$(git diff --quiet || echo +dirty), $runs runs, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -247,7 +247,9 @@ GS_HIDDEN CUresult gs_gate_check(CUstream stream, unsigned n)
 	uint64_t now = gs_gate_now();
 	if (now >= atomic_load_explicit(&gs_gate_fast.end, memory_order_relaxed))
 		return gs_gate_slow(stream);
-	unsigned next = GS_GATE_CHECK_EVERY;
+	/* Unbounded (GPUSLICE_GATE_QUEUE_US=0): a check only reads the clock for the
+	 * grant's end, which the gate thread also ends. */
+	unsigned next = c->queue_ns == 0 ? GS_GATE_CHECK_MAX : GS_GATE_CHECK_EVERY;
 	gs_fn_cuCtxGetCurrent getcur = GS_REAL(cuCtxGetCurrent);
 	CUcontext cur = NULL;
 	if (c->queue_ns != 0 && getcur != NULL && GS_REAL(cuEventRecord) != NULL && GS_REAL(cuEventQuery) != NULL &&
