@@ -101,7 +101,7 @@ func (b *backend) Prepare(ctx context.Context, c deviceplugin.Candidate, gpus ma
 	// Ungated (MPS clients): said in the group's directory, which the
 	// container sees read-only; its GPUSLICE_GATE is not what the library reads.
 	o := groupmgr.CreateOptions{Container: true, GateOff: r.Envs["GPUSLICE_GATE"] == "off"}
-	if err := b.groups.Create(ctx, name, groupmgr.Resources{Settings: s}, o); err != nil {
+	if err := b.groups.Create(ctx, name, groupmgr.Resources{Settings: s, GPUs: gpuIDs(c.GPUs)}, o); err != nil {
 		return nil, err
 	}
 	return r, nil

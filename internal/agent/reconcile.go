@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,8 +207,12 @@ func (r *reconciler) syncPod(ctx context.Context, key string) error {
 		}
 		var idx []int32
 		var changed bool
+		var gpus []api.GPUAssignment
 		if err == nil {
-			idx, changed, err = r.applyContainer(ctx, pod.UID, cid, c, want[cs.Name])
+			gpus, err = r.containerGPUs(pod, cs.Name, want[cs.Name])
+		}
+		if err == nil {
+			idx, changed, err = r.applyContainer(ctx, pod.UID, cid, c, gpus)
 		}
 		anyChanged = anyChanged || changed
 		if errors.Is(err, ErrNoContainer) {
@@ -242,6 +247,35 @@ func (r *reconciler) bindContainer(ctx context.Context, pod *corev1.Pod, name st
 		return err
 	}
 	return bindGroup(ctx, r.tree, g, p)
+}
+
+// containerGPUs is what container name of pod is given of its assignment's
+// GPUs (assigned): where Allocate made the container a group, the GPUs that
+// group holds (the groups manager's Resources.GPUs, which applySettings sets
+// from the assignment through the one Set path, once the time-slice daemon has
+// applied the group's settings for them): a GPU is hot-added once the group
+// holds it, hot-removed once the assignment or the group drops it. A container
+// without a group, or a group made before its GPUs were kept (no gpus file),
+// is given the assignment's.
+func (r *reconciler) containerGPUs(pod *corev1.Pod, name string, assigned []api.GPUAssignment) ([]api.GPUAssignment, error) {
+	g := deviceplugin.GroupName(deviceplugin.Candidate{Name: pod.Name, Container: name, UID: pod.UID})
+	if !r.tree.Exists(g) {
+		return assigned, nil
+	}
+	res, err := r.groups.Get(g)
+	if err != nil {
+		return nil, err
+	}
+	if res.GPUs == nil {
+		return assigned, nil
+	}
+	out := make([]api.GPUAssignment, 0, len(assigned))
+	for _, a := range assigned {
+		if slices.Contains(res.GPUs, a.UUID) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 func (r *reconciler) applyContainer(ctx context.Context, uid types.UID, cid string, c hotplug.Container, gpus []api.GPUAssignment) ([]int32, bool, error) {

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -115,19 +117,22 @@ func applySettings(ctx context.Context, groups *groupmgr.Manager, total unitsTot
 		}
 		s, err := groupSettings(pod, gpus, total)
 		if err != nil {
-			return fmt.Errorf("container %s: %w", c.Name, err)
+			// Bad settings change no setting, but the GPUs still follow the
+			// assignment (hot add and remove do not wait for a fixed annotation).
+			return errors.Join(fmt.Errorf("container %s: %w", c.Name, err), setGPUs(ctx, groups, name, gpuIDs(gpus)))
 		}
-		cur, err := tree.Read(name)
+		cur, err := groups.Get(name)
 		switch {
 		case smErr == nil:
 			s.ShareMax = shareMax
 		case err == nil: // a malformed ceiling changes nothing
 			s.ShareMax = cur.ShareMax
 		}
-		if err == nil && cur == s {
+		r := groupmgr.Resources{Settings: s, GPUs: gpuIDs(gpus)}
+		if err == nil && cur.Settings == s && slices.Equal(cur.GPUs, r.GPUs) {
 			continue
 		}
-		if err := groups.Set(ctx, name, groupmgr.Resources{Settings: s}); err != nil {
+		if err := groups.Set(ctx, name, r); err != nil {
 			return err
 		}
 		if lowered := s.MemoryMax > 0 && (cur.MemoryMax == 0 || s.MemoryMax < cur.MemoryMax); lowered && over != nil {
@@ -136,9 +141,33 @@ func applySettings(ctx context.Context, groups *groupmgr.Manager, total unitsTot
 			}
 		}
 		klog.FromContext(ctx).Info("applied group settings", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
-			"group", name, "share", s.Share, "shareMax", s.ShareMax, "priority", s.Priority.String(), "memoryMax", s.MemoryMax)
+			"group", name, "share", s.Share, "shareMax", s.ShareMax, "priority", s.Priority.String(), "memoryMax", s.MemoryMax,
+			"gpus", r.GPUs)
 	}
 	return nil
+}
+
+// setGPUs sets a group's GPUs, its settings as they are, where they differ.
+func setGPUs(ctx context.Context, groups *groupmgr.Manager, name string, gpus []string) error {
+	cur, err := groups.Get(name)
+	if err != nil {
+		return err
+	}
+	if slices.Equal(cur.GPUs, gpus) && cur.GPUs != nil {
+		return nil
+	}
+	return groups.Set(ctx, name, groupmgr.Resources{Settings: cur.Settings, GPUs: gpus})
+}
+
+// gpuIDs are the UUIDs of a container's part of an assignment, sorted as the
+// groups manager keeps a group's GPUs (Resources.GPUs).
+func gpuIDs(gpus []api.GPUAssignment) []string {
+	out := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		out = append(out, g.UUID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // groupHolds reads the bytes a group holds on its GPUs (memory.current,

@@ -43,9 +43,41 @@ var ErrBusy = errors.New("group in use")
 
 // Resources is everything a group is set to: its settings (memory.max and
 // memory.min, memory.spill, share or slice, share.max, priority; zero values
-// are the defaults).
+// are the defaults) and its GPUs.
 type Resources struct {
 	group.Settings
+	// GPUs are the UUIDs of the whole GPUs the group holds (FileGPUs): the
+	// node agent hot-adds and removes a running container's GPUs by setting
+	// its group's, and gives the container the device nodes of those. nil
+	// leaves the group's GPUs as they are (a caller that does not manage
+	// them); empty: none.
+	GPUs []string
+}
+
+// validate checks r and returns it with its GPUs sorted.
+func (r Resources) validate() (Resources, error) {
+	if err := r.Validate(); err != nil {
+		return r, err
+	}
+	if r.GPUs != nil {
+		gpus, err := normalGPUs(r.GPUs)
+		if err != nil {
+			return r, err
+		}
+		r.GPUs = gpus
+	}
+	return r, nil
+}
+
+// put writes r into the group's files: its settings, and its GPUs unless nil.
+func (m *Manager) put(name string, r Resources) error {
+	if err := m.tree.Put(name, r.Settings); err != nil {
+		return err
+	}
+	if r.GPUs == nil {
+		return nil
+	}
+	return m.tree.WriteFile(name, FileGPUs, formatGPUs(r.GPUs))
 }
 
 // Config says where the groups live.
@@ -104,10 +136,11 @@ func (m *Manager) Create(ctx context.Context, name string, r Resources, o Create
 	if err := paths.ValidateGroup(name); err != nil {
 		return fmt.Errorf("%w: %w", group.ErrInvalid, err)
 	}
-	if err := r.Validate(); err != nil {
+	r, err := r.validate()
+	if err != nil {
 		return err
 	}
-	if err := m.tree.Put(name, r.Settings); err != nil {
+	if err := m.put(name, r); err != nil {
 		return err
 	}
 	if err := m.createState(name, o); err != nil {
@@ -152,8 +185,9 @@ func createRunState(runDir, name string, adopt bool) error {
 	return nil
 }
 
-// Set changes an existing group's settings to r and waits until the daemon
-// has applied them. Invalid settings wrap group.ErrInvalid (nothing written).
+// Set changes an existing group's settings (and GPUs, unless r.GPUs is nil)
+// to r and waits until the daemon has applied them. Invalid settings wrap
+// group.ErrInvalid (nothing written).
 func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
 	if err := paths.ValidateGroup(name); err != nil {
 		return fmt.Errorf("%w: %w", group.ErrInvalid, err)
@@ -161,7 +195,11 @@ func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
 	if !m.tree.Exists(name) {
 		return fmt.Errorf("group %s: %w", name, fs.ErrNotExist)
 	}
-	if err := m.tree.Put(name, r.Settings); err != nil {
+	r, err := r.validate()
+	if err != nil {
+		return err
+	}
+	if err := m.put(name, r); err != nil {
 		return err
 	}
 	return m.apply(ctx, name, false)
@@ -178,10 +216,15 @@ func (m *Manager) Change(ctx context.Context, name string, changes []group.Chang
 	return s, m.apply(ctx, name, noWait)
 }
 
-// Get returns a group's resources as its files say.
+// Get returns a group's resources as its files say (GPUs nil: the group's
+// GPUs were never set).
 func (m *Manager) Get(name string) (Resources, error) {
 	s, err := m.tree.Read(name)
-	return Resources{Settings: s}, err
+	if err != nil {
+		return Resources{Settings: s}, err
+	}
+	gpus, err := m.readGPUs(name)
+	return Resources{Settings: s, GPUs: gpus}, err
 }
 
 // Remove deletes a group no process uses (live members would start a second

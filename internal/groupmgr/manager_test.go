@@ -73,7 +73,7 @@ func TestCreateSetAppliedByDaemon(t *testing.T) {
 		t.Fatalf("elastic group: header limit %d, want the 1 GiB guarantee", lim)
 	}
 	got, err := m.Get("run")
-	if err != nil || got != r {
+	if err != nil || got.Settings != r.Settings || got.GPUs != nil {
 		t.Fatalf("Get: %+v %v, want %+v", got, err, r)
 	}
 	if err := m.Set(ctx, "missing", r); err == nil {
@@ -85,6 +85,77 @@ func TestCreateSetAppliedByDaemon(t *testing.T) {
 	}
 	if err := m.Remove(ctx, "run"); err != nil || m.Tree().Exists("run") {
 		t.Fatalf("Remove: %v", err)
+	}
+}
+
+// A group's GPUs (hot add and remove of whole GPUs) go through the one Set
+// path: written with the settings, numbered and applied by the daemon, read
+// back sorted; nil leaves them as they are, empty removes them all; bad lists
+// write nothing.
+func TestGPUsThroughSet(t *testing.T) {
+	dir := t.TempDir()
+	startDaemon(t, dir)
+	m := New(Config{RunDir: dir})
+	ctx := context.Background()
+	s := group.Settings{MemoryMax: 1 << 30}
+	if err := m.Create(ctx, "ctr", Resources{Settings: s, GPUs: []string{"GPU-b"}}, CreateOptions{Container: true}); err != nil {
+		t.Fatal(err)
+	}
+	gpus := func() []string {
+		t.Helper()
+		r, err := m.Get("ctr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GPUs
+	}
+	if g := gpus(); !slices.Equal(g, []string{"GPU-b"}) {
+		t.Fatalf("after Create: %q", g)
+	}
+	for i, tc := range []struct {
+		set, want []string
+	}{
+		{set: []string{"GPU-c", "GPU-a", "GPU-b"}, want: []string{"GPU-a", "GPU-b", "GPU-c"}}, // hot add
+		{set: nil, want: []string{"GPU-a", "GPU-b", "GPU-c"}},                                 // not said: kept
+		{set: []string{"GPU-c"}, want: []string{"GPU-c"}},                                     // hot remove
+		{set: []string{}, want: []string{}},                                                   // all removed
+	} {
+		before, _ := m.Tree().Generation("ctr")
+		if err := m.Set(ctx, "ctr", Resources{Settings: s, GPUs: tc.set}); err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if g := gpus(); !slices.Equal(g, tc.want) || g == nil {
+			t.Fatalf("%d: GPUs %q after Set(%q), want %q", i, g, tc.set, tc.want)
+		}
+		if a, err := m.Tree().Applied("ctr"); err != nil || a != before+1 {
+			t.Fatalf("%d: applied generation %d (%v), want %d: not through the one Set path", i, a, err, before+1)
+		}
+	}
+	if err := m.Set(ctx, "ctr", Resources{Settings: s, GPUs: []string{"GPU-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{"GPU-a", "GPU-a"}, {""}, {"GPU a"}, {"GPU-a\nGPU-b"}, {strings.Repeat("x", 97)},
+		slices.Repeat([]string{"x"}, groupstate.MaxGPUs+1)} {
+		if err := m.Set(ctx, "ctr", Resources{Settings: s, GPUs: bad}); !errors.Is(err, group.ErrInvalid) {
+			t.Fatalf("GPUs %q: %v, want group.ErrInvalid", bad, err)
+		}
+		if g := gpus(); !slices.Equal(g, []string{"GPU-a"}) {
+			t.Fatalf("a bad list %q changed the GPUs to %q", bad, g)
+		}
+	}
+	// A group without the file (an older release's, or a caller that never said): nil.
+	if err := m.Create(ctx, "run", Resources{Settings: s}, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Get("run"); err != nil || r.GPUs != nil {
+		t.Fatalf("GPUs of a group never given any: %q %v, want nil", r.GPUs, err)
+	}
+	// A file written by hand that is not a list: Get says so.
+	if err := m.Tree().WriteFile("run", FileGPUs, "GPU-a\nGPU-a\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get("run"); !errors.Is(err, group.ErrInvalid) {
+		t.Fatalf("Get of a bad gpus file: %v, want group.ErrInvalid", err)
 	}
 }
 
