@@ -186,7 +186,8 @@ func createRunState(runDir, name string, adopt bool) error {
 }
 
 // Set changes an existing group's settings (and GPUs, unless r.GPUs is nil)
-// to r and waits until the daemon has applied them. Invalid settings wrap
+// to r and waits until the daemon has applied them (not when only the GPUs
+// changed: the daemon applies nothing for them). Invalid settings wrap
 // group.ErrInvalid (nothing written).
 func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
 	if err := paths.ValidateGroup(name); err != nil {
@@ -199,10 +200,14 @@ func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
 	if err != nil {
 		return err
 	}
+	cur, curErr := m.tree.Read(name)
 	if err := m.put(name, r); err != nil {
 		return err
 	}
-	return m.apply(ctx, name, false)
+	// Only the GPUs changed (hot add or remove): the daemon has nothing to
+	// apply (it keeps no GPUs), so the generation is numbered, not waited for.
+	gpusOnly := curErr == nil && cur == r.Settings && r.GPUs != nil
+	return m.apply(ctx, name, gpusOnly)
 }
 
 // Change applies setting changes ("slice=20ms") to a group, creating its

@@ -127,8 +127,18 @@ func TestGPUsThroughSet(t *testing.T) {
 		if g := gpus(); !slices.Equal(g, tc.want) || g == nil {
 			t.Fatalf("%d: GPUs %q after Set(%q), want %q", i, g, tc.set, tc.want)
 		}
-		if a, err := m.Tree().Applied("ctr"); err != nil || a != before+1 {
-			t.Fatalf("%d: applied generation %d (%v), want %d: not through the one Set path", i, a, err, before+1)
+		if g, err := m.Tree().Generation("ctr"); err != nil || g != before+1 {
+			t.Fatalf("%d: generation %d (%v), want %d: not through the one Set path", i, g, err, before+1)
+		}
+		// Only the GPUs changed: not waited for, yet the daemon acknowledges the generation.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if a, err := m.Tree().Applied("ctr"); err == nil && a == before+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				a, err := m.Tree().Applied("ctr")
+				t.Fatalf("%d: applied generation %d (%v), want %d", i, a, err, before+1)
+			}
 		}
 	}
 	if err := m.Set(ctx, "ctr", Resources{Settings: s, GPUs: []string{"GPU-a"}}); err != nil {
@@ -238,4 +248,23 @@ func deadPID(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return c.Process.Pid
+}
+
+// A Set that changes only a group's GPUs does not wait for the daemon (it has
+// nothing to apply for them); one that changes a setting does.
+func TestGPUsOnlyNotWaited(t *testing.T) {
+	dir := t.TempDir()
+	m := New(Config{RunDir: dir, Timeout: 100 * time.Millisecond})
+	ctx := context.Background()
+	s := group.Settings{MemoryMax: 1 << 30}
+	if err := m.Create(ctx, "g", Resources{Settings: s}, CreateOptions{Container: true, NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Set(ctx, "g", Resources{Settings: s, GPUs: []string{"GPU-a"}}); err != nil {
+		t.Fatalf("GPUs only, no daemon: %v", err)
+	}
+	s.MemoryMax = 2 << 30
+	if err := m.Set(ctx, "g", Resources{Settings: s, GPUs: []string{"GPU-a"}}); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("a new memory.max without a daemon: %v, want ErrNotApplied", err)
+	}
 }
