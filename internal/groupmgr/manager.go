@@ -200,14 +200,19 @@ func (m *Manager) Set(ctx context.Context, name string, r Resources) error {
 	if err != nil {
 		return err
 	}
-	cur, curErr := m.tree.Read(name)
+	// Only the GPUs changed (hot add or remove): the settings files are left
+	// as they are and the daemon has nothing to apply (it keeps no GPUs), so
+	// the generation is numbered, not waited for.
+	if cur, err := m.tree.Read(name); err == nil && cur == r.Settings && r.GPUs != nil {
+		if err := m.tree.WriteFile(name, FileGPUs, formatGPUs(r.GPUs)); err != nil {
+			return err
+		}
+		return m.apply(ctx, name, true)
+	}
 	if err := m.put(name, r); err != nil {
 		return err
 	}
-	// Only the GPUs changed (hot add or remove): the daemon has nothing to
-	// apply (it keeps no GPUs), so the generation is numbered, not waited for.
-	gpusOnly := curErr == nil && cur == r.Settings && r.GPUs != nil
-	return m.apply(ctx, name, gpusOnly)
+	return m.apply(ctx, name, false)
 }
 
 // Change applies setting changes ("slice=20ms") to a group, creating its
