@@ -31,7 +31,7 @@ verify-cheaders:
 # End-to-end tests with the launch gate built under ASan/UBSan (LD_PRELOAD of libasan first);
 # then the shares for 2, 4 and 8 tenants with the release library, alone on the machine (in
 # `go test ./...` they would share the CPUs with other packages' tests; there only 2 tenants run).
-test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM)
+test-node: $(BIN)/libgpuslice.so $(LIB_ASAN) $(NODE_SIM) $(BIN)/gs-memfill
 	$(NODE_E2E_ENV) GPUSLICE_NODE_PRELOAD="$(NODE_LIBASAN) $(abspath $(LIB_ASAN))" \
 		ASAN_OPTIONS=detect_leaks=0 $(GO) test -count=1 -run 'E2E' -skip 'E2EShares' $(TIMESLICE_E2E)
 	$(NODE_E2E_ENV) GPUSLICE_NODE_E2E_SHARES=1 $(GO) test -count=1 -v -run 'E2EShares' $(TIMESLICE_E2E) \
@@ -54,11 +54,11 @@ bench-node: $(NODE_GRANTBENCH) $(BIN)/libgpuslice.so $(BIN)/gs-bench-hooks $(NOD
 .PHONY: bench-copy-gate
 # Engine work outside kernels under the gate (issue 26 item 3): a copy-only tenant (500 us device memsets,
 # share.max 10%) beside a busy online tenant on the simulated GPU, its part of the engine with the library
-# of BENCH_BASE (default: main before copies and memsets were gated) and with this tree's, side by side.
-BENCH_BASE ?= cbe6c96
+# of COPY_GATE_BASE (default: main before copies and memsets were gated) and with this tree's, side by side.
+COPY_GATE_BASE ?= cbe6c96
 bench-copy-gate: $(BIN)/libgpuslice.so $(BIN)/gpuslice $(NODE_SIM)
 	rm -rf $(BUILD)/bench-base && mkdir -p $(BUILD)/bench-base
-	git archive $(BENCH_BASE) | tar -x -C $(BUILD)/bench-base
+	git archive $(COPY_GATE_BASE) | tar -x -C $(BUILD)/bench-base
 	$(MAKE) -s -C $(BUILD)/bench-base bin/libgpuslice.so >/dev/null
 	$(NODE_E2E_ENV) GPUSLICE_BENCH_BASE_PRELOAD=$(abspath $(BUILD)/bench-base/bin/libgpuslice.so) \
 		$(GO) test -count=1 -run '^$$' -bench 'CopyOnlyTenant' -benchtime 1x $(TIMESLICE_E2E) 2>&1 \
