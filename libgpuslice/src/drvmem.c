@@ -99,11 +99,9 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
  * longer keep uncounted. The caller is in its hook's window. */
 static int sample(const struct gs_drv_probe *p, uint64_t *drv, uint64_t *counted)
 {
-	(void)gs_quiet_hold(1);
 	gs_pool_sync();
 	int rc = measure(p, drv);
 	*counted = __atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE);
-	gs_quiet_release();
 	return rc;
 }
 
@@ -126,6 +124,10 @@ GS_HIDDEN void gs_drv_begin(CUdevice dev, struct gs_drv_probe *p)
 		p->nvml = NULL;
 	} else {
 		p->per_process = __atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE) != 0;
+		/* Held until gs_drv_end: no other thread's hook changes the count
+		 * or the driver's figure while the call is measured. */
+		(void)gs_quiet_hold(1);
+		p->held = 1;
 		if (sample(p, &p->drv, &p->counted) != 0 && (p->per_process = 0, sample(p, &p->drv, &p->counted) != 0))
 			p->nvml = NULL;
 	}
@@ -148,6 +150,8 @@ GS_HIDDEN CUresult gs_drv_end(struct gs_drv_probe *p, int ok, enum gs_kind kind,
 	int saved = errno;
 	CUresult rc = CUDA_SUCCESS;
 	uint64_t size = ok && p->nvml != NULL ? uncounted(p) : 0;
+	if (p->held)
+		gs_quiet_release();
 	if (size > 0) {
 		struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
 		rc = gs_resv_take(&r, size);

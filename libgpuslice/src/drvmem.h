@@ -8,8 +8,10 @@
  * allocation hooks counted for this process in between (another thread's
  * allocations and frees) is taken off, so nothing is counted twice; both
  * figures are read at a quiet point (quiet.h: no other thread of the process
- * between a reservation and the driver's answer), so an allocation in flight
- * is neither charged to the context nor missed. Measured calls run one at a
+ * between a reservation and the driver's answer), and the process's other
+ * memory calls are held off until the measured call returns, so only that
+ * call moves the figures: an allocation in flight is neither charged to the
+ * context nor missed. Measured calls run one at a
  * time, so two of them never see each other's memory. The device-wide
  * fallback cannot quiet other processes: there a neighbour's allocation in
  * flight can still be charged. None of this is on a hot path.
@@ -27,6 +29,7 @@ struct gs_drv_probe {
 	nvmlDevice_t nvml; /* NULL: nothing measured, the call passes uncounted */
 	int slot;
 	int per_process;  /* 1: NVML's figure for this process; 0: the device's used memory */
+	int held;         /* other threads' memory hooks held off (quiet.h) until gs_drv_end */
 	uint64_t drv;     /* the driver's figure before the call */
 	uint64_t counted; /* what this process had counted on the slot before the call */
 };

@@ -10,9 +10,10 @@
  * Every hook that makes the driver take or give back memory runs as one
  * window (GS_QUIET_WINDOW at its top; windows never nest). A measurement
  * holds new windows off and waits until no other thread is in one, for a
- * bounded time. The hot path pays two atomic additions on a process-wide
- * line; it waits only while a measurement holds, which context creation and
- * module loads do (not allocations).
+ * bounded time, and keeps holding them off until the measured call returns.
+ * The hot path pays two atomic additions on a process-wide line; it waits
+ * only while a measurement holds, which context creation and module loads do
+ * (not allocations).
  */
 #ifndef GS_QUIET_H
 #define GS_QUIET_H
