@@ -41,7 +41,7 @@ func Sum(ctx context.Context, node string, pods []corev1.Pod) map[int32]Held {
 	for i := range pods {
 		p := &pods[i]
 		raw, ok := p.Annotations[api.AnnotationAssignment]
-		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || stopped(p) {
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || Stopped(p) {
 			continue
 		}
 		a, err := api.ParseAssignment(raw)
@@ -62,9 +62,9 @@ func Sum(ctx context.Context, node string, pods []corev1.Pod) map[int32]Held {
 	return out
 }
 
-// stopped reports whether a pod being deleted has no container left that
+// Stopped reports whether a pod being deleted has no container left that
 // runs or may run: every container the spec names has a terminated status.
-func stopped(p *corev1.Pod) bool {
+func Stopped(p *corev1.Pod) bool {
 	if p.DeletionTimestamp == nil {
 		return false
 	}

@@ -30,8 +30,8 @@ func TestSMIInsideGroupShowsOnlyItsOwn(t *testing.T) {
 	gs := filepath.Join(bin, "gpuslice")
 	// memory.current is the daemon's read-back, refreshed within a second: the last value read while the
 	// member holds its memory, once it has come to what the member holds.
-	current := `for i in $(seq 30); do c=$(` + gs + ` group get smi memory.current); [ "$c" = "memory.current 629145600" ] && break; sleep 0.1; done; echo "$c"`
-	script := filepath.Join(bin, "gs-memfill") + " --max 300MiB --hold-ms 5000 >/dev/null & echo member=$!; sleep 0.7; " + current + "; " + gs + " smi; wait"
+	current := `for i in $(seq 37); do c=$(` + gs + ` group get smi memory.current); [ "$c" = "memory.current 629145600" ] && break; sleep 0.1; done; echo "$c"`
+	script := filepath.Join(bin, "gs-memfill") + " --max 300MiB --hold-ms 5000 >/dev/null & echo member=$!; " + current + "; " + gs + " smi; wait"
 	r := run(t, environ, gs, "run", "--group", "smi", "--memory", "1GiB", "--", "sh", "-c", script)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
@@ -64,7 +64,7 @@ func testPreempted(t *testing.T, ctx context.Context, n *node) {
 	if err := n.cp.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stoppedPod := n.waitPod(bounded(ctx), p.Name, "with its containers stopped", containersStopped)
+	stoppedPod := n.waitPod(bounded(ctx), p.Name, "with its containers stopped", gpunoderow.Stopped)
 	stopped := time.Now()
 	if !n.statusAfter(bounded(ctx), stopped, 2) {
 		t.Fatalf("the daemon wrote no status twice after the victim's containers stopped")
@@ -85,24 +85,6 @@ func testPreempted(t *testing.T, ctx context.Context, n *node) {
 	}
 	t.Logf("e2e preempted: containers stopped (phase %s); the next daemon status: group with %d processes, %d bytes (before %d, %d); the next row: GPU %d with all %d units free; the pod object still there",
 		stoppedPod.Status.Phase, g.Members, g.MemoryUsed, held.Members, held.MemoryUsed, gpu.Index, api.DefaultUnitsPerGPU)
-}
-
-// containersStopped: the pod is being deleted and every container of its
-// spec has a terminated status.
-func containersStopped(p *corev1.Pod) bool {
-	if p.DeletionTimestamp == nil {
-		return false
-	}
-	done := map[string]bool{}
-	for _, cs := range p.Status.ContainerStatuses {
-		done[cs.Name] = cs.State.Terminated != nil
-	}
-	for _, c := range p.Spec.Containers {
-		if !done[c.Name] {
-			return false
-		}
-	}
-	return true
 }
 
 // daemonGroup reads the time-slice daemon's status of group on GPU uuid
