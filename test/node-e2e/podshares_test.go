@@ -61,6 +61,7 @@ func TestPodShares(t *testing.T) {
 	t.Run("preempted", func(t *testing.T) { n.t = t; testPreempted(t, ctx, n) })
 	t.Run("online", func(t *testing.T) { n.t = t; testOnline(t, ctx, n) })
 	t.Run("slots", func(t *testing.T) { n.t = t; testSlots(t, ctx, n) })
+	t.Run("context", func(t *testing.T) { n.t = t; testContextMemory(t, ctx, n) }) // last: the agent is left with contexts taking memory
 	n.t = t
 	if !shared { // it has said why; no figures then
 		return
