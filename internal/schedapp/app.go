@@ -77,7 +77,8 @@ func run(ctx context.Context, cmd *cobra.Command, opts *options.Options) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("starting "+Binary, "version", version.Get(), "kubernetes", k8sversion.Get().GitVersion)
 	leader := sched.NewLeader()
-	cc, s, err := app.Setup(ctx, opts, app.WithPlugin(sched.Name, sched.Factory(leader)))
+	cc, s, err := app.Setup(ctx, opts, app.WithPlugin(sched.Name, sched.Factory(leader)),
+		app.WithPlugin(sched.QueueSortName, sched.NewQueueSort))
 	if err != nil {
 		return err
 	}

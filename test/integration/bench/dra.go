@@ -71,7 +71,7 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 		fmt.Printf("round %d: fractional / whole-GPU DRA throughput %.2f, scheduler CPU per 1,000 pods %.1f s / %.1f s\n",
 			r, f.podsPerSec/w.podsPerSec, 1000*f.cpu/float64(f.bound), 1000*w.cpu/float64(w.bound))
 	}
-	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true,
+	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true, StockQueueSort: o.stockQueueSort,
 		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, plainWorkload(frac))
 	if err != nil {
 		return "", err

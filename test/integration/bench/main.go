@@ -27,6 +27,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 2, "alternating stock/gpuslice rounds per scale (the box is noisy)")
 	flag.IntVar(&o.preemptNodes, "preempt-nodes", 1000, "scale (node count) whose cluster also runs the preemption phase (0: none)")
 	flag.IntVar(&o.preemptors, "preemptors", 200, "priority-1000 pods of the preemption phase")
+	flag.Float64Var(&o.preemptRate, "preempt-rate", 0, "preemptors created per second, evenly spaced (0: all at once, a burst from -clients creators)")
+	flag.BoolVar(&o.stockQueueSort, "stock-queue-sort", false, "gpuslice-scheduler keeps kube-scheduler's PrioritySort (figures before GPUSliceQueueSort)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
 	var draScale int
 	flag.IntVar(&draScale, "dra-nodes", 1000, "the node count at which the DRA part runs (0: none)")

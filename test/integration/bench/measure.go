@@ -205,8 +205,9 @@ func (b *boundTimes) count() int {
 	return len(b.at)
 }
 
-// watchBound starts an informer on the namespace's pods recording bindings.
-func watchBound(ctx context.Context, cp *harness.ControlPlane, ns string) (*boundTimes, error) {
+// watchBound starts an informer on the namespace's pods recording bindings
+// (and passing every event to the extra handlers).
+func watchBound(ctx context.Context, cp *harness.ControlPlane, ns string, extra ...cache.ResourceEventHandler) (*boundTimes, error) {
 	b := &boundTimes{at: map[int]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cp.Client, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Pods().Informer()
@@ -215,6 +216,11 @@ func watchBound(ctx context.Context, cp *harness.ControlPlane, ns string) (*boun
 		UpdateFunc: func(_, obj any) { b.see(obj) },
 	}); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
+	}
+	for _, h := range extra {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("pod informer: %w", err)
+		}
 	}
 	f.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {

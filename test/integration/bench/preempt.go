@@ -57,7 +57,8 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 		return res, err
 	}
 	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound in %.1fs)\n", fillers, time.Since(start).Seconds())
-	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}
+	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs,
+		StockQueueSort: o.stockQueueSort}
 	sched, err := cp.StartScheduler(ctx, o.scheduler, so.SchedulerName, so)
 	if err != nil {
 		return res, err
@@ -79,7 +80,8 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	seen, err := watchBound(ictx, cp, ns)
+	tl := newTimeline()
+	seen, err := watchBound(ictx, cp, ns, tl.handler())
 	if err != nil {
 		return res, err
 	}
@@ -90,20 +92,19 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	n := o.preemptors
 	created := make([]time.Time, n)
 	var mu sync.Mutex
-	go func() {
-		_ = parallel(o.clients, n, func(i int) error {
-			req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
-			p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, req)
-			p.Spec.PriorityClassName = pc.Name
-			prio := int32(preemptorPrio)
-			p.Spec.Priority = &prio // the harness's API server runs without the Priority admission plugin
-			mu.Lock()
-			created[i] = time.Now()
-			mu.Unlock()
-			_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-			return err
-		})
-	}()
+	create := func(i int) error {
+		req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
+		p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, req)
+		p.Spec.PriorityClassName = pc.Name
+		prio := int32(preemptorPrio)
+		p.Spec.Priority = &prio // the harness's API server runs without the Priority admission plugin
+		mu.Lock()
+		created[i] = time.Now()
+		mu.Unlock()
+		_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	go func() { _ = arrive(ctx, o.clients, n, o.preemptRate, create) }()
 	bound, err := waitBound(ctx, seen, n, sched) // fillers (f-) are not recorded
 	if err != nil {
 		return res, err
@@ -134,8 +135,16 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	if res.overcommitted > 0 {
 		return res, fmt.Errorf("after preemption: %s", strings.Join(books.Problems, "; "))
 	}
-	fmt.Printf("preemption: %d preemptors bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption)\n",
-		n, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n))
+	arrival := "at once"
+	if o.preemptRate > 0 {
+		arrival = fmt.Sprintf("at %g/s", o.preemptRate)
+	}
+	fmt.Printf("preemption: %d preemptors (%s) bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
+		n, arrival, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
+	fmt.Println(tl.split(created, bound))
+	if m := schedulerMetrics(ctx, o.extraArgs); m != "" {
+		fmt.Println(m)
+	}
 	return res, nil // the pods go with the control plane (deleting 10,000 at once overloads it)
 }
 
@@ -183,4 +192,30 @@ func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (
 		return 0, fmt.Errorf("filler pods: %w", err)
 	}
 	return len(fs), nil
+}
+
+// arrive calls create for 0..n-1: all at once from clients workers (rate
+// 0), or one every 1/rate seconds, each in its own goroutine (a slow API
+// call does not delay the next arrival).
+func arrive(ctx context.Context, clients, n int, rate float64, create func(i int) error) error {
+	if rate <= 0 {
+		return parallel(clients, n, create)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := 0; i < n; i++ {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(at)):
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = create(i)
+		}()
+	}
+	return nil
 }

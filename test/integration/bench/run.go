@@ -27,6 +27,11 @@ type options struct {
 	// preemptNodes: the scale whose cluster also runs the preemption
 	// phase (0: none), with preemptors pods.
 	preemptNodes, preemptors int
+	// preemptRate: preemptors created per second (0: all at once, a burst
+	// from clients creators).
+	preemptRate float64
+	// stockQueueSort: gpuslice-scheduler keeps PrioritySort (harness.SchedulerOptions).
+	stockQueueSort bool
 }
 
 // result is one scheduler's run.
@@ -83,7 +88,7 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 		}
 		printResult(sr)
 		name := fmt.Sprintf("gpuslice-binpack-%d", r)
-		gr, err := runOne(ctx, cp, o, o.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true,
+		gr, err := runOne(ctx, cp, o, o.scheduler, name, harness.SchedulerOptions{SchedulerName: name, GPUSlice: true, StockQueueSort: o.stockQueueSort,
 			Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs})
 		if err != nil {
 			return "", nil, err
@@ -91,7 +96,7 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 		printResult(gr)
 		stock, ours = append(stock, sr), append(ours, gr)
 	}
-	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, Args: "{placement: spread, heartbeatTimeout: 1h}"})
+	spread, err := runOne(ctx, cp, o, o.scheduler, "gpuslice-spread", harness.SchedulerOptions{SchedulerName: "gpuslice-spread", GPUSlice: true, StockQueueSort: o.stockQueueSort, Args: "{placement: spread, heartbeatTimeout: 1h}"})
 	if err != nil {
 		return "", nil, err
 	}

@@ -16,6 +16,9 @@ type SchedulerOptions struct {
 	// empty) and makes NodeResourcesFit ignore the gpuslice.io resources.
 	GPUSlice bool
 	Args     string
+	// StockQueueSort keeps kube-scheduler's PrioritySort instead of
+	// GPUSliceQueueSort (for figures before and after; GPUSlice only).
+	StockQueueSort bool
 	// Parallelism of the scheduling framework (0: default 16).
 	Parallelism int
 	// Lease, when set, turns leader election on with this Lease in
@@ -47,6 +50,10 @@ func SchedulerConfig(kubeconfig string, o SchedulerOptions) string {
 			args = "{}"
 		}
 		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n      - {name: GPUSlice, weight: 10}\n")
+		if !o.StockQueueSort {
+			// Preemptors back from their preemption before fresh pods of equal priority.
+			fmt.Fprintf(&b, "    queueSort:\n      disabled: [{name: PrioritySort}]\n      enabled: [{name: GPUSliceQueueSort}]\n")
+		}
 		// GPUSlice binds GPU pods (with their assignment), DefaultBinder the rest.
 		fmt.Fprintf(&b, "    bind:\n      disabled: [{name: DefaultBinder}]\n      enabled: [{name: GPUSlice}, {name: DefaultBinder}]\n")
 		// GPUSlice preempts for GPU pods (the fewest victims on one GPU, PDBs
