@@ -9,9 +9,18 @@
  * A slot's key word is its state: EMPTY (never used), BUSY (one thread owns
  * the slot: it is filling, reading or restoring it), TOMB (freed, reusable),
  * or a live key. Only a CAS to BUSY gives a thread the slot, and the payload
- * is read or written only while BUSY, so each entry is taken once. A slot is
- * never made EMPTY again while threads run, so a lookup may stop at an EMPTY
- * slot: an insert would have taken it.
+ * is written only while BUSY and decided on only while BUSY, so each entry is
+ * taken once. A slot is never made EMPTY again while threads run, so a lookup
+ * may stop at an EMPTY slot: an insert would have taken it.
+ *
+ * A live entry is claimed only by a thread that will take it: a take of its
+ * kind, a drain that matches it. Whether it matches is first decided on a
+ * copy read without claiming (checked again once claimed, in case the slot
+ * was refilled meanwhile), because a live slot that is BUSY is invisible to
+ * everyone else: a drain that claimed every entry to look at it hid them from
+ * a free (which then passed uncounted: the group kept counting memory the
+ * driver had freed) and from another context's drain (which then left it in
+ * the table, counted for good).
  */
 #include <string.h>
 
@@ -30,7 +39,7 @@
  * pool.c) | GPU slot (4) | kind (4). */
 struct fent {
 	_Atomic uint64_t key;
-	uint64_t val;
+	_Atomic uint64_t val; /* relaxed: published by the release store of key */
 };
 
 struct fline {
@@ -118,7 +127,7 @@ static inline int put_line(struct fline *l, uint64_t key, uint64_t val)
 		uint64_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
 		if ((k != K_EMPTY && k != K_TOMB) || !claim(s, &k))
 			continue;
-		s->val = val;
+		atomic_store_explicit(&s->val, val, memory_order_relaxed);
 		atomic_store_explicit(&s->key, key, memory_order_release);
 		return 1;
 	}
@@ -175,10 +184,11 @@ static inline int take_line(struct fline *l, enum gs_kind kind, uint64_t key, st
 			empty |= k == K_EMPTY;
 			continue;
 		}
-		if (!claim(s, &k))
+		/* The same value as another kind's handle: not ours, left unclaimed. */
+		if ((atomic_load_explicit(&s->val, memory_order_relaxed) >> 60) != (uint64_t)kind || !claim(s, &k))
 			continue;
-		struct gs_ptrent e = unpack(key, s->val);
-		if (e.kind != (uint8_t)kind) { /* the same value as another kind's handle */
+		struct gs_ptrent e = unpack(key, atomic_load_explicit(&s->val, memory_order_relaxed));
+		if (e.kind != (uint8_t)kind) { /* refilled since */
 			atomic_store_explicit(&s->key, key, memory_order_release);
 			continue;
 		}
@@ -215,11 +225,14 @@ GS_HIDDEN size_t gs_ptrs_drain(int (*match)(const struct gs_ptrent *, void *),
 	for (size_t i = 0; atomic_load_explicit(&gs_hot.ptrs_touched, memory_order_relaxed) && i < LINES * LINE_SLOTS;
 	     i++) {
 		struct fent *s = &ft.line[i / LINE_SLOTS].e[i % LINE_SLOTS];
-		uint64_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
-		if (k <= K_TOMB || !claim(s, &k))
+		uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+		if (k <= K_TOMB) /* BUSY: being filled, or taken by its owner */
 			continue;
-		struct gs_ptrent e = unpack(k, s->val);
-		if (!match(&e, arg)) {
+		struct gs_ptrent e = unpack(k, atomic_load_explicit(&s->val, memory_order_relaxed));
+		if (!match(&e, arg) || !claim(s, &k)) /* not ours, or taken meanwhile */
+			continue;
+		e = unpack(k, atomic_load_explicit(&s->val, memory_order_relaxed));
+		if (!match(&e, arg)) { /* refilled since */
 			atomic_store_explicit(&s->key, k, memory_order_release);
 			continue;
 		}

@@ -20,7 +20,9 @@ GS_HIDDEN int gs_ptrs_insert_ci(const struct gs_ptrent *e, int ci);
 /* Removes and returns an allocation: 1 if found, 0 if unknown. */
 GS_HIDDEN int gs_ptrs_take(enum gs_kind kind, uint64_t key, struct gs_ptrent *out);
 /* Removes every entry match() accepts, calling each(entry, arg) for it (each
- * must not use the table). Returns how many. */
+ * must not use the table). match() looks at copies, maybe twice per entry,
+ * while other threads use the table (it must only read its arguments);
+ * entries it does not accept stay visible to them. Returns how many. */
 GS_HIDDEN size_t gs_ptrs_drain(int (*match)(const struct gs_ptrent *, void *),
 			       void (*each)(const struct gs_ptrent *, void *), void *arg);
 GS_HIDDEN size_t gs_ptrs_count(void);

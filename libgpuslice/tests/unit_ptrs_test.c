@@ -2,15 +2,19 @@
  * Unit tests of the allocation hooks' pointer table (ptrfast.c) and context
  * map (ctxmap.c): exactly-once takes, entries that do not fit the lock-free
  * table (dense keys, big sizes, reserved keys), kinds, draining a context,
- * churn, threads that take what other threads inserted, and a forked child
- * (it starts empty; the parent keeps its entries). */
+ * churn, threads that take what other threads inserted, a drain beside a
+ * take or another drain (neither hides an entry it does not take), and a
+ * forked child (it starts empty; the parent keeps its entries). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/ctxmap.h"
+#include "../src/hot.h"
 #include "../src/ptrfast.h"
 #include "check.h"
 
@@ -194,6 +198,85 @@ static void test_threads(void)
 	CHECK_EQ(gs_ptrs_count(), 0);
 }
 
+/* A drain looks at every entry; while it looks at one it does not take,
+ * another thread must still find it: a free beside a context's destruction
+ * (reliability_prop_test: the free passed uncounted, the group kept counting
+ * what the driver had freed), or another context's destruction (the entry
+ * survived it). The drain's match stops at entry `stop` until the other
+ * thread is done (at most 10 s, so a table that hides it fails the check,
+ * not the run). */
+struct beside {
+	uint64_t ctx, stop, sum;
+	_Atomic int at_stop, other_done;
+};
+
+static int beside_match(const struct gs_ptrent *e, void *arg)
+{
+	struct beside *b = arg;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (e->key == b->stop && !atomic_exchange(&b->at_stop, 1))
+		while (!atomic_load(&b->other_done) && clock_gettime(CLOCK_MONOTONIC, &t) == 0 &&
+		       t.tv_sec - t0.tv_sec < 10)
+			usleep(100);
+	return e->aux == b->ctx;
+}
+
+static void beside_each(const struct gs_ptrent *e, void *arg)
+{
+	((struct beside *)arg)->sum += e->size;
+}
+
+static void *beside_drain(void *arg)
+{
+	struct beside *b = arg;
+	return (void *)(uintptr_t)gs_ptrs_drain(beside_match, beside_each, b);
+}
+
+static void wait_at_stop(struct beside *b)
+{
+	while (!atomic_load(&b->at_stop))
+		sched_yield();
+}
+
+/* Contexts of test_contexts' map (a context past the map would put the
+ * entries in the locked table, where the drain holds the lock). */
+static void test_drain_beside(void)
+{
+	struct gs_ptrent p = ent(GS_KIND_PTR, 0x60000000000ull, 4 * 1048576, 0, 0xa000);
+	struct gs_ptrent q = ent(GS_KIND_ARRAY, 0x60000400000ull, 241664, 0, 0xb000), e;
+	CHECK(gs_ptrs_insert(&p) == 0 && gs_ptrs_insert(&q) == 0);
+	CHECK_EQ(atomic_load(&gs_hot.ptrs_spilled), 0); /* both in the lock-free table */
+	/* A take beside a drain of another context. */
+	struct beside b = {.ctx = 0xb000, .stop = p.key};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, beside_drain, &b) == 0);
+	wait_at_stop(&b);
+	int took = gs_ptrs_take(GS_KIND_PTR, p.key, &e);
+	atomic_store(&b.other_done, 1);
+	void *n;
+	pthread_join(th, &n);
+	CHECK_EQ(took, 1);
+	CHECK_EQ(e.size, p.size);
+	CHECK_EQ((uintptr_t)n, 1);
+	CHECK_EQ(b.sum, q.size);
+	CHECK_EQ(gs_ptrs_count(), 0);
+	/* Two drains of two contexts at once. */
+	CHECK(gs_ptrs_insert(&p) == 0 && gs_ptrs_insert(&q) == 0);
+	b = (struct beside){.ctx = 0xa000, .stop = q.key};
+	CHECK(pthread_create(&th, NULL, beside_drain, &b) == 0);
+	wait_at_stop(&b);
+	struct beside other = {.ctx = 0xb000};
+	size_t m = gs_ptrs_drain(beside_match, beside_each, &other);
+	atomic_store(&b.other_done, 1);
+	pthread_join(th, &n);
+	CHECK_EQ(m, 1);
+	CHECK_EQ(other.sum, q.size);
+	CHECK_EQ((uintptr_t)n, 1);
+	CHECK_EQ(b.sum, p.size);
+	CHECK_EQ(gs_ptrs_count(), 0);
+}
+
 static void test_fork(void)
 {
 	struct gs_ptrent a = ent(GS_KIND_PTR, 0x50000000000ull, 64, 1, 0), big = a, e;
@@ -225,6 +308,7 @@ int main(void)
 	RUN(test_dense_and_churn);
 	RUN(test_contexts);
 	RUN(test_threads);
+	RUN(test_drain_beside);
 	RUN(test_fork);
 	fprintf(stderr, "unit_ptrs_test: ok\n");
 	return 0;
