@@ -142,6 +142,11 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	// every node: the pod is rejected here, on every node alike, without
 	// running every Filter plugin on every node (with a burst of
 	// preemptors, most of their CPU); PostFilter then preempts.
+	if node := p.fitsNominated(pod, req); node != "" {
+		c.narrowed = true
+		result = resultNominated
+		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+	}
 	best := p.alloc.Best(req, p.candidates, p.held(pod))
 	if len(best) == 0 {
 		result = resultNoFit
