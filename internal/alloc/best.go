@@ -27,7 +27,8 @@ func (b *Books) Best(req *api.PodRequest, now time.Time, k int) []Ranked {
 // alike for ranking (same shape, same score in a homogeneous cluster), so
 // only the first k of them are looked at; first-fit stops at the first k
 // fitting nodes. Partly used nodes are all ranked. A node in held is
-// checked as its overlay leaves it (capacity held for pods nominated there).
+// checked as its overlay leaves it (capacity held for pods nominated there);
+// a node without one is passed over at once when its summary rules req out.
 func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int, held map[string]*Overlay) []Ranked {
 	if k <= 0 {
 		return nil
@@ -41,6 +42,9 @@ func (b *Books) bestIn(lo, hi int, req *api.PodRequest, now time.Time, k int, he
 		empty := ns.used.len() == 0 && o.Empty()
 		if empty && empties >= k {
 			continue
+		}
+		if o.Empty() && !ns.sum.mayFit(req) {
+			continue // full for req: no fit needed to tell
 		}
 		if b.fit(n, req, now, o, nil, false) != nil {
 			continue

@@ -73,6 +73,7 @@ type nodeState struct {
 	table *Node  // nil: no table row (yet)
 	lease *Lease // nil: no Lease (yet): the node is stale
 	used  usageSet
+	sum   summary // of table and used (summary.go)
 }
 
 // Books is the allocation state: the table rows and the holdings of pods,
@@ -108,6 +109,7 @@ func (b *Books) SetNode(n Node) {
 		b.names = nil
 	}
 	ns.table = &n
+	b.summarize(ns)
 }
 
 // RemoveNode forgets a node's table row; holdings on it stay booked until
@@ -156,7 +158,9 @@ func (b *Books) Holding(uid string) *api.Assignment { return b.pods[uid] }
 // the same pod again replaces its previous holding.
 func (b *Books) Add(uid string, a *api.Assignment) {
 	b.Release(uid)
-	b.node(a.Node).used.apply(a, 1)
+	ns := b.node(a.Node)
+	ns.used.apply(a, 1)
+	b.summarize(ns)
 	b.pods[uid] = a
 }
 
@@ -195,6 +199,7 @@ func (b *Books) Release(uid string) {
 	delete(b.pods, uid)
 	ns := b.nodes[a.Node]
 	ns.used.apply(a, -1)
+	b.summarize(ns)
 	if ns.table == nil && ns.used.len() == 0 {
 		delete(b.nodes, a.Node)
 	}

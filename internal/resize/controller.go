@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -67,6 +66,10 @@ type Controller struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	mu       sync.Mutex
 	reported map[types.UID]string // last Event message per pod
+	// wanting holds the keys of the pods that ask for a change (the
+	// resync's work: re-examining every pod of a large cluster each
+	// second cost the scheduler more than the pods asking for one).
+	wanting map[string]struct{}
 }
 
 // Config wires a Controller.
@@ -86,7 +89,7 @@ type Config struct {
 // New registers the controller's pod handler; Run starts it.
 func New(cfg Config) (*Controller, error) {
 	c := &Controller{client: cfg.Client, books: cfg.Books, events: cfg.Events, resync: cfg.Resync,
-		pods: cfg.Pods.Lister(), reported: map[types.UID]string{},
+		pods: cfg.Pods.Lister(), reported: map[types.UID]string{}, wanting: map[string]struct{}{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	if c.resync <= 0 {
 		c.resync = time.Second
@@ -103,11 +106,29 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// enqueue queues a pod that asks for a change and keeps the resync's set
+// of them up to date.
 func (c *Controller) enqueue(obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok && wantsChange(pod) {
-		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
-			c.queue.Add(key)
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key, err := cache.MetaNamespaceKeyFunc(pod)
+	if err != nil {
+		return
+	}
+	wants := wantsChange(pod)
+	c.mu.Lock()
+	if _, was := c.wanting[key]; was != wants {
+		if wants {
+			c.wanting[key] = struct{}{}
+		} else {
+			delete(c.wanting, key)
 		}
+	}
+	c.mu.Unlock()
+	if wants {
+		c.queue.Add(key)
 	}
 }
 
@@ -116,8 +137,12 @@ func (c *Controller) forget(obj any) {
 		obj = t.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
+		key, err := cache.MetaNamespaceKeyFunc(pod)
 		c.mu.Lock()
 		delete(c.reported, pod.UID)
+		if err == nil {
+			delete(c.wanting, key)
+		}
 		c.mu.Unlock()
 	}
 }
@@ -149,13 +174,20 @@ func (c *Controller) resyncLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		pods, err := c.pods.List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		for _, p := range pods {
-			c.enqueue(p)
-		}
+		c.resyncOnce()
+	}
+}
+
+// resyncOnce re-queues every pod that asks for a change.
+func (c *Controller) resyncOnce() {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.wanting))
+	for k := range c.wanting {
+		keys = append(keys, k)
+	}
+	c.mu.Unlock()
+	for _, k := range keys {
+		c.queue.Add(k)
 	}
 }
 

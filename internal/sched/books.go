@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -20,6 +21,10 @@ type Allocator interface {
 	Score(node string, req *api.PodRequest) int64
 	// Reserve fits req on node again and books the result for pod uid, atomically.
 	Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error)
+	// Floor returns the lowest priority below below of the pods booked (a
+	// bound on the priority of any victim preemption can choose); ok is
+	// false when there is none.
+	Floor(below int32) (floor int32, ok bool)
 	// Release returns what pod uid holds; unknown pods are ignored.
 	Release(uid string)
 	// Best names up to k nodes where req fits, best first; the nodes in
@@ -29,8 +34,9 @@ type Allocator interface {
 	Refusals(req *api.PodRequest, max int) []string
 	// CheckWith and ReserveWith are Check and Reserve on the node as the
 	// overlay leaves it (preemption's dry run, nominated pods).
+	// ReserveWith also records the pod's priority (prio) for Floor.
 	CheckWith(node string, req *api.PodRequest, o *alloc.Overlay) error
-	ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error)
+	ReserveWith(uid, node string, prio int32, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error)
 	// Victims chooses the fewest of cands to evict for req to fit on node
 	// (alloc.Books.Victims).
 	Victims(node string, req *api.PodRequest, o *alloc.Overlay, cands []alloc.Victim) ([]string, error)
@@ -56,6 +62,11 @@ type Books struct {
 	// resize, ignored until the booked one is observed.
 	resizing map[string]*pendingResize
 	stale    map[string]string
+	// prio is the priority of each pod booked by ObservePod or Reserve
+	// (until Release), prios how many of them have each priority: Floor
+	// reads a handful of priorities instead of every pod of the cluster.
+	prio  map[string]int32
+	prios map[int32]int
 }
 
 var _ Allocator = &Books{}
@@ -63,7 +74,7 @@ var _ Allocator = &Books{}
 // NewBooks returns empty books.
 func NewBooks(cfg alloc.Config, clk clock.PassiveClock) *Books {
 	return &Books{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{},
-		resizing: map[string]*pendingResize{}, stale: map[string]string{}}
+		resizing: map[string]*pendingResize{}, stale: map[string]string{}, prio: map[string]int32{}, prios: map[int32]int{}}
 }
 
 // Check implements Allocator.
@@ -107,13 +118,13 @@ func (l *Books) Holds(uid, node string) bool {
 
 // Reserve implements Allocator.
 func (l *Books) Reserve(uid, node string, req *api.PodRequest) (*api.Assignment, error) {
-	return l.ReserveWith(uid, node, req, nil)
+	return l.ReserveWith(uid, node, 0, req, nil)
 }
 
 // ReserveWith implements Allocator: the pod is placed as if the overlay's
 // pods (nominated to the node) were there first, and booked if it still fits
 // what is booked.
-func (l *Books) ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error) {
+func (l *Books) ReserveWith(uid, node string, prio int32, req *api.PodRequest, o *alloc.Overlay) (*api.Assignment, error) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,7 +139,45 @@ func (l *Books) ReserveWith(uid, node string, req *api.PodRequest, o *alloc.Over
 	if err := l.books.Reserve(uid, a); err != nil {
 		return nil, err
 	}
+	l.setPriority(uid, prio)
 	return a, nil
+}
+
+// setPriority records a booked pod's priority; l.mu is held for writing.
+func (l *Books) setPriority(uid string, prio int32) {
+	if old, ok := l.prio[uid]; ok {
+		if old == prio {
+			return
+		}
+		l.dropPriority(uid)
+	}
+	l.prio[uid] = prio
+	l.prios[prio]++
+}
+
+// dropPriority forgets a pod's priority; l.mu is held for writing.
+func (l *Books) dropPriority(uid string) {
+	old, ok := l.prio[uid]
+	if !ok {
+		return
+	}
+	delete(l.prio, uid)
+	if l.prios[old]--; l.prios[old] <= 0 {
+		delete(l.prios, old)
+	}
+}
+
+// Floor implements Allocator.
+func (l *Books) Floor(below int32) (int32, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	floor, ok := int32(0), false
+	for p := range l.prios {
+		if p < below && (!ok || p < floor) {
+			floor, ok = p, true
+		}
+	}
+	return floor, ok
 }
 
 // Refusals implements Allocator.
@@ -176,6 +225,7 @@ func (l *Books) Release(uid string) {
 	delete(l.seen, uid)
 	delete(l.resizing, uid)
 	delete(l.stale, uid)
+	l.dropPriority(uid)
 }
 
 // SetGPUNode records a table row; an invalid row removes the node from
@@ -247,6 +297,7 @@ func (l *Books) ObservePod(pod *corev1.Pod) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.observeLocked(uid, raw, a)
+	l.setPriority(uid, corev1helpers.PodPriority(pod))
 	return nil
 }
 

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -178,5 +180,66 @@ func TestBooksConcurrentReaders(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// TestBooksFloor: the lowest priority below a preemptor's among the pods
+// the books hold follows bound pods (their spec's priority), reservations
+// and releases, and a terminated pod.
+func TestBooksFloor(t *testing.T) {
+	l, _ := newBooks(t)
+	if err := setGPUNode(l, gpuNode("n1", 4, t0)); err != nil {
+		t.Fatal(err)
+	}
+	floor := func(below int32) string {
+		f, ok := l.Floor(below)
+		if !ok {
+			return "none"
+		}
+		return fmt.Sprint(f)
+	}
+	if got := floor(1000); got != "none" {
+		t.Fatalf("empty books: floor %s", got)
+	}
+	req := &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: 10}}}
+	var raws []string
+	for i, prio := range []int32{5, -3, 0} {
+		a, err := l.ReserveWith(fmt.Sprint("uid-p", i), "n1", prio, req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := a.Marshal()
+		raws = append(raws, string(raw))
+	}
+	for below, want := range map[int32]string{1000: "-3", 0: "-3", -3: "none", 6: "-3"} {
+		if got := floor(below); got != want {
+			t.Errorf("Floor(%d) = %s, want %s", below, got, want)
+		}
+	}
+	// Bound: the pod's own priority (here -3 becomes 2: the reservation
+	// came from a cycle that read another value).
+	p1 := boundPod("p1", "n1", raws[1])
+	p1.Spec.Priority = ptr.To[int32](2)
+	if err := l.ObservePod(p1); err != nil {
+		t.Fatal(err)
+	}
+	if got := floor(1000); got != "0" {
+		t.Fatalf("after p1 was observed with priority 2: Floor(1000) = %s, want 0", got)
+	}
+	if got := floor(3); got != "0" {
+		t.Fatalf("Floor(3) = %s, want 0", got)
+	}
+	done := boundPod("p2", "n1", raws[2])
+	done.Status.Phase = corev1.PodFailed
+	if err := l.ObservePod(done); err != nil {
+		t.Fatal(err)
+	}
+	if got := floor(1000); got != "2" {
+		t.Fatalf("after p2 (priority 0) ended: Floor(1000) = %s, want 2", got)
+	}
+	l.Release("uid-p1")
+	l.Release("uid-p0")
+	if got := floor(1000); got != "none" || len(l.prio) != 0 {
+		t.Fatalf("all released: Floor(1000) = %s, %d priorities kept", got, len(l.prio))
 	}
 }

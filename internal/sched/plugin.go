@@ -241,8 +241,13 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	}
 	r, st := p.preempt.preempt(ctx, state, pod, c.req, m, p.nominated)
 	nominated := ""
-	if st.IsSuccess() && r != nil && r.NominatingInfo != nil {
-		nominated = r.NominatingInfo.NominatedNodeName
+	if r != nil && r.NominatingInfo != nil && r.NominatingInfo.Mode() == fwk.ModeOverride {
+		// As kube-scheduler's nominator will have it (a failed preemption
+		// clears the pod's nomination).
+		p.preempt.rec.nominate(pod.UID, r.NominatingInfo.NominatedNodeName, corev1helpers.PodPriority(pod), c.req)
+		if st.IsSuccess() {
+			nominated = r.NominatingInfo.NominatedNodeName
+		}
 	}
 	p.preempt.rec.commit(pod.UID, nominated, time.Now())
 	p.wait.park(ctx, pod, c.gen)
@@ -288,7 +293,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		return nil
 	}
 	start := time.Now()
-	a, err := p.alloc.ReserveWith(string(pod.UID), node, c.req, p.heldFor(pod, node))
+	a, err := p.alloc.ReserveWith(string(pod.UID), node, corev1helpers.PodPriority(pod), c.req, p.heldFor(pod, node))
 	if err != nil {
 		p.metrics.done(pointReserve, resultConflict, start)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
@@ -311,16 +316,7 @@ func (p *Plugin) held(pod *corev1.Pod) map[string]*alloc.Overlay {
 	if p.preempt == nil {
 		return nil
 	}
-	var out map[string]*alloc.Overlay
-	for _, node := range p.preempt.rec.nominatedNodes(pod.UID) {
-		if o := p.heldFor(pod, node); o != nil {
-			if out == nil {
-				out = map[string]*alloc.Overlay{}
-			}
-			out[node] = o
-		}
-	}
-	return out
+	return p.preempt.rec.held(pod.UID, corev1helpers.PodPriority(pod), p.alloc.Holds)
 }
 
 // heldFor is what Reserve leaves for the pods nominated to node of at least

@@ -2,10 +2,14 @@ package sched
 
 import (
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // preempted remembers, per preemptor, the victims its last preemption
@@ -25,10 +29,21 @@ type preempted struct {
 	// ttl bounds how long a preemptor waits on its victims (a victim the
 	// books never see released, a preemptor deleted meanwhile).
 	ttl time.Duration
-	// nominated is the node each preemptor was last nominated to, until it
-	// is bound or deleted: the nodes where capacity is held for someone
-	// (the scheduler's nominator says for whom and how much).
-	nominated map[types.UID]string
+	// nominated is each preemptor's last nomination (as kube-scheduler's
+	// nominator has it), until it is bound or deleted or its nomination
+	// cleared: what PreFilter holds for it. Kept here because asking the
+	// nominator copies every nominated pod per node asked (with a burst of
+	// preemptors, most of PreFilter's CPU and garbage).
+	nominated map[types.UID]nomination
+	seq       uint64 // nominations so far: their order
+}
+
+// nomination is where a preemptor was nominated, with what it asks.
+type nomination struct {
+	node string
+	prio int32
+	req  *api.PodRequest
+	seq  uint64
 }
 
 type evicted struct {
@@ -39,7 +54,7 @@ type evicted struct {
 
 func newPreempted(ttl time.Duration) *preempted {
 	return &preempted{dry: map[types.UID]map[string][]string{}, final: map[types.UID]evicted{}, ttl: ttl,
-		nominated: map[types.UID]string{}}
+		nominated: map[types.UID]nomination{}}
 }
 
 // chose records the victims a dry run chose for pod on node.
@@ -65,24 +80,54 @@ func (p *preempted) commit(pod types.UID, node string, now time.Time) {
 	if v := p.dry[pod][node]; node != "" && len(v) > 0 {
 		p.final[pod] = evicted{node: node, victims: v, at: now}
 	}
-	if node != "" {
-		p.nominated[pod] = node
-	}
 	delete(p.dry, pod)
 }
 
-// nominatedNodes returns the nodes preemptors other than pod were
-// nominated to (each once).
-func (p *preempted) nominatedNodes(pod types.UID) []string {
+// nominate records pod's nomination to node ("" clears it, as a
+// preemption that found no node does in kube-scheduler's nominator), with
+// its priority and request.
+func (p *preempted) nominate(pod types.UID, node string, prio int32, req *api.PodRequest) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
-	seen := make(map[string]bool, len(p.nominated))
+	if node == "" {
+		delete(p.nominated, pod)
+		return
+	}
+	p.seq++
+	p.nominated[pod] = nomination{node: node, prio: prio, req: req, seq: p.seq}
+}
+
+// held is, per node, the capacity held there for the preemptors other than
+// pod of at least priority prio that were nominated to it and do not hold
+// it yet (holds), in the order they were nominated.
+func (p *preempted) held(pod types.UID, prio int32, holds func(uid, node string) bool) map[string]*alloc.Overlay {
+	p.mu.Lock()
+	type entry struct {
+		uid string
+		n   nomination
+	}
+	var es []entry
 	for uid, n := range p.nominated {
-		if uid != pod && !seen[n] {
-			seen[n] = true
-			out = append(out, n)
+		if uid != pod && n.prio >= prio && n.req != nil && !n.req.Empty() {
+			es = append(es, entry{string(uid), n})
 		}
+	}
+	p.mu.Unlock()
+	sort.Slice(es, func(i, j int) bool { return es[i].n.seq < es[j].n.seq })
+	var out map[string]*alloc.Overlay
+	for _, e := range es {
+		if holds(e.uid, e.n.node) {
+			continue
+		}
+		if out == nil {
+			out = map[string]*alloc.Overlay{}
+		}
+		o := out[e.n.node]
+		if o == nil {
+			o = &alloc.Overlay{}
+			out[e.n.node] = o
+		}
+		o.Add(e.uid, e.n.req)
 	}
 	return out
 }

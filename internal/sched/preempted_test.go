@@ -3,8 +3,13 @@ package sched
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // TestPreempted: a preemptor waits while the books still hold any victim of
@@ -54,24 +59,47 @@ func TestPreempted(t *testing.T) {
 	}
 }
 
-// TestPreemptedNominated: the nodes preemptors were nominated to are known
-// to the others until they are bound or deleted; a preemptor waits on its
-// own victims only.
+// TestPreemptedNominated: the capacity held for preemptors nominated to a
+// node is known to the others of at most their priority until they are
+// bound (hold it in the books), deleted, or their nomination cleared, in
+// the order they were nominated; a preemptor waits on its own victims only.
 func TestPreemptedNominated(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	p := newPreempted(time.Minute)
+	req := func(units int64) *api.PodRequest {
+		return &api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Count: 1, Units: units}}}
+	}
 	p.chose("a", "n1", []string{"v1"})
 	p.commit("a", "n1", t0)
-	p.commit("b", "n1", t0) // no victims: nominated all the same
-	p.commit("c", "n2", t0)
-	p.commit("d", "", t0) // no node
-	got := p.nominatedNodes("a")
-	sort.Strings(got)
-	if fmt.Sprint(got) != "[n1 n2]" {
-		t.Fatalf("nominated nodes seen by a = %v", got)
+	p.nominate("a", "n1", 1000, req(50))
+	p.nominate("b", "n1", 1000, req(80)) // no victims: nominated all the same
+	p.nominate("c", "n2", 500, req(30))
+	p.nominate("d", "n3", 1000, req(10))
+	p.nominate("d", "", 1000, req(10)) // its next preemption found no node: cleared
+	none := func(string, string) bool { return false }
+	held := func(pod string, prio int32, holds func(string, string) bool) string {
+		var out []string
+		for node, o := range p.held(types.UID(pod), prio, holds) {
+			var uids []string
+			for _, a := range o.Added {
+				uids = append(uids, fmt.Sprintf("%s:%d", a.UID, a.Req.Containers[0].Units))
+			}
+			out = append(out, node+"="+strings.Join(uids, ","))
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
 	}
-	if got := p.nominatedNodes("c"); fmt.Sprint(got) != "[n1]" {
-		t.Fatalf("nominated nodes seen by c = %v", got)
+	if got := held("a", 0, none); got != "n1=b:80 n2=c:30" {
+		t.Fatalf("held for a = %q", got)
+	}
+	if got := held("x", 0, none); got != "n1=a:50,b:80 n2=c:30" {
+		t.Fatalf("held for x = %q, want a before b (nomination order)", got)
+	}
+	if got := held("x", 1000, none); got != "n1=a:50,b:80" {
+		t.Fatalf("held for x of priority 1000 = %q, want none for c (priority 500)", got)
+	}
+	if got := held("x", 0, func(uid, node string) bool { return uid == "a" && node == "n1" }); got != "n1=b:80 n2=c:30" {
+		t.Fatalf("held with a booked on n1 = %q", got)
 	}
 	if !p.waitsOnOthers("a", "v9", t0) || p.waitsOnOthers("a", "v1", t0) || p.waitsOnOthers("b", "v9", t0) {
 		t.Fatal("waitsOnOthers: a waits on v1 only, b on nothing")
@@ -81,7 +109,7 @@ func TestPreemptedNominated(t *testing.T) {
 	}
 	p.forget("b")
 	p.forget("c")
-	if got := p.nominatedNodes("x"); fmt.Sprint(got) != "[n1]" {
-		t.Fatalf("after forgetting b and c: %v", got)
+	if got := held("x", 0, none); got != "n1=a:50" {
+		t.Fatalf("after forgetting b and c: %q", got)
 	}
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"iter"
 	"math/rand/v2"
 	"sort"
 
@@ -92,19 +93,6 @@ func (v *nodeView) load() {
 		}
 	}
 	v.ni = nil
-}
-
-// eachPod calls f on the node's pods without loading the view.
-func (v *nodeView) eachPod(f func(*corev1.Pod)) {
-	if v.ni == nil {
-		for _, p := range v.pods {
-			f(p)
-		}
-		return
-	}
-	for _, pi := range v.ni.GetPods() {
-		f(pi.GetPod())
-	}
 }
 
 // costOn is preempting for pod (req, priority prio) on one node by the
@@ -198,38 +186,34 @@ func (pr *preemptor) shortlist(pod *corev1.Pod, req *api.PodRequest, m fwk.NodeT
 	return cheapestOf(pr.alloc, pod, req, views, protectedBy(pdbs), shortlistLen), nil
 }
 
-// nodeViews lists the nodes m gives Unschedulable, starting at off, as
-// views that load their pods when costed.
-func nodeViews(nis []fwk.NodeInfo, m fwk.NodeToStatusReader, nominated func(string) []fwk.PodInfo, off int) []nodeView {
-	var views []nodeView
-	for i := range nis {
-		ni := nis[(off+i)%len(nis)]
-		name := ni.Node().Name
-		if m.Get(name).Code() != fwk.Unschedulable {
-			continue
+// nodeViews yields the nodes m gives Unschedulable, starting at off, as
+// views that load their pods when costed; nothing is read of the nodes
+// the shortlist stops before.
+func nodeViews(nis []fwk.NodeInfo, m fwk.NodeToStatusReader, nominated func(string) []fwk.PodInfo, off int) iter.Seq[nodeView] {
+	return func(yield func(nodeView) bool) {
+		for i := range nis {
+			ni := nis[(off+i)%len(nis)]
+			name := ni.Node().Name
+			if m.Get(name).Code() != fwk.Unschedulable {
+				continue
+			}
+			if !yield(nodeView{name: name, ni: ni, nom: nominated}) {
+				return
+			}
 		}
-		views = append(views, nodeView{name: name, ni: ni, nom: nominated})
 	}
-	return views
 }
 
 // cheapestOf costs the views in order and returns the k cheapest; it stops
 // once k of them cost the least any node can (one victim of the lowest
-// priority among the views' pods below pod's, nobody nominated there).
-func cheapestOf(a Allocator, pod *corev1.Pod, req *api.PodRequest, views []nodeView, protected func(*corev1.Pod) bool, k int) []string {
-	prio := corev1helpers.PodPriority(pod)
-	floor, seen := int32(0), false
-	for i := range views {
-		views[i].eachPod(func(p *corev1.Pod) {
-			if pp := corev1helpers.PodPriority(p); pp < prio && (!seen || pp < floor) {
-				floor, seen = pp, true
-			}
-		})
-	}
+// priority below pod's of the pods the books hold: victims are chosen among
+// those, nobody nominated there).
+func cheapestOf(a Allocator, pod *corev1.Pod, req *api.PodRequest, views iter.Seq[nodeView], protected func(*corev1.Pod) bool, k int) []string {
+	floor, _ := a.Floor(corev1helpers.PodPriority(pod))
 	best := nodeCost{victims: 1, maxPrio: floor, sumPrio: int64(floor)}
 	var costs []nodeCost
 	unbeatable := 0
-	for _, v := range views {
+	for v := range views {
 		c, ok := costOn(a, pod, req, v, protected)
 		if !ok {
 			continue

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func BenchmarkCostAllNodes(b *testing.B) {
 	})
 	b.Run("shortlist", func(b *testing.B) {
 		for range b.N {
-			if got := cheapestOf(l, hi, req, views, none, shortlistLen); len(got) != shortlistLen {
+			if got := cheapestOf(l, hi, req, slices.Values(views), none, shortlistLen); len(got) != shortlistLen {
 				b.Fatalf("shortlist %v", got)
 			}
 		}

@@ -202,11 +202,24 @@ func TestCheapestOfStopsEarly(t *testing.T) {
 	}
 	views[1].nominated = []*corev1.Pod{prioritized(gpuPod("other", 10), 0)}
 	c := &countingAllocator{Books: l}
-	got := cheapestOf(c, hi, req, views, func(*corev1.Pod) bool { return false }, 2)
+	got := cheapestOf(c, hi, req, slices.Values(views), func(*corev1.Pod) bool { return false }, 2)
 	if want := []string{"n2", "n3"}; !slices.Equal(got, want) {
 		t.Errorf("shortlist %v, want %v", got, want)
 	}
 	if want := []string{"n0", "n1", "n2", "n3"}; !slices.Equal(c.costed, want) {
 		t.Errorf("costed %v, want %v (stop after two unbeatable nodes)", c.costed, want)
+	}
+	// A pod of lower priority held on another node lowers the floor: a
+	// victim of priority 0 may be beaten, so every node is costed.
+	if err := setGPUNode(l, gpuNode("n9", 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ReserveWith("low", "n9", -1, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	c = &countingAllocator{Books: l}
+	cheapestOf(c, hi, req, slices.Values(views), func(*corev1.Pod) bool { return false }, 2)
+	if want := []string{"n0", "n1", "n2", "n3", "n4"}; !slices.Equal(c.costed, want) {
+		t.Errorf("with a priority -1 pod booked: costed %v, want %v", c.costed, want)
 	}
 }

@@ -35,6 +35,9 @@ func main() {
 	flag.IntVar(&o.draPods, "dra-pods", 1000, "pods per DRA run")
 	flag.IntVar(&o.draRounds, "dra-rounds", 2, "rounds of fractional and whole-GPU DRA runs side by side (in turn)")
 	var extra string
+	o.profile = &cpuProfile{}
+	flag.StringVar(&o.profile.path, "preempt-profile", "", "write a CPU profile of gpuslice-scheduler from the preemption burst on to this file (and its allocation profiles before and after the phase to FILE.allocs0 and FILE.allocs1)")
+	flag.IntVar(&o.profile.seconds, "preempt-profile-seconds", 20, "length of the -preempt-profile profile")
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
 	o.extraArgs = strings.Fields(extra)

@@ -57,8 +57,12 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 		return res, err
 	}
 	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound in %.1fs)\n", fillers, time.Since(start).Seconds())
-	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs,
-		StockQueueSort: o.stockQueueSort}
+	pprofArgs, err := o.profile.args()
+	if err != nil {
+		return res, err
+	}
+	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}",
+		ExtraArgs: append(pprofArgs, o.extraArgs...), StockQueueSort: o.stockQueueSort}
 	sched, err := cp.StartScheduler(ctx, o.scheduler, so.SchedulerName, so)
 	if err != nil {
 		return res, err
@@ -89,6 +93,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	if err != nil {
 		return res, err
 	}
+	profiled := o.profile.start(ctx)
 	n := o.preemptors
 	created := make([]time.Time, n)
 	var mu sync.Mutex
@@ -114,6 +119,9 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
+	if err := o.profile.finish(ctx, profiled); err != nil {
+		return res, err
+	}
 	mu.Lock()
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
@@ -142,7 +150,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	fmt.Printf("preemption: %d preemptors (%s) bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
 		n, arrival, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
 	fmt.Println(tl.split(created, bound))
-	if m := schedulerMetrics(ctx, o.extraArgs); m != "" {
+	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
 	}
 	return res, nil // the pods go with the control plane (deleting 10,000 at once overloads it)

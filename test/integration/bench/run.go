@@ -32,6 +32,8 @@ type options struct {
 	preemptRate float64
 	// stockQueueSort: gpuslice-scheduler keeps PrioritySort (harness.SchedulerOptions).
 	stockQueueSort bool
+	// profile: a CPU profile of the preemption phase (profile.go).
+	profile *cpuProfile
 }
 
 // result is one scheduler's run.
