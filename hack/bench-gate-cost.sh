@@ -6,7 +6,7 @@
 # shortest-kernel stream (10 ms slices, alone on the GPU). Ratios are hooked over direct in one process.
 #   hack/bench-gate-cost.sh [BASE [RUNS]]
 set -euo pipefail
-base=${1:-1a13bb3}
+base=${1:-cdf3182}
 runs=${2:-3}
 new=$(pwd)
 old=$new/build/bench/gate-$base

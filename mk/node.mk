@@ -77,7 +77,7 @@ bench-elastic: all
 .PHONY: bench-gate-cost
 # The launch gate's cost with the grant held (issue 26): libgpuslice of GATE_BASE (built from git) and of this
 # tree side by side in one run, GATE_RUNS times (hack/bench-gate-cost.sh; figures in docs/benchmarks.md).
-GATE_BASE ?= 1a13bb3
+GATE_BASE ?= cdf3182
 GATE_RUNS ?= 3
 bench-gate-cost:
 	hack/bench-gate-cost.sh $(GATE_BASE) $(GATE_RUNS)

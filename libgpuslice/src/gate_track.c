@@ -60,7 +60,8 @@ static struct {
 	struct mark {
 		CUevent ev;
 		CUstream stream;
-		unsigned n; /* launch count when recorded */
+		unsigned n;  /* launch count when recorded */
+		int drained; /* every earlier marker had completed when it was recorded */
 	} m[GS_MARKS];
 } q = {.mu = PTHREAD_MUTEX_INITIALIZER, .launch_ns = GS_LAUNCH_NS0};
 
@@ -169,8 +170,14 @@ static void poll_marks_locked(void)
 		if (p != NULL && p->stream == m->stream && m->n != p->n && elapsed != NULL &&
 		    elapsed(&ms, p->ev, m->ev) == CUDA_SUCCESS && ms >= 0) {
 			uint64_t per = (uint64_t)((double)ms * 1e6 / (double)(m->n - p->n));
-			/* Up at once (longer kernels must not overfill the queue), down smoothly. */
-			q.launch_ns = per >= q.launch_ns ? per : (3 * q.launch_ns + (per > 0 ? per : 1)) / 4;
+			/* Up at once (longer kernels must not overfill the queue), down
+			 * smoothly. A sample whose start had completed before its end was
+			 * recorded may hold time the GPU sat idle (the queue drained, other
+			 * work ran): at most the time per launch, it only lowers it. */
+			if (per < q.launch_ns)
+				q.launch_ns = (3 * q.launch_ns + (per > 0 ? per : 1)) / 4;
+			else if (!m->drained)
+				q.launch_ns = per;
 		}
 		q.done = m->n;
 		q.tail++;
@@ -230,8 +237,10 @@ static unsigned bound_locked(CUstream stream, unsigned n, uint64_t now)
 		if ((q.tail == q.head || since >= GS_MARK_EVERY || (uint64_t)since * q.launch_ns >= quarter) &&
 		    !gs_graph_capturing(stream)) { /* a launch into a capture queues nothing */
 			struct mark *m = &q.m[q.head % GS_MARKS];
+			int drained = q.tail == q.head;
 			if (record(m->ev, stream) == CUDA_SUCCESS) {
 				m->stream = stream;
+				m->drained = drained;
 				m->n = n - 1; /* recorded before this launch: covers the ones before it */
 				q.head++;
 			}

@@ -8,6 +8,8 @@
 
 #include "sim.h"
 
+#define SIM_QUEUE_POLL_NS 20000ull /* the worker reads an empty queue this long before it sleeps */
+
 static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t seq)
 {
 	switch (it->kind) {
@@ -31,6 +33,37 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 		break;
 	case SIM_ITEM_NOP:
 		break;
+	}
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/* A GPU's front end keeps reading its queue between kernels; the next launch
+ * is a store, not a wake-up. The worker does the same for a while after the
+ * queue drains, so a launcher that keeps up with it never makes it sleep (and
+ * never pays a futex wake-up per launch, which a real launch does not); past
+ * SIM_QUEUE_POLL_NS it sleeps, so an idle simulated GPU takes no CPU. (Busy
+ * kernels spin their last 50 us the same way: engine.c.) Returns true when an
+ * item came. */
+static bool poll_work(struct sim_queue *q, uint64_t h)
+{
+	uint64_t end = sim_now_ns() + SIM_QUEUE_POLL_NS;
+
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load(&q->tail) != h)
+				return true;
+			cpu_relax();
+		}
+		if (sim_now_ns() >= end)
+			return false;
 	}
 }
 
@@ -70,7 +103,7 @@ static void *worker(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	for (;;) {
 		uint64_t h = atomic_load(&q->head);
-		if (atomic_load(&q->tail) == h && !wait_work(q, h))
+		if (atomic_load(&q->tail) == h && !poll_work(q, h) && !wait_work(q, h))
 			break;
 		it = q->ring[h % SIM_QUEUE_LEN];
 		atomic_store(&q->head, h + 1); /* frees the slot */
