@@ -37,8 +37,8 @@ test-node-e2e: all kubelet-bin
 	$(call run_node_e2e,40)
 
 # The same real node (root; skips otherwise): pods of 25 and 75 gpuslice.io/gpu-units
-# on one GPU running busy kernels (shares of the daemon's granted time and of the
-# simulated GPU's busy time within 5 points), a process started without
+# on one GPU running busy kernels (shares of the daemon's granted time within 5 points, their
+# kernels' work past their grants within the gate's queue bound), a process started without
 # GPUSLICE_GROUP_FILE counted in its container's group, gpuslice.io/units 25 -> 50 refused
 # while the GPU is full, then applied live (timed), a pod that fits nowhere and a
 # pod on a Draining node left Pending with the reason, an online pod beside three

@@ -7,8 +7,8 @@ TEST_TARGETS += e2e-dra
 containerd-bin:
 	test/node-e2e/build-containerd.sh >/dev/null
 
-# Pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted and
-# busy time within 5 points, memory limits inside the containers), a claim that does not
+# Pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted time
+# within 5 points, work past the grants within the queue bound, memory limits inside the containers), a claim that does not
 # fit and a claim for a tainted (XID 79) GPU left Pending with the scheduler's reason, the
 # agent killed between Prepare and container start, a plain gpuslice.io/gpu pod through
 # the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field.

@@ -19,6 +19,8 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 							  : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
 		if (ns != 0 && sim_g.slot >= 0) /* the process's busy time (NVML process utilization) */
 			atomic_fetch_add(&sim_g.st->proc[sim_g.slot].busy_ns[q->dev], ns);
+		if (it->busy_ns != 0 && sim_g.slot >= 0) /* and its kernels' own durations */
+			atomic_fetch_add(&sim_g.st->proc[sim_g.slot].work_ns[q->dev], it->busy_ns);
 		break;
 	}
 	case SIM_ITEM_EVENT:

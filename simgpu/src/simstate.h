@@ -16,8 +16,8 @@
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
 #define SIM_STATE_VERSION \
-	5u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
-                              5: sim_proc_state.mps_server */
+	6u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
+                              5: sim_proc_state.mps_server; 6: sim_proc_state.work_ns */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
@@ -70,6 +70,10 @@ struct sim_proc_state {
 	_Atomic uint64_t used[SIM_MAX_DEVICES];
 	_Atomic uint64_t busy_ns[SIM_MAX_DEVICES]; /* time its kernels held each device's engine */
 	uint64_t since_ns;                         /* CLOCK_MONOTONIC ns the slot was taken */
+	/* Its kernels' own durations on each device: what a GPU takes to run
+	 * them. busy_ns is the time they held the engine, which grows when the
+	 * simulator's worker thread waits for a CPU mid-kernel; this does not. */
+	_Atomic uint64_t work_ns[SIM_MAX_DEVICES];
 };
 
 /* sim_proc_state.flags: the process also has a graphics context

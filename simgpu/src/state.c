@@ -207,6 +207,7 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 		for (int d = 0; d < SIM_MAX_DEVICES; d++) {
 			atomic_store(&p->used[d], 0);
 			atomic_store(&p->busy_ns[d], 0);
+			atomic_store(&p->work_ns[d], 0);
 		}
 		p->since_ns = sim_now_ns();
 		atomic_store(&p->pid, pid);

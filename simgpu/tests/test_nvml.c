@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  * NVML: memory info, running compute processes (host PIDs and their memory,
- * v1/v2/v3 layouts), utilization from the engine's busy time, per process too. */
+ * v1/v2/v3 layouts), utilization from the engine's busy time, per process too;
+ * each process's work (its kernels' own durations) in the state file. */
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include "simstate.h"
 #include "testutil.h"
 
 #define GiB (1ull << 30)
@@ -103,6 +108,29 @@ static void test_process_util(nvmlDevice_t h, pid_t a, pid_t b)
 	CHECK_EQ(nvmlDeviceGetProcessUtilization(h, s, &n, s[0].timeStamp + 60000000ull), NVML_ERROR_NOT_FOUND);
 }
 
+/* In the state file, each child's work is its kernels' own durations, 20 x
+ * 50 ms, exactly, and the time they held the engine at least that (more
+ * when the worker thread waited for a CPU mid-kernel). */
+static void test_work(pid_t a, pid_t b)
+{
+	int fd = open(getenv("GPUSLICE_SIM_STATE"), O_RDONLY | O_CLOEXEC);
+	MUST(fd >= 0);
+	const struct sim_state *s = mmap(NULL, sizeof(*s), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	MUST(s != MAP_FAILED);
+	int seen = 0;
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		int32_t pid = atomic_load(&s->proc[i].pid);
+		if (pid != a && pid != b)
+			continue;
+		seen++;
+		CHECK_EQ(atomic_load(&s->proc[i].work_ns[0]), 1000000000ull);
+		CHECK(atomic_load(&s->proc[i].busy_ns[0]) >= 1000000000ull);
+	}
+	CHECK_EQ(seen, 2);
+	munmap((void *)s, sizeof(*s));
+}
+
 static void test_nvml(void)
 {
 	nvmlDevice_t h;
@@ -132,6 +160,7 @@ static void test_nvml(void)
 	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_SUCCESS);
 	CHECK(u.gpu >= 50); /* the children kept the engine busy for the last second */
 	test_process_util(h, a, b);
+	test_work(a, b);
 	kill(a, SIGKILL);
 	CHECK_EQ(t_wait(a), 128 + SIGKILL);
 	n = 0;

@@ -92,13 +92,14 @@ func (n *node) checkMemory(p *corev1.Pod, want int64, r *draResult) {
 }
 
 // testDRAShares: two pods from templates of 25 and 75 units (1 and 2 GiB) on
-// GPU 0, both busy: shares of the granted and busy time within 5 points,
+// GPU 0, both busy: shares of the granted time within 5 points and work past
+// the grants within the gate's queue bound (checkShares),
 // each container's memory exactly its claim's.
 func testDRAShares(t *testing.T, ctx context.Context, n *node, r *draResult) {
 	n.claimTemplate(ctx, "q25", 25, 1<<30, 0, "")
 	n.claimTemplate(ctx, "q75", 75, 2<<30, 0, "")
-	small := n.createPod(ctx, draPod("s25", "q25", busyTenant()...))
-	big := n.createPod(ctx, draPod("s75", "q75", busyTenant()...))
+	small := n.createPod(ctx, steadyDemand(draPod("s25", "q25", busyTenant()...)))
+	big := n.createPod(ctx, steadyDemand(draPod("s75", "q75", busyTenant()...)))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
 	big = n.waitPod(bounded(ctx), big.Name, "running", running)
 	for _, p := range []*corev1.Pod{small, big} {
@@ -110,7 +111,8 @@ func testDRAShares(t *testing.T, ctx context.Context, n *node, r *draResult) {
 	res := n.shares(bounded(ctx), []*corev1.Pod{small, big}, shareWindow)
 	n.checkShares("dra shares", []float64{25, 75}, res)
 	r.shares = res.busy
-	t.Logf("e2e dra shares: granted %.1f%% / %.1f%%, busy %.1f%% / %.1f%% (starved %.1f points)", res.held[0], res.held[1], res.busy[0], res.busy[1], res.starved)
+	t.Logf("e2e dra shares: granted %.1f%% / %.1f%%, busy %.1f%% / %.1f%%, work past the grants %.1f%% / %.1f%% of the window (bound %v / %v), starved %.1f points",
+		res.held[0], res.held[1], res.busy[0], res.busy[1], res.overPct[0], res.overPct[1], time.Duration(res.overBound[0]), time.Duration(res.overBound[1]), res.starved)
 	n.checkMemory(small, 1<<30, r)
 	n.checkMemory(big, 2<<30, r)
 }

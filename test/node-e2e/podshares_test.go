@@ -113,17 +113,18 @@ func (n *node) checkBooks(ctx context.Context) {
 }
 
 // testPodShares: 25 and 75 units on one GPU, both busy: shares of the granted
-// time and of the simulated GPU's busy time within 5 points. Then 25 -> 50
+// time within 5 points, their work past their grants within the gate's
+// queue bound (checkShares). Then 25 -> 50
 // while the GPU is full is refused with an Event (nothing changes on the
 // node), 75 -> 50 shrinks, and 25 -> 50 is applied on the running group
 // (timed: patch to the group's new share on the node), both then at 50/50.
 func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.Duration) {
-	big := n.createPod(ctx, sharePod("big", 75, podMemory, "", busyTenant()...))
+	big := n.createPod(ctx, steadyDemand(sharePod("big", 75, podMemory, "", busyTenant()...)))
 	big = n.waitPod(bounded(ctx), big.Name, "running", running)
 	// The other GPUs are lost while the second pod is placed, so that it
 	// goes beside the first (placement also weighs measured utilization).
 	lost := n.loseOthers(ctx, n.minors(assignment(big), "main"))
-	small := n.createPod(ctx, sharePod("small", 25, podMemory, "", busyTenant()...))
+	small := n.createPod(ctx, steadyDemand(sharePod("small", 25, podMemory, "", busyTenant()...)))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
 	at := n.setLost("found", lost)
 	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
@@ -135,8 +136,8 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 		t.Fatal("no shares")
 	}
 	r := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window, tenants waited for a CPU %.1f points",
-		r.held[0], r.held[1], r.busy[0], r.busy[1], r.over[0], r.over[1], r.starved)
+	t.Logf("e2e shares 25/75: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, work past the grants %.1f%% / %.1f%% of the window (bound %v / %v), tenants waited for a CPU %.1f points",
+		r.held[0], r.held[1], r.busy[0], r.busy[1], r.overPct[0], r.overPct[1], time.Duration(r.overBound[0]), time.Duration(r.overBound[1]), r.starved)
 	n.checkShares("25/75", []float64{25, 75}, r)
 
 	// The GPU is full: 25 -> 50 is refused, all or nothing.
@@ -162,8 +163,8 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	t.Logf("e2e event %s: %s", api.ReasonShareResized, note)
 	n.waitDaemonShare(bounded(ctx), pods, 0.5)
 	r2 := n.shares(bounded(ctx), pods, shareWindow)
-	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, run past the grants %.1f%% / %.1f%% of the window, tenants waited for a CPU %.1f points",
-		r2.held[0], r2.held[1], r2.busy[0], r2.busy[1], r2.over[0], r2.over[1], r2.starved)
+	t.Logf("e2e shares 50/50 after the change: granted %.1f%% / %.1f%%, simulated GPU busy %.1f%% / %.1f%%, work past the grants %.1f%% / %.1f%% of the window (bound %v / %v), tenants waited for a CPU %.1f points",
+		r2.held[0], r2.held[1], r2.busy[0], r2.busy[1], r2.overPct[0], r2.overPct[1], time.Duration(r2.overBound[0]), time.Duration(r2.overBound[1]), r2.starved)
 	n.checkShares("50/50 after the change", []float64{50, 50}, r2)
 	return r.busy, change
 }

@@ -54,6 +54,33 @@ func busyTenant() []string {
 	return []string{"/gs/gs-tenant", "--mode", "busy", "--kernel-us", "500", "--seconds", "3600"}
 }
 
+// Gate settings of the pods whose shares are measured (steadyDemand).
+const (
+	// shareQueueBound is the GPU work the gate lets a holder leave queued
+	// (GPUSLICE_GATE_QUEUE_US): what may run past each grant it had.
+	shareQueueBound = 2 * time.Millisecond
+	// shareIdle is how long a holder launches nothing before the gate
+	// hands its grant back as idle (GPUSLICE_GATE_IDLE_US, 500 us by
+	// default): longer than a busy tenant ever waits for a CPU.
+	shareIdle = time.Second
+	// shareKernel is busyTenant's kernel.
+	shareKernel = 500 * time.Microsecond
+)
+
+// steadyDemand sets the gate of p's container "main" for a share
+// measurement: an explicit queue bound, and a busy tenant that waits for a
+// CPU keeps its request (by default it hands its grant back after 500 us
+// without a launch, and the daemon lends its turns to the other pods: its
+// share of the granted time then follows the machine's load, not the
+// settings; measured 31/69 for 25/75 at load 12).
+func steadyDemand(p *corev1.Pod) *corev1.Pod {
+	c := &p.Spec.Containers[0]
+	c.Env = append(c.Env,
+		corev1.EnvVar{Name: "GPUSLICE_GATE_QUEUE_US", Value: strconv.FormatInt(shareQueueBound.Microseconds(), 10)},
+		corev1.EnvVar{Name: "GPUSLICE_GATE_IDLE_US", Value: strconv.FormatInt(shareIdle.Microseconds(), 10)})
+	return p
+}
+
 // groupOf is the time-slice group of a pod's container "main".
 func groupOf(p *corev1.Pod) string {
 	return deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: "main", UID: p.UID})
@@ -122,33 +149,58 @@ func (n *node) daemonGroups() (map[string]timeslice.GroupGPUStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sumGroups(st), nil
+}
+
+func sumGroups(st *timeslice.Status) map[string]timeslice.GroupGPUStatus {
 	out := map[string]timeslice.GroupGPUStatus{}
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {
 			cur := out[e.Group]
 			e.AchievedNs += cur.AchievedNs
+			e.Grants += cur.Grants
 			out[e.Group] = e
 		}
 	}
-	return out, nil
+	return out
 }
 
-// simBusy returns the simulated GPU's busy time per host pid (kernels run,
-// summed over devices), read from its state file by gs-simbusy.
-func (n *node) simBusy() (map[int]int64, error) {
+// statusWrittenAfter waits for a daemon status written after t (it refreshes it
+// every 250 ms).
+func (n *node) statusWrittenAfter(ctx context.Context, t time.Time) (*timeslice.Status, error) {
+	var st *timeslice.Status
+	err := harness.WaitFor(ctx, 5*time.Millisecond, func() (bool, error) {
+		s, err := timeslice.ReadStatus(n.runDir())
+		if err == nil && s.Time.After(t) {
+			st = s
+			return true, nil
+		}
+		return false, nil
+	})
+	return st, err
+}
+
+// simProc is one process's figures on the simulated GPU: the time its
+// kernels held the engine (busy) and their own durations (work).
+type simProc struct{ busy, work int64 }
+
+// simBusy returns the simulated GPU's figures per host pid (summed over
+// devices), read from its state file by gs-simbusy.
+func (n *node) simBusy() (map[int]simProc, error) {
 	out, err := exec.Command(filepath.Join(n.dir, "gs-simbusy"), os.Getenv("GPUSLICE_SIM_STATE")).Output()
 	if err != nil {
 		return nil, fmt.Errorf("gs-simbusy: %w", err)
 	}
-	busy := map[int]int64{}
+	procs := map[int]simProc{}
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		var pid, dev int
-		var ns int64
-		if c, _ := fmt.Sscanf(l, "proc %d %d %d", &pid, &dev, &ns); c == 3 {
-			busy[pid] += ns
+		var busy, work int64
+		if c, _ := fmt.Sscanf(l, "proc %d %d %d %d", &pid, &dev, &busy, &work); c == 4 {
+			p := procs[pid]
+			procs[pid] = simProc{p.busy + busy, p.work + work}
 		}
 	}
-	return busy, nil
+	return procs, nil
 }
 
 // podOfPid returns the UID of the pod whose cgroup holds host pid (the
@@ -170,39 +222,63 @@ func podOfPid(pid int, pods []*corev1.Pod) (types.UID, bool) {
 	return "", false
 }
 
-// shareSample is, per pod (in the order given), the time the time-slice daemon
-// granted its group and the busy time of its processes on the simulated GPU,
-// both cumulative, and the time each thread of those processes waited for a
-// CPU (the kernel's schedstat run delay, by tid, cumulative).
+// shareSample is, per pod (in the order given), the time the time-slice
+// daemon granted its group and the grants it handed out (its status of
+// statusAt), the time its processes' kernels held the simulated GPU's engine
+// and their own durations (read at simAt), all cumulative, and the time each
+// thread of those processes waited for a CPU (the kernel's schedstat run
+// delay, by tid, cumulative).
 type shareSample struct {
-	held, busy []int64
-	waited     []map[int]int64
+	held, busy, work []int64
+	grants           []uint64
+	waited           []map[int]int64
+	statusAt, simAt  time.Time
 }
 
-func (n *node) sampleShares(pods []*corev1.Pod) (shareSample, error) {
-	s := shareSample{held: make([]int64, len(pods)), busy: make([]int64, len(pods)), waited: make([]map[int]int64, len(pods))}
+// sampleShares reads the daemon's status and the simulated GPU. At a
+// window's start (end false) the status is read first, then the GPU; at its
+// end the GPU first, then a status written after that: the granted time
+// then spans the GPU's whole window (and at most a status interval more),
+// so a late status can only make a pod's run past its grants look smaller,
+// never larger.
+func (n *node) sampleShares(ctx context.Context, pods []*corev1.Pod, end bool) (shareSample, error) {
+	k := len(pods)
+	s := shareSample{held: make([]int64, k), busy: make([]int64, k), work: make([]int64, k), grants: make([]uint64, k), waited: make([]map[int]int64, k)}
 	for i := range pods {
 		s.waited[i] = map[int]int64{}
 	}
-	groups, err := n.daemonGroups()
+	var st *timeslice.Status
+	var err error
+	if !end {
+		if st, err = n.statusWrittenAfter(ctx, time.Now()); err != nil {
+			return s, err
+		}
+	}
+	procs, err := n.simBusy()
 	if err != nil {
 		return s, err
 	}
+	s.simAt = time.Now()
+	if end {
+		if st, err = n.statusWrittenAfter(ctx, s.simAt); err != nil {
+			return s, err
+		}
+	}
+	s.statusAt = st.Time
+	groups := sumGroups(st)
 	for i, p := range pods {
-		s.held[i] = groups[n.groupName(p)].AchievedNs
+		g := groups[n.groupName(p)]
+		s.held[i], s.grants[i] = g.AchievedNs, g.Grants
 	}
-	busy, err := n.simBusy()
-	if err != nil {
-		return s, err
-	}
-	for pid, ns := range busy {
+	for pid, f := range procs {
 		uid, ok := podOfPid(pid, pods)
 		if !ok {
 			continue
 		}
 		for i, p := range pods {
 			if p.UID == uid {
-				s.busy[i] += ns
+				s.busy[i] += f.busy
+				s.work[i] += f.work
 				harness.RunDelays(pid, s.waited[i])
 			}
 		}
@@ -216,7 +292,7 @@ func (n *node) waitBusy(ctx context.Context, pods []*corev1.Pod) shareSample {
 	var last shareSample
 	var lastErr error
 	err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
-		last, lastErr = n.sampleShares(pods)
+		last, lastErr = n.sampleShares(ctx, pods, false)
 		if lastErr != nil {
 			return false, nil
 		}
@@ -234,32 +310,35 @@ func (n *node) waitBusy(ctx context.Context, pods []*corev1.Pod) shareSample {
 }
 
 // shareResult is what each pod got over a window: its share (percent) of
-// the granted time and of the simulated GPU's busy time, and how far (percent
-// of the window) its kernels ran beyond the time it was granted.
+// the granted time and of the simulated GPU's busy time, how far its
+// kernels' own durations ran beyond the time it was granted (ns: over, and
+// in percent of the window: overPct), and what the gate allows there
+// (overBound, ns: the queue bound for each grant it had, and one kernel at
+// each end of the window).
 type shareResult struct {
-	held, busy, over []float64
+	held, busy, overPct []float64
+	over, overBound     []int64
 	// starved is the most any one thread of the pods' processes waited for
-	// a CPU over the window, summed over pods, in points of the busy time:
-	// granted time a tenant could not use because the machine gave it no
-	// CPU, which moves the busy-time shares by at most that much.
+	// a CPU over the window, summed over pods, in points of the busy time
+	// (reported: it moves the busy-time shares, not the granted ones).
 	starved float64
 }
 
 // shares measures for d each pod's shares of the granted time and of the
-// simulated GPU's busy time between two samples.
+// simulated GPU's busy time between two samples, and its work past its
+// grants.
 func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) shareResult {
 	s0 := n.waitBusy(ctx, pods)
-	start := time.Now()
 	select {
 	case <-ctx.Done():
 		n.t.Fatal(ctx.Err())
 	case <-time.After(d):
 	}
-	s1, err := n.sampleShares(pods)
+	s1, err := n.sampleShares(ctx, pods, true)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	window := time.Since(start)
+	window := s1.simAt.Sub(s0.simAt)
 	pct := func(a, b []int64) []float64 {
 		var sum int64
 		for i := range a {
@@ -273,13 +352,13 @@ func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) 
 		}
 		return out
 	}
-	over := make([]float64, len(pods))
-	for i := range pods {
-		over[i] = 100 * float64((s1.busy[i]-s0.busy[i])-(s1.held[i]-s0.held[i])) / float64(window.Nanoseconds())
-	}
-	n.t.Logf("e2e pod shares over %v: granted ns %v -> %v, simulated GPU busy ns %v -> %v", window, s0.held, s1.held, s0.busy, s1.busy)
+	r := shareResult{held: pct(s0.held, s1.held), busy: pct(s0.busy, s1.busy)}
 	var starvedNs, busyNs int64
 	for i := range pods {
+		over := (s1.work[i] - s0.work[i]) - (s1.held[i] - s0.held[i])
+		r.over = append(r.over, over)
+		r.overPct = append(r.overPct, 100*float64(over)/float64(window.Nanoseconds()))
+		r.overBound = append(r.overBound, int64(s1.grants[i]-s0.grants[i])*shareQueueBound.Nanoseconds()+2*shareKernel.Nanoseconds())
 		busyNs += s1.busy[i] - s0.busy[i]
 		var most int64
 		for tid, w := range s1.waited[i] {
@@ -287,33 +366,40 @@ func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) 
 		}
 		starvedNs += most
 	}
-	r := shareResult{held: pct(s0.held, s1.held), busy: pct(s0.busy, s1.busy), over: over}
+	n.t.Logf("e2e pod shares over %v (status %v after the GPU's start, %v after its end): granted ns %v -> %v, grants %v -> %v, simulated GPU busy ns %v -> %v, work ns %v -> %v",
+		window, s0.simAt.Sub(s0.statusAt), s1.statusAt.Sub(s1.simAt), s0.held, s1.held, s0.grants, s1.grants, s0.busy, s1.busy, s0.work, s1.work)
 	if busyNs > 0 {
 		r.starved = 100 * float64(starvedNs) / float64(busyNs)
 	}
 	return r
 }
 
-// checkShares fails unless every pod's share of the granted time and of the
-// simulated GPU's busy time is within 5 points of want plus the CPU
-// starvation measured over the window (r.starved, about 0 on an idle
-// machine), and no pod's kernels ran on the simulated GPU for more than 5 %
-// of the window beyond the time it was granted (the work a tenant leaves
-// queued past its slice is bounded). The starvation term: a tenant whose
-// thread waits for a CPU asks late or leaves its granted time unused, and the
-// daemon, work-conserving, lends that time to the tenant that has work; both
-// shares then move by at most the time it waited, with no fault in the
-// enforcement.
+// checkShares fails unless every pod's share of the time the time-slice
+// daemon granted is within 5 points of want, and no pod's kernels ran on
+// the simulated GPU beyond the time it was granted by more than the gate
+// lets it leave queued at each grant's end (r.overBound).
+//
+// Both are quantities a loaded machine does not move. The grants are what
+// the daemon decides, and with steadyDemand a tenant waiting for a CPU
+// keeps asking. The work is the kernels' own durations, which a CPU stall
+// of the simulator's worker thread does not stretch (the engine time it
+// holds does, and a holder whose thread is late hands over after the
+// daemon already granted the next pod: both let busy time run past the
+// grants with no fault in the enforcement; 8.6 % of the window once at load
+// 13), and the granted time covers the simulated GPU's whole window
+// (sampleShares). A tenant running ungated, or leaving more queued than the
+// bound, runs its work past its grants by far more (an ungated 25 % pod
+// beside a 75 % one: about a quarter of the window, against a bound of
+// about 2 %). The shares of the simulated GPU's busy time and the CPU waits
+// are reported, not asserted: they follow the machine's load.
 func (n *node) checkShares(what string, want []float64, r shareResult) {
 	for i := range want {
-		if abs(r.held[i]-want[i]) > 5+r.starved {
-			n.t.Errorf("%s: pod %d got %.1f%% of the granted time, want %.0f%% +- 5 (+ %.1f points its tenants waited for a CPU)", what, i, r.held[i], want[i], r.starved)
+		if abs(r.held[i]-want[i]) > 5 {
+			n.t.Errorf("%s: pod %d got %.1f%% of the granted time, want %.0f%% +- 5 (busy time %.1f%%, tenants waited %.1f points for a CPU)", what, i, r.held[i], want[i], r.busy[i], r.starved)
 		}
-		if r.over[i] > 5 {
-			n.t.Errorf("%s: pod %d ran on the simulated GPU %.1f%% of the window beyond its granted time, want <= 5%%", what, i, r.over[i])
-		}
-		if abs(r.busy[i]-want[i]) > 5+r.starved {
-			n.t.Errorf("%s: pod %d got %.1f%% of the simulated GPU's busy time, want %.0f%% +- 5 (+ %.1f points its tenants waited for a CPU)", what, i, r.busy[i], want[i], r.starved)
+		if r.over[i] > r.overBound[i] {
+			n.t.Errorf("%s: pod %d's kernels ran %v (%.1f%% of the window) beyond its granted time, want <= %v (a %v queue bound per grant)", what, i,
+				time.Duration(r.over[i]), r.overPct[i], time.Duration(r.overBound[i]), shareQueueBound)
 		}
 	}
 }

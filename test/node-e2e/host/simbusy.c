@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * gs-simbusy: prints the simulated GPU's per-process busy time from its
- * shared state file (simgpu/src/simstate.h), for the node end to end:
- *   proc <host pid> <device index> <busy ns>
+ * gs-simbusy: prints the simulated GPU's per-process busy time and work
+ * (the kernels' own durations) from its shared state file
+ * (simgpu/src/simstate.h), for the node end to end:
+ *   proc <host pid> <device index> <busy ns> <work ns>
  * one line per live process and device it has a context on. The file is
  * mapped read-only and checked (magic, version, size). Exit status: 0, 1 on
  * a missing or foreign file, 2 on bad arguments.
@@ -43,8 +44,9 @@ int main(int argc, char **argv)
 			continue;
 		for (uint32_t d = 0; d < s->ndev; d++)
 			if (p->dev_mask & (1u << d))
-				printf("proc %d %u %llu\n", (int)pid, d,
-				       (unsigned long long)atomic_load(&p->busy_ns[d]));
+				printf("proc %d %u %llu %llu\n", (int)pid, d,
+				       (unsigned long long)atomic_load(&p->busy_ns[d]),
+				       (unsigned long long)atomic_load(&p->work_ns[d]));
 	}
 	return 0;
 }
