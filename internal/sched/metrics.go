@@ -21,6 +21,7 @@ const (
 	resultInvalid    = "invalid"    // PreFilter: malformed request
 	resultCandidates = "candidates" // PreFilter: only the best nodes go on
 	resultAllNodes   = "all_nodes"  // PreFilter: every node goes on
+	resultNominated  = "nominated"  // PreFilter: the pod's nominated node alone goes on
 	resultFit        = "fit"        // Filter: the node has room
 	resultNoFit      = "no_fit"     // Filter: it does not
 	resultWidened    = "widened"    // PostFilter: retried on every node

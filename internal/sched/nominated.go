@@ -6,9 +6,6 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-// resultNominated: PreFilter handed over the pod's nominated node alone.
-const resultNominated = "nominated"
-
 // fitsNominated returns the node a preemptor was nominated to when the pod
 // fits there by the books, counting what is held for the other nominated
 // pods of at least its priority as Filter will ("" otherwise). kube-scheduler
