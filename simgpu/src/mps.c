@@ -233,36 +233,48 @@ static void sleep_ns(uint64_t ns)
 }
 
 /* Processor sharing: the kernel's work (busy_ns of the whole GPU) advances
- * by the elapsed time times its current rate. */
-static void run_shared(struct sim_engine *e, uint64_t busy_ns)
+ * by the elapsed time times its current rate, from start (the previous
+ * kernel's end when this one was queued behind it: a GPU runs queued kernels
+ * back to back, whenever the host thread that models it wakes up), else from
+ * now. Returns the simulated end: the instant its work was complete, not
+ * when the sleeping thread noticed. */
+static uint64_t run_shared(struct sim_engine *e, uint64_t busy_ns, uint64_t start)
 {
 	struct sim_mps_client *me = &mps.t->client[mps.slot];
-	uint64_t left = busy_ns * RATE_ONE, last = sim_now_ns();
+	uint64_t left = busy_ns * RATE_ONE, now = sim_now_ns(), last = start != 0 && start < now ? start : now;
 
 	atomic_store(&me->running, mps.pct);
 	while (left > 0 && atomic_load(&mps.state) == MPS_CLIENT) {
-		uint64_t r = rate(), wait = (left + r - 1) / r, now, done;
+		uint64_t r = rate(), wait = (left + r - 1) / r, done;
 
-		sleep_ns(wait < STEP_NS ? wait : STEP_NS);
+		now = sim_now_ns();
+		if (now - last < wait)
+			sleep_ns(wait - (now - last) < STEP_NS ? wait - (now - last) : STEP_NS);
 		now = sim_now_ns();
 		done = (now - last) * r;
-		done = done < left ? done : left;
+		if (done >= left) { /* complete: it ended within this step */
+			done = left;
+			now = last + wait;
+		}
 		left -= done;
 		atomic_fetch_add(&me->work_ns, done / RATE_ONE);
 		sim_engine_account(e, last, last + done / RATE_ONE);
 		last = now;
 	}
 	atomic_store(&me->running, 0);
+	return last;
 }
 
-bool sim_mps_run(struct sim_engine *e, uint64_t busy_ns)
+bool sim_mps_run(struct sim_engine *e, uint64_t busy_ns, uint64_t *end)
 {
 	int st = atomic_load(&mps.state);
 
 	if (st != MPS_CLIENT && st != MPS_FAILED)
 		return false;
 	if (st == MPS_CLIENT && busy_ns != 0)
-		run_shared(e, busy_ns);
+		*end = run_shared(e, busy_ns, *end);
+	else
+		*end = 0;
 	sim_engine_count(e);
 	return true;
 }

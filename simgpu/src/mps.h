@@ -21,7 +21,9 @@ SIM_HIDDEN int32_t sim_mps_server(void);
 /* CUDA_ERROR_MPS_RPC_FAILURE once the process's server died, else success. */
 SIM_HIDDEN CUresult sim_mps_check(void);
 /* Runs one kernel as an MPS client; false if the process is not one (the
- * caller runs it on the device engine). */
-SIM_HIDDEN bool sim_mps_run(struct sim_engine *e, uint64_t busy_ns);
+ * caller runs it on the device engine). *end: in, where the kernel starts
+ * when it was queued behind the previous one (that kernel's simulated end;
+ * 0: now); out, where it ended in simulated time. */
+SIM_HIDDEN bool sim_mps_run(struct sim_engine *e, uint64_t busy_ns, uint64_t *end);
 
 #endif

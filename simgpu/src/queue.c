@@ -10,13 +10,16 @@
 
 #define SIM_QUEUE_POLL_NS 20000ull /* the worker reads an empty queue this long before it sleeps */
 
-static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t seq)
+/* queued: the item was waiting when the previous one ended. */
+static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t seq, bool queued)
 {
 	switch (it->kind) {
 	case SIM_ITEM_KERNEL: {
 		struct sim_engine *e = &sim_g.st->dev[q->dev].engine;
-		uint64_t ns = sim_mps_run(e, it->busy_ns) ? it->busy_ns
-							  : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
+		uint64_t end = queued ? q->mps_end : 0;
+		bool mps = sim_mps_run(e, it->busy_ns, &end);
+		q->mps_end = end;
+		uint64_t ns = mps ? it->busy_ns : sim_engine_run(e, it->busy_ns, sim_g.pid, sim_g.start);
 		if (ns != 0 && sim_g.slot >= 0) /* the process's busy time (NVML process utilization) */
 			atomic_fetch_add(&sim_g.st->proc[sim_g.slot].busy_ns[q->dev], ns);
 		if (it->busy_ns != 0 && sim_g.slot >= 0) /* and its kernels' own durations */
@@ -28,9 +31,11 @@ static void run_item(struct sim_queue *q, const struct sim_item *it, uint64_t se
 		sim_event_put(it->ev);
 		break;
 	case SIM_ITEM_HOSTFN:
+		q->mps_end = 0; /* the GPU waited for the host: a kernel after it starts when it is seen */
 		it->fn(it->arg);
 		break;
 	case SIM_ITEM_WAIT:
+		q->mps_end = 0; /* likewise for another queue */
 		sim_queue_wait(it->wait_q, it->wait_upto);
 		break;
 	case SIM_ITEM_NOP:
@@ -105,13 +110,14 @@ static void *worker(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	for (;;) {
 		uint64_t h = atomic_load(&q->head);
-		if (atomic_load(&q->tail) == h && !poll_work(q, h) && !wait_work(q, h))
+		bool queued = atomic_load(&q->tail) != h;
+		if (!queued && !poll_work(q, h) && !wait_work(q, h))
 			break;
 		it = q->ring[h % SIM_QUEUE_LEN];
 		atomic_store(&q->head, h + 1); /* frees the slot */
 		if (atomic_load(&q->space_waiters) > 0)
 			wake(q, &q->cv_space, false);
-		run_item(q, &it, h + 1);
+		run_item(q, &it, h + 1, queued);
 		atomic_store(&q->done, h + 1);
 		if (atomic_load(&q->done_waiters) > 0)
 			wake(q, &q->cv_done, true);
@@ -132,6 +138,7 @@ int sim_queue_start(struct sim_queue *q, int dev)
 	atomic_store(&q->worker_idle, false);
 	q->stop = false;
 	q->dev = dev;
+	q->mps_end = 0;
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -63,6 +63,7 @@ struct sim_queue {
 	_Atomic bool worker_idle;
 	bool stop, started; /* stop: under mu */
 	int dev;
+	uint64_t mps_end; /* worker only: the simulated end of its last MPS kernel */
 	pthread_t thread;
 };
 
