@@ -131,14 +131,11 @@ func TestGPUsThroughSet(t *testing.T) {
 			t.Fatalf("%d: generation %d (%v), want %d: not through the one Set path", i, g, err, before+1)
 		}
 		// Only the GPUs changed: not waited for, yet the daemon acknowledges the generation.
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if a, err := m.Tree().Applied("ctr"); err == nil && a == before+1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				a, err := m.Tree().Applied("ctr")
-				t.Fatalf("%d: applied generation %d (%v), want %d", i, a, err, before+1)
-			}
+		if err := m.wait(ctx, "ctr", before+1); err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if a, err := m.Tree().Applied("ctr"); err != nil || a != before+1 {
+			t.Fatalf("%d: applied generation %d (%v), want %d", i, a, err, before+1)
 		}
 	}
 	if err := m.Set(ctx, "ctr", Resources{Settings: s, GPUs: []string{"GPU-a"}}); err != nil {
