@@ -162,20 +162,24 @@ type memfillResult struct {
 func (n *node) memfillReport(ctx context.Context, p *corev1.Pod) (memfillResult, string) {
 	var r memfillResult
 	var reason string
-	err := waitFor(ctx, func() bool {
+	scan := func() bool { // the whole log: stdout's report and stderr's line come in either order
+		found := false
 		reason = ""
 		for _, e := range n.logEntries(p) {
 			if strings.HasPrefix(e.msg, "gpuslice: ") {
 				reason = e.msg
 			}
 			if strings.HasPrefix(e.msg, "{") && json.Unmarshal([]byte(e.msg), &r) == nil {
-				return true
+				found = true
 			}
 		}
-		return false
-	})
-	if err != nil {
+		return found
+	}
+	if err := waitFor(ctx, scan); err != nil {
 		n.t.Fatalf("pod %s never reported: %v\nlog:\n%s", p.Name, err, n.podLog(p))
 	}
+	// A refusal's line (stderr) may reach the log after the report (stdout);
+	// none at all is the caller's failure to report.
+	_ = waitFor(ctx, func() bool { return scan() && reason != "" })
 	return r, reason
 }
