@@ -41,7 +41,9 @@ func (r preemptResult) line() string {
 }
 
 // runPreemption runs the phase with gpuslice-scheduler (binpack).
-func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (preemptResult, error) {
+// Others are the processes besides the control plane whose CPU is counted
+// (KWOK).
+func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, others ...*harness.Process) (preemptResult, error) {
 	var res preemptResult
 	const ns = "preempt"
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -56,7 +58,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	if err != nil {
 		return res, err
 	}
-	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound in %.1fs)\n", fillers, time.Since(start).Seconds())
+	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound and running in %.1fs)\n", fillers, time.Since(start).Seconds())
 	pprofArgs, err := o.profile.args()
 	if err != nil {
 		return res, err
@@ -93,6 +95,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	if err != nil {
 		return res, err
 	}
+	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), others...), sched))
 	profiled := o.profile.start(ctx)
 	n := o.preemptors
 	created := make([]time.Time, n)
@@ -114,6 +117,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	if err != nil {
 		return res, err
 	}
+	cost.end(ctx, cp)
 	cpu1, err := sched.CPUSeconds()
 	if err != nil {
 		return res, err
@@ -150,6 +154,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options) (pr
 	fmt.Printf("preemption: %d preemptors (%s) bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
 		n, arrival, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
 	fmt.Println(tl.split(created, bound))
+	fmt.Println(cost.line(n))
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
 	}
@@ -199,7 +204,28 @@ func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (
 	if err != nil {
 		return 0, fmt.Errorf("filler pods: %w", err)
 	}
-	return len(fs), nil
+	return len(fs), waitRunning(ctx, cp, ns, len(fs))
+}
+
+// waitRunning waits until KWOK has reported every filler pod running, as a
+// running workload's pods would be: otherwise its status writes for the
+// fillers still queued would land in the phase and compete with it.
+func waitRunning(ctx context.Context, cp *harness.ControlPlane, ns string, n int) error {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	running := 0
+	err := harness.WaitFor(wctx, time.Second, func() (bool, error) {
+		l, err := cp.Client.CoreV1().Pods(ns).List(wctx, metav1.ListOptions{LabelSelector: "bench.gpuslice.io/filler", FieldSelector: "status.phase=Running", ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		running = len(l.Items)
+		return running >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("KWOK reported %d of %d filler pods running: %w", running, n, err)
+	}
+	return nil
 }
 
 // arrive calls create for 0..n-1: all at once from clients workers (rate

@@ -34,6 +34,8 @@ type options struct {
 	stockQueueSort bool
 	// profile: a CPU profile of the preemption phase (profile.go).
 	profile *cpuProfile
+	// auditWrites: the API server logs writes; the preemption phase counts them by client.
+	auditWrites bool
 }
 
 // result is one scheduler's run.
@@ -64,7 +66,7 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 	if !o.keep {
 		defer os.RemoveAll(dir)
 	}
-	cp, err := harness.StartControlPlane(ctx, bins, dir)
+	cp, err := harness.StartControlPlaneWith(ctx, bins, dir, harness.Options{AuditWrites: o.auditWrites})
 	if err != nil {
 		return "", nil, err
 	}
@@ -114,7 +116,7 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 		more = append(more, draLine)
 	}
 	if o.nodes == o.preemptNodes { // last: its 10,000-odd pods stay until the control plane stops
-		pr, err := runPreemption(ctx, cp, o)
+		pr, err := runPreemption(ctx, cp, o, kwok)
 		if err != nil {
 			return "", nil, fmt.Errorf("preemption: %w", err)
 		}

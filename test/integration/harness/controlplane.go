@@ -50,7 +50,23 @@ type Options struct {
 	// authorizer and RBAC; the test's own token stays system:masters), and
 	// privileged containers are allowed.
 	InCluster bool
+	// AuditWrites logs every write request's metadata (user agent, verb,
+	// resource) to Dir/audit.log, for benchmarks that count who writes what.
+	AuditWrites bool
 }
+
+// AuditLog is the audit log Options.AuditWrites writes to.
+func (cp *ControlPlane) AuditLog() string { return filepath.Join(cp.Dir, "audit.log") }
+
+// auditPolicy logs writes at the Metadata level once they complete.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
 
 // StartControlPlane starts etcd and kube-apiserver with state under dir and
 // waits until the API server is ready.
@@ -144,6 +160,14 @@ func apiserverArgs(dir, etcdURL string, port int, o Options) ([]string, error) {
 	}
 	if o.InCluster {
 		args = append(args, "--allow-privileged=true") // node agents and CNI pods are privileged
+	}
+	if o.AuditWrites {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, fmt.Errorf("audit policy: %w", err)
+		}
+		args = append(args, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(dir, "audit.log"),
+			"--audit-log-mode", "blocking", "--audit-log-format", "json")
 	}
 	return args, nil
 }
@@ -252,6 +276,9 @@ func (cp *ControlPlane) waitReady(ctx context.Context, host string) error {
 	}
 	return nil
 }
+
+// Processes returns etcd and kube-apiserver, for the CPU they use.
+func (cp *ControlPlane) Processes() []*Process { return []*Process{cp.etcd, cp.api} }
 
 // Stop stops the API server, then etcd.
 func (cp *ControlPlane) Stop() {
