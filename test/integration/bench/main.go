@@ -35,6 +35,7 @@ func main() {
 	flag.IntVar(&o.draPods, "dra-pods", 1000, "pods per DRA run")
 	flag.IntVar(&o.draRounds, "dra-rounds", 2, "rounds of fractional and whole-GPU DRA runs side by side (in turn)")
 	flag.BoolVar(&o.auditWrites, "audit-writes", false, "the API server logs every write (audit, blocking: slower); the preemption phase prints its writes by client")
+	flag.StringVar(&o.apiProfile, "apiserver-profile", "", "write a CPU profile of kube-apiserver from the preemption burst on to this file (-preempt-profile-seconds long)")
 	var extra string
 	o.profile = &cpuProfile{}
 	flag.StringVar(&o.profile.path, "preempt-profile", "", "write a CPU profile of gpuslice-scheduler from the preemption burst on to this file (and its allocation profiles before and after the phase to FILE.allocs0 and FILE.allocs1)")

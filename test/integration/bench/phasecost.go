@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 // so a phase's wall time is bounded below by their sum.
 type phaseCost struct {
 	procs []*harness.Process
+	sched *harness.Process // the scheduler under test, among procs
 	cpu0  map[string]float64
 	self0 float64
 	req0  map[string]float64
@@ -33,8 +35,9 @@ type phaseCost struct {
 }
 
 // startPhaseCost records the counters at the phase's start.
-func startPhaseCost(ctx context.Context, cp *harness.ControlPlane, procs []*harness.Process) *phaseCost {
-	pc := &phaseCost{procs: procs, cpu0: map[string]float64{}}
+// sched, one of procs, is the scheduler under test.
+func startPhaseCost(ctx context.Context, cp *harness.ControlPlane, procs []*harness.Process, sched *harness.Process) *phaseCost {
+	pc := &phaseCost{procs: procs, sched: sched, cpu0: map[string]float64{}}
 	for _, p := range procs {
 		pc.cpu0[p.Name], _ = p.CPUSeconds()
 	}
@@ -70,6 +73,10 @@ func (pc *phaseCost) line(n int) string {
 	total += self
 	parts = append(parts, fmt.Sprintf("bench %.1f s", self))
 	s := fmt.Sprintf("preemption CPU by process: %s; total %.1f s (%.0f ms per preemptor)", strings.Join(parts, ", "), total, 1000*total/float64(n))
+	if pc.sched != nil {
+		others := total - (pc.cpu1[pc.sched.Name] - pc.cpu0[pc.sched.Name])
+		s += fmt.Sprintf("; without the scheduler %.1f s: on %d cores the phase cannot end in less than %.1f s", others, runtime.NumCPU(), others/float64(runtime.NumCPU()))
+	}
 	if pc.req0 == nil || pc.req1 == nil {
 		return s
 	}

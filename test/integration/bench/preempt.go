@@ -95,8 +95,9 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	if err != nil {
 		return res, err
 	}
-	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), others...), sched))
+	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), others...), sched), sched)
 	profiled := o.profile.start(ctx)
+	apiProfiled := apiserverProfile(ctx, cp, o.apiProfile, o.profile.seconds)
 	n := o.preemptors
 	created := make([]time.Time, n)
 	var mu sync.Mutex
@@ -124,6 +125,9 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	}
 	res.cpu = cpu1 - cpu0
 	if err := o.profile.finish(ctx, profiled); err != nil {
+		return res, err
+	}
+	if err := <-apiProfiled; err != nil {
 		return res, err
 	}
 	mu.Lock()

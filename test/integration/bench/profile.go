@@ -94,3 +94,24 @@ func (p *cpuProfile) fetch(ctx context.Context, what, path string) error {
 	}
 	return f.Close()
 }
+
+// apiserverProfile takes a CPU profile of kube-apiserver over the
+// preemption phase (-apiserver-profile): its /debug/pprof, open to the
+// bench's system:masters token.
+func apiserverProfile(ctx context.Context, cp *harness.ControlPlane, path string, seconds int) <-chan error {
+	done := make(chan error, 1)
+	if path == "" {
+		done <- nil
+		return done
+	}
+	go func() {
+		b, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+60) * time.Second).DoRaw(ctx)
+		if err != nil {
+			done <- fmt.Errorf("kube-apiserver profile: %w", err)
+			return
+		}
+		done <- os.WriteFile(path, b, 0o644)
+	}()
+	return done
+}

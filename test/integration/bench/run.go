@@ -36,6 +36,8 @@ type options struct {
 	profile *cpuProfile
 	// auditWrites: the API server logs writes; the preemption phase counts them by client.
 	auditWrites bool
+	// apiProfile: a CPU profile of kube-apiserver over the preemption phase.
+	apiProfile string
 }
 
 // result is one scheduler's run.
