@@ -37,6 +37,9 @@ enum gs_msg_type {
 
 #define GS_FEATURE_REVOKE 0x1u /* client honours revoke at its next kernel boundary */
 #define GS_FEATURE_RENEW 0x2u /* client takes a grant of the seq it holds as a renewal, ignores one it handed back */
+#define GS_FEATURE_SENT_AT 0x4u /* client reads a grant's sent_at_ns: the daemon may send grants of sizeof(struct gs_msg_grant) */
+#define GS_GRANT_SIZE_NO_SENT_AT 0x30u /* size of a grant without sent_at_ns (clients without GS_FEATURE_SENT_AT, older daemons) */
+#define GS_GRANT_SENT_AT_MAX_AGE_NS 0x3b9aca00u /* a grant read later than this after sent_at_ns (or before it) counts from its reading */
 #define GS_GRANT_PREEMPT 0x1u /* an online group's turn pulled ahead of offline work */
 #define GS_GRANT_ALONE 0x2u /* no other group waits: an idle holder need not hand back */
 #define GS_GRANT_RENEWAL 0x4u /* renews the running grant of its seq: stale if that seq was handed back */
@@ -92,6 +95,7 @@ struct gs_msg_grant {
 	uint64_t valid_ns; /* the grant ends this long after it was sent */
 	uint32_t flags; /* GS_GRANT_* bits */
 	uint32_t reserved; /* zero */
+	uint64_t sent_at_ns; /* when valid_ns counts from: the daemon's CLOCK_MONOTONIC ns; only in grants of sizeof (GS_FEATURE_SENT_AT), never 0 there; 0 in a grant of GS_GRANT_SIZE_NO_SENT_AT bytes */
 };
 
 /* client -> daemon: outstanding work done, GPU handed back */
@@ -184,7 +188,8 @@ _Static_assert(offsetof(struct gs_msg_grant, slice_ns) == 24, "gs_msg_grant.slic
 _Static_assert(offsetof(struct gs_msg_grant, valid_ns) == 32, "gs_msg_grant.valid_ns offset");
 _Static_assert(offsetof(struct gs_msg_grant, flags) == 40, "gs_msg_grant.flags offset");
 _Static_assert(offsetof(struct gs_msg_grant, reserved) == 44, "gs_msg_grant.reserved offset");
-_Static_assert(sizeof(struct gs_msg_grant) == 48, "gs_msg_grant size");
+_Static_assert(offsetof(struct gs_msg_grant, sent_at_ns) == 48, "gs_msg_grant.sent_at_ns offset");
+_Static_assert(sizeof(struct gs_msg_grant) == 56, "gs_msg_grant size");
 _Static_assert(offsetof(struct gs_msg_release, gpu) == 0, "gs_msg_release.gpu offset");
 _Static_assert(offsetof(struct gs_msg_release, seq) == 16, "gs_msg_release.seq offset");
 _Static_assert(offsetof(struct gs_msg_release, flags) == 24, "gs_msg_release.flags offset");

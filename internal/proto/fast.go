@@ -26,13 +26,16 @@ func encodeFast(b []byte, m Message) bool {
 		le.PutUint32(p[16:], m.Flags)
 		le.PutUint32(p[20:], m.Reserved)
 	case *Grant:
-		putHeader(b, TypeGrant, 48)
+		putHeader(b, TypeGrant, encodedSize(m))
 		copy(p, m.GPU[:])
 		le.PutUint64(p[16:], m.Seq)
 		le.PutUint64(p[24:], m.SliceNs)
 		le.PutUint64(p[32:], m.ValidNs)
 		le.PutUint32(p[40:], m.Flags)
 		le.PutUint32(p[44:], m.Reserved)
+		if m.SentAtNs != 0 {
+			le.PutUint64(p[48:], m.SentAtNs)
+		}
 	case *Release:
 		putHeader(b, TypeRelease, 32)
 		copy(p, m.GPU[:])
@@ -51,8 +54,10 @@ func encodeFast(b []byte, m Message) bool {
 	return true
 }
 
-// decodeFast decodes the payload of a grant-path message (header checked).
-func decodeFast(t Type, p []byte) Message {
+// decodeFast decodes the payload of a grant-path message (header checked)
+// whose header says it is n bytes (a grant's SentAtNs is read only from a
+// grant long enough to hold it).
+func decodeFast(t Type, p []byte, n uint32) Message {
 	le := binary.LittleEndian
 	switch t {
 	case TypeAcquire:
@@ -62,6 +67,9 @@ func decodeFast(t Type, p []byte) Message {
 	case TypeGrant:
 		m := &Grant{Seq: le.Uint64(p[16:]), SliceNs: le.Uint64(p[24:]), ValidNs: le.Uint64(p[32:]),
 			Flags: le.Uint32(p[40:]), Reserved: le.Uint32(p[44:])}
+		if n > GrantSizeNoSentAt {
+			m.SentAtNs = le.Uint64(p[48:])
+		}
 		copy(m.GPU[:], p)
 		return m
 	case TypeRelease:

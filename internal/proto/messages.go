@@ -29,6 +29,10 @@ type Acquire struct {
 }
 
 // Grant gives the client the GPU for ValidNs from when the daemon sent it.
+// SentAtNs says when that was on the daemon's clock; it is on the wire only
+// for clients that announce FeatureSentAt (the message is then Size bytes;
+// without it, GrantSizeNoSentAt, and SentAtNs is 0). GrantEnd is when the
+// grant ends for its reader.
 type Grant struct {
 	GPU      UUID   `doc:"the GPU"`
 	Seq      uint64 `doc:"grant number, echoed by Release; revokes name it too"`
@@ -36,6 +40,7 @@ type Grant struct {
 	ValidNs  uint64 `doc:"the grant ends this long after it was sent"`
 	Flags    uint32 `doc:"GS_GRANT_* bits"`
 	Reserved uint32 `doc:"zero"`
+	SentAtNs uint64 `doc:"when valid_ns counts from: the daemon's CLOCK_MONOTONIC ns; only in grants of sizeof (GS_FEATURE_SENT_AT), never 0 there; 0 in a grant of GS_GRANT_SIZE_NO_SENT_AT bytes"`
 }
 
 // Release hands the GPU back after the client's outstanding work finished.

@@ -58,7 +58,19 @@ const (
 	// (a later end) and ignores one of a Seq it handed back. Added within
 	// version 2: the daemon renews only clients that announce it.
 	FeatureRenew uint32 = 1 << 1
-	GrantPreempt uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
+	// FeatureSentAt: the client reads Grant.SentAtNs (GrantEnd). Added within
+	// version 2: the daemon sends the longer grant only to clients that
+	// announce it, and only when its clock is the host's (monoclock.Shared);
+	// a reader accepts both sizes of grant.
+	FeatureSentAt uint32 = 1 << 2
+	// GrantSizeNoSentAt is the size of a grant without SentAtNs (every grant
+	// before FeatureSentAt).
+	GrantSizeNoSentAt uint32 = 48
+	// SentAtMaxAgeNs bounds how long before its reading a grant may have been
+	// sent for GrantEnd to count from the daemon's instant: an older one (or
+	// one from the future) comes from a clock that is not the reader's.
+	SentAtMaxAgeNs uint32 = 1e9
+	GrantPreempt   uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
 	// GrantAlone: no other group waits for the GPU (an idle holder need not
 	// hand back); a grant of the same seq without it says one now does. Sent
 	// only to clients that announce FeatureRenew.
@@ -137,6 +149,9 @@ func Constants() []Const {
 	return []Const{
 		{"GS_FEATURE_REVOKE", FeatureRevoke, "client honours revoke at its next kernel boundary"},
 		{"GS_FEATURE_RENEW", FeatureRenew, "client takes a grant of the seq it holds as a renewal, ignores one it handed back"},
+		{"GS_FEATURE_SENT_AT", FeatureSentAt, "client reads a grant's sent_at_ns: the daemon may send grants of sizeof(struct gs_msg_grant)"},
+		{"GS_GRANT_SIZE_NO_SENT_AT", GrantSizeNoSentAt, "size of a grant without sent_at_ns (clients without GS_FEATURE_SENT_AT, older daemons)"},
+		{"GS_GRANT_SENT_AT_MAX_AGE_NS", SentAtMaxAgeNs, "a grant read later than this after sent_at_ns (or before it) counts from its reading"},
 		{"GS_GRANT_PREEMPT", GrantPreempt, "an online group's turn pulled ahead of offline work"},
 		{"GS_GRANT_ALONE", GrantAlone, "no other group waits: an idle holder need not hand back"},
 		{"GS_GRANT_RENEWAL", GrantRenewal, "renews the running grant of its seq: stale if that seq was handed back"},
@@ -229,8 +244,8 @@ func nameOf(m Message) string {
 
 // decodePayload decodes a message of type t whose header says it is n bytes.
 func decodePayload(t Type, n uint32, p []byte) (m Message, size int, err error) {
-	if m = decodeFast(t, p); m != nil {
-		size = binary.Size(m)
+	if m = decodeFast(t, p, n); m != nil {
+		size = encodedSize(m)
 	} else {
 		s, ok := spec(t)
 		if !ok {
@@ -245,9 +260,24 @@ func decodePayload(t Type, n uint32, p []byte) (m Message, size int, err error) 
 		}
 	}
 	if n != uint32(size) {
+		if g, ok := m.(*Grant); ok {
+			if n == uint32(binary.Size(g)) {
+				return nil, 0, fmt.Errorf("%w: grant of %d bytes with sent_at_ns 0", ErrFrame, n)
+			}
+			return nil, 0, fmt.Errorf("%w: grant of %d bytes, want %d or %d", ErrFrame, n, GrantSizeNoSentAt, binary.Size(g))
+		}
 		return nil, 0, fmt.Errorf("%w: %s of %d bytes, want %d", ErrFrame, nameOf(m), n, size)
 	}
 	return m, size, nil
+}
+
+// encodedSize is the size of m on the wire: a grant without SentAtNs is
+// GrantSizeNoSentAt bytes.
+func encodedSize(m Message) int {
+	if g, ok := m.(*Grant); ok && g.SentAtNs == 0 {
+		return int(GrantSizeNoSentAt)
+	}
+	return binary.Size(m)
 }
 
 func validate(m Message) error {
@@ -267,7 +297,7 @@ func validate(m Message) error {
 		if err := checkString(m.Group[:]); err != nil {
 			return fmt.Errorf("group: %w", err)
 		}
-		return check(m.Reserved, m.Features, FeatureRevoke|FeatureRenew)
+		return check(m.Reserved, m.Features, FeatureRevoke|FeatureRenew|FeatureSentAt)
 	case *Acquire:
 		return check(m.Reserved, m.Flags, 0)
 	case *Grant:

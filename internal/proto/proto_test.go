@@ -27,6 +27,7 @@ func samples() []Message {
 		w,
 		&Acquire{GPU: gpu},
 		&Grant{GPU: gpu, Seq: 7, SliceNs: 10e6, ValidNs: 14e6, Flags: GrantPreempt},
+		&Grant{GPU: gpu, Seq: 8, SliceNs: 10e6, ValidNs: 14e6, Flags: GrantAlone, SentAtNs: 44_000_123_456_789},
 		&Release{GPU: gpu, Seq: 7, Flags: ReleaseMore},
 		&Revoke{GPU: gpu, Seq: 7, Reason: RevokePreempt},
 		e,
@@ -77,6 +78,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"length", frame(t, grant, func(b []byte) { b[8] = 8 }), "grant of 8 bytes"},
 		{"header reserved", frame(t, grant, func(b []byte) { b[12] = 1 }), "reserved header"},
 		{"padding", frame(t, grant, func(b []byte) { b[FrameSize-1] = 1 }), "padding"},
+		{"long grant without sent_at", frame(t, grant, func(b []byte) { b[8] = 56 }), "grant of 56 bytes with sent_at_ns 0"},
+		{"short grant with sent_at", frame(t, grant, func(b []byte) { b[HeaderSize+48] = 1 }), "padding"},
+		{"grant of neither size", frame(t, grant, func(b []byte) { b[8] = 52 }), "grant of 52 bytes, want 48 or 56"},
 		{"flags", frame(t, grant, func(b []byte) { b[HeaderSize+40] = 8 }), "unknown flags 0x8"},
 		{"reserved", frame(t, grant, func(b []byte) { b[HeaderSize+44] = 1 }), "reserved field"},
 		{"revoke reason", frame(t, &Revoke{Reason: RevokeSliceEnd}, func(b []byte) { b[HeaderSize+24] = 9 }), "revoke reason 9"},
@@ -136,8 +140,8 @@ func TestHeaderFresh(t *testing.T) {
 	}
 }
 
-// TestCAgrees builds a C program against the generated header that writes a
-// grant frame, and decodes it here.
+// TestCAgrees builds a C program against the generated header that writes
+// grant frames (without and with sent_at_ns), and decodes them here.
 func TestCAgrees(t *testing.T) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
@@ -153,6 +157,10 @@ int main(void) {
 	f.header.type = GS_MSG_GRANT; f.header.len = sizeof f.msg.grant;
 	f.msg.grant.gpu[0] = 0xab; f.msg.grant.seq = 42; f.msg.grant.slice_ns = 10000000;
 	f.msg.grant.valid_ns = 12000000; f.msg.grant.flags = GS_GRANT_PREEMPT;
+	f.header.len = GS_GRANT_SIZE_NO_SENT_AT; /* as older daemons send it */
+	for (size_t i = 0; i < sizeof f; i++) printf("%02x", ((unsigned char *)&f)[i]);
+	printf("\n");
+	f.header.len = sizeof f.msg.grant; f.msg.grant.sent_at_ns = 5000000000123ull;
 	for (size_t i = 0; i < sizeof f; i++) printf("%02x", ((unsigned char *)&f)[i]);
 	return 0;
 }`
@@ -169,17 +177,25 @@ int main(void) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := hex.DecodeString(string(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Decode(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	frames := strings.Fields(string(out))
 	want := &Grant{GPU: UUID{0: 0xab}, Seq: 42, SliceNs: 10e6, ValidNs: 12e6, Flags: GrantPreempt}
-	if !reflect.DeepEqual(m, want) {
-		t.Fatalf("C frame decoded to %+v, want %+v", m, want)
+	long := *want
+	long.SentAtNs = 5000000000123
+	if len(frames) != 2 {
+		t.Fatalf("C program wrote %q", out)
+	}
+	for i, w := range []*Grant{want, &long} {
+		raw, err := hex.DecodeString(frames[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(m, w) {
+			t.Fatalf("C frame %d decoded to %+v, want %+v", i, m, w)
+		}
 	}
 }
 
@@ -245,7 +261,8 @@ func TestFastMatchesReflection(t *testing.T) {
 		}
 		for _, m := range []Message{
 			&Acquire{GPU: gpu, Flags: rng.Uint32(), Reserved: rng.Uint32()},
-			&Grant{GPU: gpu, Seq: rng.Uint64(), SliceNs: rng.Uint64(), ValidNs: rng.Uint64(), Flags: rng.Uint32(), Reserved: rng.Uint32()},
+			&Grant{GPU: gpu, Seq: rng.Uint64(), SliceNs: rng.Uint64(), ValidNs: rng.Uint64(), Flags: rng.Uint32(), Reserved: rng.Uint32(),
+				SentAtNs: rng.Uint64() * uint64(rng.IntN(2))},
 			&Release{GPU: gpu, Seq: rng.Uint64(), Flags: rng.Uint32(), Reserved: rng.Uint32()},
 			&Revoke{GPU: gpu, Seq: rng.Uint64(), Reason: rng.Uint32(), Reserved: rng.Uint32()},
 		} {
@@ -254,7 +271,8 @@ func TestFastMatchesReflection(t *testing.T) {
 				t.Fatalf("%T has no fast codec", m)
 			}
 			slow := make([]byte, FrameSize)
-			h := Header{Magic: Magic, Version: Version, Type: uint16(m.Type()), Len: uint32(binary.Size(m))}
+			// A grant without SentAtNs is the struct less its last field (zero).
+			h := Header{Magic: Magic, Version: Version, Type: uint16(m.Type()), Len: uint32(encodedSize(m))}
 			if _, err := binary.Encode(slow, binary.LittleEndian, &h); err != nil {
 				t.Fatal(err)
 			}
@@ -264,7 +282,7 @@ func TestFastMatchesReflection(t *testing.T) {
 			if !bytes.Equal(fast, slow) {
 				t.Fatalf("%T: fast encoding differs", m)
 			}
-			if got := decodeFast(m.Type(), fast[HeaderSize:]); !reflect.DeepEqual(got, m) {
+			if got := decodeFast(m.Type(), fast[HeaderSize:], h.Len); !reflect.DeepEqual(got, m) {
 				t.Fatalf("%T: fast decoding %+v, want %+v", m, got, m)
 			}
 		}

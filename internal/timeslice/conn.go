@@ -153,7 +153,11 @@ func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 		c.sendError(proto.ErrProtocol, fmt.Sprintf("expected hello, got %T", m))
 		return fmt.Errorf("expected hello, got %T", m)
 	}
-	c.features = hello.Features & (proto.FeatureRevoke | proto.FeatureRenew)
+	known := proto.FeatureRevoke | proto.FeatureRenew
+	if c.s.clock != nil {
+		known |= proto.FeatureSentAt
+	}
+	c.features = hello.Features & known
 	if err := c.setReadTimeout(0); err != nil {
 		return err
 	}
@@ -287,8 +291,12 @@ func (c *conn) sendGrantFlags(u proto.UUID, g policy.Grant, now time.Time, flags
 	if g.Alone && c.features&proto.FeatureRenew != 0 {
 		flags |= proto.GrantAlone
 	}
-	c.send(&proto.Grant{GPU: u, Seq: g.Seq, SliceNs: uint64(g.SliceEnd.Sub(g.Start)),
-		ValidNs: uint64(max(g.End.Sub(now), 0)), Flags: flags})
+	m := &proto.Grant{GPU: u, Seq: g.Seq, SliceNs: uint64(g.SliceEnd.Sub(g.Start)),
+		ValidNs: uint64(max(g.End.Sub(now), 0)), Flags: flags}
+	if c.features&proto.FeatureSentAt != 0 { // the grant ends at g.End on the daemon's clock, however late it is read
+		m.SentAtNs = c.s.clock.Ns(now)
+	}
+	c.send(m)
 }
 
 func (c *conn) sendRevoke(u proto.UUID, seq uint64, reason uint32) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/identity"
+	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -36,6 +37,10 @@ type Server struct {
 
 	runDir dirID  // the run directory this daemon locked (watchdog: stop if it is replaced)
 	pidNS  uint64 // the daemon's pid namespace (root callers in others are bounded per namespace)
+	// clock maps the daemon's times to CLOCK_MONOTONIC for grants' sent_at
+	// (FeatureSentAt); nil where the daemon's clock is not the host's (a time
+	// namespace with an offset, or one that cannot be read): no sent_at then.
+	clock *monoclock.Anchor
 
 	mu       sync.Mutex
 	gpus     map[proto.UUID]*gpuState
@@ -85,6 +90,12 @@ func Run(ctx context.Context, cfg Config) error {
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
 		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, acked: map[string]uint64{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+	if shared, err := monoclock.Shared(cfg.ProcRoot); shared {
+		a := monoclock.NewAnchor()
+		s.clock = &a
+	} else {
+		log.Info("own CLOCK_MONOTONIC is not the host's (time namespace): grants do not say when they were sent, clients time them from their reading", "err", err)
+	}
 	// Every existing group's settings are in force before the socket exists:
 	// a client that can connect is served under them, and a setting file
 	// changed from then on has last valid settings to fall back to (the

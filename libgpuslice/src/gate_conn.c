@@ -19,6 +19,7 @@
 #include "gate_int.h"
 #include "hello.h"
 #include "log.h"
+#include "procfs.h"
 
 GS_HIDDEN void gs_gate_down_locked(const char *why)
 {
@@ -92,7 +93,7 @@ GS_HIDDEN void gs_gate_handle_locked(const struct gs_frame *f)
 		}
 		g->st = GS_GATE_HOLDING;
 		g->seq = f->msg.grant.seq;
-		g->grant_end = now + f->msg.grant.valid_ns;
+		g->grant_end = gs_grant_end(now, g->sent_at ? f->msg.grant.sent_at_ns : 0, f->msg.grant.valid_ns);
 		g->slice_ns = f->msg.grant.slice_ns;
 		g->alone = (f->msg.grant.flags & GS_GRANT_ALONE) != 0;
 		/* Renewed and alone: a slice of work may stay queued ahead, so the queue
@@ -281,14 +282,14 @@ GS_HIDDEN void gs_gate_start_thread_locked(void)
  * grant wakes up to check its deadline; the gate thread reads with
  * MSG_DONTWAIT). Returns 0, GS_ERR_BUSY (refused for now: *f holds the
  * refusal) or -1. */
-static int handshake(int fd, uint64_t timeout_ns, uint64_t step_ns, struct gs_frame *f)
+static int handshake(int fd, uint64_t timeout_ns, uint64_t step_ns, uint32_t features, struct gs_frame *f)
 {
 	struct timeval tv = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
 			     .tv_usec = (suseconds_t)(timeout_ns % 1000000000u / 1000u)};
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
 		return -1;
-	int rc = gs_hello_exchange(fd, GS_FEATURE_REVOKE | GS_FEATURE_RENEW, f);
+	int rc = gs_hello_exchange(fd, features, f);
 	if (rc != 0)
 		return rc;
 	tv.tv_sec = (time_t)(step_ns / 1000000000u);
@@ -323,8 +324,11 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 		return -1;
 	struct gs_frame f;
 	int rc = -1;
+	/* Grants say when the daemon sent them only where this process's
+	 * CLOCK_MONOTONIC is the host's (no time namespace offset). */
+	uint32_t features = GS_FEATURE_REVOKE | GS_FEATURE_RENEW | (gs_clock_shared() ? GS_FEATURE_SENT_AT : 0);
 	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-		rc = handshake(fd, c->timeout_ns, c->step_ns, &f);
+		rc = handshake(fd, c->timeout_ns, c->step_ns, features, &f);
 	if (rc == GS_ERR_BUSY) {
 		close(fd);
 		refused_locked(&f);
@@ -341,6 +345,7 @@ GS_HIDDEN int gs_gate_connect_locked(uint64_t now)
 		return -1;
 	}
 	g->fd = fd;
+	g->sent_at = (features & f.msg.welcome.features & GS_FEATURE_SENT_AT) != 0;
 	g->gen++;
 	g->st = GS_GATE_IDLE;
 	g->seq = g->released = 0; /* a restarted daemon counts seqs from 1 again */

@@ -45,6 +45,7 @@ struct gs_gate {
 	uint64_t seq;
 	uint64_t released; /* the seq last handed back (0: none on this connection): a renewal of it is stale */
 	uint64_t grant_end;
+	int sent_at;       /* grants on this connection say when they were sent (GS_FEATURE_SENT_AT) */
 	uint64_t slice_ns; /* the held grant's slice */
 	int revoked;
 	int alone;        /* the daemon said no other group waits (GS_GRANT_ALONE): an idle holder keeps the grant */

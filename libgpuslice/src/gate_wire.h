@@ -9,6 +9,7 @@
 #define GS_GATE_WIRE_H
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -33,6 +34,31 @@ static inline uint32_t gs_wire_len(uint16_t type)
 		return sizeof(struct gs_msg_spill);
 	}
 	return 0;
+}
+
+/* Whether a frame of `type` from the daemon may carry a message of len bytes:
+ * its size, or for a grant also GS_GRANT_SIZE_NO_SENT_AT (no sent_at_ns: a
+ * daemon from before GS_FEATURE_SENT_AT, or a connection that did not
+ * announce it). */
+static inline int gs_wire_len_ok(uint16_t type, uint32_t len)
+{
+	uint32_t want = gs_wire_len(type);
+	return want != 0 && (len == want || (type == GS_MSG_GRANT && len == GS_GRANT_SIZE_NO_SENT_AT));
+}
+
+/* When a grant read at read_ns ends, on CLOCK_MONOTONIC (ns): by the
+ * daemon's clock, sent_at_ns + valid_ns, where the grant says when it was
+ * sent (sent_at_ns != 0) and that instant is plausible here (not after the
+ * reading, at most GS_GRANT_SENT_AT_MAX_AGE_NS before it); otherwise valid_ns
+ * after the reading. Never later than the reading's end: a grant read late
+ * ends when the daemon ends it. Saturates. The same function as Go's
+ * proto.GrantEnd (internal/proto/grant.go). */
+static inline uint64_t gs_grant_end(uint64_t read_ns, uint64_t sent_at_ns, uint64_t valid_ns)
+{
+	uint64_t start = read_ns;
+	if (sent_at_ns != 0 && sent_at_ns <= read_ns && read_ns - sent_at_ns <= GS_GRANT_SENT_AT_MAX_AGE_NS)
+		start = sent_at_ns;
+	return valid_ns > UINT64_MAX - start ? UINT64_MAX : start + valid_ns;
 }
 
 /* A zeroed frame of `type` carrying len bytes of msg. */
@@ -63,7 +89,8 @@ static inline int gs_wire_send(int fd, const struct gs_frame *f)
 
 /* Receives one frame (flags: e.g. MSG_DONTWAIT): 0; -1 with errno EAGAIN (no
  * frame: non-blocking, or the socket's receive timeout), ECONNRESET (closed)
- * or EPROTO (not a frame of this protocol version from the daemon). */
+ * or EPROTO (not a frame of this protocol version from the daemon). A grant
+ * without sent_at_ns reads as one with sent_at_ns 0. */
 static inline int gs_wire_recv(int fd, struct gs_frame *f, int flags)
 {
 	ssize_t r;
@@ -77,10 +104,12 @@ static inline int gs_wire_recv(int fd, struct gs_frame *f, int flags)
 		return -1;
 	}
 	if (r != (ssize_t)sizeof(*f) || f->header.magic != GS_PROTO_MAGIC || f->header.version != GS_PROTO_VERSION ||
-	    gs_wire_len(f->header.type) == 0 || f->header.len != gs_wire_len(f->header.type)) {
+	    !gs_wire_len_ok(f->header.type, f->header.len)) {
 		errno = EPROTO;
 		return -1;
 	}
+	if (f->header.type == GS_MSG_GRANT && f->header.len < sizeof(struct gs_msg_grant))
+		f->msg.grant.sent_at_ns = 0; /* not part of a short grant, whatever the padding holds */
 	return 0;
 }
 

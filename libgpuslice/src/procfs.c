@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,4 +99,86 @@ GS_HIDDEN uint64_t gs_pidns_self(void)
 	uint64_t ino = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 	errno = saved;
 	return ino;
+}
+
+/* Parses a signed decimal of at most 18 digits (the range the kernel writes
+ * seconds in and Go's monoclock accepts); 0 or -1. */
+static int parse_i64(const char *s, size_t n, int64_t *out)
+{
+	int neg = n > 0 && s[0] == '-';
+	size_t i = (size_t)neg;
+	if (i == n || n - i > 18)
+		return -1;
+	int64_t v = 0;
+	for (; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = neg ? -v : v;
+	return 0;
+}
+
+/* The end of a line (or of the text) at buf[i]. */
+static int line_end(const char *buf, size_t len, size_t i)
+{
+	return i >= len || buf[i] == '\0' || buf[i] == '\n';
+}
+
+GS_HIDDEN int gs_parse_timens_monotonic(const char *buf, size_t len, int64_t *sec, int64_t *nsec)
+{
+	size_t i = 0;
+	while (i < len && buf[i] != '\0') {
+		const char *tok[3];
+		size_t tlen[3], ntok = 0;
+		for (; !line_end(buf, len, i); i++) {
+			if (buf[i] == ' ' || buf[i] == '\t')
+				continue;
+			if (ntok == 3)
+				return -1;
+			size_t start = i;
+			while (!line_end(buf, len, i + 1) && buf[i + 1] != ' ' && buf[i + 1] != '\t')
+				i++;
+			tok[ntok] = buf + start;
+			tlen[ntok++] = i + 1 - start;
+		}
+		if (i < len && buf[i] == '\n')
+			i++;
+		if (ntok == 0)
+			continue;
+		if (ntok != 3)
+			return -1;
+		if (!(tlen[0] == 9 && memcmp(tok[0], "monotonic", 9) == 0) && !(tlen[0] == 1 && tok[0][0] == '1'))
+			continue;
+		int64_t s, ns;
+		if (parse_i64(tok[1], tlen[1], &s) != 0 || parse_i64(tok[2], tlen[2], &ns) != 0 || ns < 0 ||
+		    ns >= 1000000000)
+			return -1;
+		*sec = s;
+		*nsec = ns;
+		return 0;
+	}
+	return -1;
+}
+
+GS_HIDDEN int gs_clock_shared(void)
+{
+	int saved = errno, shared = 0;
+	char buf[256];
+	int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		shared = errno == ENOENT; /* a kernel without time namespaces: one clock */
+		errno = saved;
+		return shared;
+	}
+	ssize_t n;
+	do {
+		n = read(fd, buf, sizeof(buf));
+	} while (n < 0 && errno == EINTR);
+	close(fd);
+	int64_t sec, nsec;
+	shared = n > 0 && (size_t)n < sizeof(buf) && gs_parse_timens_monotonic(buf, (size_t)n, &sec, &nsec) == 0 &&
+		 sec == 0 && nsec == 0;
+	errno = saved;
+	return shared;
 }

@@ -22,4 +22,14 @@ GS_HIDDEN uint64_t gs_proc_start(pid_t pid);
 /* Inode of /proc/self/ns/pid, 0 if unknown. */
 GS_HIDDEN uint64_t gs_pidns_self(void);
 
+/* Parses the content of /proc/self/timens_offsets (time_namespaces(7)): the
+ * line "monotonic <seconds> <nanoseconds>" (the clock may be named by its id,
+ * 1); other clocks' lines are skipped. Returns 0 with the offset, or -1 if
+ * malformed or absent. Go's monoclock.ParseMonotonicOffset reads the same. */
+GS_HIDDEN int gs_parse_timens_monotonic(const char *buf, size_t len, int64_t *sec, int64_t *nsec);
+/* 1 if this process's CLOCK_MONOTONIC is the host's (its time namespace has no
+ * monotonic offset, or the kernel has no time namespaces), else 0 (an offset,
+ * or unknown). Not for hot paths: reads /proc. errno preserved. */
+GS_HIDDEN int gs_clock_shared(void);
+
 #endif /* GS_PROCFS_H */

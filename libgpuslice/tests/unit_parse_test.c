@@ -3,6 +3,7 @@
  * (random and mutated inputs must never crash or read out of bounds under
  * ASan, and must either parse or be refused). */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -116,6 +117,47 @@ static void valid_header(struct gs_shm_file *f)
 	gs_shm_init(f, 7, "grp");
 }
 
+static void test_parse_timens(void)
+{
+	static const struct {
+		const char *in;
+		int ok;
+		int64_t sec, nsec;
+	} cases[] = {
+		{"monotonic           0         0\nboottime            0         0\n", 1, 0, 0},
+		{"boottime 7 0\nmonotonic -3 250\n", 1, -3, 250},
+		{"1 86400 5\n7 0 0\n", 1, 86400, 5},
+		{"\nmonotonic\t1\t2", 1, 1, 2},
+		{"monotonic 5 1000000000\n", 0, 0, 0},
+		{"monotonic 5 -1\n", 0, 0, 0},
+		{"monotonic x 0\n", 0, 0, 0},
+		{"monotonic - 0\n", 0, 0, 0},
+		{"monotonic 1234567890123456789 0\n", 0, 0, 0},
+		{"monotonic 0\n", 0, 0, 0},
+		{"monotonic 0 0 0\n", 0, 0, 0},
+		{"monotonicx 0 0\n", 0, 0, 0},
+		{"boottime 0 0\n", 0, 0, 0},
+		{"", 0, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int64_t sec = 42, nsec = 42;
+		int rc = gs_parse_timens_monotonic(cases[i].in, strlen(cases[i].in), &sec, &nsec);
+		if ((rc == 0) != cases[i].ok)
+			fprintf(stderr, "case %zu: %s\n", i, cases[i].in);
+		CHECK_EQ(rc == 0, cases[i].ok);
+		if (cases[i].ok) {
+			CHECK_EQ(sec, cases[i].sec);
+			CHECK_EQ(nsec, cases[i].nsec);
+		}
+	}
+	/* The length bounds the parse: a line cut short is refused. */
+	CHECK(gs_parse_timens_monotonic("monotonic 0 0", 11, &(int64_t){0}, &(int64_t){0}) == -1);
+	errno = EBADF;
+	int shared = gs_clock_shared();
+	CHECK(errno == EBADF);
+	CHECK(shared == 0 || shared == 1);
+}
+
 static void test_shm_check(void)
 {
 	static struct gs_shm_file f;
@@ -159,7 +201,7 @@ static void test_fuzz_parsers(void)
 {
 	static const char seed[] =
 		"42 (sl ee)p) S 1 42 42 0 -1 4194304 93 0 0 0 0 0 0 0 20 0 1 0 7654321 5623808 200\n";
-	static const char alphabet[] = "0123456789 ()SZx-+\n\0";
+	static const char alphabet[] = "0123456789 ()SZx-+\n\0\tmonotic";
 	static struct gs_shm_file f;
 	char err[200];
 	for (int iter = 0; iter < 200000; iter++) {
@@ -178,6 +220,9 @@ static void test_fuzz_parsers(void)
 		char st;
 		uint64_t start;
 		(void)gs_parse_stat(buf, len, &st, &start);
+		int64_t sec, nsec;
+		if (gs_parse_timens_monotonic(buf, len, &sec, &nsec) == 0)
+			CHECK(nsec >= 0 && nsec < 1000000000);
 		char *s = malloc(len + 1);
 		CHECK(s != NULL);
 		memcpy(s, buf, len);
@@ -235,6 +280,7 @@ int main(void)
 	RUN(test_parse_u64);
 	RUN(test_fmt_size);
 	RUN(test_parse_stat);
+	RUN(test_parse_timens);
 	RUN(test_shm_check);
 	RUN(test_fuzz_parsers);
 	RUN(test_array_bytes);

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
 
@@ -46,7 +47,11 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 
 // hello says hello and reads the welcome; on error the connection is closed.
 func (c *Client) hello() error {
-	if err := c.Send(&proto.Hello{Features: proto.FeatureRevoke}); err != nil {
+	features := proto.FeatureRevoke
+	if shared, _ := monoclock.Shared("/proc"); shared { // else grants are timed from their reading
+		features |= proto.FeatureSentAt
+	}
+	if err := c.Send(&proto.Hello{Features: features}); err != nil {
 		// A refusal may close the socket before the hello is sent; it is queued.
 		if rerr := c.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); rerr != nil {
 			return c.closeWith(errors.Join(err, rerr))
@@ -155,13 +160,34 @@ func (c *Client) Acquire(gpu proto.UUID) (*proto.Grant, error) {
 
 // WaitGrant reads until the next grant.
 func (c *Client) WaitGrant() (*proto.Grant, error) {
+	h, err := c.WaitHeld()
+	return h.Grant, err
+}
+
+// Held is a grant as this client holds it, on CLOCK_MONOTONIC (ns,
+// monoclock.Now).
+type Held struct {
+	*proto.Grant
+	Read  uint64 // when this client read it
+	Start uint64 // when the daemon sent it, or Read (proto.GrantEnd)
+	End   uint64 // when it ends: by the daemon's clock where the grant says when it was sent
+}
+
+// DaemonClock reports whether the grant is timed by the daemon's clock (it
+// says when it was sent, and that instant is plausible here).
+func (h Held) DaemonClock() bool { return h.SentAtNs != 0 && h.Start == h.SentAtNs }
+
+// WaitHeld reads until the next grant and says when it ends.
+func (c *Client) WaitHeld() (Held, error) {
 	for {
 		m, err := c.Next()
 		if err != nil {
-			return nil, err
+			return Held{}, err
 		}
 		if g, ok := m.(*proto.Grant); ok {
-			return g, nil
+			h := Held{Grant: g, Read: monoclock.Now()}
+			h.Start, h.End = proto.GrantEnd(h.Read, g.SentAtNs, g.ValidNs)
+			return h, nil
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/testbin"
 
@@ -161,16 +162,31 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 // TestE2EGateEndsGrantOnItsOwn: the gate stops launching when its grant ends
 // even if no revoke comes (the daemon here is a bare protocol peer that grants
 // and then stays silent): it hands over (release with more work) after the
-// end, never before, then launches nothing until the next grant.
+// end, never before, then launches nothing until the next grant. The gate
+// announces FeatureSentAt (this machine's clock is the host's); the second
+// grant says when it was sent (as the daemon does), the others do not (as
+// daemons before it did).
 func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 	e := setupE2E(t)
 	p, acq, _ := e.protocolPeer(t, []string{"--mode", "busy", "--kernel-us", "500", "--seconds", "2"}, nil, nil)
+	shared, err := monoclock.Shared("/proc")
+	if shared && p.hello.Features&proto.FeatureSentAt == 0 {
+		t.Fatalf("the gate's hello %+v does not announce FeatureSentAt", p.hello)
+	}
 	nc := p.c.Conn()
 	const valid = 20 * time.Millisecond
 	for seq := uint64(1); seq <= 3; seq++ {
-		sent := time.Now()
-		p.send(&proto.Grant{GPU: acq.GPU, Seq: seq, SliceNs: uint64(valid), ValidNs: uint64(valid)})
+		sent, sentAt := time.Now(), uint64(0)
+		if seq == 2 && shared {
+			sentAt = monoclock.Now()
+		} else if seq == 2 {
+			t.Logf("this process's CLOCK_MONOTONIC is not the host's (%v): no grant with sent_at", err)
+		}
+		p.send(&proto.Grant{GPU: acq.GPU, Seq: seq, SliceNs: uint64(valid), ValidNs: uint64(valid), SentAtNs: sentAt})
 		rel := p.expect(&proto.Release{}).(*proto.Release)
+		if now := monoclock.Now(); sentAt != 0 && now < sentAt+uint64(valid) {
+			t.Errorf("grant %d handed back %v after sent_at, before its end", seq, time.Duration(now-sentAt))
+		}
 		held := time.Since(sent)
 		t.Logf("grant %d: released after %v", seq, held)
 		if rel.Seq != seq || rel.Flags&proto.ReleaseMore == 0 {
@@ -197,8 +213,9 @@ func TestE2EGateEndsGrantOnItsOwn(t *testing.T) {
 }
 
 type peer struct {
-	t *testing.T
-	c *client.Client
+	t     *testing.T
+	c     *client.Client
+	hello *proto.Hello // the gate's
 }
 
 // protocolPeer starts the tenant program with args under libgpuslice, its
@@ -238,8 +255,8 @@ func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.
 	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	p.expect(&proto.Hello{})
-	p.send(&proto.Welcome{Features: proto.FeatureRevoke, PeriodNs: uint64(100 * time.Millisecond)})
+	p.hello = p.expect(&proto.Hello{}).(*proto.Hello)
+	p.send(&proto.Welcome{Features: proto.FeatureRevoke | p.hello.Features&proto.FeatureSentAt, PeriodNs: uint64(100 * time.Millisecond)})
 	return p, p.expect(&proto.Acquire{}).(*proto.Acquire), &stderr
 }
 

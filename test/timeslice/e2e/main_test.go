@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -238,7 +239,9 @@ func cycleChild(ctx context.Context, c *client.Client, socket string, redial boo
 	return err
 }
 
-// cycle takes n grants, holding each to its end, and prints them; a grant
+// cycle takes n grants, holding each to its end, and prints them ("grant
+// <group> <start> <end> <slice> <clock>": CLOCK_MONOTONIC ns, by the daemon's
+// clock where the grant says when it was sent: clock "daemon", else "read"); a grant
 // with sequence number skip (one the group already had) is handed back
 // unprinted. It returns the last grant's sequence number.
 func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
@@ -247,7 +250,7 @@ func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
 	}
 	var seq uint64
 	for i := 0; i < n; {
-		g, err := c.WaitGrant()
+		g, err := c.WaitHeld()
 		if err != nil {
 			return 0, err
 		}
@@ -257,10 +260,14 @@ func cycle(c *client.Client, n int, skip uint64) (uint64, error) {
 			}
 			continue
 		}
-		start := time.Now()
-		end := start.Add(time.Duration(g.ValidNs))
-		time.Sleep(time.Until(end))
-		fmt.Println("grant", c.Group, start.UnixNano(), time.Now().UnixNano(), g.SliceNs)
+		if now := monoclock.Now(); g.End > now {
+			time.Sleep(time.Duration(g.End - now))
+		}
+		clock := "read"
+		if g.DaemonClock() {
+			clock = "daemon"
+		}
+		fmt.Println("grant", c.Group, g.Start, g.End, g.SliceNs, clock)
 		i++
 		if err := c.Release(testGPU, g.Seq, i < n); err != nil {
 			return 0, err
