@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +25,9 @@ import (
 const (
 	fillerWhole   = 6 // whole-GPU fillers per node, on GPUs 0..5
 	preemptorPrio = 1000
+	// Labels of the phase's pods.
+	fillerLabel    = "bench.gpuslice.io/filler"
+	preemptorLabel = "bench.gpuslice.io/preemptor"
 )
 
 // preemptResult is the phase's figures.
@@ -34,6 +36,7 @@ type preemptResult struct {
 	p50, p99            time.Duration
 	overcommitted       int
 	cpu                 float64 // scheduler CPU seconds from the burst to the last binding
+	clusterCPU          float64 // every process's CPU seconds over the phase (phaseCost)
 }
 
 func (r preemptResult) line() string {
@@ -59,6 +62,12 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 		return res, err
 	}
 	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound and running in %.1fs)\n", fillers, time.Since(start).Seconds())
+	var stock *preemptResult
+	if o.stockPreempt { // the stock kube-scheduler on the same full cluster first (stockpreempt.go)
+		if stock, err = runStockPreemption(ctx, cp, o, ns, pc.Name, fillers, others...); err != nil {
+			return res, fmt.Errorf("stock: %w", err)
+		}
+	}
 	pprofArgs, err := o.profile.args()
 	if err != nil {
 		return res, err
@@ -72,17 +81,8 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	defer sched.Stop()
 	// Start-up (informers listing every filler pod) is not measured: a pod
 	// without GPUs (the cluster has none free) is bound first.
-	wp := harness.Pod(ns, "warmup", so.SchedulerName, harness.GPURequest{})
-	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, wp, metav1.CreateOptions{}); err != nil {
-		return res, fmt.Errorf("warm-up pod: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
-		got, err := cp.Client.CoreV1().Pods(ns).Get(wctx, "warmup", metav1.GetOptions{})
-		return err == nil && got.Spec.NodeName != "", nil
-	}); err != nil {
-		return res, fmt.Errorf("the scheduler never bound the warm-up pod: %w\n%s", err, sched.Tail())
+	if err := warmUpPreempt(ctx, cp, ns, "warmup", so.SchedulerName, sched); err != nil {
+		return res, err
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -99,21 +99,7 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	profiled := o.profile.start(ctx)
 	apiProfiled := apiserverProfile(ctx, cp, o.apiProfile, o.profile.seconds)
 	n := o.preemptors
-	created := make([]time.Time, n)
-	var mu sync.Mutex
-	create := func(i int) error {
-		req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
-		p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, req)
-		p.Spec.PriorityClassName = pc.Name
-		prio := int32(preemptorPrio)
-		p.Spec.Priority = &prio // the harness's API server runs without the Priority admission plugin
-		mu.Lock()
-		created[i] = time.Now()
-		mu.Unlock()
-		_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		return err
-	}
-	go func() { _ = arrive(ctx, o.clients, n, o.preemptRate, create) }()
+	arrivals := startPreemptors(ctx, cp, o, ns, so.SchedulerName, pc.Name)
 	bound, err := waitBound(ctx, seen, n, sched) // fillers (f-) are not recorded
 	if err != nil {
 		return res, err
@@ -130,15 +116,11 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	if err := <-apiProfiled; err != nil {
 		return res, err
 	}
-	mu.Lock()
-	lat := make([]time.Duration, 0, n)
-	for i := 0; i < n; i++ {
-		lat = append(lat, bound[i].Sub(created[i]))
-	}
-	mu.Unlock()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	res.preemptors, res.p50, res.p99 = n, lat[n/2], lat[n*99/100]
-	left, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "bench.gpuslice.io/filler"})
+	created := arrivals.times()
+	res.preemptors = n
+	res.p50, res.p99 = creationToBound(created, bound)
+	res.clusterCPU = cost.totalCPU()
+	left, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: fillerLabel})
 	if err != nil {
 		return res, err
 	}
@@ -151,16 +133,15 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	if res.overcommitted > 0 {
 		return res, fmt.Errorf("after preemption: %s", strings.Join(books.Problems, "; "))
 	}
-	arrival := "at once"
-	if o.preemptRate > 0 {
-		arrival = fmt.Sprintf("at %g/s", o.preemptRate)
-	}
 	fmt.Printf("preemption: %d preemptors (%s) bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
-		n, arrival, res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
+		n, arrivalText(o), res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
 	fmt.Println(tl.split(created, bound))
 	fmt.Println(cost.line(n))
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
+	}
+	if stock != nil {
+		fmt.Println(stockRatioLine(res, *stock))
 	}
 	return res, nil // the pods go with the control plane (deleting 10,000 at once overloads it)
 }
@@ -168,6 +149,22 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 // fill creates the bound priority-0 pods holding every GPU and returns how
 // many there are.
 func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (int, error) {
+	fs, err := fillerPods(ns, o)
+	if err != nil {
+		return 0, err
+	}
+	err = parallel(32, len(fs), func(i int) error {
+		_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, fs[i], metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("filler pods: %w", err)
+	}
+	return len(fs), waitRunning(ctx, cp, ns, len(fs))
+}
+
+// fillerPods builds the priority-0 pods, bound, with their assignments.
+func fillerPods(ns string, o options) ([]*corev1.Pod, error) {
 	type filler struct {
 		node string
 		gpu  int
@@ -187,8 +184,8 @@ func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (
 			}
 		}
 	}
-	err := parallel(32, len(fs), func(i int) error {
-		f := fs[i]
+	pods := make([]*corev1.Pod, 0, len(fs))
+	for i, f := range fs {
 		req := harness.GPURequest{Units: f.a.Units, Memory: f.a.MemoryBytes}
 		if f.a.Exclusive {
 			req = harness.GPURequest{GPUs: 1}
@@ -197,18 +194,14 @@ func fill(ctx context.Context, cp *harness.ControlPlane, ns string, o options) (
 		a := api.Assignment{Version: api.AssignmentVersion, Node: f.node, Containers: []api.ContainerAssignment{{Name: "main", GPUs: []api.GPUAssignment{f.a}}}}
 		raw, err := a.Marshal()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Spec.NodeName = f.node
-		p.Labels = map[string]string{"bench.gpuslice.io/filler": "true"}
+		p.Labels = map[string]string{fillerLabel: "true"}
 		p.Annotations = map[string]string{api.AnnotationAssignment: string(raw)}
-		_, err = cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("filler pods: %w", err)
+		pods = append(pods, p)
 	}
-	return len(fs), waitRunning(ctx, cp, ns, len(fs))
+	return pods, nil
 }
 
 // waitRunning waits until KWOK has reported every filler pod running, as a
@@ -219,7 +212,7 @@ func waitRunning(ctx context.Context, cp *harness.ControlPlane, ns string, n int
 	defer cancel()
 	running := 0
 	err := harness.WaitFor(wctx, time.Second, func() (bool, error) {
-		l, err := cp.Client.CoreV1().Pods(ns).List(wctx, metav1.ListOptions{LabelSelector: "bench.gpuslice.io/filler", FieldSelector: "status.phase=Running", ResourceVersion: "0"})
+		l, err := cp.Client.CoreV1().Pods(ns).List(wctx, metav1.ListOptions{LabelSelector: fillerLabel, FieldSelector: "status.phase=Running", ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
 		}

@@ -30,6 +30,9 @@ type options struct {
 	// preemptRate: preemptors created per second (0: all at once, a burst
 	// from clients creators).
 	preemptRate float64
+	// stockPreempt: the stock kube-scheduler's preemption on the same full
+	// cluster first, for a baseline (stockpreempt.go).
+	stockPreempt bool
 	// stockQueueSort: gpuslice-scheduler keeps PrioritySort (harness.SchedulerOptions).
 	stockQueueSort bool
 	// profile: a CPU profile of the preemption phase (profile.go).

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/test/integration/harness"
+)
+
+// What the preemption phase's runs (gpuslice-scheduler's, and the stock
+// kube-scheduler's baseline in stockpreempt.go) share: the preemptors,
+// their arrival, the warm-up and the latency definition.
+
+// preemptorPod is the i-th priority-1000 pod: 50 units, 80 units and one
+// whole GPU in turn (each needs one victim at best).
+func preemptorPod(ns, scheduler, priorityClass string, i int) *corev1.Pod {
+	req := []harness.GPURequest{{Units: 50, Memory: 8 * harness.GiB}, {Units: 80, Memory: 8 * harness.GiB}, {GPUs: 1}}[i%3]
+	p := harness.Pod(ns, fmt.Sprintf("p-%05d", i), scheduler, req)
+	p.Labels = map[string]string{preemptorLabel: "true"}
+	p.Spec.PriorityClassName = priorityClass
+	prio := int32(preemptorPrio)
+	p.Spec.Priority = &prio // the harness's API server runs without the Priority admission plugin
+	return p
+}
+
+// arrivals records when each preemptor was created.
+type arrivals struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+// startPreemptors creates o.preemptors preemptors for scheduler in the
+// background, as -preempt-rate says (arrive), recording their creation
+// times.
+func startPreemptors(ctx context.Context, cp *harness.ControlPlane, o options, ns, scheduler, priorityClass string) *arrivals {
+	a := &arrivals{at: make([]time.Time, o.preemptors)}
+	create := func(i int) error {
+		p := preemptorPod(ns, scheduler, priorityClass, i)
+		a.mu.Lock()
+		a.at[i] = time.Now()
+		a.mu.Unlock()
+		_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	go func() { _ = arrive(ctx, o.clients, o.preemptors, o.preemptRate, create) }()
+	return a
+}
+
+// times returns a copy of the creation times (read once all are bound).
+func (a *arrivals) times() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.at)
+}
+
+// creationToBound is p50 and p99 of creation -> bound seen over the
+// preemptors.
+func creationToBound(created []time.Time, bound map[int]time.Time) (p50, p99 time.Duration) {
+	n := len(created)
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		lat = append(lat, bound[i].Sub(created[i]))
+	}
+	slices.Sort(lat)
+	return lat[n/2], lat[n*99/100]
+}
+
+// arrivalText says how the preemptors arrived.
+func arrivalText(o options) string {
+	if o.preemptRate > 0 {
+		return fmt.Sprintf("at %g/s", o.preemptRate)
+	}
+	return "at once"
+}
+
+// warmUpPreempt waits until the scheduler has bound a pod without GPUs (the
+// cluster has none free): start-up (informers listing every filler pod) is
+// not measured.
+func warmUpPreempt(ctx context.Context, cp *harness.ControlPlane, ns, name, scheduler string, sched *harness.Process) error {
+	wp := harness.Pod(ns, name, scheduler, harness.GPURequest{})
+	wp.Labels = map[string]string{preemptorLabel: "warm-up"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, wp, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("warm-up pod: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		got, err := cp.Client.CoreV1().Pods(ns).Get(wctx, name, metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", nil
+	}); err != nil {
+		return fmt.Errorf("%s never bound the warm-up pod: %w\n%s", scheduler, err, sched.Tail())
+	}
+	return nil
+}
