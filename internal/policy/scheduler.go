@@ -60,6 +60,9 @@ type Action struct {
 	Kind   ActionKind
 	Tenant ID
 	Grant  Grant // the grant concerned (new for ActGrant, current for the others)
+	// Again (ActExpire): the tenant keeps its place in line; whoever held
+	// the void grant waits for its next turn.
+	Again bool
 }
 
 type tenant struct {
@@ -68,6 +71,7 @@ type tenant struct {
 	bank     bank
 	debt     time.Duration // overrun not covered by the bank, repaid from later slices
 	waiting  bool          // has work and wants the GPU
+	expired  bool          // its last grant expired and it has not released or asked since
 	forfeit  bool          // took its turn early (preempt); skip one regular turn
 	achieved time.Duration // total time held
 	grants   uint64
@@ -168,7 +172,7 @@ func (s *Scheduler) Acquire(id ID, now time.Time) ([]Action, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown tenant %d", id)
 	}
-	t.waiting = true
+	t.waiting, t.expired = true, false
 	h := s.hold
 	switch {
 	case h == nil:
@@ -201,6 +205,7 @@ func (s *Scheduler) Release(id ID, seq uint64, now time.Time, more bool) ([]Acti
 	if !ok {
 		return nil, fmt.Errorf("unknown tenant %d", id)
 	}
+	t.expired = false
 	h := s.hold
 	if h == nil || h.t != t || h.g.Seq != seq {
 		if !more && (h == nil || h.t != t) {
@@ -242,8 +247,16 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 	t, g := h.t, h.g
 	t.overrun.add(s.cfg.Grace)
 	s.settle(h.hardEnd)
-	t.waiting = false
-	return append([]Action{{Kind: ActExpire, Tenant: t.id, Grant: g}}, s.dispatch(now)...)
+	// A holder that did not hand over in time never said it was done: it
+	// may only be late for want of a CPU. It keeps its place in line (were
+	// it dropped, the others' grants would be renewed as if it had no work
+	// until it asks again, and its bank, capped at a few of its slices,
+	// would not give that back). Once: a tenant whose grants expire twice in
+	// a row without a release or an ask in between is taken to have no
+	// work until it asks again.
+	again := !t.expired
+	t.waiting, t.expired = again, true
+	return append([]Action{{Kind: ActExpire, Tenant: t.id, Grant: g, Again: again}}, s.dispatch(now)...)
 }
 
 // NextDeadline is when Tick has something to do; ok is false when nothing is

@@ -40,6 +40,8 @@ func render(acts []Action) []string {
 				s += "!"
 			}
 			out = append(out, s)
+		case a.Kind == ActExpire && a.Again:
+			out = append(out, fmt.Sprintf("expire %d again", a.Tenant))
 		default:
 			out = append(out, fmt.Sprintf("%v %d", a.Kind, a.Tenant))
 		}
@@ -203,11 +205,35 @@ func TestSchedulerDebt(t *testing.T) {
 			{9 * ms, "tick", 0, nil},
 			{10 * ms, "tick", 0, []string{"revoke 1"}},
 			{11 * ms, "tick", 0, nil},
-			{12 * ms, "tick", 0, []string{"expire 1", "grant 2 10ms/10ms"}}, // 1 owes 2ms
-			{13 * ms, "rel", 1, nil},                                        // late release of the void grant: ignored
-			{22 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},             // 3 banks 10ms, 1 repays 2 and banks 8
+			{12 * ms, "tick", 0, []string{"expire 1 again", "grant 2 10ms/10ms"}}, // 1 owes 2ms, keeps its place
+			{13 * ms, "rel", 1, nil},                                              // late release of the void grant: no more work
+			{22 * ms, "more", 2, []string{"grant 2 10ms/10ms"}},                   // 3 banks 10ms, 1 repays 2 and banks 8
 			{23 * ms, "acq", 1, []string{"shared 2"}},
 			{32 * ms, "more", 2, []string{"grant 1 10ms/18ms"}},
+		}},
+		{"an expired holder keeps its place, once in a row", testConfig(), three(), []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{1 * ms, "acq", 2, []string{"shared 1"}},
+			{10 * ms, "tick", 0, []string{"revoke 1"}},
+			{12 * ms, "tick", 0, []string{"expire 1 again", "grant 2 10ms/10ms"}}, // 1 owes 2ms
+			{20 * ms, "tick", 0, nil},                                             // 1 waits: 2 is not renewed
+			{22 * ms, "tick", 0, []string{"revoke 2"}},
+			{23 * ms, "more", 2, []string{"grant 1 8ms/8ms"}}, // 2 owes 1ms; 3 banks 10ms
+			{31 * ms, "tick", 0, []string{"revoke 1"}},
+			{33 * ms, "tick", 0, []string{"expire 1", "grant 2 9ms/9ms"}}, // twice in a row: no work
+			{40 * ms, "tick", 0, []string{"renew 2 19ms/19ms"}},           // alone: renewed
+		}},
+		{"an ask or a release between expiries keeps the place again", testConfig(), three(), []step{
+			{0, "acq", 1, []string{"grant 1 10ms/10ms"}},
+			{1 * ms, "acq", 2, []string{"shared 1"}},
+			{10 * ms, "tick", 0, []string{"revoke 1"}},
+			{12 * ms, "tick", 0, []string{"expire 1 again", "grant 2 10ms/10ms"}},
+			{13 * ms, "more", 1, nil}, // the late hand-over of the void grant, with more work
+			{22 * ms, "tick", 0, []string{"revoke 2"}},
+			{23 * ms, "more", 2, []string{"grant 1 8ms/8ms"}},
+			{31 * ms, "tick", 0, []string{"revoke 1"}},
+			{33 * ms, "tick", 0, []string{"expire 1 again", "grant 2 9ms/9ms"}},
+			{40 * ms, "tick", 0, nil},
 		}},
 	})
 }

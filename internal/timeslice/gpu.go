@@ -306,12 +306,15 @@ func (g *gpuState) apply(acts []policy.Action, now time.Time) {
 				if m.holding {
 					m.holding = false
 					c.sendRevoke(g.uuid, a.Grant.Seq, proto.RevokeExpired)
+					if a.Again { // it never said it was done: the group's next turn is its too
+						g.wait(m, now)
+					}
 				}
 			}
-			g.log.V(2).Info("grant expired", "group", t.group, "seq", a.Grant.Seq)
-			// The policy forgets a holder that did not hand over; members
-			// of its group still waiting (they handed their part back and
-			// asked for more) keep their place for the group's next turn.
+			g.log.V(2).Info("grant expired", "group", t.group, "seq", a.Grant.Seq, "again", a.Again)
+			// Members of its group still waiting (they handed their part
+			// back and asked for more, or held the void grant and the
+			// policy keeps the group's place) wait for the group's next turn.
 			if t.any(isWaiting) {
 				again = append(again, t)
 			}
