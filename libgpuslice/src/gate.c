@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <gpuslice/shm.h>
@@ -87,6 +88,7 @@ static void after_fork_child(void)
 	gs_gate.retry_at = 0;
 	gs_gate.receiving = gs_gate.thread = 0;
 	gs_gate.ctx = NULL;
+	gs_gate.launcher = 0;
 	gs_gate_track_reset();
 	atomic_store(&gs_gate_fast.state, cfg.off ? GS_GATE_PASS : GS_GATE_ASK);
 }
@@ -341,6 +343,7 @@ GS_HIDDEN CUresult gs_gate_slow(CUstream stream)
 	uint64_t wait_start = 0;
 	pthread_mutex_lock(&g->mu);
 	gs_gate_start_thread_locked();
+	g->launcher = (pid_t)syscall(SYS_gettid);
 	while (!step_locked(&wait_start))
 		;
 	if (g->st == GS_GATE_HOLDING && g->ctx == NULL) {

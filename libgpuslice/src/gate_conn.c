@@ -140,7 +140,11 @@ struct idle {
  * outstanding work waited for, without blocking new launches; if it still
  * launched nothing idle_ns later, its grant is handed back. Not while the
  * daemon says no other group waits (it says so when one starts to): handing
- * back would only cost the holder a round trip at its next launch. */
+ * back would only cost the holder a round trip at its next launch. Not while
+ * its launching thread is running or waiting for a CPU: a holder starved of
+ * CPU has work, and handing it back as idle would lend its turns to the
+ * others for as long as the machine is loaded. Revoked, it hands back, and
+ * then says it has more work (its launcher takes the next grant). */
 static void idle_locked(struct idle *s)
 {
 	struct gs_gate *g = &gs_gate;
@@ -154,13 +158,24 @@ static void idle_locked(struct idle *s)
 		s->since = gs_gate_now();
 		return;
 	}
+	int busy = 0;
+	if (g->launcher > 0) {
+		pid_t launcher = g->launcher;
+		pthread_mutex_unlock(&g->mu);
+		busy = gs_thread_runnable(launcher);
+		pthread_mutex_lock(&g->mu);
+		if ((busy && !g->revoked) || g->st != GS_GATE_HOLDING || g->gen != s->gen || g->seq != s->seq) {
+			s->since = gs_gate_now(); /* looked at again idle_ns later (or anew) */
+			return;
+		}
+	}
 	g->st = GS_GATE_RELEASING; /* stop the fast path, then check nothing slipped in */
 	gs_gate_publish_locked(gs_gate_now());
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&gs_gate_fast.launches, memory_order_relaxed) != s->seen)
 		g->st = GS_GATE_HOLDING;
-	else if (gs_gate_release_locked(g->seq, 0) == 0)
-		g->st = GS_GATE_IDLE;
+	else if (gs_gate_release_locked(g->seq, busy) == 0)
+		g->st = busy ? GS_GATE_WAITING : GS_GATE_IDLE;
 	gs_gate_publish_locked(gs_gate_now());
 	pthread_cond_broadcast(&g->cv);
 	*s = (struct idle){0};

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <gpuslice/proto.h>
 
@@ -58,6 +59,7 @@ struct gs_gate {
 	int have_gpu;
 	uint8_t gpu[16];
 	CUcontext ctx;     /* the holder's context, for the gate thread's idle release */
+	pid_t launcher;    /* the thread that last took the slow path (tid): the idle release checks it */
 	uint64_t retry_at; /* next connection attempt */
 	_Atomic int said_down, said_slow, said_proto;
 };

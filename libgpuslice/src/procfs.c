@@ -49,10 +49,10 @@ GS_HIDDEN int gs_parse_stat(const char *buf, size_t len, char *state, uint64_t *
 	return 0;
 }
 
-static int read_stat(pid_t pid, char *state, uint64_t *start)
+/* Reads and parses a stat file: 1, 0 if the process is gone, -1 if unreadable or malformed. */
+static int read_stat_file(const char *path, char *state, uint64_t *start)
 {
-	char path[64], buf[1024];
-	gs_fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	char buf[1024];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ESRCH ? 0 : -1;
@@ -65,6 +65,24 @@ static int read_stat(pid_t pid, char *state, uint64_t *start)
 	if (n < 0)
 		return read_errno == ESRCH ? 0 : -1;
 	return gs_parse_stat(buf, (size_t)n, state, start) == 0 ? 1 : -1;
+}
+
+static int read_stat(pid_t pid, char *state, uint64_t *start)
+{
+	char path[64];
+	gs_fmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return read_stat_file(path, state, start);
+}
+
+GS_HIDDEN int gs_thread_runnable(pid_t tid)
+{
+	int saved = errno;
+	char path[64], state = '?';
+	uint64_t start;
+	gs_fmt(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	int r = read_stat_file(path, &state, &start) == 1 && state == 'R';
+	errno = saved;
+	return r;
 }
 
 GS_HIDDEN enum gs_liveness gs_proc_liveness(pid_t pid, uint64_t start)

@@ -19,6 +19,9 @@ enum gs_liveness { GS_DEAD = 0, GS_ALIVE = 1, GS_UNKNOWN = -1 };
 GS_HIDDEN enum gs_liveness gs_proc_liveness(pid_t pid, uint64_t start);
 /* Start time of pid, 0 if unknown. */
 GS_HIDDEN uint64_t gs_proc_start(pid_t pid);
+/* 1 if thread tid of this process is running or waiting for a CPU (state R),
+ * else 0 (also when it cannot be read). */
+GS_HIDDEN int gs_thread_runnable(pid_t tid);
 /* Inode of /proc/self/ns/pid, 0 if unknown. */
 GS_HIDDEN uint64_t gs_pidns_self(void);
 

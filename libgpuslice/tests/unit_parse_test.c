@@ -4,8 +4,11 @@
  * ASan, and must either parse or be refused). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../src/account.h"
@@ -110,6 +113,57 @@ static void test_parse_stat(void)
 	CHECK(gs_proc_liveness(getpid(), me + 1) == GS_DEAD);
 	CHECK(gs_proc_liveness(0x7ffffff0, 1) == GS_DEAD);
 	CHECK(gs_pidns_self() != 0);
+}
+
+/* A thread spinning on a CPU (running or waiting for one: state R) is runnable; one
+ * blocked on a pipe is not; a thread of no such id neither. The gate's idle release
+ * asks this of the launching thread. */
+static _Atomic int spin_stop;
+
+static void *spin(void *arg)
+{
+	*(_Atomic pid_t *)arg = (pid_t)syscall(SYS_gettid);
+	while (!atomic_load(&spin_stop))
+		;
+	return NULL;
+}
+
+struct blocker {
+	int fd;
+	_Atomic pid_t tid;
+};
+
+static void *block(void *arg)
+{
+	struct blocker *b = arg;
+	char c;
+	atomic_store(&b->tid, (pid_t)syscall(SYS_gettid));
+	return read(b->fd, &c, 1) == 1 ? NULL : arg;
+}
+
+static void test_thread_runnable(void)
+{
+	_Atomic pid_t spinner = 0;
+	int fds[2] = {-1, -1};
+	pthread_t a, b;
+	CHECK(pipe(fds) == 0);
+	struct blocker bl = {.fd = fds[0], .tid = 0};
+	CHECK(pthread_create(&a, NULL, spin, (void *)&spinner) == 0);
+	CHECK(pthread_create(&b, NULL, block, &bl) == 0);
+	while (atomic_load(&spinner) == 0 || atomic_load(&bl.tid) == 0)
+		;
+	CHECK_EQ(gs_thread_runnable(atomic_load(&spinner)), 1);
+	CHECK_EQ(gs_thread_runnable((pid_t)syscall(SYS_gettid)), 1); /* reading it: running */
+	for (int i = 0; i < 5000 && gs_thread_runnable(atomic_load(&bl.tid)) != 0; i++)
+		usleep(1000); /* until the reader sleeps on the pipe (S) */
+	CHECK_EQ(gs_thread_runnable(atomic_load(&bl.tid)), 0);
+	CHECK_EQ(gs_thread_runnable(0x7ffffff0), 0);
+	atomic_store(&spin_stop, 1);
+	CHECK(write(fds[1], "x", 1) == 1);
+	CHECK(pthread_join(a, NULL) == 0);
+	CHECK(pthread_join(b, NULL) == 0);
+	close(fds[0]);
+	close(fds[1]);
 }
 
 static void valid_header(struct gs_shm_file *f)
@@ -280,6 +334,7 @@ int main(void)
 	RUN(test_parse_u64);
 	RUN(test_fmt_size);
 	RUN(test_parse_stat);
+	RUN(test_thread_runnable);
 	RUN(test_parse_timens);
 	RUN(test_shm_check);
 	RUN(test_fuzz_parsers);
