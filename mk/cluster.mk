@@ -27,6 +27,9 @@ test-cluster: $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-publisher $(BIN)/kubectl
 # Ours vs stock kube-scheduler on KWOK nodes; the last line is the summary.
 BENCH_SCALES ?= 1000 5000
 BENCH_PODS ?= 3000
+# BENCH_PREEMPT_RATES="5 10 20 40": the preemption phase's sustained-rate sweep (off by default).
+BENCH_PREEMPT_RATES ?=
 bench-scheduler: k8s-bins $(BIN)/gpuslice-scheduler
 	GPUSLICE_K8S_BIN=$(K8S_BIN_DIR) $(GO) run ./test/integration/bench \
-	  -scheduler $(abspath $(BIN)/gpuslice-scheduler) -nodes "$(BENCH_SCALES)" -pods $(BENCH_PODS)
+	  -scheduler $(abspath $(BIN)/gpuslice-scheduler) -nodes "$(BENCH_SCALES)" -pods $(BENCH_PODS) \
+	  $(if $(BENCH_PREEMPT_RATES),-preempt-rates "$(BENCH_PREEMPT_RATES)")

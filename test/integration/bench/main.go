@@ -28,6 +28,9 @@ func main() {
 	flag.IntVar(&o.preemptNodes, "preempt-nodes", 1000, "scale (node count) whose cluster also runs the preemption phase (0: none)")
 	flag.IntVar(&o.preemptors, "preemptors", 200, "priority-1000 pods of the preemption phase")
 	flag.Float64Var(&o.preemptRate, "preempt-rate", 0, "preemptors created per second, evenly spaced (0: all at once, a burst from -clients creators)")
+	var rates string
+	flag.StringVar(&rates, "preempt-rates", "", "after the preemption phase's run, run it again on the same cluster at each of these rates per second (space separated), stock kube-scheduler and gpuslice-scheduler alternately per rate, and print the highest rate with p99 < 2 s for each (ratesweep.go)")
+	flag.DurationVar(&o.preemptRatesCap, "preempt-rates-cap", 20*time.Second, "-preempt-rates: each run waits at most this long after its last preemptor arrived (a p99 not reached prints as \"> cap\")")
 	flag.BoolVar(&o.stockPreempt, "stock-preempt", true, "before gpuslice-scheduler's preemption phase, run the stock kube-scheduler's preemption on the same full cluster (same preemptors and arrival) for a baseline, then put the victims back (adds ~40 s at 1,000 nodes)")
 	flag.BoolVar(&o.stockQueueSort, "stock-queue-sort", false, "gpuslice-scheduler keeps kube-scheduler's PrioritySort (figures before GPUSliceQueueSort)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with logs")
@@ -44,7 +47,18 @@ func main() {
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
 	o.extraArgs = strings.Fields(extra)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	var err error
+	if o.preemptRates, err = parseRates(rates); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -preempt-rates: %v\n", err)
+		os.Exit(2)
+	}
+	if len(o.preemptRates) > 0 && o.preemptRatesCap <= 0 {
+		fmt.Fprintln(os.Stderr, "bench: -preempt-rates-cap must be > 0")
+		os.Exit(2)
+	}
+	// (each rate of the sweep: two runs, each with start-up, the arrivals,
+	// at most the cap and the restore)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute+time.Duration(len(o.preemptRates))*(5*time.Minute+2*o.preemptRatesCap))
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
 	var last string

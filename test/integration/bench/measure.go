@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -236,13 +237,14 @@ func waitBound(ctx context.Context, b *boundTimes, n int, sched *harness.Process
 	if err := harness.WaitFor(wctx, 50*time.Millisecond, func() (bool, error) { return b.count() >= n, nil }); err != nil {
 		return nil, fmt.Errorf("only %d of %d pods bound: %w; scheduler log:\n%s", b.count(), n, err, sched.Tail())
 	}
+	return b.snapshot(), nil
+}
+
+// snapshot is a copy of the bound times so far.
+func (b *boundTimes) snapshot() map[int]time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[int]time.Time, len(b.at))
-	for k, v := range b.at {
-		out[k] = v
-	}
-	return out, nil
+	return maps.Clone(b.at)
 }
 
 // loadAverage is the machine's 1-minute load average (0 if unreadable): the

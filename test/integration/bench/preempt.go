@@ -33,41 +33,76 @@ const (
 // preemptResult is the phase's figures.
 type preemptResult struct {
 	preemptors, victims int
+	bound               int // preemptors bound (all but where -preempt-rates-cap ended the wait)
 	p50, p99            time.Duration
 	overcommitted       int
 	cpu                 float64 // scheduler CPU seconds from the burst to the last binding
 	clusterCPU          float64 // every process's CPU seconds over the phase (phaseCost)
+	load                float64 // the machine's load average at the phase's end
 }
 
 func (r preemptResult) line() string {
 	return fmt.Sprintf("preemption p99 %d ms from creation to binding, %.2f victims per preemption", r.p99.Milliseconds(), float64(r.victims)/float64(r.preemptors))
 }
 
-// runPreemption runs the phase with gpuslice-scheduler (binpack).
-// Others are the processes besides the control plane whose CPU is counted
-// (KWOK).
-func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, others ...*harness.Process) (preemptResult, error) {
+// runPreemption runs the phase with gpuslice-scheduler (binpack), after the
+// stock baseline (-stock-preempt) and before the sustained-rate sweep
+// (-preempt-rates, ratesweep.go) on the same cluster. Others are the
+// processes besides the control plane whose CPU is counted (KWOK). The
+// result is the run the -preempt-rate flags define (the preemption line).
+func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, others ...*harness.Process) (preemptResult, []string, error) {
 	var res preemptResult
 	const ns = "preempt"
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return res, fmt.Errorf("namespace: %w", err)
+		return res, nil, fmt.Errorf("namespace: %w", err)
 	}
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-high"}, Value: preemptorPrio}
 	if _, err := cp.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-		return res, fmt.Errorf("priority class: %w", err)
+		return res, nil, fmt.Errorf("priority class: %w", err)
 	}
 	start := time.Now()
 	fillers, err := fill(ctx, cp, ns, o)
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
 	fmt.Printf("== preemption: %d priority-0 pods hold every GPU (created bound and running in %.1fs)\n", fillers, time.Since(start).Seconds())
+	ph := phase{ns: ns, priorityClass: pc.Name, fillers: fillers, others: others}
 	var stock *preemptResult
 	if o.stockPreempt { // the stock kube-scheduler on the same full cluster first (stockpreempt.go)
-		if stock, err = runStockPreemption(ctx, cp, o, ns, pc.Name, fillers, others...); err != nil {
-			return res, fmt.Errorf("stock: %w", err)
+		if stock, err = runStockPreemption(ctx, cp, o, ph); err != nil {
+			return res, nil, fmt.Errorf("stock: %w", err)
 		}
 	}
+	if res, err = oursPreemption(ctx, cp, o, ph); err != nil {
+		return res, nil, err
+	}
+	if stock != nil {
+		fmt.Println(stockRatioLine(res, *stock))
+	}
+	if len(o.preemptRates) == 0 {
+		return res, nil, nil // the pods go with the control plane (deleting 10,000 at once overloads it)
+	}
+	if err := restoreFillers(ctx, cp, o, ns, fillers); err != nil {
+		return res, nil, err
+	}
+	sweep, err := runRateSweep(ctx, cp, o, ph)
+	return res, sweep, err
+}
+
+// phase is the preemption phase's full cluster: the namespace, the
+// preemptors' priority class, the filler count and the processes besides
+// the control plane whose CPU is counted.
+type phase struct {
+	ns, priorityClass string
+	fillers           int
+	others            []*harness.Process
+}
+
+// oursPreemption runs gpuslice-scheduler (binpack) on the full cluster:
+// start-up, a warm-up pod, then the preemptors as o says (profiles as
+// o.profile and o.apiProfile say).
+func oursPreemption(ctx context.Context, cp *harness.ControlPlane, o options, ph phase) (preemptResult, error) {
+	var res preemptResult
 	pprofArgs, err := o.profile.args()
 	if err != nil {
 		return res, err
@@ -81,13 +116,13 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	defer sched.Stop()
 	// Start-up (informers listing every filler pod) is not measured: a pod
 	// without GPUs (the cluster has none free) is bound first.
-	if err := warmUpPreempt(ctx, cp, ns, "warmup", so.SchedulerName, sched); err != nil {
+	if err := warmUpPreempt(ctx, cp, ph.ns, "warmup", so.SchedulerName, sched); err != nil {
 		return res, err
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	tl := newTimeline()
-	seen, err := watchBound(ictx, cp, ns, tl.handler())
+	seen, err := watchBound(ictx, cp, ph.ns, tl.handler())
 	if err != nil {
 		return res, err
 	}
@@ -95,12 +130,13 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 	if err != nil {
 		return res, err
 	}
-	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), others...), sched), sched)
-	profiled := o.profile.start(ctx)
+	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), ph.others...), sched), sched)
+	cpuProfiled := o.profile.start(ctx)
 	apiProfiled := apiserverProfile(ctx, cp, o.apiProfile, o.profile.seconds)
 	n := o.preemptors
-	arrivals := startPreemptors(ctx, cp, o, ns, so.SchedulerName, pc.Name)
-	bound, err := waitBound(ctx, seen, n, sched) // fillers (f-) are not recorded
+	t0 := time.Now()
+	arrivals := startPreemptors(ctx, cp, o, ph.ns, so.SchedulerName, ph.priorityClass)
+	bound, err := waitPreemptors(ctx, seen, o, t0, sched) // fillers (f-) are not recorded
 	if err != nil {
 		return res, err
 	}
@@ -110,40 +146,47 @@ func runPreemption(ctx context.Context, cp *harness.ControlPlane, o options, oth
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
-	if err := o.profile.finish(ctx, profiled); err != nil {
+	if err := o.profile.finish(ctx, cpuProfiled); err != nil {
 		return res, err
 	}
 	if err := <-apiProfiled; err != nil {
 		return res, err
 	}
 	created := arrivals.times()
-	res.preemptors = n
+	res.preemptors, res.bound = n, len(bound)
 	res.p50, res.p99 = creationToBound(created, bound)
 	res.clusterCPU = cost.totalCPU()
-	left, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: fillerLabel})
-	if err != nil {
+	if err := readBack(ctx, cp, ph, &res); err != nil {
 		return res, err
 	}
-	res.victims = fillers - len(left.Items)
-	books, err := harness.ReadBooks(ctx, cp, ns, "kwok-")
-	if err != nil {
-		return res, err
-	}
-	res.overcommitted = len(books.Problems)
-	if res.overcommitted > 0 {
-		return res, fmt.Errorf("after preemption: %s", strings.Join(books.Problems, "; "))
-	}
-	fmt.Printf("preemption: %d preemptors (%s) bound, %d victims, latency p50 %d ms p99 %d ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
-		n, arrivalText(o), res.victims, res.p50.Milliseconds(), res.p99.Milliseconds(), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
+	fmt.Printf("preemption: %d of %d preemptors (%s) bound, %d victims, latency p50 %s ms p99 %s ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
+		res.bound, n, arrivalText(o), res.victims, msText(res.p50, o.preemptCap), msText(res.p99, o.preemptCap), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), res.load)
 	fmt.Println(tl.split(created, bound))
 	fmt.Println(cost.line(n))
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
 	}
-	if stock != nil {
-		fmt.Println(stockRatioLine(res, *stock))
+	return res, nil
+}
+
+// readBack counts the victims and fails on a GPU over-committed by the
+// books, then records the load.
+func readBack(ctx context.Context, cp *harness.ControlPlane, ph phase, res *preemptResult) error {
+	left, err := cp.Client.CoreV1().Pods(ph.ns).List(ctx, metav1.ListOptions{LabelSelector: fillerLabel})
+	if err != nil {
+		return err
 	}
-	return res, nil // the pods go with the control plane (deleting 10,000 at once overloads it)
+	res.victims = ph.fillers - len(left.Items)
+	books, err := harness.ReadBooks(ctx, cp, ph.ns, "kwok-")
+	if err != nil {
+		return err
+	}
+	res.overcommitted = len(books.Problems)
+	if res.overcommitted > 0 {
+		return fmt.Errorf("after preemption: %s", strings.Join(books.Problems, "; "))
+	}
+	res.load = loadAverage()
+	return nil
 }
 
 // fill creates the bound priority-0 pods holding every GPU and returns how

@@ -60,12 +60,18 @@ func (a *arrivals) times() []time.Time {
 }
 
 // creationToBound is p50 and p99 of creation -> bound seen over the
-// preemptors.
+// preemptors; a preemptor not bound (the wait capped: ratesweep.go) counts
+// as unbound, longer than any.
 func creationToBound(created []time.Time, bound map[int]time.Time) (p50, p99 time.Duration) {
 	n := len(created)
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
-		lat = append(lat, bound[i].Sub(created[i]))
+		b, ok := bound[i]
+		if !ok {
+			lat = append(lat, unbound)
+			continue
+		}
+		lat = append(lat, b.Sub(created[i]))
 	}
 	slices.Sort(lat)
 	return lat[n/2], lat[n*99/100]

@@ -30,6 +30,12 @@ type options struct {
 	// preemptRate: preemptors created per second (0: all at once, a burst
 	// from clients creators).
 	preemptRate float64
+	// preemptRates: the sustained-rate sweep after the phase's run
+	// (ratesweep.go), ascending; preemptRatesCap: each sweep run's wait
+	// after its last arrival. preemptCap: the wait's cap of the run at
+	// hand (0: every preemptor must bind, as in the phase's run).
+	preemptRates                []float64
+	preemptRatesCap, preemptCap time.Duration
 	// stockPreempt: the stock kube-scheduler's preemption on the same full
 	// cluster first, for a baseline (stockpreempt.go).
 	stockPreempt bool
@@ -121,11 +127,11 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 		more = append(more, draLine)
 	}
 	if o.nodes == o.preemptNodes { // last: its 10,000-odd pods stay until the control plane stops
-		pr, err := runPreemption(ctx, cp, o, kwok)
+		pr, sweep, err := runPreemption(ctx, cp, o, kwok)
 		if err != nil {
 			return "", nil, fmt.Errorf("preemption: %w", err)
 		}
-		more = append([]string{pr.line()}, more...)
+		more = append(append([]string{pr.line()}, sweep...), more...)
 	}
 	return fmt.Sprintf("gpuslice %.1f pods/s, stock %.1f pods/s, ratio %.2f, nodes %d, pods %d, p99 latency %d ms",
 		g.podsPerSec, s.podsPerSec, g.podsPerSec/s.podsPerSec, o.nodes, o.pods, g.p99.Milliseconds()), more, nil

@@ -146,19 +146,24 @@ func requestText(c api.ContainerRequest) string {
 	return fmt.Sprintf("a share of %d units and %d GiB", c.Units, c.MemoryBytes/harness.GiB)
 }
 
-// restoreFillers puts the cluster back as the stock run found it: the
-// preemptors (and the warm-up pod) deleted, the victims re-created with
-// the same names, nodes and assignments, and KWOK reporting them running.
+// restoreFillers puts the cluster back as a run (its scheduler stopped)
+// found it: the preemptors (and the warm-up pod) deleted, the victims
+// re-created with the same names, nodes and assignments, and KWOK
+// reporting them running. A filler marked DisruptionTarget but not yet
+// deleted (a run whose wait -preempt-rates-cap ended, its scheduler
+// stopped mid-eviction) counts as a victim: deleted and re-created too.
 func restoreFillers(ctx context.Context, cp *harness.ControlPlane, o options, ns string, fillers int) error {
 	zero := int64(0)
 	pods := cp.Client.CoreV1().Pods(ns)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: preemptorLabel}); err != nil {
-		return fmt.Errorf("delete the stock run's preemptors: %w", err)
-	}
+	gone := metav1.DeleteOptions{GracePeriodSeconds: &zero}
 	present := map[string]bool{}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	err := harness.WaitFor(wctx, time.Second, func() (bool, error) {
+		// again each time: a creation still in flight when the run ended
+		if err := pods.DeleteCollection(wctx, gone, metav1.ListOptions{LabelSelector: preemptorLabel}); err != nil {
+			return false, nil
+		}
 		l, err := pods.List(wctx, metav1.ListOptions{LabelSelector: preemptorLabel, Limit: 1})
 		if err != nil || len(l.Items) > 0 {
 			return false, nil
@@ -168,16 +173,22 @@ func restoreFillers(ctx context.Context, cp *harness.ControlPlane, o options, ns
 			return false, nil
 		}
 		clear(present)
+		done := true
 		for _, p := range f.Items {
-			if p.DeletionTimestamp != nil {
-				return false, nil // a victim still going
+			switch {
+			case p.DeletionTimestamp != nil:
+				done = false // a victim still going
+			case markedVictim(&p):
+				done = false
+				_ = pods.Delete(wctx, p.Name, gone)
+			default:
+				present[p.Name] = true
 			}
-			present[p.Name] = true
 		}
-		return true, nil
+		return done, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the stock run's pods did not go: %w", err)
+		return fmt.Errorf("the run's preemptors and victims did not go: %w", err)
 	}
 	all, err := fillerPods(ns, o)
 	if err != nil {
@@ -197,7 +208,18 @@ func restoreFillers(ctx context.Context, cp *harness.ControlPlane, o options, ns
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("re-create the stock run's victims: %w", err)
+		return fmt.Errorf("re-create the run's victims: %w", err)
 	}
 	return waitRunning(ctx, cp, ns, fillers)
+}
+
+// markedVictim says whether the pod carries the DisruptionTarget condition
+// (chosen as a victim).
+func markedVictim(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }

@@ -45,16 +45,16 @@ const nodeGPUMemory = 80 * harness.GiB
 
 // runStockPreemption runs the stock baseline on the full cluster and puts
 // the cluster back as it found it.
-func runStockPreemption(ctx context.Context, cp *harness.ControlPlane, o options, ns, priorityClass string, fillers int, others ...*harness.Process) (*preemptResult, error) {
+func runStockPreemption(ctx context.Context, cp *harness.ControlPlane, o options, ph phase) (*preemptResult, error) {
 	start := time.Now()
 	if err := advertise(ctx, cp, o, stockSplit(o)); err != nil {
 		return nil, err
 	}
-	res, err := stockBurst(ctx, cp, o, ns, priorityClass, fillers, others...)
+	res, err := stockBurst(ctx, cp, o, ph)
 	if err != nil {
 		return nil, err
 	}
-	if err := restoreFillers(ctx, cp, o, ns, fillers); err != nil {
+	if err := restoreFillers(ctx, cp, o, ph.ns, ph.fillers); err != nil {
 		return nil, err
 	}
 	if err := advertise(ctx, cp, o, fullAdvertisement(o)); err != nil {
@@ -67,7 +67,7 @@ func runStockPreemption(ctx context.Context, cp *harness.ControlPlane, o options
 
 // stockBurst is the measured part: kube-scheduler starts, binds a warm-up
 // pod, then the preemptors arrive.
-func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ns, priorityClass string, fillers int, others ...*harness.Process) (*preemptResult, error) {
+func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ph phase) (*preemptResult, error) {
 	bins, err := harness.FindBinaries()
 	if err != nil {
 		return nil, err
@@ -78,13 +78,13 @@ func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ns, pr
 		return nil, err
 	}
 	defer sched.Stop()
-	if err := warmUpPreempt(ctx, cp, ns, "stock-warmup", so.SchedulerName, sched); err != nil {
+	if err := warmUpPreempt(ctx, cp, ph.ns, "stock-warmup", so.SchedulerName, sched); err != nil {
 		return nil, err
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	tl := newTimeline()
-	seen, err := watchBound(ictx, cp, ns, tl.handler())
+	seen, err := watchBound(ictx, cp, ph.ns, tl.handler())
 	if err != nil {
 		return nil, err
 	}
@@ -92,10 +92,11 @@ func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ns, pr
 	if err != nil {
 		return nil, err
 	}
-	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), others...), sched), sched)
+	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), ph.others...), sched), sched)
 	n := o.preemptors
-	arrivals := startPreemptors(ctx, cp, o, ns, so.SchedulerName, priorityClass)
-	bound, err := waitBound(ctx, seen, n, sched)
+	t0 := time.Now()
+	arrivals := startPreemptors(ctx, cp, o, ph.ns, so.SchedulerName, ph.priorityClass)
+	bound, err := waitPreemptors(ctx, seen, o, t0, sched)
 	if err != nil {
 		return nil, err
 	}
@@ -105,17 +106,17 @@ func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ns, pr
 		return nil, err
 	}
 	created := arrivals.times()
-	res := &preemptResult{preemptors: n, cpu: cpu1 - cpu0, clusterCPU: cost.totalCPU()}
+	res := &preemptResult{preemptors: n, bound: len(bound), cpu: cpu1 - cpu0, clusterCPU: cost.totalCPU()}
 	res.p50, res.p99 = creationToBound(created, bound)
-	b, err := stockBooks(ctx, cp, o, ns, fillers)
+	b, err := stockBooks(ctx, cp, o, ph.ns, ph.fillers)
 	if err != nil {
 		return nil, err
 	}
-	res.victims, res.overcommitted = b.victims, len(b.misfits)
-	fmt.Printf("stock preemption: %d preemptors (%s) bound, %d victims (%d whole GPUs, %d shares), latency p50 %d ms p99 %d ms, "+
+	res.victims, res.overcommitted, res.load = b.victims, len(b.misfits), loadAverage()
+	fmt.Printf("stock preemption: %d of %d preemptors (%s) bound, %d victims (%d whole GPUs, %d shares), latency p50 %s ms p99 %s ms, "+
 		"over-committed by our books %d (preemptors no GPU of their node can hold), scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
-		n, arrivalText(o), b.victims, b.wholeVictims, b.victims-b.wholeVictims, res.p50.Milliseconds(), res.p99.Milliseconds(),
-		res.overcommitted, res.cpu, 1000*res.cpu/float64(n), loadAverage())
+		res.bound, n, arrivalText(o), b.victims, b.wholeVictims, b.victims-b.wholeVictims, msText(res.p50, o.preemptCap), msText(res.p99, o.preemptCap),
+		res.overcommitted, res.cpu, 1000*res.cpu/float64(n), res.load)
 	if len(b.misfits) > 0 {
 		fmt.Printf("stock preemption: e.g. %s\n", strings.Join(b.misfits[:min(3, len(b.misfits))], "; "))
 	}
