@@ -59,25 +59,21 @@ const (
 	// shareQueueBound is the GPU work the gate lets a holder leave queued
 	// (GPUSLICE_GATE_QUEUE_US): what may run past each grant it had.
 	shareQueueBound = 2 * time.Millisecond
-	// shareIdle is how long a holder launches nothing before the gate
-	// hands its grant back as idle (GPUSLICE_GATE_IDLE_US, 500 us by
-	// default): longer than a busy tenant ever waits for a CPU.
-	shareIdle = time.Second
 	// shareKernel is busyTenant's kernel.
 	shareKernel = 500 * time.Microsecond
 )
 
 // steadyDemand sets the gate of p's container "main" for a share
-// measurement: an explicit queue bound, and a busy tenant that waits for a
-// CPU keeps its request (by default it hands its grant back after 500 us
-// without a launch, and the daemon lends its turns to the other pods: its
-// share of the granted time then follows the machine's load, not the
-// settings; measured 31/69 for 25/75 at load 12).
+// measurement: an explicit queue bound. The idle hand-back is the default
+// (GPUSLICE_GATE_IDLE_US, 500 us): a busy tenant waiting for a CPU keeps its
+// grant and its place, as the gate does not take a launcher that is running
+// or waiting for a CPU for idle, and the daemon keeps the place of a holder
+// whose grant expired (before both, these pods set 1 s here: with the
+// default, 25/75 measured 31/69 at load 12).
 func steadyDemand(p *corev1.Pod) *corev1.Pod {
 	c := &p.Spec.Containers[0]
 	c.Env = append(c.Env,
-		corev1.EnvVar{Name: "GPUSLICE_GATE_QUEUE_US", Value: strconv.FormatInt(shareQueueBound.Microseconds(), 10)},
-		corev1.EnvVar{Name: "GPUSLICE_GATE_IDLE_US", Value: strconv.FormatInt(shareIdle.Microseconds(), 10)})
+		corev1.EnvVar{Name: "GPUSLICE_GATE_QUEUE_US", Value: strconv.FormatInt(shareQueueBound.Microseconds(), 10)})
 	return p
 }
 
@@ -380,8 +376,8 @@ func (n *node) shares(ctx context.Context, pods []*corev1.Pod, d time.Duration) 
 // lets it leave queued at each grant's end (r.overBound).
 //
 // Both are quantities a loaded machine does not move. The grants are what
-// the daemon decides, and with steadyDemand a tenant waiting for a CPU
-// keeps asking. The work is the kernels' own durations, which a CPU stall
+// the daemon decides, and a tenant waiting for a CPU keeps asking (the
+// gate's default idle hand-back; see steadyDemand). The work is the kernels' own durations, which a CPU stall
 // of the simulator's worker thread does not stretch (the engine time it
 // holds does, and a holder whose thread is late hands over after the
 // daemon already granted the next pod: both let busy time run past the
