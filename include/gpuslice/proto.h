@@ -39,7 +39,7 @@ enum gs_msg_type {
 #define GS_FEATURE_RENEW 0x2u /* client takes a grant of the seq it holds as a renewal, ignores one it handed back */
 #define GS_FEATURE_SENT_AT 0x4u /* client reads a grant's sent_at_ns: the daemon may send grants of sizeof(struct gs_msg_grant) */
 #define GS_GRANT_SIZE_NO_SENT_AT 0x30u /* size of a grant without sent_at_ns (clients without GS_FEATURE_SENT_AT, older daemons) */
-#define GS_GRANT_SENT_AT_MAX_AGE_NS 0x3b9aca00u /* a grant read later than this after sent_at_ns (or before it) counts from its reading */
+#define GS_GRANT_SENT_AT_MAX_AGE_MS 0x2710u /* a grant read later than this after sent_at_ns (or before it) counts from its reading */
 #define GS_GRANT_PREEMPT 0x1u /* an online group's turn pulled ahead of offline work */
 #define GS_GRANT_ALONE 0x2u /* no other group waits: an idle holder need not hand back */
 #define GS_GRANT_RENEWAL 0x4u /* renews the running grant of its seq: stale if that seq was handed back */

@@ -4,7 +4,7 @@ package proto
 // CLOCK_MONOTONIC (ns), and when it started: by the daemon's clock,
 // sentAtNs + validNs, where the grant says when it was sent and that instant
 // is plausible on the reader's clock (not after the reading, at most
-// SentAtMaxAgeNs before it); otherwise (an older daemon, a clock in another
+// SentAtMaxAgeMs before it); otherwise (an older daemon, a clock in another
 // time namespace) validNs from the reading. The daemon's end is never later
 // than the reading's (a grant cannot be read before it is sent), so a grant
 // read late ends when the daemon ends it, not validNs after the reading. The
@@ -12,7 +12,7 @@ package proto
 // (libgpuslice/src/gate_wire.h) is the same function.
 func GrantEnd(readNs, sentAtNs, validNs uint64) (startNs, endNs uint64) {
 	startNs = readNs
-	if sentAtNs != 0 && sentAtNs <= readNs && readNs-sentAtNs <= uint64(SentAtMaxAgeNs) {
+	if sentAtNs != 0 && sentAtNs <= readNs && readNs-sentAtNs <= uint64(SentAtMaxAgeMs)*1e6 {
 		startNs = sentAtNs
 	}
 	endNs = startNs + validNs

@@ -9,6 +9,7 @@ import (
 func TestGrantEnd(t *testing.T) {
 	const ms = uint64(1e6)
 	const read = 1_000_000 * ms // the reader's clock at the reading
+	const age = uint64(SentAtMaxAgeMs) * ms
 	for _, tc := range []struct {
 		name             string
 		sentAt, valid    uint64
@@ -18,8 +19,9 @@ func TestGrantEnd(t *testing.T) {
 		{"read at once", read, 8 * ms, read, read + 8*ms},
 		{"read 5 ms late: ends by the daemon's clock", read - 5*ms, 8 * ms, read - 5*ms, read + 3*ms},
 		{"read after the daemon's end: already over", read - 20*ms, 8 * ms, read - 20*ms, read - 12*ms},
-		{"read at the age bound", read - uint64(SentAtMaxAgeNs), 8 * ms, read - uint64(SentAtMaxAgeNs), read - uint64(SentAtMaxAgeNs) + 8*ms},
-		{"older than the bound: another clock", read - uint64(SentAtMaxAgeNs) - 1, 8 * ms, read, read + 8*ms},
+		{"read 5 s late, the daemon's end long past", read - 5000*ms, 8 * ms, read - 5000*ms, read - 4992*ms},
+		{"read at the age bound", read - age, 8 * ms, read - age, read - age + 8*ms},
+		{"older than the bound: another clock", read - age - 1, 8 * ms, read, read + 8*ms},
 		{"from the future: another clock", read + 1, 8 * ms, read, read + 8*ms},
 		{"zero valid", read - ms, 0, read - ms, read - ms},
 		{"saturates", read - ms, ^uint64(0), read - ms, ^uint64(0)},

@@ -66,10 +66,12 @@ const (
 	// GrantSizeNoSentAt is the size of a grant without SentAtNs (every grant
 	// before FeatureSentAt).
 	GrantSizeNoSentAt uint32 = 48
-	// SentAtMaxAgeNs bounds how long before its reading a grant may have been
+	// SentAtMaxAgeMs bounds how long before its reading a grant may have been
 	// sent for GrantEnd to count from the daemon's instant: an older one (or
-	// one from the future) comes from a clock that is not the reader's.
-	SentAtMaxAgeNs uint32 = 1e9
+	// one from the future) is taken for another clock's. Generous: a reader
+	// starved of CPU for seconds still ends its grant by the daemon's clock
+	// (the time namespace check, monoclock.Shared, keeps other clocks out).
+	SentAtMaxAgeMs uint32 = 10000
 	GrantPreempt   uint32 = 1 << 0 // an online group's turn pulled ahead of offline work
 	// GrantAlone: no other group waits for the GPU (an idle holder need not
 	// hand back); a grant of the same seq without it says one now does. Sent
@@ -151,7 +153,7 @@ func Constants() []Const {
 		{"GS_FEATURE_RENEW", FeatureRenew, "client takes a grant of the seq it holds as a renewal, ignores one it handed back"},
 		{"GS_FEATURE_SENT_AT", FeatureSentAt, "client reads a grant's sent_at_ns: the daemon may send grants of sizeof(struct gs_msg_grant)"},
 		{"GS_GRANT_SIZE_NO_SENT_AT", GrantSizeNoSentAt, "size of a grant without sent_at_ns (clients without GS_FEATURE_SENT_AT, older daemons)"},
-		{"GS_GRANT_SENT_AT_MAX_AGE_NS", SentAtMaxAgeNs, "a grant read later than this after sent_at_ns (or before it) counts from its reading"},
+		{"GS_GRANT_SENT_AT_MAX_AGE_MS", SentAtMaxAgeMs, "a grant read later than this after sent_at_ns (or before it) counts from its reading"},
 		{"GS_GRANT_PREEMPT", GrantPreempt, "an online group's turn pulled ahead of offline work"},
 		{"GS_GRANT_ALONE", GrantAlone, "no other group waits: an idle holder need not hand back"},
 		{"GS_GRANT_RENEWAL", GrantRenewal, "renews the running grant of its seq: stale if that seq was handed back"},

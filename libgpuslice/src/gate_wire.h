@@ -49,14 +49,15 @@ static inline int gs_wire_len_ok(uint16_t type, uint32_t len)
 /* When a grant read at read_ns ends, on CLOCK_MONOTONIC (ns): by the
  * daemon's clock, sent_at_ns + valid_ns, where the grant says when it was
  * sent (sent_at_ns != 0) and that instant is plausible here (not after the
- * reading, at most GS_GRANT_SENT_AT_MAX_AGE_NS before it); otherwise valid_ns
+ * reading, at most GS_GRANT_SENT_AT_MAX_AGE_MS before it); otherwise valid_ns
  * after the reading. Never later than the reading's end: a grant read late
  * ends when the daemon ends it. Saturates. The same function as Go's
  * proto.GrantEnd (internal/proto/grant.go). */
 static inline uint64_t gs_grant_end(uint64_t read_ns, uint64_t sent_at_ns, uint64_t valid_ns)
 {
 	uint64_t start = read_ns;
-	if (sent_at_ns != 0 && sent_at_ns <= read_ns && read_ns - sent_at_ns <= GS_GRANT_SENT_AT_MAX_AGE_NS)
+	if (sent_at_ns != 0 && sent_at_ns <= read_ns &&
+	    read_ns - sent_at_ns <= GS_GRANT_SENT_AT_MAX_AGE_MS * 1000000ull)
 		start = sent_at_ns;
 	return valid_ns > UINT64_MAX - start ? UINT64_MAX : start + valid_ns;
 }

@@ -16,7 +16,7 @@
 
 static void test_grant_end(void)
 {
-	const uint64_t read = 1000000 * MS, age = GS_GRANT_SENT_AT_MAX_AGE_NS;
+	const uint64_t read = 1000000 * MS, age = GS_GRANT_SENT_AT_MAX_AGE_MS * MS;
 	static const uint64_t never = UINT64_MAX;
 	const struct {
 		const char *name;
@@ -26,6 +26,7 @@ static void test_grant_end(void)
 		{"read at once", read, 8 * MS, read + 8 * MS},
 		{"read 5 ms late: ends by the daemon's clock", read - 5 * MS, 8 * MS, read + 3 * MS},
 		{"read after the daemon's end: already over", read - 20 * MS, 8 * MS, read - 12 * MS},
+		{"read 5 s late, the daemon's end long past", read - 5000 * MS, 8 * MS, read - 4992 * MS},
 		{"read at the age bound", read - age, 8 * MS, read - age + 8 * MS},
 		{"older than the bound: another clock", read - age - 1, 8 * MS, read + 8 * MS},
 		{"from the future: another clock", read + 1, 8 * MS, read + 8 * MS},
