@@ -134,38 +134,68 @@ struct idle {
 	unsigned seen;  /* gs_gate_fast.launches */
 	uint64_t since; /* when it was read */
 	int synced;
+	int have_exec;
+	uint64_t start, exec0; /* the idle window's start, the launching thread's run time then */
 };
+
+/* Whether the launching thread is starved of CPU rather than without GPU
+ * work (gs_starved: runnable, and it ran for less than half of the window
+ * since s->start): a thread that waits for a CPU has work; one that ran CPU
+ * work between launches, or sleeps, launched nothing because it had nothing
+ * to launch. Where its run time cannot be read: whether it is runnable.
+ * Called without the gate's lock (it reads /proc); s is the gate thread's. */
+static int launcher_starved(pid_t tid, const struct idle *s, uint64_t now)
+{
+	int runnable = gs_thread_runnable(tid);
+	uint64_t exec = 0, delay;
+	if (!runnable || !s->have_exec || gs_thread_schedstat(tid, &exec, &delay) != 0)
+		return runnable;
+	return gs_starved(runnable, s->exec0, exec, now - s->start);
+}
+
+/* Records the launching thread's run time at the start of an idle window. */
+static void idle_window_start(pid_t tid, struct idle *s, uint64_t now)
+{
+	uint64_t delay;
+	s->start = now;
+	s->have_exec = tid > 0 && gs_thread_schedstat(tid, &s->exec0, &delay) == 0;
+}
 
 /* A holder that launched nothing for idle_ns (at once if revoked) has its
  * outstanding work waited for, without blocking new launches; if it still
  * launched nothing idle_ns later, its grant is handed back. Not while the
  * daemon says no other group waits (it says so when one starts to): handing
  * back would only cost the holder a round trip at its next launch. Not while
- * its launching thread is running or waiting for a CPU: a holder starved of
- * CPU has work, and handing it back as idle would lend its turns to the
- * others for as long as the machine is loaded. Revoked, it hands back, and
- * then says it has more work (its launcher takes the next grant). */
+ * its launching thread is starved of CPU (launcher_starved: runnable, and it
+ * ran for less than half the window): such a holder has work, and handing it
+ * back as idle would lend its turns to the others for as long as the machine
+ * is loaded; one whose thread ran CPU work instead hands back. Revoked, it
+ * hands back, and then says it has more work if starved (its launcher takes
+ * the next grant). */
 static void idle_locked(struct idle *s)
 {
 	struct gs_gate *g = &gs_gate;
 	if (!s->synced) {
 		CUcontext ctx = g->ctx;
+		pid_t launcher = g->launcher;
 		pthread_mutex_unlock(&g->mu);
 		if (ctx != NULL)
 			gs_gate_sync(ctx);
+		s->since = gs_gate_now();
+		idle_window_start(launcher, s, s->since);
 		pthread_mutex_lock(&g->mu);
 		s->synced = 1;
-		s->since = gs_gate_now();
 		return;
 	}
 	int busy = 0;
 	if (g->launcher > 0) {
 		pid_t launcher = g->launcher;
 		pthread_mutex_unlock(&g->mu);
-		busy = gs_thread_runnable(launcher);
+		uint64_t now = gs_gate_now();
+		busy = launcher_starved(launcher, s, now);
 		pthread_mutex_lock(&g->mu);
 		if ((busy && !g->revoked) || g->st != GS_GATE_HOLDING || g->gen != s->gen || g->seq != s->seq) {
-			s->since = gs_gate_now(); /* looked at again idle_ns later (or anew) */
+			s->since = now; /* looked at again idle_ns later (or anew); the window goes on from start */
 			return;
 		}
 	}

@@ -85,6 +85,64 @@ GS_HIDDEN int gs_thread_runnable(pid_t tid)
 	return r;
 }
 
+GS_HIDDEN int gs_parse_schedstat(const char *buf, size_t len, uint64_t *exec, uint64_t *run_delay)
+{
+	uint64_t v[3] = {0, 0, 0};
+	int field = 0, in_num = 0;
+	size_t i = 0;
+	for (; i < len && buf[i] != '\0' && buf[i] != '\n'; i++) {
+		char c = buf[i];
+		if (c == ' ') {
+			in_num = 0;
+			continue;
+		}
+		if (c < '0' || c > '9')
+			return -1;
+		if (!in_num) {
+			if (field == 3)
+				return -1; /* a fourth field */
+			in_num = 1;
+			field++;
+		}
+		uint64_t *x = &v[field - 1];
+		if (*x > (UINT64_MAX - 9) / 10)
+			return -1;
+		*x = *x * 10 + (uint64_t)(c - '0');
+	}
+	if (field != 3)
+		return -1;
+	*exec = v[0];
+	*run_delay = v[1];
+	return 0;
+}
+
+GS_HIDDEN int gs_thread_schedstat(pid_t tid, uint64_t *exec, uint64_t *run_delay)
+{
+	int saved = errno;
+	char path[64], buf[128];
+	gs_fmt(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
+	int rc = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n;
+		do {
+			n = read(fd, buf, sizeof(buf) - 1);
+		} while (n < 0 && errno == EINTR);
+		close(fd);
+		if (n > 0)
+			rc = gs_parse_schedstat(buf, (size_t)n, exec, run_delay);
+	}
+	errno = saved;
+	return rc;
+}
+
+GS_HIDDEN int gs_starved(int runnable, uint64_t exec0, uint64_t exec1, uint64_t elapsed_ns)
+{
+	if (!runnable)
+		return 0;
+	return exec1 < exec0 || exec1 - exec0 < elapsed_ns / 2;
+}
+
 GS_HIDDEN enum gs_liveness gs_proc_liveness(pid_t pid, uint64_t start)
 {
 	int saved = errno;

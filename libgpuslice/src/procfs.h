@@ -22,6 +22,21 @@ GS_HIDDEN uint64_t gs_proc_start(pid_t pid);
 /* 1 if thread tid of this process is running or waiting for a CPU (state R),
  * else 0 (also when it cannot be read). */
 GS_HIDDEN int gs_thread_runnable(pid_t tid);
+/* Parses the content of /proc/<pid>/task/<tid>/schedstat: "<ns on a CPU>
+ * <ns waiting for a CPU> <timeslices>". Returns 0 with the first two fields,
+ * or -1 if malformed. */
+GS_HIDDEN int gs_parse_schedstat(const char *buf, size_t len, uint64_t *exec, uint64_t *run_delay);
+/* The time thread tid of this process has run on a CPU so far (ns; the kernel
+ * brings a running thread's figure up to date at each tick) and its run delay
+ * (ns runnable but waiting for a CPU, added when the wait ends): 0, or -1 when
+ * they cannot be read (no such thread, a kernel without schedstat). errno
+ * preserved. */
+GS_HIDDEN int gs_thread_schedstat(pid_t tid, uint64_t *exec, uint64_t *run_delay);
+/* Whether a thread that launched nothing for elapsed_ns is starved of CPU
+ * rather than without GPU work: it is runnable now and ran for less than half
+ * of that time (its run time went from exec0 to exec1). A thread that ran
+ * (CPU work between launches) or sleeps is not. */
+GS_HIDDEN int gs_starved(int runnable, uint64_t exec0, uint64_t exec1, uint64_t elapsed_ns);
 /* Inode of /proc/self/ns/pid, 0 if unknown. */
 GS_HIDDEN uint64_t gs_pidns_self(void);
 

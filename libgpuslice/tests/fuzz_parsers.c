@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  * libFuzzer target for the parsers that read outside input: /proc/<pid>/stat,
- * /proc/self/timens_offsets, GPUSLICE_MEMORY_LIMIT and a group file header. `make fuzz-lib` (needs
+ * /proc/<pid>/task/<tid>/schedstat, /proc/self/timens_offsets, GPUSLICE_MEMORY_LIMIT and a group file header. `make fuzz-lib` (needs
  * clang); the seeded loop in unit_parse_test.c covers the same code in
  * `make test-lib`. */
 #include <stdint.h>
@@ -18,6 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char state;
 	uint64_t start, v;
 	(void)gs_parse_stat((const char *)data, size, &state, &start);
+	uint64_t exec, delay;
+	(void)gs_parse_schedstat((const char *)data, size, &exec, &delay);
 	int64_t sec, nsec;
 	if (gs_parse_timens_monotonic((const char *)data, size, &sec, &nsec) == 0 && (nsec < 0 || nsec >= 1000000000))
 		abort(); /* an offset the kernel never writes */

@@ -5,9 +5,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -166,6 +168,143 @@ static void test_thread_runnable(void)
 	close(fds[1]);
 }
 
+/* /proc/<pid>/task/<tid>/schedstat: "<ns on a CPU> <ns waiting for one> <timeslices>". */
+static void test_parse_schedstat(void)
+{
+	static const struct {
+		const char *in;
+		int ok;
+		uint64_t exec, delay;
+	} cases[] = {
+		{"123456 7890 12\n", 1, 123456, 7890},
+		{"0 0 0", 1, 0, 0},
+		{"1844674407370955160 1 3\n", 1, 1844674407370955160u, 1},
+		{"1 18446744073709551616 3\n", 0, 0, 0},
+		{"1 2\n", 0, 0, 0},
+		{"1 2 3 4\n", 0, 0, 0},
+		{"1 -2 3\n", 0, 0, 0},
+		{"1 x 3\n", 0, 0, 0},
+		{"\n", 0, 0, 0},
+		{"", 0, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t e = 42, d = 42;
+		int rc = gs_parse_schedstat(cases[i].in, strlen(cases[i].in), &e, &d);
+		if ((rc == 0) != cases[i].ok) {
+			fprintf(stderr, "parse_schedstat case %zu: rc %d\n", i, rc);
+			exit(1);
+		}
+		CHECK_EQ(e, cases[i].ok ? cases[i].exec : 42);
+		CHECK_EQ(d, cases[i].ok ? cases[i].delay : 42);
+	}
+}
+
+/* Starved: runnable, and ran for less than half of the time it launched nothing. */
+static void test_starved(void)
+{
+	static const struct {
+		int runnable;
+		uint64_t exec0, exec1, elapsed;
+		int starved;
+	} cases[] = {
+		{1, 100, 100, 1000000, 1},     /* waited for a CPU throughout */
+		{1, 100, 400100, 1000000, 1},  /* ran 40 % */
+		{1, 100, 500100, 1000000, 0},  /* ran half: CPU work, not starved */
+		{1, 100, 1000100, 1000000, 0}, /* ran throughout */
+		{0, 100, 100, 1000000, 0},     /* asleep: no work */
+		{1, 500, 100, 1000000, 1},     /* a run time that went back: as runnable */
+		{1, 5, 5, 0, 0},               /* no time yet */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		CHECK_EQ(gs_starved(cases[i].runnable, cases[i].exec0, cases[i].exec1, cases[i].elapsed),
+			 cases[i].starved);
+}
+
+/* Three threads spinning on one CPU each run at most about a third of the time
+ * (less if anything else runs there): starved, however loaded the machine is; a
+ * thread blocked on a pipe runs for none of it and is not runnable. */
+struct pinned {
+	int cpu;
+	_Atomic pid_t tid;
+};
+
+static void *spin_on(void *arg)
+{
+	struct pinned *p = arg;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		return arg;
+	atomic_store(&p->tid, (pid_t)syscall(SYS_gettid));
+	while (!atomic_load(&spin_stop))
+		;
+	return NULL;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void test_thread_schedstat(void)
+{
+	if (access("/proc/self/schedstat", R_OK) != 0) {
+		fprintf(stderr, "test_thread_schedstat: skipped: this kernel has no schedstat (CONFIG_SCHED_INFO)\n");
+		return;
+	}
+	int cpu = sched_getcpu();
+	CHECK(cpu >= 0);
+	struct pinned p[3];
+	pthread_t t[3];
+	atomic_store(&spin_stop, 0);
+	for (int i = 0; i < 3; i++) {
+		p[i].cpu = cpu;
+		atomic_store(&p[i].tid, 0);
+		CHECK(pthread_create(&t[i], NULL, spin_on, &p[i]) == 0);
+	}
+	for (int i = 0; i < 3; i++)
+		while (atomic_load(&p[i].tid) == 0)
+			;
+	int fds[2] = {-1, -1};
+	CHECK(pipe(fds) == 0);
+	pthread_t b;
+	struct blocker bl = {.fd = fds[0], .tid = 0};
+	CHECK(pthread_create(&b, NULL, block, &bl) == 0);
+	while (atomic_load(&bl.tid) == 0)
+		;
+	for (int i = 0; i < 5000 && gs_thread_runnable(atomic_load(&bl.tid)) != 0; i++)
+		usleep(1000); /* until the reader sleeps on the pipe */
+	uint64_t e0[3], e1[3], be0, be1, d;
+	uint64_t a = mono_ns();
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(gs_thread_schedstat(atomic_load(&p[i].tid), &e0[i], &d), 0);
+	CHECK_EQ(gs_thread_schedstat(atomic_load(&bl.tid), &be0, &d), 0);
+	usleep(200000);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(gs_thread_schedstat(atomic_load(&p[i].tid), &e1[i], &d), 0);
+	CHECK_EQ(gs_thread_schedstat(atomic_load(&bl.tid), &be1, &d), 0);
+	uint64_t elapsed = mono_ns() - a;
+	for (int i = 0; i < 3; i++)
+		if (!gs_starved(gs_thread_runnable(atomic_load(&p[i].tid)), e0[i], e1[i], elapsed)) {
+			fprintf(stderr, "a thread sharing one CPU with two others ran %llu ns in %llu ns\n",
+				(unsigned long long)(e1[i] - e0[i]), (unsigned long long)elapsed);
+			exit(1);
+		}
+	CHECK_EQ(be1, be0);
+	CHECK_EQ(gs_starved(gs_thread_runnable(atomic_load(&bl.tid)), be0, be1, elapsed), 0);
+	CHECK(gs_thread_schedstat(0x7ffffff0, &be1, &d) == -1);
+	atomic_store(&spin_stop, 1);
+	CHECK(write(fds[1], "x", 1) == 1);
+	for (int i = 0; i < 3; i++)
+		CHECK(pthread_join(t[i], NULL) == 0);
+	CHECK(pthread_join(b, NULL) == 0);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 static void valid_header(struct gs_shm_file *f)
 {
 	gs_shm_init(f, 7, "grp");
@@ -274,6 +413,9 @@ static void test_fuzz_parsers(void)
 		char st;
 		uint64_t start;
 		(void)gs_parse_stat(buf, len, &st, &start);
+		uint64_t exec = 7, delay = 7;
+		if (gs_parse_schedstat(buf, len, &exec, &delay) != 0)
+			CHECK(exec == 7 && delay == 7); /* left as they were when refused */
 		int64_t sec, nsec;
 		if (gs_parse_timens_monotonic(buf, len, &sec, &nsec) == 0)
 			CHECK(nsec >= 0 && nsec < 1000000000);
@@ -335,6 +477,9 @@ int main(void)
 	RUN(test_fmt_size);
 	RUN(test_parse_stat);
 	RUN(test_thread_runnable);
+	RUN(test_parse_schedstat);
+	RUN(test_starved);
+	RUN(test_thread_schedstat);
 	RUN(test_parse_timens);
 	RUN(test_shm_check);
 	RUN(test_fuzz_parsers);

@@ -7,7 +7,8 @@
  *   busy      launch kernels back to back, never synchronizing
  *   sync      launch one kernel, synchronize, repeat
  *   requests  every --gap-ms (+ up to --jitter-ms) from t0 + gap a request of --n kernels,
- *             then synchronize; prints "lat <ns>" per request
+ *             then synchronize; prints "lat <ns>" per request; with --gap-spin 1 the thread
+ *             spins on its CPU between requests (CPU work between launches) instead of sleeping
  *   job       --n kernels, synchronize, exit; prints "job <ns from t0 to done> <longest launch call ns>"
  *   copy      as busy, with device memsets (cuMemsetD8Async on the legacy stream) of --copy-bytes
  *             (default --kernel-us x 1000: --kernel-us of engine time at GPUSLICE_SIM_COPY_GBPS=1)
@@ -31,7 +32,7 @@
 
 struct opts {
 	const char *mode;
-	unsigned long long kernel_us, t0, n, gap_ms, jitter_ms, copy_bytes;
+	unsigned long long kernel_us, t0, n, gap_ms, jitter_ms, copy_bytes, gap_spin;
 	double seconds;
 };
 
@@ -116,6 +117,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->n = strtoull(v, NULL, 10);
 		else if (strcmp(k, "--gap-ms") == 0)
 			o->gap_ms = strtoull(v, NULL, 10);
+		else if (strcmp(k, "--gap-spin") == 0)
+			o->gap_spin = strtoull(v, NULL, 10);
 		else if (strcmp(k, "--jitter-ms") == 0)
 			o->jitter_ms = strtoull(v, NULL, 10);
 		else if (strcmp(k, "--copy-bytes") == 0)
@@ -178,7 +181,11 @@ static int run_requests(const struct cuapi *api, CUfunction fn, const struct opt
 			   arrival = o->t0 + o->gap_ms * 1000000ull;
 	unsigned seed = 12345;
 	while (arrival < end) {
-		sleep_until(arrival);
+		if (o->gap_spin)
+			while (now_ns() < arrival)
+				;
+		else
+			sleep_until(arrival);
 		for (unsigned long long i = 0; i < o->n; i++)
 			if (cuapi_launch_busy(api, fn, o->kernel_us) != CUDA_SUCCESS)
 				return 1;
@@ -256,7 +263,7 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o) != 0) {
 		fprintf(stderr,
 			"usage: gs-tenant --mode busy|sync|copy|requests|job|ptcapture --kernel-us N --seconds S [--t0 NS] "
-			"[--n N --gap-ms MS --jitter-ms MS --copy-bytes B]\n");
+			"[--n N --gap-ms MS --gap-spin 0|1 --jitter-ms MS --copy-bytes B]\n");
 		return 2;
 	}
 	if (cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) != 0) {

@@ -311,3 +311,24 @@ func TestE2EGateSharesGroupGrantAfterHandBack(t *testing.T) {
 		t.Fatalf("stderr %q", stderr.String())
 	}
 }
+
+// TestE2EGateHandsBackWhileLauncherComputes: a holder whose launching thread
+// runs CPU work between requests (it spins, runnable the whole time, but
+// gets its CPU) launched nothing because it has nothing to launch: the gate
+// hands the grant back as idle, without "more", long before the grant ends.
+// Only a launcher that waited for a CPU for most of the idle window keeps
+// its grant (the gate's launcher_starved; unit_parse_test covers the rule).
+// Before, a runnable launcher kept it to the end (8 s here) and then said
+// "more".
+func TestE2EGateHandsBackWhileLauncherComputes(t *testing.T) {
+	e := setupE2E(t)
+	p, acq, stderr := e.protocolPeer(t, []string{"--mode", "requests", "--kernel-us", "200", "--n", "5",
+		"--gap-ms", "300", "--gap-spin", "1", "--seconds", "30"}, []string{"GPUSLICE_GATE_TIMEOUT_MS=60000"}, nil)
+	grant := &proto.Grant{GPU: acq.GPU, Seq: 1, SliceNs: uint64(8 * time.Second), ValidNs: uint64(8 * time.Second)}
+	start := time.Now()
+	p.send(grant)
+	rel := p.expect(&proto.Release{}).(*proto.Release)
+	if rel.Seq != 1 || rel.Flags&proto.ReleaseMore != 0 {
+		t.Fatalf("release after %v: %+v, want seq 1 handed back idle (no more work)\n%s", time.Since(start), rel, stderr.String())
+	}
+}
