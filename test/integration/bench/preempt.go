@@ -109,43 +109,23 @@ func oursPreemption(ctx context.Context, cp *harness.ControlPlane, o options, ph
 	}
 	so := harness.SchedulerOptions{SchedulerName: "gpuslice-preempt", GPUSlice: true, Args: "{placement: binpack, heartbeatTimeout: 1h}",
 		ExtraArgs: append(pprofArgs, o.extraArgs...), StockQueueSort: o.stockQueueSort}
-	sched, err := cp.StartScheduler(ctx, o.scheduler, so.SchedulerName, so)
+	run, err := startPhaseRun(ctx, cp, ph, o.scheduler, "warmup", so)
 	if err != nil {
 		return res, err
 	}
-	defer sched.Stop()
-	// Start-up (informers listing every filler pod) is not measured: a pod
-	// without GPUs (the cluster has none free) is bound first.
-	if err := warmUpPreempt(ctx, cp, ph.ns, "warmup", so.SchedulerName, sched); err != nil {
-		return res, err
-	}
-	ictx, stop := context.WithCancel(ctx)
-	defer stop()
-	tl := newTimeline()
-	seen, err := watchBound(ictx, cp, ph.ns, tl.handler())
-	if err != nil {
-		return res, err
-	}
-	cpu0, err := sched.CPUSeconds()
-	if err != nil {
-		return res, err
-	}
-	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), ph.others...), sched), sched)
+	defer run.close()
 	cpuProfiled := o.profile.start(ctx)
 	apiProfiled := apiserverProfile(ctx, cp, o.apiProfile, o.profile.seconds)
 	n := o.preemptors
 	t0 := time.Now()
 	arrivals := startPreemptors(ctx, cp, o, ph.ns, so.SchedulerName, ph.priorityClass)
-	bound, err := waitPreemptors(ctx, seen, o, t0, sched) // fillers (f-) are not recorded
+	bound, err := waitPreemptors(ctx, run.seen, o, t0, run.sched) // fillers (f-) are not recorded
 	if err != nil {
 		return res, err
 	}
-	cost.end(ctx, cp)
-	cpu1, err := sched.CPUSeconds()
-	if err != nil {
+	if res.cpu, err = run.end(ctx, cp); err != nil {
 		return res, err
 	}
-	res.cpu = cpu1 - cpu0
 	if err := o.profile.finish(ctx, cpuProfiled); err != nil {
 		return res, err
 	}
@@ -155,14 +135,14 @@ func oursPreemption(ctx context.Context, cp *harness.ControlPlane, o options, ph
 	created := arrivals.times()
 	res.preemptors, res.bound = n, len(bound)
 	res.p50, res.p99 = creationToBound(created, bound)
-	res.clusterCPU = cost.totalCPU()
+	res.clusterCPU = run.cost.totalCPU()
 	if err := readBack(ctx, cp, ph, &res); err != nil {
 		return res, err
 	}
 	fmt.Printf("preemption: %d of %d preemptors (%s) bound, %d victims, latency p50 %s ms p99 %s ms, over-committed %d, scheduler CPU %.1f s (%.0f ms per preemption), load %.1f\n",
 		res.bound, n, arrivalText(o), res.victims, msText(res.p50, o.preemptCap), msText(res.p99, o.preemptCap), res.overcommitted, res.cpu, 1000*res.cpu/float64(n), res.load)
-	fmt.Println(tl.split(created, bound))
-	fmt.Println(cost.line(n))
+	fmt.Println(run.tl.split(created, bound))
+	fmt.Println(run.cost.line(n))
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
 	}

@@ -104,3 +104,59 @@ func warmUpPreempt(ctx context.Context, cp *harness.ControlPlane, ns, name, sche
 	}
 	return nil
 }
+
+// phaseRun is one scheduler's run of the preemption phase: started, its
+// start-up (informers listing every filler pod) left out by binding a
+// warm-up pod without GPUs first, its bindings watched and the cluster's
+// costs counted from the burst on.
+type phaseRun struct {
+	sched *harness.Process
+	tl    *timeline
+	seen  *boundTimes
+	cpu0  float64
+	cost  *phaseCost
+	stop  context.CancelFunc
+}
+
+// startPhaseRun starts bin as so says and gets it ready for the burst; the
+// caller closes the run.
+func startPhaseRun(ctx context.Context, cp *harness.ControlPlane, ph phase, bin, warmup string, so harness.SchedulerOptions) (*phaseRun, error) {
+	sched, err := cp.StartScheduler(ctx, bin, so.SchedulerName, so)
+	if err != nil {
+		return nil, err
+	}
+	r := &phaseRun{sched: sched, tl: newTimeline(), stop: func() {}}
+	if err := warmUpPreempt(ctx, cp, ph.ns, warmup, so.SchedulerName, sched); err != nil {
+		r.close()
+		return nil, err
+	}
+	ictx, stop := context.WithCancel(ctx)
+	r.stop = stop
+	if r.seen, err = watchBound(ictx, cp, ph.ns, r.tl.handler()); err != nil {
+		r.close()
+		return nil, err
+	}
+	if r.cpu0, err = sched.CPUSeconds(); err != nil {
+		r.close()
+		return nil, err
+	}
+	r.cost = startPhaseCost(ctx, cp, append(append(cp.Processes(), ph.others...), sched), sched)
+	return r, nil
+}
+
+// end records the costs at the last binding and returns the scheduler's CPU
+// seconds since the burst.
+func (r *phaseRun) end(ctx context.Context, cp *harness.ControlPlane) (float64, error) {
+	r.cost.end(ctx, cp)
+	cpu1, err := r.sched.CPUSeconds()
+	if err != nil {
+		return 0, err
+	}
+	return cpu1 - r.cpu0, nil
+}
+
+// close stops the watch and the scheduler.
+func (r *phaseRun) close() {
+	r.stop()
+	r.sched.Stop()
+}

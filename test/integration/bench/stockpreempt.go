@@ -73,40 +73,24 @@ func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ph pha
 		return nil, err
 	}
 	so := harness.SchedulerOptions{SchedulerName: stockPreemptName}
-	sched, err := cp.StartScheduler(ctx, bins.Path("kube-scheduler"), so.SchedulerName, so)
+	run, err := startPhaseRun(ctx, cp, ph, bins.Path("kube-scheduler"), "stock-warmup", so)
 	if err != nil {
 		return nil, err
 	}
-	defer sched.Stop()
-	if err := warmUpPreempt(ctx, cp, ph.ns, "stock-warmup", so.SchedulerName, sched); err != nil {
-		return nil, err
-	}
-	ictx, stop := context.WithCancel(ctx)
-	defer stop()
-	tl := newTimeline()
-	seen, err := watchBound(ictx, cp, ph.ns, tl.handler())
-	if err != nil {
-		return nil, err
-	}
-	cpu0, err := sched.CPUSeconds()
-	if err != nil {
-		return nil, err
-	}
-	cost := startPhaseCost(ctx, cp, append(append(cp.Processes(), ph.others...), sched), sched)
+	defer run.close()
 	n := o.preemptors
 	t0 := time.Now()
 	arrivals := startPreemptors(ctx, cp, o, ph.ns, so.SchedulerName, ph.priorityClass)
-	bound, err := waitPreemptors(ctx, seen, o, t0, sched)
+	bound, err := waitPreemptors(ctx, run.seen, o, t0, run.sched)
 	if err != nil {
 		return nil, err
 	}
-	cost.end(ctx, cp)
-	cpu1, err := sched.CPUSeconds()
+	cpu, err := run.end(ctx, cp)
 	if err != nil {
 		return nil, err
 	}
 	created := arrivals.times()
-	res := &preemptResult{preemptors: n, bound: len(bound), cpu: cpu1 - cpu0, clusterCPU: cost.totalCPU()}
+	res := &preemptResult{preemptors: n, bound: len(bound), cpu: cpu, clusterCPU: run.cost.totalCPU()}
 	res.p50, res.p99 = creationToBound(created, bound)
 	b, err := stockBooks(ctx, cp, o, ph.ns, ph.fillers)
 	if err != nil {
@@ -121,8 +105,8 @@ func stockBurst(ctx context.Context, cp *harness.ControlPlane, o options, ph pha
 		fmt.Printf("stock preemption: e.g. %s\n", strings.Join(b.misfits[:min(3, len(b.misfits))], "; "))
 	}
 	fmt.Printf("stock preemption: plain extended resources, each node advertising the fillers' split (%s): node-level sums, not which GPU\n", resourceText(stockSplit(o)))
-	fmt.Println("stock " + tl.split(created, bound))
-	fmt.Println("stock " + strings.ReplaceAll(cost.line(n), "\n", "\nstock "))
+	fmt.Println("stock " + run.tl.split(created, bound))
+	fmt.Println("stock " + strings.ReplaceAll(run.cost.line(n), "\n", "\nstock "))
 	return res, nil
 }
 
