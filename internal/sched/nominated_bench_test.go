@@ -3,12 +3,7 @@ package sched
 import (
 	"fmt"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -18,28 +13,9 @@ import (
 // victim on n0500 gone): ranking every node by the books, against the check
 // of its nominated node alone.
 func BenchmarkPreFilterRetry(b *testing.B) {
-	l := NewBooks(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Hour, DefaultPlacement: api.PlacementBinpack},
-		clocktesting.NewFakePassiveClock(t0))
-	for n := range 1000 {
-		name := fmt.Sprintf("n%04d", n)
-		if err := setGPUNode(l, gpuNode(name, 8, t0)); err != nil {
-			b.Fatal(err)
-		}
-		for i := range 10 {
-			units := int64(50)
-			if i < 6 {
-				units = 100
-			}
-			p := gpuPod(fmt.Sprintf("%s-%d", name, i), units)
-			p.UID = types.UID(p.Name)
-			req, err := api.ParseRequest(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := l.Reserve(string(p.UID), name, req); err != nil {
-				b.Fatal(err)
-			}
-		}
+	l := newPhaseBooks()
+	for n := range phaseNodes {
+		fillPhaseNode(b, l, fmt.Sprintf("n%04d", n))
 	}
 	l.Release("n0500-9")
 	hi := prioritized(gpuPod("hi", 50), 1000)

@@ -18,31 +18,11 @@ import (
 // each of 1,000 full nodes of 8 GPUs (6 held whole, 2 by two 50-unit
 // shares: the bench-scheduler preemption phase's cluster).
 func BenchmarkCostAllNodes(b *testing.B) {
-	clk := clocktesting.NewFakePassiveClock(t0)
-	l := NewBooks(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Hour, DefaultPlacement: api.PlacementBinpack}, clk)
-	var views []nodeView
-	for n := range 1000 {
+	l := newPhaseBooks()
+	views := make([]nodeView, 0, phaseNodes)
+	for n := range phaseNodes {
 		name := fmt.Sprintf("n%04d", n)
-		if err := setGPUNode(l, gpuNode(name, 8, t0)); err != nil {
-			b.Fatal(err)
-		}
-		v := nodeView{name: name}
-		for i := range 10 {
-			p := gpuPod(fmt.Sprintf("%s-%d", name, i), 50)
-			if i < 6 {
-				p = gpuPod(fmt.Sprintf("%s-%d", name, i), 100)
-			}
-			p.UID = types.UID(p.Name)
-			req, err := api.ParseRequest(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := l.Reserve(string(p.UID), name, req); err != nil {
-				b.Fatal(err)
-			}
-			v.pods = append(v.pods, p)
-		}
-		views = append(views, v)
+		views = append(views, nodeView{name: name, pods: fillPhaseNode(b, l, name)})
 	}
 	hi := prioritized(gpuPod("hi", 50), 1000)
 	req, _ := api.ParseRequest(hi)
@@ -67,4 +47,42 @@ func BenchmarkCostAllNodes(b *testing.B) {
 			}
 		}
 	})
+}
+
+// phaseNodes is the bench-scheduler preemption phase's node count.
+const phaseNodes = 1000
+
+// newPhaseBooks returns empty books configured as the bench-scheduler
+// preemption phase's scheduler is (binpack), on a fake clock.
+func newPhaseBooks() *Books {
+	return NewBooks(alloc.Config{UtilizationThreshold: 95, HeartbeatTimeout: time.Hour, DefaultPlacement: api.PlacementBinpack},
+		clocktesting.NewFakePassiveClock(t0))
+}
+
+// fillPhaseNode puts up node name with 8 GPUs and books it full as the
+// phase's fillers hold it (6 pods of a whole GPU, 4 of 50 units on the other
+// two) and returns those pods.
+func fillPhaseNode(b *testing.B, l *Books, name string) []*corev1.Pod {
+	b.Helper()
+	if err := setGPUNode(l, gpuNode(name, 8, t0)); err != nil {
+		b.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i := range 10 {
+		units := int64(50)
+		if i < 6 {
+			units = 100
+		}
+		p := gpuPod(fmt.Sprintf("%s-%d", name, i), units)
+		p.UID = types.UID(p.Name)
+		req, err := api.ParseRequest(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := l.Reserve(string(p.UID), name, req); err != nil {
+			b.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	return pods
 }

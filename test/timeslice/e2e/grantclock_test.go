@@ -5,8 +5,11 @@ package timeslicee2e
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/proto"
@@ -20,6 +23,28 @@ func needHostClock(t *testing.T) {
 	t.Helper()
 	if shared, err := monoclock.Shared("/proc"); !shared {
 		t.Skipf("this process's CLOCK_MONOTONIC is not the host's (time namespace; %v): grants cannot be timed by the daemon's clock", err)
+	}
+}
+
+// waitQueued waits, at most 5 s, until a message waits unread on c's socket.
+func waitQueued(t *testing.T, c *client.Client) {
+	t.Helper()
+	rc, err := c.Conn().SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, perr := 0, error(nil)
+	err = rc.Control(func(fd uintptr) {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			left := max(time.Until(deadline), 0)
+			n, perr = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds()))
+			if !errors.Is(perr, unix.EINTR) {
+				return
+			}
+		}
+	})
+	if err != nil || perr != nil || n != 1 {
+		t.Fatalf("no message queued in 5 s: %d ready, %v, %v", n, err, perr)
 	}
 }
 
@@ -38,7 +63,7 @@ func TestGrantReadLateEndsByDaemonClock(t *testing.T) {
 	if err := c.Send(&proto.Acquire{GPU: testGPU}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the grant waits unread in the socket
+	waitQueued(t, c) // the grant waits unread in the socket: it is read after it was sent
 	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
