@@ -265,3 +265,36 @@ func TestGPUsOnlyNotWaited(t *testing.T) {
 		t.Fatalf("a new memory.max without a daemon: %v, want ErrNotApplied", err)
 	}
 }
+
+// TestRemadeGroupApplied: a group removed and made again under the same name,
+// 20 times under one daemon, as `gpuslice run --group`/`group rm` do and as
+// the node agent and the DRA driver do (a container's group): each new group
+// starts at generation 1 again, and the daemon applies it within 1 s (its limit
+// in the new state file, the generation acknowledged). A daemon that kept the
+// generation it acknowledged for the removed group took the new group's 1 as
+// already applied (issue 38).
+func TestRemadeGroupApplied(t *testing.T) {
+	dir := t.TempDir()
+	startDaemon(t, dir)
+	m := New(Config{RunDir: dir, Timeout: time.Second})
+	ctx := context.Background()
+	for _, o := range []CreateOptions{{Adopt: true}, {Container: true}} {
+		name := map[bool]string{false: "run", true: "ctr"}[o.Container]
+		for i := range 20 {
+			limit := uint64(512+i) << 20
+			start := time.Now()
+			if err := m.Create(ctx, name, Resources{Settings: group.Settings{MemoryMax: limit, Share: 0.2}}, o); err != nil {
+				t.Fatalf("%s, made for the %d. time: %v", name, i+1, err)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("%s, made for the %d. time: applied after %v, want within 1 s", name, i+1, took)
+			}
+			if lim := limitOf(t, dir, name); lim != limit {
+				t.Fatalf("%s, made for the %d. time: limit %d in its state file, want %d", name, i+1, lim, limit)
+			}
+			if err := m.Remove(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
@@ -38,12 +39,17 @@ func (s *Server) loadGroups(ctx context.Context) error {
 // applied once the settings and the memory limit are in force.
 func (s *Server) groupChanged(ctx context.Context, name string) {
 	log := klog.FromContext(ctx).WithValues("group", name)
-	s.bindingChanged(ctx, name, s.tree.Exists(name))
-	if !s.tree.Exists(name) {
-		s.mu.Lock()
-		delete(s.settings, name)
-		delete(s.generations, name)
-		s.mu.Unlock()
+	id, exists := s.groupDir(name)
+	s.bindingChanged(ctx, name, exists)
+	s.mu.Lock()
+	if prev, seen := s.dirs[name]; seen && (!exists || prev != id) {
+		s.forgetLocked(name) // removed, or removed and made again: a new group starts clean
+	}
+	if exists {
+		s.dirs[name] = id
+	}
+	s.mu.Unlock()
+	if !exists {
 		return
 	}
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
@@ -70,7 +76,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		}
 		return
 	}
-	if known && old == st && gen == lastGen {
+	if known && old == st && gen == lastGen && s.applied(name) == gen {
 		return
 	}
 	if !known || old != st {
@@ -90,6 +96,26 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	s.applyMemoryLimit(log, name, memChanged)
 	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority,
 		"memoryMax", st.MemoryMax, "generation", gen)
+}
+
+// groupDir returns what a group's directory is (device and inode), and
+// whether it exists.
+func (s *Server) groupDir(name string) (dirID, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(s.tree.Path(name), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return dirID{}, false
+	}
+	return dirID{dev: st.Dev, ino: st.Ino}, true
+}
+
+// forgetLocked drops everything the daemon holds for a group that was
+// removed (under s.mu): its settings, the generation read with them, a limit
+// waiting to be written. A group made again under the same name starts clean.
+func (s *Server) forgetLocked(name string) {
+	delete(s.settings, name)
+	delete(s.generations, name)
+	delete(s.unapplied, name)
+	delete(s.dirs, name)
 }
 
 // applyMemoryLimit writes the group's limit into its state file's header (the
@@ -134,23 +160,32 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 }
 
 // acknowledge writes the group's last applied settings generation into
-// FileApplied (once per generation).
+// FileApplied, unless the file holds it already. The file, not a number kept
+// here, says what is acknowledged: a group removed and made again under the
+// same name (faster than its removal is seen, its directory perhaps on the
+// same inode) numbers its settings from 1 again, and must be acknowledged
+// again.
 func (s *Server) acknowledge(log klog.Logger, name string) {
 	s.mu.Lock()
-	gen, done := s.generations[name], s.acked[name]
+	gen := s.generations[name]
 	s.mu.Unlock()
-	if gen == 0 || gen == done {
+	if gen == 0 || s.applied(name) == gen {
 		return
 	}
 	if err := s.tree.WriteFile(name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n"); err != nil {
 		if s.tree.Exists(name) {
 			log.Error(err, "acknowledge group settings", "generation", gen)
 		}
-		return
 	}
-	s.mu.Lock()
-	s.acked[name] = gen
-	s.mu.Unlock()
+}
+
+// applied is the settings generation a group's FileApplied holds (0: none).
+func (s *Server) applied(name string) uint64 {
+	n, err := s.tree.Applied(name)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // retryLimits applies the memory limits a held lock kept out.

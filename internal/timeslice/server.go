@@ -53,8 +53,11 @@ type Server struct {
 	limitMu   sync.Mutex          // one memory limit written at a time (the latest settings win)
 	unapplied map[string]struct{} // groups whose memory limit a held state file lock kept out (under mu)
 	// generations: each group's settings generation read with its last valid
-	// settings; acked: the last one written back as applied (under mu).
-	generations, acked map[string]uint64
+	// settings (under mu); the one acknowledged is in its FileApplied.
+	generations map[string]uint64
+	// dirs: each group's directory as last seen (under mu): another one at
+	// the same name is a new group.
+	dirs map[string]dirID
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -89,7 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, acked: map[string]uint64{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	if shared, err := monoclock.Shared(cfg.ProcRoot); shared {
 		a := monoclock.NewAnchor()
 		s.clock = &a
