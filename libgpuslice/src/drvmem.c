@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -9,7 +10,9 @@
 #include "pool.h"
 #include "quiet.h"
 
-#define DRV_PROCS 64
+#define DRV_PROCS 64              /* entries on the stack; more on the heap as NVML asks */
+#define DRV_PROCS_MAX 65536       /* at most this many processes on one device */
+#define DRV_TRIES 4               /* the list may grow between two calls */
 #define DRV_NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
 
 static pthread_mutex_t measuring = PTHREAD_MUTEX_INITIALIZER;
@@ -39,24 +42,53 @@ static void nvml_init(void)
 	(void)pthread_atfork(fork_prepare, fork_done, fork_child);
 }
 
+/* NVML's process list of h into procs (cap entries), or, when NVML says it
+ * is short (NVML_ERROR_INSUFFICIENT_SIZE with the count it needs), into a
+ * buffer of that count and some room for processes starting meanwhile
+ * (*heap, the caller frees it); a few tries, at most DRV_PROCS_MAX entries.
+ * The entries, or NULL with *n = 0 if NVML has no list. */
+static nvmlProcessInfo_t *list_procs(nvmlDevice_t h, nvmlProcessInfo_t *procs, unsigned int cap, unsigned int *n,
+				     nvmlProcessInfo_t **heap)
+{
+	gs_fn_nvmlDeviceGetComputeRunningProcesses_v3 list = GS_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+	*heap = NULL;
+	for (int tries = 0; list != NULL && tries < DRV_TRIES; tries++) {
+		*n = cap;
+		nvmlReturn_t rc = list(h, n, procs);
+		if (rc == NVML_SUCCESS)
+			return procs;
+		if (rc != NVML_ERROR_INSUFFICIENT_SIZE || *n <= cap || *n > DRV_PROCS_MAX)
+			break;
+		cap = *n + *n / 8 + 16 > DRV_PROCS_MAX ? DRV_PROCS_MAX : *n + *n / 8 + 16;
+		free(*heap);
+		procs = *heap = malloc((size_t)cap * sizeof(*procs));
+		if (procs == NULL)
+			break;
+	}
+	*n = 0;
+	return NULL;
+}
+
 /* NVML's used memory of host pid on h: 0 (and *v) if NVML has a figure
  * (0 if the process is not listed: it holds nothing there), -1 if not. */
 static int process_used(nvmlDevice_t h, uint32_t pid, uint64_t *v)
 {
-	gs_fn_nvmlDeviceGetComputeRunningProcesses_v3 list = GS_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
-	nvmlProcessInfo_t procs[DRV_PROCS];
-	unsigned int n = DRV_PROCS;
-	if (list == NULL || list(h, &n, procs) != NVML_SUCCESS)
-		return -1;
+	nvmlProcessInfo_t small[DRV_PROCS], *heap;
+	unsigned int n;
+	const nvmlProcessInfo_t *procs = list_procs(h, small, DRV_PROCS, &n, &heap);
+	int rc = procs != NULL ? 0 : -1;
 	*v = 0;
-	for (unsigned int i = 0; i < n && i < DRV_PROCS; i++) {
+	for (unsigned int i = 0; i < n; i++) {
 		if (procs[i].pid != pid)
 			continue;
-		if (procs[i].usedGpuMemory == DRV_NOT_AVAILABLE)
-			return -1; /* e.g. without the right to see it */
+		if (procs[i].usedGpuMemory == DRV_NOT_AVAILABLE) {
+			rc = -1; /* e.g. without the right to see it */
+			break;
+		}
 		*v += procs[i].usedGpuMemory;
 	}
-	return 0;
+	free(heap);
+	return rc;
 }
 
 static int device_used(nvmlDevice_t h, uint64_t *v)

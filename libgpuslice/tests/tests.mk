@@ -65,7 +65,20 @@ test-lib-drift: $(LIB_DRIFT_SRCS)
 	$(CC) $(CFLAGS_COMMON) -o $(LIB_TEST_BIN)/nvml_drift $(LIB_DRIFT)/nvml_drift_main.c \
 		$(LIB_TEST_BIN)/drift_ours.o $(LIB_TEST_BIN)/drift_nvml.o && $(LIB_TEST_BIN)/nvml_drift
 
-test-lib: test-lib-unit test-lib-hooks test-lib-preload test-lib-drift
+# Many members at once, each its own program under LD_PRELOAD (crowd_test.c): 160 jobs in 4 groups of 3 GiB
+# with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38).
+LIB_CROWD := $(LIB_TEST_BIN)/crowd_test
+LIB_CROWD_SRCS := $(LIB_DIR)/tests/crowd_test.c $(LIB_DIR)/tests/crowd_child.c apps/cuapi.c
+$(LIB_CROWD): $(LIB_CROWD_SRCS) $(LIB_DIR)/tests/crowd.h $(LIB_DIR)/tests/check.h apps/cuapi.h $(LIB_TEST_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -I$(LIB_DIR)/include -o $@ $(LIB_CROWD_SRCS) -ldl -lpthread
+
+.PHONY: test-lib-crowd
+test-lib-crowd: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_SIM)
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) jobs $(abspath $(BIN)/libgpuslice.so) \
+		160 4 3221225472 67108864
+
+test-lib: test-lib-unit test-lib-hooks test-lib-preload test-lib-drift test-lib-crowd
 
 # The accounting half of `make test-reliability` (mk/reliability.mk); the
 # property test once per seed (a failure prints its seed and replays with it).

@@ -28,7 +28,19 @@ static int child_hold(const char *arg)
 		pause();
 }
 
-static pid_t spawn_hold(const char *gib)
+/* Child: primary context and 1 MiB, report, wait to be killed. */
+static int child_small(void)
+{
+	CUdeviceptr p;
+
+	t_primary(0);
+	if (cuMemAlloc_v2(&p, 1 << 20) != CUDA_SUCCESS || write(1, "R", 1) != 1)
+		return 2;
+	for (;;)
+		pause();
+}
+
+static pid_t spawn_child(const char *what, const char *gib)
 {
 	int fds[2];
 	char c;
@@ -40,13 +52,18 @@ static pid_t spawn_hold(const char *gib)
 	if (pid == 0) {
 		dup2(fds[1], 1);
 		setenv("SIM_TEST_CHILD", "1", 1);
-		execl("/proc/self/exe", "simtest-child", "child", "hold", gib, (char *)NULL);
+		execl("/proc/self/exe", "simtest-child", "child", what, gib, (char *)NULL);
 		_exit(127);
 	}
 	close(fds[1]);
 	MUST(read(fds[0], &c, 1) == 1 && c == 'R');
 	close(fds[0]);
 	return pid;
+}
+
+static pid_t spawn_hold(const char *gib)
+{
+	return spawn_child("hold", gib);
 }
 
 static unsigned long long proc_mem(nvmlProcessInfo_t *v, unsigned n, pid_t pid)
@@ -179,13 +196,58 @@ static void test_nvml(void)
 	CHECK_EQ(nvmlShutdown(), NVML_ERROR_UNINITIALIZED);
 }
 
+#define MANY 80 /* more than the 64 entries a caller might offer */
+
+/* More processes than the caller's buffer holds: as a driver does, the call
+ * answers NVML_ERROR_INSUFFICIENT_SIZE and the count it needs (every layout),
+ * and a buffer of that count gets every process with its own memory. */
+static void test_short_buffer(void)
+{
+	static nvmlProcessInfo_t v3[MANY];
+	static nvmlProcessInfo_v1_t v1[MANY];
+	static pid_t kids[MANY];
+	nvmlDevice_t h;
+	unsigned n;
+
+	MUST(nvmlInit_v2() == NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &h), NVML_SUCCESS);
+	for (int i = 0; i < MANY; i++)
+		kids[i] = spawn_child("small", "0");
+	n = 64;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v3), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, MANY);
+	n = 64;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v2(h, &n, (nvmlProcessInfo_v2_t *)v3),
+		 NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, MANY);
+	n = MANY - 1;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(h, &n, v1), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, MANY);
+	n = 0;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ(n, MANY);
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, v3), NVML_SUCCESS);
+	CHECK_EQ(n, MANY);
+	for (int i = 0; i < MANY; i++)
+		CHECK_EQ(proc_mem(v3, n, kids[i]), 1ull << 20);
+	n = MANY;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(h, &n, v1), NVML_SUCCESS);
+	CHECK_EQ(n, MANY);
+	for (int i = 0; i < MANY; i++) {
+		kill(kids[i], SIGKILL);
+		CHECK_EQ(t_wait(kids[i]), 128 + SIGKILL);
+	}
+	CHECK_EQ(nvmlShutdown(), NVML_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && strcmp(argv[1], "child") == 0)
-		return child_hold(argv[3]);
+		return strcmp(argv[2], "small") == 0 ? child_small() : child_hold(argv[3]);
 	t_private_state("nvml");
 	setenv("GPUSLICE_SIM_MEMORY", "8GiB", 1);
 	t_no_context_memory();
 	test_nvml();
-	return t_done("NVML memory, processes, utilization");
+	test_short_buffer();
+	return t_done("NVML memory, processes, utilization, a buffer shorter than the process list");
 }
