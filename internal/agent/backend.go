@@ -81,7 +81,7 @@ func (b *backend) pod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 }
 
 // Prepare creates the container's group through the groups manager: its
-// settings (groupSettings) and its state file (naming the host's pid
+// settings (ContainerSettings) and its state file (naming the host's pid
 // namespace, so the container's processes get their host pids from the
 // time-slice daemon); it returns the Allocate answer once the daemon has
 // written the group's limit into the state file (the container starts held to it).
@@ -90,7 +90,7 @@ func (b *backend) Prepare(ctx context.Context, c deviceplugin.Candidate, gpus ma
 	if c.Pod == nil {
 		return nil, fmt.Errorf("%s: no pod", c)
 	}
-	s, err := groupSettings(c.Pod, c.GPUs, b.units)
+	s, err := ContainerSettings(c.Pod, c.GPUs, b.units)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/policy"
@@ -22,66 +22,57 @@ import (
 // on a time-slice GPU; an MPS GPU's M x N x K).
 type unitsTotal func(uuid string) int64
 
-// groupSettings is what the time-slice group of a container holding gpus (its
-// part of the pod's assignment) is set to: the memory limit (smallest
-// per-GPU memory share), a share of each GPU's time of its units over that
-// GPU's units total (total; nil: api.DefaultUnitsPerGPU), the smallest over
-// its GPUs (none for a whole GPU), and the pod's priority and slice
-// (api.ParseSlicing; the slice only without units: a group has a share or a slice).
-func groupSettings(pod *corev1.Pod, gpus []api.GPUAssignment, total unitsTotal) (group.Settings, error) {
-	var s group.Settings
+// ContainerSettings is what the time-slice group of a container holding gpus (its
+// part of the pod's assignment) is set to: the pod's request (gpuRequest)
+// translated by gpurequest.
+func ContainerSettings(pod *corev1.Pod, gpus []api.GPUAssignment, total func(uuid string) int64) (group.Settings, error) {
+	r, err := gpuRequest(pod, gpus, total)
+	if err != nil {
+		return group.Settings{}, err
+	}
+	s, err := r.Settings()
+	if errors.Is(err, gpurequest.ErrCeilingBelowGuarantee) {
+		return group.Settings{}, fmt.Errorf("%w: %s below the container's %s: %w", api.ErrInvalidElastic,
+			api.AnnotationMemoryMax, api.ResourceMemory, err)
+	}
+	return s, err
+}
+
+// gpuRequest reads a container's request: its part of each GPU of the
+// assignment (units of the GPU's units total, total; nil:
+// api.DefaultUnitsPerGPU; a whole GPU has no units), and the pod's
+// annotations (api.ParseSlicing, api.ParseElastic, api.ParseShareMax). They
+// are pod-wide: the slice is for containers without units, the memory
+// ceiling for those with a memory request (gpurequest uses each only
+// there); a malformed share ceiling is left out here (applySettings reports it).
+func gpuRequest(pod *corev1.Pod, gpus []api.GPUAssignment, total func(uuid string) int64) (gpurequest.Request, error) {
+	var r gpurequest.Request
 	sl, err := api.ParseSlicing(pod)
 	if err != nil {
-		return s, err
+		return r, err
 	}
-	if s.Priority, err = policy.ParsePriority(sl.Priority); err != nil {
-		return s, fmt.Errorf("%w: %w", api.ErrInvalidSlicing, err)
-	}
-	var share float64
-	for _, g := range gpus {
-		if g.MemoryBytes > 0 && (s.MemoryMax == 0 || uint64(g.MemoryBytes) < s.MemoryMax) {
-			s.MemoryMax = uint64(g.MemoryBytes)
-		}
-		if f := unitShare(g, total); f > 0 && (share == 0 || f < share) {
-			share = f
-		}
+	if _, err := policy.ParsePriority(sl.Priority); err != nil {
+		return r, fmt.Errorf("%w: %w", api.ErrInvalidSlicing, err)
 	}
 	e, err := api.ParseElastic(pod)
 	if err != nil {
-		return s, err
+		return r, err
 	}
-	if e.Max > 0 && s.MemoryMax > 0 { // elastic memory: gpu-memory is the guarantee
-		if e.Max < s.MemoryMax {
-			return s, fmt.Errorf("%w: %s below the container's %s", api.ErrInvalidElastic, api.AnnotationMemoryMax, api.ResourceMemory)
+	r.Priority, r.Slice, r.MemoryCeiling, r.Spill = sl.Priority, sl.Slice, e.Max, e.Spill
+	r.ShareMax, _ = api.ParseShareMax(pod)
+	for _, g := range gpus {
+		part := gpurequest.GPU{Memory: uint64(max(g.MemoryBytes, 0)), Total: api.DefaultUnitsPerGPU}
+		if total != nil {
+			if t := total(g.UUID); t > 0 {
+				part.Total = t
+			}
 		}
-		s.MemoryMin, s.MemoryMax, s.MemorySpill = s.MemoryMax, e.Max, e.Spill
-	}
-	switch {
-	case share > 0:
-		s.Share = share
-	default:
-		s.Slice = sl.Slice
-	}
-	if err := s.Validate(); err != nil {
-		return group.Settings{}, err
-	}
-	return s, nil
-}
-
-// unitShare is the share of g's GPU time its units are (0: none, or a whole
-// GPU), rounded as the share file holds it (to a millionth) so the settings
-// read back compare equal.
-func unitShare(g api.GPUAssignment, total unitsTotal) float64 {
-	if g.Units <= 0 || g.Exclusive {
-		return 0
-	}
-	n := int64(api.DefaultUnitsPerGPU)
-	if total != nil {
-		if t := total(g.UUID); t > 0 {
-			n = t
+		if !g.Exclusive {
+			part.Units = g.Units
 		}
+		r.GPUs = append(r.GPUs, part)
 	}
-	return math.Round(float64(min(g.Units, n))/float64(n)*1e6) / 1e6
+	return r, nil
 }
 
 // overLimit is told when a container's new memory limit is below what its
@@ -115,7 +106,7 @@ func applySettings(ctx context.Context, groups *groupmgr.Manager, total unitsTot
 		if !tree.Exists(name) {
 			continue
 		}
-		s, err := groupSettings(pod, gpus, total)
+		s, err := ContainerSettings(pod, gpus, total)
 		if err != nil {
 			// Bad settings change no setting, but the GPUs still follow the
 			// assignment (hot add and remove do not wait for a fixed annotation).

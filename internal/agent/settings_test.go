@@ -51,7 +51,15 @@ func TestGroupSettings(t *testing.T) {
 		"units of a 96-unit GPU": {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 24}}, want: group.Settings{Share: 0.25, Priority: policy.Low}},
 		"smallest share, not smallest units": {gpus: []api.GPUAssignment{{Index: 0, UUID: "a", Units: 30}, {Index: 2, UUID: "GPU-96", Units: 24}},
 			want: group.Settings{Share: 0.25, Priority: policy.Low}},
-		"units past the total":                {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 100}}, want: group.Settings{Share: 1, Priority: policy.Low}},
+		// All of a GPU's units (or more) are its whole time: no share, as a DRA
+		// claim consuming all units gets (was a share of 100 % here).
+		"units past the total": {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 100}}, want: group.Settings{Priority: policy.Low}},
+		"all the units, with a slice": {ann: map[string]string{api.AnnotationSlice: "20ms"}, gpus: share(100, 0),
+			want: group.Settings{Slice: 20 * time.Millisecond, Priority: policy.Low}},
+		"share ceiling": {ann: map[string]string{api.AnnotationShareMax: "40%"}, gpus: share(25, 0), want: group.Settings{Share: 0.25, ShareMax: 0.4, Priority: policy.Low}},
+		"malformed share ceiling left to applySettings": {ann: map[string]string{api.AnnotationShareMax: "x"}, gpus: share(25, 0), want: group.Settings{Share: 0.25, Priority: policy.Low}},
+		"elastic ceiling without a memory request: not used": {ann: map[string]string{api.AnnotationMemoryMax: "20Gi"}, gpus: share(25, 0),
+			want: group.Settings{Share: 0.25, Priority: policy.Low}},
 		"a third, as the share file holds it": {gpus: []api.GPUAssignment{{Index: 2, UUID: "GPU-96", Units: 32}}, want: group.Settings{Share: 0.333333, Priority: policy.Low}},
 	}
 	total := func(uuid string) int64 {
@@ -63,7 +71,7 @@ func TestGroupSettings(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}, Spec: corev1.PodSpec{Priority: tc.prio}}
-			got, err := groupSettings(pod, tc.gpus, total)
+			got, err := ContainerSettings(pod, tc.gpus, total)
 			if tc.bad {
 				if !errors.Is(err, api.ErrInvalidSlicing) && !errors.Is(err, api.ErrInvalidElastic) {
 					t.Fatalf("err = %v, want ErrInvalidSlicing or ErrInvalidElastic", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/runner"
@@ -69,17 +71,17 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	if file := env.Getenv("GPUSLICE_GROUP_FILE"); file != "" && strings.Contains(env.Getenv("LD_PRELOAD"), "libgpuslice") {
 		return runInGroup(ctx, env, f, command, file)
 	}
-	spec, err := buildRunSpec(env, f)
+	setup, err := runRequest(f)
 	if err != nil {
 		return err
 	}
-	elastic, err := elasticFlags(f, spec.MemoryLimit)
+	spec, err := buildRunSpec(env, f, setup.MemoryMax)
 	if err != nil {
 		return err
 	}
-	if elastic.Max > 0 {
+	if setup.Elastic.Max > 0 {
 		mode := "on"
-		if elastic.Spill {
+		if setup.Elastic.Spill {
 			mode = "spill"
 		}
 		spec.ExtraEnv = append(spec.ExtraEnv, "GPUSLICE_MEMORY_ELASTIC="+mode)
@@ -89,11 +91,8 @@ func runRun(ctx context.Context, env *Env, f *runFlags, command []string) error 
 	if f.driver != "" {
 		daemonArgs = append(daemonArgs, "--driver", f.driver)
 	}
-	setup := runner.RunSetup{
-		Group: spec.Group, Private: f.group == "", Flags: f.slices, MemoryMax: spec.MemoryLimit, NoDaemon: f.noDaemon,
-		Elastic: elastic,
-		Start:   client.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs},
-	}
+	setup.Group, setup.Private, setup.NoDaemon = spec.Group, f.group == "", f.noDaemon
+	setup.Start = client.StartOptions{Exe: filepath.Join(env.BinDir, "gpuslice"), Args: daemonArgs}
 	extra, err := runner.PrepareRun(ctx, env.Getenv, setup)
 	switch {
 	case errors.Is(err, group.ErrInvalid):
@@ -146,45 +145,70 @@ func runInGroup(ctx context.Context, env *Env, f *runFlags, command []string, fi
 	return nil
 }
 
-// elasticFlags validates --memory-max and --spill against --memory (the guarantee).
-func elasticFlags(f *runFlags, guarantee uint64) (runner.ElasticSetup, error) {
-	var e runner.ElasticSetup
-	spill, err := group.ParseSpill(f.spill)
-	if err != nil {
-		return e, usagef("--spill: %w", err)
-	}
-	if f.memoryMax == "" {
-		if spill {
-			return e, usagef("--spill needs --memory-max (spill moves borrowed memory)")
-		}
-		return e, nil
-	}
-	ceiling, err := units.ParseSize(f.memoryMax)
-	if err != nil {
-		return e, usagef("--memory-max: %w", err)
-	}
-	switch {
-	case guarantee == 0:
-		return e, usagef("--memory-max needs --memory (the guarantee)")
-	case ceiling < guarantee:
-		return e, usagef("--memory-max %s is below --memory %s", f.memoryMax, f.memory)
-	}
-	return runner.ElasticSetup{Max: ceiling, Spill: spill}, nil
-}
-
-// buildRunSpec validates the flags against the GPUs present and prepares the run.
-func buildRunSpec(env *Env, f *runFlags) (*runner.Spec, error) {
-	var limit uint64
+// runRequest reads the run's group request from its flags (--memory,
+// --memory-max, --spill and the time-slice flags) into a RunSetup, checked
+// as gpurequest translates it; errors are usage errors naming the flags.
+func runRequest(f *runFlags) (runner.RunSetup, error) {
+	s := runner.RunSetup{Flags: f.slices}
 	if f.memory != "" {
 		v, err := units.ParseSize(f.memory)
 		if err != nil {
-			return nil, usagef("--memory: %w", err)
+			return s, usagef("--memory: %w", err)
 		}
 		if v == 0 {
-			return nil, usagef("--memory must be larger than 0")
+			return s, usagef("--memory must be larger than 0")
 		}
-		limit = v
+		s.MemoryMax = v
 	}
+	spill, err := group.ParseSpill(f.spill)
+	if err != nil {
+		return s, usagef("--spill: %w", err)
+	}
+	if f.memoryMax == "" {
+		if spill {
+			return s, usagef("--spill needs --memory-max (spill moves borrowed memory)")
+		}
+	} else if s.Elastic.Max, err = units.ParseSize(f.memoryMax); err != nil {
+		return s, usagef("--memory-max: %w", err)
+	}
+	s.Elastic.Spill = spill
+	_, err = s.Settings()
+	switch {
+	case s.Elastic.Max != 0 && s.MemoryMax == 0:
+		return s, usagef("--memory-max needs --memory (the guarantee)")
+	case errors.Is(err, gpurequest.ErrCeilingBelowGuarantee):
+		return s, usagef("--memory-max %s is below --memory %s", f.memoryMax, f.memory)
+	case err != nil:
+		return s, &UsageError{Err: err}
+	}
+	return s, nil
+}
+
+// RunSettings are the settings `gpuslice run ARGS -- CMD` gives a new group:
+// its flags read as a run reads them (runRequest), translated by gpurequest.
+// Nothing runs and no GPU is looked at.
+func RunSettings(args []string) (group.Settings, error) {
+	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Stdin: strings.NewReader(""), Getenv: func(string) string { return "" }}
+	var st group.Settings
+	var err error
+	cmd := runCommand(env, func(_ context.Context, _ *Env, f *runFlags, _ []string) error {
+		var s runner.RunSetup
+		if s, err = runRequest(f); err == nil {
+			st, err = s.Settings()
+		}
+		return nil
+	})
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if xerr := cmd.Execute(); xerr != nil {
+		return st, xerr
+	}
+	return st, err
+}
+
+// buildRunSpec validates the flags against the GPUs present (limit: --memory) and prepares the run.
+func buildRunSpec(env *Env, f *runFlags, limit uint64) (*runner.Spec, error) {
 	group := f.group
 	if group == "" {
 		group = "run-" + strconv.Itoa(os.Getpid())

@@ -7,8 +7,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
+	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/policy"
 	drav1 "github.com/gpuslice/gpuslice/pkg/apis/dra/v1alpha1"
 )
 
@@ -39,7 +39,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 		return p, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
 	cl := drav1.Claim{}
-	share := 0.0
+	var req gpurequest.Request
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != DriverName || r.Pool != pool {
 			continue
@@ -61,12 +61,8 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 		if d.Memory > 0 && (cl.Memory == 0 || d.Memory < cl.Memory) {
 			cl.Memory = d.Memory
 		}
-		if d.Units > 0 {
-			cl.Share = true
-			if f := float64(d.Units) / float64(g.Units); share == 0 || f < share {
-				share = f
-			}
-		}
+		cl.Share = cl.Share || d.Units > 0
+		req.GPUs = append(req.GPUs, gpurequest.GPU{Units: d.Units, Total: g.Units, Memory: uint64(d.Memory)})
 		p.gateOff = p.gateOff || g.MPS
 		p.devices = append(p.devices, d)
 	}
@@ -80,7 +76,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 	if err := cfg.ValidateFor(cl); err != nil {
 		return p, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
-	p.settings, err = settingsOf(cfg, cl, share)
+	p.settings, err = settingsOf(cfg, req)
 	return p, err
 }
 
@@ -114,22 +110,18 @@ func claimConfig(claim *resourceapi.ResourceClaim) (*drav1.GPUShareConfig, error
 	return cfg, nil
 }
 
-// settingsOf turns a validated configuration of a claim holding share (of the
-// GPU's time, 0 for whole GPUs) and cl.Memory bytes into group settings.
-func settingsOf(cfg *drav1.GPUShareConfig, cl drav1.Claim, share float64) (group.Settings, error) {
-	s := group.Settings{Share: share, MemoryMax: uint64(cl.Memory)}
-	var err error
-	if s.Priority, err = policy.ParsePriority(cfg.Priority); err != nil {
-		return s, err
-	}
+// settingsOf is the group settings of a validated configuration of a claim
+// whose devices are req.GPUs (gpurequest translates).
+func settingsOf(cfg *drav1.GPUShareConfig, req gpurequest.Request) (group.Settings, error) {
+	req.Priority, req.Spill = cfg.Priority, cfg.Spill
 	if cfg.Slice != nil {
-		s.Slice = cfg.Slice.Duration
+		req.Slice = cfg.Slice.Duration
 	}
 	if cfg.ShareCeiling != nil {
-		s.ShareMax = float64(*cfg.ShareCeiling) / 100
+		req.ShareMax = float64(*cfg.ShareCeiling) / 100
 	}
 	if cfg.MemoryCeiling != nil {
-		s.MemoryMin, s.MemoryMax, s.MemorySpill = uint64(cl.Memory), uint64(cfg.MemoryCeiling.Value()), cfg.Spill
+		req.MemoryCeiling = uint64(cfg.MemoryCeiling.Value())
 	}
-	return s, s.Validate()
+	return req.Settings()
 }

@@ -27,10 +27,21 @@ func (f *RunFlags) Set() bool {
 // Changes validates the flags and returns them as group setting changes. The
 // error names the flag (callers report it as a usage error, exit code 2).
 func (f *RunFlags) Changes() ([]Change, error) {
-	if f.Slice != "" && f.Share != "" {
-		return nil, fmt.Errorf("%w: --slice and --share exclude each other", ErrInvalid)
-	}
+	_, out, err := f.parse()
+	return out, err
+}
+
+// Settings are the flags' settings on a new group's defaults; errors as Changes.
+func (f *RunFlags) Settings() (Settings, error) {
+	s, _, err := f.parse()
+	return s, err
+}
+
+func (f *RunFlags) parse() (Settings, []Change, error) {
 	var s Settings
+	if f.Slice != "" && f.Share != "" {
+		return s, nil, fmt.Errorf("%w: --slice and --share exclude each other", ErrInvalid)
+	}
 	var out []Change
 	for _, c := range []struct{ flag, file, value string }{
 		{"--slice", FileSlice, f.Slice}, {"--share", FileShare, f.Share}, {"--share-max", FileShareMax, f.ShareMax},
@@ -40,9 +51,9 @@ func (f *RunFlags) Changes() ([]Change, error) {
 			continue
 		}
 		if err := s.Apply(c.file, c.value); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.flag, err)
+			return Settings{}, nil, fmt.Errorf("%s: %w", c.flag, err)
 		}
 		out = append(out, Change{File: c.file, Value: c.value})
 	}
-	return out, nil
+	return s, out, nil
 }

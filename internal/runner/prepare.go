@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
+	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/paths"
@@ -34,23 +34,61 @@ type ElasticSetup struct {
 	Spill bool
 }
 
-// memoryChanges are the memory settings of a run.
-func (s RunSetup) memoryChanges() []group.Change {
-	if s.MemoryMax == 0 {
-		return nil
+// Request is the run's request: its time-slice flags, --memory on each GPU
+// and elastic memory. Flag errors wrap group.ErrInvalid and name the flag.
+func (s RunSetup) Request() (gpurequest.Request, error) {
+	f, err := s.Flags.Settings()
+	if err != nil {
+		return gpurequest.Request{}, err
 	}
-	spill := "none"
-	if s.Elastic.Spill {
-		spill = "host"
+	r := gpurequest.Request{Share: f.Share, Slice: f.Slice, ShareMax: f.ShareMax, Priority: f.Priority.String(),
+		MemoryCeiling: s.Elastic.Max, Spill: s.Elastic.Spill}
+	if s.MemoryMax != 0 {
+		r.GPUs = []gpurequest.GPU{{Memory: s.MemoryMax}}
 	}
-	if s.Elastic.Max == 0 { // a plain limit
-		return []group.Change{{File: group.FileMemoryMin, Value: "0"}, {File: group.FileMemorySpill, Value: "none"},
-			{File: group.FileMemoryMax, Value: strconv.FormatUint(s.MemoryMax, 10)}}
+	return r, nil
+}
+
+// Settings are the run's settings on a new group: its request translated by gpurequest.
+func (s RunSetup) Settings() (group.Settings, error) {
+	r, err := s.Request()
+	if err != nil {
+		return group.Settings{}, err
 	}
-	return []group.Change{{File: group.FileMemoryMin, Value: "0"},
-		{File: group.FileMemoryMax, Value: strconv.FormatUint(s.Elastic.Max, 10)},
-		{File: group.FileMemoryMin, Value: strconv.FormatUint(s.MemoryMax, 10)},
-		{File: group.FileMemorySpill, Value: spill}}
+	return r.Settings()
+}
+
+// changes are the setting files the run's flags set (the others keep a named
+// group's values), holding its Settings; the memory files only with --memory
+// (a plain limit resets an elastic guarantee).
+func (s RunSetup) changes() ([]group.Change, error) {
+	st, err := s.Settings()
+	if err != nil {
+		return nil, err
+	}
+	given, err := s.Flags.Changes()
+	if err != nil {
+		return nil, err
+	}
+	files := make([]string, 0, len(given)+4)
+	for _, c := range given {
+		files = append(files, c.File)
+	}
+	if s.MemoryMax != 0 {
+		files = append(files, group.FileMemoryMax, group.FileMemoryMin, group.FileMemorySpill)
+	}
+	var out []group.Change
+	if s.MemoryMax != 0 { // no guarantee above the limit while it is set
+		out = append(out, group.Change{File: group.FileMemoryMin, Value: "0"})
+	}
+	for _, f := range files {
+		v, err := st.Format(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, group.Change{File: f, Value: v})
+	}
+	return out, nil
 }
 
 // PrepareRun validates the time-slice flags, makes sure a time-slice daemon is
@@ -64,14 +102,13 @@ func (s RunSetup) memoryChanges() []group.Change {
 // limit then fails with a plain error instead (only the daemon writes limits:
 // its command would run unlimited).
 func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]string, error) {
-	changes, err := s.Flags.Changes()
+	changes, err := s.changes()
 	if err != nil {
 		return nil, err
 	}
 	if err := paths.ValidateGroup(s.Group); err != nil {
 		return nil, fmt.Errorf("%w: %w", group.ErrInvalid, err)
 	}
-	changes = append(changes, s.memoryChanges()...)
 	runDir := paths.RunDir(getenv)
 	if err := paths.CheckRunDir(runDir); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
+	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
@@ -112,5 +113,56 @@ func TestPrepareRunUnsafeRunDir(t *testing.T) {
 		if group.NewTree(dir).Exists("job") {
 			t.Errorf("run directory %s: the group was made", dir)
 		}
+	}
+}
+
+// A run in a named group that exists sets the files its flags name, as its
+// request translates them, and leaves the others as they are; elastic memory
+// over a smaller plain limit applies in an order every step of which is valid.
+func TestRunChangesOverANamedGroup(t *testing.T) {
+	tree := group.NewTree(t.TempDir())
+	if err := tree.Create("g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Set("g", []group.Change{{File: group.FileShare, Value: "30%"}, {File: group.FileMemoryMax, Value: "1GiB"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup RunSetup
+		want  group.Settings
+	}{
+		{"no flags", RunSetup{}, group.Settings{Share: 0.3, MemoryMax: 1 << 30}},
+		{"priority only", RunSetup{Flags: group.RunFlags{Priority: "high"}}, group.Settings{Share: 0.3, MemoryMax: 1 << 30, Priority: policy.High}},
+		{"a slice replaces the share", RunSetup{Flags: group.RunFlags{Slice: "5ms"}}, group.Settings{Slice: 5 * time.Millisecond, MemoryMax: 1 << 30}},
+		{"elastic over a smaller limit", RunSetup{MemoryMax: 6 << 30, Elastic: ElasticSetup{Max: 20 << 30, Spill: true}},
+			group.Settings{Share: 0.3, MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changes, err := tc.setup.changes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := settingsAfter(tree, "g", changes)
+			if err != nil || got != tc.want {
+				t.Fatalf("%+v %v, want %+v (changes %v)", got, err, tc.want, changes)
+			}
+		})
+	}
+	// An elastic group run again with a plain limit loses its guarantee.
+	elastic := RunSetup{MemoryMax: 6 << 30, Elastic: ElasticSetup{Max: 20 << 30}}
+	changes, err := elastic.changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Set("g", changes); err != nil {
+		t.Fatal(err)
+	}
+	changes, err = RunSetup{MemoryMax: 2 << 30}.changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := settingsAfter(tree, "g", changes); err != nil || got != (group.Settings{Share: 0.3, MemoryMax: 2 << 30}) {
+		t.Fatalf("plain limit after elastic: %+v %v", got, err)
 	}
 }
