@@ -45,6 +45,10 @@ const (
 	FileApplied    = "settings.applied"
 )
 
+// FileGPUs lists the whole GPUs a group holds, one UUID a line (written by
+// internal/groupmgr, which defines its format).
+const FileGPUs = "gpus"
+
 // FileGateOff in a group's directory is the node's word that its launches are
 // ungated (MPS clients); the library reads it where the group is a container's.
 const FileGateOff = "gate-off"

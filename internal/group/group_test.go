@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -377,7 +378,7 @@ func BenchmarkTreeSetNewGroup(b *testing.B) {
 				name := fmt.Sprintf("%s-%d", mode[:4], i)
 				i++
 				if mode == "staged" {
-					err = tr.createWith(name, s)
+					err = tr.createWith(name, s, nil, -1, -1)
 				} else if err = tr.Create(name); err == nil {
 					err = tr.Write(name, s)
 				}
@@ -386,5 +387,42 @@ func BenchmarkTreeSetNewGroup(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRestore: a lost group is made again at once with its settings and the
+// other files given; a file name that could leave the directory or shadow a
+// setting is refused before anything is written; an existing group is left.
+func TestRestore(t *testing.T) {
+	tr := NewTree(t.TempDir())
+	st := Settings{Share: 0.2, MemoryMax: 1 << 30}
+	files := map[string]string{FileCgroup: "/kubepods/x\n", FileGPUs: "GPU-1\n", FileGeneration: "7\n"}
+	if err := tr.Restore("g", st, files, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tr.Read("g"); err != nil || got != st {
+		t.Fatalf("restored settings %+v %v, want %+v", got, err, st)
+	}
+	for f, v := range files {
+		if got, err := tr.ReadFile("g", f); err != nil || got+"\n" != v {
+			t.Fatalf("restored %s: %q %v, want %q", f, got, err, v)
+		}
+	}
+	if gen, err := tr.Generation("g"); err != nil || gen != 7 {
+		t.Fatalf("generation %d %v, want 7", gen, err)
+	}
+	if err := tr.Restore("g", Settings{}, nil, -1, -1); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("restore over an existing group: %v, want ErrExist", err)
+	}
+	if got, _ := tr.Read("g"); got != st {
+		t.Fatalf("an existing group's settings changed to %+v", got)
+	}
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", FileShare} {
+		if err := tr.Restore("h", st, map[string]string{bad: "x"}, -1, -1); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("file %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if tr.Exists("h") {
+		t.Fatal("a refused restore made the group")
 	}
 }

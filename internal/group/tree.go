@@ -162,7 +162,7 @@ func (t Tree) Put(name string, s Settings) error {
 // put writes n, in a new directory that appears at once unless exists.
 func (t Tree) put(name string, n Settings, exists bool) error {
 	if !exists {
-		switch err := t.createWith(name, n); {
+		switch err := t.createWith(name, n, nil, -1, -1); {
 		case err == nil:
 			return nil
 		case !errors.Is(err, fs.ErrExist):
@@ -175,12 +175,33 @@ func (t Tree) put(name string, n Settings, exists bool) error {
 	return t.Write(name, n)
 }
 
+// Restore makes a lost group again (its run directory was removed under the
+// time-slice daemon), appearing at once with its settings s and the other
+// files given (file name -> content: its cgroup binding, GPUs, gate-off,
+// settings generation), its directory owned by uid and gid (-1: as made).
+// fs.ErrExist if the group exists (nothing changed then).
+func (t Tree) Restore(name string, s Settings, files map[string]string, uid, gid int) error {
+	if err := paths.ValidateGroup(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	for f := range files {
+		if f == "" || strings.ContainsRune(f, '/') || strings.HasPrefix(f, ".") || slices.Contains(SettingFiles(), f) {
+			return fmt.Errorf("%w: group %s: file %q cannot be restored", ErrInvalid, name, f)
+		}
+	}
+	return t.createWith(name, s, files, uid, gid)
+}
+
 // createWith makes a new group directory that appears with every setting of s
-// at once: the files are written into a staging directory beside it (the
-// watcher ignores names starting with a dot), which is then renamed into
-// place. One rename instead of one per file. fs.ErrExist if the group came to
+// (and the other files given) at once: the files are written into a staging
+// directory beside it (the watcher ignores names starting with a dot), which
+// is then renamed into place. One rename instead of one per file. The
+// directory is owned by uid/gid unless -1. fs.ErrExist if the group came to
 // exist meanwhile (nothing changed then).
-func (t Tree) createWith(name string, s Settings) (err error) {
+func (t Tree) createWith(name string, s Settings, files map[string]string, uid, gid int) (err error) {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return fmt.Errorf("create group %s: %w", name, err)
 	}
@@ -199,6 +220,16 @@ func (t Tree) createWith(name string, s Settings) (err error) {
 			return err
 		}
 		if err := writeNew(filepath.Join(stage, f), v+"\n"); err != nil {
+			return fmt.Errorf("group %s: %w", name, err)
+		}
+	}
+	for f, v := range files {
+		if err := writeNew(filepath.Join(stage, f), v); err != nil {
+			return fmt.Errorf("group %s: %w", name, err)
+		}
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := os.Lchown(stage, uid, gid); err != nil {
 			return fmt.Errorf("group %s: %w", name, err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // (Resources.GPUs): one GPU UUID a line, sorted. The groups manager is its
 // only writer; the node agent's hot add and remove of whole GPUs in running
 // containers gives a container the device nodes of the GPUs its group holds.
-const FileGPUs = "gpus"
+const FileGPUs = group.FileGPUs
 
 // maxGPUIDLen bounds one GPU's ID in FileGPUs (NVML's UUIDs are 40 bytes,
 // MIG instances' 44).

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -42,16 +43,18 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	id, exists := s.groupDir(name)
 	s.bindingChanged(ctx, name, exists)
 	s.mu.Lock()
-	if prev, seen := s.dirs[name]; seen && (!exists || prev != id) {
-		s.forgetLocked(name) // removed, or removed and made again: a new group starts clean
-	}
-	if exists {
-		s.dirs[name] = id
-	}
-	s.mu.Unlock()
 	if !exists {
+		s.groupGoneLocked(name, time.Now()) // forgotten unless its run directory went with it (restore.go)
+		s.mu.Unlock()
 		return
 	}
+	if prev, seen := s.dirs[name]; seen && prev != id {
+		s.forgetLocked(name) // removed and made again: a new group starts clean
+	}
+	s.dirs[name] = id
+	delete(s.gone, name)
+	s.mu.Unlock()
+	s.recordGroup(name)
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
 	s.mu.Lock()
@@ -116,6 +119,8 @@ func (s *Server) forgetLocked(name string) {
 	delete(s.generations, name)
 	delete(s.unapplied, name)
 	delete(s.dirs, name)
+	delete(s.gone, name)
+	delete(s.records, name)
 }
 
 // applyMemoryLimit writes the group's limit into its state file's header (the

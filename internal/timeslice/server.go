@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,7 +34,7 @@ type Server struct {
 	adm   *admission
 	known *knownGPUs
 
-	runDir dirID  // the run directory this daemon locked (watchdog: stop if it is replaced)
+	runDir dirID  // the run directory this daemon locked (under mu; reach.go: taken again if it is replaced)
 	pidNS  uint64 // the daemon's pid namespace (root callers in others are bounded per namespace)
 	// clock maps the daemon's times to CLOCK_MONOTONIC for grants' sent_at
 	// (FeatureSentAt); nil where the daemon's clock is not the host's (a time
@@ -56,8 +55,19 @@ type Server struct {
 	// settings (under mu); the one acknowledged is in its FileApplied.
 	generations map[string]uint64
 	// dirs: each group's directory as last seen (under mu): another one at
-	// the same name is a new group.
-	dirs map[string]dirID
+	// the same name is a new group. gone: when a group's directory went
+	// (kept forgetGoneAfter); records: what restores a lost group (restore.go).
+	dirs    map[string]dirID
+	gone    map[string]time.Time
+	records map[string]groupRecord
+
+	// What makes the daemon reachable (reach.go), under mu: the run
+	// directory's lock, the listener (lnClosed once the daemon stops), the
+	// group tree watcher's stop.
+	unlock    func() error
+	ln        *socketListener
+	lnClosed  bool
+	stopWatch context.CancelFunc
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
@@ -80,11 +90,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := unlock(); err != nil {
-			log.Error(err, "release lock")
-		}
-	}()
 	cfg.MaxConns = maxConnsFor(cfg.MaxConns, log)
 	ns, err := identity.PIDNS(cfg.ProcRoot)
 	if err != nil {
@@ -92,13 +97,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	if shared, err := monoclock.Shared(cfg.ProcRoot); shared {
 		a := monoclock.NewAnchor()
 		s.clock = &a
 	} else {
 		log.Info("own CLOCK_MONOTONIC is not the host's (time namespace): grants do not say when they were sent, clients time them from their reading", "err", err)
 	}
+	defer func() {
+		if err := s.releaseRunDir(); err != nil {
+			log.Error(err, "release lock")
+		}
+	}()
 	// Every existing group's settings are in force before the socket exists:
 	// a client that can connect is served under them, and a setting file
 	// changed from then on has last valid settings to fall back to (the
@@ -106,53 +116,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := s.loadGroups(ctx); err != nil {
 		return err
 	}
-	ln, err := listen(cfg.Socket)
-	if err != nil {
+	if s.ln, err = listen(cfg.Socket); err != nil {
 		return err
 	}
 	log.Info("gpuslice node daemon serving", "socket", cfg.Socket, "runDir", cfg.RunDir, "pid", os.Getpid())
-	return s.serveAll(ctx, ln)
+	return s.serveAll(ctx)
 }
 
-// listen makes the daemon's socket, open to every local process (containers
-// included): callers are identified by the kernel, not by what they send.
-// Holding the run directory's lock, any socket file left behind is stale.
-func listen(socket string) (*net.UnixListener, error) {
-	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket: %w", err)
-	}
-	ln, err := net.ListenUnix(proto.Network, &net.UnixAddr{Name: socket, Net: proto.Network})
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", socket, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(socket, 0o666); err != nil {
-		return nil, errors.Join(fmt.Errorf("chmod socket: %w", err), ln.Close())
-	}
-	return ln, nil
-}
-
-func (s *Server) serveAll(ctx context.Context, ln *net.UnixListener) error {
+func (s *Server) serveAll(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := s.tree.Watch(ctx, func(name string) { s.groupChanged(ctx, name) }); err != nil {
-			s.log.Error(err, "group tree watcher stopped")
-		}
-	})
+	s.startWatch(ctx, &wg)
 	wg.Go(func() { s.publish(ctx) })
-	wg.Go(func() { s.watchdog(ctx, cancel) })
+	wg.Go(func() { s.watchdog(ctx, cancel, &wg) })
 	wg.Go(func() {
 		<-ctx.Done()
-		if err := ln.Close(); err != nil {
-			s.log.V(2).Info("close listener", "err", err)
-		}
+		s.closeListener()
 		for _, c := range s.connList() {
 			c.kill()
 		}
 	})
-	err := s.acceptLoop(ctx, ln, &wg)
+	err := s.serveListeners(ctx, &wg)
 	cancel()
 	wg.Wait()
 	return err
@@ -200,10 +185,12 @@ func (s *Server) acceptLoop(ctx context.Context, ln *net.UnixListener, wg *sync.
 	}
 }
 
-// watchdog stops the daemon when its run directory is removed, or when no
-// client has been connected for cfg.IdleExit (if set).
-func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
-	tick := time.NewTicker(250 * time.Millisecond)
+// watchdog keeps the daemon reachable (reach.go: its socket and run
+// directory made again, or the daemon steps aside), forgets the groups their
+// owners removed, and stops the daemon when no client has been connected for
+// cfg.IdleExit (if set).
+func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc, wg *sync.WaitGroup) {
+	tick := time.NewTicker(reachCheckEvery)
 	defer tick.Stop()
 	idleSince := time.Now()
 	for {
@@ -211,11 +198,13 @@ func (s *Server) watchdog(ctx context.Context, stop context.CancelFunc) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if why := s.runDirGone(); why != "" {
-				s.log.Info("run directory "+why+"; stopping", "runDir", s.cfg.RunDir)
+			if err := s.keepReachable(ctx, wg); err != nil {
+				s.log.Info("stepping aside: stopping and releasing the run directory", "runDir", s.cfg.RunDir,
+					"socket", s.cfg.Socket, "reason", err.Error())
 				stop()
 				return
 			}
+			s.forgetGone(now)
 			s.mu.Lock()
 			busy := len(s.conns) > 0
 			s.mu.Unlock()
@@ -261,12 +250,15 @@ func lockDir(dir string) (func() error, dirID, error) {
 func (s *Server) runDirGone() string {
 	var st unix.Stat_t
 	err := unix.Stat(s.cfg.RunDir, &st)
+	s.mu.Lock()
+	locked := s.runDir
+	s.mu.Unlock()
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return "removed"
 	case err != nil:
 		return "" // unreadable for now (e.g. ENOMEM): look again at the next tick
-	case (dirID{dev: st.Dev, ino: st.Ino}) != s.runDir:
+	case (dirID{dev: st.Dev, ino: st.Ino}) != locked:
 		return "replaced"
 	}
 	return ""

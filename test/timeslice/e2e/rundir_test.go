@@ -47,43 +47,6 @@ func TestReliabilityOneDaemonPerRunDir(t *testing.T) {
 	startDaemon(t, other) // another run directory: its own daemon
 }
 
-// TestReliabilityRunDirReplaced: a daemon whose run directory is removed and
-// made again at once (faster than any poll for its absence) stops: it no
-// longer serves the directory at that path, so it must not go on granting next
-// to a daemon that serves the new one. A new daemon then takes the new directory.
-func TestReliabilityRunDirReplaced(t *testing.T) {
-	cfg := testCfg(t)
-	cfg.Socket = filepath.Join(t.TempDir(), "node.sock") // outside the run directory: it survives
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- timeslice.Run(ctx, cfg) }()
-	waitServing(t, cfg, done)
-	aside := cfg.RunDir + ".old"
-	if err := os.Rename(cfg.RunDir, aside); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(cfg.RunDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon still serves after its run directory was replaced")
-	}
-	// The new directory is free: a new daemon takes it.
-	done2 := make(chan error, 1)
-	go func() { done2 <- timeslice.Run(ctx, cfg) }()
-	waitServing(t, cfg, done2)
-	cancel()
-	if err := <-done2; err != nil {
-		t.Fatalf("new daemon: %v", err)
-	}
-}
-
 // waitServing waits until a daemon answers on cfg.Socket (its Run reports on done).
 func waitServing(t *testing.T, cfg timeslice.Config, done <-chan error) {
 	t.Helper()

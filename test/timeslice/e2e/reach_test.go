@@ -1,0 +1,267 @@
+//go:build timeslicee2e
+
+package timeslicee2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/identity"
+	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/timeslice/client"
+)
+
+// What the daemon does when what makes it reachable is lost (docs/timeslice.md,
+// "The daemon"): its socket file, its run directory. In make test-reliability.
+
+// reachableWithin waits until a daemon answers on socket, at most within.
+func reachableWithin(t *testing.T, socket string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !client.Reachable(context.Background(), socket) {
+		if time.Since(start) > within {
+			t.Fatalf("no daemon answers on %s %v after it was lost (want within %v)", socket, time.Since(start), within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestReliabilitySocketLost: the daemon's socket file removed (or another file
+// put in its place) under a running daemon: the daemon makes it again within
+// 1 s, the connections already open go on, and a new `gpuslice run` is served
+// with no fail-open warning. Before, the daemon kept running and kept the run
+// directory's lock, serving nobody: a new run waited 10 s and ran ungated
+// (issue 38).
+func TestReliabilitySocketLost(t *testing.T) {
+	e := setupE2E(t)
+	cfg := testCfg(t)
+	startDaemon(t, cfg)
+	held, err := client.Dial(context.Background(), cfg.Socket) // connected before: goes on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close() //nolint:errcheck // the test's connection
+	gpu := testGPUs()[0]
+	for _, how := range []string{"removed", "replaced by a file"} {
+		if err := os.Remove(cfg.Socket); err != nil {
+			t.Fatal(err)
+		}
+		if how != "removed" {
+			if err := os.WriteFile(cfg.Socket, []byte("not a socket"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := reachableWithin(t, cfg.Socket, time.Second)
+		t.Logf("socket %s: a daemon answers again after %v", how, took.Round(time.Millisecond))
+		g, err := held.Acquire(gpu)
+		if err != nil {
+			t.Fatalf("a connection opened before the socket was %s: %v", how, err)
+		}
+		if err := held.Release(gpu, g.Seq, false); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(e.bin, "gpuslice"), "run", "--share", "30%", "--", "true")
+		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+cfg.RunDir, timeslice.EnvSocket+"="+cfg.Socket)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil || strings.Contains(stderr.String(), "without time slices") {
+			t.Fatalf("gpuslice run after the socket was %s: %v, stderr %q", how, err, stderr.String())
+		}
+	}
+	if pids := append(daemonsOn(t, cfg.Socket), daemonsOn(t, cfg.RunDir)...); len(pids) != 0 {
+		t.Fatalf("gpuslice run started daemons %v: the running one should have served it", pids)
+	}
+}
+
+// TestReliabilityRunDirReplaced: a daemon whose run directory is replaced
+// (moved aside and made again at once, faster than any poll for its absence)
+// takes the new directory: it holds its lock (a second daemon is refused) and
+// serves it. Where another daemon took the new directory first, it steps
+// aside: it stops, never granting next to a daemon that serves the path.
+func TestReliabilityRunDirReplaced(t *testing.T) {
+	for _, taken := range []bool{false, true} {
+		t.Run("taken="+strconv.FormatBool(taken), func(t *testing.T) {
+			cfg := testCfg(t)
+			cfg.Socket = filepath.Join(t.TempDir(), "node.sock") // outside the run directory: it survives
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- timeslice.Run(ctx, cfg) }()
+			waitServing(t, cfg, done)
+			if err := os.Rename(cfg.RunDir, cfg.RunDir+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(cfg.RunDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if taken { // as another daemon would
+				fd, err := unix.Open(cfg.RunDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer unix.Close(fd) //nolint:errcheck // a test's descriptor
+				if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("daemon: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("daemon still serves after another took its new run directory")
+				}
+				return
+			}
+			// The daemon watches the group tree of the directory it took.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(group.NewTree(cfg.RunDir).Dir); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the daemon did not take the new run directory")
+				}
+			}
+			second := make(chan error, 1)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+				go func() { second <- timeslice.Run(sctx, cfg) }()
+				err := <-second
+				scancel()
+				if errors.Is(err, timeslice.ErrRunning) {
+					break // the first daemon holds the new directory
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a second daemon on the new run directory: %v, want ErrRunning", err)
+				}
+			}
+			if !client.Reachable(ctx, cfg.Socket) {
+				t.Fatal("the daemon no longer answers")
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("daemon: %v", err)
+			}
+		})
+	}
+}
+
+// TestReliabilityE2ERunDirRemovedTenantsGated: the run directory removed under
+// two tenants with shares 20 % and 80 % (group "a" with a 1 GiB limit, a
+// member holding 256 MiB of it, its tenant and the member a 300 MiB context each): within 1 s the daemon has made it again with
+// both groups' settings, and the tenants are still gated by their shares
+// (within 5 points over the seconds after); no new member of "a" gets memory
+// past its limit (none is made a second state). Before, the daemon stopped:
+// the tenants ran ungated (about 50/50) and the groups' settings were lost
+// until someone ran `gpuslice run` (issue 36).
+func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
+	e := setupE2E(t)
+	base := t.TempDir()
+	cfg := testCfg(t)
+	cfg.RunDir = filepath.Join(base, "run")
+	cfg.Socket = filepath.Join(cfg.RunDir, "node.sock")
+	cfg.Policy = policy.DefaultConfig()
+	simState := filepath.Join(base, "sim.state")
+	var log sliceLog // the slices the daemon hands out after the removal
+	cfg.Observe = log.observer()
+	startDaemon(t, cfg)
+	const limit, part = 1 << 30, 256 << 20
+	m := groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir})
+	want := map[string]group.Settings{"a": {Share: 0.2, MemoryMax: limit}, "b": {Share: 0.8}}
+	for _, n := range []string{"a", "b"} { // as `gpuslice run --group` makes them
+		if err := m.Create(context.Background(), n, groupmgr.Resources{Settings: want[n]}, groupmgr.CreateOptions{Adopt: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fileA := groupstate.Path(cfg.RunDir, "a")
+	if r, _ := startMemfill(t, e, fileA, simState, part, time.Minute, "GPUSLICE_GROUP_MANAGED=1"); r.Allocated != part {
+		t.Fatalf("member of a got %d bytes (%s), want %d", r.Allocated, r.StoppedBy, part)
+	}
+	const secs, removeAt = 7, 2
+	t0 := time.Now().Add(time.Second)
+	restored := make(chan error, 1)
+	go func() {
+		restored <- removeRunDirAt(cfg, want, t0.Add(removeAt*time.Second), func() { log.set(true) })
+		time.Sleep(time.Until(t0.Add((secs - 1) * time.Second)))
+		log.set(false)
+	}()
+	specs := []tenantSpec{
+		{"a", []string{"--mode", "busy", "--kernel-us", "500", "--seconds", strconv.Itoa(secs)}},
+		{"b", []string{"--mode", "busy", "--kernel-us", "500", "--seconds", strconv.Itoa(secs)}},
+	}
+	outs := e.run(t, cfg, simState, specs, t0)
+	if err := <-restored; err != nil {
+		t.Fatal(err)
+	}
+	var granted [2]time.Duration
+	for _, sl := range log.slices {
+		granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+	}
+	share := float64(granted[0]) / float64(granted[0]+granted[1])
+	wa, wb := windows(outs[0]), windows(outs[1])
+	for w := 1; w < secs; w++ {
+		t.Logf("second %d: a ran %d kernels, b %d", w, wa[w].kernels, wb[w].kernels)
+	}
+	t.Logf("from the removal to the tenants' last second, slices handed out: a %v, b %v: a's share %.1f %%",
+		granted[0], granted[1], share*100)
+	if granted[0]+granted[1] == 0 || share < 0.15 || share > 0.25 {
+		t.Fatalf("after the run directory was removed, the daemon handed out slices of %v to a and %v to b: "+
+			"a's share %.1f %%, want 20 ± 5", granted[0], granted[1], share*100)
+	}
+	// A new member of a: the groups manager refuses it (its live member maps
+	// the removed state), and one a run made (GPUSLICE_GROUP_MANAGED) makes no
+	// second state and gets nothing.
+	err := m.Create(context.Background(), "a", groupmgr.Resources{Settings: want["a"]}, groupmgr.CreateOptions{Adopt: true})
+	if !errors.Is(err, identity.ErrOrphanedState) {
+		t.Fatalf("a prepared again while its member maps the removed state: %v, want ErrOrphanedState", err)
+	}
+	if r, _ := startMemfill(t, e, fileA, simState, part, 0, "GPUSLICE_GROUP_MANAGED=1"); r.Allocated != 0 {
+		t.Fatalf("a new member of a got %d bytes (%s) beside the 856 MiB its first members hold under 1 GiB",
+			r.Allocated, r.StoppedBy)
+	}
+}
+
+// removeRunDirAt removes cfg's run directory at the instant at (then calls
+// removed) and waits up to 1 s for the daemon to make it again with groups of
+// the settings want, applied (their generation acknowledged).
+func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at time.Time, then func()) error {
+	time.Sleep(time.Until(at))
+	if err := os.RemoveAll(cfg.RunDir); err != nil {
+		return err
+	}
+	then()
+	removed := time.Now()
+	tree := group.NewTree(cfg.RunDir)
+	for {
+		ok := client.Reachable(context.Background(), cfg.Socket)
+		for n, st := range want {
+			got, err := tree.Read(n)
+			gen, _ := tree.Generation(n)
+			applied, _ := tree.Applied(n)
+			ok = ok && err == nil && got == st && gen > 0 && applied == gen
+		}
+		if ok {
+			return nil
+		}
+		if time.Since(removed) > time.Second {
+			return errors.New("1 s after the run directory was removed, the daemon does not answer on it " +
+				"or has not restored and applied every group's settings")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
