@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -111,7 +112,7 @@ func Run(ctx context.Context, s *Spec) (int, error) {
 	}
 	path, err := exec.LookPath(s.Command[0])
 	if err != nil {
-		return 0, fmt.Errorf("command %q: %w", s.Command[0], err)
+		return s.notStarted(err, errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)), nil
 	}
 	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: env, Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr}
 	// The terminal delivers Ctrl-C to the command itself; gpuslice stays to clean up.
@@ -119,7 +120,7 @@ func Run(ctx context.Context, s *Spec) (int, error) {
 	signal.Notify(interrupts, os.Interrupt)
 	defer signal.Stop(interrupts)
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %q: %w", s.Command[0], err)
+		return s.notStarted(err, false), nil // found: a bad interpreter, format or permission
 	}
 	logger.V(2).Info("started", "pid", cmd.Process.Pid, "limit", s.MemoryLimit)
 	done := make(chan error, 1)
@@ -136,6 +137,26 @@ func Run(ctx context.Context, s *Spec) (int, error) {
 			return exitStatus(err)
 		}
 	}
+}
+
+// Exit codes of a command that did not start, as shells (POSIX), env,
+// docker run and kubectl exec give them.
+const (
+	ExitNotFound      = 127 // no such command
+	ExitCannotExecute = 126 // found, but it cannot be executed
+)
+
+// notStarted says on the command's stderr, as a shell does, why the command
+// did not start, and returns its exit code: ExitNotFound when it was not
+// found, else ExitCannotExecute.
+func (s *Spec) notStarted(err error, notFound bool) int {
+	if s.Stderr != nil {
+		fmt.Fprintf(s.Stderr, "gpuslice: %s: %v\n", s.Command[0], err) //nolint:errcheck // the command's stderr: nowhere else to say it
+	}
+	if notFound {
+		return ExitNotFound
+	}
+	return ExitCannotExecute
 }
 
 func exitStatus(err error) (int, error) {

@@ -94,9 +94,41 @@ func TestRunKeepGroupAndMissingCommand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "groups", "kept")); err != nil {
 		t.Fatalf("kept group removed: %v", err)
 	}
-	s.Command = []string{"/definitely/not/here"}
-	if _, err := Run(context.Background(), s); err == nil {
-		t.Fatal("missing command ran")
+}
+
+// TestRunNotStartedExitCodes: a command that cannot be started exits as in a
+// shell: 127 when it is not found, 126 when it is found but cannot be
+// executed (no execute permission, a directory, not an executable format, a
+// missing interpreter), with one line on stderr. Before, 1 for all (issue 38).
+func TestRunNotStartedExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		cmd  string
+		code int
+	}{
+		{"/definitely/not/here", 127},
+		{"gpuslice-no-such-command", 127},
+		{write("noexec", "#!/bin/sh\n", 0o644), 126},
+		{dir, 126},
+		{write("garbage", "\x7fELF not really", 0o755), 126},
+		{write("badinterp", "#!/definitely/not/an/interpreter\n", 0o755), 126},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		s := &Spec{Command: []string{c.cmd}, Group: "t", RunDir: dir, Library: "/l.so",
+			Env: []string{"PATH=" + os.Getenv("PATH")}, Stderr: &stderr}
+		code, err := Run(context.Background(), s)
+		if err != nil || code != c.code || !strings.HasPrefix(stderr.String(), "gpuslice: "+c.cmd+": ") ||
+			strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%s: code %d, err %v, stderr %q: want %d and one line", c.cmd, code, err, stderr.String(), c.code)
+		}
 	}
 }
 
