@@ -172,3 +172,29 @@ func TestGroupCommands(t *testing.T) {
 		t.Errorf("get after rm: exit %d, want 2", code)
 	}
 }
+
+// TestStaleStatus: a status the daemon stopped rewriting (older than 2 s, or
+// its writer gone) is said to be stale; a fresh one from a live daemon is not.
+func TestStaleStatus(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	alive := func(pid int) bool { return pid == 42 }
+	for _, c := range []struct {
+		age   time.Duration
+		pid   int
+		stale string
+	}{
+		{0, 42, ""},
+		{time.Second, 42, ""},
+		{-time.Second, 42, ""}, // the wall clock stepped back
+		{3 * time.Second, 42, "3s old: the node daemon (pid 42) stopped writing it"},
+		{time.Hour, 42, "1h0m0s old"},
+		{0, 43, "the node daemon that wrote it (pid 43) is gone"},
+	} {
+		st := sampleStatus()
+		st.Time, st.PID = now.Add(-c.age), c.pid
+		got := staleStatus(st, now, alive)
+		if (c.stale == "") != (got == "") || !strings.Contains(got, c.stale) {
+			t.Errorf("age %v pid %d: %q, want %q", c.age, c.pid, got, c.stale)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/output"
@@ -39,7 +41,34 @@ func runStatus(ctx context.Context, env *Env, runDir string, f output.Format) er
 	if err != nil {
 		return err
 	}
+	if why := staleStatus(st, time.Now(), pidAlive); why != "" {
+		fmt.Fprintf(env.Stderr, "gpuslice: warning: the status below, as of %s, is stale: %s\n",
+			st.Time.Format(time.TimeOnly), why)
+	}
 	return writeStatus(env.Stdout, st, f)
+}
+
+// statusStaleAfter is the age past which a status is stale: the daemon
+// rewrites it every 250 ms (timeslice.Config.StatusEvery).
+const statusStaleAfter = 2 * time.Second
+
+// staleStatus says why st, read at now, is no longer the daemon's current
+// status ("" while it is): its writer is gone (alive says whether a pid
+// lives), or it has not been rewritten for statusStaleAfter.
+func staleStatus(st *timeslice.Status, now time.Time, alive func(int) bool) string {
+	if st.PID > 0 && !alive(st.PID) {
+		return fmt.Sprintf("the node daemon that wrote it (pid %d) is gone", st.PID)
+	}
+	if age := now.Sub(st.Time); age > statusStaleAfter {
+		return fmt.Sprintf("%v old: the node daemon (pid %d) stopped writing it", age.Round(time.Second), st.PID)
+	}
+	return ""
+}
+
+// pidAlive reports whether process pid exists (signal 0; EPERM: it exists).
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // writeStatus prints the daemon's status in format f.
