@@ -296,10 +296,33 @@ func (t Tree) WriteFile(name, file, content string) error {
 	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
 		return errors.Join(fmt.Errorf("group %s: write %s: %w", name, file, err), os.Remove(tmp.Name()))
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {
+	target := filepath.Join(dir, file)
+	err = os.Rename(tmp.Name(), target)
+	if err != nil && removeDirAt(target) { // a directory where the file belongs: gone, try again
+		err = os.Rename(tmp.Name(), target)
+	}
+	if err != nil {
 		return errors.Join(fmt.Errorf("group %s: %w", name, err), os.Remove(tmp.Name()))
 	}
 	return nil
+}
+
+// removeDirAt removes a directory found where a group's file belongs (its
+// owner made it): renamed aside first (the watcher ignores names starting
+// with a dot), so the file can take its place at once, then removed with
+// what it holds (os.RemoveAll never follows a link). It reports whether path
+// was a directory and is gone.
+func removeDirAt(path string) bool {
+	st, err := os.Lstat(path)
+	if err != nil || !st.IsDir() {
+		return false
+	}
+	aside := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.dir-%d-%d", filepath.Base(path), os.Getpid(), time.Now().UnixNano()))
+	if os.Rename(path, aside) != nil {
+		return false
+	}
+	_ = os.RemoveAll(aside) //nolint:errcheck // out of the way already; a name starting with a dot is nobody's file
+	return true
 }
 
 // ReadFile returns one file of a group, trimmed.

@@ -18,7 +18,9 @@ import (
 // its setting files (or cgroup binding) is written and closed or renamed into
 // place, until ctx ends. It calls changed for every existing group once at the
 // start. Only completed writes count (inotify IN_CLOSE_WRITE / IN_MOVED_TO), so
-// `echo 20ms > slice` is seen once, with its final content.
+// `echo 20ms > slice` is seen once, with its final content; and a directory
+// made in a group directory (IN_CREATE), which no write follows, where a
+// setting file belongs.
 func (t Tree) Watch(ctx context.Context, changed func(name string)) error {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return fmt.Errorf("create group tree: %w", err)
@@ -56,7 +58,9 @@ type watcher struct {
 	wds map[int32]string // watch descriptor -> group ("" for the tree)
 }
 
-const groupEvents = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_ONLYDIR
+// groupEvents: completed writes and renames into place, and (IN_CREATE) a
+// directory made where a setting file belongs, which no write follows.
+const groupEvents = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_CREATE | unix.IN_ONLYDIR
 
 func (w *watcher) add(path, name string, mask uint32) error {
 	wd, err := unix.InotifyAddWatch(w.fd, path, mask)
@@ -111,6 +115,8 @@ func (w *watcher) event(ctx context.Context, wd int32, mask uint32, file string,
 			w.addGroup(ctx, file)
 		}
 		changed(file)
+	case mask&unix.IN_CREATE != 0 && mask&unix.IN_ISDIR == 0:
+		// A file being made: seen when its write completes (IN_CLOSE_WRITE).
 	case slices.Contains(SettingFiles(), file) || file == FileCgroup || file == FileGeneration:
 		changed(grp)
 	}

@@ -305,3 +305,46 @@ func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
 		t.Fatalf("the group's state file is another user's (uid %d, the same file: %v)", a.Uid, a.Ino == b.Ino)
 	}
 }
+
+// TestReliabilityTreeDirectoryForFile: a directory made where a group's
+// setting file belongs (with a file in it) is reported and repaired like a
+// bad value: the daemon puts the last valid setting back in its place, and
+// the group reads again (`group get`, `group ls`). Before, the write-back's
+// rename failed on the directory and nothing noticed its making: the group
+// stayed unreadable (issue 38).
+func TestReliabilityTreeDirectoryForFile(t *testing.T) {
+	cfg := testCfg(t)
+	tree := group.NewTree(cfg.RunDir)
+	setGroup(t, cfg, "g", group.Change{File: group.FileSlice, Value: "7ms"})
+	startDaemon(t, cfg)
+	for _, f := range []string{group.FileSlice, group.FilePriority} {
+		p := filepath.Join(tree.Path("g"), f)
+		if err := errors.Join(os.Remove(p), os.Mkdir(p, 0o755), os.WriteFile(filepath.Join(p, "x"), []byte("7ms\n"), 0o644)); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, err := tree.Read("g")
+			if err == nil {
+				if st.Slice != 7*time.Millisecond {
+					t.Fatalf("after %s was a directory, the group reads %+v, want its slice of 7ms", f, st)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a directory where %s belongs was not repaired: %v", f, err)
+			}
+		}
+		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("%s: %v %v, want a regular file", f, fi, err)
+		}
+	}
+	names, err := os.ReadDir(tree.Path("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("left behind in the group directory: %s", e.Name())
+		}
+	}
+}
