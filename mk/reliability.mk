@@ -6,8 +6,9 @@
 # checked and the samples over the limit); the limit belongs to the group
 # (reliability_mem_test, TestGroupLimit*); the time-slice daemon against hostile local
 # clients (connection floods, made-up GPUs, huge setting files, FIFOs and links in group directories), identity from the
-# kernel, one daemon per run directory (another socket, a replaced directory) and one state per group (a run directory
-# replaced or removed under live members), dead members of another pid namespace without a host pid reaped
+# kernel, one daemon per run directory (another socket, a replaced directory), a lost socket or run directory made again
+# (tenants stay gated, groups restored), connections' threads given back, a directory where a setting file belongs,
+# and one state per group (a run directory replaced or removed under live members), dead members of another pid namespace without a host pid reaped
 # (TestReliabilityReapOtherPIDNamespace), a killed daemon coming back, time slices that strand no member (a sibling's
 # expired grant, wall-clock steps, ON_LOSS=wait, 300 processes started at once with
 # GPUSLICE_NODE_MANY=300, which go test ./... skips) (TestReliability*; docs/timeslice.md,

@@ -23,9 +23,10 @@ import (
 // connections already open go on); a run directory removed is made again, or
 // one put in its place is taken, with the lock, its groups restored and the
 // socket made again; where that cannot be (another daemon holds the new
-// directory, the parent is gone, the directory is unsafe) the daemon steps
-// aside: it stops and releases its lock, and the next `gpuslice run` or the
-// node agent's supervisor starts the one that serves the path.
+// directory, the parent is gone, the directory is unsafe), or a daemon
+// started on demand (Config.IdleExit) serves nobody, the daemon steps aside:
+// it stops and releases its lock, and the next `gpuslice run` or the node
+// agent's supervisor starts the one that serves the path.
 
 // reachCheckEvery is how often the daemon looks at its socket and run
 // directory: the next client is served well within 1 s of either's loss.
@@ -107,6 +108,12 @@ func (s *Server) ownSocket(l *socketListener) error {
 // daemon steps aside.
 func (s *Server) keepReachable(ctx context.Context, wg *sync.WaitGroup) error {
 	if why := s.runDirGone(); why != "" {
+		if s.cfg.IdleExit > 0 && len(s.connList()) == 0 {
+			// Started on demand (gpuslice run) and serving nobody: the next
+			// run starts a daemon for the new directory (a test's or a
+			// session's run directory being removed for good, too).
+			return fmt.Errorf("run directory %s while no client is connected", why)
+		}
 		if err := s.retakeRunDir(ctx, wg, why); err != nil {
 			return fmt.Errorf("run directory %s: %w", why, err)
 		}

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
@@ -98,7 +100,16 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 		t.Run("taken="+strconv.FormatBool(taken), func(t *testing.T) {
 			cfg := testCfg(t)
 			cfg.Socket = filepath.Join(t.TempDir(), "node.sock") // outside the run directory: it survives
-			ctx, cancel := context.WithCancel(context.Background())
+			taking := make(chan string, 100)                     // the daemon's log lines saying it serves a directory
+			logger := funcr.New(func(_, args string) {
+				if strings.Contains(args, "serving") {
+					select {
+					case taking <- args:
+					default:
+					}
+				}
+			}, funcr.Options{})
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 			defer cancel()
 			done := make(chan error, 1)
 			go func() { done <- timeslice.Run(ctx, cfg) }()
@@ -128,14 +139,17 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 				}
 				return
 			}
-			// The daemon watches the group tree of the directory it took.
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if _, err := os.Stat(group.NewTree(cfg.RunDir).Dir); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
+			// The daemon says when it serves the directory it took.
+			for deadline := time.After(10 * time.Second); ; {
+				select {
+				case l := <-taking:
+					if !strings.Contains(l, "run directory replaced: serving it again") {
+						continue
+					}
+				case <-deadline:
 					t.Fatal("the daemon did not take the new run directory")
 				}
+				break
 			}
 			second := make(chan error, 1)
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -241,7 +255,13 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 // the settings want, applied (their generation acknowledged).
 func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at time.Time, then func()) error {
 	time.Sleep(time.Until(at))
-	if err := os.RemoveAll(cfg.RunDir); err != nil {
+	// As rm -r does; the daemon may make a read-back file in a group
+	// directory between RemoveAll's last listing of it and its removal.
+	err := os.RemoveAll(cfg.RunDir)
+	for try := 0; err != nil && try < 10; try++ {
+		err = os.RemoveAll(cfg.RunDir)
+	}
+	if err != nil {
 		return err
 	}
 	then()
