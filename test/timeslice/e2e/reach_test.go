@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/policy"
+	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
@@ -179,7 +180,7 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 // two tenants with shares 20 % and 80 % (group "a" with a 1 GiB limit, a
 // member holding 256 MiB of it, its tenant and the member a 300 MiB context each): within 1 s the daemon has made it again with
 // both groups' settings, and the tenants are still gated by their shares
-// (within 5 points over the seconds after); no new member of "a" gets memory
+// (the time each held the GPU, within 5 points over the seconds after); no new member of "a" gets memory
 // past its limit (none is made a second state). Before, the daemon stopped:
 // the tenants ran ungated (about 50/50) and the groups' settings were lost
 // until someone ran `gpuslice run` (issue 36).
@@ -191,8 +192,17 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	cfg.Socket = filepath.Join(cfg.RunDir, "node.sock")
 	cfg.Policy = policy.DefaultConfig()
 	simState := filepath.Join(base, "sim.state")
-	var log sliceLog // the slices the daemon hands out after the removal
-	cfg.Observe = log.observer()
+	var before, after sliceLog // the slices the daemon hands out before and after the removal
+	obs := [2]*timeslice.Observer{before.observer(), after.observer()}
+	cfg.Observe = &timeslice.Observer{
+		Slice: func(gpu proto.UUID, group string, length time.Duration, seq uint64, contended bool) {
+			obs[0].Slice(gpu, group, length, seq, contended)
+			obs[1].Slice(gpu, group, length, seq, contended)
+		},
+		Held: func(gpu proto.UUID, group string, held time.Duration) {
+			obs[0].Held(gpu, group, held)
+			obs[1].Held(gpu, group, held)
+		}}
 	startDaemon(t, cfg)
 	const limit, part = 1 << 30, 256 << 20
 	m := groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir})
@@ -210,9 +220,11 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	t0 := time.Now().Add(time.Second)
 	restored := make(chan error, 1)
 	go func() {
-		restored <- removeRunDirAt(cfg, want, t0.Add(removeAt*time.Second), func() { log.set(true) })
+		time.Sleep(time.Until(t0.Add(time.Second)))
+		before.set(true)
+		restored <- removeRunDirAt(cfg, want, t0.Add(removeAt*time.Second), func() { before.set(false); after.set(true) })
 		time.Sleep(time.Until(t0.Add((secs - 1) * time.Second)))
-		log.set(false)
+		after.set(false)
 	}()
 	specs := []tenantSpec{
 		{"a", []string{"--mode", "busy", "--kernel-us", "500", "--seconds", strconv.Itoa(secs)}},
@@ -222,20 +234,28 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	if err := <-restored; err != nil {
 		t.Fatal(err)
 	}
-	var granted [2]time.Duration
-	for _, sl := range log.slices {
-		granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+	sharesOf := func(l *sliceLog) (granted, held [2]time.Duration, share, heldShare float64) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, sl := range l.slices {
+			granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+		}
+		for _, sl := range l.held {
+			held[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+		}
+		return granted, held, float64(granted[0]) / float64(granted[0]+granted[1]), float64(held[0]) / float64(held[0]+held[1])
 	}
-	share := float64(granted[0]) / float64(granted[0]+granted[1])
 	wa, wb := windows(outs[0]), windows(outs[1])
 	for w := 1; w < secs; w++ {
 		t.Logf("second %d: a ran %d kernels, b %d", w, wa[w].kernels, wb[w].kernels)
 	}
-	t.Logf("from the removal to the tenants' last second, slices handed out: a %v, b %v: a's share %.1f %%",
-		granted[0], granted[1], share*100)
-	if granted[0]+granted[1] == 0 || share < 0.15 || share > 0.25 {
-		t.Fatalf("after the run directory was removed, the daemon handed out slices of %v to a and %v to b: "+
-			"a's share %.1f %%, want 20 ± 5", granted[0], granted[1], share*100)
+	_, _, share0, held0 := sharesOf(&before)
+	_, held, share, heldShare := sharesOf(&after)
+	t.Logf("a's share of the time held (of the slices handed out): %.1f %% (%.1f %%) in the second before the removal, "+
+		"%.1f %% (%.1f %%) from the removal to the tenants' last second", held0*100, share0*100, heldShare*100, share*100)
+	if held[0]+held[1] == 0 || heldShare < 0.15 || heldShare > 0.25 {
+		t.Fatalf("after the run directory was removed, a held the GPU %v and b %v: a's share %.1f %%, want 20 ± 5",
+			held[0], held[1], heldShare*100)
 	}
 	// A new member of a: the groups manager refuses it (its live member maps
 	// the removed state), and one a run made (GPUSLICE_GROUP_MANAGED) makes no
