@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,18 +271,23 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	}
 }
 
+// removeRunDir removes a run directory as rm -r does, under a running daemon:
+// it may make a file (status, a read-back file) in a directory between
+// RemoveAll's last listing of it and its removal.
+func removeRunDir(dir string) error {
+	err := os.RemoveAll(dir)
+	for try := 0; err != nil && try < 10; try++ {
+		err = os.RemoveAll(dir)
+	}
+	return err
+}
+
 // removeRunDirAt removes cfg's run directory at the instant at (then calls
 // removed) and waits up to 1 s for the daemon to make it again with groups of
 // the settings want, applied (their generation acknowledged).
 func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at time.Time, then func()) error {
 	time.Sleep(time.Until(at))
-	// As rm -r does; the daemon may make a read-back file in a group
-	// directory between RemoveAll's last listing of it and its removal.
-	err := os.RemoveAll(cfg.RunDir)
-	for try := 0; err != nil && try < 10; try++ {
-		err = os.RemoveAll(cfg.RunDir)
-	}
-	if err != nil {
+	if err := removeRunDir(cfg.RunDir); err != nil {
 		return err
 	}
 	then()
@@ -303,5 +309,54 @@ func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at tim
 				"or has not restored and applied every group's settings")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReliabilityRunDirRemovedRestoresHeldGroups: a run directory removed
+// under a daemon comes back with the groups the daemon held (their settings,
+// cgroup binding and GPUs), not with one its owner removed before.
+func TestReliabilityRunDirRemovedRestoresHeldGroups(t *testing.T) {
+	cfg := testCfg(t)
+	cfg.RunDir = filepath.Join(t.TempDir(), "run")
+	cfg.Socket = filepath.Join(cfg.RunDir, "node.sock")
+	startDaemon(t, cfg)
+	m := groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir})
+	ctx := context.Background()
+	kept := groupmgr.Resources{Settings: group.Settings{Slice: 7 * time.Millisecond, MemoryMax: 1 << 30}, GPUs: []string{"GPU-a", "GPU-b"}}
+	for _, n := range []string{"kept", "removed"} {
+		if err := m.Create(ctx, n, kept, groupmgr.CreateOptions{Container: true, GateOff: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree := m.Tree()
+	if err := tree.WriteFile("kept", group.FileCgroup, "/kubepods/pod1/ctr1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "removed"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the second a removed group's directory is kept for
+	if err := removeRunDir(cfg.RunDir); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !tree.Exists("kept"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the group the daemon held was not restored")
+		}
+	}
+	got, err := m.Get("kept")
+	if err != nil || got.Settings != kept.Settings || !slices.Equal(got.GPUs, kept.GPUs) {
+		t.Fatalf("restored group: %+v %v, want %+v", got, err, kept)
+	}
+	for f, want := range map[string]string{group.FileCgroup: "/kubepods/pod1/ctr1", group.FileGateOff: "off"} {
+		if v, err := tree.ReadFile("kept", f); err != nil || v != want {
+			t.Fatalf("restored %s: %q %v, want %q", f, v, err, want)
+		}
+	}
+	if _, err := os.Stat(groupstate.Path(cfg.RunDir, "kept")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a restored group has a state file (%v): its members map the removed one", err)
+	}
+	if tree.Exists("removed") {
+		t.Fatal("a group its owner removed came back with the run directory")
 	}
 }
