@@ -17,8 +17,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -109,7 +109,7 @@ func DefaultConfig(getenv func(string) string) Config {
 		NodeName:          getenv("NODE_NAME"),
 		Driver:            gpu.ModeAuto,
 		RunDir:            paths.RunDir(getenv),
-		Socket:            timeslice.SocketPath(getenv),
+		Socket:            nodestatus.SocketPath(getenv),
 		RunDaemon:         true,
 		DevicePlugin:      true,
 		PluginDir:         pluginapi.DevicePluginPath,

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -63,7 +63,7 @@ func daemonStart(cfg Config) (client.StartOptions, error) {
 // stopDaemon stops the daemon serving runDir (SIGTERM) and waits for it to
 // exit.
 func stopDaemon(log klog.Logger, runDir string) error {
-	st, err := timeslice.ReadStatus(runDir)
+	st, err := nodestatus.Read(runDir)
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && st.PID <= 0) {
 		return nil
 	}

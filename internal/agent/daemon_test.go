@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
@@ -70,7 +70,7 @@ func TestSuperviseDaemonMissingBinary(t *testing.T) {
 func daemonPID(t *testing.T, cfg Config, not int) int {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		if err == nil && st.PID > 0 && st.PID != not && client.Reachable(context.Background(), cfg.Socket) {
 			return st.PID
 		}

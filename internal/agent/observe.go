@@ -13,7 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/nodemetrics"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -24,7 +24,7 @@ const maxStatusAge = 30 * time.Second
 // probes are the agent's liveness and readiness checks.
 func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerSynced) (live, ready []nodemetrics.Check) {
 	daemonStatus := nodemetrics.Check{Name: "daemon-status", Run: func(context.Context) error {
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func probes(cfg Config, plugins []*deviceplugin.Plugin, informer cache.InformerS
 // scrape, and the agent's own instruments.
 func newMetrics(cfg Config) *nodemetrics.Metrics {
 	return nodemetrics.New(nodemetrics.Config{MaxGroups: cfg.MetricsMaxGroups,
-		Status: func() (*timeslice.Status, error) { return timeslice.ReadStatus(cfg.RunDir) }})
+		Status: func() (*nodestatus.Status, error) { return nodestatus.Read(cfg.RunDir) }})
 }
 
 // writeCDISpec writes the CDI spec of the node's GPUs when the agent names

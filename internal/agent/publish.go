@@ -21,7 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
@@ -79,7 +79,7 @@ func (o ownedReader) Devices(ctx context.Context) ([]gpunoderow.Device, error) {
 // addElastic adds the time-slice daemon's elastic memory per GPU (status.json; a
 // daemon that has not written one yet adds nothing).
 func addElastic(ctx context.Context, runDir string, devs []gpunoderow.Device) {
-	st, err := timeslice.ReadStatus(runDir)
+	st, err := nodestatus.Read(runDir)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("no elastic memory status", "err", err)
 		return

@@ -12,9 +12,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -73,7 +73,7 @@ type groups struct {
 }
 
 func groupsOf(env *Env, runDir string) groups {
-	socket := env.Getenv(timeslice.EnvSocket)
+	socket := env.Getenv(nodestatus.EnvSocket)
 	if socket == "" {
 		socket = filepath.Join(runDir, "node.sock")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/logflags"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
@@ -99,7 +100,7 @@ func nodeCommand(env *Env) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runNode(cmd.Context(), env, cfg, &o) },
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path (env "+timeslice.EnvSocket+")")
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path (env "+nodestatus.EnvSocket+")")
 	fs.StringVar(&cfg.RunDir, "run-dir", cfg.RunDir, "run directory holding groups/ and status.json (env GPUSLICE_RUN_DIR)")
 	fs.DurationVar(&cfg.Policy.Period, "period", cfg.Policy.Period, "scheduling period that --share values are a fraction of")
 	fs.DurationVar(&cfg.Policy.DefaultSlice, "default-slice", cfg.Policy.DefaultSlice, "slice of a low-priority group that sets none (high: 2x)")

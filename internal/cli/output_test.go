@@ -13,21 +13,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/output"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
-func sampleStatus() *timeslice.Status {
-	return &timeslice.Status{Version: timeslice.StatusVersion, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), PID: 42,
+func sampleStatus() *nodestatus.Status {
+	return &nodestatus.Status{Version: nodestatus.Version, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), PID: 42,
 		Socket: "/run/gpuslice/node.sock", PeriodNs: int64(100 * time.Millisecond), Burst: true, Connections: 3,
-		GPUs: []timeslice.GPUStatus{{UUID: "GPU-a", Holder: "train", Groups: []timeslice.GroupGPUStatus{
+		GPUs: []nodestatus.GPUStatus{{UUID: "GPU-a", Holder: "train", Groups: []nodestatus.GroupGPUStatus{
 			{Group: "train", Priority: "high", SliceNs: int64(20 * time.Millisecond), Share: 0.3, Expected: 0.6,
 				AchievedNs: int64(1500 * time.Millisecond), AchievedShare: 0.55, BankedNs: 40000, Members: 2, Holding: true,
 				Grants: 10, GrantedNs: int64(200 * time.Millisecond), Revokes: 9, Overruns: 4, OverrunP99Ns: 120000,
 				OverrunMaxNs: 300000, MemoryMax: 6 << 30, MemoryUsed: 1 << 30, MemoryRefused: 1},
 			{Group: "etl", Priority: "low", SliceNs: int64(10 * time.Millisecond), Expected: 0.4, Members: 1, Waiting: true},
 		}}},
-		Memory: []timeslice.MemoryGPUStatus{{UUID: "GPU-b", Groups: []timeslice.MemoryGroupStatus{
+		Memory: []nodestatus.MemoryGPUStatus{{UUID: "GPU-b", Groups: []nodestatus.MemoryGroupStatus{
 			{Group: "etl", Min: 1 << 30, Max: 4 << 30, Spill: true, Used: 2 << 30, Guaranteed: 1 << 30, Borrowed: 1 << 30, Allowance: 2 << 30},
 		}}},
 	}
@@ -83,7 +83,7 @@ func TestStatusFormats(t *testing.T) {
 }
 
 func TestStatusEmpty(t *testing.T) {
-	st := &timeslice.Status{Version: timeslice.StatusVersion, PID: 1}
+	st := &nodestatus.Status{Version: nodestatus.Version, PID: 1}
 	var b bytes.Buffer
 	if err := writeStatus(&b, st, output.Table); err != nil || !strings.Contains(b.String(), "no GPU in use") {
 		t.Errorf("table %q %v", b.String(), err)

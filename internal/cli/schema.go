@@ -3,8 +3,8 @@ package cli
 import (
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/output"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // The documents `-o json|yaml` prints (apiVersion cli.gpuslice.io/v1,
@@ -75,7 +75,7 @@ type ElasticMemory struct {
 	Allowance  uint64 `json:"allowanceBytes"`
 }
 
-func statusDoc(st *timeslice.Status) StatusDoc {
+func statusDoc(st *nodestatus.Status) StatusDoc {
 	doc := StatusDoc{TypeMeta: output.Meta("Status"), GPUs: []StatusGPU{}, Daemon: StatusDaemon{PID: st.PID, Socket: st.Socket,
 		Time: st.Time, PeriodNs: st.PeriodNs, Burst: st.Burst, Connections: st.Connections}}
 	index := map[string]int{}

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/output"
 	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/units"
 )
@@ -33,11 +33,11 @@ func statusCommand(env *Env) *cobra.Command {
 }
 
 func runStatus(ctx context.Context, env *Env, runDir string, f output.Format) error {
-	socket := timeslice.SocketPath(env.Getenv)
+	socket := nodestatus.SocketPath(env.Getenv)
 	if !client.Reachable(ctx, socket) {
 		return fmt.Errorf("no node daemon answers on %s (gpuslice run starts one; or run gpuslice node)", socket)
 	}
-	st, err := timeslice.ReadStatus(runDir)
+	st, err := nodestatus.Read(runDir)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func pidAlive(pid int) bool {
 }
 
 // writeStatus prints the daemon's status in format f.
-func writeStatus(w io.Writer, st *timeslice.Status, f output.Format) error {
+func writeStatus(w io.Writer, st *nodestatus.Status, f output.Format) error {
 	if f.Structured() {
 		return output.Write(w, f, statusDoc(st))
 	}
@@ -112,7 +112,7 @@ func writeStatus(w io.Writer, st *timeslice.Status, f output.Format) error {
 	return printElastic(w, st.Memory)
 }
 
-func statusRow(e timeslice.GroupGPUStatus) []string {
+func statusRow(e nodestatus.GroupGPUStatus) []string {
 	mem := "-"
 	if e.MemoryMax > 0 || e.MemoryUsed > 0 {
 		limit := "no limit"
@@ -131,7 +131,7 @@ func statusRow(e timeslice.GroupGPUStatus) []string {
 }
 
 // statusWide is the wide table's extra columns.
-func statusWide(e timeslice.GroupGPUStatus) []string {
+func statusWide(e nodestatus.GroupGPUStatus) []string {
 	share, state := "-", "idle"
 	if e.Share > 0 {
 		share = fmt.Sprintf("%.1f%%", e.Share*100)
@@ -149,7 +149,7 @@ func statusWide(e timeslice.GroupGPUStatus) []string {
 }
 
 // printElastic shows elastic memory per GPU: guaranteed, borrowed and spilled.
-func printElastic(w io.Writer, gpus []timeslice.MemoryGPUStatus) error {
+func printElastic(w io.Writer, gpus []nodestatus.MemoryGPUStatus) error {
 	for _, g := range gpus {
 		fmt.Fprintf(w, "\n%s  elastic memory\n", g.UUID)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

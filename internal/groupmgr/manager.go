@@ -26,8 +26,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/identity"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // DefaultTimeout is how long a change waits for the time-slice daemon by default.
@@ -296,8 +296,8 @@ func (m *Manager) wait(ctx context.Context, name string, gen uint64) error {
 // olderDaemon reports whether the run directory's status names a live daemon
 // that does not acknowledge generations.
 func (m *Manager) olderDaemon() bool {
-	st, err := timeslice.ReadStatus(m.cfg.RunDir)
-	if err != nil || st.PID <= 0 || slices.Contains(st.Features, timeslice.FeatureGenerations) {
+	st, err := nodestatus.Read(m.cfg.RunDir)
+	if err != nil || st.PID <= 0 || slices.Contains(st.Features, nodestatus.FeatureGenerations) {
 		return false
 	}
 	return unix.Kill(st.PID, 0) == nil

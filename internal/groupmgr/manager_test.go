@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
@@ -223,8 +223,8 @@ func TestOlderDaemonNotWaitedFor(t *testing.T) {
 	m := New(Config{RunDir: dir, Timeout: 100 * time.Millisecond})
 	write := func(pid int) {
 		t.Helper()
-		b := fmt.Sprintf(`{"version":%d,"pid":%d,"gpus":[]}`, timeslice.StatusVersion, pid)
-		if err := os.WriteFile(timeslice.StatusPath(dir), []byte(b), 0o644); err != nil {
+		b := fmt.Sprintf(`{"version":%d,"pid":%d,"gpus":[]}`, nodestatus.Version, pid)
+		if err := os.WriteFile(nodestatus.Path(dir), []byte(b), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 )
 
 // OtherGroup is the group label of the groups past the per-GPU limit.
@@ -26,7 +26,7 @@ const OtherGroup = "_other"
 const ns = "gpuslice"
 
 // StatusFunc reads the time-slice daemon's status.
-type StatusFunc func() (*timeslice.Status, error)
+type StatusFunc func() (*nodestatus.Status, error)
 
 type desc struct {
 	memUsed, memLimit, memRefused           *prometheus.Desc
@@ -100,7 +100,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e timeslice.GroupGPUStatus) {
+func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e nodestatus.GroupGPUStatus) {
 	m := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, gpu, e.Group)
 	}
@@ -121,13 +121,13 @@ func (c *collector) group(ch chan<- prometheus.Metric, gpu string, e timeslice.G
 // Fold keeps the first limit groups by name (a set that stays put while
 // groups stay) and sums the rest into one OtherGroup entry. limit < 1 keeps
 // every group.
-func Fold(groups []timeslice.GroupGPUStatus, limit int) []timeslice.GroupGPUStatus {
+func Fold(groups []nodestatus.GroupGPUStatus, limit int) []nodestatus.GroupGPUStatus {
 	if limit < 1 || len(groups) <= limit {
 		return groups
 	}
 	s := slices.Clone(groups)
-	slices.SortFunc(s, func(a, b timeslice.GroupGPUStatus) int { return strings.Compare(a.Group, b.Group) })
-	other := timeslice.GroupGPUStatus{Group: OtherGroup}
+	slices.SortFunc(s, func(a, b nodestatus.GroupGPUStatus) int { return strings.Compare(a.Group, b.Group) })
+	other := nodestatus.GroupGPUStatus{Group: OtherGroup}
 	for _, e := range s[limit:] {
 		other.MemoryUsed += e.MemoryUsed
 		other.MemoryMax += e.MemoryMax

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 )
 
 // TestDashboardNamesExist: every gpuslice metric the Grafana dashboard
@@ -26,7 +26,7 @@ func TestDashboardNamesExist(t *testing.T) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)
 	}
-	m := New(Config{Status: func() (*timeslice.Status, error) { return status(), nil }, Now: func() time.Time { return time.Unix(1000, 0) }})
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return status(), nil }, Now: func() time.Time { return time.Unix(1000, 0) }})
 	m.SetHealth(gpuA, true, "")
 	mfs, err := m.Registry.Gather()
 	if err != nil {

@@ -13,15 +13,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 )
 
 const gpuA = "GPU-00000000-0000-0000-0000-00000000000a"
 
-func status() *timeslice.Status {
+func status() *nodestatus.Status {
 	t0 := time.Unix(1000, 0)
-	return &timeslice.Status{Version: timeslice.StatusVersion, Time: t0, Connections: 3, GPUs: []timeslice.GPUStatus{{UUID: gpuA,
-		Groups: []timeslice.GroupGPUStatus{
+	return &nodestatus.Status{Version: nodestatus.Version, Time: t0, Connections: 3, GPUs: []nodestatus.GPUStatus{{UUID: gpuA,
+		Groups: []nodestatus.GroupGPUStatus{
 			{Group: "a", Share: 0.3, Expected: 0.5, AchievedNs: 2e9, AchievedShare: 0.25, BankedNs: 5e6, Members: 2,
 				Waiting: true, Grants: 7, GrantedNs: 3e9, Revokes: 4, MemoryMax: 1 << 30, MemoryUsed: 1 << 20, MemoryRefused: 2},
 			{Group: "b", Expected: 0.5, AchievedNs: 1e9, Grants: 1, Members: 1},
@@ -30,7 +30,7 @@ func status() *timeslice.Status {
 }
 
 func TestCollector(t *testing.T) {
-	m := New(Config{Status: func() (*timeslice.Status, error) { return status(), nil }, MaxGroups: 2,
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return status(), nil }, MaxGroups: 2,
 		Now: func() time.Time { return time.Unix(1002, 0) }})
 	want := `
 # HELP gpuslice_group_gpu_memory_refused_allocations_total Allocations refused at the group's memory limit on the GPU.
@@ -69,7 +69,7 @@ gpuslice_group_gpu_memory_used_bytes{gpu="` + gpuA + `",group="b"} 0
 }
 
 func TestCollectorDaemonDown(t *testing.T) {
-	m := New(Config{Status: func() (*timeslice.Status, error) { return nil, errors.New("no status") }})
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return nil, errors.New("no status") }})
 	want := "# HELP gpuslice_daemon_status_up 1 if the node daemon's status could be read at this scrape.\n" +
 		"# TYPE gpuslice_daemon_status_up gauge\ngpuslice_daemon_status_up 0\n"
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "gpuslice_daemon_status_up"); err != nil {
@@ -100,7 +100,7 @@ func TestFold(t *testing.T) {
 }
 
 func TestAgentInstruments(t *testing.T) {
-	m := New(Config{Status: func() (*timeslice.Status, error) { return status(), nil }})
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return status(), nil }})
 	m.AllocateRefused("devices")
 	m.Allocated()
 	m.HotplugApplied(20 * time.Millisecond)
@@ -120,7 +120,7 @@ func TestAgentInstruments(t *testing.T) {
 }
 
 func TestProbes(t *testing.T) {
-	m := New(Config{Status: func() (*timeslice.Status, error) { return status(), nil }})
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return status(), nil }})
 	var ready atomic.Bool
 	srv := httptest.NewServer(m.Handler([]Check{{Name: "ping", Run: func(context.Context) error { return nil }}},
 		[]Check{{Name: "plugin", Run: func(context.Context) error {

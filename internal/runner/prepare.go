@@ -8,8 +8,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
 
@@ -119,7 +119,7 @@ func PrepareRun(ctx context.Context, getenv func(string) string, s RunSetup) ([]
 		return nil, err
 	}
 	socket, start := s.daemon(getenv)
-	env := []string{timeslice.EnvSocket + "=" + socket}
+	env := []string{nodestatus.EnvSocket + "=" + socket}
 	var noDaemon error
 	switch {
 	case s.NoDaemon && !client.Reachable(ctx, socket):
@@ -162,7 +162,7 @@ func settingsAfter(tree group.Tree, name string, changes []group.Change) (group.
 func (s RunSetup) daemon(getenv func(string) string) (string, client.StartOptions) {
 	o := s.Start
 	o.Args = append([]string{"--run-dir", paths.RunDir(getenv)}, o.Args...)
-	return timeslice.SocketPath(getenv), o
+	return nodestatus.SocketPath(getenv), o
 }
 
 // SuperviseRun keeps the run's daemon running until ctx ends (Supervise); a

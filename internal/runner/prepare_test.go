@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/policy"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
@@ -29,7 +29,7 @@ func TestPrepareRun(t *testing.T) {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "node.sock")
 	getenv := func(k string) string {
-		return map[string]string{"GPUSLICE_RUN_DIR": dir, timeslice.EnvSocket: socket}[k]
+		return map[string]string{"GPUSLICE_RUN_DIR": dir, nodestatus.EnvSocket: socket}[k]
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -48,7 +48,7 @@ func TestPrepareRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(env, []string{timeslice.EnvSocket + "=" + socket}) {
+	if !slices.Equal(env, []string{nodestatus.EnvSocket + "=" + socket}) {
 		t.Fatalf("env %q", env)
 	}
 	if !client.Reachable(context.Background(), socket) {
@@ -66,7 +66,7 @@ func TestPrepareRun(t *testing.T) {
 // writes into the test's directory any more.
 func stopDaemon(t *testing.T, runDir string) {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(runDir)
+		st, err := nodestatus.Read(runDir)
 		if err == nil && st.PID > 0 {
 			if err := client.StopPID(st.PID, unix.SIGTERM, 30*time.Second); err != nil {
 				t.Error(err)

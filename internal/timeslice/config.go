@@ -10,17 +10,14 @@ package timeslice
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/elastic"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
-
-// EnvSocket overrides the socket path.
-const EnvSocket = "GPUSLICE_NODE_SOCKET"
 
 // Config is the daemon's configuration.
 type Config struct {
@@ -81,19 +78,10 @@ type Observer struct {
 	Held func(gpu proto.UUID, group string, held time.Duration)
 }
 
-// SocketPath is the socket clients connect to: $GPUSLICE_NODE_SOCKET, else
-// <run dir>/node.sock (/run/gpuslice/node.sock for root).
-func SocketPath(getenv func(string) string) string {
-	if s := getenv(EnvSocket); s != "" {
-		return s
-	}
-	return filepath.Join(paths.RunDir(getenv), "node.sock")
-}
-
 // DefaultConfig returns the defaults for this environment.
 func DefaultConfig(getenv func(string) string) Config {
 	return Config{
-		Socket:       SocketPath(getenv),
+		Socket:       nodestatus.SocketPath(getenv),
 		RunDir:       paths.RunDir(getenv),
 		Policy:       policy.DefaultConfig(),
 		StatusEvery:  250 * time.Millisecond,
@@ -132,6 +120,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// StatusPath is where the daemon publishes its status (status.json).
-func StatusPath(runDir string) string { return filepath.Join(runDir, "status.json") }

@@ -12,111 +12,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 )
-
-// StatusVersion is the version of status.json's schema.
-const StatusVersion = 1
-
-// Status is what the daemon publishes in <run dir>/status.json.
-type Status struct {
-	Version  int       `json:"version"`
-	Time     time.Time `json:"time"`
-	PID      int       `json:"pid"`
-	Socket   string    `json:"socket"`
-	PeriodNs int64     `json:"periodNs"`
-	Burst    bool      `json:"burst"`
-	// Connections is the number of open client connections.
-	Connections int `json:"connections"`
-	// Features are what this daemon does that older ones did not
-	// (FeatureGenerations); absent from an older daemon's status.
-	Features []string    `json:"features,omitempty"`
-	GPUs     []GPUStatus `json:"gpus"`
-	// Memory is elastic memory per GPU (GPUs where a group borrowed).
-	Memory []MemoryGPUStatus `json:"memory,omitempty"`
-}
-
-// MemoryGPUStatus is one GPU's elastic memory.
-type MemoryGPUStatus struct {
-	UUID   string              `json:"uuid"`
-	Groups []MemoryGroupStatus `json:"groups"`
-}
-
-// MemoryGroupStatus is one group's elastic memory on one GPU, in bytes.
-type MemoryGroupStatus struct {
-	Group      string `json:"group"`
-	Min        uint64 `json:"min"`
-	Max        uint64 `json:"max"`
-	Spill      bool   `json:"spill,omitempty"`
-	Used       uint64 `json:"used"`
-	Guaranteed uint64 `json:"guaranteed"` // on the device, up to min
-	Borrowed   uint64 `json:"borrowed"`   // on the device, past min
-	Spilled    uint64 `json:"spilled"`    // in host memory
-	Allowance  uint64 `json:"allowance"`  // min plus lent
-}
-
-// GPUStatus is one GPU's groups.
-type GPUStatus struct {
-	UUID   string           `json:"uuid"`
-	Holder string           `json:"holder,omitempty"`
-	Groups []GroupGPUStatus `json:"groups"`
-}
-
-// GroupGPUStatus is one group on one GPU.
-type GroupGPUStatus struct {
-	Group    string  `json:"group"`
-	Priority string  `json:"priority"`
-	SliceNs  int64   `json:"sliceNs"`
-	Share    float64 `json:"share,omitempty"` // configured share of the period, if set
-	// ShareMax is the group's ceiling on its share of the GPU's time (share.max), if set.
-	ShareMax float64 `json:"shareMax,omitempty"`
-	// Expected is the share of GPU time the group gets when every group here
-	// is busy (at most its ShareMax).
-	Expected      float64 `json:"expected"`
-	AchievedNs    int64   `json:"achievedNs"`
-	AchievedShare float64 `json:"achievedShare"` // over the last status interval window
-	BankedNs      int64   `json:"bankedNs"`
-	DebtNs        int64   `json:"debtNs,omitempty"`
-	Members       int     `json:"members"`
-	Waiting       bool    `json:"waiting,omitempty"`
-	Holding       bool    `json:"holding,omitempty"`
-	Grants        uint64  `json:"grants"`
-	// Renewals: grants renewed before their end because no other group waited.
-	Renewals uint64 `json:"renewals,omitempty"`
-	// Hand-overs after a revoke and how long past it they came: the GPU work
-	// left queued at the end of a slice (or at a preemption), p99 and longest.
-	Overruns     uint64 `json:"overruns,omitempty"`
-	OverrunP99Ns int64  `json:"overrunP99Ns,omitempty"`
-	OverrunMaxNs int64  `json:"overrunMaxNs,omitempty"`
-	// GrantedNs sums the lengths of the grants handed out; Revokes counts
-	// grants the daemon ended (preempted, at their end, or expired).
-	GrantedNs int64  `json:"grantedNs"`
-	Revokes   uint64 `json:"revokes"`
-	MemoryMax uint64 `json:"memoryMax,omitempty"` // per GPU
-	// MemoryUsed is what the group holds on this GPU; MemoryRefused counts
-	// its allocations refused at the limit on this GPU.
-	MemoryUsed    uint64 `json:"memoryUsed,omitempty"`
-	MemoryRefused uint64 `json:"memoryRefused,omitempty"`
-}
-
-// ReadStatus reads a daemon's status.json.
-// FeatureGenerations: the daemon acknowledges each settings generation it
-// applied (group.FileApplied); an older one applies settings without a word.
-const FeatureGenerations = "settings-generations"
-
-func ReadStatus(runDir string) (*Status, error) {
-	b, err := os.ReadFile(StatusPath(runDir))
-	if err != nil {
-		return nil, fmt.Errorf("read node status: %w", err)
-	}
-	var st Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", StatusPath(runDir), err)
-	}
-	if st.Version != StatusVersion {
-		return nil, fmt.Errorf("%s: status version %d, this gpuslice reads %d", StatusPath(runDir), st.Version, StatusVersion)
-	}
-	return &st, nil
-}
 
 // shareWindow is the averaging window of AchievedShare.
 const shareWindow = time.Second
@@ -135,13 +32,13 @@ func (s *Server) publish(ctx context.Context) {
 	for {
 		s.retryLimits()
 		st := s.status(hist)
-		if err := writeJSON(StatusPath(s.cfg.RunDir), st); err != nil {
+		if err := writeJSON(nodestatus.Path(s.cfg.RunDir), st); err != nil {
 			s.log.Error(err, "write status")
 		}
 		s.writeReadback(st, written)
 		select {
 		case <-ctx.Done():
-			if err := os.Remove(StatusPath(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := os.Remove(nodestatus.Path(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				s.log.Error(err, "remove status")
 			}
 			return
@@ -150,9 +47,9 @@ func (s *Server) publish(ctx context.Context) {
 	}
 }
 
-func (s *Server) status(hist map[string][]sample) *Status {
+func (s *Server) status(hist map[string][]sample) *nodestatus.Status {
 	now := time.Now()
-	st := &Status{Version: StatusVersion, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket, Features: []string{FeatureGenerations},
+	st := &nodestatus.Status{Version: nodestatus.Version, Time: now, PID: os.Getpid(), Socket: s.cfg.Socket, Features: []string{nodestatus.FeatureGenerations},
 		PeriodNs: int64(s.cfg.Policy.Period), Burst: s.cfg.Policy.Burst}
 	var gpus []*gpuState
 	st.Connections, gpus = s.connsAndGPUs()
@@ -160,7 +57,7 @@ func (s *Server) status(hist map[string][]sample) *Status {
 	for _, g := range gpus {
 		st.GPUs = append(st.GPUs, s.gpuStatus(g, now, hist, mem))
 	}
-	slices.SortFunc(st.GPUs, func(a, b GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	slices.SortFunc(st.GPUs, func(a, b nodestatus.GPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
 	st.Memory = s.memoryStatus()
 	return st
 }
@@ -179,8 +76,8 @@ func (s *Server) connsAndGPUs() (int, []*gpuState) {
 // gpuStatus is one GPU's entry: each group's figures, its achieved share
 // over the last window (hist, per gpu/group) and its memory (mem caches
 // each group's memory by GPU for this round).
-func (s *Server) gpuStatus(g *gpuState, now time.Time, hist map[string][]sample, mem map[string]map[string]groupstate.GPUMemory) GPUStatus {
-	gs := GPUStatus{UUID: g.uuid.String()}
+func (s *Server) gpuStatus(g *gpuState, now time.Time, hist map[string][]sample, mem map[string]map[string]groupstate.GPUMemory) nodestatus.GPUStatus {
+	gs := nodestatus.GPUStatus{UUID: g.uuid.String()}
 	snap := g.snapshot(now)
 	var total time.Duration
 	for _, t := range snap {
@@ -219,8 +116,8 @@ func window(h []sample, x sample, now time.Time) []sample {
 
 // groupGPUStatus is a group's figures on one GPU, its expected share being
 // its slice out of the GPU's total slices (capped at its ShareMax).
-func (s *Server) groupGPUStatus(t groupStats, total time.Duration) GroupGPUStatus {
-	e := GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
+func (s *Server) groupGPUStatus(t groupStats, total time.Duration) nodestatus.GroupGPUStatus {
+	e := nodestatus.GroupGPUStatus{Group: t.Group, Priority: t.Params.Priority.String(), SliceNs: int64(t.Slice),
 		Share: t.Params.Share, AchievedNs: int64(t.Achieved), BankedNs: int64(t.Banked), DebtNs: int64(t.Debt),
 		Members: t.Members, Waiting: t.Waiting, Holding: t.Holding, Grants: t.Grants, Renewals: t.Renewals,
 		MemoryMax: s.settingsOf(t.Group).MemoryMax, Overruns: t.Overruns,
@@ -236,23 +133,23 @@ func (s *Server) groupGPUStatus(t groupStats, total time.Duration) GroupGPUStatu
 }
 
 // memoryStatus is elastic memory's state, by GPU (sorted by UUID).
-func (s *Server) memoryStatus() []MemoryGPUStatus {
-	var out []MemoryGPUStatus
+func (s *Server) memoryStatus() []nodestatus.MemoryGPUStatus {
+	var out []nodestatus.MemoryGPUStatus
 	for uuid, groups := range s.elasticStatus() {
-		m := MemoryGPUStatus{UUID: uuid}
+		m := nodestatus.MemoryGPUStatus{UUID: uuid}
 		for _, g := range groups {
-			m.Groups = append(m.Groups, MemoryGroupStatus{Group: g.Name, Min: g.Min, Max: g.Max, Spill: g.Spill,
+			m.Groups = append(m.Groups, nodestatus.MemoryGroupStatus{Group: g.Name, Min: g.Min, Max: g.Max, Spill: g.Spill,
 				Used: g.Used, Guaranteed: g.Guaranteed, Borrowed: g.Borrowed, Spilled: g.Spilled, Allowance: g.Min + g.Lent})
 		}
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
+	slices.SortFunc(out, func(a, b nodestatus.MemoryGPUStatus) int { return strings.Compare(a.UUID, b.UUID) })
 	return out
 }
 
 // writeReadback refreshes gpu_time.achieved, burst.banked and memory.current
 // of every group that has a directory.
-func (s *Server) writeReadback(st *Status, written map[string]string) {
+func (s *Server) writeReadback(st *nodestatus.Status, written map[string]string) {
 	achieved, banked := map[string]*strings.Builder{}, map[string]*strings.Builder{}
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {

@@ -5,7 +5,7 @@ package gpu
 import (
 	"fmt"
 
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -20,7 +20,7 @@ type grantSample struct {
 // sampleGrants reads the daemon's status and the CPU waits of the tenants'
 // processes (the children of their `gpuslice run` processes).
 func (s *suite) sampleGrants(groups []string, pids []int) (grantSample, error) {
-	st, err := timeslice.ReadStatus(s.runDir)
+	st, err := nodestatus.Read(s.runDir)
 	if err != nil {
 		return grantSample{}, fmt.Errorf("daemon status: %w", err)
 	}

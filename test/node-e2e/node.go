@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/ociimage"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -367,7 +367,7 @@ func (n *node) killAgent() {
 // session of its own (it outlives a killed agent, as in a container until
 // the container ends), so killing the agent's process group leaves it.
 func (n *node) killDaemon() {
-	st, err := timeslice.ReadStatus(filepath.Join(n.dir, "run"))
+	st, err := nodestatus.Read(filepath.Join(n.dir, "run"))
 	if err != nil || st.PID <= 0 {
 		return
 	}

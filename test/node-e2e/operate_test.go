@@ -19,8 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuslice/gpuslice/internal/cli"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/ociimage"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -108,7 +108,7 @@ func (n *node) opWaitReady(ctx context.Context) {
 // status is `gpuslice status -o json` of the agent's time-slice daemon.
 func (n *node) opStatus() cli.StatusDoc {
 	cmd := exec.Command(filepath.Join(n.bin, "gpuslice"), "status", "--run-dir", filepath.Join(n.dir, "run"), "-o", "json")
-	cmd.Env = append(os.Environ(), timeslice.EnvSocket+"="+filepath.Join(n.dir, "run", "node.sock"))
+	cmd.Env = append(os.Environ(), nodestatus.EnvSocket+"="+filepath.Join(n.dir, "run", "node.sock"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

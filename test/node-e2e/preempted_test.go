@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/internal/gpunoderow"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -44,7 +44,7 @@ func testPreempted(t *testing.T, ctx context.Context, n *node) {
 	defer n.unhold(ctx, p.Name)
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
 	gpu, group := opGPU(p), groupOf(p)
-	var held timeslice.GroupGPUStatus
+	var held nodestatus.GroupGPUStatus
 	var last string
 	err := waitFor(bounded(ctx), func() bool {
 		g, ok, raw := n.daemonGroup(gpu.UUID, group)
@@ -89,10 +89,10 @@ func testPreempted(t *testing.T, ctx context.Context, n *node) {
 
 // daemonGroup reads the time-slice daemon's status of group on GPU uuid
 // (ok false: not listed) and the raw status for messages.
-func (n *node) daemonGroup(uuid, group string) (timeslice.GroupGPUStatus, bool, string) {
-	st, err := timeslice.ReadStatus(n.runDir())
+func (n *node) daemonGroup(uuid, group string) (nodestatus.GroupGPUStatus, bool, string) {
+	st, err := nodestatus.Read(n.runDir())
 	if err != nil {
-		return timeslice.GroupGPUStatus{}, false, err.Error()
+		return nodestatus.GroupGPUStatus{}, false, err.Error()
 	}
 	b, _ := json.Marshal(st.GPUs)
 	for _, g := range st.GPUs {
@@ -105,7 +105,7 @@ func (n *node) daemonGroup(uuid, group string) (timeslice.GroupGPUStatus, bool, 
 			}
 		}
 	}
-	return timeslice.GroupGPUStatus{}, false, string(b)
+	return nodestatus.GroupGPUStatus{}, false, string(b)
 }
 
 // statusAfter waits until the daemon has written its status count times
@@ -113,7 +113,7 @@ func (n *node) daemonGroup(uuid, group string) (timeslice.GroupGPUStatus, bool, 
 func (n *node) statusAfter(ctx context.Context, since time.Time, count int) bool {
 	var seen []time.Time
 	err := harness.WaitFor(ctx, 10*time.Millisecond, func() (bool, error) {
-		st, err := timeslice.ReadStatus(n.runDir())
+		st, err := nodestatus.Read(n.runDir())
 		if err != nil || !st.Time.After(since) {
 			return false, nil
 		}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/group"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/pkg/api"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
@@ -140,16 +140,16 @@ func (n *node) waitShare(ctx context.Context, p *corev1.Pod, want float64) time.
 
 // daemonGroups returns the time-slice daemon's status of every group (summed over
 // GPUs: each pod here uses one).
-func (n *node) daemonGroups() (map[string]timeslice.GroupGPUStatus, error) {
-	st, err := timeslice.ReadStatus(n.runDir())
+func (n *node) daemonGroups() (map[string]nodestatus.GroupGPUStatus, error) {
+	st, err := nodestatus.Read(n.runDir())
 	if err != nil {
 		return nil, err
 	}
 	return sumGroups(st), nil
 }
 
-func sumGroups(st *timeslice.Status) map[string]timeslice.GroupGPUStatus {
-	out := map[string]timeslice.GroupGPUStatus{}
+func sumGroups(st *nodestatus.Status) map[string]nodestatus.GroupGPUStatus {
+	out := map[string]nodestatus.GroupGPUStatus{}
 	for _, g := range st.GPUs {
 		for _, e := range g.Groups {
 			cur := out[e.Group]
@@ -163,10 +163,10 @@ func sumGroups(st *timeslice.Status) map[string]timeslice.GroupGPUStatus {
 
 // statusWrittenAfter waits for a daemon status written after t (it refreshes it
 // every 250 ms).
-func (n *node) statusWrittenAfter(ctx context.Context, t time.Time) (*timeslice.Status, error) {
-	var st *timeslice.Status
+func (n *node) statusWrittenAfter(ctx context.Context, t time.Time) (*nodestatus.Status, error) {
+	var st *nodestatus.Status
 	err := harness.WaitFor(ctx, 5*time.Millisecond, func() (bool, error) {
-		s, err := timeslice.ReadStatus(n.runDir())
+		s, err := nodestatus.Read(n.runDir())
 		if err == nil && s.Time.After(t) {
 			st = s
 			return true, nil
@@ -243,7 +243,7 @@ func (n *node) sampleShares(ctx context.Context, pods []*corev1.Pod, end bool) (
 	for i := range pods {
 		s.waited[i] = map[int]int64{}
 	}
-	var st *timeslice.Status
+	var st *nodestatus.Status
 	var err error
 	if !end {
 		if st, err = n.statusWrittenAfter(ctx, time.Now()); err != nil {

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/policy"
@@ -122,7 +123,7 @@ func TestKilledHolderLosesGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := "pid-" + strconv.Itoa(os.Getpid())
-	waitStatusWhere(t, cfg, "this process's group waiting", func(g timeslice.GroupGPUStatus) bool { return g.Group == me && g.Waiting })
+	waitStatusWhere(t, cfg, "this process's group waiting", func(g nodestatus.GroupGPUStatus) bool { return g.Group == me && g.Waiting })
 	killed := time.Now()
 	if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -305,10 +306,10 @@ func TestConcurrentStartOneDaemon(t *testing.T) {
 	}
 }
 
-func waitStatus(t *testing.T, cfg timeslice.Config) *timeslice.Status {
+func waitStatus(t *testing.T, cfg timeslice.Config) *nodestatus.Status {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		if err == nil {
 			return st
 		}
@@ -320,10 +321,10 @@ func waitStatus(t *testing.T, cfg timeslice.Config) *timeslice.Status {
 
 // waitStatusSince waits for a status the daemon took at or after since (it
 // publishes every Config.StatusEvery: the file may predate a change).
-func waitStatusSince(t *testing.T, cfg timeslice.Config, since time.Time) *timeslice.Status {
+func waitStatusSince(t *testing.T, cfg timeslice.Config, since time.Time) *nodestatus.Status {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		if err == nil && !st.Time.Before(since) {
 			return st
 		}
@@ -432,7 +433,7 @@ func stopPID(t *testing.T, pid int) {
 // started in cfg's run directory (even if the test failed before it could).
 func stopStartedDaemon(t *testing.T, cfg timeslice.Config) {
 	t.Cleanup(func() {
-		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
+		if st, err := nodestatus.Read(cfg.RunDir); err == nil && st.PID > 0 && st.PID != os.Getpid() {
 			stopPID(t, st.PID)
 		}
 	})
@@ -482,10 +483,10 @@ func TestOnlinePreemptsOffline(t *testing.T) {
 }
 
 // waitStatusWhere waits until status.json shows a group entry for which ok holds.
-func waitStatusWhere(t *testing.T, cfg timeslice.Config, what string, ok func(timeslice.GroupGPUStatus) bool) {
+func waitStatusWhere(t *testing.T, cfg timeslice.Config, what string, ok func(nodestatus.GroupGPUStatus) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil {
+		if st, err := nodestatus.Read(cfg.RunDir); err == nil {
 			for _, g := range st.GPUs {
 				for _, e := range g.Groups {
 					if ok(e) {

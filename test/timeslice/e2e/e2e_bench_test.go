@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
-	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // BenchmarkE2EShares: 2, 4 and 8 tenants (half synchronizing after every
@@ -145,7 +145,7 @@ func BenchmarkGateLaunch(b *testing.B) {
 			}
 			for b.Loop() {
 				cmd := exec.Command(bench, filepath.Join(e.bin, "libgpuslice.so"), "1000", "0")
-				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_LOG=0", timeslice.EnvSocket+"="+cfg.Socket,
+				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_LOG=0", nodestatus.EnvSocket+"="+cfg.Socket,
 					"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"))
 				cmd.Env = append(cmd.Env, tc.env...)
 				out, err := cmd.CombinedOutput()

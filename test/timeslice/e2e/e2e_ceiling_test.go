@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
@@ -41,7 +42,7 @@ type ceilingSample struct {
 }
 
 func sampleCeiling(cfg timeslice.Config, name string) ceilingSample {
-	st, err := timeslice.ReadStatus(cfg.RunDir)
+	st, err := nodestatus.Read(cfg.RunDir)
 	if err != nil {
 		return ceilingSample{}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
@@ -118,7 +119,7 @@ type overrunStat struct {
 	p99Pct, maxPct float64
 }
 
-func overrunOf(st *timeslice.Status) overrunStat {
+func overrunOf(st *nodestatus.Status) overrunStat {
 	var o overrunStat
 	for _, g := range st.GPUs {
 		for _, gr := range g.Groups {
@@ -240,10 +241,10 @@ func sampleHeld(cfg timeslice.Config, t0 time.Time, secs int) []heldSample {
 	for k := range secs + 1 {
 		time.Sleep(time.Until(t0.Add(time.Duration(k) * time.Second)))
 		out[k] = heldSample{granted: map[string]int64{}, delays: runDelays()}
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		for try := 0; err != nil && try < 5; try++ { // not written yet
 			time.Sleep(5 * time.Millisecond)
-			st, err = timeslice.ReadStatus(cfg.RunDir)
+			st, err = nodestatus.Read(cfg.RunDir)
 		}
 		if err == nil {
 			out[k].over = overrunOf(st)

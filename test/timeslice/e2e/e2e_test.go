@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/monoclock"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/testbin"
 
@@ -93,7 +94,7 @@ func (e *e2e) run(t testing.TB, cfg timeslice.Config, simState string, specs []t
 		args := append([]string{"--t0", strconv.FormatInt(t0, 10)}, s.args...)
 		cmd := exec.Command(e.tenant, args...)
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-			"GPUSLICE_SIM_STATE="+simState, timeslice.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
+			"GPUSLICE_SIM_STATE="+simState, nodestatus.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 			"GPUSLICE_GROUP="+s.group, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, s.group))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -142,7 +143,7 @@ func TestE2EDaemonAbsentThenBack(t *testing.T) {
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "3",
 		"--t0", strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixNano(), 10))
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), timeslice.EnvSocket+"="+cfg.Socket,
+		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), nodestatus.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -234,7 +235,7 @@ func (e *e2e) protocolPeer(t *testing.T, args, env []string, prepare func(*exec.
 	t.Cleanup(func() { _ = ln.Close() }) //nolint:errcheck // test
 	cmd := exec.Command(e.tenant, args...)
 	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), timeslice.EnvSocket+"="+sock), env...)
+		"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), nodestatus.EnvSocket+"="+sock), env...)
 	var stderr testbin.Output // read while the tenant runs
 	cmd.Stderr = &stderr
 	if prepare != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -104,7 +105,7 @@ func TestReliabilityE2EWallClockStep(t *testing.T) {
 	stop := runDaemon(t, cfg)
 	cmd := exec.Command(e.tenant, "--mode", "sync", "--kernel-us", "200", "--seconds", "4")
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preloadWith(shim), "LD_LIBRARY_PATH="+e.sim,
-		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), timeslice.EnvSocket+"="+cfg.Socket,
+		"GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"), nodestatus.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "lone"), "GS_CLOCKSTEP_FILE="+step)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -24,6 +24,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/monoclock"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -139,7 +140,7 @@ func childDaemon(args []string) int {
 //	       take GS_N grants each (bench_test.go), printing as gs-grantbench.
 func childClient(mode string) error {
 	ctx := context.Background()
-	socket := os.Getenv(timeslice.EnvSocket)
+	socket := os.Getenv(nodestatus.EnvSocket)
 	switch mode {
 	case "ensure":
 		return ensureChild(ctx, socket)
@@ -345,7 +346,7 @@ func startChild(t testing.TB, cfg timeslice.Config, mode, grp string, env ...str
 
 func startChildCmd(t testing.TB, cmd *exec.Cmd, cfg timeslice.Config, mode, grp string, env ...string) *childProc {
 	t.Helper()
-	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, timeslice.EnvSocket+"="+cfg.Socket,
+	cmd.Env = append(os.Environ(), "GS_NODE_TEST_CHILD="+mode, nodestatus.EnvSocket+"="+cfg.Socket,
 		"GPUSLICE_RUN_DIR="+cfg.RunDir)
 	if grp != "" {
 		cmd.Env = append(cmd.Env, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, grp))

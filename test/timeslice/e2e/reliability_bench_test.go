@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
 	"github.com/gpuslice/gpuslice/internal/timeslice/client"
 )
@@ -126,7 +127,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 	for b.Loop() {
 		cmd := exec.Command(filepath.Join(e.bin, "gpuslice"), "run", "--group", "kb", "--slice", "5ms", "--",
 			e.tenant, "--mode", "busy", "--kernel-us", "500", "--seconds", "60")
-		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+dir, timeslice.EnvSocket+"="+socket,
+		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+dir, nodestatus.EnvSocket+"="+socket,
 			"GPUSLICE_SIM_STATE="+filepath.Join(dir, "sim.state"), "GPUSLICE_DRIVER=sim")
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
@@ -173,7 +174,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = cmd.Wait() //nolint:errcheck // terminated
-		if st, err := timeslice.ReadStatus(dir); err == nil {
+		if st, err := nodestatus.Read(dir); err == nil {
 			_ = syscall.Kill(st.PID, syscall.SIGTERM) //nolint:errcheck // may be gone
 		}
 		slices.Sort(up)
@@ -191,7 +192,7 @@ func BenchmarkDaemonKillRecovery(b *testing.B) {
 func waitGroupGranted(b *testing.B, runDir, group string, not int) int {
 	b.Helper()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(runDir)
+		st, err := nodestatus.Read(runDir)
 		if err != nil || st.PID == not {
 			continue
 		}

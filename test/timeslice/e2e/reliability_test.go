@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -166,7 +167,7 @@ func waitProbeGone(t *testing.T, cfg timeslice.Config) {
 	t.Helper()
 	since := time.Now()
 	for deadline := since.Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, err := timeslice.ReadStatus(cfg.RunDir); err == nil && st.Time.After(since) && st.Connections == 1 {
+		if st, err := nodestatus.Read(cfg.RunDir); err == nil && st.Time.After(since) && st.Connections == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -364,7 +365,7 @@ func TestReliabilityDaemonKilled(t *testing.T) {
 func waitDaemonPID(t testing.TB, cfg timeslice.Config, not int) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := timeslice.ReadStatus(cfg.RunDir)
+		st, err := nodestatus.Read(cfg.RunDir)
 		if err == nil && st.PID > 0 && st.PID != not && client.Reachable(context.Background(), cfg.Socket) {
 			return st.PID
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
 
@@ -108,7 +109,7 @@ func manyJobs(t testing.TB, e *e2e, cfg timeslice.Config, n, kernels, kernelUs i
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.sim, "GPUSLICE_SIM_STATE="+filepath.Join(cfg.RunDir, "sim.state"),
 			"GPUSLICE_SIM_CONTEXT_MEMORY=0")
 		if gated {
-			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, timeslice.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
+			cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.preload, nodestatus.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 				"GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, "jobs"))
 		}
 		var stderr bytes.Buffer
