@@ -55,7 +55,7 @@ const statusStaleAfter = 2 * time.Second
 // staleStatus says why st, read at now, is no longer the daemon's current
 // status ("" while it is): its writer is gone (alive says whether a pid
 // lives), or it has not been rewritten for statusStaleAfter.
-func staleStatus(st *timeslice.Status, now time.Time, alive func(int) bool) string {
+func staleStatus(st *nodestatus.Status, now time.Time, alive func(int) bool) string {
 	if st.PID > 0 && !alive(st.PID) {
 		return fmt.Sprintf("the node daemon that wrote it (pid %d) is gone", st.PID)
 	}
