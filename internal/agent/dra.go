@@ -55,7 +55,7 @@ func (p *parts) runDRA(ctx context.Context) error {
 			return fmt.Errorf("DRA directory: %w", err)
 		}
 	}
-	d, err := dra.New(dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
+	d, err := dra.New(ctx, dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
 		Checkpoint: filepath.Join(cfg.DRAPluginDir, "checkpoint.json"), Inject: inject})
 	if err != nil {
 		return err

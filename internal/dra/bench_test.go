@@ -14,7 +14,7 @@ import (
 // Reports the p99 of Prepare in ms.
 func BenchmarkPrepare(b *testing.B) {
 	e := newEnv(b)
-	d, err := New(e.cfg)
+	d, err := New(context.Background(), e.cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

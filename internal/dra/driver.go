@@ -5,38 +5,39 @@
 // members) made through the groups manager with the claim's consumed
 // capacity as its memory limit and share of GPU time and its GPUShareConfig
 // for the rest, one CDI spec (internal/gpucdi ClaimSpec), and one entry in
-// the checkpoint (internal/dra/checkpoint).
+// the checkpoint (internal/dra/checkpoint) that records each step, so that a
+// restarted driver finishes or undoes whatever a crash left half done.
 package dra
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
-	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
-	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // DriverName is the DRA driver's name (and the domain of its attributes).
 const DriverName = "gpuslice.io"
+
+// groupPrefix starts the name of every group the driver makes (GroupName).
+const groupPrefix = "dra-"
 
 // Groups is what the driver needs of the groups manager (internal/groupmgr).
 type Groups interface {
 	Create(ctx context.Context, name string, r groupmgr.Resources, o groupmgr.CreateOptions) error
 	Set(ctx context.Context, name string, r groupmgr.Resources) error
 	Remove(ctx context.Context, name string) error
+	List() ([]string, error)
 }
 
 // Config is the driver's configuration.
@@ -49,6 +50,33 @@ type Config struct {
 	// Inject is what a container gets besides its GPUs (the device plugin's,
 	// its CDIKind ignored: the claim's spec carries the device nodes).
 	Inject deviceplugin.Inject
+	// Fault, for tests only (nil in the node agent, which has no way to set
+	// it), is called at each Step once it is done: an error fails the step
+	// as if it had failed; a test may also end the process there.
+	Fault func(Step) error
+}
+
+// Step is a point of Prepare or Unprepare, reached once what it names is
+// done (and, for the checkpoint steps, saved).
+type Step string
+
+// The steps, in order. A crash after any of them leaves the checkpoint
+// saying what to finish or undo.
+const (
+	StepPrepareStarted     Step = "prepare-started"     // PrepareStarted saved, nothing made
+	StepGroupCreated       Step = "group-created"       // the group made and applied by the daemon
+	StepSpecWritten        Step = "cdi-spec-written"    // the CDI spec written
+	StepPrepareCompleted   Step = "prepare-completed"   // PrepareCompleted saved, the kubelet not answered
+	StepUnprepareStarted   Step = "unprepare-started"   // UnprepareStarted saved, nothing removed
+	StepSpecRemoved        Step = "cdi-spec-removed"    // the CDI spec removed
+	StepGroupRemoved       Step = "group-removed"       // the group removed
+	StepUnprepareCompleted Step = "unprepare-completed" // the entry removed and saved, the kubelet not answered
+)
+
+// Steps lists every step, Prepare's then Unprepare's.
+func Steps() []Step {
+	return []Step{StepPrepareStarted, StepGroupCreated, StepSpecWritten, StepPrepareCompleted,
+		StepUnprepareStarted, StepSpecRemoved, StepGroupRemoved, StepUnprepareCompleted}
 }
 
 // Driver prepares and unprepares claims. Safe for concurrent use (calls are
@@ -59,21 +87,68 @@ type Driver struct {
 	ck  checkpoint.Data
 }
 
-// New returns a driver with the prepared claims of its checkpoint (a corrupt
-// checkpoint is an error: the agent must not forget claims silently).
-func New(cfg Config) (*Driver, error) {
+// New returns a driver with the claims of its checkpoint (a corrupt
+// checkpoint is an error: the agent must not forget claims silently), after
+// recovering: a claim a crash left PrepareStarted is undone (the kubelet got
+// no answer and asks again), one left UnprepareStarted is removed, and a
+// group or CDI spec of the driver that no checkpoint entry owns (made by an
+// agent before the steps were recorded) is removed. What cannot be removed
+// now (a group still in use) is logged and left to the claim's next call.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
 	ck, err := checkpoint.Load(cfg.Checkpoint)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Inject.CDIKind = ""
-	return &Driver{cfg: cfg, ck: ck}, nil
+	d := &Driver{cfg: cfg, ck: ck}
+	d.recover(ctx)
+	return d, nil
+}
+
+// recover finishes or undoes the half-done claims and removes what no claim owns.
+func (d *Driver) recover(ctx context.Context) {
+	log := klog.FromContext(ctx)
+	uids := make([]string, 0, len(d.ck.Claims))
+	for uid := range d.ck.Claims {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	for _, uid := range uids {
+		c := d.ck.Claims[uid]
+		if c.State == checkpoint.PrepareCompleted {
+			continue
+		}
+		err := d.remove(ctx, uid, c)
+		log.Info("DRA claim left half done by an earlier agent", "claim", c.Namespace+"/"+c.Name, "uid", uid,
+			"state", c.State, "removed", err == nil, "err", err)
+	}
+	groups, err := d.cfg.Groups.List()
+	if err != nil {
+		log.Error(err, "DRA: groups not listed; groups no claim owns are not looked for")
+	}
+	for _, g := range groups {
+		uid, ok := strings.CutPrefix(g, groupPrefix)
+		if _, owned := d.ck.Claims[uid]; ok && !owned {
+			err := d.cfg.Groups.Remove(ctx, g)
+			log.Info("DRA group no claim owns", "group", g, "removed", err == nil, "err", err)
+		}
+	}
+	specs, err := gpucdi.ClaimSpecs(d.cfg.CDIDir)
+	if err != nil {
+		log.Error(err, "DRA: CDI specs not listed; specs no claim owns are not looked for")
+	}
+	for _, uid := range specs {
+		if _, owned := d.ck.Claims[uid]; !owned {
+			err := gpucdi.RemoveClaim(d.cfg.CDIDir, uid)
+			log.Info("DRA CDI spec no claim owns", "uid", uid, "removed", err == nil, "err", err)
+		}
+	}
 }
 
 // GroupName is the group of a claim.
-func GroupName(uid types.UID) string { return "dra-" + string(uid) }
+func GroupName(uid types.UID) string { return groupPrefix + string(uid) }
 
-// Prepared returns the prepared claims (a copy of the checkpoint's).
+// Prepared returns the claims of the checkpoint (a copy), whatever their state.
 func (d *Driver) Prepared() map[string]checkpoint.Claim {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -84,125 +159,35 @@ func (d *Driver) Prepared() map[string]checkpoint.Claim {
 	return out
 }
 
-// PrepareResourceClaims prepares each claim (kubeletplugin.DRAPlugin).
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for _, c := range claims {
-		start := time.Now()
-		devs, err := d.Prepare(ctx, c)
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "DRA claim not prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
-			continue
-		}
-		klog.FromContext(ctx).V(2).Info("DRA claim prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID,
-			"duration", time.Since(start).String())
+// fault reports step to Config.Fault (tests).
+func (d *Driver) fault(s Step) error {
+	if d.cfg.Fault == nil {
+		return nil
 	}
-	return out, nil
-}
-
-// Prepare prepares one claim: idempotent (a claim in the checkpoint is
-// answered from it); on any error nothing of it stays applied.
-func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	uid := string(claim.UID)
-	if c, ok := d.ck.Claims[uid]; ok {
-		return result(c), nil
-	}
-	p, err := planClaim(claim, d.cfg.Pool, d.cfg.GPUs)
-	if err != nil {
-		return nil, err
-	}
-	c := checkpoint.Claim{Namespace: claim.Namespace, Name: claim.Name, Group: GroupName(claim.UID),
-		CDIDevice: gpucdi.ClaimDevice(uid), Devices: p.devices}
-	if err := d.apply(ctx, uid, c, p); err != nil {
-		return nil, errors.Join(err, d.undo(ctx, uid, c.Group))
-	}
-	return result(c), nil
-}
-
-// apply makes the claim's group, CDI spec and checkpoint entry, in that order.
-func (d *Driver) apply(ctx context.Context, uid string, c checkpoint.Claim, p plan) error {
-	if err := d.cfg.Groups.Create(ctx, c.Group, groupmgr.Resources{Settings: p.settings},
-		groupmgr.CreateOptions{Container: true, GateOff: p.gateOff}); err != nil {
-		return fmt.Errorf("claim %s/%s: group %s: %w", c.Namespace, c.Name, c.Group, err)
-	}
-	spec, err := d.spec(uid, c)
-	if err == nil {
-		err = gpucdi.WriteClaim(d.cfg.CDIDir, uid, spec)
-	}
-	if err != nil {
-		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	d.ck.Claims[uid] = c
-	if err := checkpoint.Save(d.cfg.Checkpoint, d.ck); err != nil {
-		delete(d.ck.Claims, uid)
-		return err
+	if err := d.cfg.Fault(s); err != nil {
+		return fmt.Errorf("fault at %s: %w", s, err)
 	}
 	return nil
 }
 
-// spec is the claim's CDI spec: what the device plugin would give one
-// container holding the claim's GPUs, in the claim's group.
-func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
-	cand := deviceplugin.Candidate{Namespace: c.Namespace, Name: c.Name, Container: "claim"}
-	nodeGPUs := map[string]gpuset.GPU{}
-	for _, dev := range c.Devices {
-		g := d.cfg.GPUs[dev.Device]
-		nodeGPUs[g.UUID] = gpuset.GPU{UUID: g.UUID, Minor: g.Minor, Healthy: g.Healthy}
-		cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: g.UUID, Units: dev.Units, MemoryBytes: dev.Memory,
-			Exclusive: dev.Units == 0})
+// save records claim uid as c (deleted: c nil) in the checkpoint file; on
+// failure the checkpoint in memory is left as it was.
+func (d *Driver) save(uid string, c *checkpoint.Claim) error {
+	old, had := d.ck.Claims[uid]
+	if c == nil {
+		delete(d.ck.Claims, uid)
+	} else {
+		d.ck.Claims[uid] = *c
 	}
-	r, err := d.cfg.Inject.Response(cand, nodeGPUs, c.Group)
+	err := checkpoint.Save(d.cfg.Checkpoint, d.ck)
 	if err != nil {
-		return nil, err
-	}
-	return gpucdi.ClaimSpec(uid, r)
-}
-
-// undo removes what apply may have made of a claim.
-func (d *Driver) undo(ctx context.Context, uid, group string) error {
-	return errors.Join(d.cfg.Groups.Remove(ctx, group), gpucdi.RemoveClaim(d.cfg.CDIDir, uid))
-}
-
-func result(c checkpoint.Claim) []kubeletplugin.Device {
-	out := make([]kubeletplugin.Device, 0, len(c.Devices))
-	for _, dev := range c.Devices {
-		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device,
-			CDIDeviceIDs: []string{c.CDIDevice}}
-		if dev.ShareID != "" {
-			id := types.UID(dev.ShareID)
-			kd.ShareID = &id
+		if had {
+			d.ck.Claims[uid] = old
+		} else {
+			delete(d.ck.Claims, uid)
 		}
-		out = append(out, kd)
 	}
-	return out
-}
-
-// UnprepareResourceClaims unprepares each claim (kubeletplugin.DRAPlugin).
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	out := make(map[types.UID]error, len(claims))
-	for _, c := range claims {
-		out[c.UID] = d.Unprepare(ctx, c.UID)
-	}
-	return out, nil
-}
-
-// Unprepare removes a claim's group (its memory and time are free at once),
-// CDI spec and checkpoint entry; an unknown claim is no error.
-func (d *Driver) Unprepare(ctx context.Context, uid types.UID) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, ok := d.ck.Claims[string(uid)]
-	if !ok {
-		return nil
-	}
-	if err := d.undo(ctx, string(uid), c.Group); err != nil {
-		return fmt.Errorf("unprepare claim %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	delete(d.ck.Claims, string(uid))
-	return checkpoint.Save(d.cfg.Checkpoint, d.ck)
+	return err
 }
 
 // HandleError logs background errors (ResourceSlice publishing); none is

@@ -39,11 +39,16 @@ type env struct {
 func newEnv(t testing.TB) env {
 	t.Helper()
 	dir := t.TempDir()
-	e := env{run: filepath.Join(dir, "run"), cdi: filepath.Join(dir, "cdi"), ckpt: filepath.Join(dir, "plugin", "checkpoint.json")}
-	if err := os.MkdirAll(e.run, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, e.run)
+	startDaemon(t, filepath.Join(dir, "run"))
+	return envAt(dir)
+}
+
+// envAt is the driver's configuration in dir, whose run directory a daemon serves.
+func envAt(dir string) env {
+	e := env{run: filepath.Join(dir, "run"), cdi: filepath.Join(dir, "cdi"), ckpt: filepath.Join(dir, "plugin", "checkpoint.json")}
 	e.mgr = groupmgr.New(groupmgr.Config{RunDir: e.run, Timeout: 5 * time.Second})
 	e.cfg = Config{Pool: "node-a", Groups: e.mgr, CDIDir: e.cdi, Checkpoint: e.ckpt,
 		GPUs: map[string]GPU{
@@ -84,7 +89,7 @@ const cfgHead = `{"apiVersion":"gpuslice.io/v1alpha1","kind":"GPUShareConfig"`
 
 func TestPrepareShare(t *testing.T) {
 	e := newEnv(t)
-	d, err := New(e.cfg)
+	d, err := New(context.Background(), e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,7 @@ func TestPrepareShare(t *testing.T) {
 		t.Fatalf("second Prepare: %v %v", again, err)
 	}
 	// An agent restart: a new driver from the checkpoint knows the claim.
-	d2, err := New(e.cfg)
+	d2, err := New(context.Background(), e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +179,7 @@ func checkSpec(t *testing.T, e env, uid, name string) {
 
 func TestPrepareWholeGPU(t *testing.T) {
 	e := newEnv(t)
-	d, err := New(e.cfg)
+	d, err := New(context.Background(), e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +208,7 @@ func TestPrepareRefusesBadConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			d, err := New(e.cfg)
+			d, err := New(context.Background(), e.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +241,7 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 	if err := os.WriteFile(e.ckpt, []byte(`{"version":"v1","checksum":"00","data":{"claims":{}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(e.cfg); !errors.Is(err, checkpoint.ErrCorrupt) {
+	if _, err := New(context.Background(), e.cfg); !errors.Is(err, checkpoint.ErrCorrupt) {
 		t.Fatalf("New with a corrupt checkpoint: %v", err)
 	}
 }

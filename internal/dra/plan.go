@@ -28,6 +28,8 @@ type plan struct {
 	devices  []checkpoint.Device
 	settings group.Settings
 	gateOff  bool
+	// admin: every device of the claim is for admin access (no group).
+	admin bool
 }
 
 // planClaim reads a claim's allocation (the results of this driver in this

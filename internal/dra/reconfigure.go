@@ -6,6 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 )
 
@@ -18,7 +19,7 @@ func (d *Driver) Reconfigure(ctx context.Context, claim *resourceapi.ResourceCla
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c, ok := d.ck.Claims[string(claim.UID)]
-	if !ok {
+	if !ok || c.State != checkpoint.PrepareCompleted || c.Group == "" {
 		return false, nil
 	}
 	p, err := planClaim(claim, d.cfg.Pool, d.cfg.GPUs)

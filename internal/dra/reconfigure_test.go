@@ -15,7 +15,7 @@ import (
 // a claim prepared elsewhere is not ours.
 func TestReconfigure(t *testing.T) {
 	e := newEnv(t)
-	d, err := New(e.cfg)
+	d, err := New(context.Background(), e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -74,6 +75,29 @@ func WriteClaim(dir, uid string, spec *specs.Spec) error {
 		return fmt.Errorf("write CDI spec of claim %s: %w", uid, err)
 	}
 	return nil
+}
+
+// ClaimSpecs lists the claim UIDs of the claim specs in dir (written by
+// WriteClaim; a missing dir holds none).
+func ClaimSpecs(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec dir: %w", err)
+	}
+	var uids []string
+	for _, e := range ents {
+		name := e.Name()
+		for _, ext := range []string{".json", ".yaml"} {
+			if uid, ok := strings.CutSuffix(strings.TrimPrefix(name, claimSpecName("")), ext); ok &&
+				strings.HasPrefix(name, claimSpecName("")) && uid != "" && !slices.Contains(uids, uid) {
+				uids = append(uids, uid)
+			}
+		}
+	}
+	return uids, nil
 }
 
 // RemoveClaim removes a claim's spec (none: not an error).

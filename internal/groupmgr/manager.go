@@ -237,6 +237,9 @@ func (m *Manager) Get(name string) (Resources, error) {
 	return Resources{Settings: s, GPUs: gpus}, err
 }
 
+// List returns the names of the node's groups, sorted.
+func (m *Manager) List() ([]string, error) { return m.tree.List() }
+
 // Remove deletes a group no process uses (live members would start a second
 // state, and a second limit, for it): ErrBusy otherwise. A missing group is
 // no error.

@@ -1,36 +1,63 @@
 // Package checkpoint owns the layout of the gpuslice.io DRA driver's
-// checkpoint: the claims prepared on this node, so that an agent restart
-// neither loses a prepared claim (Unprepare still finds its group and CDI
-// spec) nor prepares one twice. The file is versioned and checksummed
-// (SHA-256 of the data as stored, internal/statefile) and replaced atomically; a file that does
-// not check out is refused (ErrCorrupt), never half read. The driver is its
-// one writer.
+// checkpoint: the claims prepared on this node, each with the step its
+// Prepare or Unprepare reached, so that an agent restart neither loses a
+// prepared claim (Unprepare still finds its group and CDI spec), nor prepares
+// one twice, nor leaves what a half-done step made. The file is versioned and
+// checksummed (SHA-256 of the data as stored, internal/statefile) and
+// replaced atomically; a file that does not check out is refused
+// (ErrCorrupt), never half read. The driver is its one writer.
 package checkpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
+	sigsjson "sigs.k8s.io/json"
+
 	"github.com/gpuslice/gpuslice/internal/statefile"
 )
 
 // Version is the layout written; Versions are those read.
-const Version = "v1"
+const Version = "v2"
+
+// versionV1: claims without a state (v1 recorded completed Prepares only).
+const versionV1 = "v1"
 
 // Versions lists the layouts this package reads.
-func Versions() []string { return []string{Version} }
+func Versions() []string { return []string{versionV1, Version} }
 
 // MaxBytes bounds the file read (a node prepares at most a few thousand claims).
 const MaxBytes = 16 << 20
 
 // ErrCorrupt is wrapped when the file is unreadable as a checkpoint: bad
-// JSON, unknown version, checksum mismatch.
+// JSON, unknown version or state, checksum mismatch.
 var ErrCorrupt = errors.New("corrupt DRA checkpoint")
+
+// State is the step a claim's Prepare or Unprepare reached.
+type State string
+
+// The states, in the order a claim goes through them. The driver records
+// PrepareStarted before it makes anything of a claim and PrepareCompleted
+// once all is made; UnprepareStarted before it removes anything, and the
+// entry goes once all is removed. A restarted driver undoes a claim found
+// PrepareStarted and finishes one found UnprepareStarted.
+const (
+	PrepareStarted   State = "PrepareStarted"
+	PrepareCompleted State = "PrepareCompleted"
+	UnprepareStarted State = "UnprepareStarted"
+)
+
+func (s State) valid() bool {
+	return s == PrepareStarted || s == PrepareCompleted || s == UnprepareStarted
+}
 
 // Device is one device allocated to a claim on this node.
 type Device struct {
+	// Request is the allocation result's request ("<request>" or
+	// "<request>/<subrequest>" for a firstAvailable request).
 	Request string `json:"request"`
 	Pool    string `json:"pool"`
 	Device  string `json:"device"`
@@ -40,26 +67,74 @@ type Device struct {
 	// (0 and 0: the whole GPU).
 	Units  int64 `json:"units,omitempty"`
 	Memory int64 `json:"memory,omitempty"`
+	// AdminAccess: the device is the claim's for monitoring (no group, no
+	// gate, no limit).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
-// Claim is one prepared claim.
+// Claim is one claim of the node and the step it reached.
 type Claim struct {
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
+	State     State  `json:"state"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Group is the claim's group ("" for a claim of admin-access devices
+	// only, which has none).
 	Group     string   `json:"group"`
 	CDIDevice string   `json:"cdiDevice"`
 	Devices   []Device `json:"devices"`
 }
 
-// Data is the checkpoint's content: prepared claims by claim UID.
+// Data is the checkpoint's content: claims by claim UID.
 type Data struct {
 	Claims map[string]Claim `json:"claims"`
+}
+
+// v1 layout: no state, no admin access.
+type deviceV1 struct {
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+	ShareID string `json:"shareID,omitempty"`
+	UUID    string `json:"uuid"`
+	Units   int64  `json:"units,omitempty"`
+	Memory  int64  `json:"memory,omitempty"`
+}
+
+type claimV1 struct {
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Group     string     `json:"group"`
+	CDIDevice string     `json:"cdiDevice"`
+	Devices   []deviceV1 `json:"devices"`
+}
+
+type dataV1 struct {
+	Claims map[string]claimV1 `json:"claims"`
+}
+
+// upgrade reads a v1 checkpoint: each of its claims was prepared.
+func (d dataV1) upgrade() Data {
+	out := Data{Claims: make(map[string]Claim, len(d.Claims))}
+	for uid, c := range d.Claims {
+		n := Claim{State: PrepareCompleted, Namespace: c.Namespace, Name: c.Name, Group: c.Group, CDIDevice: c.CDIDevice}
+		for _, v := range c.Devices {
+			n.Devices = append(n.Devices, Device{Request: v.Request, Pool: v.Pool, Device: v.Device, ShareID: v.ShareID,
+				UUID: v.UUID, Units: v.Units, Memory: v.Memory})
+		}
+		out.Claims[uid] = n
+	}
+	return out
 }
 
 // Encode renders d as a checkpoint file.
 func Encode(d Data) ([]byte, error) {
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{}
+	}
+	for uid, c := range d.Claims {
+		if !c.State.valid() {
+			return nil, fmt.Errorf("DRA checkpoint: claim %s: state %q", uid, c.State)
+		}
 	}
 	b, err := statefile.Encode(Version, d)
 	if err != nil {
@@ -68,17 +143,39 @@ func Encode(d Data) ([]byte, error) {
 	return b, nil
 }
 
-// Decode reads a checkpoint file: a known version, a matching checksum,
-// strict JSON.
+// Decode reads a checkpoint file of any version in Versions: a matching
+// checksum, strict JSON, a known state for every claim.
 func Decode(b []byte) (Data, error) {
+	var raw json.RawMessage
+	v, err := statefile.Decode(b, Versions(), MaxBytes, &raw)
+	if err != nil {
+		return Data{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	var d Data
-	if _, err := statefile.Decode(b, Versions(), MaxBytes, &d); err != nil {
+	if v == versionV1 {
+		var old dataV1
+		err = strict(raw, &old)
+		d = old.upgrade()
+	} else {
+		err = strict(raw, &d)
+	}
+	if err != nil {
 		return Data{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{}
 	}
+	for uid, c := range d.Claims {
+		if !c.State.valid() {
+			return Data{}, fmt.Errorf("%w: claim %s: state %q", ErrCorrupt, uid, c.State)
+		}
+	}
 	return d, nil
+}
+
+func strict(b []byte, into any) error {
+	errs, err := sigsjson.UnmarshalStrict(b, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	return errors.Join(append(errs, err)...)
 }
 
 // Load reads the checkpoint at path; a missing file is an empty checkpoint.

@@ -2,19 +2,22 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
 func sample() Data {
 	return Data{Claims: map[string]Claim{
-		"6f1c": {Namespace: "ml", Name: "train-gpu", Group: "dra-6f1c", CDIDevice: "gpuslice.io/claim=6f1c",
+		"6f1c": {State: PrepareCompleted, Namespace: "ml", Name: "train-gpu", Group: "dra-6f1c", CDIDevice: "gpuslice.io/claim=6f1c",
 			Devices: []Device{{Request: "gpu", Pool: "node-a", Device: "gpu-0", ShareID: "s1", UUID: "GPU-1", Units: 25, Memory: 4 << 30}}},
-		"7a2d": {Namespace: "ml", Name: "whole", Group: "dra-7a2d", CDIDevice: "gpuslice.io/claim=7a2d",
+		"7a2d": {State: PrepareCompleted, Namespace: "ml", Name: "whole", Group: "dra-7a2d", CDIDevice: "gpuslice.io/claim=7a2d",
 			Devices: []Device{{Request: "gpu", Pool: "node-a", Device: "gpu-1", UUID: "GPU-2"}}},
 	}}
 }
@@ -74,7 +77,7 @@ func TestCorruption(t *testing.T) {
 		"data changed":  flip,
 		"truncated":     good[:len(good)/2],
 		"empty":         {},
-		"version":       bytes.Replace(good, []byte(`"version":"v1"`), []byte(`"version":"v9"`), 1),
+		"version":       bytes.Replace(good, []byte(`"version":"v2"`), []byte(`"version":"v9"`), 1),
 		"no checksum":   bytes.Replace(good, []byte(`"checksum":"`+e.Checksum+`"`), []byte(`"checksum":""`), 1),
 		"unknown field": bytes.Replace(good, []byte(`{"version"`), []byte(`{"extra":1,"version"`), 1),
 		"not JSON":      []byte("claims: []"),
@@ -95,9 +98,80 @@ func TestCorruption(t *testing.T) {
 	}
 }
 
+// TestReadsV1: a checkpoint written by the v1 driver (testdata/v1.json, made
+// by its Encode) still loads, each claim PrepareCompleted (v1 saved a claim
+// once it was prepared), and is written back as the current version.
+func TestReadsV1(t *testing.T) {
+	b, err := os.ReadFile("testdata/v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d, sample()) {
+		t.Fatalf("v1 read as %+v", d)
+	}
+	again, err := Encode(d)
+	if err != nil || !bytes.Contains(again, []byte(`"version":"v2"`)) {
+		t.Fatalf("re-encoded: %s %v", again, err)
+	}
+	// v1 had no state: a v1 file naming one is not a v1 file.
+	bad := bytes.Replace(b, []byte(`"namespace":"ml","name":"whole"`), []byte(`"state":"PrepareStarted","namespace":"ml","name":"whole"`), 1)
+	if _, err := Decode(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("v1 with a state field: %v", err)
+	}
+}
+
+// TestStates: every state round-trips; an unknown or missing one is refused
+// on both sides.
+func TestStates(t *testing.T) {
+	for _, st := range []State{PrepareStarted, PrepareCompleted, UnprepareStarted} {
+		d := sample()
+		c := d.Claims["6f1c"]
+		c.State = st
+		d.Claims["6f1c"] = c
+		b, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Decode(b); err != nil || got.Claims["6f1c"].State != st {
+			t.Fatalf("%s: %+v %v", st, got, err)
+		}
+	}
+	d := sample()
+	c := d.Claims["6f1c"]
+	c.State = "Prepared"
+	d.Claims["6f1c"] = c
+	if _, err := Encode(d); err == nil {
+		t.Fatal("Encode took an unknown state")
+	}
+	good, _ := Encode(sample())
+	var e struct {
+		Data json.RawMessage
+	}
+	_ = json.Unmarshal(good, &e)
+	for _, st := range []string{`"Prepared"`, `""`} {
+		data := bytes.Replace(e.Data, []byte(`"PrepareCompleted"`), []byte(st), 1)
+		b, _ := json.Marshal(map[string]any{"version": "v2", "checksum": sha(data), "data": json.RawMessage(data)})
+		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "state") {
+			t.Fatalf("state %s: %v", st, err)
+		}
+	}
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
 func FuzzDecode(f *testing.F) {
 	good, _ := Encode(sample())
 	f.Add(good)
+	if v1, err := os.ReadFile("testdata/v1.json"); err == nil {
+		f.Add(v1)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Decode(b)
 		if err != nil {
