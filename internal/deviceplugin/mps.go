@@ -5,8 +5,6 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/gpuslice/gpuslice/internal/mps"
 )
 
@@ -25,7 +23,7 @@ type MPSGPU struct {
 // percentage and pinned memory limit, and libgpuslice's time-slice gate off
 // (kernels share the GPU through MPS; the memory limit, view and process
 // list stay).
-func (in Inject) addMPS(c Candidate, group string, r *pluginapi.ContainerAllocateResponse) error {
+func (in Inject) addMPS(c Candidate, group string, r *edits) error {
 	var on []string
 	for _, a := range c.GPUs {
 		if _, ok := in.MPS[a.UUID]; ok {
@@ -53,12 +51,12 @@ func (in Inject) addMPS(c Candidate, group string, r *pluginapi.ContainerAllocat
 		}
 		pct = p
 	}
-	r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: pipe, ContainerPath: pipe})
-	r.Envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-	r.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(pct)
+	r.mount(pipe, pipe, false)
+	r.env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+	r.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(pct)
 	if lim := mps.PinnedMemLimit(MemoryLimit(c), 1); lim != "" {
-		r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = lim
+		r.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = lim
 	}
-	r.Envs["GPUSLICE_GATE"] = "off"
+	r.env["GPUSLICE_GATE"] = "off"
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // The NVIDIA container contract: what the NVIDIA container toolkit reads to
@@ -27,19 +26,16 @@ const (
 // nvidiaContract adds the container's GPUs (UUIDs, sorted) to r as the
 // toolkit expects them: NVIDIA_VISIBLE_DEVICES (the container's runtime
 // environment: it overrides an image's own, so an image saying "all" sees
-// only these), the volume-mount list, and CDI device names (cdiKind, "":
-// none) that a CDI-enabled runtime resolves against the node's CDI specs.
-func nvidiaContract(r *pluginapi.ContainerAllocateResponse, uuids []string, cdiKind string) {
+// only these) and the volume-mount list. (The device plugin's answer adds
+// the GPUs' CDI device names, Response.)
+func nvidiaContract(r *edits, uuids []string) {
 	if len(uuids) == 0 {
-		r.Envs[EnvVisibleDevices] = "void" // the toolkit's "no GPU"
+		r.env[EnvVisibleDevices] = "void" // the toolkit's "no GPU"
 		return
 	}
-	r.Envs[EnvVisibleDevices] = strings.Join(uuids, ",")
+	r.env[EnvVisibleDevices] = strings.Join(uuids, ",")
 	for _, u := range uuids {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: "/dev/null", ContainerPath: path.Join(VolumeDevicesDir, u), ReadOnly: true})
-		if cdiKind != "" {
-			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: cdiKind + "=" + u})
-		}
+		r.mount("/dev/null", path.Join(VolumeDevicesDir, u), true)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 )
@@ -57,10 +56,9 @@ func TestNVIDIAContract(t *testing.T) {
 }
 
 func TestNVIDIAContractNoGPU(t *testing.T) {
-	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
-	nvidiaContract(r, nil, "gpuslice.io/gpu")
-	if r.Envs[EnvVisibleDevices] != "void" || len(r.Mounts) != 0 || len(r.CdiDevices) != 0 {
-		t.Fatalf("no GPU: %+v", r)
+	r, err := Inject{DevRoot: "/dev", CDIKind: "gpuslice.io/gpu"}.Response(Candidate{Namespace: "ns", Name: "p", Container: "c"}, nil, "g")
+	if err != nil || r.Envs[EnvVisibleDevices] != "void" || len(r.Mounts) != 0 || len(r.CdiDevices) != 0 {
+		t.Fatalf("no GPU: %+v %v", r, err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/gpuslice/gpuslice/internal/gpuset"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
@@ -106,32 +108,94 @@ func MemoryLimit(c Candidate) int64 {
 	return lim
 }
 
-// Response builds the Allocate answer for c: its assigned GPUs' nodes (gpus
-// maps UUID to the GPU), control devices, the library, its group directory,
-// the daemon socket and the environment the library reads.
+// Response builds the Allocate answer for c: its container edits (Edits)
+// and, where CDIKind is set, the CDI names of its GPUs.
 func (in Inject) Response(c Candidate, gpus map[string]gpuset.GPU, group string) (*pluginapi.ContainerAllocateResponse, error) {
-	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
-	if err := CheckContainerEnv(c.Pod, c.Container); err != nil {
-		return nil, fmt.Errorf("%s: %w", c, err)
-	}
-	minors, uuids, err := nodeGPUs(c, gpus)
+	e, uuids, err := in.edits(c, gpus, group)
 	if err != nil {
 		return nil, err
 	}
-	nvidiaContract(r, uuids, in.CDIKind)
+	r := &pluginapi.ContainerAllocateResponse{Envs: e.env}
+	for _, d := range e.devices {
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: d.Path, HostPath: d.HostPath, Permissions: d.Permissions})
+	}
+	for _, m := range e.mounts {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: m.Options[0] == "ro"})
+	}
+	if in.CDIKind != "" {
+		for _, u := range uuids {
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: in.CDIKind + "=" + u})
+		}
+	}
+	return r, nil
+}
+
+// Edits are what a container holding c's GPUs (gpus maps UUID to the GPU) in
+// group gets, as the container runtime applies them: its GPUs' nodes, the
+// control devices, the library, its group directory, the daemon socket and
+// the environment the library reads. Neutral: the device plugin answers
+// them (Response), the DRA driver writes them into a claim's CDI spec.
+func (in Inject) Edits(c Candidate, gpus map[string]gpuset.GPU, group string) (specs.ContainerEdits, error) {
+	e, _, err := in.edits(c, gpus, group)
+	if err != nil {
+		return specs.ContainerEdits{}, err
+	}
+	return e.cdi(), nil
+}
+
+func (in Inject) edits(c Candidate, gpus map[string]gpuset.GPU, group string) (*edits, []string, error) {
+	r := &edits{env: map[string]string{}}
+	if err := CheckContainerEnv(c.Pod, c.Container); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", c, err)
+	}
+	minors, uuids, err := nodeGPUs(c, gpus)
+	if err != nil {
+		return nil, nil, err
+	}
+	nvidiaContract(r, uuids)
 	in.addDevices(r, minors)
 	if err := in.addNodeMounts(r, group); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	addElasticEnv(r, c)
 	in.addSimulator(r)
 	for k, v := range in.Env {
-		r.Envs[k] = v
+		r.env[k] = v
 	}
 	if err := in.addMPS(c, group, r); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r, nil
+	return r, uuids, nil
+}
+
+// edits collects a container's edits in the order they are made.
+type edits struct {
+	env     map[string]string
+	devices []*specs.DeviceNode
+	mounts  []*specs.Mount
+}
+
+// mount adds a bind mount, read-only or not.
+func (e *edits) mount(host, ctr string, readOnly bool) {
+	opts := []string{"rw", "nosuid", "nodev", "bind"}
+	if readOnly {
+		opts[0] = "ro"
+	}
+	e.mounts = append(e.mounts, &specs.Mount{HostPath: host, ContainerPath: ctr, Options: opts})
+}
+
+// cdi renders the edits in CDI's type, the environment sorted.
+func (e *edits) cdi() specs.ContainerEdits {
+	out := specs.ContainerEdits{DeviceNodes: e.devices, Mounts: e.mounts}
+	keys := make([]string, 0, len(e.env))
+	for k := range e.env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		out.Env = append(out.Env, k+"="+e.env[k])
+	}
+	return out
 }
 
 // nodeGPUs looks c's GPUs up on this node and returns their minors and
@@ -156,13 +220,13 @@ func nodeGPUs(c Candidate, gpus map[string]gpuset.GPU) ([]uint32, []string, erro
 }
 
 // addDevices adds the GPUs' nodes (by minor) and the control devices.
-func (in Inject) addDevices(r *pluginapi.ContainerAllocateResponse, minors []uint32) {
+func (in Inject) addDevices(r *edits, minors []uint32) {
 	for _, m := range minors {
 		p := "/dev/nvidia" + strconv.FormatUint(uint64(m), 10)
-		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(in.DevRoot, filepath.Base(p)), Permissions: "rw"})
+		r.devices = append(r.devices, &specs.DeviceNode{Path: p, HostPath: filepath.Join(in.DevRoot, filepath.Base(p)), Permissions: "rw"})
 	}
 	for _, d := range in.ControlDevices {
-		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: d, HostPath: d, Permissions: "rw"})
+		r.devices = append(r.devices, &specs.DeviceNode{Path: d, HostPath: d, Permissions: "rw"})
 	}
 }
 
@@ -180,7 +244,7 @@ func PreloadList(lib string) string {
 // addNodeMounts adds the library (preloaded by LD_PRELOAD and by the
 // loader's own list), the container's group directory and state file, and
 // the node daemon's socket, each where configured.
-func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group string) error {
+func (in Inject) addNodeMounts(r *edits, group string) error {
 	if in.Library != "" {
 		if in.Preload == "" {
 			return fmt.Errorf("library %s is injected without a preload list", in.Library)
@@ -188,9 +252,9 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		lib := ContainerLibrary(in.Library)
 		// The loader's list holds programs whose environment drops
 		// LD_PRELOAD; bind-mounted over the image's own list, if it has one.
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Library, ContainerPath: lib, ReadOnly: true},
-			&pluginapi.Mount{HostPath: in.Preload, ContainerPath: ContainerPreload, ReadOnly: true})
-		r.Envs["LD_PRELOAD"] = lib
+		r.mount(in.Library, lib, true)
+		r.mount(in.Preload, ContainerPreload, true)
+		r.env["LD_PRELOAD"] = lib
 	}
 	if in.RunDir != "" {
 		// The group's directory read-only: its settings and cgroup binding
@@ -201,16 +265,16 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 		// GPUSLICE_GROUP_FILE (or names another file) is still in the group.
 		dir := filepath.Join(in.RunDir, "groups", group)
 		state := filepath.Join(dir, groupstate.FileName)
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: dir, ContainerPath: dir, ReadOnly: true},
-			&pluginapi.Mount{HostPath: state, ContainerPath: state},
-			&pluginapi.Mount{HostPath: dir, ContainerPath: ContainerGroupDir, ReadOnly: true},
-			&pluginapi.Mount{HostPath: state, ContainerPath: ContainerGroupFile})
-		r.Envs["GPUSLICE_GROUP"] = group
-		r.Envs["GPUSLICE_GROUP_FILE"] = state
+		r.mount(dir, dir, true)
+		r.mount(state, state, false)
+		r.mount(dir, ContainerGroupDir, true)
+		r.mount(state, ContainerGroupFile, false)
+		r.env["GPUSLICE_GROUP"] = group
+		r.env["GPUSLICE_GROUP_FILE"] = state
 	}
 	if in.Socket != "" {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.Socket, ContainerPath: in.Socket})
-		r.Envs["GPUSLICE_NODE_SOCKET"] = in.Socket
+		r.mount(in.Socket, in.Socket, false)
+		r.env["GPUSLICE_NODE_SOCKET"] = in.Socket
 	}
 	return nil
 }
@@ -219,30 +283,30 @@ func (in Inject) addNodeMounts(r *pluginapi.ContainerAllocateResponse, group str
 // slot the library claims is elastic from the start. The limit is not in the
 // environment: it is the group's, written into its state file by the
 // time-slice daemon before the container starts (internal/groupmgr).
-func addElasticEnv(r *pluginapi.ContainerAllocateResponse, c Candidate) {
+func addElasticEnv(r *edits, c Candidate) {
 	if MemoryLimit(c) <= 0 || c.Pod == nil {
 		return
 	}
 	if e, err := api.ParseElastic(c.Pod); err == nil && e.Max > 0 {
-		r.Envs["GPUSLICE_MEMORY_ELASTIC"] = map[bool]string{false: "on", true: "spill"}[e.Spill]
+		r.env["GPUSLICE_MEMORY_ELASTIC"] = map[bool]string{false: "on", true: "spill"}[e.Spill]
 	}
 }
 
 // addSimulator mounts the simulated driver's libraries, state file and the
 // host's /proc, each where configured ("" on a real driver).
-func (in Inject) addSimulator(r *pluginapi.ContainerAllocateResponse) {
+func (in Inject) addSimulator(r *edits) {
 	if in.SimDir != "" {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimDir, ContainerPath: ContainerSimDir, ReadOnly: true})
-		r.Envs["LD_LIBRARY_PATH"] = ContainerSimDir
-		r.Envs["GPUSLICE_LIBCUDA"] = ContainerSimDir + "/libcuda.so.1"
-		r.Envs["GPUSLICE_LIBNVML"] = ContainerSimDir + "/libnvidia-ml.so.1"
+		r.mount(in.SimDir, ContainerSimDir, true)
+		r.env["LD_LIBRARY_PATH"] = ContainerSimDir
+		r.env["GPUSLICE_LIBCUDA"] = ContainerSimDir + "/libcuda.so.1"
+		r.env["GPUSLICE_LIBNVML"] = ContainerSimDir + "/libnvidia-ml.so.1"
 	}
 	if in.SimState != "" {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimState, ContainerPath: in.SimState})
-		r.Envs["GPUSLICE_SIM_STATE"] = in.SimState
+		r.mount(in.SimState, in.SimState, false)
+		r.env["GPUSLICE_SIM_STATE"] = in.SimState
 	}
 	if in.SimHostProc != "" {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: in.SimHostProc, ContainerPath: ContainerSimHostProc, ReadOnly: true})
-		r.Envs["GPUSLICE_SIM_HOST_PROC"] = ContainerSimHostProc
+		r.mount(in.SimHostProc, ContainerSimHostProc, true)
+		r.env["GPUSLICE_SIM_HOST_PROC"] = ContainerSimHostProc
 	}
 }

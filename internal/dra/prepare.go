@@ -103,8 +103,10 @@ func (d *Driver) make(ctx context.Context, uid string, c checkpoint.Claim, p pla
 	return d.fault(StepPrepareCompleted)
 }
 
-// spec is the claim's CDI spec: what the device plugin would give one
-// container holding the claim's GPUs, in the claim's group.
+// spec is the claim's CDI spec: the container edits the device plugin
+// would give one container holding the claim's GPUs, in the claim's group;
+// for admin access (no group) the GPUs' nodes and the node's environment
+// alone: no library, group or daemon socket, so nothing gates or limits it.
 func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
 	cand := deviceplugin.Candidate{Namespace: c.Namespace, Name: c.Name, Container: "claim"}
 	nodeGPUs := map[string]gpuset.GPU{}
@@ -114,11 +116,15 @@ func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
 		cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: g.UUID, Units: dev.Units, MemoryBytes: dev.Memory,
 			Exclusive: dev.Units == 0})
 	}
-	r, err := d.cfg.Inject.Response(cand, nodeGPUs, c.Group)
+	in := d.cfg.Inject
+	if c.Group == "" {
+		in.Library, in.Preload, in.RunDir, in.Socket, in.MPS = "", "", "", "", nil
+	}
+	e, err := in.Edits(cand, nodeGPUs, c.Group)
 	if err != nil {
 		return nil, err
 	}
-	return gpucdi.ClaimSpec(uid, r)
+	return gpucdi.ClaimSpec(uid, e)
 }
 
 func result(c checkpoint.Claim) []kubeletplugin.Device {

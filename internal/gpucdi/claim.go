@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -27,30 +26,11 @@ func ClaimDevice(uid string) string { return ClaimKind + "=" + uid }
 // claimSpecName is the spec's file name (without extension) of a claim.
 func claimSpecName(uid string) string { return "gpuslice.io-claim_" + uid }
 
-// ClaimSpec returns the CDI spec of claim uid from the edits a device plugin
-// Allocate answer would carry (r: devices, mounts, environment).
-func ClaimSpec(uid string, r *pluginapi.ContainerAllocateResponse) (*specs.Spec, error) {
+// ClaimSpec returns the CDI spec of claim uid: one device, named by the
+// claim's UID, with the container edits e (deviceplugin.Inject.Edits).
+func ClaimSpec(uid string, e specs.ContainerEdits) (*specs.Spec, error) {
 	if err := parser.ValidateDeviceName(uid); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", uid, err)
-	}
-	var e specs.ContainerEdits
-	keys := make([]string, 0, len(r.Envs))
-	for k := range r.Envs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		e.Env = append(e.Env, k+"="+r.Envs[k])
-	}
-	for _, d := range r.Devices {
-		e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
-	}
-	for _, m := range r.Mounts {
-		opts := []string{"rw", "nosuid", "nodev", "bind"}
-		if m.ReadOnly {
-			opts[0] = "ro"
-		}
-		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts})
 	}
 	s := &specs.Spec{Kind: ClaimKind, Devices: []specs.Device{{Name: uid, ContainerEdits: e}}}
 	v, err := specs.MinimumRequiredVersion(s)
