@@ -42,15 +42,19 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 	}
 	cl := drav1.Claim{}
 	var req gpurequest.Request
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != DriverName || r.Pool != pool {
-			continue
-		}
+	ours := ourResults(claim, pool)
+	admin, err := adminOnly(claim, ours)
+	if err != nil {
+		return p, err
+	}
+	requests := make([]string, 0, len(ours))
+	for _, r := range ours {
+		requests = append(requests, r.Request)
 		g, ok := gpus[r.Device]
 		if !ok {
 			return p, fmt.Errorf("device %s is not a GPU of this node", r.Device)
 		}
-		d := checkpoint.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, UUID: g.UUID}
+		d := checkpoint.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, UUID: g.UUID, AdminAccess: admin}
 		if r.ShareID != nil {
 			d.ShareID = string(*r.ShareID)
 		}
@@ -71,7 +75,14 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 	if len(p.devices) == 0 {
 		return p, fmt.Errorf("claim %s/%s has no device of driver %s in pool %s", claim.Namespace, claim.Name, DriverName, pool)
 	}
-	cfg, err := claimConfig(claim)
+	byRequest, err := configsOf(claim, requests)
+	if err != nil {
+		return p, err
+	}
+	if p.admin = admin; admin {
+		return p, nil // no group: nothing of the configuration applies
+	}
+	cfg, err := oneConfig(claim, byRequest)
 	if err != nil {
 		return p, err
 	}
@@ -82,34 +93,15 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, gpus map[string]GP
 	return p, err
 }
 
-// claimConfig is the claim's GPUShareConfig, defaulted: its annotation
-// gpuslice.io/share-config (the live change), else the last opaque
-// configuration of this driver (the claim's own come after its class's),
-// else DefaultConfig.
-func claimConfig(claim *resourceapi.ResourceClaim) (*drav1.GPUShareConfig, error) {
-	cfg := drav1.DefaultConfig()
-	for i, c := range claim.Status.Allocation.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
-			continue
+// ourResults are a claim's allocation results of this driver in pool.
+func ourResults(claim *resourceapi.ResourceClaim, pool string) []resourceapi.DeviceRequestAllocationResult {
+	var out []resourceapi.DeviceRequestAllocationResult
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == DriverName && r.Pool == pool {
+			out = append(out, r)
 		}
-		d, err := drav1.Decode(c.Opaque.Parameters.Raw)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s/%s: config[%d] (from the %s): %w", claim.Namespace, claim.Name, i,
-				map[resourceapi.AllocationConfigSource]string{resourceapi.AllocationConfigSourceClass: "DeviceClass",
-					resourceapi.AllocationConfigSourceClaim: "claim"}[c.Source], err)
-		}
-		d.Default()
-		cfg = d
 	}
-	if raw, ok := claim.Annotations[drav1.ShareConfigAnnotation]; ok {
-		d, err := drav1.Decode([]byte(raw))
-		if err != nil {
-			return nil, fmt.Errorf("claim %s/%s: annotation %s: %w", claim.Namespace, claim.Name, drav1.ShareConfigAnnotation, err)
-		}
-		d.Default()
-		cfg = d
-	}
-	return cfg, nil
+	return out
 }
 
 // settingsOf is the group settings of a validated configuration of a claim
