@@ -60,7 +60,9 @@ func (p *parts) runDRA(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := kubeletplugin.Start(ctx, d, kubeletplugin.DriverName(dra.DriverName), kubeletplugin.KubeClient(p.cs),
+	status := newClaimStatus(p.cs, d)
+	go status.run(ctx)
+	h, err := kubeletplugin.Start(ctx, draPlugin{Driver: d, status: status}, kubeletplugin.DriverName(dra.DriverName), kubeletplugin.KubeClient(p.cs),
 		kubeletplugin.NodeName(cfg.NodeName), kubeletplugin.PluginDataDirectoryPath(cfg.DRAPluginDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.DRARegistrarDir))
 	if err != nil {
@@ -72,10 +74,15 @@ func (p *parts) runDRA(ctx context.Context) error {
 		p.mon.queryAll(ctx) // the first slice already withholds a GPU that fails NVML (one lost before a restart)
 	}
 	t := newDRATaints(p)
+	names := make([]string, len(devs))
+	for i := range devs {
+		names[i] = devices.Name(devs[i].Index)
+	}
 	publish := func(taints [][]resourceapi.DeviceTaint) error {
 		for i := range devs {
 			devs[i].Taints = taints[i]
 		}
+		status.setTaints(names, taints)
 		built, err := devices.Build(devs)
 		if err != nil {
 			return fmt.Errorf("DRA devices: %w", err)

@@ -65,3 +65,36 @@ type GPUShareConfig struct {
 	// +optional
 	Spill bool `json:"spill,omitempty"`
 }
+
+// DeviceStatusKind is the kind of DeviceStatus.
+const DeviceStatusKind = "DeviceStatus"
+
+// Health of a device in DeviceStatus.
+const (
+	HealthHealthy   = "Healthy"
+	HealthUnhealthy = "Unhealthy"
+)
+
+// DeviceStatus is what the node agent writes for each device of a prepared
+// claim, as the data of its entry in the ResourceClaim's status.devices
+// (allocatedDeviceStatus): the GPU's UUID, its health, and whether the claim
+// holds it for admin access (no group, gate or limit). Readers accept this
+// version; fields are only added.
+//
+// +k8s:deepcopy-gen=false
+// +kubebuilder:object:generate=false
+type DeviceStatus struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// UUID is the GPU's UUID, as NVML reports it.
+	UUID string `json:"uuid"`
+	// Health is Healthy, or Unhealthy while the device carries a
+	// gpuslice.io/unhealthy taint.
+	Health string `json:"health"`
+	// AdminAccess: the claim holds the device for admin access.
+	// +optional
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Group is the claim's group on the node ("" for admin access).
+	// +optional
+	Group string `json:"group,omitempty"`
+}
