@@ -62,7 +62,7 @@ func (p *parts) runDRA(ctx context.Context) error {
 	}
 	status := newClaimStatus(p.cs, d)
 	go status.run(ctx)
-	h, err := kubeletplugin.Start(ctx, draPlugin{Driver: d, status: status}, kubeletplugin.DriverName(dra.DriverName), kubeletplugin.KubeClient(p.cs),
+	h, err := kubeletplugin.Start(ctx, draPlugin{Driver: d, status: status, pods: p.pods.Lister()}, kubeletplugin.DriverName(dra.DriverName), kubeletplugin.KubeClient(p.cs),
 		kubeletplugin.NodeName(cfg.NodeName), kubeletplugin.PluginDataDirectoryPath(cfg.DRAPluginDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.DRARegistrarDir))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -157,10 +158,34 @@ func (s *claimStatus) entry(c checkpoint.Claim, dev checkpoint.Device) (*resourc
 type draPlugin struct {
 	*dra.Driver
 	status *claimStatus
+	pods   listersv1.PodLister
 }
 
+// PrepareResourceClaims prepares the claims, but those a container would
+// hold beside another (oneClaimPerContainer).
 func (p draPlugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	out, err := p.Driver.PrepareResourceClaims(ctx, claims)
+	ours := map[string]bool{}
+	for _, c := range claims {
+		ours[c.Namespace+"/"+c.Name] = true
+	}
+	for _, c := range p.Prepared() {
+		ours[c.Namespace+"/"+c.Name] = true
+	}
+	refused := oneClaimPerContainer(p.pods, claims, ours)
+	var rest []*resourceapi.ResourceClaim
+	for _, c := range claims {
+		if refused[c.UID] == nil {
+			rest = append(rest, c)
+		}
+	}
+	out, err := p.Driver.PrepareResourceClaims(ctx, rest)
+	if out == nil {
+		out = map[types.UID]kubeletplugin.PrepareResult{}
+	}
+	for uid, e := range refused {
+		klog.FromContext(ctx).Error(e, "DRA claim not prepared", "uid", uid)
+		out[uid] = kubeletplugin.PrepareResult{Err: e}
+	}
 	for _, c := range claims {
 		if r, ok := out[c.UID]; ok && r.Err == nil {
 			p.status.queue.Add(claimRef{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
