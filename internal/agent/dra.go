@@ -56,7 +56,7 @@ func (p *parts) runDRA(ctx context.Context) error {
 		}
 	}
 	d, err := dra.New(ctx, dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
-		Checkpoint: filepath.Join(cfg.DRAPluginDir, "checkpoint.json"), Inject: inject})
+		Checkpoint: filepath.Join(cfg.DRAPluginDir, "checkpoint.json"), Inject: inject, Fault: dra.InjectedFault()})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,12 @@ const (
 	StepUnprepareCompleted Step = "unprepare-completed" // the entry removed and saved, the kubelet not answered
 )
 
+// CrashAtEnv names the step at which an agent built with the
+// gpuslice_faultinject tag kills its own process (SIGKILL: no cleanup of any
+// kind; faultinject.go); only the node end-to-end test builds it so. The
+// release build ignores the variable (faultinject_off.go).
+const CrashAtEnv = "GPUSLICE_TEST_DRA_CRASH_AT"
+
 // Steps lists every step, Prepare's then Unprepare's.
 func Steps() []Step {
 	return []Step{StepPrepareStarted, StepGroupCreated, StepSpecWritten, StepPrepareCompleted,
