@@ -38,6 +38,11 @@ func (s *Server) publish(ctx context.Context) {
 		s.writeReadback(st, written)
 		select {
 		case <-ctx.Done():
+			// Only its own: a daemon that stepped aside leaves the status of
+			// the one serving the directory now.
+			if cur, err := nodestatus.Read(s.cfg.RunDir); err == nil && cur.PID != os.Getpid() {
+				return
+			}
 			if err := os.Remove(nodestatus.Path(s.cfg.RunDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				s.log.Error(err, "remove status")
 			}
