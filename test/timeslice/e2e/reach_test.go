@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/identity"
+	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/internal/timeslice"
@@ -80,7 +81,7 @@ func TestReliabilitySocketLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(filepath.Join(e.bin, "gpuslice"), "run", "--share", "30%", "--", "true")
-		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+cfg.RunDir, timeslice.EnvSocket+"="+cfg.Socket)
+		cmd.Env = append(os.Environ(), "GPUSLICE_RUN_DIR="+cfg.RunDir, nodestatus.EnvSocket+"="+cfg.Socket)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil || strings.Contains(stderr.String(), "without time slices") {
