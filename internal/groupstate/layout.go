@@ -78,7 +78,7 @@ type Proc struct {
 	State     uint32          `doc:"atomic; GS_PROC_LIVE while the entry is in use"`
 	PID       int32           `doc:"pid in the process's own pid namespace"`
 	HostPID   int32           `doc:"atomic; pid as the driver/NVML sees it; 0 = unknown yet (filled in by the time-slice daemon for another pid namespace)"`
-	Reserved0 uint32          `doc:"zero"`
+	Guessing  uint32          `doc:"atomic; context creations of this process in flight whose reservation is a guess (no context measured on that GPU yet); written by the library (zero in files of older libraries)"`
 	StartTime uint64          `doc:"/proc/<pid>/stat field 22: detects pid reuse"`
 	PIDNS     uint64          `doc:"inode of /proc/<pid>/ns/pid"`
 	Used      [MaxGPUs]uint64 `doc:"atomic; bytes per gpu[] slot" len:"GS_SHM_MAX_GPUS"`
@@ -104,10 +104,15 @@ type Header struct {
 	// The group's limit, written under the file lock by the time-slice daemon
 	// alone. Once limit_set is 1, every GPU slot a member claims takes it,
 	// whatever the member's own GPUSLICE_MEMORY_LIMIT says.
-	Limit     uint64     `doc:"atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only"`
-	LimitSet  uint32     `doc:"atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT"`
-	Reserved0 uint32     `doc:"zero"`
-	Reserved  [14]uint64 `doc:"zero"`
+	Limit     uint64 `doc:"atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only"`
+	LimitSet  uint32 `doc:"atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT"`
+	Reserved0 uint32 `doc:"zero"`
+	// What a context took on each GPU, as the last member that made one there
+	// measured it: the next creation is reserved at that size before the
+	// driver is asked. Carved from zeros an older library never wrote or read:
+	// such a file reads as nothing measured yet (no version change).
+	ContextKiB [MaxGPUs]uint32 `doc:"atomic; per gpu[] slot: 1 + the KiB (rounded up) the driver took for the last context a member made there; 0 = none measured yet; written by the library" len:"GS_SHM_MAX_GPUS" cname:"context_kib"`
+	Reserved   [6]uint64       `doc:"zero"`
 }
 
 // File is the whole state file.

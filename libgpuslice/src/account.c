@@ -118,6 +118,7 @@ GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const str
 	free_entry->host_pid = who->host_pid;
 	free_entry->start_time = who->start_time;
 	free_entry->pidns = who->pidns;
+	__atomic_store_n(&free_entry->guessing, 0, __ATOMIC_RELAXED);
 	for (int g = 0; g < GS_SHM_MAX_GPUS; g++)
 		__atomic_store_n(&free_entry->used[g], 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&free_entry->state, GS_PROC_LIVE, __ATOMIC_RELEASE);

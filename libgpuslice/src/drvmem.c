@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 #include "drvmem.h"
@@ -14,10 +15,13 @@
 #define DRV_PROCS_MAX 65536       /* at most this many processes on one device */
 #define DRV_TRIES 4               /* the list may grow between two calls */
 #define DRV_NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
+#define DRV_LOAD_DEVS 64          /* devices whose last load this process remembers */
 
 static pthread_mutex_t measuring = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 static _Atomic int nvml_ok;
+/* What this process's last module or library load took, per CUDA device. */
+static _Atomic uint64_t last_load[DRV_LOAD_DEVS];
 
 static void fork_prepare(void)
 {
@@ -69,17 +73,22 @@ static nvmlProcessInfo_t *list_procs(nvmlDevice_t h, nvmlProcessInfo_t *procs, u
 	return NULL;
 }
 
-/* NVML's used memory of host pid on h: 0 (and *v) if NVML has a figure
- * (0 if the process is not listed: it holds nothing there), -1 if not. */
-static int process_used(nvmlDevice_t h, uint32_t pid, uint64_t *v)
+/* NVML's used memory on h of host pid *pid: 0 (and *v) if NVML has a figure
+ * (0 if the process is not listed: it holds nothing there), -1 if not. Host
+ * pid unknown (*pid 0, another pid namespace and no daemon to say it): the
+ * figure of the device's only process, which *pid then names (0 and *v 0 if
+ * the device has none); -1 with more. */
+static int process_used(nvmlDevice_t h, uint32_t *pid, uint64_t *v)
 {
 	nvmlProcessInfo_t small[DRV_PROCS], *heap;
 	unsigned int n;
 	const nvmlProcessInfo_t *procs = list_procs(h, small, DRV_PROCS, &n, &heap);
-	int rc = procs != NULL ? 0 : -1;
+	int rc = procs != NULL && (*pid != 0 || n <= 1) ? 0 : -1;
+	if (rc == 0 && *pid == 0 && n == 1)
+		*pid = procs[0].pid;
 	*v = 0;
-	for (unsigned int i = 0; i < n; i++) {
-		if (procs[i].pid != pid)
+	for (unsigned int i = 0; rc == 0 && i < n; i++) {
+		if (procs[i].pid != *pid)
 			continue;
 		if (procs[i].usedGpuMemory == DRV_NOT_AVAILABLE) {
 			rc = -1; /* e.g. without the right to see it */
@@ -91,48 +100,148 @@ static int process_used(nvmlDevice_t h, uint32_t pid, uint64_t *v)
 	return rc;
 }
 
-static int device_used(nvmlDevice_t h, uint64_t *v)
-{
-	gs_fn_nvmlDeviceGetMemoryInfo info = GS_REAL(nvmlDeviceGetMemoryInfo);
-	nvmlMemory_t m;
-	if (info == NULL || info(h, &m) != NVML_SUCCESS)
-		return -1;
-	*v = m.used;
-	return 0;
-}
-
-static int measure(const struct gs_drv_probe *p, uint64_t *v)
-{
-	if (p->per_process)
-		return process_used(p->nvml, (uint32_t)__atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE), v);
-	return device_used(p->nvml, v);
-}
-
-/* The group's slot and NVML's handle of dev; 0, or -1: nothing to measure. */
+/* The group's slot and NVML's handle of dev: 0, or -1 if there is no slot
+ * (nothing to reserve); p->nvml NULL: nothing to measure with. */
 static int locate(CUdevice dev, struct gs_drv_probe *p)
 {
 	char uuid[GS_SHM_UUID_LEN];
 	p->g = gs_group_get();
-	if (p->g == NULL || gs_cuda_uuid(dev, uuid) != 0)
+	if (dev < 0 || p->g == NULL || gs_cuda_uuid(dev, uuid) != 0)
 		return -1;
 	p->slot = gs_slot_cuda(p->g, dev);
 	p->self = p->slot >= 0 ? gs_group_self(p->g) : NULL;
 	if (p->self == NULL)
 		return -1;
+	p->dev = dev;
 	gs_fn_nvmlDeviceGetHandleByUUID by_uuid = GS_REAL(nvmlDeviceGetHandleByUUID);
 	if (!atomic_load(&nvml_ok) || by_uuid == NULL || by_uuid(uuid, &p->nvml) != NVML_SUCCESS)
-		return -1;
+		p->nvml = NULL;
 	return 0;
+}
+
+/* What the call is reserved at (*guess: 1 if nothing was measured yet). */
+static uint64_t estimate(const struct gs_drv_probe *p, int *guess)
+{
+	*guess = 0;
+	if (p->what == GS_DRV_LOAD)
+		return p->dev < DRV_LOAD_DEVS ? atomic_load(&last_load[p->dev]) : 0;
+	uint32_t kib = __atomic_load_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], __ATOMIC_ACQUIRE);
+	*guess = kib == 0;
+	return kib != 0 ? (uint64_t)(kib - 1) << 10 : GS_DRV_CONTEXT_GUESS;
+}
+
+/* What a call took becomes the next estimate. */
+static void remember(const struct gs_drv_probe *p, uint64_t size)
+{
+	if (p->what == GS_DRV_LOAD) {
+		if (p->dev < DRV_LOAD_DEVS)
+			atomic_store(&last_load[p->dev], size);
+		return;
+	}
+	uint64_t kib = ((size + 1023) >> 10) + 1; /* 0 says none measured yet */
+	kib = kib > UINT32_MAX ? UINT32_MAX : kib;
+	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], (uint32_t)kib, __ATOMIC_RELEASE);
+}
+
+/* Whether another live member has a guessed reservation in flight. */
+static int others_guessing(const struct gs_drv_probe *p)
+{
+	const struct gs_shm_file *f = gs_group_file(p->g);
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		const struct gs_shm_proc *o = &f->proc[i];
+		if (o != p->self && __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE) != 0 &&
+		    __atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE)
+			return 1;
+	}
+	return 0;
+}
+
+/* Records a reservation of size already on the slot and the process. */
+static void reserved(struct gs_drv_probe *p, uint64_t size, int guess)
+{
+	p->reserved = size;
+	p->guessed = guess;
+	if (guess)
+		__atomic_fetch_add(&p->self->guessing, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Reserves what is left under the slot's limit: that much (0: nothing). */
+static uint64_t reserve_rest(struct gs_shm_gpu *gpu)
+{
+	for (int i = 0; i < 100; i++) {
+		uint64_t limit = gs_ld64(&gpu->limit), used = gs_ld64(&gpu->used);
+		uint64_t rest = limit == 0 ? GS_DRV_CONTEXT_GUESS : used < limit ? limit - used : 0;
+		if (rest == 0 || gs_acct_reserve(gpu, rest) == 0)
+			return rest;
+	}
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Another member's guess may be in the way: 1 after a pause if one is in
+ * flight and there is time left (its guess is trued up at the end of its
+ * call; a dead member's is released by the reap), else 0. */
+static int wait_for_guesses(const struct gs_drv_probe *p, int64_t *deadline)
+{
+	int64_t now = now_ms();
+	if (*deadline == 0)
+		*deadline = now + GS_DRV_GUESS_WAIT_MS;
+	if (now >= *deadline || !others_guessing(p))
+		return 0;
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000};
+	nanosleep(&ts, NULL);
+	gs_group_reap(p->g, 0);
+	return 1;
+}
+
+/* Reserves the call's estimate on the slot (drvmem.h): CUDA_SUCCESS, or
+ * CUDA_ERROR_OUT_OF_MEMORY (one line said). */
+static CUresult reserve(struct gs_drv_probe *p)
+{
+	struct gs_shm_gpu *gpu = gs_group_slot(p->slot);
+	int guess;
+	int64_t deadline = 0;
+	uint64_t est, rest;
+	do {
+		est = estimate(p, &guess);
+		if (gs_acct_reserve(gpu, est) == 0) {
+			gs_acct_proc_add(p->self, p->slot, est);
+			reserved(p, est, guess);
+			return CUDA_SUCCESS;
+		}
+	} while (wait_for_guesses(p, &deadline));
+	if (guess && (rest = reserve_rest(gpu)) != 0) { /* no measurement to go by: the driver's answer decides */
+		gs_acct_proc_add(p->self, p->slot, rest);
+		reserved(p, rest, 1);
+		return CUDA_SUCCESS;
+	}
+	struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
+	CUresult rc = gs_resv_take(&r, est); /* reaps the dead, checks the pools, borrows; else refuses */
+	if (rc == CUDA_SUCCESS)
+		reserved(p, est, guess);
+	return rc;
+}
+
+static void unreserve(struct gs_drv_probe *p, uint64_t size)
+{
+	gs_acct_proc_sub(p->self, p->slot, size);
+	gs_acct_release(gs_group_slot(p->slot), size);
 }
 
 /* The driver's figure and this process's count at a quiet point (quiet.h):
  * no other thread of the process between a reservation and the driver's
  * answer or between the driver's free and its uncount, what the pools no
  * longer keep uncounted. The caller is in its hook's window. */
-static int sample(const struct gs_drv_probe *p, uint64_t *drv, uint64_t *counted)
+static int sample(const struct gs_drv_probe *p, uint32_t *pid, uint64_t *drv, uint64_t *counted)
 {
 	gs_pool_sync();
-	int rc = measure(p, drv);
+	int rc = process_used(p->nvml, pid, drv);
 	*counted = __atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE);
 	return rc;
 }
@@ -146,54 +255,91 @@ static void lock_measuring(void)
 	atomic_fetch_add(&gs_quiet.inside, 1); /* only the lock's holder holds windows off */
 }
 
-GS_HIDDEN void gs_drv_begin(CUdevice dev, struct gs_drv_probe *p)
+GS_HIDDEN CUresult gs_drv_begin(CUdevice dev, enum gs_drv_what what, struct gs_drv_probe *p)
 {
 	int saved = errno;
 	memset(p, 0, sizeof(*p));
+	p->what = what;
 	pthread_once(&nvml_once, nvml_init);
 	lock_measuring();
 	if (locate(dev, p) != 0) {
-		p->nvml = NULL;
+		p->self = NULL;
 	} else {
-		p->per_process = __atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE) != 0;
+		CUresult rc = reserve(p);
+		if (rc != CUDA_SUCCESS) {
+			pthread_mutex_unlock(&measuring);
+			errno = saved;
+			return rc;
+		}
 		/* Held until gs_drv_end: no other thread's hook changes the count
 		 * or the driver's figure while the call is measured. */
 		(void)gs_quiet_hold(1);
 		p->held = 1;
-		if (sample(p, &p->drv, &p->counted) != 0 && (p->per_process = 0, sample(p, &p->drv, &p->counted) != 0))
+		p->pid = (uint32_t)__atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE);
+		p->alone = p->pid == 0;
+		if (p->nvml != NULL && sample(p, &p->pid, &p->drv, &p->counted) != 0)
 			p->nvml = NULL;
 	}
 	errno = saved;
+	return CUDA_SUCCESS;
 }
 
-/* What the driver grew by that the hooks did not count (0 if unknown). */
-static uint64_t uncounted(const struct gs_drv_probe *p)
+/* What the driver holds for the call, less what the hooks counted meanwhile:
+ * 0 and *size, or -1 (no figure). */
+static int measure(const struct gs_drv_probe *p, uint64_t *size)
 {
 	uint64_t now, counted_now;
-	if (sample(p, &now, &counted_now) != 0)
-		return 0;
+	uint32_t pid = p->pid;
+	if (p->nvml == NULL || sample(p, &pid, &now, &counted_now) != 0 ||
+	    (p->alone && (pid == 0 || (p->pid != 0 && pid != p->pid))))
+		return -1; /* host pid unknown: the same only process before (or none) and after, or no figure */
 	int64_t counted = (int64_t)(counted_now - p->counted);
 	int64_t grown = (int64_t)(now - p->drv) - counted;
-	return grown > 0 ? (uint64_t)grown : 0;
+	*size = grown > 0 ? (uint64_t)grown : 0;
+	return 0;
+}
+
+/* Trues the reservation up to size: 0, or -1 past the limit (refused, one
+ * line said; the reservation given back). */
+static int true_up(struct gs_drv_probe *p, uint64_t size)
+{
+	if (size <= p->reserved) {
+		unreserve(p, p->reserved - size);
+		return 0;
+	}
+	struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
+	if (gs_resv_take(&r, size - p->reserved) == CUDA_SUCCESS)
+		return 0;
+	unreserve(p, p->reserved);
+	return -1;
 }
 
 GS_HIDDEN CUresult gs_drv_end(struct gs_drv_probe *p, int ok, enum gs_kind kind, uint64_t key, uint64_t ctx)
 {
 	int saved = errno;
 	CUresult rc = CUDA_SUCCESS;
-	uint64_t size = ok && p->nvml != NULL ? uncounted(p) : 0;
+	if (p->self == NULL) {
+		pthread_mutex_unlock(&measuring);
+		errno = saved;
+		return rc;
+	}
+	uint64_t size = p->reserved;
+	int measured = ok && measure(p, &size) == 0;
 	if (p->held)
 		gs_quiet_release();
-	if (size > 0) {
-		struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
-		rc = gs_resv_take(&r, size);
-		if (rc == CUDA_SUCCESS) {
-			r.active = 1;
-			r.size = size;
-			r.ctx = ctx;
-			gs_resv_finish(&r, CUDA_SUCCESS, kind, key);
-		}
+	if (!ok) {
+		unreserve(p, p->reserved);
+	} else if (true_up(p, size) != 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	} else if (size > 0) {
+		struct gs_resv r = {
+			.g = p->g, .self = p->self, .slot = p->slot, .ci = -1, .active = 1, .size = size, .ctx = ctx};
+		gs_resv_finish(&r, CUDA_SUCCESS, kind, key);
 	}
+	if (measured)
+		remember(p, size);
+	if (p->guessed)
+		__atomic_fetch_sub(&p->self->guessing, 1, __ATOMIC_ACQ_REL);
 	pthread_mutex_unlock(&measuring);
 	errno = saved;
 	return rc;

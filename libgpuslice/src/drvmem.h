@@ -1,20 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Memory no call names: what context creation and module/library loads make
- * the driver hold, as the driver reports it, charged to the group like an
- * allocation (hooks_load.c, hooks_ctx.c). Measured around the driver's call:
- * NVML's used memory for this process on the device (its host pid), else the
- * device's used memory where the driver gives no per-process figure. What the
- * allocation hooks counted for this process in between (another thread's
- * allocations and frees) is taken off, so nothing is counted twice; both
- * figures are read at a quiet point (quiet.h: no other thread of the process
- * between a reservation and the driver's answer), and the process's other
- * memory calls are held off until the measured call returns, so only that
- * call moves the figures: an allocation in flight is neither charged to the
- * context nor missed. Measured calls run one at a
- * time, so two of them never see each other's memory. The device-wide
- * fallback cannot quiet other processes: there a neighbour's allocation in
- * flight can still be charged. None of this is on a hot path.
+ * the driver hold, charged to the group like an allocation (hooks_load.c,
+ * hooks_ctx.c), and reserved like one BEFORE the driver is asked:
+ *  - at an estimate: for a context, what the last context made on that GPU
+ *    took, as a member of the group measured it (the group file's
+ *    context_kib, shared by its members); none measured yet, a guess
+ *    (GS_DRV_CONTEXT_GUESS); for a module or library, what this process's last
+ *    load on that device took (none yet: 0). A creation whose estimate does
+ *    not fit is refused with CUDA_ERROR_OUT_OF_MEMORY and never reaches the
+ *    driver; the reservation is a CAS on the group's count, so creations in
+ *    several processes never pass on the same headroom. A guess that does not
+ *    fit while other members' guesses are in flight waits for them (they are
+ *    trued up within their own driver call; at most GS_DRV_GUESS_WAIT_MS) and
+ *    tries again at what they measured; with none in flight, the headroom
+ *    left is reserved and the measurement decides;
+ *  - trued up after the call to what the driver holds for it: NVML's used
+ *    memory for this process on the device (its host pid; the whole process
+ *    list however many processes the device has), before and after, less
+ *    what the allocation hooks counted for this process in between (another
+ *    thread's allocations and frees), so nothing is counted twice. Both figures
+ *    are read at a quiet point (quiet.h), and the process's other memory calls
+ *    are held off until the measured call returns. More than reserved and past
+ *    the limit: the call is undone (the caller's part). A process whose host
+ *    pid is not known (another pid namespace, no daemon to say it) is
+ *    measured only while it is the device's only process. Without a
+ *    per-process figure (NVML without it) the estimate stands as the charge:
+ *    the device's used memory is never charged to one process.
+ * Measured calls of one process run one at a time. None of this is on a hot
+ * path.
  */
 #ifndef GS_DRVMEM_H
 #define GS_DRVMEM_H
@@ -23,25 +37,39 @@
 #include "internal.h"
 #include "ptrtab.h"
 
+#define GS_DRV_CONTEXT_GUESS (512ull << 20) /* a context's reservation before any was measured on its GPU */
+#define GS_DRV_GUESS_WAIT_MS 500            /* a guess waits at most this long for the others' */
+
+enum gs_drv_what { GS_DRV_CONTEXT, GS_DRV_LOAD };
+
 struct gs_drv_probe {
 	struct gs_group *g;
-	struct gs_shm_proc *self;
-	nvmlDevice_t nvml; /* NULL: nothing measured, the call passes uncounted */
+	struct gs_shm_proc *self; /* NULL: nothing reserved nor measured: the call passes uncounted */
+	nvmlDevice_t nvml;        /* NULL: no figure: the reservation stands as the charge */
+	enum gs_drv_what what;
+	CUdevice dev;
 	int slot;
-	int per_process;  /* 1: NVML's figure for this process; 0: the device's used memory */
-	int held;         /* other threads' memory hooks held off (quiet.h) until gs_drv_end */
-	uint64_t drv;     /* the driver's figure before the call */
-	uint64_t counted; /* what this process had counted on the slot before the call */
+	int held;          /* other threads' memory hooks held off (quiet.h) until gs_drv_end */
+	int guessed;       /* reserved at GS_DRV_CONTEXT_GUESS (self->guessing counts it) */
+	uint32_t pid;      /* this process's host pid, as NVML lists it (0: unknown) */
+	int alone;         /* host pid unknown: measured only as the device's only process */
+	uint64_t reserved; /* reserved on the slot before the call */
+	uint64_t drv;      /* the driver's figure before the call */
+	uint64_t counted;  /* what this process had counted on the slot before the call */
 };
 
-/* Before the driver's call on device dev: takes the measuring lock and reads
- * the figures. Every gs_drv_begin is followed by one gs_drv_end. */
-GS_HIDDEN void gs_drv_begin(CUdevice dev, struct gs_drv_probe *p);
+/* Before the driver's call on device dev (-1: none; the call passes
+ * uncounted): takes the measuring lock, reserves the estimate and reads the
+ * figures. CUDA_SUCCESS, then one gs_drv_end follows; or
+ * CUDA_ERROR_OUT_OF_MEMORY (the estimate does not fit: one line said, nothing
+ * held): the caller returns it without calling the driver. errno preserved. */
+GS_HIDDEN CUresult gs_drv_begin(CUdevice dev, enum gs_drv_what what, struct gs_drv_probe *p);
 /* After the driver's call: if it succeeded (ok), charges what the driver
- * grew by, less what the hooks counted meanwhile, as (kind, key) made in
- * context ctx (0: none; the context's teardown releases it with ctx's
- * allocations). CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY past the limit (one
- * line said): the caller then undoes its call. Releases the lock. */
+ * holds for it (the reservation trued up) as (kind, key) made in context ctx
+ * (0: none; the context's teardown releases it with ctx's allocations), else
+ * gives the reservation back. CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY past
+ * the limit (one line said, nothing charged): the caller then undoes its
+ * call. Releases the lock. errno preserved. */
 GS_HIDDEN CUresult gs_drv_end(struct gs_drv_probe *p, int ok, enum gs_kind kind, uint64_t key, uint64_t ctx);
 
 #endif /* GS_DRVMEM_H */

@@ -54,8 +54,13 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	/* The first retain creates the context: what it takes is charged
 	 * (drvmem.h); past the limit the retain is undone. */
 	struct gs_drv_probe p;
-	gs_drv_begin(dev, &p);
-	CUresult rc = fn(pctx, dev);
+	CUresult rc = gs_drv_begin(dev, GS_DRV_CONTEXT, &p);
+	if (rc != CUDA_SUCCESS) { /* its estimate does not fit: the driver is not asked */
+		if (pctx != NULL)
+			*pctx = NULL;
+		return rc;
+	}
+	rc = fn(pctx, dev);
 	int ok = rc == CUDA_SUCCESS && pctx != NULL;
 	uint64_t ctx = ok ? (uint64_t)(uintptr_t)*pctx : 0;
 	if (gs_drv_end(&p, ok, GS_KIND_CTXMEM, ctx, ctx) == CUDA_SUCCESS || !ok)

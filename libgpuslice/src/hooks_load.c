@@ -12,6 +12,15 @@
 #include "drvmem.h"
 #include "memcore.h"
 
+/* A call refused before the driver was asked: its handle NULL, as when the
+ * driver's call is undone past the limit. */
+static CUresult refused(void **out, CUresult rc)
+{
+	if (out != NULL)
+		*out = NULL;
+	return rc;
+}
+
 /* After a measured call that made key (ok: it did): rc once charged, or
  * CUDA_ERROR_OUT_OF_MEMORY once undo(key) took it back, past the limit. */
 static CUresult charge_or_undo(struct gs_drv_probe *p, CUresult rc, int ok, enum gs_kind kind, uint64_t key,
@@ -57,16 +66,18 @@ static CUresult ctx_made(struct gs_drv_probe *p, CUresult rc, CUcontext *pctx)
 	return out;
 }
 
-#define CTX_CREATE(name, params, args, dev)          \
-	GS_EXPORT CUresult name params               \
-	{                                            \
-		GS_QUIET_WINDOW;                     \
-		gs_fn_##name fn = GS_REAL(name);     \
-		if (fn == NULL)                      \
-			return CUDA_ERROR_NOT_FOUND; \
-		struct gs_drv_probe p;               \
-		gs_drv_begin(dev, &p);               \
-		return ctx_made(&p, fn args, pctx);  \
+#define CTX_CREATE(name, params, args, dev)                           \
+	GS_EXPORT CUresult name params                                \
+	{                                                             \
+		GS_QUIET_WINDOW;                                      \
+		gs_fn_##name fn = GS_REAL(name);                      \
+		if (fn == NULL)                                       \
+			return CUDA_ERROR_NOT_FOUND;                  \
+		struct gs_drv_probe p;                                \
+		CUresult rc_ = gs_drv_begin(dev, GS_DRV_CONTEXT, &p); \
+		if (rc_ != CUDA_SUCCESS)                              \
+			return refused((void **)pctx, rc_);           \
+		return ctx_made(&p, fn args, pctx);                   \
 	}
 
 CTX_CREATE(cuCtxCreate, (CUcontext * pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev), dev)
@@ -79,7 +90,7 @@ CTX_CREATE(cuCtxCreate_v4, (CUcontext * pctx, void *ctxCreateParams, unsigned in
 
 /* Loads measure on the current context's device (none: the driver answers,
  * uncounted). */
-static void load_begin(struct gs_drv_probe *p, uint64_t *ctx)
+static CUresult load_begin(struct gs_drv_probe *p, uint64_t *ctx)
 {
 	CUdevice dev;
 	CUcontext cur = NULL;
@@ -91,7 +102,7 @@ static void load_begin(struct gs_drv_probe *p, uint64_t *ctx)
 	if (cur == NULL || gs_current_device(&dev) != 0)
 		dev = -1;
 	errno = e;
-	gs_drv_begin(dev, p);
+	return gs_drv_begin(dev, GS_DRV_LOAD, p);
 }
 
 static CUresult module_loaded(struct gs_drv_probe *p, uint64_t ctx, CUresult rc, CUmodule *m)
@@ -113,28 +124,31 @@ static CUresult library_loaded(struct gs_drv_probe *p, CUresult rc, CUlibrary *l
 }
 
 /* done: module_loaded / library_loaded around the driver's call (fn). */
-#define LOAD(name, params, done)                     \
-	GS_EXPORT CUresult name params               \
-	{                                            \
-		GS_QUIET_WINDOW;                     \
-		gs_fn_##name fn = GS_REAL(name);     \
-		if (fn == NULL)                      \
-			return CUDA_ERROR_NOT_FOUND; \
-		struct gs_drv_probe p;               \
-		uint64_t ctx;                        \
-		load_begin(&p, &ctx);                \
-		(void)ctx;                           \
-		return done;                         \
+#define LOAD(name, out, params, done)                      \
+	GS_EXPORT CUresult name params                     \
+	{                                                  \
+		GS_QUIET_WINDOW;                           \
+		gs_fn_##name fn = GS_REAL(name);           \
+		if (fn == NULL)                            \
+			return CUDA_ERROR_NOT_FOUND;       \
+		struct gs_drv_probe p;                     \
+		uint64_t ctx;                              \
+		CUresult rc_ = load_begin(&p, &ctx);       \
+		if (rc_ != CUDA_SUCCESS)                   \
+			return refused((void **)out, rc_); \
+		(void)ctx;                                 \
+		return done;                               \
 	}
 
-LOAD(cuModuleLoad, (CUmodule * module, const char *fname), module_loaded(&p, ctx, fn(module, fname), module))
-LOAD(cuModuleLoadData, (CUmodule * module, const void *image), module_loaded(&p, ctx, fn(module, image), module))
-LOAD(cuModuleLoadDataEx,
+LOAD(cuModuleLoad, module, (CUmodule * module, const char *fname), module_loaded(&p, ctx, fn(module, fname), module))
+LOAD(cuModuleLoadData, module, (CUmodule * module, const void *image),
+     module_loaded(&p, ctx, fn(module, image), module))
+LOAD(cuModuleLoadDataEx, module,
      (CUmodule * module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues),
      module_loaded(&p, ctx, fn(module, image, numOptions, options, optionValues), module))
-LOAD(cuModuleLoadFatBinary, (CUmodule * module, const void *fatCubin),
+LOAD(cuModuleLoadFatBinary, module, (CUmodule * module, const void *fatCubin),
      module_loaded(&p, ctx, fn(module, fatCubin), module))
-LOAD(cuLibraryLoadData,
+LOAD(cuLibraryLoadData, library,
      (CUlibrary * library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
       unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
       unsigned int numLibraryOptions),
@@ -142,7 +156,7 @@ LOAD(cuLibraryLoadData,
 		    fn(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
 		       numLibraryOptions),
 		    library))
-LOAD(cuLibraryLoadFromFile,
+LOAD(cuLibraryLoadFromFile, library,
      (CUlibrary * library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues,
       unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
       unsigned int numLibraryOptions),

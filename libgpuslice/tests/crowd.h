@@ -25,5 +25,6 @@ static inline void crowd_sleep_until(uint64_t t)
 
 int crowd_job(void);
 int crowd_stress(void);
+int crowd_ctxcost(void);
 
 #endif /* GS_TEST_CROWD_H */

@@ -4,8 +4,8 @@
  * reach the driver through dlopen + dlsym, as the CUDA runtime does.
  *   job     sleep until CROWD_T0 (CLOCK_REALTIME ns), then cuInit, the primary
  *           context, 4 MiB, one 1 ms kernel, synchronize; prints
- *           "job <rc> <ns from t0 to done> <bytes the group file charges this
- *           process>" (rc 0: every step succeeded; else the failed step).
+ *           "job 0 <ns from t0 to done> <bytes the group file charges this
+ *           process> <ns of each step...>", or "job <step> <error>".
  *   stress  CROWD_THREADS threads for CROWD_SECONDS, each on one path in turn
  *           by its index: cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync,
  *           cuMemCreate, cuCtxCreate+cuCtxDestroy; refusals are expected
@@ -58,28 +58,62 @@ static uint64_t charged_self(void)
 	return sum;
 }
 
-int crowd_job(void)
-{
-	uint64_t t0 = env_u64("CROWD_T0", 0);
-	crowd_sleep_until(t0);
+/* Each step of a job, timed: the phases after the result on the job's line. */
+struct job {
 	struct cuapi api;
-	char err[256];
 	CUdevice dev;
+	CUcontext ctx;
 	CUdeviceptr p;
 	CUfunction fn;
-	const char *step = "load";
-	CUresult rc = cuapi_load(&api, CUAPI_DLSYM, err, sizeof(err)) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-	if (rc == CUDA_SUCCESS && (step = "init", rc = cuapi_open_device0(&api, &dev)) == CUDA_SUCCESS &&
-	    (step = "alloc", rc = api.MemAlloc(&p, 4 << 20)) == CUDA_SUCCESS &&
-	    (step = "module", rc = cuapi_busy_kernel(&api, &fn)) == CUDA_SUCCESS &&
-	    (step = "launch", rc = cuapi_launch_busy(&api, fn, 1000)) == CUDA_SUCCESS)
-		step = "sync", rc = api.CtxSynchronize();
-	uint64_t done = crowd_now_ns();
-	if (rc != CUDA_SUCCESS) {
-		printf("job %s %s\n", step, rc == CUDA_ERROR_NOT_FOUND ? err : cuapi_err(&api, rc));
+	uint64_t t[7];
+};
+
+static CUresult job_step(struct job *j, int i)
+{
+	switch (i) {
+	case 0:
+		return j->api.Init(0);
+	case 1:
+		return j->api.DeviceGet(&j->dev, 0);
+	case 2:
+		CUresult rc = j->api.PrimaryCtxRetain(&j->ctx, j->dev);
+		return rc != CUDA_SUCCESS ? rc : j->api.CtxSetCurrent(j->ctx);
+	case 3:
+		return j->api.MemAlloc(&j->p, 4 << 20);
+	case 4:
+		return cuapi_busy_kernel(&j->api, &j->fn);
+	default:
+		rc = cuapi_launch_busy(&j->api, j->fn, 1000);
+		return rc != CUDA_SUCCESS ? rc : j->api.CtxSynchronize();
+	}
+}
+
+int crowd_job(void)
+{
+	static const char *const steps[] = {"init", "device", "context", "alloc", "module", "kernel"};
+	static struct job j;
+	char err[256];
+	uint64_t t0 = env_u64("CROWD_T0", 0);
+	crowd_sleep_until(t0);
+	if (cuapi_load(&j.api, CUAPI_DLSYM, err, sizeof(err)) != 0) {
+		printf("job load %s\n", err);
 		return 1;
 	}
-	printf("job 0 %llu %llu\n", (unsigned long long)(done - t0), (unsigned long long)charged_self());
+	j.t[0] = crowd_now_ns();
+	for (int i = 0; i < 6; i++) {
+		CUresult rc = job_step(&j, i);
+		j.t[i + 1] = crowd_now_ns();
+		if (rc != CUDA_SUCCESS) {
+			printf("job %s %s\n", steps[i], cuapi_err(&j.api, rc));
+			return 1;
+		}
+	}
+	/* job 0 <t0 to done> <charged> <start> <init> <device> <context> <alloc> <module> <kernel> (ns) */
+	printf("job 0 %llu %llu %llu", (unsigned long long)(j.t[6] - t0), (unsigned long long)charged_self(),
+	       (unsigned long long)(j.t[0] - t0));
+	for (int i = 0; i < 6; i++)
+		printf(" %llu", (unsigned long long)(j.t[i + 1] - j.t[i]));
+	printf("\n");
 	return 0;
 }
 
@@ -237,5 +271,40 @@ int crowd_stress(void)
 		pthread_join(t[i], NULL);
 	for (int k = 0; k < CROWD_PATHS; k++)
 		printf("stress %d %llu %llu %llu\n", k, s.n[k][0], s.n[k][1], s.n[k][2]);
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* CROWD_PAIRS cuCtxCreate_v2 + cuCtxDestroy_v2 pairs on device 0 (the primary
+ * context current, as a program has); prints "ctxcost <median ns per pair>". */
+int crowd_ctxcost(void)
+{
+	static struct stress s;
+	int pairs = (int)env_u64("CROWD_PAIRS", 200);
+	uint64_t *t = calloc((size_t)pairs, sizeof(*t));
+	if (t == NULL || pairs < 1 || stress_load(&s) != 0 || cuapi_open_device0(&s.api, &s.dev) != CUDA_SUCCESS ||
+	    s.api.PrimaryCtxRetain(&s.primary, s.dev) != CUDA_SUCCESS) {
+		printf("ctxcost start failed\n");
+		return 1;
+	}
+	for (int i = 0; i < pairs; i++) {
+		CUcontext c;
+		uint64_t t0 = crowd_now_ns();
+		if (s.m.ctx_create(&c, 0, s.dev) != CUDA_SUCCESS || s.m.ctx_destroy(c) != CUDA_SUCCESS) {
+			printf("ctxcost pair %d failed\n", i);
+			return 1;
+		}
+		t[i] = crowd_now_ns() - t0;
+		if (s.api.CtxSetCurrent(s.primary) != CUDA_SUCCESS)
+			return 1;
+	}
+	qsort(t, (size_t)pairs, sizeof(*t), cmp_u64);
+	printf("ctxcost %llu\n", (unsigned long long)t[pairs / 2]);
+	free(t);
 	return 0;
 }

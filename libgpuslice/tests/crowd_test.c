@@ -9,7 +9,8 @@
  *     cuMemAllocAsync, cuMemCreate, cuCtxCreate/Destroy) in one 1 GiB group,
  *     300 MiB contexts, the device's used memory sampled every 2 ms: no sample
  *     above the limit, in each of RUNS runs (3) of SECONDS (10), each run a
- *     new group (its first contexts too); every path succeeded and was refused.
+ *     new group (its first contexts too); every path ran, none failed but by a
+ *     refusal, and allocations were made.
  *   crowd_test jobs PRELOAD N GROUPS LIMIT CONTEXT
  *     Issue 38: N jobs (crowd_child.c) started at one instant in GROUPS
  *     groups of LIMIT bytes, contexts of CONTEXT bytes: all succeed, as they
@@ -18,6 +19,10 @@
  *     Issue 36: N jobs at one instant in one group, bare and under the
  *     library alternately, TRIALS times; the slowest job of each and the
  *     jobs that took 1 s or more (a benchmark: prints, fails only on errors).
+ *   crowd_test ctxcost BASELINE PRELOAD [ROUNDS]
+ *     The cost of a context's creation and destruction (300 MiB contexts)
+ *     through a baseline library and this one, and bare: one process each
+ *     per round, alternating; medians and the ratio (a benchmark).
  * PRELOAD is LD_PRELOAD's value for the members. LD_LIBRARY_PATH: the driver.
  */
 #include <dlfcn.h>
@@ -106,7 +111,11 @@ static void set_env_u64(const char *name, uint64_t v)
 	setenv(name, s, 1);
 }
 
+#define PHASES 7 /* start (t0 to running), init, device, context, alloc, module, kernel */
+static const char *const phase_names[PHASES] = {"start", "init", "device", "context", "alloc", "module", "kernel"};
+
 struct jobs_result {
+	uint64_t phase_max[PHASES], phase_sum[PHASES];
 	int failed;
 	uint64_t slowest_ns;
 	int slow; /* jobs of 1 s or more */
@@ -126,15 +135,20 @@ static struct jobs_result run_jobs(const char *preload, int n, int groups, uint6
 	}
 	for (int i = 0; i < n; i++) {
 		int rc = reap(&kids[i]);
-		unsigned long long ns = 0, charged = 0;
-		int ok =
-			rc == 0 && kids[i].lines == 1 && sscanf(kids[i].line[0], "job 0 %llu %llu", &ns, &charged) == 2;
+		unsigned long long ns = 0, charged = 0, ph[PHASES] = {0};
+		int ok = rc == 0 && kids[i].lines == 1 &&
+			 sscanf(kids[i].line[0], "job 0 %llu %llu %llu %llu %llu %llu %llu %llu %llu", &ns, &charged,
+				&ph[0], &ph[1], &ph[2], &ph[3], &ph[4], &ph[5], &ph[6]) == 2 + PHASES;
 		if (!ok) {
 			if (res.failed++ < 5)
 				fprintf(stderr, "  job %d: exit %d: %s\n", i, rc, kids[i].lines ? kids[i].line[0] : "");
 			continue;
 		}
 		res.slowest_ns = ns > res.slowest_ns ? ns : res.slowest_ns;
+		for (int k = 0; k < PHASES; k++) {
+			res.phase_sum[k] += ph[k];
+			res.phase_max[k] = ph[k] > res.phase_max[k] ? ph[k] : res.phase_max[k];
+		}
 		res.slow += ns >= 1000000000ull;
 		if (preload != NULL && charged != ctx + 4 * MiB && res.wrong_charge++ < 5)
 			fprintf(stderr, "  job %d charged %llu bytes, its context and 4 MiB are %llu\n", i, charged,
@@ -170,6 +184,11 @@ static int bench(const char *preload, int n, int trials, uint64_t limit, uint64_
 		printf("crowd starts trial %d: %d jobs, slowest bare %.3f s, gpuslice %.3f s (%.2fx, bound 1.5x + 0.5 s "
 		       "= %.3f s); jobs of 1 s or more: %d; failed: bare %d, gpuslice %d\n",
 		       t + 1, n, b, l, b > 0 ? l / b : 0, 1.5 * b + 0.5, lib.slow, bare.failed, lib.failed);
+		printf("  per step, mean/max ms, bare | gpuslice:");
+		for (int k = 0; k < PHASES; k++)
+			printf(" %s %.1f/%.1f | %.1f/%.1f", phase_names[k], bare.phase_sum[k] / 1e6 / n,
+			       bare.phase_max[k] / 1e6, lib.phase_sum[k] / 1e6 / n, lib.phase_max[k] / 1e6);
+		printf("\n");
 		worst = l - (1.5 * b + 0.5) > worst ? l - (1.5 * b + 0.5) : worst;
 		slow += lib.slow;
 		failed += lib.failed + bare.failed;
@@ -230,14 +249,14 @@ static int limit_run(const char *preload, int run, unsigned seconds)
 	CHECK(pthread_create(&t, NULL, sample, &s) == 0);
 	for (int i = 0; i < 4; i++)
 		spawn(&kids[i], "stress", preload, g, limit);
-	int bad = 0, refused = 0;
+	int bad = 0, no_room = 0;
 	for (int i = 0; i < 4; i++) {
 		int rc = reap(&kids[i]), k;
 		unsigned long long ok, refused, failed;
 		bad |= rc != 0;
 		for (int l = 0; l < kids[i].lines; l++)
 			if (strcmp(kids[i].line[l], "stress refused") == 0)
-				refused++;
+				no_room++;
 			else if (sscanf(kids[i].line[l], "stress %d %llu %llu %llu", &k, &ok, &refused, &failed) == 4 &&
 				 k >= 0 && k < CROWD_PATHS)
 				n[k][0] += ok, n[k][1] += refused, n[k][2] += failed;
@@ -247,12 +266,15 @@ static int limit_run(const char *preload, int run, unsigned seconds)
 	CHECK(pthread_join(t, NULL) == 0);
 	printf("crowd limit run %d: %d of 4 members refused their context; %llu samples every 2 ms, %llu above 1 GiB "
 	       "(highest %.1f MiB);",
-	       run, refused, s.n, s.above, (double)s.max / MiB);
-	bad |= refused == 4;
+	       run, no_room, s.n, s.above, (double)s.max / MiB);
+	bad |= no_room == 4;
+	unsigned long long made = 0;
 	for (int k = 0; k < CROWD_PATHS; k++) {
 		printf(" %s %llu/%llu/%llu", path_names[k], n[k][0], n[k][1], n[k][2]);
-		bad |= n[k][0] == 0 || n[k][2] != 0; /* each path worked, none failed but by refusal */
+		bad |= n[k][0] + n[k][1] == 0 || n[k][2] != 0; /* each path ran, none failed but by a refusal */
+		made += k < CROWD_PATHS - 1 ? n[k][0] : 0;
 	}
+	bad |= made == 0;
 	printf(" (ok/refused/failed)\n");
 	fflush(stdout);
 	return bad || s.above != 0 || s.n < seconds * 100 || s.fail != 0;
@@ -271,12 +293,59 @@ static int limit(const char *preload, int runs, unsigned seconds)
 	return 0;
 }
 
+/* One member's median ns per context create+destroy pair (preload NULL: bare). */
+static double ctx_pair_ns(const char *preload, int round)
+{
+	struct kid k;
+	char g[32];
+	unsigned long long ns = 0;
+	snprintf(g, sizeof(g), "ctx%d", round);
+	spawn(&k, "ctxloop", preload, preload != NULL ? g : NULL, 8ull << 30);
+	int rc = reap(&k);
+	CHECK(rc == 0 && k.lines == 1 && sscanf(k.line[0], "ctxcost %llu", &ns) == 1);
+	return (double)ns;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Context creation cost through two libraries (a baseline and this one)
+ * and bare, one process per round each, alternating which goes first. */
+static int ctxcost(const char *base, const char *lib, int rounds)
+{
+	double b[64], o[64], n[64], ratio[64];
+	CHECK(rounds > 0 && rounds <= 64);
+	set_env_u64("CROWD_PAIRS", 200);
+	for (int r = 0; r < rounds; r++) {
+		if (r % 2 == 0)
+			o[r] = ctx_pair_ns(base, 2 * r), n[r] = ctx_pair_ns(lib, 2 * r + 1);
+		else
+			n[r] = ctx_pair_ns(lib, 2 * r + 1), o[r] = ctx_pair_ns(base, 2 * r);
+		b[r] = ctx_pair_ns(NULL, 0);
+		ratio[r] = n[r] / o[r];
+	}
+	qsort(b, (size_t)rounds, sizeof(double), cmp_double);
+	qsort(o, (size_t)rounds, sizeof(double), cmp_double);
+	qsort(n, (size_t)rounds, sizeof(double), cmp_double);
+	qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+	printf("context creation (cuCtxCreate_v2 + cuCtxDestroy_v2, 300 MiB contexts, 200 pairs per process), median "
+	       "of %d processes each: bare %.1f us, baseline %.1f us, this library %.1f us; this / baseline x%.3f "
+	       "(median of the rounds' ratios)\n",
+	       rounds, b[rounds / 2] / 1e3, o[rounds / 2] / 1e3, n[rounds / 2] / 1e3, ratio[rounds / 2]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "job") == 0)
 		return crowd_job();
 	if (argc >= 2 && strcmp(argv[1], "stress") == 0)
 		return crowd_stress();
+	if (argc == 2 && strcmp(argv[1], "ctxloop") == 0)
+		return crowd_ctxcost();
 	if (argc < 3) {
 		fprintf(stderr, "usage: crowd_test limit|jobs|bench PRELOAD ...\n");
 		return 2;
@@ -290,6 +359,9 @@ int main(int argc, char **argv)
 	int rc = 2;
 	if (strcmp(argv[1], "limit") == 0)
 		rc = limit(argv[2], argc > 3 ? atoi(argv[3]) : 3, argc > 4 ? (unsigned)atoi(argv[4]) : 10);
+	else if (strcmp(argv[1], "ctxcost") == 0 && argc >= 4)
+		setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "314572800", 1),
+			rc = ctxcost(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 9);
 	else if (argc == 7) {
 		uint64_t lim = strtoull(argv[5], NULL, 10), ctx = strtoull(argv[6], NULL, 10);
 		set_env_u64("GPUSLICE_SIM_CONTEXT_MEMORY", ctx);

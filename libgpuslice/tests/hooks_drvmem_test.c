@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include "../../simgpu/src/config.h"
 #include "../src/internal.h"
@@ -229,6 +230,68 @@ static int primary_refused(void *arg)
 	return 0;
 }
 
+/* A member of group "drvtwo" (1 GiB) with its primary context (300 MiB):
+ * says it is ready on fd `ready`, waits for the go on fd `go`, creates a
+ * context (the simulator's takes 100 ms): 10 made, 11 refused before the
+ * driver was asked (at once), 1 anything else. */
+struct pair {
+	int ready, go;
+};
+
+static int create_one(void *arg)
+{
+	const struct pair *pp = arg;
+	struct drv d;
+	CUcontext ctx, c;
+	char b;
+	drv_open(&d, &ctx);
+	CHECK(write(pp->ready, "R", 1) == 1 && read(pp->go, &b, 1) == 1);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	if (rc == CUDA_SUCCESS)
+		return 10;
+	return rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 11 : 1;
+}
+
+/* Issue 36: two members make a context at once with room for one: the
+ * context is reserved before the driver is asked, so one passes, the other
+ * is refused without reaching the driver, and the device never holds more
+ * than the group's limit (watched without pause the whole time). */
+static int shared_headroom(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
+	ht_group("drvtwo", "1073741824");
+	int ready[2], go[2];
+	CHECK(pipe(ready) == 0 && pipe(go) == 0);
+	struct pair pp = {ready[1], go[0]};
+	pid_t a = ht_spawn(create_one, &pp), b = ht_spawn(create_one, &pp);
+	char r[2];
+	CHECK(read(ready[0], r, 1) == 1 && read(ready[0], r + 1, 1) == 1);
+	sim = sv_map();
+	CHECK(write(go[1], "GG", 2) == 2);
+	uint64_t most = 0;
+	int done = 0, codes = 0, st;
+	while (done < 2) {
+		uint64_t held = atomic_load(&sim->dev[0].used);
+		most = held > most ? held : most;
+		pid_t w = waitpid(-1, &st, WNOHANG);
+		if (w == a || w == b) {
+			done++;
+			codes += WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+		}
+	}
+	CHECK_EQ(codes, 21); /* one made (10), one refused at once (11) */
+	if (most > GiB) {
+		fprintf(stderr, "the device held %llu bytes, past the group's 1 GiB\n", (unsigned long long)most);
+		return 1;
+	}
+	return 0;
+}
+
 int main(void)
 {
 	ht_setup();
@@ -237,6 +300,7 @@ int main(void)
 	HT_RUN(refused, NULL);
 	HT_RUN(primary_refused, NULL);
 	HT_RUN(concurrent, NULL);
+	HT_RUN(shared_headroom, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_drvmem_test: ok\n");
 	return 0;

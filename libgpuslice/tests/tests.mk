@@ -66,7 +66,9 @@ test-lib-drift: $(LIB_DRIFT_SRCS)
 		$(LIB_TEST_BIN)/drift_ours.o $(LIB_TEST_BIN)/drift_nvml.o && $(LIB_TEST_BIN)/nvml_drift
 
 # Many members at once, each its own program under LD_PRELOAD (crowd_test.c): 160 jobs in 4 groups of 3 GiB
-# with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38).
+# with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38); 4 processes x 16 threads
+# (alloc, pitch, async, VMM, context creation) in a 1 GiB group with 300 MiB contexts never make the device hold
+# more than the limit, sampled through NVML every 2 ms for 10 s, 3 runs in a row (issue 36; the ASan library).
 LIB_CROWD := $(LIB_TEST_BIN)/crowd_test
 LIB_CROWD_SRCS := $(LIB_DIR)/tests/crowd_test.c $(LIB_DIR)/tests/crowd_child.c apps/cuapi.c
 $(LIB_CROWD): $(LIB_CROWD_SRCS) $(LIB_DIR)/tests/crowd.h $(LIB_DIR)/tests/check.h apps/cuapi.h $(LIB_TEST_DEPS)
@@ -74,9 +76,12 @@ $(LIB_CROWD): $(LIB_CROWD_SRCS) $(LIB_DIR)/tests/crowd.h $(LIB_DIR)/tests/check.
 	$(CC) $(CFLAGS_COMMON) -I$(LIB_DIR)/include -o $@ $(LIB_CROWD_SRCS) -ldl -lpthread
 
 .PHONY: test-lib-crowd
-test-lib-crowd: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_SIM)
+LIB_CROWD_ASAN_PRELOAD = $(shell $(CC) -print-file-name=libasan.so) $(abspath $(LIB_ASAN))
+test-lib-crowd: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_ASAN) $(LIB_SIM)
 	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) jobs $(abspath $(BIN)/libgpuslice.so) \
 		160 4 3221225472 67108864
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 ASAN_OPTIONS=detect_leaks=0 \
+		$(LIB_CROWD) limit "$(LIB_CROWD_ASAN_PRELOAD)" 3 10
 
 test-lib: test-lib-unit test-lib-hooks test-lib-preload test-lib-drift test-lib-crowd
 
@@ -101,3 +106,24 @@ fuzz-lib:
 	$(LIB_FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I$(LIB_DIR)/include \
 		-o $(LIB_TEST_BIN)/fuzz_parsers $(LIB_DIR)/tests/fuzz_parsers.c $(LIB_UNIT_SRCS) -ldl -lpthread
 	$(LIB_TEST_BIN)/fuzz_parsers -max_total_time=$(LIB_FUZZ_SECONDS) $(LIB_TEST_BIN)/fuzz-corpus
+
+# Benchmarks (not tests; docs/benchmarks.md). bench-lib-ctx: a context's creation + destruction through the
+# library at LIB_BENCH_BASE (built from git into $(BUILD)/bench-base) and through this one, and bare, one
+# process per round each, alternating (crowd_test ctxcost). bench-lib-starts: 240 jobs started at one instant in
+# one 2 GiB group (cuInit, 4 MiB, one 1 ms kernel; contexts free), bare and under the library alternately, 6
+# trials: the slowest job of each, the jobs of 1 s or more, each step's mean and longest.
+LIB_BENCH_BASE ?= 11801c1
+LIB_BENCH_BASE_SO := $(BUILD)/bench-base/$(LIB_BENCH_BASE)/bin/libgpuslice.so
+$(LIB_BENCH_BASE_SO):
+	rm -rf $(BUILD)/bench-base/$(LIB_BENCH_BASE) && mkdir -p $(BUILD)/bench-base/$(LIB_BENCH_BASE)
+	git archive $(LIB_BENCH_BASE) Makefile mk include libgpuslice | tar -x -C $(BUILD)/bench-base/$(LIB_BENCH_BASE)
+	$(MAKE) -C $(BUILD)/bench-base/$(LIB_BENCH_BASE) bin/libgpuslice.so
+
+.PHONY: bench-lib-ctx bench-lib-starts
+bench-lib-ctx: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_BENCH_BASE_SO) $(LIB_SIM)
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) ctxcost $(abspath $(LIB_BENCH_BASE_SO)) \
+		$(abspath $(BIN)/libgpuslice.so) 9
+
+bench-lib-starts: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_SIM)
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) bench $(abspath $(BIN)/libgpuslice.so) \
+		240 6 2147483648 0

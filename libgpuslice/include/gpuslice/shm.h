@@ -72,7 +72,7 @@ struct gs_shm_proc {
 	uint32_t state; /* atomic; GS_PROC_LIVE while the entry is in use */
 	int32_t pid; /* pid in the process's own pid namespace */
 	int32_t host_pid; /* atomic; pid as the driver/NVML sees it; 0 = unknown yet (filled in by the time-slice daemon for another pid namespace) */
-	uint32_t reserved0; /* zero */
+	uint32_t guessing; /* atomic; context creations of this process in flight whose reservation is a guess (no context measured on that GPU yet); written by the library (zero in files of older libraries) */
 	uint64_t start_time; /* /proc/<pid>/stat field 22: detects pid reuse */
 	uint64_t pidns; /* inode of /proc/<pid>/ns/pid */
 	uint64_t used[GS_SHM_MAX_GPUS]; /* atomic; bytes per gpu[] slot */
@@ -95,7 +95,8 @@ struct gs_shm_header {
 	uint64_t limit; /* atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only */
 	uint32_t limit_set; /* atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT */
 	uint32_t reserved0; /* zero */
-	uint64_t reserved[14]; /* zero */
+	uint32_t context_kib[GS_SHM_MAX_GPUS]; /* atomic; per gpu[] slot: 1 + the KiB (rounded up) the driver took for the last context a member made there; 0 = none measured yet; written by the library */
+	uint64_t reserved[6]; /* zero */
 };
 
 struct gs_shm_file {
@@ -120,7 +121,7 @@ _Static_assert(sizeof(struct gs_shm_gpu) == 128, "gs_shm_gpu size");
 _Static_assert(offsetof(struct gs_shm_proc, state) == 0, "gs_shm_proc.state offset");
 _Static_assert(offsetof(struct gs_shm_proc, pid) == 4, "gs_shm_proc.pid offset");
 _Static_assert(offsetof(struct gs_shm_proc, host_pid) == 8, "gs_shm_proc.host_pid offset");
-_Static_assert(offsetof(struct gs_shm_proc, reserved0) == 12, "gs_shm_proc.reserved0 offset");
+_Static_assert(offsetof(struct gs_shm_proc, guessing) == 12, "gs_shm_proc.guessing offset");
 _Static_assert(offsetof(struct gs_shm_proc, start_time) == 16, "gs_shm_proc.start_time offset");
 _Static_assert(offsetof(struct gs_shm_proc, pidns) == 24, "gs_shm_proc.pidns offset");
 _Static_assert(offsetof(struct gs_shm_proc, used) == 32, "gs_shm_proc.used offset");
@@ -140,7 +141,8 @@ _Static_assert(offsetof(struct gs_shm_header, group) == 64, "gs_shm_header.group
 _Static_assert(offsetof(struct gs_shm_header, limit) == 128, "gs_shm_header.limit offset");
 _Static_assert(offsetof(struct gs_shm_header, limit_set) == 136, "gs_shm_header.limit_set offset");
 _Static_assert(offsetof(struct gs_shm_header, reserved0) == 140, "gs_shm_header.reserved0 offset");
-_Static_assert(offsetof(struct gs_shm_header, reserved) == 144, "gs_shm_header.reserved offset");
+_Static_assert(offsetof(struct gs_shm_header, context_kib) == 144, "gs_shm_header.context_kib offset");
+_Static_assert(offsetof(struct gs_shm_header, reserved) == 208, "gs_shm_header.reserved offset");
 _Static_assert(sizeof(struct gs_shm_header) == 256, "gs_shm_header size");
 _Static_assert(offsetof(struct gs_shm_file, gpu) == 256, "gpu offset");
 _Static_assert(offsetof(struct gs_shm_file, proc) == 2304, "proc offset");
