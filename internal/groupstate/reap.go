@@ -13,7 +13,7 @@ type Judge func(p Process) (dead bool, hostPID int32)
 
 // Reap frees the entries of dead members and releases the memory they still
 // hold, under the file's lock (waiting at most wait; ErrLocked past it), as
-// the library does on attach. judge gets every live entry first (to scan
+// the library does before a refusal. judge gets every live entry first (to scan
 // once) and returns the judge of each. It returns how many entries it freed.
 func Reap(path string, wait time.Duration, judge func([]Process) Judge) (reaped int, err error) {
 	defer GuardFault(&err)()

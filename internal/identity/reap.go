@@ -65,7 +65,7 @@ func PIDNS(procRoot string) (uint64, error) {
 }
 
 // ReapDead releases what dead members of a group state file still hold and
-// frees their entries, under the file's lock, as the library does on attach:
+// frees their entries, under the file's lock, as the library does before a refusal:
 // the daemon calls it on every status refresh, so a dead member's memory is
 // uncounted well within a second of its exit even if no member allocates. A
 // lock held past groupstate.BriefLockWait makes it return groupstate.ErrLocked (tried again at

@@ -254,13 +254,19 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	group_lock(g);
 	self = atomic_load(&gs_hot.group_self);
 	if (self == NULL) {
-		if (g->fd >= 0)
-			reap_locked(g);
 		struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
 		who.start_time = gs_proc_start(who.pid);
 		if (g->pidns != 0 && g->pidns == g->f->hdr.host_pidns)
 			who.host_pid = who.pid;
+		/* Dead members are reaped only when the table is full (and before a
+		 * refusal, and on the views): a reap reads /proc for every member
+		 * under the file's lock, so N members attaching at once made N²
+		 * reads, one scan at a time. */
 		self = gs_shm_claim_proc(g->f, &who);
+		if (self == NULL && g->fd >= 0) {
+			reap_locked(g);
+			self = gs_shm_claim_proc(g->f, &who);
+		}
 		atomic_store_explicit(&gs_hot.group_self, self, memory_order_release);
 		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}

@@ -66,7 +66,8 @@ test-lib-drift: $(LIB_DRIFT_SRCS)
 		$(LIB_TEST_BIN)/drift_ours.o $(LIB_TEST_BIN)/drift_nvml.o && $(LIB_TEST_BIN)/nvml_drift
 
 # Many members at once, each its own program under LD_PRELOAD (crowd_test.c): 160 jobs in 4 groups of 3 GiB
-# with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38); 4 processes x 16 threads
+# with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38); 240 jobs at one instant in
+# one 2 GiB group (contexts free) all succeed, each charged its 4 MiB (issue 36; timed: bench-lib-starts); 4 processes x 16 threads
 # (alloc, pitch, async, VMM, context creation) in a 1 GiB group with 300 MiB contexts never make the device hold
 # more than the limit, sampled through NVML every 2 ms for 10 s, 3 runs in a row (issue 36; the ASan library).
 LIB_CROWD := $(LIB_TEST_BIN)/crowd_test
@@ -80,6 +81,8 @@ LIB_CROWD_ASAN_PRELOAD = $(shell $(CC) -print-file-name=libasan.so) $(abspath $(
 test-lib-crowd: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_ASAN) $(LIB_SIM)
 	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) jobs $(abspath $(BIN)/libgpuslice.so) \
 		160 4 3221225472 67108864
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 $(LIB_CROWD) jobs $(abspath $(BIN)/libgpuslice.so) \
+		240 1 2147483648 0
 	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 ASAN_OPTIONS=detect_leaks=0 \
 		$(LIB_CROWD) limit "$(LIB_CROWD_ASAN_PRELOAD)" 3 10
 

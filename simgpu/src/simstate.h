@@ -16,8 +16,8 @@
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
 #define SIM_STATE_VERSION \
-	6u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
-                              5: sim_proc_state.mps_server; 6: sim_proc_state.work_ns */
+	7u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
+                              5: sim_proc_state.mps_server; 6: sim_proc_state.work_ns; 7: sim_state.reaped_ns */
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
@@ -109,6 +109,9 @@ struct sim_state {
 	struct sim_dev_state dev[SIM_MAX_DEVICES];
 	struct sim_proc_state proc[SIM_MAX_PROCS];
 	struct sim_nvml_events events;
+	/* CLOCK_MONOTONIC ns of the last reap that read every entry's start time
+	 * in /proc (pid reuse); between them, reaps ask kill() only (state.c). */
+	_Atomic uint64_t reaped_ns;
 };
 
 #endif /* GPUSLICE_SIM_STATE_H */

@@ -139,6 +139,8 @@ static void free_slot_locked(struct sim_state *st, struct sim_proc_state *p)
 	atomic_store(&p->pid, 0);
 }
 
+#define SIM_REAP_FULL_NS 100000000ull /* 100 ms */
+
 static void reap_locked(struct sim_state *st)
 {
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
@@ -184,12 +186,38 @@ static void state_unlock(struct sim_state *st)
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* Whether pid names a process (a cheap check: kill() only, outside the host
+ * pid namespace; no pid-reuse check). */
+static bool proc_present(int32_t pid)
+{
+	int saved = errno;
+	bool present = procs.host ? sim_proc_alive(pid, 0) : kill(pid, 0) == 0 || errno == EPERM;
+	errno = saved;
+	return present;
+}
+
+/* Frees the slots of processes that are gone, checking each outside the lock
+ * (so that many processes querying at once do not wait for one another's
+ * checks) and taking the lock only to free one. The start time in /proc (pid
+ * reuse) is read at most every SIM_REAP_FULL_NS across all processes (the
+ * first caller past it does it); in between, kill() says who is gone. */
 void sim_reap(struct sim_state *st)
 {
-	if (state_lock(st) != 0)
-		return;
-	reap_locked(st);
-	state_unlock(st);
+	uint64_t now = sim_now_ns(), last = atomic_load(&st->reaped_ns);
+	bool full = (now - last >= SIM_REAP_FULL_NS || now < last) &&
+		    atomic_compare_exchange_strong(&st->reaped_ns, &last, now);
+	for (int i = 0; i < SIM_MAX_PROCS; i++) {
+		struct sim_proc_state *p = &st->proc[i];
+		int32_t pid = atomic_load(&p->pid);
+		uint64_t start = p->start;
+		if (pid == 0 || (full ? sim_proc_alive(pid, start) : proc_present(pid)))
+			continue;
+		if (state_lock(st) != 0)
+			return;
+		if (atomic_load(&p->pid) == pid && p->start == start)
+			free_slot_locked(st, p);
+		state_unlock(st);
+	}
 }
 
 static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
