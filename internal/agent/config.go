@@ -12,14 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpucdi"
-	"github.com/gpuslice/gpuslice/internal/nodestatus"
-	"github.com/gpuslice/gpuslice/internal/paths"
-	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // Config is the agent's configuration.
@@ -103,117 +97,51 @@ type Config struct {
 	HealthSkipXIDs             []uint64
 }
 
-// DefaultConfig returns the defaults for this environment.
+// DefaultConfig returns the defaults for this environment (each node
+// setting's, NodeSettings).
 func DefaultConfig(getenv func(string) string) Config {
-	return Config{
-		NodeName:          getenv("NODE_NAME"),
-		Driver:            gpu.ModeAuto,
-		RunDir:            paths.RunDir(getenv),
-		Socket:            nodestatus.SocketPath(getenv),
-		RunDaemon:         true,
-		DevicePlugin:      true,
-		PluginDir:         pluginapi.DevicePluginPath,
-		PodResources:      "/var/lib/kubelet/pod-resources/kubelet.sock",
-		DevRoot:           "/dev",
-		ControlDevices:    []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-		SlotsPerGPU:       api.MaxContainersPerGPU,
-		Resync:            time.Second,
-		PublishPeriod:     10 * time.Second,
-		ProcRoot:          "/proc",
-		RuntimeEndpoint:   "unix:///run/containerd/containerd.sock",
-		RuntimeTimeout:    5 * time.Second,
-		Sharing:           string(api.SharingTimeslice),
-		MPSDir:            filepath.Join(paths.RunDir(getenv), "mps"),
-		MPSServers:        api.DefaultMPSServers,
-		MPSUnitsPerClient: api.DefaultMPSUnitsPerClient,
-		CDIKind:           gpucdi.Kind,
-		CDISpecDir:        "/var/run/cdi",
-		MetricsAddress:    ":9446",
-		MetricsMaxGroups:  64,
-		HealthChecks:      true,
-		DRAPluginDir:      "/var/lib/kubelet/plugins/gpuslice.io",
-		DRARegistrarDir:   "/var/lib/kubelet/plugins_registry",
-		DRACDIDir:         "/var/run/cdi",
-		DRABusyHold:       time.Minute,
-		HealthPeriod:      5 * time.Second,
+	c := Config{ProcRoot: "/proc"}
+	for _, s := range NodeSettings() {
+		if s.setDefault != nil {
+			s.setDefault(&c, getenv)
+		}
 	}
+	return c
 }
 
-// Validate checks c. Each error names the setting by its configuration
-// file field and flag (internal/nodeconfig).
+// Validate checks c: each node setting's range (NodeSettings), and those
+// that depend on another. Each error names the setting by its
+// configuration file field and flag (internal/nodeconfig).
 func (c Config) Validate() error {
 	var errs []error
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("nodeName (--node-name, $NODE_NAME) is required"))
 	}
-	for _, p := range []struct{ field, path string }{
-		{"daemon.runDir (--run-dir)", c.RunDir}, {"daemon.socket (--socket)", c.Socket},
-		{"devicePlugin.pluginDir (--plugin-dir)", c.PluginDir}, {"devicePlugin.podResources (--pod-resources)", c.PodResources},
-		{"devRoot (--dev-root)", c.DevRoot}, {"sharing.mps.dir (--mps-dir)", c.MPSDir},
-		{"dra.pluginDir (--dra-plugin-dir)", c.DRAPluginDir}, {"dra.registrarDir (--dra-registrar-dir)", c.DRARegistrarDir},
-		{"dra.cdiDir (--dra-cdi-dir)", c.DRACDIDir},
-	} {
-		if !filepath.IsAbs(p.path) {
-			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.field, p.path))
+	for _, s := range NodeSettings() {
+		if s.check != nil {
+			errs = append(errs, s.check(&c))
 		}
 	}
 	if c.ProcRoot != "" && !filepath.IsAbs(c.ProcRoot) {
 		errs = append(errs, fmt.Errorf("proc root %q: want an absolute path", c.ProcRoot))
 	}
-	if c.SlotsPerGPU < api.MaxContainersPerGPU || c.SlotsPerGPU > deviceplugin.MaxSlotsPerGPU {
-		errs = append(errs, fmt.Errorf("devicePlugin.slotsPerGPU (--slots-per-gpu) %d: want %d..%d (the scheduler places up to %d containers on a GPU; fewer slots would fail their admission)",
-			c.SlotsPerGPU, api.MaxContainersPerGPU, deviceplugin.MaxSlotsPerGPU, api.MaxContainersPerGPU))
-	}
-	if c.PublishPeriod < time.Second {
-		errs = append(errs, fmt.Errorf("publishPeriod (--publish-period) %s: want at least 1s", c.PublishPeriod))
-	}
-	if c.MPSServers < 1 || c.MPSServers > 8 {
-		errs = append(errs, fmt.Errorf("sharing.mps.servers (--mps-servers) %d: want 1..8", c.MPSServers))
-	}
-	if c.MPSUnitsPerClient < 1 || c.MPSUnitsPerClient > 100 {
-		errs = append(errs, fmt.Errorf("sharing.mps.unitsPerClient (--mps-units-per-client) %d: want 1..100", c.MPSUnitsPerClient))
-	}
-	switch c.CDIKind {
-	case "", gpucdi.KindNVIDIA:
-	case gpucdi.Kind:
-		if !filepath.IsAbs(c.CDISpecDir) {
-			errs = append(errs, fmt.Errorf("devicePlugin.cdiSpecDir (--cdi-spec-dir) %q: want an absolute path", c.CDISpecDir))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("devicePlugin.cdiKind (--cdi-kind) %q: want %s, %s or \"\"", c.CDIKind, gpucdi.Kind, gpucdi.KindNVIDIA))
-	}
-	if c.MetricsMaxGroups < 1 {
-		errs = append(errs, fmt.Errorf("metrics.maxGroups (--metrics-max-groups) %d: want at least 1", c.MetricsMaxGroups))
-	}
-	if c.HealthPeriod < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("health.period (--health-period) %s: want at least 100ms", c.HealthPeriod))
-	}
-	if c.Resync < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("resync (--resync) %s: want at least 10ms", c.Resync))
-	}
-	if c.RuntimeTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("runtime.timeout (--runtime-timeout) %s: want more than 0", c.RuntimeTimeout))
+	if c.CDIKind == gpucdi.Kind && !filepath.IsAbs(c.CDISpecDir) {
+		errs = append(errs, fmt.Errorf("devicePlugin.cdiSpecDir (--cdi-spec-dir) %q: want an absolute path", c.CDISpecDir))
 	}
 	return errors.Join(append(errs, c.validateBusy()...)...)
 }
 
 // validateBusy checks the DRA settings: one path per node, and the busy
-// taint's thresholds (0 above: off).
+// taint's thresholds below one another (0 above: off).
 func (c Config) validateBusy() []error {
 	var errs []error
 	if c.DRA && c.DevicePlugin {
 		errs = append(errs, errors.New("dra.enabled (--dra) and devicePlugin.enabled (--device-plugin) are both true: "+
 			"offer the node's GPUs through one path (--device-plugin=false with --dra); the stock scheduler and gpuslice-scheduler would book a GPU twice"))
 	}
-	if c.DRABusyAbove < 0 || c.DRABusyAbove > 100 {
-		errs = append(errs, fmt.Errorf("dra.busyAbove (--dra-busy-above) %d: want 0 (off) or 1..100", c.DRABusyAbove))
-	}
 	if c.DRABusyAbove > 0 && (c.DRABusyBelow < 0 || c.DRABusyBelow >= c.DRABusyAbove) {
 		errs = append(errs, fmt.Errorf("dra.busyBelow (--dra-busy-below) %d: want 0..%d (below dra.busyAbove, for hysteresis)",
 			c.DRABusyBelow, c.DRABusyAbove-1))
-	}
-	if c.DRABusyHold < 0 {
-		errs = append(errs, fmt.Errorf("dra.busyHold (--dra-busy-hold) %s: want 0 or more", c.DRABusyHold))
 	}
 	return errs
 }

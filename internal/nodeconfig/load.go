@@ -3,7 +3,7 @@
 // the precedence NVIDIA's k8s-device-plugin uses: flags over the environment
 // over the file over the defaults (internal/agent DefaultConfig). Every
 // setting is one flag, one environment variable (GPUSLICE_NODE_<FLAG>) and
-// one file field, registered together in newFlagSet.
+// one file field, with its default and range: one row of agent.NodeSettings.
 package nodeconfig
 
 import (
@@ -88,17 +88,17 @@ func Load(args []string, env func(string) (string, bool), usage io.Writer) (Opti
 func (f *flagSet) applyEnv(env func(string) (string, bool)) error {
 	var errs []error
 	for _, s := range f.settings {
-		names := []string{EnvName(s.flag)}
-		if s.flag == "node-name" {
-			names = []string{EnvNodeName, EnvName(s.flag)}
+		names := []string{EnvName(s.Flag)}
+		if s.Flag == "node-name" {
+			names = []string{EnvNodeName, EnvName(s.Flag)}
 		}
 		for _, name := range names {
 			v, ok := env(name)
 			if !ok {
 				continue
 			}
-			if err := f.fs.Set(s.flag, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s (%s): %w", name, s.field, err))
+			if err := f.fs.Set(s.Flag, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s (%s): %w", name, s.Field, err))
 			}
 		}
 	}

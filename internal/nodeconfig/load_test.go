@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -167,21 +168,29 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestSettings: every setting's flag has its environment variable and a
-// file field that exists in the file's layout, named once.
+// file field that exists in the file's layout, named once, and a row of the
+// docs/node-agent.md table.
 func TestSettings(t *testing.T) {
 	var n v1.NodeConfig
 	f := newFlagSet(&n)
+	docs, err := os.ReadFile("../../docs/node-agent.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	fields := map[string]bool{}
 	for _, s := range f.settings {
-		if fields[s.field] {
-			t.Errorf("field %s set by two flags", s.field)
+		if fields[s.Field] {
+			t.Errorf("field %s set by two flags", s.Field)
 		}
-		fields[s.field] = true
-		if !hasField(reflect.TypeOf(n), strings.Split(s.field, ".")) {
-			t.Errorf("--%s: no field %s in NodeConfig", s.flag, s.field)
+		fields[s.Field] = true
+		if !hasField(reflect.TypeOf(n), strings.Split(s.Field, ".")) {
+			t.Errorf("--%s: no field %s in NodeConfig", s.Flag, s.Field)
 		}
-		if fieldName(s.field) != s.field+" (--"+s.flag+")" {
-			t.Errorf("fieldName(%s) = %s", s.field, fieldName(s.field))
+		if s.Name() != s.Field+" (--"+s.Flag+")" {
+			t.Errorf("Name() = %s", s.Name())
+		}
+		if !regexp.MustCompile("\\| `--" + regexp.QuoteMeta(s.Flag) + "`[^|]*\\| `" + regexp.QuoteMeta(s.Field) + "`").Match(docs) {
+			t.Errorf("--%s (%s): no row in docs/node-agent.md's table", s.Flag, s.Field)
 		}
 	}
 	if len(f.settings) != 39 {
