@@ -343,7 +343,7 @@ func (t Tree) Remove(name string) error {
 	if err := paths.ValidateGroup(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	aside := filepath.Join(t.Dir, fmt.Sprintf(".removing-%s-%d", name, os.Getpid()))
+	aside := filepath.Join(t.Dir, fmt.Sprintf("%s%s-%d", removingPrefix, name, os.Getpid()))
 	if err := os.Rename(t.Path(name), aside); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -357,6 +357,26 @@ func (t Tree) Remove(name string) error {
 		}
 	}
 	return fmt.Errorf("remove group %s: %w", name, err)
+}
+
+// removingPrefix starts the name a group's directory is renamed to by Remove
+// (".removing-<name>-<pid>"): the watcher tells a group its owner removed
+// from one that was lost.
+const removingPrefix = ".removing-"
+
+// removedName is the group a directory renamed to file was, if Remove renamed
+// it there.
+func removedName(file string) (string, bool) {
+	rest, ok := strings.CutPrefix(file, removingPrefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i <= 0 {
+		return "", false
+	}
+	name, pid := rest[:i], rest[i+1:]
+	if pid == "" || strings.Trim(pid, "0123456789") != "" || paths.ValidateGroup(name) != nil {
+		return "", false
+	}
+	return name, true
 }
 
 // Cgroup returns the group's cgroup binding ("" if none).

@@ -22,6 +22,14 @@ import (
 // made in a group directory (IN_CREATE), which no write follows, where a
 // setting file belongs.
 func (t Tree) Watch(ctx context.Context, changed func(name string)) error {
+	return t.WatchRemoved(ctx, changed, nil)
+}
+
+// WatchRemoved is Watch, and calls removed(name) (unless nil) when a group's
+// directory is removed by Remove (its owner: renamed aside first), after the
+// changed call for its going: a group whose directory just went otherwise (rm
+// -r of the run directory) is lost, not removed.
+func (t Tree) WatchRemoved(ctx context.Context, changed, removed func(name string)) error {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return fmt.Errorf("create group tree: %w", err)
 	}
@@ -30,7 +38,7 @@ func (t Tree) Watch(ctx context.Context, changed func(name string)) error {
 		return fmt.Errorf("watch group tree: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: Close interrupts Read
-	w := &watcher{t: t, f: f, fd: fd, wds: map[int32]string{}}
+	w := &watcher{t: t, f: f, fd: fd, wds: map[int32]string{}, removed: removed}
 	stop := context.AfterFunc(ctx, func() {
 		if err := f.Close(); err != nil {
 			klog.FromContext(ctx).Error(err, "close group watcher")
@@ -56,6 +64,8 @@ type watcher struct {
 	f   *os.File
 	fd  int
 	wds map[int32]string // watch descriptor -> group ("" for the tree)
+	// removed is told of a group its owner removed (nil: not told).
+	removed func(name string)
 }
 
 // groupEvents: completed writes and renames into place, and (IN_CREATE) a
@@ -108,7 +118,13 @@ func (w *watcher) event(ctx context.Context, wd int32, mask uint32, file string,
 	case !ok || mask&unix.IN_IGNORED != 0:
 		delete(w.wds, wd)
 	case grp == "": // the tree: a group directory came or went
-		if strings.HasPrefix(file, ".") || mask&unix.IN_ISDIR == 0 {
+		if mask&unix.IN_ISDIR == 0 {
+			return
+		}
+		if strings.HasPrefix(file, ".") {
+			if name, ok := removedName(file); ok && w.removed != nil && mask&unix.IN_MOVED_TO != 0 {
+				w.removed(name)
+			}
 			return
 		}
 		if mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {

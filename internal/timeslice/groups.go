@@ -54,9 +54,14 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	s.dirs[name] = id
 	delete(s.gone, name)
 	s.mu.Unlock()
-	s.recordGroup(name)
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
+	if s.recordGroup(name, st, gen, err == nil) {
+		// A setting file it had is missing: the group is being removed
+		// (rm -r); its defaults are not its settings, nor its limit.
+		log.V(1).Info("setting files missing: the group is being removed; nothing applied")
+		return
+	}
 	s.mu.Lock()
 	old, known := s.settings[name]
 	lastGen := s.generations[name]

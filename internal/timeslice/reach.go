@@ -194,7 +194,8 @@ func (s *Server) startWatch(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	tree := s.tree
 	wg.Go(func() {
-		if err := tree.Watch(wctx, func(name string) { s.groupChanged(ctx, name) }); err != nil && wctx.Err() == nil {
+		err := tree.WatchRemoved(wctx, func(name string) { s.groupChanged(ctx, name) }, s.groupRemoved)
+		if err != nil && wctx.Err() == nil {
 			s.log.Error(err, "group tree watcher stopped")
 		}
 	})

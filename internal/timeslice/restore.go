@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -13,9 +14,10 @@ import (
 )
 
 // forgetGoneAfter is how long the daemon keeps what it holds for a group whose
-// directory went while its run directory stayed: a run directory removed
-// under it (rm -r) takes its groups first, and the daemon restores them from
-// what it kept once it sees the run directory gone (reachCheckEvery).
+// directory went while its run directory stayed, other than by its owner's
+// removal (groupRemoved): a run directory removed under it (rm -r) takes its
+// groups first, and the daemon restores them from what it kept once it sees
+// the run directory gone (reachCheckEvery).
 const forgetGoneAfter = time.Second
 
 // keptFiles are a group's files besides its settings that the daemon keeps to
@@ -24,21 +26,32 @@ const forgetGoneAfter = time.Second
 var keptFiles = [...]string{group.FileCgroup, group.FileGPUs, group.FileGateOff}
 
 // groupRecord is what the daemon keeps of a group to make it again if its
-// run directory is lost; its settings and generation are the daemon's last
-// valid ones (settings, generations).
+// run directory is lost.
 type groupRecord struct {
 	files    map[string]string // keptFiles present, as last read
 	uid, gid int               // the directory's owner
+	// settings and gen: the last valid settings read with every setting file
+	// in place, and their generation (complete: any were).
+	settings group.Settings
+	gen      uint64
+	complete bool
 }
 
-// recordGroup keeps a group's files and owner (each time its files change).
-func (s *Server) recordGroup(name string) {
-	st, err := os.Stat(s.tree.Path(name))
+// recordGroup keeps a group's files, owner and settings st (valid: read
+// without error) with their generation gen, each time its files change. What
+// is read while the group is being removed (rm -r under a change the daemon
+// reads meanwhile: missing files read as defaults) is not kept: settings only
+// from a read with every setting file in place (the groups manager writes
+// them all; a file is replaced by a rename, never missing), and a kept file
+// once seen stays (their writers never remove one alone). It reports such a
+// read (valid, but a setting file missing after a read with all of them).
+func (s *Server) recordGroup(name string, st group.Settings, gen uint64, valid bool) (vanishing bool) {
+	fi, err := os.Stat(s.tree.Path(name))
 	if err != nil {
-		return
+		return false
 	}
 	r := groupRecord{files: map[string]string{}, uid: -1, gid: -1}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		r.uid, r.gid = int(sys.Uid), int(sys.Gid)
 	}
 	for _, f := range keptFiles {
@@ -46,9 +59,31 @@ func (s *Server) recordGroup(name string) {
 			r.files[f] = v + "\n"
 		}
 	}
+	complete := valid && s.allSettingFiles(name)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.records[name]
+	for f, v := range prev.files {
+		if _, ok := r.files[f]; !ok {
+			r.files[f] = v
+		}
+	}
+	r.settings, r.gen, r.complete = prev.settings, prev.gen, prev.complete
+	if complete {
+		r.settings, r.gen, r.complete = st, gen, true
+	}
 	s.records[name] = r
-	s.mu.Unlock()
+	return valid && !complete && prev.complete
+}
+
+// allSettingFiles reports whether every setting file of a group is there.
+func (s *Server) allSettingFiles(name string) bool {
+	for _, f := range group.SettingFiles() {
+		if _, err := os.Lstat(filepath.Join(s.tree.Path(name), f)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // groupGone notes that a known group's directory went (under s.mu): forgotten
@@ -59,6 +94,16 @@ func (s *Server) groupGoneLocked(name string, now time.Time) {
 	}
 	if _, already := s.gone[name]; !already {
 		s.gone[name] = now
+	}
+}
+
+// groupRemoved forgets at once a group its owner removed (group.Tree.Remove),
+// unless one was made again under its name meanwhile: it is never restored.
+func (s *Server) groupRemoved(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.tree.Exists(name) {
+		s.forgetLocked(name)
 	}
 }
 
@@ -79,8 +124,9 @@ func (s *Server) forgetGone(now time.Time) {
 }
 
 // restoreGroups makes again, in a run directory made again, every group the
-// daemon held that is missing there, with its last valid settings, the
-// generation they were read with, its kept files and its owner; the new
+// daemon held that is missing there, with its last valid settings (as read
+// complete, else as in force), the generation they were read with, its kept
+// files and its owner; the new
 // watcher then applies them as new groups. A group's state file is not made:
 // its running members map the one removed with the directory (their limit
 // holds), and a second would give the group a second limit (the groups
@@ -98,8 +144,12 @@ func (s *Server) restoreGroups() int {
 		if !ok || s.tree.Exists(name) {
 			continue
 		}
+		g := gens[name]
+		if r.complete {
+			st, g = r.settings, r.gen
+		}
 		files := maps.Clone(r.files)
-		if g := gens[name]; g != 0 {
+		if g != 0 {
 			files[group.FileGeneration] = strconv.FormatUint(g, 10) + "\n"
 		}
 		uid, gid := r.uid, r.gid

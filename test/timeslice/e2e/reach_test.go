@@ -239,9 +239,14 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	sharesOf := func(l *sliceLog) (granted, held [2]time.Duration, share, heldShare float64) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		var contended [2]time.Duration
 		for _, sl := range l.slices {
 			granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+			if sl.contended {
+				contended[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+			}
 		}
+		t.Logf("contended slices: a %v b %v: %.1f %%", contended[0], contended[1], 100*float64(contended[0])/float64(contended[0]+contended[1]))
 		for _, sl := range l.held {
 			held[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
 		}
@@ -315,7 +320,8 @@ func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at tim
 
 // TestReliabilityRunDirRemovedRestoresHeldGroups: a run directory removed
 // under a daemon comes back with the groups the daemon held (their settings,
-// cgroup binding and GPUs), not with one its owner removed before.
+// cgroup binding and GPUs), not with one its owner removed just before (as
+// `gpuslice run` removes its own group when its command ends).
 func TestReliabilityRunDirRemovedRestoresHeldGroups(t *testing.T) {
 	cfg := testCfg(t)
 	cfg.RunDir = filepath.Join(t.TempDir(), "run")
@@ -333,10 +339,12 @@ func TestReliabilityRunDirRemovedRestoresHeldGroups(t *testing.T) {
 	if err := tree.WriteFile("kept", group.FileCgroup, "/kubepods/pod1/ctr1\n"); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Set(ctx, "kept", groupmgr.Resources{Settings: kept.Settings}); err != nil { // applied: the daemon read the binding before
+		t.Fatal(err)
+	}
 	if err := m.Remove(ctx, "removed"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the second a removed group's directory is kept for
 	if err := removeRunDir(cfg.RunDir); err != nil {
 		t.Fatal(err)
 	}
