@@ -289,7 +289,7 @@ GS_HIDDEN CUresult gs_drv_begin(CUdevice dev, enum gs_drv_what what, struct gs_d
 static int measure(const struct gs_drv_probe *p, uint64_t *size)
 {
 	uint64_t now, counted_now;
-	uint32_t pid = p->pid;
+	uint32_t pid = p->alone ? 0 : p->pid; /* alone: the device's only process again */
 	if (p->nvml == NULL || sample(p, &pid, &now, &counted_now) != 0 ||
 	    (p->alone && (pid == 0 || (p->pid != 0 && pid != p->pid))))
 		return -1; /* host pid unknown: the same only process before (or none) and after, or no figure */
