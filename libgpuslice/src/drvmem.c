@@ -273,7 +273,7 @@ GS_HIDDEN CUresult gs_drv_begin(CUdevice dev, enum gs_drv_what what, struct gs_d
 		}
 		/* Held until gs_drv_end: no other thread's hook changes the count
 		 * or the driver's figure while the call is measured. */
-		(void)gs_quiet_hold(1);
+		p->quiet = gs_quiet_hold(1);
 		p->held = 1;
 		p->pid = (uint32_t)__atomic_load_n(&p->self->host_pid, __ATOMIC_ACQUIRE);
 		p->alone = p->pid == 0;
@@ -336,7 +336,7 @@ GS_HIDDEN CUresult gs_drv_end(struct gs_drv_probe *p, int ok, enum gs_kind kind,
 			.g = p->g, .self = p->self, .slot = p->slot, .ci = -1, .active = 1, .size = size, .ctx = ctx};
 		gs_resv_finish(&r, CUDA_SUCCESS, kind, key);
 	}
-	if (measured)
+	if (measured && p->quiet) /* another thread's call in flight may have moved the figures */
 		remember(p, size);
 	if (p->guessed)
 		__atomic_fetch_sub(&p->self->guessing, 1, __ATOMIC_ACQ_REL);

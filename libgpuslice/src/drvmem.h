@@ -49,10 +49,11 @@ struct gs_drv_probe {
 	enum gs_drv_what what;
 	CUdevice dev;
 	int slot;
-	int held;          /* other threads' memory hooks held off (quiet.h) until gs_drv_end */
-	int guessed;       /* reserved at GS_DRV_CONTEXT_GUESS (self->guessing counts it) */
-	uint32_t pid;      /* this process's host pid, as NVML lists it (0: unknown) */
-	int alone;         /* host pid unknown: measured only as the device's only process */
+	int held;     /* other threads' memory hooks held off (quiet.h) until gs_drv_end */
+	int quiet;    /* and none was in flight when the figures were first read: the figure is the next estimate */
+	int guessed;  /* reserved at GS_DRV_CONTEXT_GUESS (self->guessing counts it) */
+	uint32_t pid; /* this process's host pid, as NVML lists it (0: unknown) */
+	int alone;    /* host pid unknown: measured only as the device's only process */
 	uint64_t reserved; /* reserved on the slot before the call */
 	uint64_t drv;      /* the driver's figure before the call */
 	uint64_t counted;  /* what this process had counted on the slot before the call */
