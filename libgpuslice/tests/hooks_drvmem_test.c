@@ -230,61 +230,99 @@ static int primary_refused(void *arg)
 	return 0;
 }
 
-/* A member of group "drvtwo" (1 GiB) with its primary context (300 MiB):
- * says it is ready on fd `ready`, waits for the go on fd `go`, creates a
- * context (the simulator's takes 100 ms): 10 made, 11 refused before the
- * driver was asked (at once), 1 anything else. */
-struct pair {
-	int ready, go;
+/* A race of members: each says 'R' on out when ready, starts its call when
+ * go reads EOF (all at once), says its outcome on out ('M' made, 'N' refused
+ * before the driver was asked, 'X' anything else) and holds what it made
+ * until hold reads EOF, so that no member's exit makes room for another. */
+struct race {
+	int out, go, hold; /* the members' ends */
+	int go_w, hold_w;  /* the parent's, closed in the members */
 };
 
+static void race_ready(const struct race *r)
+{
+	char b;
+	close(r->go_w);
+	close(r->hold_w);
+	CHECK(write(r->out, "R", 1) == 1 && read(r->go, &b, 1) == 0);
+}
+
+static int race_done(const struct race *r, char outcome)
+{
+	char b;
+	CHECK(write(r->out, &outcome, 1) == 1);
+	while (read(r->hold, &b, 1) > 0)
+		;
+	return 0;
+}
+
+/* Runs n members of fn at once, watching the device without pause until
+ * each said its outcome: how many made and refused; the most it held. */
+static uint64_t race_run(int n, int (*fn)(void *), int *made, int *refused)
+{
+	int out[2], go[2], hold[2];
+	CHECK(n <= 8 && pipe(out) == 0 && pipe(go) == 0 && pipe(hold) == 0);
+	struct race r = {out[1], go[0], hold[0], go[1], hold[1]};
+	pid_t kids[8];
+	char c;
+	for (int i = 0; i < n; i++)
+		kids[i] = ht_spawn(fn, &r);
+	for (int i = 0; i < n; i++)
+		CHECK(read(out[0], &c, 1) == 1 && c == 'R');
+	sim = sv_map();
+	CHECK(fcntl(out[0], F_SETFL, O_NONBLOCK) == 0);
+	close(go[1]);
+	uint64_t most = 0;
+	*made = *refused = 0;
+	for (int got = 0; got < n;) {
+		uint64_t held = atomic_load(&sim->dev[0].used);
+		most = held > most ? held : most;
+		if (read(out[0], &c, 1) == 1) {
+			got++;
+			*made += c == 'M';
+			*refused += c == 'N';
+		}
+	}
+	close(hold[1]);
+	for (int i = 0; i < n; i++)
+		CHECK_EQ(ht_wait(kids[i]), 0);
+	close(out[0]);
+	close(out[1]);
+	close(go[0]);
+	close(hold[0]);
+	return most;
+}
+
+/* A member of group "drvtwo" (1 GiB) with its primary context (300 MiB)
+ * creates a context (the simulator's takes 100 ms). */
 static int create_one(void *arg)
 {
-	const struct pair *pp = arg;
+	const struct race *r = arg;
 	struct drv d;
 	CUcontext ctx, c;
-	char b;
 	drv_open(&d, &ctx);
-	CHECK(write(pp->ready, "R", 1) == 1 && read(pp->go, &b, 1) == 1);
+	race_ready(r);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	if (rc == CUDA_SUCCESS)
-		return 10;
-	return rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 11 : 1;
+	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X');
 }
 
 /* Issue 36: two members make a context at once with room for one: the
  * context is reserved before the driver is asked, so one passes, the other
  * is refused without reaching the driver, and the device never holds more
- * than the group's limit (watched without pause the whole time). */
+ * than the group's limit. */
 static int shared_headroom(void *arg)
 {
 	(void)arg;
 	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
 	ht_group("drvtwo", "1073741824");
-	int ready[2], go[2];
-	CHECK(pipe(ready) == 0 && pipe(go) == 0);
-	struct pair pp = {ready[1], go[0]};
-	pid_t a = ht_spawn(create_one, &pp), b = ht_spawn(create_one, &pp);
-	char r[2];
-	CHECK(read(ready[0], r, 1) == 1 && read(ready[0], r + 1, 1) == 1);
-	sim = sv_map();
-	CHECK(write(go[1], "GG", 2) == 2);
-	uint64_t most = 0;
-	int done = 0, codes = 0, st;
-	while (done < 2) {
-		uint64_t held = atomic_load(&sim->dev[0].used);
-		most = held > most ? held : most;
-		pid_t w = waitpid(-1, &st, WNOHANG);
-		if (w == a || w == b) {
-			done++;
-			codes += WIFEXITED(st) ? WEXITSTATUS(st) : 100;
-		}
-	}
-	CHECK_EQ(codes, 21); /* one made (10), one refused at once (11) */
+	int made, refused;
+	uint64_t most = race_run(2, create_one, &made, &refused);
+	CHECK_EQ(made, 1);
+	CHECK_EQ(refused, 1);
 	if (most > GiB) {
 		fprintf(stderr, "the device held %llu bytes, past the group's 1 GiB\n", (unsigned long long)most);
 		return 1;
@@ -293,19 +331,18 @@ static int shared_headroom(void *arg)
 }
 
 /* A fresh member of group "drvcold" (1000 MiB) whose first context is a
- * cuCtxCreate (100 ms in the simulator): 10 if made, 1 if not. */
+ * cuCtxCreate (100 ms in the simulator). */
 static int cold_create(void *arg)
 {
-	const struct pair *pp = arg;
+	const struct race *r = arg;
 	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
 	CHECK(cuda != NULL);
 	CUresult (*init)(unsigned) = NULL;
 	*(void **)&init = drv_sym(cuda, "cuInit");
 	CHECK_EQ(init(0), CUDA_SUCCESS);
-	char b;
-	CHECK(write(pp->ready, "R", 1) == 1 && read(pp->go, &b, 1) == 1);
+	race_ready(r);
 	CUcontext c;
-	return cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS ? 10 : 1;
+	return race_done(r, cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS ? 'M' : 'X');
 }
 
 /* Issue 36: the first contexts of a group, made at once before any was
@@ -319,30 +356,9 @@ static int cold_guesses(void *arg)
 	(void)arg;
 	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
 	ht_group("drvcold", "1048576000");
-	int ready[2], go[2];
-	CHECK(pipe(ready) == 0 && pipe(go) == 0);
-	struct pair pp = {ready[1], go[0]};
-	pid_t kids[3];
-	for (int i = 0; i < 3; i++)
-		kids[i] = ht_spawn(cold_create, &pp);
-	char r[3];
-	for (int i = 0; i < 3; i++)
-		CHECK(read(ready[0], r + i, 1) == 1);
-	sim = sv_map();
-	CHECK(write(go[1], "GGG", 3) == 3);
-	uint64_t most = 0;
-	int done = 0, codes = 0, st;
-	while (done < 3) {
-		uint64_t held = atomic_load(&sim->dev[0].used);
-		most = held > most ? held : most;
-		pid_t w = waitpid(-1, &st, WNOHANG);
-		for (int i = 0; i < 3; i++)
-			if (w == kids[i]) {
-				done++;
-				codes += WIFEXITED(st) ? WEXITSTATUS(st) : 100;
-			}
-	}
-	CHECK_EQ(codes, 30); /* all three made */
+	int made, refused;
+	uint64_t most = race_run(3, cold_create, &made, &refused);
+	CHECK_EQ(made, 3);
 	if (most > 1048576000ull) {
 		fprintf(stderr, "the device held %llu bytes, past the group's 1000 MiB\n", (unsigned long long)most);
 		return 1;
