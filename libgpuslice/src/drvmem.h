@@ -38,7 +38,7 @@
 #include "ptrtab.h"
 
 #define GS_DRV_CONTEXT_GUESS (512ull << 20) /* a context's reservation before any was measured on its GPU */
-#define GS_DRV_GUESS_WAIT_MS 500            /* a guess waits at most this long for the others' */
+#define GS_DRV_GUESS_WAIT_MS 2000           /* a guess waits at most this long for the others' */
 
 enum gs_drv_what { GS_DRV_CONTEXT, GS_DRV_LOAD };
 
