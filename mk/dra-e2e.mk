@@ -11,7 +11,10 @@ containerd-bin:
 # within 5 points, work past the grants within the queue bound, memory limits inside the containers), a claim that does not
 # fit and a claim for a tainted (XID 79) GPU left Pending with the scheduler's reason, the
 # agent killed between Prepare and container start, a plain gpuslice.io/gpu pod through
-# the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field.
+# the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field;
+# then (TestDRAPreempt, dra_preempt_test.go) gpuslice-scheduler as a second scheduler: a
+# priority-1000 pod's claim preempts a priority-0 share of the full GPU 0 and runs with its
+# memory limit and half of the GPU's time; the victim's claim group is gone from the node.
 # Ends with "dra shares 25/75: <a>% / <b>%, memory limits held <n>/<n>, prepare p99 <ms> ms".
 e2e-dra: all kubelet-bin containerd-bin
 	@test/node-e2e/build-kubelet.sh kube-controller-manager >/dev/null
@@ -21,7 +24,7 @@ e2e-dra: all kubelet-bin containerd-bin
 	  GPUSLICE_KCM=$(AGENT_K8S_DIR)/node/kube-controller-manager \
 	  GPUSLICE_CONTAINERD=$$(test/node-e2e/build-containerd.sh) \
 	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-dra.summary \
-	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestDRA$$' ./test/node-e2e/ >$(BUILD)/e2e-dra.log 2>&1; \
+	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '^TestDRA(Preempt)?$$' ./test/node-e2e/ >$(BUILD)/e2e-dra.log 2>&1; \
 	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-dra.log | grep -v '^I[0-9]' ; \
 	  test $$rc -eq 0 || { echo "dra e2e failed; log: $(BUILD)/e2e-dra.log"; exit 1; }
 	@if [ -f $(BUILD)/e2e-dra.summary ]; then tail -n 1 $(BUILD)/e2e-dra.summary; fi

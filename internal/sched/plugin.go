@@ -217,6 +217,9 @@ func (p *Plugin) RemovePod(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	}
 	uid, node := string(rm.GetPod().UID), ni.Node().Name
 	if c.dra {
+		if c.draAdded == nil {
+			return nil
+		}
 		c.draAdded[node] = slices.DeleteFunc(c.draAdded[node], func(q *corev1.Pod) bool { return q.UID == rm.GetPod().UID })
 		return nil
 	}
