@@ -124,6 +124,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	start := time.Now()
+	m = draStatuses{m}
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		p.metrics.done(pointPostFilter, resultParked, start)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
@@ -175,4 +176,59 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node's devices are held for nominated pods %s", strings.Join(who, ", ")))
 	}
 	return nil
+}
+
+// draStatuses is the Filter statuses of a pod with ResourceClaims as
+// preemption should read them: the DynamicResources plugin rejects a node
+// whose devices are taken as UnschedulableAndUnresolvable (it cannot free
+// them), which would keep preemption off every node; those rejections count
+// as Unschedulable here. Its rejections that preemption cannot help (a
+// claim allocated elsewhere, a node lacking a feature) stay as they are.
+type draStatuses struct{ fwk.NodeToStatusReader }
+
+// draPreemptable tells whether st is a DynamicResources rejection for lack
+// of devices.
+func draPreemptable(st *fwk.Status) bool {
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Plugin() != names.DynamicResources {
+		return false
+	}
+	msg := st.Message()
+	return !strings.Contains(msg, "not available on the node") && !strings.Contains(msg, "DRAOptionalNodeOperations") &&
+		!strings.Contains(msg, "binding")
+}
+
+// Get implements fwk.NodeToStatusReader.
+func (d draStatuses) Get(node string) *fwk.Status {
+	st := d.NodeToStatusReader.Get(node)
+	if draPreemptable(st) {
+		return fwk.NewStatus(fwk.Unschedulable, st.Reasons()...).WithPlugin(st.Plugin())
+	}
+	return st
+}
+
+// NodesForStatusCode implements fwk.NodeToStatusReader.
+func (d draStatuses) NodesForStatusCode(l fwk.NodeInfoLister, code fwk.Code) ([]fwk.NodeInfo, error) {
+	out, err := d.NodeToStatusReader.NodesForStatusCode(l, code)
+	if err != nil || (code != fwk.Unschedulable && code != fwk.UnschedulableAndUnresolvable) {
+		return out, err
+	}
+	var keep []fwk.NodeInfo
+	if code == fwk.UnschedulableAndUnresolvable {
+		for _, ni := range out {
+			if !draPreemptable(d.NodeToStatusReader.Get(ni.Node().Name)) {
+				keep = append(keep, ni)
+			}
+		}
+		return keep, nil
+	}
+	more, err := d.NodeToStatusReader.NodesForStatusCode(l, fwk.UnschedulableAndUnresolvable)
+	if err != nil {
+		return nil, err
+	}
+	for _, ni := range more {
+		if draPreemptable(d.NodeToStatusReader.Get(ni.Node().Name)) {
+			out = append(out, ni)
+		}
+	}
+	return out, nil
 }
