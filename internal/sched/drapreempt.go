@@ -85,16 +85,7 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 		st.Plugin() != names.DynamicResources && st.Plugin() != Name {
 		return nil, 0, st
 	}
-	var out []*corev1.Pod
-	var chosen []string
-	for _, v := range victims {
-		for _, pi := range v.Pods() {
-			out = append(out, pi.GetPod())
-			chosen = append(chosen, string(pi.GetPod().UID))
-		}
-	}
-	pr.rec.chose(pod.UID, node, chosen)
-	return out, 0, nil
+	return pr.chose(pod, node, victims), 0, nil
 }
 
 // heldClaims are the pending claims of the pods nominated to node (other
@@ -135,15 +126,9 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 		nominated = r.NominatingInfo.NominatedNodeName
 	}
 	pr.release.expect(pr.rec.commit(pod.UID, nominated, time.Now()))
-	if st.IsSuccess() {
-		p.metrics.done(pointPostFilter, resultPreempted, start)
-		return r, st
-	}
-	p.metrics.done(pointPostFilter, resultParked, start)
-	if st.Code() == fwk.Error {
-		return r, st
-	}
-	return r, fwk.NewStatus(fwk.Unschedulable, "preemption: "+st.Message())
+	// Unschedulable, not UnschedulableAndUnresolvable: the DynamicResources
+	// plugin's queueing hints (a claim deallocated) retry the pod.
+	return p.preempted(r, st, start, fwk.Unschedulable)
 }
 
 // filterDRA holds, for a pod whose devices come from ResourceClaims, the

@@ -292,6 +292,12 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	}
 	p.preempt.rec.commit(pod.UID, nominated, time.Now())
 	p.wait.park(ctx, pod, c.gen)
+	return p.preempted(r, st, start, fwk.UnschedulableAndUnresolvable)
+}
+
+// preempted ends PostFilter after a preemption: its result as it is when it
+// succeeded or failed with an error, else its reason with code.
+func (p *Plugin) preempted(r *fwk.PostFilterResult, st *fwk.Status, start time.Time, code fwk.Code) (*fwk.PostFilterResult, *fwk.Status) {
 	if st.IsSuccess() {
 		p.metrics.done(pointPostFilter, resultPreempted, start)
 		return r, st
@@ -300,7 +306,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if st.Code() == fwk.Error {
 		return r, st
 	}
-	return r, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "preemption: "+st.Message())
+	return r, fwk.NewStatus(code, "preemption: "+st.Message())
 }
 
 // PreEnqueue holds back a pod whose victims are still being evicted.

@@ -183,6 +183,12 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 		victims = append(victims, v)
 	}
 	sort.SliceStable(victims, func(i, j int) bool { return preemption.MoreImportantVictim(victims[i], victims[j]) })
+	return pr.chose(pod, node, victims), 0, nil
+}
+
+// chose records the victims a dry run chose for pod on node and returns
+// their pods.
+func (pr *preemptor) chose(pod *corev1.Pod, node string, victims []*preemption.DomainVictim) []*corev1.Pod {
 	var out []*corev1.Pod
 	var uids []string
 	for _, v := range victims {
@@ -192,7 +198,7 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 		}
 	}
 	pr.rec.chose(pod.UID, node, uids)
-	return out, 0, nil
+	return out
 }
 
 // reprieveUnchosen puts back at once every pod alloc.Victims did not choose;

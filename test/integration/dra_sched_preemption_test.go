@@ -171,17 +171,7 @@ func (e *env) preemptClaimAndCheck(t *testing.T, ns, sched string, high func(*co
 	e.claimPod(t, ns, "hi", sched, r, high)
 	e.waitBound(t, ns, "hi")
 	t.Logf("hi bound %v after creation", time.Since(start).Round(time.Millisecond))
-	var want []string
-	for _, n := range before {
-		if !slices.Contains(evicted, n) {
-			want = append(want, n)
-		}
-	}
-	want = append(want, "hi")
-	slices.Sort(want)
-	if got := e.present(t, ns); !slices.Equal(got, want) {
-		t.Fatalf("pods left %v, want %v (evicted exactly %v)", got, want, evicted)
-	}
+	want := e.checkLeft(t, ns, before, evicted)
 	if got := e.draCheck(t, ns); !slices.Equal(got, want) {
 		t.Fatalf("allocated claims %v, want %v", got, want)
 	}
