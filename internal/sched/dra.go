@@ -232,3 +232,84 @@ func (n *draNode) freed(pods sets.Set[types.UID]) sets.Set[types.UID] {
 	}
 	return out
 }
+
+// nodeUse is what the claims allocated on one node's shared devices hold:
+// used sums, per device, the fractions of its units and of its memory held
+// (a device allocated whole: 2); n devices of units and memory totals.
+type nodeUse struct {
+	used       float64
+	n          int
+	units, mem float64
+}
+
+// usage reads, for the named nodes, what the claims allocated on their
+// devices of consumable units and memory (gpuslice.io's shape) hold.
+func (e *draEnv) usage(nodes sets.Set[string]) (map[string]*nodeUse, error) {
+	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("resource slices: %w", err)
+	}
+	type devCap struct {
+		node       string
+		units, mem float64
+	}
+	devs := map[structured.DeviceID]devCap{}
+	out := map[string]*nodeUse{}
+	for _, s := range all {
+		if s.Spec.NodeName == nil || !nodes.Has(*s.Spec.NodeName) {
+			continue
+		}
+		node := *s.Spec.NodeName
+		for _, d := range s.Spec.Devices {
+			u, m := float64(deviceCap(d, capUnits)), float64(deviceCap(d, capMemory))
+			if u <= 0 || m <= 0 {
+				continue
+			}
+			devs[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = devCap{node, u, m}
+			nu := out[node]
+			if nu == nil {
+				nu = &nodeUse{}
+				out[node] = nu
+			}
+			nu.n++
+			nu.units += u
+			nu.mem += m
+		}
+	}
+	if len(devs) == 0 {
+		return out, nil
+	}
+	claims, err := e.dra.ResourceClaims().List()
+	if err != nil {
+		return nil, fmt.Errorf("resource claims: %w", err)
+	}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			d, ok := devs[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)]
+			if !ok {
+				continue
+			}
+			if r.ShareID == nil {
+				out[d.node].used += 2
+				continue
+			}
+			out[d.node].used += float64(capValue(r.ConsumedCapacity, capUnits))/d.units + float64(capValue(r.ConsumedCapacity, capMemory))/d.mem
+		}
+	}
+	return out, nil
+}
+
+// adds is what claims needing need add to a node of use (its average
+// device): 2 a whole device.
+func (u *nodeUse) adds(need claimNeed) float64 {
+	if need.whole {
+		return 2
+	}
+	if u.n == 0 || u.units == 0 || u.mem == 0 {
+		return 0
+	}
+	return float64(need.units)/(u.units/float64(u.n)) + float64(need.bytes)/(u.mem/float64(u.n))
+}

@@ -35,6 +35,7 @@ var (
 	_ fwk.PreEnqueuePlugin  = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PostFilterPlugin  = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
@@ -79,6 +80,10 @@ type cycle struct {
 	// there (nominated, not bound): their capacity is held.
 	dra      bool
 	draAdded map[string][]*corev1.Pod
+	// draUse: the scored nodes' device use (PreScore), read-only; draNeed
+	// what the pod's pending claims need.
+	draUse  map[string]*nodeUse
+	draNeed claimNeed
 }
 
 // Clone copies the cycle for a what-if (the framework clones the state for
@@ -317,11 +322,41 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	return nil
 }
 
+// PreScore reads, for a pod with ResourceClaims, the device use of the
+// nodes that passed Filter (once per cycle: Score reads it per node).
+func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if !c.dra || p.preempt == nil || p.preempt.dra == nil || p.alloc.Policy(c.req) == api.PlacementFirstFit {
+		return nil
+	}
+	names := sets.New[string]()
+	for _, ni := range nodes {
+		names.Insert(ni.Node().Name)
+	}
+	use, err := p.preempt.dra.usage(names)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	claims, _ := p.preempt.dra.pendingClaims(pod)
+	c.draUse, c.draNeed = use, needOf(claims)
+	return nil
+}
+
 // Score rates a node that passed Filter by placement policy.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	c, ok := readCycle(state)
-	if !ok || c.dra {
+	if !ok {
 		return 0, nil
+	}
+	if c.dra {
+		u := c.draUse[ni.Node().Name]
+		if u == nil {
+			return 0, nil
+		}
+		return alloc.PolicyScore(p.alloc.Policy(c.req), u.used, u.adds(c.draNeed), u.n), nil
 	}
 	start := time.Now()
 	score := p.alloc.Score(ni.Node().Name, c.req)

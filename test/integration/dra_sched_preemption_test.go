@@ -32,22 +32,31 @@ import (
 func draSetup(t *testing.T, gpus int) (e *env, ns, sched string, high func(*corev1.Pod)) {
 	t.Helper()
 	e, ns = setup(t)
-	ctx := context.Background()
-	node := ns + "-n-0"
-	if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	s, err := harness.DRASlice(node, gpus, 16*harness.GiB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.createSlice(t, s)
+	e.draNodes(t, ns, 1, gpus)
 	sched = ns + "-sched"
 	e.startScheduler(t, sched, staticRows)
 	return e, ns, sched, e.priorityClass(t, ns, 1000)
+}
+
+// draNodes creates n nodes <ns>-n-<i> of the test's group, each with gpus
+// GPUs of 16 GiB published as a ResourceSlice, and the DeviceClasses.
+func (e *env) draNodes(t *testing.T, ns string, n, gpus int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		node := fmt.Sprintf("%s-n-%d", ns, i)
+		if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		s, err := harness.DRASlice(node, gpus, 16*harness.GiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.createSlice(t, s)
+	}
 }
 
 func (e *env) createSlice(t *testing.T, s *resourceapi.ResourceSlice) {
@@ -227,18 +236,7 @@ func TestDRAPreemptRespectsPDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The budget exists before the scheduler starts (see TestPreemptRespectsPDB).
-	node := ns + "-n-0"
-	if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	s, err := harness.DRASlice(node, 1, 16*harness.GiB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.createSlice(t, s)
+	e.draNodes(t, ns, 1, 1)
 	sched := ns + "-sched"
 	e.startScheduler(t, sched, staticRows)
 	high, p100 := e.priorityClass(t, ns, 1000), e.priorityClass(t, ns, 100)
@@ -387,5 +385,42 @@ func (e *env) dropFinalizers(t *testing.T, ns string, names ...string) {
 	for _, name := range names {
 		_, _ = e.cp.Client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	}
+}
+
+// TestDRAPlacement: four claims of 25 units, one after another, on two
+// nodes of one GPU each: binpack puts them all on one node, spread two on
+// each (the stock allocator alone does not choose between equal nodes).
+func TestDRAPlacement(t *testing.T) {
+	for _, policy := range []string{"binpack", "spread"} {
+		t.Run(policy, func(t *testing.T) {
+			e, ns := setup(t)
+			e.draNodes(t, ns, 2, 1)
+			sched := ns + "-sched"
+			e.startScheduler(t, sched, "{placement: "+policy+", heartbeatTimeout: 1h}")
+			var fill []filler
+			for i := range 4 {
+				fill = append(fill, filler{name: fmt.Sprintf("q-%d", i), req: harness.GPURequest{Units: 25, Memory: harness.GiB}})
+			}
+			e.fillClaims(t, ns, sched, fill)
+			per := map[string]int{}
+			for _, f := range fill {
+				p, err := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), f.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				per[p.Spec.NodeName]++
+			}
+			want := map[string][]int{"binpack": {4}, "spread": {2, 2}}[policy]
+			var got []int
+			for _, n := range per {
+				got = append(got, n)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: pods per node %v, want %v", policy, per, want)
+			}
+			e.draCheck(t, ns)
+		})
 	}
 }
