@@ -109,7 +109,7 @@ func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.Res
 // (kube-scheduler's Evaluator with selectDRAVictims); its victims' claims
 // are deallocated as soon as the victims are gone (claimReleaser), so it
 // binds without waiting for the resource claim controller.
-func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	pr := p.preempt
 	if pr == nil || pr.dra == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
@@ -117,6 +117,9 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 	start := time.Now()
 	m = draStatuses{m}
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
+		if c.draNeed.whole {
+			p.reserveFor(pod, m, start)
+		}
 		p.metrics.done(pointPostFilter, resultParked, start)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -126,6 +129,9 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 		nominated = r.NominatingInfo.NominatedNodeName
 	}
 	pr.release.expect(pr.rec.commit(pod.UID, nominated, time.Now()))
+	if !st.IsSuccess() && st.Code() != fwk.Error && c.draNeed.whole {
+		p.reserveFor(pod, m, time.Now())
+	}
 	// Unschedulable, not UnschedulableAndUnresolvable: the DynamicResources
 	// plugin's queueing hints (a claim deallocated) retry the pod.
 	return p.preempted(r, st, start, fwk.Unschedulable)
@@ -136,6 +142,9 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 // least its priority: the framework adds them through AddPod): the node
 // passes only if their pending claims and the pod's fit there together.
 func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if r := p.reservedAgainst(c, pod, ni.Node().Name, time.Now()); r != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node is reserved for pod %s, which waits for whole devices (backfill)", r))
+	}
 	added := c.draAdded[ni.Node().Name]
 	if len(added) == 0 || p.preempt == nil || p.preempt.dra == nil {
 		return nil

@@ -149,7 +149,8 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 			// Kept for the capacity nominated pods hold (Filter) and for
 			// preemption (PostFilter); the DynamicResources plugin allocates.
 			result = resultDRA
-			state.Write(stateKey, &cycle{req: req, dra: true})
+			claims, _ := p.preempt.dra.pendingClaims(pod)
+			state.Write(stateKey, &cycle{req: req, dra: true, draNeed: needOf(claims)})
 			return nil, nil
 		}
 		result = resultSkip
@@ -271,7 +272,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	if c.dra {
-		return p.postFilterDRA(ctx, state, pod, m)
+		return p.postFilterDRA(ctx, c, state, pod, m)
 	}
 	start := time.Now()
 	if c.narrowed { // other plugins rejected our candidates: retry on all nodes now
@@ -324,7 +325,7 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 
 // PreScore reads, for a pod with ResourceClaims, the device use of the
 // nodes that passed Filter (once per cycle: Score reads it per node).
-func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	c, ok := readCycle(state)
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
@@ -340,8 +341,7 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.P
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	claims, _ := p.preempt.dra.pendingClaims(pod)
-	c.draUse, c.draNeed = use, needOf(claims)
+	c.draUse = use
 	return nil
 }
 
@@ -377,6 +377,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	if c.dra {
 		if p.preempt != nil {
 			p.preempt.rec.forget(pod.UID)
+			p.preempt.backfill.forget(pod.UID)
 		}
 		return nil
 	}

@@ -41,6 +41,8 @@ type preemptor struct {
 	// release deallocates its victims' claims once they are gone.
 	dra     *draEnv
 	release *claimReleaser
+	// backfill: the nodes reserved for pods waiting for whole devices.
+	backfill *reservations
 }
 
 // victimWait bounds how long a preemptor waits for its victims to leave
@@ -62,6 +64,7 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 	if fts.EnableDynamicResourceAllocation {
 		pr.dra = newDRAEnv(fh, fts)
 		pr.release = newClaimReleaser(fh.ClientSet(), 2*victimWait)
+		pr.backfill = newReservations()
 	}
 	pr.exec = preemption.NewExecutor(fh, fts)
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)

@@ -424,3 +424,103 @@ func TestDRAPlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestDRABackfillWholeGPU: two nodes of two GPUs under a stream of 10
+// quarter-GPU claim pods per second, each running 2 s (then deleted and its
+// claim deallocated, as the resource claim controller would): about 20
+// quarters want the 16 quarters there are, so no GPU stays free for long.
+// A whole-GPU claim pod of the same priority (no preemption) arrives after
+// 3 s and must be bound within 30 s: after a bounded wait a node is reserved
+// for it, the quarters go to the other node while it drains.
+func TestDRABackfillWholeGPU(t *testing.T) {
+	e, ns := setup(t)
+	e.draNodes(t, ns, 2, 2)
+	sched := ns + "-sched"
+	e.startScheduler(t, sched, staticRows)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int)
+	go func() { done <- e.quarterStream(ctx, t, ns, sched, 100*time.Millisecond, 2*time.Second) }()
+	time.Sleep(3 * time.Second)
+	e.claimPod(t, ns, "whole", sched, harness.GPURequest{GPUs: 1})
+	start := time.Now()
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		p, err := e.cp.Client.CoreV1().Pods(ns).Get(wctx, "whole", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	})
+	took := time.Since(start)
+	cancel()
+	quarters := <-done
+	if err != nil {
+		p, _ := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), "whole", metav1.GetOptions{})
+		t.Fatalf("whole-GPU pod not bound within 30 s under the stream (%d quarters bound): %v; %q", quarters, err, scheduledMessage(p))
+	}
+	t.Logf("whole-GPU pod bound %v after its creation; %d quarters bound meanwhile and before", took.Round(time.Millisecond), quarters)
+	e.draCheck(t, ns)
+}
+
+// quarterStream creates a quarter-GPU claim pod every period until ctx ends;
+// each bound one is finished life after it was first seen bound (deleted,
+// its claim deallocated). It returns how many were bound.
+func (e *env) quarterStream(ctx context.Context, t *testing.T, ns, sched string, period, life time.Duration) int {
+	boundAt := map[string]time.Time{}
+	finished := map[string]bool{}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	c := e.cp.Client
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return len(boundAt)
+		case <-tick.C:
+		}
+		name := fmt.Sprintf("q-%04d", i)
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: harness.DRAClaimSpec(harness.GPURequest{Units: 25, Memory: harness.GiB})}
+		if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			continue
+		}
+		p := harness.Pod(ns, name, sched, harness.GPURequest{})
+		p.Spec.NodeSelector = map[string]string{groupLabel: ns}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "c0", ResourceClaimName: ptr.To(name)}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "c0"}}
+		_, _ = c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" || p.Name == "whole" || finished[p.Name] {
+				continue
+			}
+			if _, ok := boundAt[p.Name]; !ok {
+				boundAt[p.Name] = now
+			}
+			if now.Sub(boundAt[p.Name]) >= life {
+				finished[p.Name] = true
+				e.finishClaimPod(ctx, ns, p.Name)
+			}
+		}
+	}
+}
+
+// finishClaimPod deletes a pod and deallocates its claim of the same name,
+// as the resource claim controller does once the pod is gone.
+func (e *env) finishClaimPod(ctx context.Context, ns, name string) {
+	zero := int64(0)
+	_ = e.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	rc := e.cp.Client.ResourceV1().ResourceClaims(ns)
+	for range 5 {
+		cl, err := rc.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		cl.Status.ReservedFor, cl.Status.Allocation, cl.Status.Devices = nil, nil, nil
+		if _, err = rc.UpdateStatus(ctx, cl, metav1.UpdateOptions{}); err == nil {
+			return
+		}
+	}
+}
