@@ -367,7 +367,7 @@ func (e *env) waitTerminating(t *testing.T, ns string, n int, names ...string) [
 	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
 		got = got[:0]
 		for _, name := range names {
-			p, err := e.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			p, err := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 			if err == nil && p.DeletionTimestamp != nil {
 				got = append(got, name)
 			}
