@@ -1,9 +1,10 @@
 package sched
 
 import (
-	"k8s.io/apimachinery/pkg/types"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestReservations: a whole-device pod gets a reservation only after
