@@ -115,6 +115,12 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	start := time.Now()
+	if c.narrowed { // the allocator refused every candidate: retry on all nodes now
+		p.wait.widen(pod)
+		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		p.metrics.done(pointPostFilter, resultWidened, start)
+		return nil, fwk.NewStatus(fwk.Unschedulable, "retrying on every node")
+	}
 	m = draStatuses{m}
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {

@@ -132,7 +132,7 @@ func readCycle(state fwk.CycleState) (*cycle, bool) {
 
 // PreFilter parses the pod's gpuslice request; pods without one skip the
 // plugin, malformed ones are unschedulable with an Event saying why.
-func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (_ *fwk.PreFilterResult, _ *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (_ *fwk.PreFilterResult, _ *fwk.Status) {
 	start, result := time.Now(), ""
 	defer func() { p.metrics.done(pointPreFilter, result, start) }()
 	if p.synced != nil && !p.synced() && !cache.WaitForCacheSync(ctx.Done(), p.synced) {
@@ -149,9 +149,10 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 			// Kept for the capacity nominated pods hold (Filter) and for
 			// preemption (PostFilter); the DynamicResources plugin allocates.
 			result = resultDRA
-			claims, _ := p.preempt.dra.pendingClaims(pod)
-			state.Write(stateKey, &cycle{req: req, dra: true, draNeed: needOf(claims)})
-			return nil, nil
+			claims, missing := p.preempt.dra.pendingClaims(pod)
+			c := &cycle{req: req, dra: true, draNeed: needOf(claims)}
+			state.Write(stateKey, c)
+			return p.narrowDRA(c, pod, claims, missing, nodes), nil
 		}
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -375,6 +376,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		return nil
 	}
 	if c.dra {
+		p.wait.forget(pod)
 		if p.preempt != nil {
 			p.preempt.rec.forget(pod.UID)
 			p.preempt.backfill.forget(pod.UID)
