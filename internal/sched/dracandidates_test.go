@@ -34,7 +34,7 @@ type fakeClaims struct {
 
 func (f fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return f.c, nil }
 
-func (f *fakeDRA) ResourceSlices() fwk.ResourceSliceLister   { return fakeSlices{f.slices} }
+func (f *fakeDRA) ResourceSlices() fwk.ResourceSliceLister  { return fakeSlices{f.slices} }
 func (f *fakeDRA) ResourceClaims() fwk.ResourceClaimTracker { return fakeClaims{c: f.claims} }
 
 // TestDRACandidates: nodes n0 (80 units held), n1 (50 held), n2 (empty),
