@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -107,41 +108,69 @@ type draNode struct {
 
 func poolKey(driver, pool string) string { return driver + "/" + pool }
 
-// readNode reads node's local ResourceSlices and the claims allocated on
-// their devices (as the claim tracker has them: in-flight allocations
-// included).
-func (e *draEnv) readNode(node *corev1.Node) (*draNode, error) {
-	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, fmt.Errorf("resource slices: %w", err)
-	}
-	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](), devices: map[structured.DeviceID]resourceapi.Device{}}
-	for _, s := range all {
-		if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
-			continue
+// draSnapshot is one read of the ResourceSlices and the allocated claims
+// (as the claim tracker has them: in-flight allocations included), indexed
+// by node; a preemption's dry run reads many nodes from one snapshot.
+type draSnapshot struct {
+	once   sync.Once
+	err    error
+	slices map[string][]*resourceapi.ResourceSlice // by node
+	held   map[string][]*resourceapi.ResourceClaim // by node
+}
+
+// read fills the snapshot once.
+func (s *draSnapshot) read(e *draEnv) error {
+	s.once.Do(func() {
+		all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			s.err = fmt.Errorf("resource slices: %w", err)
+			return
 		}
-		n.slices = append(n.slices, s)
+		s.slices, s.held = map[string][]*resourceapi.ResourceSlice{}, map[string][]*resourceapi.ResourceClaim{}
+		poolNode := map[string]string{}
+		for _, sl := range all {
+			if sl.Spec.NodeName == nil {
+				continue
+			}
+			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
+			poolNode[poolKey(sl.Spec.Driver, sl.Spec.Pool.Name)] = *sl.Spec.NodeName
+		}
+		claims, err := e.dra.ResourceClaims().List()
+		if err != nil {
+			s.err = fmt.Errorf("resource claims: %w", err)
+			return
+		}
+		for _, c := range claims {
+			if c.Status.Allocation == nil {
+				continue
+			}
+			nodes := sets.New[string]()
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if n, ok := poolNode[poolKey(r.Driver, r.Pool)]; ok && !nodes.Has(n) {
+					nodes.Insert(n)
+					s.held[n] = append(s.held[n], c)
+				}
+			}
+		}
+	})
+	return s.err
+}
+
+// readNode reads node's local ResourceSlices and the claims allocated on
+// their devices, from snap (nil: a fresh read).
+func (e *draEnv) readNode(snap *draSnapshot, node *corev1.Node) (*draNode, error) {
+	if snap == nil {
+		snap = &draSnapshot{}
+	}
+	if err := snap.read(e); err != nil {
+		return nil, err
+	}
+	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](),
+		devices: map[structured.DeviceID]resourceapi.Device{}, slices: snap.slices[node.Name], held: snap.held[node.Name]}
+	for _, s := range n.slices {
 		n.pools.Insert(poolKey(s.Spec.Driver, s.Spec.Pool.Name))
 		for _, d := range s.Spec.Devices {
 			n.devices[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = d
-		}
-	}
-	if len(n.slices) == 0 {
-		return n, nil
-	}
-	claims, err := e.dra.ResourceClaims().List()
-	if err != nil {
-		return nil, fmt.Errorf("resource claims: %w", err)
-	}
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if n.pools.Has(poolKey(r.Driver, r.Pool)) {
-				n.held = append(n.held, c)
-				break
-			}
 		}
 	}
 	return n, nil

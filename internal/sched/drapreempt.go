@@ -35,7 +35,11 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	if missing > 0 {
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's ResourceClaims do not all exist yet")
 	}
-	n, err := pr.dra.readNode(ni.Node())
+	var snap *draSnapshot
+	if c, ok := readCycle(state); ok {
+		snap = c.draSnap
+	}
+	n, err := pr.dra.readNode(snap, ni.Node())
 	if err != nil {
 		return nil, 0, fwk.AsStatus(err)
 	}
@@ -122,6 +126,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		return nil, fwk.NewStatus(fwk.Unschedulable, "retrying on every node")
 	}
 	m = draStatuses{m}
+	c.draSnap = &draSnapshot{} // one read of slices and claims for the dry run's nodes
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {
 			p.reserveFor(pod, m, start)
@@ -164,7 +169,7 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 		who = append(who, np.Namespace+"/"+np.Name)
 	}
 	own, _ := env.pendingClaims(pod)
-	n, err := env.readNode(ni.Node())
+	n, err := env.readNode(nil, ni.Node())
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

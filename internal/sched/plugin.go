@@ -84,6 +84,9 @@ type cycle struct {
 	// what the pod's pending claims need.
 	draUse  map[string]*nodeUse
 	draNeed claimNeed
+	// draSnap: the slices and claims a preemption's dry run reads (shared
+	// by the clones of one PostFilter).
+	draSnap *draSnapshot
 }
 
 // Clone copies the cycle for a what-if (the framework clones the state for

@@ -76,10 +76,10 @@ func TestDRAPreempt(t *testing.T) {
 	}
 	var victim, stayed string
 	for name := range loClaims {
-		_, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(err):
-			victim = name
+		case apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil:
+			victim = name // gone, or going (the kubelet stops it)
 		case err == nil:
 			stayed = name
 		default:
