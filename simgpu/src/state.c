@@ -191,6 +191,7 @@ static void state_unlock(struct sim_state *st)
 static bool proc_present(int32_t pid)
 {
 	int saved = errno;
+	pthread_once(&procs.once, procs_init); /* procs.host is read below */
 	bool present = procs.host ? sim_proc_alive(pid, 0) : kill(pid, 0) == 0 || errno == EPERM;
 	errno = saved;
 	return present;
