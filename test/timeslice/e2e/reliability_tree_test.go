@@ -307,44 +307,68 @@ func TestReliabilityAdoptOnlyOwnState(t *testing.T) {
 }
 
 // TestReliabilityTreeDirectoryForFile: a directory made where a group's
-// setting file belongs (with a file in it) is reported and repaired like a
-// bad value: the daemon puts the last valid setting back in its place, and
-// the group reads again (`group get`, `group ls`). Before, the write-back's
-// rename failed on the directory and nothing noticed its making: the group
-// stayed unreadable (issue 38).
+// setting file belongs (empty: IN_CREATE), or one with a file in it moved
+// there, is reported and repaired like a bad value: the daemon puts the last
+// valid setting back in its place, and the group reads again (`group get`,
+// `group ls`). Before, the write-back's rename failed on the directory and
+// nothing noticed its making: the group stayed unreadable (issue 38). A group
+// per case: the file is removed before the directory takes its place, and a
+// read in between (the daemon's own write-back of a previous repair) reads
+// it as its default.
 func TestReliabilityTreeDirectoryForFile(t *testing.T) {
 	cfg := testCfg(t)
 	tree := group.NewTree(cfg.RunDir)
-	setGroup(t, cfg, "g", group.Change{File: group.FileSlice, Value: "7ms"})
+	cases := []struct {
+		g, f  string
+		moved bool
+	}{{"made-slice", group.FileSlice, false}, {"made-priority", group.FilePriority, false},
+		{"moved-slice", group.FileSlice, true}, {"moved-priority", group.FilePriority, true}}
+	for _, c := range cases {
+		setGroup(t, cfg, c.g, group.Change{File: group.FileSlice, Value: "7ms"})
+	}
 	startDaemon(t, cfg)
-	for _, f := range []string{group.FileSlice, group.FilePriority} {
-		p := filepath.Join(tree.Path("g"), f)
-		if err := errors.Join(os.Remove(p), os.Mkdir(p, 0o755), os.WriteFile(filepath.Join(p, "x"), []byte("7ms\n"), 0o644)); err != nil {
+	for _, c := range cases {
+		p := filepath.Join(tree.Path(c.g), c.f)
+		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
+		}
+		if !c.moved {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// Filled beside it (a name starting with a dot, which the watcher
+			// ignores), then moved in: a file written into a directory made
+			// in place races the daemon's repair of it.
+			stage := filepath.Join(tree.Path(c.g), "."+c.f+".dir")
+			if err := errors.Join(os.Mkdir(stage, 0o755), os.WriteFile(filepath.Join(stage, "x"), []byte("7ms\n"), 0o644),
+				os.Rename(stage, p)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			// Repaired: a regular file in its place (a missing one reads as
 			// the default for a moment while the directory is moved aside).
 			fi, ferr := os.Lstat(p)
-			st, err := tree.Read("g")
+			st, err := tree.Read(c.g)
 			if ferr == nil && fi.Mode().IsRegular() && err == nil {
 				if st.Slice != 7*time.Millisecond {
-					t.Fatalf("after %s was a directory, the group reads %+v, want its slice of 7ms", f, st)
+					t.Fatalf("after %s of %s was a directory, the group reads %+v, want its slice of 7ms", c.f, c.g, st)
 				}
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("a directory where %s belongs was not repaired: %v %v %v", f, fi, ferr, err)
+				t.Fatalf("a directory where %s of %s belongs was not repaired: %v %v %v", c.f, c.g, fi, ferr, err)
 			}
 		}
-	}
-	names, err := os.ReadDir(tree.Path("g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range names {
-		if strings.HasPrefix(e.Name(), ".") {
-			t.Errorf("left behind in the group directory: %s", e.Name())
+		names, err := os.ReadDir(tree.Path(c.g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range names { // the directory moved aside, or the test's own (not the daemon's files in flight)
+			if strings.HasPrefix(e.Name(), "."+c.f+".dir") {
+				t.Errorf("left behind in the directory of %s: %s", c.g, e.Name())
+			}
 		}
 	}
 }
