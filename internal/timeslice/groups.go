@@ -40,20 +40,9 @@ func (s *Server) loadGroups(ctx context.Context) error {
 // applied once the settings and the memory limit are in force.
 func (s *Server) groupChanged(ctx context.Context, name string) {
 	log := klog.FromContext(ctx).WithValues("group", name)
-	id, exists := s.groupDir(name)
-	s.bindingChanged(ctx, name, exists)
-	s.mu.Lock()
-	if !exists {
-		s.groupGoneLocked(name, time.Now()) // forgotten unless its run directory went with it (restore.go)
-		s.mu.Unlock()
+	if !s.noteGroupDir(ctx, name) {
 		return
 	}
-	if prev, seen := s.dirs[name]; seen && prev != id {
-		s.forgetLocked(name) // removed and made again: a new group starts clean
-	}
-	s.dirs[name] = id
-	delete(s.gone, name)
-	s.mu.Unlock()
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
 	if s.recordGroup(name, st, gen, err == nil) {
@@ -104,6 +93,27 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	s.applyMemoryLimit(log, name, memChanged)
 	log.V(1).Info("group settings applied", "slice", st.Slice, "share", st.Share, "priority", st.Priority,
 		"memoryMax", st.MemoryMax, "generation", gen)
+}
+
+// noteGroupDir notes what a changed group's directory is, and reports
+// whether it exists. A group gone is forgotten unless its run directory went
+// with it (restore.go); one removed and made again (another directory) starts
+// clean.
+func (s *Server) noteGroupDir(ctx context.Context, name string) bool {
+	id, exists := s.groupDir(name)
+	s.bindingChanged(ctx, name, exists)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !exists {
+		s.groupGoneLocked(name, time.Now())
+		return false
+	}
+	if prev, seen := s.dirs[name]; seen && prev != id {
+		s.forgetLocked(name)
+	}
+	s.dirs[name] = id
+	delete(s.gone, name)
+	return true
 }
 
 // groupDir returns what a group's directory is (device and inode), and
