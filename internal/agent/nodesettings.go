@@ -90,23 +90,29 @@ func list[T any]() conv[[]T, []T] {
 	return conv[[]T, []T]{to: func(v []T) ([]T, error) { return slices.Clone(v), nil }, from: slices.Clone[[]T]}
 }
 
-var duration = conv[v1.Duration, time.Duration]{
-	to:   func(d v1.Duration) (time.Duration, error) { return time.ParseDuration(string(d)) },
-	from: func(d time.Duration) v1.Duration { return v1.Duration(d.String()) },
+func duration() conv[v1.Duration, time.Duration] {
+	return conv[v1.Duration, time.Duration]{
+		to:   func(d v1.Duration) (time.Duration, error) { return time.ParseDuration(string(d)) },
+		from: func(d time.Duration) v1.Duration { return v1.Duration(d.String()) },
+	}
 }
 
-var driverMode = conv[string, gpu.Mode]{to: gpu.ParseMode, from: func(m gpu.Mode) string { return string(m) }}
+func driverMode() conv[string, gpu.Mode] {
+	return conv[string, gpu.Mode]{to: gpu.ParseMode, from: func(m gpu.Mode) string { return string(m) }}
+}
 
-var xids = conv[[]uint64, []uint64]{
-	to: func(x []uint64) ([]uint64, error) {
-		for _, id := range x {
-			if id > 1<<32-1 {
-				return nil, fmt.Errorf("XID %d: want at most %d", id, uint64(1<<32-1))
+func xids() conv[[]uint64, []uint64] {
+	return conv[[]uint64, []uint64]{
+		to: func(x []uint64) ([]uint64, error) {
+			for _, id := range x {
+				if id > 1<<32-1 {
+					return nil, fmt.Errorf("XID %d: want at most %d", id, uint64(1<<32-1))
+				}
 			}
-		}
-		return slices.Clone(x), nil
-	},
-	from: slices.Clone[[]uint64],
+			return slices.Clone(x), nil
+		},
+		from: slices.Clone[[]uint64],
+	}
 }
 
 // setting is one row: cfg is its place in Config, def its default (for the
@@ -185,7 +191,7 @@ func nodeSettings() []Setting {
 			same[string](), func(getenv func(string) string) string { return getenv("NODE_NAME") }, nil),
 		setting("kubeconfig", "kubeconfig", "kubeconfig (default: in-cluster or $KUBECONFIG)", func(c *Config) *string { return &c.Kubeconfig },
 			same[string](), is(""), nil),
-		setting("driver", "driver", "GPU driver: auto, real or sim", func(c *Config) *gpu.Mode { return &c.Driver }, driverMode, is(gpu.ModeAuto), nil),
+		setting("driver", "driver", "GPU driver: auto, real or sim", func(c *Config) *gpu.Mode { return &c.Driver }, driverMode(), is(gpu.ModeAuto), nil),
 		setting("sim-dir", "simDir", "directory of the simulated driver libraries", func(c *Config) *string { return &c.SimDir },
 			same[string](), is(""), nil),
 		setting("library", "library", "host path of libgpuslice.so to inject", func(c *Config) *string { return &c.Library },
@@ -199,9 +205,9 @@ func nodeSettings() []Setting {
 				return []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
 			}, nil),
 		setting("resync", "resync", "re-apply every container's devices this often", func(c *Config) *time.Duration { return &c.Resync },
-			duration, is(time.Second), atLeast(10*time.Millisecond)),
+			duration(), is(time.Second), atLeast(10*time.Millisecond)),
 		setting("publish-period", "publishPeriod", "publish the node's GPUNode row this often",
-			func(c *Config) *time.Duration { return &c.PublishPeriod }, duration, is(10*time.Second), atLeast(time.Second)),
+			func(c *Config) *time.Duration { return &c.PublishPeriod }, duration(), is(10*time.Second), atLeast(time.Second)),
 		setting("daemon", "daemon.enabled", "run the node daemon (a child process, started again at once if it dies)",
 			func(c *Config) *bool { return &c.RunDaemon }, same[bool](), is(true), nil),
 		setting("daemon-binary", "daemon.binary", "the gpuslice CLI that runs the node daemon (default: gpuslice beside this executable)",
@@ -226,7 +232,7 @@ func nodeSettings() []Setting {
 		setting("runtime-endpoint", "runtime.endpoint", "the container runtime's CRI socket (containerd, CRI-O): running containers' processes and OCI specs",
 			func(c *Config) *string { return &c.RuntimeEndpoint }, same[string](), is("unix:///run/containerd/containerd.sock"), nil),
 		setting("runtime-timeout", "runtime.timeout", "give up a CRI call after this long", func(c *Config) *time.Duration { return &c.RuntimeTimeout },
-			duration, is(5*time.Second), func(d time.Duration) error {
+			duration(), is(5*time.Second), func(d time.Duration) error {
 				if d <= 0 {
 					return fmt.Errorf("want more than 0")
 				}
@@ -256,7 +262,7 @@ func sharingSettings() []Setting {
 		setting("health-checks", "health.enabled", "withdraw GPUs that report a critical XID (NVML events) or fail NVML queries",
 			func(c *Config) *bool { return &c.HealthChecks }, same[bool](), is(true), nil),
 		setting("health-period", "health.period", "query each GPU's health this often", func(c *Config) *time.Duration { return &c.HealthPeriod },
-			duration, is(5*time.Second), atLeast(100*time.Millisecond)),
+			duration(), is(5*time.Second), atLeast(100*time.Millisecond)),
 		setting("dra", "dra.enabled", "run the gpuslice.io DRA kubelet plugin (ResourceSlices, Prepare of ResourceClaims)",
 			func(c *Config) *bool { return &c.DRA }, same[bool](), is(false), nil),
 		setting("dra-plugin-dir", "dra.pluginDir", "the DRA plugin's directory (its socket and checkpoint)", func(c *Config) *string { return &c.DRAPluginDir },
@@ -275,14 +281,14 @@ func sharingSettings() []Setting {
 		setting("dra-busy-below", "dra.busyBelow", "lift the busy taint once utilization stayed below this percent for --dra-busy-hold",
 			func(c *Config) *int { return &c.DRABusyBelow }, same[int](), is(0), nil),
 		setting("dra-busy-hold", "dra.busyHold", "how long utilization must stay across a busy threshold", func(c *Config) *time.Duration { return &c.DRABusyHold },
-			duration, is(time.Minute), func(d time.Duration) error {
+			duration(), is(time.Minute), func(d time.Duration) error {
 				if d < 0 {
 					return fmt.Errorf("want 0 or more")
 				}
 				return nil
 			}),
 		setting("health-skip-xids", "health.skipXIDs", "comma-separated XIDs that do not withdraw a GPU (beyond the application XIDs 13,31,43,45,68,109)",
-			func(c *Config) *[]uint64 { return &c.HealthSkipXIDs }, xids, is[[]uint64](nil), nil),
+			func(c *Config) *[]uint64 { return &c.HealthSkipXIDs }, xids(), is[[]uint64](nil), nil),
 	}
 }
 

@@ -23,7 +23,7 @@ const forgetGoneAfter = time.Second
 // keptFiles are a group's files besides its settings that the daemon keeps to
 // restore a lost group: written by the groups manager (its GPUs, gate-off) and
 // the node agent (its cgroup binding).
-var keptFiles = [...]string{group.FileCgroup, group.FileGPUs, group.FileGateOff}
+func keptFiles() []string { return []string{group.FileCgroup, group.FileGPUs, group.FileGateOff} }
 
 // groupRecord is what the daemon keeps of a group to make it again if its
 // run directory is lost.
@@ -54,7 +54,7 @@ func (s *Server) recordGroup(name string, st group.Settings, gen uint64, valid b
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		r.uid, r.gid = int(sys.Uid), int(sys.Gid)
 	}
-	for _, f := range keptFiles {
+	for _, f := range keptFiles() {
 		if v, err := s.tree.ReadFile(name, f); err == nil {
 			r.files[f] = v + "\n"
 		}
