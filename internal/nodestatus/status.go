@@ -7,11 +7,14 @@ package nodestatus
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -118,11 +121,27 @@ type GroupGPUStatus struct {
 // applied (group.FileApplied); an older one applies settings without a word.
 const FeatureGenerations = "settings-generations"
 
-// Read reads a daemon's status.json in runDir.
+// MaxBytes bounds what Read reads of status.json (the daemon itself reads it
+// when it stops, the node agent each time it publishes): a status with
+// thousands of groups on every GPU is a few MiB.
+const MaxBytes = 64 << 20
+
+// ErrTooLarge: status.json is over MaxBytes.
+var ErrTooLarge = errors.New("node status too large")
+
+// Read reads a daemon's status.json in runDir: a regular file (not through a
+// link, never waiting on a FIFO) of at most MaxBytes.
 func Read(runDir string) (*Status, error) {
-	b, err := os.ReadFile(Path(runDir))
+	f, err := group.OpenFile(Path(runDir), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read node status: %w", err)
+	}
+	b, rerr := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err := errors.Join(rerr, f.Close()); err != nil {
+		return nil, fmt.Errorf("read node status: %w", err)
+	}
+	if len(b) > MaxBytes {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, Path(runDir), MaxBytes)
 	}
 	var st Status
 	if err := json.Unmarshal(b, &st); err != nil {

@@ -2,10 +2,14 @@ package nodestatus
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/group"
 )
 
 func TestSocketPath(t *testing.T) {
@@ -50,5 +54,44 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read(dir); err == nil {
 		t.Fatal("read a truncated status")
+	}
+}
+
+// Read refuses, without waiting or reading more than MaxBytes, a status that
+// is too large, a link (to a valid status too) or a FIFO.
+func TestReadBounded(t *testing.T) {
+	dir := t.TempDir()
+	valid := filepath.Join(dir, "valid.json")
+	b, err := json.Marshal(Status{Version: Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(valid, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := append(b, make([]byte, MaxBytes)...) // valid JSON, then past the bound
+	for i := len(b); i < len(big); i++ {
+		big[i] = ' '
+	}
+	cases := map[string]struct {
+		make func(path string) error
+		want error
+	}{
+		"too large": {func(p string) error { return os.WriteFile(p, big, 0o644) }, ErrTooLarge},
+		"link":      {func(p string) error { return os.Symlink(valid, p) }, group.ErrNotRegular},
+		"fifo":      {func(p string) error { return syscall.Mkfifo(p, 0o644) }, group.ErrNotRegular},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := os.Remove(Path(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			if err := c.make(Path(dir)); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := Read(dir); !errors.Is(err, c.want) {
+				t.Fatalf("read %+v %v, want %v", st, err, c.want)
+			}
+		})
 	}
 }
