@@ -124,49 +124,10 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			if taken { // as another daemon would
-				fd, err := unix.Open(cfg.RunDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer unix.Close(fd) //nolint:errcheck // a test's descriptor
-				if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Fatalf("daemon: %v", err)
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("daemon still serves after another took its new run directory")
-				}
+				takeRunDir(t, cfg.RunDir, done)
 				return
 			}
-			// The daemon says when it serves the directory it took.
-			for deadline := time.After(10 * time.Second); ; {
-				select {
-				case l := <-taking:
-					if !strings.Contains(l, "run directory replaced: serving it again") {
-						continue
-					}
-				case <-deadline:
-					t.Fatal("the daemon did not take the new run directory")
-				}
-				break
-			}
-			second := make(chan error, 1)
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-				go func() { second <- timeslice.Run(sctx, cfg) }()
-				err := <-second
-				scancel()
-				if errors.Is(err, timeslice.ErrRunning) {
-					break // the first daemon holds the new directory
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("a second daemon on the new run directory: %v, want ErrRunning", err)
-				}
-			}
+			waitRetaken(t, ctx, cfg, taking)
 			if !client.Reachable(ctx, cfg.Socket) {
 				t.Fatal("the daemon no longer answers")
 			}
@@ -175,6 +136,53 @@ func TestReliabilityRunDirReplaced(t *testing.T) {
 				t.Fatalf("daemon: %v", err)
 			}
 		})
+	}
+}
+
+// takeRunDir takes the lock of the run directory dir made again, as another
+// daemon would, and waits for the daemon (done) to step aside.
+func takeRunDir(t *testing.T, dir string, done <-chan error) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd) //nolint:errcheck // a test's descriptor
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon still serves after another took its new run directory")
+	}
+}
+
+// waitRetaken waits for the daemon's word (taking: its log lines) that it
+// took the run directory made again; a second daemon there is then refused
+// (ErrRunning): the first holds the new directory's lock.
+func waitRetaken(t *testing.T, ctx context.Context, cfg timeslice.Config, taking <-chan string) {
+	t.Helper()
+	for deadline := time.After(10 * time.Second); ; {
+		select {
+		case l := <-taking:
+			if !strings.Contains(l, "run directory replaced: serving it again") {
+				continue
+			}
+		case <-deadline:
+			t.Fatal("the daemon did not take the new run directory")
+		}
+		break
+	}
+	// Once: the daemon says so after it took the lock; a second daemon that
+	// served (until sctx ended) beside it is a failure, not one to try again.
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	defer scancel()
+	if err := timeslice.Run(sctx, cfg); !errors.Is(err, timeslice.ErrRunning) {
+		t.Fatalf("a second daemon on the new run directory: %v, want ErrRunning", err)
 	}
 }
 
