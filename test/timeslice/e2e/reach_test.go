@@ -203,16 +203,7 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	cfg.Policy = policy.DefaultConfig()
 	simState := filepath.Join(base, "sim.state")
 	var before, after sliceLog // the slices the daemon hands out before and after the removal
-	obs := [2]*timeslice.Observer{before.observer(), after.observer()}
-	cfg.Observe = &timeslice.Observer{
-		Slice: func(gpu proto.UUID, group string, length time.Duration, seq uint64, contended bool) {
-			obs[0].Slice(gpu, group, length, seq, contended)
-			obs[1].Slice(gpu, group, length, seq, contended)
-		},
-		Held: func(gpu proto.UUID, group string, held time.Duration) {
-			obs[0].Held(gpu, group, held)
-			obs[1].Held(gpu, group, held)
-		}}
+	cfg.Observe = bothLogs(&before, &after)
 	startDaemon(t, cfg)
 	const limit, part = 1 << 30, 256 << 20
 	m := groupmgr.New(groupmgr.Config{RunDir: cfg.RunDir})
@@ -244,38 +235,28 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	if err := <-restored; err != nil {
 		t.Fatal(err)
 	}
-	sharesOf := func(l *sliceLog) (granted, held [2]time.Duration, share, heldShare float64) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		var contended [2]time.Duration
-		for _, sl := range l.slices {
-			granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
-			if sl.contended {
-				contended[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
-			}
-		}
-		t.Logf("contended slices: a %v b %v: %.1f %%", contended[0], contended[1], 100*float64(contended[0])/float64(contended[0]+contended[1]))
-		for _, sl := range l.held {
-			held[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
-		}
-		return granted, held, float64(granted[0]) / float64(granted[0]+granted[1]), float64(held[0]) / float64(held[0]+held[1])
-	}
 	wa, wb := windows(outs[0]), windows(outs[1])
 	for w := 1; w < secs; w++ {
 		t.Logf("second %d: a ran %d kernels, b %d", w, wa[w].kernels, wb[w].kernels)
 	}
-	_, _, share0, held0 := sharesOf(&before)
-	_, held, share, heldShare := sharesOf(&after)
+	_, _, share0, held0 := abShares(t, &before)
+	_, held, share, heldShare := abShares(t, &after)
 	t.Logf("a's share of the time held (of the slices handed out): %.1f %% (%.1f %%) in the second before the removal, "+
 		"%.1f %% (%.1f %%) from the removal to the tenants' last second", held0*100, share0*100, heldShare*100, share*100)
 	if held[0]+held[1] == 0 || heldShare < 0.15 || heldShare > 0.25 {
 		t.Fatalf("after the run directory was removed, a held the GPU %v and b %v: a's share %.1f %%, want 20 ± 5",
 			held[0], held[1], heldShare*100)
 	}
-	// A new member of a: the groups manager refuses it (its live member maps
-	// the removed state), and one a run made (GPUSLICE_GROUP_MANAGED) makes no
-	// second state and gets nothing.
-	err := m.Create(context.Background(), "a", groupmgr.Resources{Settings: want["a"]}, groupmgr.CreateOptions{Adopt: true})
+	noSecondState(t, e, m, fileA, want["a"], simState, part)
+}
+
+// noSecondState: a new member of group "a" (settings st) while its members
+// map its removed state (fileA): the groups manager refuses it, and one a run made
+// (GPUSLICE_GROUP_MANAGED) makes no second state and gets nothing of the
+// part bytes it asks for.
+func noSecondState(t *testing.T, e *e2e, m *groupmgr.Manager, fileA string, st group.Settings, simState string, part uint64) {
+	t.Helper()
+	err := m.Create(context.Background(), "a", groupmgr.Resources{Settings: st}, groupmgr.CreateOptions{Adopt: true})
 	if !errors.Is(err, identity.ErrOrphanedState) {
 		t.Fatalf("a prepared again while its member maps the removed state: %v, want ErrOrphanedState", err)
 	}
@@ -283,6 +264,40 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 		t.Fatalf("a new member of a got %d bytes (%s) beside the 856 MiB its first members hold under 1 GiB",
 			r.Allocated, r.StoppedBy)
 	}
+}
+
+// bothLogs is an observer that tells both a and b of every slice.
+func bothLogs(a, b *sliceLog) *timeslice.Observer {
+	obs := [2]*timeslice.Observer{a.observer(), b.observer()}
+	return &timeslice.Observer{
+		Slice: func(gpu proto.UUID, group string, length time.Duration, seq uint64, contended bool) {
+			obs[0].Slice(gpu, group, length, seq, contended)
+			obs[1].Slice(gpu, group, length, seq, contended)
+		},
+		Held: func(gpu proto.UUID, group string, held time.Duration) {
+			obs[0].Held(gpu, group, held)
+			obs[1].Held(gpu, group, held)
+		}}
+}
+
+// abShares is what groups "a" and "b" were granted and held in l, and a's
+// share of each; it logs their contended slices.
+func abShares(t *testing.T, l *sliceLog) (granted, held [2]time.Duration, share, heldShare float64) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var contended [2]time.Duration
+	for _, sl := range l.slices {
+		granted[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+		if sl.contended {
+			contended[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+		}
+	}
+	t.Logf("contended slices: a %v b %v: %.1f %%", contended[0], contended[1], 100*float64(contended[0])/float64(contended[0]+contended[1]))
+	for _, sl := range l.held {
+		held[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
+	}
+	return granted, held, float64(granted[0]) / float64(granted[0]+granted[1]), float64(held[0]) / float64(held[0]+held[1])
 }
 
 // removeRunDir removes a run directory as rm -r does, under a running daemon:
