@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,5 +173,51 @@ func TestAdminAccess(t *testing.T) {
 	}
 	if len(d.Prepared()) != 0 {
 		t.Fatal("a refused claim in the checkpoint")
+	}
+}
+
+// TestRequestsOwnCDIDevices: a claim of two requests has a CDI device per
+// request holding that request's GPU alone (a container naming one request
+// gets its GPU, not the other's), both in the claim's group; a claim of one
+// request keeps the one device named by its UID.
+func TestRequestsOwnCDIDevices(t *testing.T) {
+	e := newEnv(t)
+	d, err := New(context.Background(), e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := claim("0b9c3f2e-0000-4000-8000-0000000000ee", 0, 0)
+	c.Status.Allocation.Devices.Results = []resourceapi.DeviceRequestAllocationResult{shareResult("a", "gpu-0"), shareResult("b/small", "gpu-1")}
+	devs, err := d.Prepare(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"gpu-0": "gpuslice.io/claim=" + string(c.UID) + "_a", "gpu-1": "gpuslice.io/claim=" + string(c.UID) + "_b"}
+	for _, dv := range devs {
+		if len(dv.CDIDeviceIDs) != 1 || dv.CDIDeviceIDs[0] != want[dv.DeviceName] {
+			t.Fatalf("device %s: CDI %v, want %s", dv.DeviceName, dv.CDIDeviceIDs, want[dv.DeviceName])
+		}
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(e.cdi), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dev, node := range map[string]string{"gpu-0": "/dev/nvidia0", "gpu-1": "/dev/nvidia1"} {
+		cd := cache.GetDevice(want[dev])
+		if cd == nil {
+			t.Fatalf("no CDI device %s: %v", want[dev], cache.GetErrors())
+		}
+		ed := cd.ContainerEdits
+		if len(ed.DeviceNodes) != 1 || ed.DeviceNodes[0].Path != node {
+			t.Errorf("%s: device nodes %+v, want %s alone", want[dev], ed.DeviceNodes, node)
+		}
+		if !slices.Contains(ed.Env, "GPUSLICE_GROUP="+GroupName(c.UID)) {
+			t.Errorf("%s: env %v", want[dev], ed.Env)
+		}
+	}
+	one := claim("0b9c3f2e-0000-4000-8000-0000000000ef", 25, gib)
+	devs, err = d.Prepare(context.Background(), one)
+	if err != nil || devs[0].CDIDeviceIDs[0] != "gpuslice.io/claim="+string(one.UID) {
+		t.Fatalf("one request: %+v %v", devs, err)
 	}
 }

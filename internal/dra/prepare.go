@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -48,7 +50,7 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	uid := string(claim.UID)
 	if c, ok := d.ck.Claims[uid]; ok {
 		if c.State == checkpoint.PrepareCompleted {
-			return result(c), nil
+			return result(uid, c), nil
 		}
 		if err := d.remove(ctx, uid, c); err != nil {
 			return nil, fmt.Errorf("claim %s/%s: an earlier %s not undone: %w", c.Namespace, c.Name, c.State, err)
@@ -69,7 +71,7 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err := d.make(ctx, uid, c, p); err != nil {
 		return nil, errors.Join(err, d.remove(ctx, uid, d.ck.Claims[uid]))
 	}
-	return result(d.ck.Claims[uid]), nil
+	return result(uid, d.ck.Claims[uid]), nil
 }
 
 // make makes the claim's group and CDI spec and records it prepared.
@@ -103,35 +105,71 @@ func (d *Driver) make(ctx context.Context, uid string, c checkpoint.Claim, p pla
 	return d.fault(StepPrepareCompleted)
 }
 
-// spec is the claim's CDI spec: the container edits the device plugin
-// would give one container holding the claim's GPUs, in the claim's group;
-// for admin access (no group) the GPUs' nodes and the node's environment
-// alone: no library, group or daemon socket, so nothing gates or limits it.
+// spec is the claim's CDI spec: per request of the claim (one device named
+// by the claim's UID where it has one request, else one per request,
+// cdiName), the container edits the device plugin would give one container
+// holding the request's GPUs in the claim's group; for admin access (no
+// group) the GPUs' nodes and the node's environment alone: no library,
+// group or daemon socket, so nothing gates or limits it.
 func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
-	cand := deviceplugin.Candidate{Namespace: c.Namespace, Name: c.Name, Container: "claim"}
-	nodeGPUs := map[string]gpuset.GPU{}
-	for _, dev := range c.Devices {
-		g := d.cfg.GPUs[dev.Device]
-		nodeGPUs[g.UUID] = gpuset.GPU{UUID: g.UUID, Minor: g.Minor, Healthy: g.Healthy}
-		cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: g.UUID, Units: dev.Units, MemoryBytes: dev.Memory,
-			Exclusive: dev.Units == 0})
-	}
 	in := d.cfg.Inject
 	if c.Group == "" {
 		in.Library, in.Preload, in.RunDir, in.Socket, in.MPS = "", "", "", "", nil
 	}
-	e, err := in.Edits(cand, nodeGPUs, c.Group)
-	if err != nil {
-		return nil, err
+	byName := map[string]specs.ContainerEdits{}
+	for _, req := range baseRequests(c) {
+		cand := deviceplugin.Candidate{Namespace: c.Namespace, Name: c.Name, Container: "claim"}
+		nodeGPUs := map[string]gpuset.GPU{}
+		for _, dev := range c.Devices {
+			if resourceclaim.BaseRequestRef(dev.Request) != req {
+				continue
+			}
+			g := d.cfg.GPUs[dev.Device]
+			nodeGPUs[g.UUID] = gpuset.GPU{UUID: g.UUID, Minor: g.Minor, Healthy: g.Healthy}
+			cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: g.UUID, Units: dev.Units, MemoryBytes: dev.Memory,
+				Exclusive: dev.Units == 0})
+		}
+		e, err := in.Edits(cand, nodeGPUs, c.Group)
+		if err != nil {
+			return nil, err
+		}
+		byName[cdiName(uid, c, req)] = e
 	}
-	return gpucdi.ClaimSpec(uid, e)
+	return gpucdi.ClaimSpec(uid, byName)
 }
 
-func result(c checkpoint.Claim) []kubeletplugin.Device {
+// baseRequests are the claim's requests on the node (subrequests by their
+// request), sorted.
+func baseRequests(c checkpoint.Claim) []string {
+	var out []string
+	for _, dev := range c.Devices {
+		if r := resourceclaim.BaseRequestRef(dev.Request); !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cdiName is the CDI device name (in the claim's spec) of the claim's
+// request req: the claim's UID where it has one request (a container naming
+// the claim or the request gets all of it), else "<UID>_<request>", so that
+// a container naming one request of the claim gets that request's GPUs
+// alone (the kubelet gives it the CDI devices of its request's devices).
+func cdiName(uid string, c checkpoint.Claim, req string) string {
+	if len(baseRequests(c)) == 1 {
+		return uid
+	}
+	return uid + "_" + req
+}
+
+// result is the kubelet's answer for claim uid: each device with the CDI
+// device of its request.
+func result(uid string, c checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(c.Devices))
 	for _, dev := range c.Devices {
 		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device,
-			CDIDeviceIDs: []string{c.CDIDevice}}
+			CDIDeviceIDs: []string{gpucdi.ClaimKind + "=" + cdiName(uid, c, resourceclaim.BaseRequestRef(dev.Request))}}
 		if dev.ShareID != "" {
 			id := types.UID(dev.ShareID)
 			kd.ShareID = &id

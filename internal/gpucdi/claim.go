@@ -26,13 +26,27 @@ func ClaimDevice(uid string) string { return ClaimKind + "=" + uid }
 // claimSpecName is the spec's file name (without extension) of a claim.
 func claimSpecName(uid string) string { return "gpuslice.io-claim_" + uid }
 
-// ClaimSpec returns the CDI spec of claim uid: one device, named by the
-// claim's UID, with the container edits e (deviceplugin.Inject.Edits).
-func ClaimSpec(uid string, e specs.ContainerEdits) (*specs.Spec, error) {
+// ClaimSpec returns the CDI spec of claim uid: its devices (one at least)
+// by name, each with its container edits (deviceplugin.Inject.Edits).
+func ClaimSpec(uid string, devices map[string]specs.ContainerEdits) (*specs.Spec, error) {
 	if err := parser.ValidateDeviceName(uid); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", uid, err)
 	}
-	s := &specs.Spec{Kind: ClaimKind, Devices: []specs.Device{{Name: uid, ContainerEdits: e}}}
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("claim %s: no device", uid)
+	}
+	s := &specs.Spec{Kind: ClaimKind}
+	names := make([]string, 0, len(devices))
+	for n := range devices {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := parser.ValidateDeviceName(n); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", uid, err)
+		}
+		s.Devices = append(s.Devices, specs.Device{Name: n, ContainerEdits: devices[n]})
+	}
 	v, err := specs.MinimumRequiredVersion(s)
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec version: %w", err)
