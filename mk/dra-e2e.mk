@@ -10,7 +10,10 @@ containerd-bin:
 # Pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted time
 # within 5 points, work past the grants within the queue bound, memory limits inside the containers), a claim that does not
 # fit and a claim for a tainted (XID 79) GPU left Pending with the scheduler's reason, the
-# agent killed between Prepare and container start, a plain gpuslice.io/gpu pod through
+# agent killed between Prepare and container start, the claim shapes (a claim shared by two
+# pods, two claims in two containers, two in one container refused, firstAvailable, admin
+# access, device status), the agent killed at each of the driver's 8 steps (an agent built
+# with -tags gpuslice_faultinject), a plain gpuslice.io/gpu pod through
 # the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field;
 # then (TestDRAPreempt, dra_preempt_test.go) gpuslice-scheduler as a second scheduler: a
 # priority-1000 pod's claim preempts a priority-0 share of the full GPU 0 and runs with its
@@ -20,7 +23,10 @@ e2e-dra: all kubelet-bin containerd-bin
 	@test/node-e2e/build-kubelet.sh kube-controller-manager >/dev/null
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/e2e-dra.summary
+	@# The agent once more with the driver's fault points live (the crash-steps scenario); never shipped.
+	@$(GO_BUILD) -tags gpuslice_faultinject -o $(BUILD)/gpuslice-node-faultinject ./cmd/gpuslice-node
 	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
+	  GPUSLICE_NODE_FAULTINJECT=$(abspath $(BUILD))/gpuslice-node-faultinject \
 	  GPUSLICE_KCM=$(AGENT_K8S_DIR)/node/kube-controller-manager \
 	  GPUSLICE_CONTAINERD=$$(test/node-e2e/build-containerd.sh) \
 	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-dra.summary \

@@ -56,6 +56,8 @@ func TestDRA(t *testing.T) {
 	shared := t.Run("shares", func(t *testing.T) { n.t = t; testDRAShares(t, ctx, n, &r) })
 	t.Run("live-change", func(t *testing.T) { n.t = t; testDRALiveChange(t, ctx, n) })
 	t.Run("unfit", func(t *testing.T) { n.t = t; testDRAUnfit(t, ctx, n) })
+	t.Run("claim-shapes", func(t *testing.T) { n.t = t; testDRAShapes(t, ctx, n) })
+	t.Run("crash-steps", func(t *testing.T) { n.t = t; testDRACrashSteps(t, ctx, n) })
 	t.Run("tainted", func(t *testing.T) { n.t = t; testDRATainted(t, ctx, n) })
 	t.Run("agent-restart", func(t *testing.T) { n.t = t; testDRAAgentRestart(t, ctx, n, &r) })
 	t.Run("extended-resource", func(t *testing.T) { n.t = t; testDRAExtendedResource(t, ctx, n, &r) })
@@ -191,8 +193,9 @@ func testDRAAgentRestart(t *testing.T, ctx context.Context, n *node, r *draResul
 	} else {
 		t.Logf("e2e dra restart: agent killed right after Prepare wrote the CDI spec; the kubelet: %s", failed)
 	}
+	served := n.servings() // earlier subtests restarted it too
 	n.startAgent()
-	n.waitAgentServing(bounded(ctx), 2)
+	n.waitAgentServing(bounded(ctx), served+1)
 	p = n.waitPod(bounded(ctx), p.Name, "running", running)
 	// The lost GPU does not come back with the agent: it is withdrawn from
 	// the ResourceSlice, so the next test's plain pod cannot get it.

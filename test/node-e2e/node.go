@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,6 +65,10 @@ type node struct {
 	cdiDir string
 	// groupFor, where set, names a pod's time-slice group (groupName).
 	groupFor func(*corev1.Pod) string
+	// agentPath, where set, is the agent binary started instead of
+	// bin/gpuslice-node, with agentEnv added to its environment.
+	agentPath string
+	agentEnv  []string
 }
 
 // freeAddr picks a free loopback TCP address (other nodes' agents may run
@@ -338,7 +343,16 @@ func (n *node) startAgent() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(n.bin, "gpuslice-node"), n.agentFlags...)
+	path, flags := n.agentPath, n.agentFlags
+	if path == "" {
+		path = filepath.Join(n.bin, "gpuslice-node")
+	} else { // its daemon is the release one, not beside it
+		flags = append(slices.Clone(flags), "--daemon-binary", filepath.Join(n.bin, "gpuslice"))
+	}
+	cmd := exec.Command(path, flags...)
+	if len(n.agentEnv) > 0 {
+		cmd.Env = append(os.Environ(), n.agentEnv...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

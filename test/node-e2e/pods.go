@@ -279,7 +279,17 @@ func (n *node) freshCount(p *corev1.Pod) int {
 // wrote to report, a file in the container read back through
 // /proc/<pid>/root: the output stream of `ctr task exec` is not reliable.
 func (n *node) execReport(p *corev1.Pod, report string, argv ...string) (string, error) {
-	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	return n.execReportIn(p, p.Status.ContainerStatuses[0].Name, report, argv...)
+}
+
+// execReportIn is execReport in the pod's container named container.
+func (n *node) execReportIn(p *corev1.Pod, container, report string, argv ...string) (string, error) {
+	var id string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == container {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
 	n.execs++
 	start := time.Now()
 	cmd := exec.Command("ctr", append([]string{"--address", n.ctrSock, "-n", "k8s.io", "task", "exec", "--exec-id",
@@ -344,9 +354,14 @@ func (n *node) containerState(p *corev1.Pod, pid int) string {
 
 // memoryTotal is the GPU memory a new CUDA process in the pod sees.
 func (n *node) memoryTotal(p *corev1.Pod) int64 {
+	return n.memoryTotalIn(p, p.Status.ContainerStatuses[0].Name)
+}
+
+// memoryTotalIn is memoryTotal in the pod's container named container.
+func (n *node) memoryTotalIn(p *corev1.Pod, container string) int64 {
 	n.execs++
 	report := fmt.Sprintf("/tmp/gs-nvmlprocs-%d.out", n.execs)
-	out, err := n.execReport(p, report, "/bin/sh", "-c", "exec /gs/gs-nvmlprocs >"+report+" 2>&1")
+	out, err := n.execReportIn(p, container, report, "/bin/sh", "-c", "exec /gs/gs-nvmlprocs >"+report+" 2>&1")
 	var rep struct {
 		Total int64 `json:"total"`
 	}
