@@ -3,9 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -71,7 +69,7 @@ func (b *Books) Victims(node string, req *api.PodRequest, now time.Time, o *Over
 			if slices.Contains(targeted, g.Index) || !b.mayUse(g, req.Sharing) {
 				continue
 			}
-			if s, ok := b.cheapestOn(g, &used, need, mine, chosen); ok && s.better(best) {
+			if s, ok := b.cheapestOn(g, &used, need, mine, chosen); ok && (best == nil || s.Better(&best.VictimSet)) {
 				best = &s
 			}
 		}
@@ -81,7 +79,7 @@ func (b *Books) Victims(node string, req *api.PodRequest, now time.Time, o *Over
 			// ones not needed.
 			return uids(mine), nil
 		}
-		chosen = append(chosen, best.uids...)
+		chosen = append(chosen, best.UIDs...)
 		targeted = append(targeted, best.gpu)
 	}
 }
@@ -112,35 +110,8 @@ func largestShare(req *api.PodRequest) shareNeed {
 
 // gpuVictims is a set of pods whose eviction frees enough on one GPU.
 type gpuVictims struct {
-	gpu       int32
-	uids      []string
-	maxPrio   int32
-	sumPrio   int64
-	preferred int // sum of positions in cands: less important pods first
-}
-
-func (s gpuVictims) better(o *gpuVictims) bool {
-	switch {
-	case o == nil:
-		return true
-	case len(s.uids) != len(o.uids):
-		return len(s.uids) < len(o.uids)
-	case s.maxPrio != o.maxPrio:
-		return s.maxPrio < o.maxPrio
-	case s.sumPrio != o.sumPrio:
-		return s.sumPrio < o.sumPrio
-	default:
-		return s.preferred < o.preferred
-	}
-}
-
-// holder is one evictable pod's holding on one GPU.
-type holder struct {
-	pos          int // position in cands
-	v            Victim
-	units, bytes int64
-	containers   int
-	exclusive    bool
+	gpu int32
+	VictimSet
 }
 
 // cheapestOn finds the cheapest set of evictable pods (not yet chosen) whose
@@ -150,52 +121,31 @@ func (b *Books) cheapestOn(g *GPU, used *usageSet, need shareNeed, cands []Victi
 	if p := used.get(g.Index); p != nil {
 		u = *p
 	}
-	var hs []holder
+	var hs []DeviceHolder
 	for i, v := range cands {
 		if slices.Contains(chosen, v.UID) {
 			continue
 		}
 		if h, ok := holdingOn(b.pods[v.UID], g.Index); ok {
-			h.pos, h.v = i, v
+			h.Victim, h.Pos = v, i
 			hs = append(hs, h)
 		}
 	}
-	if need.whole || u.ExclusivePods > 0 {
-		// Everyone on the GPU must go (a whole-GPU holder is its only one).
-		if len(hs) < u.Pods {
+	if need.units > g.UnitsTotal || need.bytes > g.MemoryBytes {
+		if !need.whole && u.ExclusivePods == 0 {
 			return gpuVictims{}, false
 		}
-		return makeSet(g.Index, hs), true
 	}
-	du := need.units - (g.UnitsTotal - u.Units)
-	dm := need.bytes - (g.MemoryBytes - u.MemoryBytes)
-	dc := u.Containers + 1 - api.MaxContainersPerGPU
-	if need.units > g.UnitsTotal || need.bytes > g.MemoryBytes {
-		return gpuVictims{}, false
-	}
-	if du <= 0 && dm <= 0 && dc <= 0 {
-		return gpuVictims{gpu: g.Index}, true
-	}
-	enough := func(set []holder) bool {
-		var fu, fm int64
-		var fc int
-		for _, h := range set {
-			fu, fm, fc = fu+h.units, fm+h.bytes, fc+h.containers
-		}
-		return fu >= du && fm >= dm && fc >= dc
-	}
-	if !enough(hs) {
-		return gpuVictims{}, false
-	}
-	if len(hs) <= exactVictims {
-		return fewestExact(g.Index, hs, enough), true
-	}
-	return fewestGreedy(g.Index, hs, du, dm, dc), true
+	d := DeviceNeed{All: need.whole || u.ExclusivePods > 0, Holders: u.Pods,
+		Units: need.units - (g.UnitsTotal - u.Units), Bytes: need.bytes - (g.MemoryBytes - u.MemoryBytes),
+		Containers: u.Containers + 1 - api.MaxContainersPerGPU}
+	s, ok := FewestOn(hs, d)
+	return gpuVictims{gpu: g.Index, VictimSet: s}, ok
 }
 
 // holdingOn sums an assignment's shares on one GPU.
-func holdingOn(a *api.Assignment, idx int32) (holder, bool) {
-	var h holder
+func holdingOn(a *api.Assignment, idx int32) (DeviceHolder, bool) {
+	var h DeviceHolder
 	found := false
 	if a == nil {
 		return h, false
@@ -204,89 +154,13 @@ func holdingOn(a *api.Assignment, idx int32) (holder, bool) {
 		for _, g := range c.GPUs {
 			if g.Index == idx {
 				found = true
-				h.units += g.Units
-				h.bytes += g.MemoryBytes
-				h.containers++
-				h.exclusive = h.exclusive || g.Exclusive
+				h.Units += g.Units
+				h.Bytes += g.MemoryBytes
+				h.Containers++
 			}
 		}
 	}
 	return h, found
-}
-
-// fewestExact tries every subset, smallest first, and keeps the best of
-// the smallest size that frees enough.
-func fewestExact(gpu int32, hs []holder, enough func([]holder) bool) gpuVictims {
-	n := len(hs)
-	masks := make([]uint32, 0, 1<<n)
-	for m := uint32(1); m < 1<<n; m++ {
-		masks = append(masks, m)
-	}
-	sort.SliceStable(masks, func(i, j int) bool { return bits.OnesCount32(masks[i]) < bits.OnesCount32(masks[j]) })
-	var best *gpuVictims
-	size := 0
-	set := make([]holder, 0, n)
-	for _, m := range masks {
-		k := bits.OnesCount32(m)
-		if best != nil && k > size {
-			break
-		}
-		set = set[:0]
-		for i := 0; i < n; i++ {
-			if m&(1<<i) != 0 {
-				set = append(set, hs[i])
-			}
-		}
-		if enough(set) {
-			s := makeSet(gpu, set)
-			if s.better(best) {
-				best, size = &s, k
-			}
-		}
-	}
-	return *best
-}
-
-// fewestGreedy takes the pods freeing the most (relative to what is
-// missing) first; exact for one dimension, close for several.
-func fewestGreedy(gpu int32, hs []holder, du, dm int64, dc int) gpuVictims {
-	weight := func(h holder) float64 {
-		w := 0.0
-		if du > 0 {
-			w = max(w, float64(h.units)/float64(du))
-		}
-		if dm > 0 {
-			w = max(w, float64(h.bytes)/float64(dm))
-		}
-		if dc > 0 {
-			w = max(w, float64(h.containers)/float64(dc))
-		}
-		return w
-	}
-	sorted := slices.Clone(hs)
-	sort.SliceStable(sorted, func(i, j int) bool { return weight(sorted[i]) > weight(sorted[j]) })
-	var fu, fm int64
-	var fc int
-	var set []holder
-	for _, h := range sorted {
-		if fu >= du && fm >= dm && fc >= dc {
-			break
-		}
-		set = append(set, h)
-		fu, fm, fc = fu+h.units, fm+h.bytes, fc+h.containers
-	}
-	return makeSet(gpu, set)
-}
-
-func makeSet(gpu int32, set []holder) gpuVictims {
-	s := gpuVictims{gpu: gpu, maxPrio: -1 << 31}
-	for _, h := range set {
-		s.uids = append(s.uids, h.v.UID)
-		s.maxPrio = max(s.maxPrio, h.v.Priority)
-		s.sumPrio += int64(h.v.Priority)
-		s.preferred += h.pos
-	}
-	return s
 }
 
 func uids(vs []Victim) []string {

@@ -18,6 +18,7 @@ const (
 	pointBind       = "Bind"
 
 	resultSkip       = "skip"       // PreFilter: no GPU request
+	resultDRA        = "dra"        // PreFilter: no GPU request, ResourceClaims
 	resultInvalid    = "invalid"    // PreFilter: malformed request
 	resultCandidates = "candidates" // PreFilter: only the best nodes go on
 	resultAllNodes   = "all_nodes"  // PreFilter: every node goes on

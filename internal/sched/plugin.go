@@ -9,6 +9,7 @@ package sched
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,12 +74,23 @@ type cycle struct {
 	// over: per node, the pods AddPod and RemovePod put on or took off it
 	// (preemption's dry run, nominated pods); Filter decides on it.
 	over map[string]*alloc.Overlay
+	// dra: the pod asks for no gpuslice resources but has ResourceClaims
+	// (drapreempt.go); draAdded: per node, the pods with claims AddPod put
+	// there (nominated, not bound): their capacity is held.
+	dra      bool
+	draAdded map[string][]*corev1.Pod
 }
 
 // Clone copies the cycle for a what-if (the framework clones the state for
 // preemption's dry run and for nominated pods): its overlays are its own.
 func (c *cycle) Clone() fwk.StateData {
 	n := *c
+	if c.draAdded != nil {
+		n.draAdded = make(map[string][]*corev1.Pod, len(c.draAdded))
+		for k, v := range c.draAdded {
+			n.draAdded[k] = slices.Clone(v)
+		}
+	}
 	if c.over != nil {
 		n.over = make(map[string]*alloc.Overlay, len(c.over))
 		for k, o := range c.over {
@@ -128,6 +140,13 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if req.Empty() {
+		if p.preempt != nil && p.preempt.dra != nil && hasClaims(pod) {
+			// Kept for the capacity nominated pods hold (Filter) and for
+			// preemption (PostFilter); the DynamicResources plugin allocates.
+			result = resultDRA
+			state.Write(stateKey, &cycle{req: req, dra: true})
+			return nil, nil
+		}
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -169,6 +188,15 @@ func (p *Plugin) AddPod(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 		return nil
 	}
 	pod, node := add.GetPod(), ni.Node().Name
+	if c.dra {
+		if pod.Spec.NodeName == "" && hasClaims(pod) {
+			if c.draAdded == nil {
+				c.draAdded = map[string][]*corev1.Pod{}
+			}
+			c.draAdded[node] = append(c.draAdded[node], pod)
+		}
+		return nil
+	}
 	uid := string(pod.UID)
 	o := c.overlay(node)
 	if o.Restore(uid) || p.alloc.Holds(uid, node) {
@@ -188,16 +216,23 @@ func (p *Plugin) RemovePod(_ context.Context, state fwk.CycleState, _ *corev1.Po
 		return nil
 	}
 	uid, node := string(rm.GetPod().UID), ni.Node().Name
+	if c.dra {
+		c.draAdded[node] = slices.DeleteFunc(c.draAdded[node], func(q *corev1.Pod) bool { return q.UID == rm.GetPod().UID })
+		return nil
+	}
 	c.overlay(node).Remove(uid, p.alloc.Holds(uid, node))
 	return nil
 }
 
 // Filter admits nodes with enough healthy, idle-enough GPU capacity, as this
 // cycle's view of the node has it.
-func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	c, ok := readCycle(state)
 	if !ok {
 		return fwk.AsStatus(errNoState)
+	}
+	if c.dra {
+		return p.filterDRA(ctx, c, pod, ni)
 	}
 	start := time.Now()
 	node := ni.Node().Name
@@ -226,6 +261,9 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	c, ok := readCycle(state)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if c.dra {
+		return p.postFilterDRA(ctx, state, pod, m)
 	}
 	start := time.Now()
 	if c.narrowed { // other plugins rejected our candidates: retry on all nodes now
@@ -273,7 +311,7 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 // Score rates a node that passed Filter by placement policy.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	c, ok := readCycle(state)
-	if !ok {
+	if !ok || c.dra {
 		return 0, nil
 	}
 	start := time.Now()
@@ -290,6 +328,12 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	c, ok := readCycle(state)
 	if !ok {
+		return nil
+	}
+	if c.dra {
+		if p.preempt != nil {
+			p.preempt.rec.forget(pod.UID)
+		}
 		return nil
 	}
 	start := time.Now()
@@ -346,7 +390,7 @@ func (p *Plugin) heldFor(pod *corev1.Pod, node string) *alloc.Overlay {
 
 // Unreserve returns the pod's GPUs when a later step fails.
 func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
-	if _, ok := readCycle(state); ok {
+	if c, ok := readCycle(state); ok && !c.dra {
 		p.alloc.Release(string(pod.UID))
 		p.wait.wake(ctx)
 	}

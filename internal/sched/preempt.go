@@ -37,6 +37,10 @@ type preemptor struct {
 	exec  *preemption.Executor
 	// rec holds each preemptor's victims until the books release them.
 	rec *preempted
+	// dra: the DRA path's view of claims and devices (nil: no DRA);
+	// release deallocates its victims' claims once they are gone.
+	dra     *draEnv
+	release *claimReleaser
 }
 
 // victimWait bounds how long a preemptor waits for its victims to leave
@@ -54,7 +58,12 @@ const (
 
 func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 	pr := &preemptor{fh: fh, alloc: a, rec: newPreempted(victimWait)}
-	pr.exec = preemption.NewExecutor(fh, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	if fts.EnableDynamicResourceAllocation {
+		pr.dra = newDRAEnv(fh, fts)
+		pr.release = newClaimReleaser(fh.ClientSet(), 2*victimWait)
+	}
+	pr.exec = preemption.NewExecutor(fh, fts)
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)
 	return pr
 }
@@ -136,6 +145,9 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 	protected := pdbNames(violating, pdbs)
 	if len(allowed) == 0 {
 		return nil, 0, fwk.NewStatus(fwk.Unschedulable, "the lower-priority pods here are protected by "+protected)
+	}
+	if c, ok := readCycle(state); ok && c.dra {
+		return pr.selectDRAVictims(ctx, state, pod, ni, allowed, protected)
 	}
 	chosen := pr.gpuVictims(state, node, allowed)
 	for _, v := range allowed {

@@ -68,8 +68,8 @@ func (p *preempted) chose(pod types.UID, node string, victims []string) {
 }
 
 // commit ends pod's preemption: nominated to node ("" none), whose dry-run
-// victims are being evicted at now.
-func (p *preempted) commit(pod types.UID, node string, now time.Time) {
+// victims are being evicted at now. It returns those victims.
+func (p *preempted) commit(pod types.UID, node string, now time.Time) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for uid, e := range p.final { // preemptors deleted while they waited
@@ -77,10 +77,15 @@ func (p *preempted) commit(pod types.UID, node string, now time.Time) {
 			delete(p.final, uid)
 		}
 	}
-	if v := p.dry[pod][node]; node != "" && len(v) > 0 {
+	v := p.dry[pod][node]
+	if node == "" {
+		v = nil
+	}
+	if len(v) > 0 {
 		p.final[pod] = evicted{node: node, victims: v, at: now}
 	}
 	delete(p.dry, pod)
+	return v
 }
 
 // nominate records pod's nomination to node ("" clears it, as a

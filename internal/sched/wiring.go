@@ -70,7 +70,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	w := &waiters{activator: h, helps: func(parked *corev1.Pod, freed types.UID) bool {
 		return !pr.rec.waitsOnOthers(parked.UID, freed, time.Now())
 	}}
-	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w, pr.rec))
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(podHandler(ctx, books, ev, w, pr))
 	if err != nil {
 		return nil, fmt.Errorf("%s: pod handler: %w", Name, err)
 	}
@@ -119,7 +119,8 @@ func startResize(ctx context.Context, h fwk.Handle, books resizeBooks, leading <
 
 // podHandler keeps the books in step with bound pods, and wakes parked
 // pods when a pod's GPUs are released.
-func podHandler(ctx context.Context, l *Books, ev Events, w *waiters, rec *preempted) cache.ResourceEventHandler {
+func podHandler(ctx context.Context, l *Books, ev Events, w *waiters, pr *preemptor) cache.ResourceEventHandler {
+	rec := pr.rec
 	observe := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -143,6 +144,7 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters, rec *preem
 				l.Release(string(pod.UID))
 				w.forget(pod)
 				rec.forget(pod.UID)
+				pr.release.gone(ctx, pod)
 				w.wakeFor(ctx, pod.UID)
 			}
 		},

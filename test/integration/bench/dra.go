@@ -21,10 +21,12 @@ import (
 // memory) and o.draPods pods with a whole-GPU claim, both placed by the
 // stock kube-scheduler (in turn, whole first every other round, so load
 // from elsewhere hits both), and once the fractional requests as extended
-// resources through gpuslice-scheduler (binpack). It returns the line
-// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s" (means over the
-// rounds).
-func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock string) (string, error) {
+// resources through gpuslice-scheduler (binpack), and once the fractional
+// claims through gpuslice-scheduler. It returns the lines "dra X pods/s,
+// plugin Y pods/s, whole-GPU dra Z pods/s" (means over the rounds) and "dra
+// placement gpuslice X pods/s, stock Y pods/s, plugin Z pods/s" (the same
+// 1,000 claims; stock: the first round's).
+func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock string) ([]string, error) {
 	start := time.Now()
 	err := parallel(32, o.nodes, func(i int) error {
 		s, err := harness.DRASlice(fmt.Sprintf("kwok-%05d", i), o.gpus, 80*harness.GiB)
@@ -37,10 +39,10 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := cp.CreateDeviceClasses(ctx, false); err != nil {
-		return "", err
+		return nil, err
 	}
 	fmt.Printf("== DRA: %d ResourceSlices (%d shareable GPUs each) published in %.1fs, %d pods per run, %d rounds\n", o.nodes, o.gpus, time.Since(start).Seconds(), o.draPods, o.draRounds)
 	frac := fracMix(11, o.draPods)
@@ -62,7 +64,7 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 			name := fmt.Sprintf("%s-%d", run.name, r)
 			res, err := runWorkload(ctx, cp, stock, name, harness.SchedulerOptions{SchedulerName: name}, o.clients, claimWorkload(cp, run.reqs))
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			printResult(res)
 			*run.out = append(*run.out, res)
@@ -74,12 +76,23 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true, StockQueueSort: o.stockQueueSort,
 		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, plainWorkload(frac))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	printResult(plugin)
+	ours, err := runWorkload(ctx, cp, o.scheduler, "dra-gpuslice", harness.SchedulerOptions{SchedulerName: "dra-gpuslice", GPUSlice: true,
+		StockQueueSort: o.stockQueueSort, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, claimWorkload(cp, frac))
+	if err != nil {
+		return nil, err
+	}
+	printResult(ours)
 	dra, wholeRes := mean(fracs), mean(wholes)
 	fmt.Printf("mean over %d rounds: fractional / whole-GPU DRA throughput %.2f (target >= 0.8)\n", len(fracs), dra.podsPerSec/wholeRes.podsPerSec)
-	return fmt.Sprintf("dra %.1f pods/s, plugin %.1f pods/s, whole-GPU dra %.1f pods/s", dra.podsPerSec, plugin.podsPerSec, wholeRes.podsPerSec), nil
+	return []string{
+		fmt.Sprintf("dra %.1f pods/s, plugin %.1f pods/s, whole-GPU dra %.1f pods/s", dra.podsPerSec, plugin.podsPerSec, wholeRes.podsPerSec),
+		// issue 32: the same fractional claims through gpuslice-scheduler
+		// (DynamicResources inside it), stock (first round) and the plugin path.
+		fmt.Sprintf("dra placement gpuslice %.1f pods/s, stock %.1f pods/s, plugin %.1f pods/s", ours.podsPerSec, fracs[0].podsPerSec, plugin.podsPerSec),
+	}, nil
 }
 
 // fracMix is the fractional part of podMix: units 10..50, memory 4..32 GiB.

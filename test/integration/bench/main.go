@@ -83,7 +83,8 @@ func main() {
 		before = append(before, more...)
 	}
 	// "preemption p99 <ms> ms from creation to binding, <v> victims per preemption",
-	// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s"
+	// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s",
+	// "dra placement gpuslice X pods/s, stock Y pods/s, plugin Z pods/s"
 	for _, l := range before {
 		fmt.Println(l)
 	}

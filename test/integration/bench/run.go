@@ -124,7 +124,7 @@ func runScale(ctx context.Context, o options) (string, []string, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("DRA: %w", err)
 		}
-		more = append(more, draLine)
+		more = append(more, draLine...)
 	}
 	if o.nodes == o.preemptNodes { // last: its 10,000-odd pods stay until the control plane stops
 		pr, sweep, err := runPreemption(ctx, cp, o, kwok)

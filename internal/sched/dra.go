@@ -1,0 +1,234 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+)
+
+// Capacity names of gpuslice's DRA devices (docs/dra.md): a share's units
+// and memory. Claims of other drivers free capacity under their own names,
+// which the allocator (the judge of every fit) counts; the victims are
+// chosen by these two and by whole devices.
+const (
+	capUnits  resourceapi.QualifiedName = "units"
+	capMemory resourceapi.QualifiedName = "memory"
+)
+
+// draEnv is what the DRA path reads of the scheduler: its claim tracker,
+// slices and classes (the DynamicResources plugin's, so both see one
+// state), the allocator's features and a CEL cache.
+type draEnv struct {
+	dra      fwk.SharedDRAManager
+	features structured.Features
+	cel      *cel.Cache
+}
+
+func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
+	if fh.SharedDRAManager() == nil {
+		return nil
+	}
+	return &draEnv{dra: fh.SharedDRAManager(), features: dynamicresources.AllocatorFeatures(fts),
+		cel: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
+			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})}
+}
+
+// hasClaims reports whether a pod asks for devices through ResourceClaims
+// (its own, or one the scheduler made for extended resources).
+func hasClaims(pod *corev1.Pod) bool {
+	return len(pod.Spec.ResourceClaims) > 0 ||
+		pod.Status.ExtendedResourceClaimStatus != nil && pod.Status.ExtendedResourceClaimStatus.ResourceClaimName != ""
+}
+
+// claimNames are the names of a pod's ResourceClaims that exist (a
+// template's claim once the claim controller made it; the extended-resource
+// claim once the scheduler did).
+func claimNames(pod *corev1.Pod) []string {
+	var out []string
+	for i := range pod.Spec.ResourceClaims {
+		n, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err == nil && n != nil {
+			out = append(out, *n)
+		}
+	}
+	if s := pod.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
+		out = append(out, s.ResourceClaimName)
+	}
+	return out
+}
+
+// pendingClaims are a pod's claims not allocated yet: what placing it on a
+// node must allocate there. missing counts the claims that do not exist yet.
+func (e *draEnv) pendingClaims(pod *corev1.Pod) (out []*resourceapi.ResourceClaim, missing int) {
+	names := claimNames(pod)
+	missing = len(pod.Spec.ResourceClaims) - len(names)
+	if pod.Status.ExtendedResourceClaimStatus != nil {
+		missing++
+	}
+	for _, n := range names {
+		c, err := e.dra.ResourceClaims().Get(pod.Namespace, n)
+		if err != nil {
+			missing++
+			continue
+		}
+		if c.Status.Allocation == nil {
+			out = append(out, c)
+		}
+	}
+	return out, max(missing, 0)
+}
+
+// draNode is one node's devices and the claims allocated on them, read
+// once per preemption on that node: fits asks the allocator whether claims
+// can be allocated there with some claims' allocations gone.
+type draNode struct {
+	features structured.Features
+	classes  structured.DeviceClassLister
+	cel      *cel.Cache
+	node     *corev1.Node
+	slices   []*resourceapi.ResourceSlice
+	// pools: the node's pools (driver/pool) and its devices' capacities.
+	pools   sets.Set[string]
+	devices map[structured.DeviceID]resourceapi.Device
+	// held: the claims allocated on the node's devices.
+	held []*resourceapi.ResourceClaim
+}
+
+func poolKey(driver, pool string) string { return driver + "/" + pool }
+
+// readNode reads node's local ResourceSlices and the claims allocated on
+// their devices (as the claim tracker has them: in-flight allocations
+// included).
+func (e *draEnv) readNode(node *corev1.Node) (*draNode, error) {
+	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("resource slices: %w", err)
+	}
+	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](), devices: map[structured.DeviceID]resourceapi.Device{}}
+	for _, s := range all {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
+			continue
+		}
+		n.slices = append(n.slices, s)
+		n.pools.Insert(poolKey(s.Spec.Driver, s.Spec.Pool.Name))
+		for _, d := range s.Spec.Devices {
+			n.devices[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = d
+		}
+	}
+	if len(n.slices) == 0 {
+		return n, nil
+	}
+	claims, err := e.dra.ResourceClaims().List()
+	if err != nil {
+		return nil, fmt.Errorf("resource claims: %w", err)
+	}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if n.pools.Has(poolKey(r.Driver, r.Pool)) {
+				n.held = append(n.held, c)
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// state is the allocated state of the node's devices without the claims in
+// gone.
+func (n *draNode) state(gone sets.Set[types.UID]) structured.AllocatedState {
+	st := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	for _, c := range n.held {
+		if gone.Has(c.UID) {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue
+			}
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID != nil && n.features.ConsumableCapacity {
+				st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+				if r.ConsumedCapacity != nil {
+					st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+				}
+				continue
+			}
+			st.AllocatedDevices.Insert(id)
+		}
+	}
+	return st
+}
+
+// fits asks the stock allocator whether claims can all be allocated on the
+// node once the claims in gone are deallocated.
+func (n *draNode) fits(ctx context.Context, gone sets.Set[types.UID], claims []*resourceapi.ResourceClaim) (bool, error) {
+	if len(claims) == 0 {
+		return true, nil
+	}
+	if len(n.slices) == 0 {
+		return false, nil
+	}
+	a, err := structured.NewAllocator(ctx, n.features, n.state(gone), n.classes, n.slices, n.cel)
+	if err != nil {
+		return false, fmt.Errorf("allocator: %w", err)
+	}
+	res, err := a.Allocate(ctx, n.node, claims)
+	switch {
+	case errors.Is(err, structured.ErrFailedAllocationOnNode):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return len(res) == len(claims), nil
+}
+
+// ownedBy returns, per pod UID, the claims on the node reserved for that
+// pod alone: what evicting it frees. A claim several pods share frees
+// nothing unless all of them go (see freed).
+func (n *draNode) ownedBy() map[types.UID][]*resourceapi.ResourceClaim {
+	out := map[types.UID][]*resourceapi.ResourceClaim{}
+	for _, c := range n.held {
+		if r := c.Status.ReservedFor; len(r) == 1 && r[0].Resource == "pods" && r[0].APIGroup == "" {
+			out[r[0].UID] = append(out[r[0].UID], c)
+		}
+	}
+	return out
+}
+
+// freed are the claims on the node whose every consumer is among pods: the
+// claims evicting pods deallocates.
+func (n *draNode) freed(pods sets.Set[types.UID]) sets.Set[types.UID] {
+	out := sets.New[types.UID]()
+	for _, c := range n.held {
+		r := c.Status.ReservedFor
+		if len(r) == 0 {
+			continue
+		}
+		all := true
+		for _, ref := range r {
+			if ref.Resource != "pods" || ref.APIGroup != "" || !pods.Has(ref.UID) {
+				all = false
+				break
+			}
+		}
+		if all {
+			out.Insert(c.UID)
+		}
+	}
+	return out
+}

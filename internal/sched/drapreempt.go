@@ -1,0 +1,178 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+)
+
+// selectDRAVictims is SelectVictimsOnNode for a pod whose devices come
+// from ResourceClaims. The DynamicResources plugin has no RemovePod, so the
+// generic dry run never sees a victim's claim deallocated; the victims are
+// chosen here instead, by the node's devices and the stock allocator
+// (draVictims), with the capacity held for the pods nominated to the node
+// of at least the pod's priority allocated first. The other plugins then
+// see the victims taken off; a rejection by DynamicResources (which still
+// counts the victims' claims) or by GPUSlice's hold of that same nominated
+// capacity (counted already) does not stand in the way.
+func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo,
+	allowed []*preemption.DomainVictim, protected string) ([]*corev1.Pod, int, *fwk.Status) {
+	node := ni.Node().Name
+	claims, missing := pr.dra.pendingClaims(pod)
+	if missing > 0 {
+		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's ResourceClaims do not all exist yet")
+	}
+	n, err := pr.dra.readNode(ni.Node())
+	if err != nil {
+		return nil, 0, fwk.AsStatus(err)
+	}
+	gone := sets.New[types.UID]()
+	for _, pi := range ni.GetPods() {
+		if p := pi.GetPod(); p.DeletionTimestamp != nil {
+			gone.Insert(p.UID)
+		}
+	}
+	byUID := map[string]*preemption.DomainVictim{}
+	var cands []alloc.Victim
+	for _, v := range allowed { // least important first
+		for _, pi := range v.Pods() {
+			p := pi.GetPod()
+			if p.DeletionTimestamp == nil {
+				cands = append(cands, alloc.Victim{UID: string(p.UID), Priority: v.Priority()})
+				byUID[string(p.UID)] = v
+			}
+		}
+	}
+	need := append(pr.heldClaims(pod, node), claims...)
+	uids, err := n.draVictims(ctx, need, gone, cands)
+	if errors.Is(err, alloc.ErrNoVictims) {
+		msg := "evicting the lower-priority pods here would not free enough for the pod's claims"
+		if protected != "" {
+			msg += " (" + protected + " protect others)"
+		}
+		return nil, 0, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	if err != nil {
+		return nil, 0, fwk.AsStatus(err)
+	}
+	var victims []*preemption.DomainVictim
+	seen := map[*preemption.DomainVictim]bool{}
+	for _, u := range uids {
+		if v := byUID[u]; !seen[v] {
+			seen[v] = true
+			victims = append(victims, v)
+		}
+	}
+	for _, v := range victims {
+		if err := pr.move(ctx, state, pod, ni, v, false); err != nil {
+			return nil, 0, fwk.AsStatus(err)
+		}
+	}
+	if st := pr.fh.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni); !st.IsSuccess() &&
+		st.Plugin() != names.DynamicResources && st.Plugin() != Name {
+		return nil, 0, st
+	}
+	var out []*corev1.Pod
+	var chosen []string
+	for _, v := range victims {
+		for _, pi := range v.Pods() {
+			out = append(out, pi.GetPod())
+			chosen = append(chosen, string(pi.GetPod().UID))
+		}
+	}
+	pr.rec.chose(pod.UID, node, chosen)
+	return out, 0, nil
+}
+
+// heldClaims are the pending claims of the pods nominated to node (other
+// than pod, of at least its priority, not bound yet): the capacity held for
+// them until they bind.
+func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.ResourceClaim {
+	var out []*resourceapi.ResourceClaim
+	prio := corev1helpers.PodPriority(pod)
+	for _, pi := range pr.fh.NominatedPodsForNode(node) {
+		np := pi.GetPod()
+		if np.UID == pod.UID || np.Spec.NodeName != "" || corev1helpers.PodPriority(np) < prio || !hasClaims(np) {
+			continue
+		}
+		cs, _ := pr.dra.pendingClaims(np)
+		out = append(out, cs...)
+	}
+	return out
+}
+
+// postFilterDRA preempts for a pod whose devices come from ResourceClaims
+// (kube-scheduler's Evaluator with selectDRAVictims); its victims' claims
+// are deallocated as soon as the victims are gone (claimReleaser), so it
+// binds without waiting for the resource claim controller.
+func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	pr := p.preempt
+	if pr == nil || pr.dra == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	start := time.Now()
+	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
+		p.metrics.done(pointPostFilter, resultParked, start)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	r, st := pr.ev.Preempt(ctx, state, pod, m)
+	nominated := ""
+	if st.IsSuccess() && r != nil && r.NominatingInfo != nil && r.NominatingInfo.Mode() == fwk.ModeOverride {
+		nominated = r.NominatingInfo.NominatedNodeName
+	}
+	pr.release.expect(pr.rec.commit(pod.UID, nominated, time.Now()))
+	if st.IsSuccess() {
+		p.metrics.done(pointPostFilter, resultPreempted, start)
+		return r, st
+	}
+	p.metrics.done(pointPostFilter, resultParked, start)
+	if st.Code() == fwk.Error {
+		return r, st
+	}
+	return r, fwk.NewStatus(fwk.Unschedulable, "preemption: "+st.Message())
+}
+
+// filterDRA holds, for a pod whose devices come from ResourceClaims, the
+// capacity of the pods nominated to the node in this cycle's view (of at
+// least its priority: the framework adds them through AddPod): the node
+// passes only if their pending claims and the pod's fit there together.
+func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	added := c.draAdded[ni.Node().Name]
+	if len(added) == 0 || p.preempt == nil || p.preempt.dra == nil {
+		return nil
+	}
+	env := p.preempt.dra
+	var claims []*resourceapi.ResourceClaim
+	var who []string
+	for _, np := range added {
+		cs, _ := env.pendingClaims(np)
+		claims = append(claims, cs...)
+		who = append(who, np.Namespace+"/"+np.Name)
+	}
+	own, _ := env.pendingClaims(pod)
+	n, err := env.readNode(ni.Node())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	ok, err := n.fits(ctx, nil, append(claims, own...))
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if !ok {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node's devices are held for nominated pods %s", strings.Join(who, ", ")))
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package sched
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// claimReleaser deallocates the ResourceClaims of the pods preemption
+// evicted once they are gone, as the resource claim controller does for
+// any pod (the pod is dropped from the claim's reservedFor; a claim left
+// with no consumer loses its allocation), without waiting for it: the
+// preemptor's claims can be allocated at its next attempt. A claim still
+// reserved for a pod that is not gone keeps its allocation. It acts only on
+// victims (expect); anything else is the claim controller's.
+type claimReleaser struct {
+	client kubernetes.Interface
+	mu     sync.Mutex
+	// victims: pods evicted by a preemption, and when.
+	victims map[types.UID]time.Time
+	ttl     time.Duration
+}
+
+func newClaimReleaser(c kubernetes.Interface, ttl time.Duration) *claimReleaser {
+	return &claimReleaser{client: c, victims: map[types.UID]time.Time{}, ttl: ttl}
+}
+
+// expect records pods being evicted by a preemption.
+func (r *claimReleaser) expect(uids []string) {
+	if r == nil || len(uids) == 0 {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, at := range r.victims {
+		if now.Sub(at) > r.ttl {
+			delete(r.victims, uid)
+		}
+	}
+	for _, u := range uids {
+		r.victims[types.UID(u)] = now
+	}
+}
+
+// take reports whether uid is an expected victim, and forgets it.
+func (r *claimReleaser) take(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.victims[uid]
+	delete(r.victims, uid)
+	return ok
+}
+
+// gone is called when a pod is deleted: a victim's claims are released.
+func (r *claimReleaser) gone(ctx context.Context, pod *corev1.Pod) {
+	if r == nil || !hasClaims(pod) || !r.take(pod.UID) {
+		return
+	}
+	go func() {
+		for _, name := range claimNames(pod) {
+			if err := r.release(ctx, pod, name); err != nil {
+				klog.FromContext(ctx).Error(err, "releasing a preempted pod's ResourceClaim (the resource claim controller will)",
+					"pod", klog.KObj(pod), "resourceclaim", klog.KRef(pod.Namespace, name))
+			}
+		}
+	}()
+}
+
+// release drops pod from the claim's consumers and deallocates the claim if
+// none is left; conflicts are retried on a fresh read.
+func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name string) error {
+	rc := r.client.ResourceV1().ResourceClaims(pod.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := rc.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(c.Status.ReservedFor, func(ref resourceapi.ResourceClaimConsumerReference) bool { return ref.UID == pod.UID })
+		if i < 0 {
+			return nil
+		}
+		c = c.DeepCopy()
+		c.Status.ReservedFor = slices.Delete(c.Status.ReservedFor, i, i+1)
+		if len(c.Status.ReservedFor) == 0 {
+			c.Status.ReservedFor = nil
+			c.Status.Allocation = nil
+			c.Status.Devices = nil
+		}
+		_, err = rc.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		if err == nil {
+			klog.FromContext(ctx).V(2).Info("released a preempted pod's ResourceClaim", "pod", klog.KObj(pod),
+				"resourceclaim", klog.KObj(c), "deallocated", c.Status.Allocation == nil)
+		}
+		return err
+	})
+}

@@ -1,0 +1,70 @@
+package sched
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+func claimReservedFor(name string, pods ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: testDriver, Pool: "n", Device: "gpu-0"}}}}
+	for _, p := range pods {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID(p)})
+	}
+	return c
+}
+
+func podUsing(name string, claims ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}}
+	for _, c := range claims {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: c, ResourceClaimName: ptr.To(c)})
+	}
+	return p
+}
+
+// TestClaimReleaser: a victim's own claim is deallocated once it is gone; a
+// claim it shares keeps its allocation for the pod that stays, without the
+// victim; a pod that is no victim releases nothing.
+func TestClaimReleaser(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(claimReservedFor("own", "v"), claimReservedFor("shared", "v", "stay"), claimReservedFor("other", "x"))
+	r := newClaimReleaser(cs, time.Minute)
+	r.expect([]string{"v"})
+	r.gone(ctx, podUsing("x", "other")) // not a victim
+	r.gone(ctx, podUsing("v", "own", "shared"))
+	get := func(name string) *resourceapi.ResourceClaim {
+		c, err := cs.ResourceV1().ResourceClaims("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get("own").Status.Allocation != nil || len(get("shared").Status.ReservedFor) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("victim's claims not released: own %+v, shared %+v", get("own").Status, get("shared").Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := get("own"); len(c.Status.ReservedFor) != 0 {
+		t.Fatalf("own claim still reserved: %+v", c.Status.ReservedFor)
+	}
+	if c := get("shared"); c.Status.Allocation == nil || c.Status.ReservedFor[0].UID != "stay" {
+		t.Fatalf("shared claim: %+v", c.Status)
+	}
+	if c := get("other"); c.Status.Allocation == nil || len(c.Status.ReservedFor) != 1 {
+		t.Fatalf("a pod that is no victim had its claim released: %+v", c.Status)
+	}
+	if r.take("v") {
+		t.Fatal("victim still expected after it was gone")
+	}
+}
