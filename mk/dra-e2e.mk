@@ -2,7 +2,7 @@
 # driver on the real kubelet, containerd 1.7 with CDI (test/node-e2e/build-containerd.sh:
 # Debian's 1.6 has no CDI), runc, the stock kube-scheduler and kube-controller-manager's
 # resource claim controller. Root; skips otherwise.
-.PHONY: containerd-bin e2e-dra
+.PHONY: containerd-bin e2e-dra e2e-dra-preempt
 TEST_TARGETS += e2e-dra
 containerd-bin:
 	test/node-e2e/build-containerd.sh >/dev/null
@@ -33,3 +33,10 @@ e2e-dra: all kubelet-bin containerd-bin
 	  test $$rc -eq 0 || { echo "dra e2e failed; log: $(BUILD)/e2e-dra.log"; exit 1; }
 	@if [ -f $(BUILD)/e2e-dra.summary ]; then tail -n 1 $(BUILD)/e2e-dra.summary; fi
 
+# TestDRAPreempt (dra_preempt_test.go, issue 32) on the same real node: gpuslice-scheduler as a
+# second scheduler; a priority-1000 pod's claim preempts a priority-0 share of the full GPU 0
+# and runs with its memory limit and half of the GPU's time; the victim's claim group is gone.
+# Not in make test yet: in 3 of 4 runs beside TestDRA on a loaded machine its first share pod
+# stayed Pending ("cannot allocate all claims") with GPUs free; alone it passes (21 s).
+e2e-dra-preempt:
+	@$(MAKE) --no-print-directory e2e-dra E2E_DRA_RUN='^TestDRAPreempt$$$$'

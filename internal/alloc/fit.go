@@ -266,20 +266,38 @@ func (b *Books) Score(node string, req *api.PodRequest) int64 {
 		return 0
 	}
 	avgUnits, avgMem := units/float64(n), mem/float64(n)
+	var add float64
 	for _, c := range req.Containers {
 		if c.Whole {
-			used += 2 * float64(c.Count)
+			add += 2 * float64(c.Count)
 		} else {
-			used += float64(c.Count) * (float64(c.Units)/avgUnits + float64(c.MemoryBytes)/avgMem)
+			add += float64(c.Count) * (float64(c.Units)/avgUnits + float64(c.MemoryBytes)/avgMem)
 		}
 	}
-	s := int64(MaxScore * used / float64(2*n))
+	return PolicyScore(policy, used, add, n)
+}
+
+// PolicyScore rates a node of n devices in [0, MaxScore] by policy: used
+// is what its devices hold (per device, the fractions of its units and of
+// its memory held: 0 to 2n in all) and add what the pod adds (2 a whole
+// device). Binpack favours nodes fuller afterwards, spread emptier ones,
+// first-fit rates all alike. GPU pods (Books.Score) and pods with
+// ResourceClaims (internal/sched, from the claims' consumed capacity) are
+// rated by it.
+func PolicyScore(policy api.Placement, used, add float64, n int) int64 {
+	if policy == api.PlacementFirstFit || n == 0 {
+		return 0
+	}
+	s := int64(MaxScore * (used + add) / float64(2*n))
 	s = min(max(s, 0), MaxScore)
 	if policy == api.PlacementSpread {
 		return MaxScore - s
 	}
 	return s
 }
+
+// Policy is the placement policy for req: its own, or the cluster's.
+func (b *Books) Policy(req *api.PodRequest) api.Placement { return b.policy(req) }
 
 // FreeWhole returns the node's GPUs a pod could take whole now, in index
 // order: those Fit would consider (healthy, not over the utilization

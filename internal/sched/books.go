@@ -42,6 +42,8 @@ type Allocator interface {
 	Victims(node string, req *api.PodRequest, o *alloc.Overlay, cands []alloc.Victim) ([]string, error)
 	// Holds reports whether pod uid holds GPUs on node.
 	Holds(uid, node string) bool
+	// Policy is the placement policy for req (its own or the cluster's).
+	Policy(req *api.PodRequest) api.Placement
 }
 
 // Books is the thread-safe Allocator the plugin uses (alloc.Books behind a
@@ -90,6 +92,13 @@ func (l *Books) Score(node string, req *api.PodRequest) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.books.Score(node, req)
+}
+
+// Policy implements Allocator.
+func (l *Books) Policy(req *api.PodRequest) api.Placement {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.books.Policy(req)
 }
 
 // CheckWith implements Allocator.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -107,41 +108,69 @@ type draNode struct {
 
 func poolKey(driver, pool string) string { return driver + "/" + pool }
 
-// readNode reads node's local ResourceSlices and the claims allocated on
-// their devices (as the claim tracker has them: in-flight allocations
-// included).
-func (e *draEnv) readNode(node *corev1.Node) (*draNode, error) {
-	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, fmt.Errorf("resource slices: %w", err)
-	}
-	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](), devices: map[structured.DeviceID]resourceapi.Device{}}
-	for _, s := range all {
-		if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
-			continue
+// draSnapshot is one read of the ResourceSlices and the allocated claims
+// (as the claim tracker has them: in-flight allocations included), indexed
+// by node; a preemption's dry run reads many nodes from one snapshot.
+type draSnapshot struct {
+	once   sync.Once
+	err    error
+	slices map[string][]*resourceapi.ResourceSlice // by node
+	held   map[string][]*resourceapi.ResourceClaim // by node
+}
+
+// read fills the snapshot once.
+func (s *draSnapshot) read(e *draEnv) error {
+	s.once.Do(func() {
+		all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			s.err = fmt.Errorf("resource slices: %w", err)
+			return
 		}
-		n.slices = append(n.slices, s)
+		s.slices, s.held = map[string][]*resourceapi.ResourceSlice{}, map[string][]*resourceapi.ResourceClaim{}
+		poolNode := map[string]string{}
+		for _, sl := range all {
+			if sl.Spec.NodeName == nil {
+				continue
+			}
+			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
+			poolNode[poolKey(sl.Spec.Driver, sl.Spec.Pool.Name)] = *sl.Spec.NodeName
+		}
+		claims, err := e.dra.ResourceClaims().List()
+		if err != nil {
+			s.err = fmt.Errorf("resource claims: %w", err)
+			return
+		}
+		for _, c := range claims {
+			if c.Status.Allocation == nil {
+				continue
+			}
+			nodes := sets.New[string]()
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if n, ok := poolNode[poolKey(r.Driver, r.Pool)]; ok && !nodes.Has(n) {
+					nodes.Insert(n)
+					s.held[n] = append(s.held[n], c)
+				}
+			}
+		}
+	})
+	return s.err
+}
+
+// readNode reads node's local ResourceSlices and the claims allocated on
+// their devices, from snap (nil: a fresh read).
+func (e *draEnv) readNode(snap *draSnapshot, node *corev1.Node) (*draNode, error) {
+	if snap == nil {
+		snap = &draSnapshot{}
+	}
+	if err := snap.read(e); err != nil {
+		return nil, err
+	}
+	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](),
+		devices: map[structured.DeviceID]resourceapi.Device{}, slices: snap.slices[node.Name], held: snap.held[node.Name]}
+	for _, s := range n.slices {
 		n.pools.Insert(poolKey(s.Spec.Driver, s.Spec.Pool.Name))
 		for _, d := range s.Spec.Devices {
 			n.devices[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = d
-		}
-	}
-	if len(n.slices) == 0 {
-		return n, nil
-	}
-	claims, err := e.dra.ResourceClaims().List()
-	if err != nil {
-		return nil, fmt.Errorf("resource claims: %w", err)
-	}
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if n.pools.Has(poolKey(r.Driver, r.Pool)) {
-				n.held = append(n.held, c)
-				break
-			}
 		}
 	}
 	return n, nil
@@ -231,4 +260,85 @@ func (n *draNode) freed(pods sets.Set[types.UID]) sets.Set[types.UID] {
 		}
 	}
 	return out
+}
+
+// nodeUse is what the claims allocated on one node's shared devices hold:
+// used sums, per device, the fractions of its units and of its memory held
+// (a device allocated whole: 2); n devices of units and memory totals.
+type nodeUse struct {
+	used       float64
+	n          int
+	units, mem float64
+}
+
+// usage reads, for the named nodes, what the claims allocated on their
+// devices of consumable units and memory (gpuslice.io's shape) hold.
+func (e *draEnv) usage(nodes sets.Set[string]) (map[string]*nodeUse, error) {
+	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("resource slices: %w", err)
+	}
+	type devCap struct {
+		node       string
+		units, mem float64
+	}
+	devs := map[structured.DeviceID]devCap{}
+	out := map[string]*nodeUse{}
+	for _, s := range all {
+		if s.Spec.NodeName == nil || !nodes.Has(*s.Spec.NodeName) {
+			continue
+		}
+		node := *s.Spec.NodeName
+		for _, d := range s.Spec.Devices {
+			u, m := float64(deviceCap(d, capUnits)), float64(deviceCap(d, capMemory))
+			if u <= 0 || m <= 0 {
+				continue
+			}
+			devs[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = devCap{node, u, m}
+			nu := out[node]
+			if nu == nil {
+				nu = &nodeUse{}
+				out[node] = nu
+			}
+			nu.n++
+			nu.units += u
+			nu.mem += m
+		}
+	}
+	if len(devs) == 0 {
+		return out, nil
+	}
+	claims, err := e.dra.ResourceClaims().List()
+	if err != nil {
+		return nil, fmt.Errorf("resource claims: %w", err)
+	}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			d, ok := devs[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)]
+			if !ok {
+				continue
+			}
+			if r.ShareID == nil {
+				out[d.node].used += 2
+				continue
+			}
+			out[d.node].used += float64(capValue(r.ConsumedCapacity, capUnits))/d.units + float64(capValue(r.ConsumedCapacity, capMemory))/d.mem
+		}
+	}
+	return out, nil
+}
+
+// adds is what claims needing need add to a node of use (its average
+// device): 2 a whole device.
+func (u *nodeUse) adds(need claimNeed) float64 {
+	if need.whole {
+		return 2
+	}
+	if u.n == 0 || u.units == 0 || u.mem == 0 {
+		return 0
+	}
+	return float64(need.units)/(u.units/float64(u.n)) + float64(need.bytes)/(u.mem/float64(u.n))
 }

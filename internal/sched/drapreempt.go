@@ -35,7 +35,11 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	if missing > 0 {
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's ResourceClaims do not all exist yet")
 	}
-	n, err := pr.dra.readNode(ni.Node())
+	var snap *draSnapshot
+	if c, ok := readCycle(state); ok {
+		snap = c.draSnap
+	}
+	n, err := pr.dra.readNode(snap, ni.Node())
 	if err != nil {
 		return nil, 0, fwk.AsStatus(err)
 	}
@@ -85,16 +89,7 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 		st.Plugin() != names.DynamicResources && st.Plugin() != Name {
 		return nil, 0, st
 	}
-	var out []*corev1.Pod
-	var chosen []string
-	for _, v := range victims {
-		for _, pi := range v.Pods() {
-			out = append(out, pi.GetPod())
-			chosen = append(chosen, string(pi.GetPod().UID))
-		}
-	}
-	pr.rec.chose(pod.UID, node, chosen)
-	return out, 0, nil
+	return pr.chose(pod, node, victims), 0, nil
 }
 
 // heldClaims are the pending claims of the pods nominated to node (other
@@ -118,13 +113,24 @@ func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.Res
 // (kube-scheduler's Evaluator with selectDRAVictims); its victims' claims
 // are deallocated as soon as the victims are gone (claimReleaser), so it
 // binds without waiting for the resource claim controller.
-func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	pr := p.preempt
 	if pr == nil || pr.dra == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	start := time.Now()
+	if c.narrowed { // the allocator refused every candidate: retry on all nodes now
+		p.wait.widen(pod)
+		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		p.metrics.done(pointPostFilter, resultWidened, start)
+		return nil, fwk.NewStatus(fwk.Unschedulable, "retrying on every node")
+	}
+	m = draStatuses{m}
+	c.draSnap = &draSnapshot{} // one read of slices and claims for the dry run's nodes
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
+		if c.draNeed.whole {
+			p.reserveFor(pod, m, start)
+		}
 		p.metrics.done(pointPostFilter, resultParked, start)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -134,15 +140,12 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 		nominated = r.NominatingInfo.NominatedNodeName
 	}
 	pr.release.expect(pr.rec.commit(pod.UID, nominated, time.Now()))
-	if st.IsSuccess() {
-		p.metrics.done(pointPostFilter, resultPreempted, start)
-		return r, st
+	if !st.IsSuccess() && st.Code() != fwk.Error && c.draNeed.whole {
+		p.reserveFor(pod, m, time.Now())
 	}
-	p.metrics.done(pointPostFilter, resultParked, start)
-	if st.Code() == fwk.Error {
-		return r, st
-	}
-	return r, fwk.NewStatus(fwk.Unschedulable, "preemption: "+st.Message())
+	// Unschedulable, not UnschedulableAndUnresolvable: the DynamicResources
+	// plugin's queueing hints (a claim deallocated) retry the pod.
+	return p.preempted(r, st, start, fwk.Unschedulable)
 }
 
 // filterDRA holds, for a pod whose devices come from ResourceClaims, the
@@ -150,6 +153,9 @@ func (p *Plugin) postFilterDRA(ctx context.Context, state fwk.CycleState, pod *c
 // least its priority: the framework adds them through AddPod): the node
 // passes only if their pending claims and the pod's fit there together.
 func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if r := p.reservedAgainst(c, pod, ni.Node().Name, time.Now()); r != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node is reserved for pod %s, which waits for whole devices (backfill)", r))
+	}
 	added := c.draAdded[ni.Node().Name]
 	if len(added) == 0 || p.preempt == nil || p.preempt.dra == nil {
 		return nil
@@ -163,7 +169,7 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 		who = append(who, np.Namespace+"/"+np.Name)
 	}
 	own, _ := env.pendingClaims(pod)
-	n, err := env.readNode(ni.Node())
+	n, err := env.readNode(nil, ni.Node())
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -175,4 +181,59 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node's devices are held for nominated pods %s", strings.Join(who, ", ")))
 	}
 	return nil
+}
+
+// draStatuses is the Filter statuses of a pod with ResourceClaims as
+// preemption should read them: the DynamicResources plugin rejects a node
+// whose devices are taken as UnschedulableAndUnresolvable (it cannot free
+// them), which would keep preemption off every node; those rejections count
+// as Unschedulable here. Its rejections that preemption cannot help (a
+// claim allocated elsewhere, a node lacking a feature) stay as they are.
+type draStatuses struct{ fwk.NodeToStatusReader }
+
+// draPreemptable tells whether st is a DynamicResources rejection for lack
+// of devices.
+func draPreemptable(st *fwk.Status) bool {
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Plugin() != names.DynamicResources {
+		return false
+	}
+	msg := st.Message()
+	return !strings.Contains(msg, "not available on the node") && !strings.Contains(msg, "DRAOptionalNodeOperations") &&
+		!strings.Contains(msg, "binding")
+}
+
+// Get implements fwk.NodeToStatusReader.
+func (d draStatuses) Get(node string) *fwk.Status {
+	st := d.NodeToStatusReader.Get(node)
+	if draPreemptable(st) {
+		return fwk.NewStatus(fwk.Unschedulable, st.Reasons()...).WithPlugin(st.Plugin())
+	}
+	return st
+}
+
+// NodesForStatusCode implements fwk.NodeToStatusReader.
+func (d draStatuses) NodesForStatusCode(l fwk.NodeInfoLister, code fwk.Code) ([]fwk.NodeInfo, error) {
+	out, err := d.NodeToStatusReader.NodesForStatusCode(l, code)
+	if err != nil || (code != fwk.Unschedulable && code != fwk.UnschedulableAndUnresolvable) {
+		return out, err
+	}
+	var keep []fwk.NodeInfo
+	if code == fwk.UnschedulableAndUnresolvable {
+		for _, ni := range out {
+			if !draPreemptable(d.NodeToStatusReader.Get(ni.Node().Name)) {
+				keep = append(keep, ni)
+			}
+		}
+		return keep, nil
+	}
+	more, err := d.NodeToStatusReader.NodesForStatusCode(l, fwk.UnschedulableAndUnresolvable)
+	if err != nil {
+		return nil, err
+	}
+	for _, ni := range more {
+		if draPreemptable(d.NodeToStatusReader.Get(ni.Node().Name)) {
+			out = append(out, ni)
+		}
+	}
+	return out, nil
 }

@@ -35,6 +35,7 @@ var (
 	_ fwk.PreEnqueuePlugin  = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PostFilterPlugin  = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
@@ -79,6 +80,13 @@ type cycle struct {
 	// there (nominated, not bound): their capacity is held.
 	dra      bool
 	draAdded map[string][]*corev1.Pod
+	// draUse: the scored nodes' device use (PreScore), read-only; draNeed
+	// what the pod's pending claims need.
+	draUse  map[string]*nodeUse
+	draNeed claimNeed
+	// draSnap: the slices and claims a preemption's dry run reads (shared
+	// by the clones of one PostFilter).
+	draSnap *draSnapshot
 }
 
 // Clone copies the cycle for a what-if (the framework clones the state for
@@ -127,7 +135,7 @@ func readCycle(state fwk.CycleState) (*cycle, bool) {
 
 // PreFilter parses the pod's gpuslice request; pods without one skip the
 // plugin, malformed ones are unschedulable with an Event saying why.
-func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (_ *fwk.PreFilterResult, _ *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (_ *fwk.PreFilterResult, _ *fwk.Status) {
 	start, result := time.Now(), ""
 	defer func() { p.metrics.done(pointPreFilter, result, start) }()
 	if p.synced != nil && !p.synced() && !cache.WaitForCacheSync(ctx.Done(), p.synced) {
@@ -144,8 +152,10 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 			// Kept for the capacity nominated pods hold (Filter) and for
 			// preemption (PostFilter); the DynamicResources plugin allocates.
 			result = resultDRA
-			state.Write(stateKey, &cycle{req: req, dra: true})
-			return nil, nil
+			claims, missing := p.preempt.dra.pendingClaims(pod)
+			c := &cycle{req: req, dra: true, draNeed: needOf(claims)}
+			state.Write(stateKey, c)
+			return p.narrowDRA(c, pod, claims, missing, nodes), nil
 		}
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -217,6 +227,9 @@ func (p *Plugin) RemovePod(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	}
 	uid, node := string(rm.GetPod().UID), ni.Node().Name
 	if c.dra {
+		if c.draAdded == nil {
+			return nil
+		}
 		c.draAdded[node] = slices.DeleteFunc(c.draAdded[node], func(q *corev1.Pod) bool { return q.UID == rm.GetPod().UID })
 		return nil
 	}
@@ -263,7 +276,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	if c.dra {
-		return p.postFilterDRA(ctx, state, pod, m)
+		return p.postFilterDRA(ctx, c, state, pod, m)
 	}
 	start := time.Now()
 	if c.narrowed { // other plugins rejected our candidates: retry on all nodes now
@@ -289,6 +302,12 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	}
 	p.preempt.rec.commit(pod.UID, nominated, time.Now())
 	p.wait.park(ctx, pod, c.gen)
+	return p.preempted(r, st, start, fwk.UnschedulableAndUnresolvable)
+}
+
+// preempted ends PostFilter after a preemption: its result as it is when it
+// succeeded or failed with an error, else its reason with code.
+func (p *Plugin) preempted(r *fwk.PostFilterResult, st *fwk.Status, start time.Time, code fwk.Code) (*fwk.PostFilterResult, *fwk.Status) {
 	if st.IsSuccess() {
 		p.metrics.done(pointPostFilter, resultPreempted, start)
 		return r, st
@@ -297,7 +316,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if st.Code() == fwk.Error {
 		return r, st
 	}
-	return r, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "preemption: "+st.Message())
+	return r, fwk.NewStatus(code, "preemption: "+st.Message())
 }
 
 // PreEnqueue holds back a pod whose victims are still being evicted.
@@ -308,11 +327,40 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	return nil
 }
 
+// PreScore reads, for a pod with ResourceClaims, the device use of the
+// nodes that passed Filter (once per cycle: Score reads it per node).
+func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	c, ok := readCycle(state)
+	if !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if !c.dra || p.preempt == nil || p.preempt.dra == nil || p.alloc.Policy(c.req) == api.PlacementFirstFit {
+		return nil
+	}
+	names := sets.New[string]()
+	for _, ni := range nodes {
+		names.Insert(ni.Node().Name)
+	}
+	use, err := p.preempt.dra.usage(names)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	c.draUse = use
+	return nil
+}
+
 // Score rates a node that passed Filter by placement policy.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	c, ok := readCycle(state)
-	if !ok || c.dra {
+	if !ok {
 		return 0, nil
+	}
+	if c.dra {
+		u := c.draUse[ni.Node().Name]
+		if u == nil {
+			return 0, nil
+		}
+		return alloc.PolicyScore(p.alloc.Policy(c.req), u.used, u.adds(c.draNeed), u.n), nil
 	}
 	start := time.Now()
 	score := p.alloc.Score(ni.Node().Name, c.req)
@@ -331,8 +379,10 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		return nil
 	}
 	if c.dra {
+		p.wait.forget(pod)
 		if p.preempt != nil {
 			p.preempt.rec.forget(pod.UID)
+			p.preempt.backfill.forget(pod.UID)
 		}
 		return nil
 	}

@@ -39,6 +39,7 @@ func (e *eventsDouble) InvalidRequest(_ context.Context, pod *corev1.Pod, err er
 	e.invalid = append(e.invalid, pod.Name+": "+err.Error())
 }
 func (e *eventsDouble) InvalidAssignment(context.Context, *corev1.Pod, error) {}
+func (e *eventsDouble) Reserved(*corev1.Pod, string)                          {}
 
 func gpuPod(name string, units int64) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name)}}

@@ -41,6 +41,8 @@ type preemptor struct {
 	// release deallocates its victims' claims once they are gone.
 	dra     *draEnv
 	release *claimReleaser
+	// backfill: the nodes reserved for pods waiting for whole devices.
+	backfill *reservations
 }
 
 // victimWait bounds how long a preemptor waits for its victims to leave
@@ -62,6 +64,7 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 	if fts.EnableDynamicResourceAllocation {
 		pr.dra = newDRAEnv(fh, fts)
 		pr.release = newClaimReleaser(fh.ClientSet(), 2*victimWait)
+		pr.backfill = newReservations()
 	}
 	pr.exec = preemption.NewExecutor(fh, fts)
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)
@@ -183,6 +186,12 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 		victims = append(victims, v)
 	}
 	sort.SliceStable(victims, func(i, j int) bool { return preemption.MoreImportantVictim(victims[i], victims[j]) })
+	return pr.chose(pod, node, victims), 0, nil
+}
+
+// chose records the victims a dry run chose for pod on node and returns
+// their pods.
+func (pr *preemptor) chose(pod *corev1.Pod, node string, victims []*preemption.DomainVictim) []*corev1.Pod {
 	var out []*corev1.Pod
 	var uids []string
 	for _, v := range victims {
@@ -192,7 +201,7 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, state fwk.CycleSta
 		}
 	}
 	pr.rec.chose(pod.UID, node, uids)
-	return out, 0, nil
+	return out
 }
 
 // reprieveUnchosen puts back at once every pod alloc.Victims did not choose;

@@ -38,12 +38,15 @@ type AssignmentWriter interface {
 type Events interface {
 	InvalidRequest(ctx context.Context, pod *corev1.Pod, err error)
 	InvalidAssignment(ctx context.Context, pod *corev1.Pod, err error)
+	// Reserved: a node is reserved for a pod waiting for whole devices.
+	Reserved(pod *corev1.Pod, node string)
 }
 
 // Event reasons.
 const (
 	ReasonInvalidRequest    = "InvalidGPURequest"
 	ReasonInvalidAssignment = "InvalidGPUAssignment"
+	ReasonReserved          = "DevicesReserved"
 )
 
 // New is the plugin factory for app.WithPlugin in a scheduler without leader
@@ -145,6 +148,7 @@ func podHandler(ctx context.Context, l *Books, ev Events, w *waiters, pr *preemp
 				w.forget(pod)
 				rec.forget(pod.UID)
 				pr.release.gone(ctx, pod)
+				pr.backfill.forget(pod.UID)
 				w.wakeFor(ctx, pod.UID)
 			}
 		},
@@ -284,4 +288,9 @@ var (
 // unpublished: a row whose status was never written.
 func unpublished(n *v1alpha2.GPUNode) bool {
 	return n.Status.State == "" && n.Status.UpdateTime.IsZero() && len(n.Status.GPUs) == 0
+}
+
+func (e recorderEvents) Reserved(pod *corev1.Pod, node string) {
+	e.rec.Eventf(pod, nil, corev1.EventTypeNormal, ReasonReserved, "Scheduling",
+		"node %s reserved: pods needing only shares go elsewhere until its devices are free", node)
 }

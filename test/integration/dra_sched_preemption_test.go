@@ -32,22 +32,31 @@ import (
 func draSetup(t *testing.T, gpus int) (e *env, ns, sched string, high func(*corev1.Pod)) {
 	t.Helper()
 	e, ns = setup(t)
-	ctx := context.Background()
-	node := ns + "-n-0"
-	if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	s, err := harness.DRASlice(node, gpus, 16*harness.GiB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.createSlice(t, s)
+	e.draNodes(t, ns, 1, gpus)
 	sched = ns + "-sched"
 	e.startScheduler(t, sched, staticRows)
 	return e, ns, sched, e.priorityClass(t, ns, 1000)
+}
+
+// draNodes creates n nodes <ns>-n-<i> of the test's group, each with gpus
+// GPUs of 16 GiB published as a ResourceSlice, and the DeviceClasses.
+func (e *env) draNodes(t *testing.T, ns string, n, gpus int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		node := fmt.Sprintf("%s-n-%d", ns, i)
+		if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		s, err := harness.DRASlice(node, gpus, 16*harness.GiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.createSlice(t, s)
+	}
 }
 
 func (e *env) createSlice(t *testing.T, s *resourceapi.ResourceSlice) {
@@ -171,17 +180,7 @@ func (e *env) preemptClaimAndCheck(t *testing.T, ns, sched string, high func(*co
 	e.claimPod(t, ns, "hi", sched, r, high)
 	e.waitBound(t, ns, "hi")
 	t.Logf("hi bound %v after creation", time.Since(start).Round(time.Millisecond))
-	var want []string
-	for _, n := range before {
-		if !slices.Contains(evicted, n) {
-			want = append(want, n)
-		}
-	}
-	want = append(want, "hi")
-	slices.Sort(want)
-	if got := e.present(t, ns); !slices.Equal(got, want) {
-		t.Fatalf("pods left %v, want %v (evicted exactly %v)", got, want, evicted)
-	}
+	want := e.checkLeft(t, ns, before, evicted)
 	if got := e.draCheck(t, ns); !slices.Equal(got, want) {
 		t.Fatalf("allocated claims %v, want %v", got, want)
 	}
@@ -237,18 +236,7 @@ func TestDRAPreemptRespectsPDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The budget exists before the scheduler starts (see TestPreemptRespectsPDB).
-	node := ns + "-n-0"
-	if err := e.cp.CreateNode(ctx, harness.NodeSpec{Name: node, Extended: true, Labels: map[string]string{groupLabel: ns}}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.CreateDeviceClasses(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	s, err := harness.DRASlice(node, 1, 16*harness.GiB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.createSlice(t, s)
+	e.draNodes(t, ns, 1, 1)
 	sched := ns + "-sched"
 	e.startScheduler(t, sched, staticRows)
 	high, p100 := e.priorityClass(t, ns, 1000), e.priorityClass(t, ns, 100)
@@ -379,7 +367,7 @@ func (e *env) waitTerminating(t *testing.T, ns string, n int, names ...string) [
 	err := harness.WaitFor(ctx, 100*time.Millisecond, func() (bool, error) {
 		got = got[:0]
 		for _, name := range names {
-			p, err := e.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			p, err := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 			if err == nil && p.DeletionTimestamp != nil {
 				got = append(got, name)
 			}
@@ -397,5 +385,144 @@ func (e *env) dropFinalizers(t *testing.T, ns string, names ...string) {
 	for _, name := range names {
 		_, _ = e.cp.Client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	}
+}
+
+// TestDRAPlacement: four claims of 25 units, one after another, on two
+// nodes of one GPU each: binpack puts them all on one node, spread two on
+// each (the stock allocator alone does not choose between equal nodes).
+func TestDRAPlacement(t *testing.T) {
+	for _, policy := range []string{"binpack", "spread"} {
+		t.Run(policy, func(t *testing.T) {
+			e, ns := setup(t)
+			e.draNodes(t, ns, 2, 1)
+			sched := ns + "-sched"
+			e.startScheduler(t, sched, "{placement: "+policy+", heartbeatTimeout: 1h}")
+			var fill []filler
+			for i := range 4 {
+				fill = append(fill, filler{name: fmt.Sprintf("q-%d", i), req: harness.GPURequest{Units: 25, Memory: harness.GiB}})
+			}
+			e.fillClaims(t, ns, sched, fill)
+			per := map[string]int{}
+			for _, f := range fill {
+				p, err := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), f.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				per[p.Spec.NodeName]++
+			}
+			want := map[string][]int{"binpack": {4}, "spread": {2, 2}}[policy]
+			var got []int
+			for _, n := range per {
+				got = append(got, n)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: pods per node %v, want %v", policy, per, want)
+			}
+			e.draCheck(t, ns)
+		})
+	}
+}
+
+// TestDRABackfillWholeGPU: two nodes of two GPUs under a stream of 10
+// quarter-GPU claim pods per second, each running 2 s (then deleted and its
+// claim deallocated, as the resource claim controller would): about 20
+// quarters want the 16 quarters there are, so no GPU stays free for long.
+// A whole-GPU claim pod of the same priority (no preemption) arrives after
+// 3 s and must be bound within 30 s: after a bounded wait a node is reserved
+// for it, the quarters go to the other node while it drains.
+func TestDRABackfillWholeGPU(t *testing.T) {
+	e, ns := setup(t)
+	e.draNodes(t, ns, 2, 2)
+	sched := ns + "-sched"
+	e.startScheduler(t, sched, staticRows)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int)
+	go func() { done <- e.quarterStream(ctx, t, ns, sched, 100*time.Millisecond, 2*time.Second) }()
+	time.Sleep(3 * time.Second)
+	e.claimPod(t, ns, "whole", sched, harness.GPURequest{GPUs: 1})
+	start := time.Now()
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	err := harness.WaitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		p, err := e.cp.Client.CoreV1().Pods(ns).Get(wctx, "whole", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", nil
+	})
+	took := time.Since(start)
+	cancel()
+	quarters := <-done
+	if err != nil {
+		p, _ := e.cp.Client.CoreV1().Pods(ns).Get(context.Background(), "whole", metav1.GetOptions{})
+		t.Fatalf("whole-GPU pod not bound within 30 s under the stream (%d quarters bound): %v; %q", quarters, err, scheduledMessage(p))
+	}
+	t.Logf("whole-GPU pod bound %v after its creation; %d quarters bound meanwhile and before", took.Round(time.Millisecond), quarters)
+	e.draCheck(t, ns)
+}
+
+// quarterStream creates a quarter-GPU claim pod every period until ctx ends;
+// each bound one is finished life after it was first seen bound (deleted,
+// its claim deallocated). It returns how many were bound.
+func (e *env) quarterStream(ctx context.Context, t *testing.T, ns, sched string, period, life time.Duration) int {
+	boundAt := map[string]time.Time{}
+	finished := map[string]bool{}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	c := e.cp.Client
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return len(boundAt)
+		case <-tick.C:
+		}
+		name := fmt.Sprintf("q-%04d", i)
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: harness.DRAClaimSpec(harness.GPURequest{Units: 25, Memory: harness.GiB})}
+		if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			continue
+		}
+		p := harness.Pod(ns, name, sched, harness.GPURequest{})
+		p.Spec.NodeSelector = map[string]string{groupLabel: ns}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "c0", ResourceClaimName: ptr.To(name)}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "c0"}}
+		_, _ = c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" || p.Name == "whole" || finished[p.Name] {
+				continue
+			}
+			if _, ok := boundAt[p.Name]; !ok {
+				boundAt[p.Name] = now
+			}
+			if now.Sub(boundAt[p.Name]) >= life {
+				finished[p.Name] = true
+				// Not cut short by the stream's end: a pod deleted with its
+				// claim left allocated is a leak draCheck reports.
+				e.finishClaimPod(context.WithoutCancel(ctx), ns, p.Name)
+			}
+		}
+	}
+}
+
+// finishClaimPod deletes a pod and deallocates its claim of the same name,
+// as the resource claim controller does once the pod is gone.
+func (e *env) finishClaimPod(ctx context.Context, ns, name string) {
+	zero := int64(0)
+	_ = e.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	rc := e.cp.Client.ResourceV1().ResourceClaims(ns)
+	for range 5 {
+		cl, err := rc.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		cl.Status.ReservedFor, cl.Status.Allocation, cl.Status.Devices = nil, nil, nil
+		if _, err = rc.UpdateStatus(ctx, cl, metav1.UpdateOptions{}); err == nil {
+			return
+		}
 	}
 }

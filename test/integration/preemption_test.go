@@ -97,6 +97,14 @@ func (e *env) preemptAndCheck(t *testing.T, ns, sched string, class func(*corev1
 	before := e.present(t, ns)
 	e.createPod(t, ns, "hi", sched, req, class)
 	e.waitBound(t, ns, "hi")
+	e.checkLeft(t, ns, before, evicted)
+	e.checkBooks(t, ns, ns+"-n")
+}
+
+// checkLeft checks that the pods left are before but evicted, plus "hi", and
+// returns them.
+func (e *env) checkLeft(t *testing.T, ns string, before, evicted []string) []string {
+	t.Helper()
 	var want []string
 	for _, n := range before {
 		if !slices.Contains(evicted, n) {
@@ -108,7 +116,7 @@ func (e *env) preemptAndCheck(t *testing.T, ns, sched string, class func(*corev1
 	if got := e.present(t, ns); !slices.Equal(got, want) {
 		t.Fatalf("pods left %v, want %v (evicted exactly %v)", got, want, evicted)
 	}
-	e.checkBooks(t, ns, ns+"-n")
+	return want
 }
 
 // TestPreemptFewestOnOneGPU: a node's two GPUs are full of priority-0

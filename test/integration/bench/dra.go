@@ -87,12 +87,20 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 	printResult(ours)
 	dra, wholeRes := mean(fracs), mean(wholes)
 	fmt.Printf("mean over %d rounds: fractional / whole-GPU DRA throughput %.2f (target >= 0.8)\n", len(fracs), dra.podsPerSec/wholeRes.podsPerSec)
-	return []string{
+	var preempt []string
+	if o.draPreemptNodes > 0 {
+		line, err := runDRAPreemption(ctx, cp, o, stock)
+		if err != nil {
+			return nil, fmt.Errorf("dra preemption: %w", err)
+		}
+		preempt = append(preempt, line)
+	}
+	return append([]string{
 		fmt.Sprintf("dra %.1f pods/s, plugin %.1f pods/s, whole-GPU dra %.1f pods/s", dra.podsPerSec, plugin.podsPerSec, wholeRes.podsPerSec),
 		// issue 32: the same fractional claims through gpuslice-scheduler
 		// (DynamicResources inside it), stock (first round) and the plugin path.
 		fmt.Sprintf("dra placement gpuslice %.1f pods/s, stock %.1f pods/s, plugin %.1f pods/s", ours.podsPerSec, fracs[0].podsPerSec, plugin.podsPerSec),
-	}, nil
+	}, preempt...), nil
 }
 
 // fracMix is the fractional part of podMix: units 10..50, memory 4..32 GiB.

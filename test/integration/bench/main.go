@@ -38,6 +38,9 @@ func main() {
 	flag.IntVar(&draScale, "dra-nodes", 1000, "the node count at which the DRA part runs (0: none)")
 	flag.IntVar(&o.draPods, "dra-pods", 1000, "pods per DRA run")
 	flag.IntVar(&o.draRounds, "dra-rounds", 2, "rounds of fractional and whole-GPU DRA runs side by side (in turn)")
+	flag.IntVar(&o.draPreemptNodes, "dra-preempt-nodes", 100, "after the DRA runs, nodes whose every GPU is filled with priority-0 claims for the DRA preemption phase (0: none)")
+	flag.IntVar(&o.draPreemptors, "dra-preemptors", 100, "priority-1000 claim pods of the DRA preemption phase (stock kube-scheduler, then gpuslice-scheduler)")
+	flag.DurationVar(&o.draStockWait, "dra-stock-wait", 30*time.Second, "how long the DRA preemption phase waits for the stock kube-scheduler's preemptors")
 	flag.BoolVar(&o.auditWrites, "audit-writes", false, "the API server logs every write (audit, blocking: slower); the preemption phase prints its writes by client")
 	flag.StringVar(&o.apiProfile, "apiserver-profile", "", "write a CPU profile of kube-apiserver from the preemption burst on to this file (-preempt-profile-seconds long)")
 	var extra string
@@ -84,7 +87,8 @@ func main() {
 	}
 	// "preemption p99 <ms> ms from creation to binding, <v> victims per preemption",
 	// "dra X pods/s, plugin Y pods/s, whole-GPU dra Z pods/s",
-	// "dra placement gpuslice X pods/s, stock Y pods/s, plugin Z pods/s"
+	// "dra placement gpuslice X pods/s, stock Y pods/s, plugin Z pods/s",
+	// "dra preemption p99 <ms> ms from creation to binding, <v> victims per preemption, stock bound <n>/<m>"
 	for _, l := range before {
 		fmt.Println(l)
 	}

@@ -110,12 +110,12 @@ func runWorkload(ctx context.Context, cp *harness.ControlPlane, bin, name string
 	mu.Lock()
 	res.bound, res.podsPerSec, res.p50, res.p99 = latencies(created, bound, t0)
 	mu.Unlock()
-	if so.GPUSlice {
-		if res.books, err = harness.ReadBooks(ctx, cp, name, "kwok-"); err != nil {
+	if w.books != nil { // the workload's own books (claims: read back from their allocations)
+		if res.note, err = w.books(ctx, name); err != nil {
 			return res, err
 		}
-	} else if w.books != nil {
-		if res.note, err = w.books(ctx, name); err != nil {
+	} else if so.GPUSlice {
+		if res.books, err = harness.ReadBooks(ctx, cp, name, "kwok-"); err != nil {
 			return res, err
 		}
 	}

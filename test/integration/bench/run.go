@@ -24,6 +24,10 @@ type options struct {
 	// draPods > 0 runs the DRA part (dra.go) at this scale, with that many
 	// pods per run.
 	draPods, draRounds int
+	// The DRA preemption phase (drapreempt.go, after the DRA part): nodes
+	// filled, preemptors, the stock kube-scheduler's wait (0 nodes: none).
+	draPreemptNodes, draPreemptors int
+	draStockWait                   time.Duration
 	// preemptNodes: the scale whose cluster also runs the preemption
 	// phase (0: none), with preemptors pods.
 	preemptNodes, preemptors int

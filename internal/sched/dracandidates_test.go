@@ -1,0 +1,87 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// fakeDRA serves slices and claims (the methods the candidates read).
+type fakeDRA struct {
+	fwk.SharedDRAManager
+	slices []*resourceapi.ResourceSlice
+	claims []*resourceapi.ResourceClaim
+}
+
+type fakeSlices struct{ s []*resourceapi.ResourceSlice }
+
+func (f fakeSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) { return f.s, nil }
+
+type fakeClaims struct {
+	fwk.ResourceClaimTracker
+	c []*resourceapi.ResourceClaim
+}
+
+func (f fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return f.c, nil }
+
+func (f *fakeDRA) ResourceSlices() fwk.ResourceSliceLister  { return fakeSlices{f.slices} }
+func (f *fakeDRA) ResourceClaims() fwk.ResourceClaimTracker { return fakeClaims{c: f.claims} }
+
+// TestDRACandidates: nodes n0 (80 units held), n1 (50 held), n2 (empty),
+// n3 (empty, not matching the pod's node selector); a share of 30 units:
+// n0 has no room; binpack ranks n1 before n2, spread n2 before n1.
+func TestDRACandidates(t *testing.T) {
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	f := &fakeDRA{}
+	var nis []fwk.NodeInfo
+	for i, held := range []int64{80, 50, 0, 0} {
+		node := fmt.Sprintf("n%d", i)
+		f.slices = append(f.slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node}, Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}})
+		ni := nodeInfo(node)
+		if i < 3 {
+			ni.Node().Labels = map[string]string{"group": "g"}
+		}
+		nis = append(nis, ni)
+		if held == 0 {
+			continue
+		}
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Driver: testDriver, Pool: node, Device: "gpu-0", ShareID: ptr.To(types.UID(node)),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(held), capMemory: q(1 << 30)}}}}}
+		f.claims = append(f.claims, c)
+	}
+	env := &draEnv{dra: f}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"group": "g"}}}
+	need := claimNeed{units: 30, bytes: 1 << 30}
+	for _, c := range []struct {
+		policy api.Placement
+		want   []string
+	}{{api.PlacementBinpack, []string{"n1", "n2"}}, {api.PlacementSpread, []string{"n2", "n1"}}, {api.PlacementFirstFit, []string{"n1", "n2"}}} {
+		got, err := env.draCandidates(pod, nis, need, c.policy, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: candidates %v, want %v", c.policy, got, c.want)
+		}
+	}
+	if got, _ := env.draCandidates(pod, nis, claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+		t.Errorf("60 units: candidates %v, want [n2]", got)
+	}
+	if !narrowable([]*resourceapi.ResourceClaim{shareClaim(30, 1)}) || narrowable([]*resourceapi.ResourceClaim{shareClaim(0, 0)}) {
+		t.Error("narrowable: a share of units and memory is, a whole-device request is not")
+	}
+}
