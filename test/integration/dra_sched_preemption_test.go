@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -429,8 +430,9 @@ func TestDRAPlacement(t *testing.T) {
 // quarter-GPU claim pods per second, each running 2 s (then deleted and its
 // claim deallocated, as the resource claim controller would): about 20
 // quarters want the 16 quarters there are, so no GPU stays free for long.
-// A whole-GPU claim pod of the same priority (no preemption) arrives after
-// 3 s and must be bound within 30 s: after a bounded wait a node is reserved
+// A whole-GPU claim pod of the same priority (no preemption) arrives once
+// the stream has bound as many quarters as the GPUs hold and must be bound
+// within 30 s: after a bounded wait a node is reserved
 // for it, the quarters go to the other node while it drains.
 func TestDRABackfillWholeGPU(t *testing.T) {
 	e, ns := setup(t)
@@ -439,9 +441,13 @@ func TestDRABackfillWholeGPU(t *testing.T) {
 	e.startScheduler(t, sched, staticRows)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan int)
-	go func() { done <- e.quarterStream(ctx, t, ns, sched, 100*time.Millisecond, 2*time.Second) }()
-	time.Sleep(3 * time.Second)
+	done, filled := make(chan int, 1), make(chan struct{})
+	go func() { done <- e.quarterStream(ctx, t, ns, sched, 100*time.Millisecond, 2*time.Second, 16, filled) }()
+	select {
+	case <-filled: // 2 nodes x 2 GPUs x 4 quarters bound: no GPU free
+	case <-time.After(30 * time.Second):
+		t.Fatal("the quarter stream did not fill the GPUs within 30 s")
+	}
 	e.claimPod(t, ns, "whole", sched, harness.GPURequest{GPUs: 1})
 	start := time.Now()
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -463,8 +469,9 @@ func TestDRABackfillWholeGPU(t *testing.T) {
 
 // quarterStream creates a quarter-GPU claim pod every period until ctx ends;
 // each bound one is finished life after it was first seen bound (deleted,
-// its claim deallocated). It returns how many were bound.
-func (e *env) quarterStream(ctx context.Context, t *testing.T, ns, sched string, period, life time.Duration) int {
+// its claim deallocated). It closes filled once full of them have been bound,
+// and returns how many were bound.
+func (e *env) quarterStream(ctx context.Context, t *testing.T, ns, sched string, period, life time.Duration, full int, filled chan<- struct{}) int {
 	boundAt := map[string]time.Time{}
 	finished := map[string]bool{}
 	tick := time.NewTicker(period)
@@ -506,6 +513,10 @@ func (e *env) quarterStream(ctx context.Context, t *testing.T, ns, sched string,
 				e.finishClaimPod(context.WithoutCancel(ctx), ns, p.Name)
 			}
 		}
+		if filled != nil && len(boundAt) >= full {
+			close(filled)
+			filled = nil
+		}
 	}
 }
 
@@ -515,14 +526,13 @@ func (e *env) finishClaimPod(ctx context.Context, ns, name string) {
 	zero := int64(0)
 	_ = e.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	rc := e.cp.Client.ResourceV1().ResourceClaims(ns)
-	for range 5 {
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cl, err := rc.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return
+			return err
 		}
 		cl.Status.ReservedFor, cl.Status.Allocation, cl.Status.Devices = nil, nil, nil
-		if _, err = rc.UpdateStatus(ctx, cl, metav1.UpdateOptions{}); err == nil {
-			return
-		}
-	}
+		_, err = rc.UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+		return err
+	})
 }
