@@ -1,27 +1,35 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "drvmem.h"
 #include "memcore.h"
 #include "pool.h"
+#include "procfs.h"
 #include "quiet.h"
 
 #define DRV_PROCS 64              /* entries on the stack; more on the heap as NVML asks */
 #define DRV_PROCS_MAX 65536       /* at most this many processes on one device */
 #define DRV_TRIES 4               /* the list may grow between two calls */
 #define DRV_NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
-#define DRV_LOAD_DEVS 64          /* devices whose last load this process remembers */
+#define DRV_LOAD_DEVS 64          /* devices whose last load and context this process remembers */
+#define DRV_WAIT_SLICE_MS 20      /* a wait on a member's guess looks at its liveness this often */
 
 static pthread_mutex_t measuring = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 static _Atomic int nvml_ok;
-/* What this process's last module or library load took, per CUDA device. */
+/* What this process's last module or library load took, per CUDA device;
+ * and 1 + the bytes its last context there took (0: none measured). */
 static _Atomic uint64_t last_load[DRV_LOAD_DEVS];
+static _Atomic uint64_t last_ctx[DRV_LOAD_DEVS];
 
 static void fork_prepare(void)
 {
@@ -119,18 +127,27 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
 	return 0;
 }
 
-/* What the call is reserved at (*guess: 1 if nothing was measured yet). */
+/* What the call is reserved at (*guess: 1 if nothing was measured yet). A
+ * context: the larger of the group's last measurement on that GPU and this
+ * process's own last context there (a process whose contexts are larger
+ * than another member's is reserved at its own size: its creation cannot
+ * pass the limit while it runs). */
 static uint64_t estimate(const struct gs_drv_probe *p, int *guess)
 {
 	*guess = 0;
 	if (p->what == GS_DRV_LOAD)
 		return p->dev < DRV_LOAD_DEVS ? atomic_load(&last_load[p->dev]) : 0;
 	uint32_t kib = __atomic_load_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], __ATOMIC_ACQUIRE);
-	*guess = kib == 0;
-	return kib != 0 ? (uint64_t)(kib - 1) << 10 : GS_DRV_CONTEXT_GUESS;
+	uint64_t own = p->dev < DRV_LOAD_DEVS ? atomic_load(&last_ctx[p->dev]) : 0;
+	uint64_t group = kib != 0 ? (uint64_t)(kib - 1) << 10 : 0;
+	*guess = kib == 0 && own == 0;
+	if (*guess)
+		return GS_DRV_CONTEXT_GUESS;
+	return own > group + 1 ? own - 1 : group;
 }
 
-/* What a call took becomes the next estimate. */
+/* What a call took becomes the next estimate: the group's (a context) and
+ * this process's own. */
 static void remember(const struct gs_drv_probe *p, uint64_t size)
 {
 	if (p->what == GS_DRV_LOAD) {
@@ -138,22 +155,24 @@ static void remember(const struct gs_drv_probe *p, uint64_t size)
 			atomic_store(&last_load[p->dev], size);
 		return;
 	}
+	if (p->dev < DRV_LOAD_DEVS)
+		atomic_store(&last_ctx[p->dev], size + 1);
 	uint64_t kib = ((size + 1023) >> 10) + 1; /* 0 says none measured yet */
 	kib = kib > UINT32_MAX ? UINT32_MAX : kib;
 	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], (uint32_t)kib, __ATOMIC_RELEASE);
 }
 
-/* Whether another live member has a guessed reservation in flight. */
-static int others_guessing(const struct gs_drv_probe *p)
+/* Another live member with a guessed reservation in flight, or NULL. */
+static struct gs_shm_proc *other_guessing(const struct gs_drv_probe *p)
 {
-	const struct gs_shm_file *f = gs_group_file(p->g);
+	struct gs_shm_file *f = gs_group_file(p->g);
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
-		const struct gs_shm_proc *o = &f->proc[i];
+		struct gs_shm_proc *o = &f->proc[i];
 		if (o != p->self && __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE) != 0 &&
 		    __atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE)
-			return 1;
+			return o;
 	}
-	return 0;
+	return NULL;
 }
 
 /* Records a reservation of size already on the slot and the process. */
@@ -184,20 +203,34 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Another member's guess may be in the way: 1 after a pause if one is in
- * flight and there is time left (its guess is trued up at the end of its
- * call; a dead member's is released by the reap), else 0. */
+/* Another member's guess may be in the way: 1 once it ended (its guess is
+ * trued up at the end of its call, which wakes the futex on its guessing
+ * count) or it is found dead (then reaped), if one is in flight and there is
+ * time left; else 0. No polling: a crowd of waiters sleeps in the kernel, and
+ * the member it waits for has the CPU to finish. */
 static int wait_for_guesses(const struct gs_drv_probe *p, int64_t *deadline)
 {
 	int64_t now = now_ms();
 	if (*deadline == 0)
 		*deadline = now + GS_DRV_GUESS_WAIT_MS;
-	if (now >= *deadline || !others_guessing(p))
+	struct gs_shm_proc *o = now < *deadline ? other_guessing(p) : NULL;
+	if (o == NULL)
 		return 0;
-	struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000};
-	nanosleep(&ts, NULL);
-	gs_group_reap(p->g, 0);
+	uint32_t v = __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE);
+	int64_t left = *deadline - now;
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = (left < DRV_WAIT_SLICE_MS ? left : DRV_WAIT_SLICE_MS) * 1000000};
+	if (v != 0 && syscall(SYS_futex, &o->guessing, FUTEX_WAIT, v, &ts, NULL, 0) != 0 && errno == ETIMEDOUT &&
+	    __atomic_load_n(&o->pidns, __ATOMIC_RELAXED) == gs_group_pidns(p->g) &&
+	    gs_proc_liveness(o->pid, o->start_time) == GS_DEAD)
+		gs_group_reap(p->g, 1); /* its guess goes back with the rest of what it held */
 	return 1;
+}
+
+/* Wakes the members waiting for this process's guess to end. */
+static void guess_ended(struct gs_shm_proc *self)
+{
+	if (__atomic_sub_fetch(&self->guessing, 1, __ATOMIC_ACQ_REL) == 0)
+		(void)syscall(SYS_futex, &self->guessing, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* Reserves the call's estimate on the slot (drvmem.h): CUDA_SUCCESS, or
@@ -339,7 +372,7 @@ GS_HIDDEN CUresult gs_drv_end(struct gs_drv_probe *p, int ok, enum gs_kind kind,
 	if (measured && p->quiet) /* another thread's call in flight may have moved the figures */
 		remember(p, size);
 	if (p->guessed)
-		__atomic_fetch_sub(&p->self->guessing, 1, __ATOMIC_ACQ_REL);
+		guess_ended(p->self);
 	pthread_mutex_unlock(&measuring);
 	errno = saved;
 	return rc;

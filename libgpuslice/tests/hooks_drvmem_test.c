@@ -366,6 +366,71 @@ static int cold_guesses(void *arg)
 	return 0;
 }
 
+/* A member whose contexts take 600 MiB (its own GPUSLICE_SIM_CONTEXT_MEMORY):
+ * its primary context, then, once told (go reads EOF; the 300 MiB member
+ * made its own since), a cuCtxCreate. Says 'M' made, 'N' refused before the
+ * driver was asked, 'X' anything else. */
+static int big_member(void *arg)
+{
+	const struct race *r = arg;
+	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "629145600", 1);
+	struct drv d;
+	CUcontext ctx, c;
+	drv_open(&d, &ctx);
+	race_ready(r);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X');
+}
+
+/* Issue 36: a context larger than the group's last measurement. In a group
+ * of 1400 MiB a member with 600 MiB contexts makes its primary context, then
+ * one with 300 MiB contexts makes its own (the group's last measurement is
+ * now 300 MiB; 900 MiB held). The first member's next context would take
+ * 600 MiB (1500 MiB): reserved at the last measurement alone it fits, the
+ * driver makes it, and the device holds more than the limit until it is
+ * measured and undone. Reserved at the larger of the group's figure and the
+ * member's own last context, it is refused before the driver is asked, and
+ * the device never holds more than the limit. */
+static int bigger_than_measured(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1); /* cuCtxCreate takes 100 ms */
+	const char *path = ht_group("drvbig", "1468006400");
+	int out[2], go[2], hold[2];
+	char c;
+	CHECK(pipe(out) == 0 && pipe(go) == 0 && pipe(hold) == 0);
+	struct race r = {out[1], go[0], hold[0], go[1], hold[1]};
+	pid_t big = ht_spawn(big_member, &r);
+	CHECK(read(out[0], &c, 1) == 1 && c == 'R'); /* its primary context made and measured */
+	struct drv d;
+	CUcontext ctx;
+	open_member(path, &d, &ctx); /* 300 MiB, measured last */
+	HELD(900 * MiB);
+	CHECK_EQ(grp->hdr.context_kib[0], 300u * 1024u + 1u);
+	CHECK(fcntl(out[0], F_SETFL, O_NONBLOCK) == 0);
+	close(go[1]);
+	uint64_t most = 0;
+	for (;;) {
+		uint64_t held = atomic_load(&sim->dev[0].used);
+		most = held > most ? held : most;
+		if (read(out[0], &c, 1) == 1)
+			break;
+	}
+	close(hold[1]);
+	CHECK_EQ(ht_wait(big), 0);
+	if (c != 'N' || most > 1468006400ull) {
+		fprintf(stderr, "the 600 MiB context: outcome %c (want N: refused before the driver), the device held "
+				"%.1f MiB of the group's 1400 MiB limit\n",
+			c, (double)most / MiB);
+		return 1;
+	}
+	return 0;
+}
+
 int main(void)
 {
 	ht_setup();
@@ -376,6 +441,7 @@ int main(void)
 	HT_RUN(concurrent, NULL);
 	HT_RUN(shared_headroom, NULL);
 	HT_RUN(cold_guesses, NULL);
+	HT_RUN(bigger_than_measured, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_drvmem_test: ok\n");
 	return 0;
