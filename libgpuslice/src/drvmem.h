@@ -3,18 +3,25 @@
  * Memory no call names: what context creation and module/library loads make
  * the driver hold, charged to the group like an allocation (hooks_load.c,
  * hooks_ctx.c), and reserved like one BEFORE the driver is asked:
- *  - at an estimate: for a context, what the last context made on that GPU
- *    took, as a member of the group measured it (the group file's
- *    context_kib, shared by its members); none measured yet, a guess
+ *  - at an estimate: for a context, the larger of what the last context made
+ *    on that GPU took, as a member of the group measured it (the group file's
+ *    context_kib, shared by its members), and what this process's own last
+ *    context there took (a process whose contexts are larger than another
+ *    member's is reserved at its own size); neither measured yet, a guess
  *    (GS_DRV_CONTEXT_GUESS); for a module or library, what this process's last
  *    load on that device took (none yet: 0). A creation whose estimate does
  *    not fit is refused with CUDA_ERROR_OUT_OF_MEMORY and never reaches the
  *    driver; the reservation is a CAS on the group's count, so creations in
- *    several processes never pass on the same headroom. A guess that does not
- *    fit while other members' guesses are in flight waits for them (they are
- *    trued up within their own driver call; at most GS_DRV_GUESS_WAIT_MS) and
- *    tries again at what they measured; with none in flight, the headroom
- *    left is reserved and the measurement decides;
+ *    several processes never pass on the same headroom. An estimate that does
+ *    not fit while other members' guesses are in flight (a group's first
+ *    contexts on a GPU, more of them at once than guesses fit its limit)
+ *    waits for them, asleep on a futex on their guessing count (they are
+ *    trued up within their own driver call; at most GS_DRV_GUESS_WAIT_MS),
+ *    and tries again at what they measured: until one context is measured
+ *    nothing says whether the group holds another, and neither refusing it
+ *    nor letting it reach the driver on the headroom left would be right;
+ *    with none in flight, the headroom left is reserved and the measurement
+ *    decides;
  *  - trued up after the call to what the driver holds for it: NVML's used
  *    memory for this process on the device (its host pid; the whole process
  *    list however many processes the device has), before and after, less
