@@ -293,21 +293,29 @@ static uint64_t race_run(int n, int (*fn)(void *), int *made, int *refused)
 	return most;
 }
 
-/* A member of group "drvtwo" (1 GiB) with its primary context (300 MiB)
- * creates a context (the simulator's takes 100 ms). */
-static int create_one(void *arg)
+/* A cuCtxCreate's outcome: 'M' made, 'N' refused before the driver was asked
+ * (the simulator's creation takes 100 ms), 'X' anything else. */
+static char create_outcome(void)
 {
-	const struct race *r = arg;
-	struct drv d;
-	CUcontext ctx, c;
-	drv_open(&d, &ctx);
-	race_ready(r);
+	CUcontext c;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X');
+	return rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X';
+}
+
+/* A member of group "drvtwo" (1 GiB) with its primary context (300 MiB)
+ * creates a context. */
+static int create_one(void *arg)
+{
+	const struct race *r = arg;
+	struct drv d;
+	CUcontext ctx;
+	drv_open(&d, &ctx);
+	race_ready(r);
+	return race_done(r, create_outcome());
 }
 
 /* Issue 36: two members make a context at once with room for one: the
@@ -368,22 +376,16 @@ static int cold_guesses(void *arg)
 
 /* A member whose contexts take 600 MiB (its own GPUSLICE_SIM_CONTEXT_MEMORY):
  * its primary context, then, once told (go reads EOF; the 300 MiB member
- * made its own since), a cuCtxCreate. Says 'M' made, 'N' refused before the
- * driver was asked, 'X' anything else. */
+ * made its own since), a cuCtxCreate. */
 static int big_member(void *arg)
 {
 	const struct race *r = arg;
 	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "629145600", 1);
 	struct drv d;
-	CUcontext ctx, c;
+	CUcontext ctx;
 	drv_open(&d, &ctx);
 	race_ready(r);
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X');
+	return race_done(r, create_outcome());
 }
 
 /* Issue 36: a context larger than the group's last measurement. In a group
@@ -423,8 +425,9 @@ static int bigger_than_measured(void *arg)
 	close(hold[1]);
 	CHECK_EQ(ht_wait(big), 0);
 	if (c != 'N' || most > 1468006400ull) {
-		fprintf(stderr, "the 600 MiB context: outcome %c (want N: refused before the driver), the device held "
-				"%.1f MiB of the group's 1400 MiB limit\n",
+		fprintf(stderr,
+			"the 600 MiB context: outcome %c (want N: refused before the driver), the device held "
+			"%.1f MiB of the group's 1400 MiB limit\n",
 			c, (double)most / MiB);
 		return 1;
 	}
