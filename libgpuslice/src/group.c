@@ -69,15 +69,25 @@ static void group_unlock(struct gs_group *g)
 	pthread_mutex_unlock(&g->mu);
 }
 
-/* Validates and maps the open group file, initialising it if empty. Without
- * the file's lock (locked 0) only a file found whole is mapped: 1 says to
- * try again under the lock (empty, being made, or unreadable as a group
- * file), so that members attaching at once do not queue on the lock. */
-static int map_file(struct gs_group *g, int fd, const char *path, const char *name, int locked, char *err, size_t n)
+/* Opens, initialises if empty, validates and maps the group file. A file a
+ * manager made (managed) is never made again here: gone, its run directory was
+ * removed, and a new one would give the group a second limit. A file found
+ * whole is mapped without the file's lock, which only an empty, half-made or
+ * unreadable one takes (then read again under it), so that members attaching
+ * at once do not queue on it. */
+static int open_file(struct gs_group *g, const char *path, const char *name, int managed, char *err, size_t n)
 {
-	int rc = -1;
+	int fd = open(path, O_RDWR | O_CLOEXEC | (managed ? 0 : O_CREAT), 0600);
+	if (fd < 0 && managed && errno == ENOENT)
+		return gs_fmt(err, n, "group file %s is gone (its run directory was removed?); not making a second one",
+			      path),
+		       -1;
+	if (fd < 0)
+		return gs_fmt(err, n, "cannot open group file %s: %s", path, strerror(errno)), -1;
+	int rc = -1, locked = 0;
 	struct stat st;
 	struct gs_shm_header h;
+again:
 	if ((locked && file_lock(fd, F_WRLCK) != 0) || fstat(fd, &st) != 0) {
 		gs_fmt(err, n, "cannot lock group file %s: %s", path, strerror(errno));
 		goto out;
@@ -90,8 +100,10 @@ static int map_file(struct gs_group *g, int fd, const char *path, const char *na
 	char why[200];
 	enum gs_shm_status s =
 		gs_shm_check(st.st_size >= (off_t)sizeof(h) ? &h : NULL, (uint64_t)st.st_size, why, sizeof(why));
-	if (!locked && s != GS_SHM_OK)
-		return 1;
+	if (!locked && s != GS_SHM_OK) {
+		locked = 1;
+		goto again;
+	}
 	if (s == GS_SHM_BAD) {
 		gs_fmt(err, n, "group file %s: %s", path, why);
 		goto out;
@@ -113,24 +125,6 @@ static int map_file(struct gs_group *g, int fd, const char *path, const char *na
 out:
 	if (locked)
 		(void)file_lock(fd, F_UNLCK);
-	return rc;
-}
-
-/* Opens, initialises if empty, validates and maps the group file. A file a
- * manager made (managed) is never made again here: gone, its run directory was
- * removed, and a new one would give the group a second limit. */
-static int open_file(struct gs_group *g, const char *path, const char *name, int managed, char *err, size_t n)
-{
-	int fd = open(path, O_RDWR | O_CLOEXEC | (managed ? 0 : O_CREAT), 0600);
-	if (fd < 0 && managed && errno == ENOENT)
-		return gs_fmt(err, n, "group file %s is gone (its run directory was removed?); not making a second one",
-			      path),
-		       -1;
-	if (fd < 0)
-		return gs_fmt(err, n, "cannot open group file %s: %s", path, strerror(errno)), -1;
-	int rc = map_file(g, fd, path, name, 0, err, n);
-	if (rc > 0)
-		rc = map_file(g, fd, path, name, 1, err, n);
 	if (rc != 0)
 		close(fd);
 	return rc;
@@ -266,11 +260,11 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	if (self != NULL)
 		return self;
 	int saved = errno, need_host_pid = 0;
-	struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
-	who.start_time = gs_proc_start(who.pid); /* read outside the lock: every member attaching takes it */
 	group_lock(g);
 	self = atomic_load(&gs_hot.group_self);
 	if (self == NULL) {
+		struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
+		who.start_time = gs_proc_start(who.pid);
 		if (g->pidns != 0 && g->pidns == g->f->hdr.host_pidns)
 			who.host_pid = who.pid;
 		/* Dead members are reaped only when the table is full (and before a
