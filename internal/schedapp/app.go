@@ -10,6 +10,9 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/cli"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -24,8 +27,10 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"github.com/gpuslice/gpuslice/internal/queuecheck"
 	"github.com/gpuslice/gpuslice/internal/sched"
 	"github.com/gpuslice/gpuslice/internal/version"
+	"github.com/gpuslice/gpuslice/pkg/generated/clientset/versioned"
 )
 
 // Binary is the command's name.
@@ -34,7 +39,7 @@ const Binary = "gpuslice-scheduler"
 // NewCommand returns the gpuslice-scheduler command; it runs until ctx ends.
 func NewCommand(ctx context.Context) *cobra.Command {
 	opts := options.NewOptions()
-	var showVersion bool
+	var showVersion, kueueCheck bool
 	cmd := &cobra.Command{
 		Use:  Binary,
 		Long: Binary + " is kube-scheduler with the gpuslice plugin compiled in; it takes every kube-scheduler flag.",
@@ -51,13 +56,15 @@ func NewCommand(ctx context.Context) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s, kube-scheduler %s\n", version.String(Binary), k8sversion.Get().GitVersion)
 				return nil
 			}
-			return run(ctx, cmd, opts)
+			return run(ctx, cmd, opts, kueueCheck)
 		},
 		Args: cobra.NoArgs,
 	}
 	nfs := opts.Flags
 	global := nfs.FlagSet("global")
 	global.BoolVar(&showVersion, "version", false, "print the version and exit")
+	global.BoolVar(&kueueCheck, "kueue-admission-check", false, "run Kueue's admission check "+queuecheck.ControllerName+
+		" (in the leader): Workloads whose containers no GPU can hold are rejected, ClusterQueues with a bad gpuslice quota warned about (docs/queues.md)")
 	globalflag.AddGlobalFlags(global, cmd.Name(), logs.SkipLoggingConfigurationFlags())
 	fs := cmd.Flags()
 	for _, f := range nfs.FlagSets {
@@ -68,7 +75,7 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	return cmd
 }
 
-func run(ctx context.Context, cmd *cobra.Command, opts *options.Options) error {
+func run(ctx context.Context, cmd *cobra.Command, opts *options.Options, kueueCheck bool) error {
 	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	if err := logsapi.ValidateAndApply(opts.Logs, fg); err != nil {
 		return fmt.Errorf("logging: %w", err)
@@ -92,7 +99,37 @@ func run(ctx context.Context, cmd *cobra.Command, opts *options.Options) error {
 		logger.Info("leader election", "lock", cc.LeaderElection.Lock.Describe(), "identity", cc.LeaderElection.Lock.Identity())
 		cc.LeaderElection.Lock = &leadingLock{Interface: cc.LeaderElection.Lock, leader: leader}
 	}
+	if kueueCheck {
+		if err := startQueueCheck(ctx, cc.KubeConfig, cc.EventBroadcaster.NewRecorder("gpuslice-queuecheck"), leader.Leading()); err != nil {
+			return err
+		}
+	}
 	return app.Run(ctx, cc, s)
+}
+
+// startQueueCheck runs Kueue's admission check gpuslice.io/fits once this
+// replica leads, for as long as the scheduler runs.
+func startQueueCheck(ctx context.Context, cfg *rest.Config, rec events.EventRecorder, leading <-chan struct{}) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kueue admission check: %w", err)
+	}
+	gc, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kueue admission check: %w", err)
+	}
+	c := queuecheck.New(queuecheck.Config{Dynamic: dyn, GPUNodes: gc, Events: rec})
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-leading:
+		}
+		if err := c.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "kueue admission check stopped")
+		}
+	}()
+	return nil
 }
 
 // leadingLock tells leader once this replica has written itself into the

@@ -1,0 +1,176 @@
+// Package queuecheck is gpuslice's Kueue admission check (controller name
+// gpuslice.io/fits): Kueue admits a Workload by its team's quota, a sum, and
+// would hold that quota for a Job whose pods no GPU can take (a share of 150
+// units, or more memory than any GPU has). The check rejects such a Workload
+// with a message naming the container, what it asks and the largest GPU, so
+// that Kueue deactivates it and never admits it; every other Workload is
+// Ready. It also warns (an event on the ClusterQueue) about a ClusterQueue
+// whose quota names a gpuslice.io resource gpuslice does not serve, or a
+// gpuslice quota smaller than one share. The decisions are pure functions
+// here (Verdict, QueueProblems); controller.go runs them on the API server.
+package queuecheck
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// GPU is what one GPU of a node can hold at most.
+type GPU struct {
+	Units   int64
+	Memory  int64
+	Sharing api.SharingMode
+}
+
+// Node is a node's GPUs (its GPUNode row).
+type Node struct {
+	Name string
+	GPUs []GPU
+}
+
+// PodSet is one pod set of a Workload: its pod template and pod count.
+type PodSet struct {
+	Name     string
+	Template corev1.PodTemplateSpec
+}
+
+// Verdict says whether every container of every pod set can be held by
+// some node's GPUs ("" if so, else why not). A container asking for N GPUs
+// fits a node with N GPUs each holding its units and memory (all of a GPU
+// for whole GPUs), of its sharing mode where it names one. The cluster's
+// current use does not matter: quota is Kueue's, placement the scheduler's.
+func Verdict(sets []PodSet, nodes []Node) string {
+	for _, ps := range sets {
+		pod := &corev1.Pod{ObjectMeta: ps.Template.ObjectMeta, Spec: ps.Template.Spec}
+		req, err := api.ParseRequest(pod)
+		if err != nil {
+			return fmt.Sprintf("pod set %q: %v", ps.Name, err)
+		}
+		for _, c := range req.Containers {
+			if !fitsSomeNode(c, req.Sharing, nodes) {
+				return fmt.Sprintf("pod set %q: container %q asks for %s, which no GPU in the cluster can hold (%s)",
+					ps.Name, c.Name, describe(c), largest(nodes))
+			}
+		}
+	}
+	return ""
+}
+
+func fitsSomeNode(c api.ContainerRequest, sharing api.SharingMode, nodes []Node) bool {
+	for _, n := range nodes {
+		holding := 0
+		for _, g := range n.GPUs {
+			if sharing != "" && g.Sharing != "" && g.Sharing != sharing {
+				continue
+			}
+			if c.Whole || (c.Units <= g.Units && c.MemoryBytes <= g.Memory) {
+				holding++
+			}
+		}
+		if holding >= c.Count {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(c api.ContainerRequest) string {
+	if c.Whole {
+		return fmt.Sprintf("%d whole GPUs on one node", c.Count)
+	}
+	s := fmt.Sprintf("%d units and %s of memory", c.Units, resource.NewQuantity(c.MemoryBytes, resource.BinarySI))
+	if c.Count > 1 {
+		s += fmt.Sprintf(" on each of %d GPUs of one node", c.Count)
+	} else {
+		s += " of one GPU"
+	}
+	return s
+}
+
+// largest describes the cluster's largest GPU and node.
+func largest(nodes []Node) string {
+	var units, mem int64
+	most := 0
+	for _, n := range nodes {
+		most = max(most, len(n.GPUs))
+		for _, g := range n.GPUs {
+			units, mem = max(units, g.Units), max(mem, g.Memory)
+		}
+	}
+	if most == 0 {
+		return "the cluster has no GPUs"
+	}
+	return fmt.Sprintf("the largest GPU has %d units and %s, the largest node %d GPUs",
+		units, resource.NewQuantity(mem, resource.BinarySI), most)
+}
+
+// Quota is one resource of a ClusterQueue's flavor: its nominal quota and
+// borrowing limit (nil: in a cohort, all of the cohort's unused quota;
+// outside one, nothing).
+type Quota struct {
+	Flavor    string
+	Name      corev1.ResourceName
+	Nominal   resource.Quantity
+	Borrowing *resource.Quantity
+	InCohort  bool
+}
+
+// oneShare is the smallest share gpuslice hands out: one unit, or 1 MiB of
+// memory (the device plugin's and the DRA driver's step).
+var oneShare = map[corev1.ResourceName]int64{api.ResourceUnits: 1, api.ResourceMemory: 1 << 20, api.ResourceGPU: 1}
+
+// QueueProblems lists what is wrong with a ClusterQueue's gpuslice quota:
+// names in the gpuslice.io domain that gpuslice does not serve, amounts of
+// units or GPUs that are not whole, and quotas that can never hold one
+// share (nominal plus borrowing limit above zero but below one unit or
+// 1 MiB). Sorted; empty if nothing is.
+func QueueProblems(quotas []Quota) []string {
+	var out []string
+	for _, q := range quotas {
+		if !strings.HasPrefix(string(q.Name), api.Group+"/") {
+			continue
+		}
+		step, served := oneShare[q.Name]
+		if !served {
+			out = append(out, fmt.Sprintf("flavor %s: %s is not a resource gpuslice serves (%s, %s, %s)",
+				q.Flavor, q.Name, api.ResourceGPU, api.ResourceUnits, api.ResourceMemory))
+			continue
+		}
+		if q.Name != api.ResourceMemory && !whole(q.Nominal) {
+			out = append(out, fmt.Sprintf("flavor %s: %s nominal quota %s is not a whole number", q.Flavor, q.Name, q.Nominal.String()))
+			continue
+		}
+		most := q.Nominal.AsApproximateFloat64()
+		switch {
+		case q.Borrowing != nil && q.InCohort:
+			most += q.Borrowing.AsApproximateFloat64()
+		case q.InCohort:
+			most = math.Inf(1)
+		}
+		if most > 0 && most < float64(step) {
+			out = append(out, fmt.Sprintf("flavor %s: %s quota %s (with its borrowing limit) is smaller than one share (%s)",
+				q.Flavor, q.Name, q.Nominal.String(), shareOf(q.Name, step)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func whole(q resource.Quantity) bool {
+	v, ok := q.AsInt64()
+	return ok && v >= 0
+}
+
+func shareOf(name corev1.ResourceName, step int64) string {
+	if name == api.ResourceMemory {
+		return resource.NewQuantity(step, resource.BinarySI).String()
+	}
+	return fmt.Sprint(step)
+}
