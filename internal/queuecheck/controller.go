@@ -181,7 +181,7 @@ func (c *Controller) admissionCheck(ctx context.Context, key string) error {
 		return nil
 	}
 	cond := map[string]any{"type": "Active", "status": "True", "reason": "Active",
-		"message": "gpuslice-scheduler rejects Workloads whose containers no GPU in the cluster can hold",
+		"message":            "gpuslice-scheduler rejects Workloads whose containers no GPU in the cluster can hold",
 		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kueueGroup + "/v1beta2", "kind": "AdmissionCheck", "metadata": map[string]any{"name": key},

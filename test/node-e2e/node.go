@@ -131,6 +131,11 @@ func newNode(t *testing.T, ctx context.Context, o harness.Options) (*node, harne
 
 // startNode brings everything up (the agent with agentFlags added); stop takes it down.
 func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
+	return startNodeWith(t, ctx, nil, agentFlags...)
+}
+
+// startNodeWith is startNode with schedArgs added to gpuslice-scheduler's command line.
+func startNodeWith(t *testing.T, ctx context.Context, schedArgs []string, agentFlags ...string) *node {
 	kubelet := need(t, "GPUSLICE_KUBELET")
 	n, _ := newNode(t, ctx, harness.Options{})
 	if err := n.cp.InstallCRDs(ctx); err != nil {
@@ -140,7 +145,8 @@ func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
 	// utilization (published by the agent a moment later) must not decide
 	// where the next share pod goes, or placement depends on timing.
 	sp, err := n.cp.StartScheduler(ctx, filepath.Join(n.bin, "gpuslice-scheduler"), "scheduler",
-		harness.SchedulerOptions{SchedulerName: scheduler, GPUSlice: true, Args: "{heartbeatTimeout: 1h, utilizationThreshold: 100}"})
+		harness.SchedulerOptions{SchedulerName: scheduler, GPUSlice: true, Args: "{heartbeatTimeout: 1h, utilizationThreshold: 100}",
+			ExtraArgs: schedArgs})
 	if err != nil {
 		t.Fatal(err)
 	}

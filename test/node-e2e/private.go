@@ -25,13 +25,18 @@ const nsEnv = "GPUSLICE_NODE_E2E_PRIVATE_NS"
 // child, it returns the started node (with the test namespace created) and
 // ok = true. The caller stops the node. agentFlags are added to the agent's.
 func privateNode(t *testing.T, name string, agentFlags ...string) (context.Context, *node, bool) {
+	return privateNodeWith(t, name, nil, agentFlags...)
+}
+
+// privateNodeWith is privateNode with schedArgs added to gpuslice-scheduler's command line.
+func privateNodeWith(t *testing.T, name string, schedArgs []string, agentFlags ...string) (context.Context, *node, bool) {
 	if !privateMountNS(t, name) {
 		return nil, nil, false
 	}
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(tctx, 20*time.Minute)
 	t.Cleanup(cancel)
-	n := startNode(t, ctx, agentFlags...)
+	n := startNodeWith(t, ctx, schedArgs, agentFlags...)
 	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		n.stop()
 		t.Fatal(err)
