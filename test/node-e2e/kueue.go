@@ -85,7 +85,7 @@ func startKueue(t *testing.T, ctx context.Context, n *node) *kueueEnv {
 	if err := n.cp.InstallKueueCRDs(ctx, kdir); err != nil {
 		t.Fatal(err)
 	}
-	kp, err := n.cp.StartKueue(ctx, kdir, "", "VisibilityOnDemand=false")
+	kp, err := n.cp.StartKueue(ctx, kdir, kueueDRAConfig, "VisibilityOnDemand=false,"+kueueDRAGates)
 	if err != nil {
 		t.Fatal(err)
 	}

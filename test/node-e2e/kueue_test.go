@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,8 @@ func TestKueue(t *testing.T) {
 	submitted += k.preemptInQueue(ctx, w)
 	k.bursts(ctx, kueueJobs-submitted)
 	k.badInput(ctx, w)
+	k.draQuota(ctx)
+	k.resourceQuota(ctx)
 	w.checks.Wait()
 	k.walkthrough(ctx)
 
@@ -85,6 +88,9 @@ func TestKueue(t *testing.T) {
 	t.Log(line)
 	if p := os.Getenv("GPUSLICE_E2E_SUMMARY"); p != "" {
 		writeFile(t, p, line+"\n")
+		if b, err := os.ReadFile(k.walk.Name()); err == nil {
+			writeFile(t, filepath.Join(filepath.Dir(p), "e2e-kueue-walkthrough.txt"), string(b))
+		}
 	}
 }
 
