@@ -194,7 +194,8 @@ func (c *Controller) admissionCheck(ctx context.Context, key string) error {
 	return nil
 }
 
-// workload decides this controller's pending checks of a Workload.
+// workload decides this controller's pending checks of a Workload that has
+// quota reserved.
 func (c *Controller) workload(ctx context.Context, key string) error {
 	obj, err := c.wls.Get(key)
 	if err != nil {
@@ -205,7 +206,10 @@ func (c *Controller) workload(ctx context.Context, key string) error {
 		return nil
 	}
 	pending := pendingChecks(u, c.ours())
-	if len(pending) == 0 {
+	// Decided once Kueue reserved quota (the ClusterQueue is known then;
+	// the check's state matters to Kueue from then on).
+	cq, _, _ := unstructured.NestedString(u.Object, "status", "admission", "clusterQueue")
+	if len(pending) == 0 || cq == "" {
 		return nil
 	}
 	nodes, err := c.clusterNodes()
@@ -217,6 +221,13 @@ func (c *Controller) workload(ctx context.Context, key string) error {
 		return c.setState(ctx, u, pending, "Rejected", err.Error())
 	}
 	if why := Verdict(sets, nodes); why != "" {
+		return c.setState(ctx, u, pending, "Rejected", why)
+	}
+	why, err := c.draMemory(ctx, u, sets, nodes)
+	if err != nil {
+		return err
+	}
+	if why != "" {
 		return c.setState(ctx, u, pending, "Rejected", why)
 	}
 	return c.setState(ctx, u, pending, "Ready", "a GPU in the cluster can hold every container's request")

@@ -6,13 +6,18 @@
 // that Kueue deactivates it and never admits it; every other Workload is
 // Ready. It also warns (an event on the ClusterQueue) about a ClusterQueue
 // whose quota names a gpuslice.io resource gpuslice does not serve, or a
-// gpuslice quota smaller than one share. The decisions are pure functions
-// here (Verdict, QueueProblems); controller.go runs them on the API server.
+// gpuslice quota smaller than one share. On the DRA path Kueue (v0.19)
+// counts the units of share claims but not their memory: for a queue with
+// both quotas the check keeps the memory bound by rejecting a claim whose
+// memory per unit is above the queue's (MemoryVerdict). The decisions are
+// pure functions here (Verdict, QueueProblems, MemoryVerdict); controller.go
+// and claims.go run them on the API server.
 package queuecheck
 
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"sort"
 	"strings"
 
@@ -174,3 +179,56 @@ func shareOf(name corev1.ResourceName, step int64) string {
 	}
 	return fmt.Sprint(step)
 }
+
+// ClaimShare is one request of a ResourceClaimTemplate a Workload's pods
+// use on gpuslice's share class: Count devices of Units and Memory each.
+type ClaimShare struct {
+	Template, Request string
+	Count             int64
+	Units, Memory     int64
+}
+
+// QueueRatio is a ClusterQueue's gpuslice quota in units and memory
+// (nominal, and nominal plus borrowing limit where it has one).
+type QueueRatio struct {
+	Name                  string
+	Units, Memory         int64
+	UnitsMost, MemoryMost int64
+	HasUnits, HasMemory   bool
+}
+
+// MemoryVerdict is the DRA path's memory rule ("" if every share keeps
+// it). Kueue (v0.19) charges a claim on share.gpuslice.io one capacity, its
+// units, so a queue's memory quota would go uncounted; a queue that has
+// both therefore admits a claim only if its memory per unit is at most the
+// queue's (memory quota / units quota, nominal and with borrowing, the
+// smaller): then the units Kueue counts bound the memory too.
+func MemoryVerdict(shares []ClaimShare, q QueueRatio) string {
+	if !q.HasUnits || !q.HasMemory || q.Units <= 0 {
+		return ""
+	}
+	for _, s := range shares {
+		allowed := perUnits(s.Units, q.Memory, q.Units)
+		if q.UnitsMost > 0 {
+			allowed = min(allowed, perUnits(s.Units, q.MemoryMost, q.UnitsMost))
+		}
+		if s.Memory > allowed {
+			return fmt.Sprintf("ResourceClaimTemplate %s, request %q: %d units and %s of memory; ClusterQueue %s's quota (%d units, %s; with borrowing %d, %s) allows at most %s with %d units: Kueue counts the units of DRA claims, and the queue's memory is kept by each claim's memory per unit",
+				s.Template, s.Request, s.Units, bytes(s.Memory), q.Name, q.Units, bytes(q.Memory), q.UnitsMost, bytes(q.MemoryMost),
+				bytes(allowed), s.Units)
+		}
+	}
+	return ""
+}
+
+// perUnits is floor(units * memory / quotaUnits), at most MaxInt64.
+func perUnits(units, memory, quotaUnits int64) int64 {
+	v := new(big.Int).Mul(big.NewInt(units), big.NewInt(memory))
+	v.Quo(v, big.NewInt(quotaUnits))
+	if !v.IsInt64() {
+		return math.MaxInt64
+	}
+	return v.Int64()
+}
+
+func bytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }

@@ -90,3 +90,45 @@ func TestQueueProblems(t *testing.T) {
 		})
 	}
 }
+
+func TestMemoryVerdict(t *testing.T) {
+	q := QueueRatio{Name: "team", Units: 100, Memory: 16 << 30, UnitsMost: 200, MemoryMost: 32 << 30, HasUnits: true, HasMemory: true}
+	for name, tc := range map[string]struct {
+		share ClaimShare
+		q     QueueRatio
+		want  string
+	}{
+		"at the ratio":     {ClaimShare{Units: 25, Memory: 4 << 30}, q, ""},
+		"below":            {ClaimShare{Units: 50, Memory: 1 << 30}, q, ""},
+		"over nominal":     {ClaimShare{Template: "t", Request: "gpu", Units: 25, Memory: 8 << 30}, q, `ResourceClaimTemplate t, request "gpu": 25 units and 8Gi of memory; ClusterQueue team's quota (100 units, 16Gi; with borrowing 200, 32Gi) allows at most 4Gi with 25 units`},
+		"over borrowing":   {ClaimShare{Units: 100, Memory: 15 << 30}, QueueRatio{Name: "b", Units: 100, Memory: 16 << 30, UnitsMost: 200, MemoryMost: 16 << 30, HasUnits: true, HasMemory: true}, "allows at most 8Gi with 100 units"},
+		"units only queue": {ClaimShare{Units: 1, Memory: 80 << 30}, QueueRatio{Units: 100, HasUnits: true}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := MemoryVerdict([]ClaimShare{tc.share}, tc.q)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("MemoryVerdict = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRatioOf(t *testing.T) {
+	b := resource.MustParse("100")
+	bm := resource.MustParse("8Gi")
+	got := ratioOf("q", []Quota{
+		{Name: api.ResourceUnits, Nominal: resource.MustParse("200"), Borrowing: &b, InCohort: true},
+		{Name: api.ResourceMemory, Nominal: resource.MustParse("16Gi"), Borrowing: &bm, InCohort: true},
+	})
+	want := QueueRatio{Name: "q", Units: 200, Memory: 16 << 30, UnitsMost: 300, MemoryMost: 24 << 30, HasUnits: true, HasMemory: true}
+	if got != want {
+		t.Fatalf("ratioOf = %+v, want %+v", got, want)
+	}
+	got = ratioOf("q", []Quota{
+		{Name: api.ResourceUnits, Nominal: resource.MustParse("200"), InCohort: true},
+		{Name: api.ResourceMemory, Nominal: resource.MustParse("16Gi"), Borrowing: &bm, InCohort: true},
+	})
+	if got.UnitsMost != 0 || got.MemoryMost != 0 {
+		t.Fatalf("unlimited units borrowing: %+v, want the nominal ratio alone", got)
+	}
+}

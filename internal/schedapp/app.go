@@ -2,7 +2,8 @@
 // options, Setup and Run, with the gpuslice plugin registered, --version
 // reporting gpuslice's version (and the Kubernetes one it is built on), and
 // the plugin told when this replica leads (sched.Leader), so that the resize
-// controller runs in the leader only.
+// controller (and, with --kueue-admission-check, Kueue's admission check
+// gpuslice.io/fits, internal/queuecheck) runs in the leader only.
 package schedapp
 
 import (

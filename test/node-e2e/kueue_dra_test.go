@@ -28,6 +28,7 @@ const (
 	noScheduler  = "gpuslice-e2e-none"
 	quarterClaim = "quarter"
 	overClaim    = "over"
+	greedyClaim  = "greedy"
 )
 
 // kueueDRAConfig maps gpuslice's DeviceClasses to quota resources in
@@ -47,10 +48,13 @@ const kueueDRAConfig = `resources:
 
 const kueueDRAGates = "KueueDRAIntegrationConsumableCapacity=true"
 
-// draQuota: a team whose ClusterQueue has 100 units asks for six quarter
-// GPUs through a ResourceClaimTemplate (25 units, 4 GiB): Kueue counts the
-// claims' units and admits four; a claim of 150 units (more than a GPU's
-// request policy allows) is not admitted, with Kueue's reason.
+// draQuota: a team whose ClusterQueue has 100 units and 16 GiB asks for six
+// quarter GPUs through a ResourceClaimTemplate (25 units, 4 GiB): Kueue
+// counts the claims' units and admits four; a claim of 150 units (more than
+// a GPU's request policy allows) is not admitted, with Kueue's reason, and
+// one of 25 units and 8 GiB (more memory per unit than the queue's) is
+// rejected by gpuslice's check, which keeps the memory quota Kueue does not
+// count on this path.
 func (k *kueueEnv) draQuota(ctx context.Context) {
 	if err := k.cp.CreateDeviceClasses(ctx, false); err != nil {
 		k.t.Fatal(err)
@@ -71,40 +75,49 @@ kind: ClusterQueue
 metadata: {name: team-d}
 spec:
   namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: team-d}}
+  admissionChecksStrategy: {admissionChecks: [{name: gpuslice-fits}]}
   resourceGroups:
-  - coveredResources: [gpuslice.io/gpu-units]
+  - coveredResources: [gpuslice.io/gpu-units, gpuslice.io/gpu-memory]
     flavors:
     - name: gpuslice
       resources:
       - {name: gpuslice.io/gpu-units, nominalQuota: 100}
+      - {name: gpuslice.io/gpu-memory, nominalQuota: 16Gi}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: gpus, namespace: team-d}
 spec: {clusterQueue: team-d}
 `)
-	for name, units := range map[string]int64{quarterClaim: quarter, overClaim: 150} {
-		spec := harness.DRAClaimSpec(harness.GPURequest{Units: units, Memory: 4 * gi})
+	for name, r := range map[string]harness.GPURequest{quarterClaim: {Units: quarter, Memory: 4 * gi},
+		overClaim: {Units: 150, Memory: 4 * gi}, greedyClaim: {Units: quarter, Memory: 8 * gi}} {
+		spec := harness.DRAClaimSpec(r)
 		rct := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: teamD, Name: name},
 			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
 		if _, err := k.cp.Client.ResourceV1().ResourceClaimTemplates(teamD).Create(ctx, rct, metav1.CreateOptions{}); err != nil {
 			k.t.Fatal(err)
 		}
 	}
+	// Kueue counts the units alone: a claim with more memory per unit than
+	// the queue's (16 GiB per 100 units) is rejected by gpuslice's check.
+	greedy := draJob("dra-greedy", greedyClaim)
+	k.createJob(ctx, greedy)
+	msg := k.waitWorkloadSays(ctx, greedy, "allows at most 4Gi with 25 units")
+	k.t.Logf("e2e: kueue: DRA Job %s/%s not admitted: %s", greedy.Namespace, greedy.Name, msg)
 	for i := range 6 {
 		k.createJob(ctx, draJob(fmt.Sprintf("dra-%d", i), quarterClaim))
 	}
 	over := draJob("dra-over", overClaim)
 	k.createJob(ctx, over)
 	k.waitDRAAdmitted(ctx, 4)
-	msg := k.waitWorkloadSays(ctx, over, "capacity request cannot be satisfied")
+	msg = k.waitWorkloadSays(ctx, over, "capacity request cannot be satisfied")
 	k.t.Logf("e2e: kueue: DRA Job %s/%s not admitted: %s", over.Namespace, over.Name, msg)
 	l, err := k.cp.Client.BatchV1().Jobs(teamD).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		k.t.Fatal(err)
 	}
 	for i := range l.Items {
-		if j := &l.Items[i]; !jobRunning(j) && j.Name != over.Name {
+		if j := &l.Items[i]; !jobRunning(j) && j.Name != over.Name && j.Name != greedy.Name {
 			msg = k.waitWorkloadSays(ctx, j, "insufficient unused quota for gpuslice.io/gpu-units")
 			k.t.Logf("e2e: kueue: DRA Job %s/%s waits: %s", j.Namespace, j.Name, msg)
 			break

@@ -41,7 +41,11 @@ const (
 // reclaims it when B returns; a high-priority Job preempts within A's
 // queue; the rest run in bursts of both teams. quotaWatch checks from the
 // API that the quotas hold at every change and that every pod that ran had
-// its group's share and memory limit on the node. Ends with
+// its group's share and memory limit on the node. Then bad input (each
+// refused with a clear reason, nothing admitted), the DRA path (Kueue
+// counting the units of ResourceClaimTemplates, gpuslice's check keeping the
+// memory quota) and a namespace ResourceQuota on the share class (devices
+// counted, not units or memory). Ends with
 // "kueue: <n> jobs admitted, quota exceeded 0 times, borrowed <b>,
 // reclaimed <r>, preempted <p>, limits held <k>/<k>".
 func TestKueue(t *testing.T) {
@@ -219,7 +223,10 @@ func (k *kueueEnv) bursts(ctx context.Context, n int) {
 // logQueues writes the ClusterQueues' usage to the walkthrough under a heading.
 func (k *kueueEnv) logQueues(heading string) {
 	fmt.Fprintf(k.walk, "# %s\n", heading)
-	_, _ = k.run("", "get", "clusterqueues")
+	for _, q := range []string{teamA, teamB} {
+		_, _ = k.run("", "get", "clusterqueue", q, "-o",
+			`jsonpath={range .status.flavorsReservation[*].resources[*]}{.name}: {.total} (borrowed {.borrowed}){"\n"}{end}`)
+	}
 	_, _ = k.run("", "get", "workloads", "-A")
 }
 
@@ -341,8 +348,8 @@ func (k *kueueEnv) waitQueueEvent(ctx context.Context, queue, want string) {
 	k.t.Logf("e2e: kueue: ClusterQueue %s: %s", queue, seen[len(seen)-1])
 }
 
-// waitWorkloadSays waits until the Workload of Job j has a condition or
-// admission check state whose message contains want, and returns it.
+// waitWorkloadSays waits until the Workload of Job j has a condition,
+// admission check state or event whose message contains want, and returns it.
 func (k *kueueEnv) waitWorkloadSays(ctx context.Context, j *batchv1.Job, want string) string {
 	var msgs []string
 	err := harness.WaitFor(kueueStepCtx(ctx), 200*time.Millisecond, func() (bool, error) {
@@ -357,6 +364,15 @@ func (k *kueueEnv) waitWorkloadSays(ctx context.Context, j *batchv1.Job, want st
 				continue
 			}
 			msgs = append(msgs, workloadMessages(u)...)
+			// Kueue's reason for a Workload it cannot admit is also an
+			// event (its condition is not always rewritten for it).
+			ev, err := k.cp.Client.CoreV1().Events(j.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + u.GetName()})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range ev.Items {
+				msgs = append(msgs, "event "+e.Reason+": "+e.Message)
+			}
 		}
 		for _, m := range msgs {
 			if strings.Contains(m, want) {

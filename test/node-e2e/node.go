@@ -129,12 +129,8 @@ func newNode(t *testing.T, ctx context.Context, o harness.Options) (*node, harne
 	return n, bins
 }
 
-// startNode brings everything up (the agent with agentFlags added); stop takes it down.
-func startNode(t *testing.T, ctx context.Context, agentFlags ...string) *node {
-	return startNodeWith(t, ctx, nil, agentFlags...)
-}
-
-// startNodeWith is startNode with schedArgs added to gpuslice-scheduler's command line.
+// startNodeWith brings everything up (gpuslice-scheduler with schedArgs and
+// the agent with agentFlags added); stop takes it down.
 func startNodeWith(t *testing.T, ctx context.Context, schedArgs []string, agentFlags ...string) *node {
 	kubelet := need(t, "GPUSLICE_KUBELET")
 	n, _ := newNode(t, ctx, harness.Options{})

@@ -59,8 +59,11 @@ func FindKueue() (string, error) {
 // copied there by hack/kueue/build.sh) and waits until each is established.
 func (cp *ControlPlane) InstallKueueCRDs(ctx context.Context, kueueDir string) error {
 	files, err := filepath.Glob(filepath.Join(kueueDir, "crds", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("kueue CRDs in %s: none found (%v)", kueueDir, err)
+	if err != nil {
+		return fmt.Errorf("kueue CRDs in %s: %w", kueueDir, err)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("kueue CRDs in %s: none found (hack/kueue/build.sh copies them)", kueueDir)
 	}
 	c, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
