@@ -33,6 +33,7 @@ if ! command -v go >/dev/null; then
   exit 1
 fi
 # Go tools are not built here: golangci-lint (make lint), the code generators (make generate,
-# verify-generate) and helm (make test-helm) are built from source by the targets that use them,
+# verify-generate), helm (make test-helm) and Kueue's controller manager (make e2e-kueue, kueue-bin;
+# ~10 min cold) are built from source through the Go module proxy by the targets that use them,
 # on first use, and cached by version under ~/.cache/gpuslice (hack/*/build.sh). The demo needs none.
 echo "deps: ok ($(go version))"

@@ -269,3 +269,31 @@ func workloadMessages(u *unstructured.Unstructured) []string {
 	}
 	return out
 }
+
+// soloQueue is a team's namespace, its ClusterQueue of units and memory
+// (no cohort; gpuslice's check) and its LocalQueue "gpus", as YAML.
+func soloQueue(team, units, memory string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[1]s}}
+  admissionChecksStrategy: {admissionChecks: [{name: gpuslice-fits}]}
+  resourceGroups:
+  - coveredResources: [%[2]s, %[3]s]
+    flavors:
+    - name: gpuslice
+      resources:
+      - {name: %[2]s, nominalQuota: %[4]s}
+      - {name: %[3]s, nominalQuota: %[5]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: %[6]s, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, team, api.ResourceUnits, api.ResourceMemory, units, memory, localQueue)
+}

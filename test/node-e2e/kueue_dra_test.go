@@ -66,29 +66,7 @@ func (k *kueueEnv) draQuota(ctx context.Context) {
 	if _, err := k.cp.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		k.t.Fatal(err)
 	}
-	k.apply(`apiVersion: v1
-kind: Namespace
-metadata: {name: team-d}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: team-d}
-spec:
-  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: team-d}}
-  admissionChecksStrategy: {admissionChecks: [{name: gpuslice-fits}]}
-  resourceGroups:
-  - coveredResources: [gpuslice.io/gpu-units, gpuslice.io/gpu-memory]
-    flavors:
-    - name: gpuslice
-      resources:
-      - {name: gpuslice.io/gpu-units, nominalQuota: 100}
-      - {name: gpuslice.io/gpu-memory, nominalQuota: 16Gi}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: gpus, namespace: team-d}
-spec: {clusterQueue: team-d}
-`)
+	k.apply(soloQueue(teamD, "100", "16Gi"))
 	for name, r := range map[string]harness.GPURequest{quarterClaim: {Units: quarter, Memory: 4 * gi},
 		overClaim: {Units: 150, Memory: 4 * gi}, greedyClaim: {Units: quarter, Memory: 8 * gi}} {
 		spec := harness.DRAClaimSpec(r)

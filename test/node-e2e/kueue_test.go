@@ -256,29 +256,7 @@ func (k *kueueEnv) jobPods(ctx context.Context, j *batchv1.Job) []corev1.Pod {
 // a Workload condition or check state saying so, and none is admitted or
 // has a pod.
 func (k *kueueEnv) badInput(ctx context.Context, w *quotaWatch) {
-	k.apply(`apiVersion: v1
-kind: Namespace
-metadata: {name: team-c}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: team-c}
-spec:
-  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: team-c}}
-  admissionChecksStrategy: {admissionChecks: [{name: gpuslice-fits}]}
-  resourceGroups:
-  - coveredResources: [gpuslice.io/gpu-units, gpuslice.io/gpu-memory]
-    flavors:
-    - name: gpuslice
-      resources:
-      - {name: gpuslice.io/gpu-units, nominalQuota: 20}
-      - {name: gpuslice.io/gpu-memory, nominalQuota: 512Ki}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: gpus, namespace: team-c}
-spec: {clusterQueue: team-c}
----
+	k.apply(soloQueue("team-c", "20", "512Ki") + `---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
 metadata: {name: typo}

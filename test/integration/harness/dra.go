@@ -103,21 +103,6 @@ func DRAPod(ns, name, scheduler, claim string, template bool) *corev1.Pod {
 // controllers DRA needs on a control plane without the rest: the resource
 // claim controller (a pod's claims made from its ResourceClaimTemplates,
 // removed with the pod, reservations released) and the garbage collector.
-func (cp *ControlPlane) StartClaimController(ctx context.Context, bin string) (*Process, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	p, err := Start(cp.Dir, "kube-controller-manager", bin, "--kubeconfig", cp.Kubeconfig,
-		"--authentication-kubeconfig", cp.Kubeconfig, "--authorization-kubeconfig", cp.Kubeconfig,
-		"--bind-address", "127.0.0.1", "--secure-port", itoa(port), "--leader-elect=false",
-		"--use-service-account-credentials=false",
-		"--controllers", "resourceclaim-controller,garbage-collector-controller", "-v", "1")
-	if err != nil {
-		return nil, err
-	}
-	if err := exitedErr(p); err != nil {
-		return nil, fmt.Errorf("kube-controller-manager: %w\n%s", err, p.Tail())
-	}
-	return p, nil
+func (cp *ControlPlane) StartClaimController(_ context.Context, bin string) (*Process, error) {
+	return cp.StartControllers(bin, "resourceclaim-controller", "garbage-collector-controller")
 }

@@ -119,40 +119,9 @@ func established(crd *apiextv1.CustomResourceDefinition) bool {
 func (cp *ControlPlane) StartKueue(ctx context.Context, kueueDir, config, featureGates string) (*Process, error) {
 	dir := filepath.Join(cp.Dir, "kueue")
 	upper, work := filepath.Join(dir, "etc-upper"), filepath.Join(dir, "etc-work")
-	certs, webhookCerts := filepath.Join(upper, "kueue", "metrics", "certs"), filepath.Join(dir, "webhook-certs")
-	for _, d := range []string{certs, work, webhookCerts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("kueue: %w", err)
-		}
-	}
-	if err := selfSignedCert(certs); err != nil {
-		return nil, err
-	}
-	if err := selfSignedCert(webhookCerts); err != nil {
-		return nil, err
-	}
-	health, err := FreePort()
+	cfgPath, health, err := writeKueueConfig(dir, filepath.Join(upper, "kueue", "metrics", "certs"), work, config)
 	if err != nil {
 		return nil, err
-	}
-	webhook, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	cfg := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-namespace: kueue-system
-health: {healthProbeBindAddress: "127.0.0.1:%d"}
-metrics: {bindAddress: "0"}
-webhook: {host: 127.0.0.1, port: %d, certDir: %q}
-leaderElection: {leaderElect: false}
-internalCertManagement: {enable: false}
-clientConnection: {qps: 300, burst: 500}
-integrations: {frameworks: ["batch/job"]}
-%s`, health, webhook, webhookCerts, config)
-	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, fmt.Errorf("kueue config: %w", err)
 	}
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("kueue-system namespace: %w", err)
@@ -187,6 +156,48 @@ integrations: {frameworks: ["batch/job"]}
 		return nil, fmt.Errorf("kueue not ready: %w\n%s", err, p.Tail())
 	}
 	return p, nil
+}
+
+// writeKueueConfig writes Kueue's Configuration (the harness's fields and
+// config) and the certificates it reads (metrics certificate in certs,
+// webhook certificate in dir) and returns the file and the health port.
+func writeKueueConfig(dir, certs, work, config string) (string, int, error) {
+	webhookCerts := filepath.Join(dir, "webhook-certs")
+	for _, d := range []string{certs, work, webhookCerts} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", 0, fmt.Errorf("kueue: %w", err)
+		}
+	}
+	if err := selfSignedCert(certs); err != nil {
+		return "", 0, err
+	}
+	if err := selfSignedCert(webhookCerts); err != nil {
+		return "", 0, err
+	}
+	health, err := FreePort()
+	if err != nil {
+		return "", 0, err
+	}
+	webhook, err := FreePort()
+	if err != nil {
+		return "", 0, err
+	}
+	cfg := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health: {healthProbeBindAddress: "127.0.0.1:%d"}
+metrics: {bindAddress: "0"}
+webhook: {host: 127.0.0.1, port: %d, certDir: %q}
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+clientConnection: {qps: 300, burst: 500}
+integrations: {frameworks: ["batch/job"]}
+%s`, health, webhook, webhookCerts, config)
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return "", 0, fmt.Errorf("kueue config: %w", err)
+	}
+	return path, health, nil
 }
 
 // StartControllers starts kube-controller-manager (bin) with only the named
