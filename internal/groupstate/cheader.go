@@ -61,6 +61,14 @@ func CHeader() ([]byte, error) {
  * clients); GPUSLICE_GATE is not read there. */
 `)
 	fmt.Fprintf(&b, "#define GS_CONTAINER_GATE_OFF %q\n", ContainerGateOff)
+	b.WriteString(`/* In a container of several groups (several DRA claims), the group of GPU
+ * <UUID> is the one whose read-only directory the node mounted at
+ * GS_CONTAINER_DEVICE_GROUPS/<UUID> (its state file gpu.state in it); a GPU
+ * without one is in the container's group. At most GS_MAX_CONTAINER_GROUPS
+ * groups per process. */
+`)
+	fmt.Fprintf(&b, "#define GS_CONTAINER_DEVICE_GROUPS %q\n", ContainerDevicesDir)
+	fmt.Fprintf(&b, "#define GS_MAX_CONTAINER_GROUPS %d\n", MaxContainerGroups)
 	fmt.Fprintf(&b, "#define GS_SHM_UUID_LEN %d /* \"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\" + NUL fits */\n", UUIDLen)
 	fmt.Fprintf(&b, "#define GS_SHM_NAME_LEN %d\n\n", NameLen)
 	fmt.Fprintf(&b, "/* gs_shm_gpu.state */\nenum { GS_SLOT_FREE = %d, GS_SLOT_READY = %d };\n", SlotFree, SlotReady)

@@ -34,6 +34,26 @@ const (
 	ContainerGateOff = ContainerDir + "/" + group.FileGateOff
 )
 
+// ContainerDevicesDir holds, in a pod container of several groups (a
+// container naming several DRA claims), one read-only directory per GPU, named
+// by its UUID: the directory of the group of the claim that brought that GPU,
+// with its state file writable (ContainerDeviceFile). A GPU with one is
+// charged and gated to that group; a GPU without one to the container's group
+// (ContainerFile). MaxContainerGroups bounds the groups one process holds (the
+// library's table of groups; a container naming more claims is refused).
+const (
+	ContainerDevicesDir = "/run/gpuslice-groups"
+	MaxContainerGroups  = 4
+)
+
+// ContainerDeviceDir is the group directory of GPU uuid in a container of
+// several groups, and ContainerDeviceFile its state file.
+func ContainerDeviceDir(uuid string) string { return ContainerDevicesDir + "/" + uuid }
+
+// ContainerDeviceFile is the state file of GPU uuid's group in a container of
+// several groups.
+func ContainerDeviceFile(uuid string) string { return ContainerDeviceDir(uuid) + "/" + FileName }
+
 // The layout's constants.
 const (
 	Magic    = 0x4543494c53555047 // "GPUSLICE" little endian

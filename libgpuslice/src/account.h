@@ -80,14 +80,16 @@ static inline void gs_acct_release(struct gs_shm_gpu *gpu, uint64_t size)
 	gs_sub_saturating(&gpu->used, size);
 }
 
+/* slot: a process slot (group.h); p's entry is in that slot's group, at its
+ * GPU slot slot % GS_SHM_MAX_GPUS. */
 static inline void gs_acct_proc_add(struct gs_shm_proc *p, int slot, uint64_t size)
 {
-	__atomic_fetch_add(&p->used[slot], size, __ATOMIC_ACQ_REL);
+	__atomic_fetch_add(&p->used[slot % GS_SHM_MAX_GPUS], size, __ATOMIC_ACQ_REL);
 }
 
 static inline void gs_acct_proc_sub(struct gs_shm_proc *p, int slot, uint64_t size)
 {
-	gs_sub_saturating(&p->used[slot], size);
+	gs_sub_saturating(&p->used[slot % GS_SHM_MAX_GPUS], size);
 }
 
 /* Byte sizes of CUDA arrays (saturating; unknown formats count 4 bytes per

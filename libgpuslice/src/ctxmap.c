@@ -53,7 +53,7 @@ GS_HIDDEN int gs_ctx_slot(int index)
 
 GS_HIDDEN void gs_ctx_learn_slot(int index, int slot)
 {
-	if (index > 0 && index <= GS_CTXMAP_MAX && slot >= 0 && slot < GS_SHM_MAX_GPUS)
+	if (index > 0 && index <= GS_CTXMAP_MAX && slot >= 0 && slot < GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS)
 		atomic_store_explicit(&cm[index - 1].slot, slot + 1, memory_order_relaxed);
 }
 

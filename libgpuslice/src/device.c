@@ -94,3 +94,11 @@ GS_HIDDEN int gs_slot_nvml(struct gs_group *g, nvmlDevice_t dev)
 	gs_uuid_normalize(uuid);
 	return slot_for_uuid(g, uuid);
 }
+
+GS_HIDDEN struct gs_group *gs_group_nvml(struct gs_group *g, nvmlDevice_t dev)
+{
+	if (!gs_group_in_container())
+		return g;
+	int slot = gs_slot_nvml(g, dev);
+	return slot >= 0 ? gs_group_of(slot) : g;
+}

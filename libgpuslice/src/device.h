@@ -25,5 +25,8 @@ GS_HIDDEN int gs_current_device(CUdevice *dev);
 GS_HIDDEN int gs_slot_cuda(struct gs_group *g, CUdevice dev);
 /* Slot of an NVML device handle, or GS_SLOT_*. */
 GS_HIDDEN int gs_slot_nvml(struct gs_group *g, nvmlDevice_t dev);
+/* The group an NVML device's processes are listed from: its device group in
+ * a container of several groups, else g (the process's). */
+GS_HIDDEN struct gs_group *gs_group_nvml(struct gs_group *g, nvmlDevice_t dev);
 
 #endif /* GS_DEVICE_H */

@@ -117,6 +117,8 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
 	if (dev < 0 || p->g == NULL || gs_cuda_uuid(dev, uuid) != 0)
 		return -1;
 	p->slot = gs_slot_cuda(p->g, dev);
+	if (p->slot >= 0)
+		p->g = gs_group_of(p->slot);
 	p->self = p->slot >= 0 ? gs_group_self(p->g) : NULL;
 	if (p->self == NULL)
 		return -1;
@@ -137,7 +139,7 @@ static uint64_t estimate(const struct gs_drv_probe *p, int *guess)
 	*guess = 0;
 	if (p->what == GS_DRV_LOAD)
 		return p->dev < DRV_LOAD_DEVS ? atomic_load(&last_load[p->dev]) : 0;
-	uint32_t kib = __atomic_load_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], __ATOMIC_ACQUIRE);
+	uint32_t kib = __atomic_load_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], __ATOMIC_ACQUIRE);
 	uint64_t own = p->dev < DRV_LOAD_DEVS ? atomic_load(&last_ctx[p->dev]) : 0;
 	uint64_t group = kib != 0 ? (uint64_t)(kib - 1) << 10 : 0;
 	*guess = kib == 0 && own == 0;
@@ -159,7 +161,8 @@ static void remember(const struct gs_drv_probe *p, uint64_t size)
 		atomic_store(&last_ctx[p->dev], size + 1);
 	uint64_t kib = ((size + 1023) >> 10) + 1; /* 0 says none measured yet */
 	kib = kib > UINT32_MAX ? UINT32_MAX : kib;
-	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[p->slot], (uint32_t)kib, __ATOMIC_RELEASE);
+	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], (uint32_t)kib,
+			 __ATOMIC_RELEASE);
 }
 
 /* Another live member with a guessed reservation in flight, or NULL. */

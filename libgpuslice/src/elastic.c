@@ -238,7 +238,7 @@ GS_HIDDEN int gs_elastic_borrow(struct gs_shm_gpu *gpu, uint64_t size, int recla
 	return rc;
 }
 
-static _Atomic uint64_t view_avail[GS_SHM_MAX_GPUS], view_at[GS_SHM_MAX_GPUS];
+static _Atomic uint64_t view_avail[GS_PROC_SLOTS], view_at[GS_PROC_SLOTS]; /* by process slot */
 
 static uint64_t mono_ns(void)
 {
@@ -251,7 +251,7 @@ GS_HIDDEN uint64_t gs_elastic_view_limit(struct gs_shm_gpu *gpu, int slot)
 {
 	uint64_t limit = gs_ld64(&gpu->limit);
 	if ((__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) == 0 || slot < 0 ||
-	    slot >= GS_SHM_MAX_GPUS)
+	    slot >= GS_PROC_SLOTS)
 		return limit;
 	uint64_t now = mono_ns(), at = atomic_load(&view_at[slot]);
 	if (at == 0 || now - at > 100000000ull) { /* ask at most every 100 ms */
@@ -296,9 +296,8 @@ GS_HIDDEN CUresult gs_elastic_alloc_managed(CUdeviceptr *dptr, size_t size, CUde
 	if (i < GS_MANAGED_MAX) {
 		em.tab[i] = (struct managed){.ptr = *dptr, .size = size, .ctx = ctx, .slot = slot};
 		atomic_fetch_add(&gs_hot.elastic_managed, 1);
-		struct gs_group *g = gs_group_get();
-		if (g != NULL)
-			__atomic_fetch_add(&gs_group_file(g)->gpu[slot].managed, size, __ATOMIC_ACQ_REL);
+		if (gs_group_get() != NULL)
+			__atomic_fetch_add(&gs_group_slot(slot)->managed, size, __ATOMIC_ACQ_REL);
 	}
 	pthread_mutex_unlock(&em.tmu);
 	if (i == GS_MANAGED_MAX)
@@ -315,9 +314,8 @@ GS_HIDDEN void gs_elastic_freed_slow(CUdeviceptr ptr)
 		struct managed *e = &em.tab[i];
 		if (e->ptr != ptr)
 			continue;
-		struct gs_group *g = gs_group_get();
-		if (g != NULL) {
-			struct gs_shm_gpu *gpu = &gs_group_file(g)->gpu[e->slot];
+		if (gs_group_get() != NULL) {
+			struct gs_shm_gpu *gpu = gs_group_slot(e->slot);
 			__atomic_fetch_sub(&gpu->managed, e->size, __ATOMIC_ACQ_REL);
 			__atomic_fetch_sub(&gpu->spilled, e->spilled, __ATOMIC_ACQ_REL);
 		}

@@ -30,8 +30,8 @@ static struct {
 	pthread_mutex_t mu;
 	struct gx *v;
 	size_t n, cap;
-	uint64_t left[GS_SHM_MAX_GPUS]; /* counted, not bound to a live exec */
-	CUdevice left_dev[GS_SHM_MAX_GPUS];
+	uint64_t left[GS_PROC_SLOTS]; /* counted, not bound to a live exec, by process slot */
+	CUdevice left_dev[GS_PROC_SLOTS];
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void add_need(struct gs_graph_op *op, CUdevice dev, uint64_t n)
@@ -291,7 +291,7 @@ GS_HIDDEN CUresult gs_graph_trim(gs_fn_cuDeviceGraphMemTrim fn, CUdevice dev)
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < G.n; i++)
 		if (G.v[i].dev == dev && !G.v[i].busy)
 			unbind(&G.v[i]);
-	for (int slot = 0; rc == CUDA_SUCCESS && slot < GS_SHM_MAX_GPUS; slot++)
+	for (int slot = 0; rc == CUDA_SUCCESS && slot < GS_PROC_SLOTS; slot++)
 		if (G.left_dev[slot] == dev)
 			settle(slot);
 	pthread_mutex_unlock(&G.mu);
@@ -315,7 +315,7 @@ GS_HIDDEN void gs_graph_teardown(uint64_t ctx)
 		*x = G.v[--G.n]; /* its event went with the context */
 	}
 	atomic_store_explicit(&gs_hot.graph_execs, (int)G.n, memory_order_relaxed);
-	for (int slot = 0; slot < GS_SHM_MAX_GPUS; slot++)
+	for (int slot = 0; slot < GS_PROC_SLOTS; slot++)
 		settle(slot);
 	pthread_mutex_unlock(&G.mu);
 	errno = err;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,19 +20,46 @@
 
 struct gs_group {
 	struct gs_shm_file *f;
-	int fd; /* -1: private anonymous mapping */
+	int fd;    /* -1: private anonymous mapping */
+	int index; /* in the process's table of groups (0: its own) */
+	dev_t dev; /* the file's, to know a device group that is the process's own */
+	ino_t ino;
 	uint64_t pidns;
 	pthread_mutex_t mu; /* threads; fcntl locks exclude processes */
 	_Atomic uint64_t last_reap_ns;
 	_Atomic int said_full_procs, said_full_gpus;
 };
 
+/* A GPU's group in a container of several groups: known once looked up. */
+struct devgroup {
+	char uuid[GS_SHM_UUID_LEN];
+	int index; /* in the table of groups; -1: its group cannot be used */
+};
+
 /* Once group_init ran, gs_hot.group_done is set and gs_hot.group (&gs.g if
- * usable, else NULL) is final: the hooks skip pthread_once. */
+ * usable, else NULL) is final: the hooks skip pthread_once. The device groups
+ * (more[1..ngroups-1]) and the devices looked up are added under tmu and
+ * published by their counts (release); never removed. */
 static struct {
 	struct gs_group g;
 	pthread_once_t once;
-} gs __attribute__((aligned(64))) = {.once = PTHREAD_ONCE_INIT, .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
+	pthread_mutex_t tmu;
+	_Atomic int ngroups, ndevs;
+	_Atomic int said_many, said_writable;
+	struct gs_group more[GS_MAX_CONTAINER_GROUPS];
+	struct devgroup dev[GS_SHM_MAX_GPUS * GS_MAX_CONTAINER_GROUPS];
+} gs __attribute__((aligned(64))) = {.once = PTHREAD_ONCE_INIT,
+				      .tmu = PTHREAD_MUTEX_INITIALIZER,
+				      .ngroups = 1,
+				      .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
+
+GS_HIDDEN struct gs_groups_hot gs_ghot;
+
+/* Where a group's entry of ours is published: gs_hot for the process's own. */
+static struct gs_shm_proc *_Atomic *self_ref(struct gs_group *g)
+{
+	return g->index == 0 ? &gs_hot.group_self : &gs_ghot.self[g->index];
+}
 
 static uint64_t now_ns(void)
 {
@@ -121,6 +149,8 @@ again:
 		gs_shm_init(m, g->pidns, name);
 	g->f = m;
 	g->fd = fd;
+	g->dev = st.st_dev;
+	g->ino = st.st_ino;
 	rc = 0;
 out:
 	if (locked)
@@ -142,7 +172,10 @@ static int open_private(struct gs_group *g, const char *name, char *err, size_t 
 
 static void atfork_prepare(void)
 {
+	pthread_mutex_lock(&gs.tmu);
 	pthread_mutex_lock(&gs.g.mu);
+	for (int i = 1; i < atomic_load(&gs.ngroups); i++)
+		pthread_mutex_lock(&gs.more[i].mu);
 	gs_ptrtab_fork_prepare();
 	gs_ptrs_fork_prepare();
 }
@@ -151,7 +184,10 @@ static void atfork_parent(void)
 {
 	gs_ptrs_fork_parent();
 	gs_ptrtab_fork_parent();
+	for (int i = atomic_load(&gs.ngroups) - 1; i >= 1; i--)
+		pthread_mutex_unlock(&gs.more[i].mu);
 	pthread_mutex_unlock(&gs.g.mu);
+	pthread_mutex_unlock(&gs.tmu);
 }
 
 /* The child is a new process: it attaches its own entry when it allocates
@@ -166,9 +202,15 @@ static void atfork_child(void)
 			g->f->gpu[i].used = g->f->gpu[i].peak = g->f->gpu[i].refused = 0;
 		memset(g->f->proc, 0, sizeof(g->f->proc));
 	}
+	for (int i = atomic_load(&gs.ngroups) - 1; i >= 1; i--) {
+		atomic_store(&gs_ghot.self[i], NULL);
+		atomic_store(&gs.more[i].last_reap_ns, 0);
+		pthread_mutex_unlock(&gs.more[i].mu);
+	}
 	gs_ptrs_fork_child();
 	gs_ptrtab_fork_child();
 	pthread_mutex_unlock(&g->mu);
+	pthread_mutex_unlock(&gs.tmu);
 }
 
 static void group_init(void)
@@ -220,7 +262,13 @@ GS_HIDDEN int gs_group_shared(struct gs_group *g)
 GS_HIDDEN const char *gs_group_name(struct gs_group *g)
 {
 	const char *env = gs_config()->group;
-	return env[0] != '\0' ? env : g->f->hdr.group;
+	return env[0] != '\0' && g->index == 0 ? env : g->f->hdr.group;
+}
+
+GS_HIDDEN struct gs_group *gs_group_of(int slot)
+{
+	int i = gs_slot_group(slot);
+	return i == 0 ? gs_hot.group : &gs.more[i];
 }
 
 GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
@@ -230,7 +278,7 @@ GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
 
 static void reap_locked(struct gs_group *g)
 {
-	struct gs_shm_proc *self = atomic_load(&gs_hot.group_self);
+	struct gs_shm_proc *self = atomic_load(self_ref(g));
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		struct gs_shm_proc *p = &g->f->proc[i];
 		if (p == self || gs_ld32(&p->state) != GS_PROC_LIVE || p->pidns != g->pidns)
@@ -256,12 +304,13 @@ GS_HIDDEN void gs_group_reap(struct gs_group *g, int force)
 
 GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 {
-	struct gs_shm_proc *self = atomic_load_explicit(&gs_hot.group_self, memory_order_acquire);
+	struct gs_shm_proc *_Atomic *ref = self_ref(g);
+	struct gs_shm_proc *self = atomic_load_explicit(ref, memory_order_acquire);
 	if (self != NULL)
 		return self;
 	int saved = errno, need_host_pid = 0;
 	group_lock(g);
-	self = atomic_load(&gs_hot.group_self);
+	self = atomic_load(ref);
 	if (self == NULL) {
 		struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
 		who.start_time = gs_proc_start(who.pid);
@@ -276,7 +325,7 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 			reap_locked(g);
 			self = gs_shm_claim_proc(g->f, &who);
 		}
-		atomic_store_explicit(&gs_hot.group_self, self, memory_order_release);
+		atomic_store_explicit(ref, self, memory_order_release);
 		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}
 	group_unlock(g);
@@ -292,7 +341,104 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	return self;
 }
 
-GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
+/* A UUID as a name in one directory: letters, digits and dashes. */
+static int uuid_name_ok(const char *uuid)
+{
+	if (uuid[0] == '\0')
+		return 0;
+	for (const char *c = uuid; *c != '\0'; c++)
+		if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '-'))
+			return 0;
+	return 1;
+}
+
+/* Opens the device group whose file is at path (under gs.tmu): its index,
+ * or -1 (said). */
+static int open_device_group(const char *path, const char *uuid)
+{
+	int n = atomic_load(&gs.ngroups);
+	if (n >= GS_MAX_CONTAINER_GROUPS) {
+		gs_log_once(&gs.said_many, "more than %d groups in this process; refusing GPU memory allocations on %s",
+			    GS_MAX_CONTAINER_GROUPS, uuid);
+		return -1;
+	}
+	struct gs_group *g = &gs.more[n];
+	*g = (struct gs_group){.fd = -1, .index = n, .pidns = gs.g.pidns};
+	pthread_mutex_init(&g->mu, NULL);
+	char err[PATH_MAX + 200];
+	if (open_file(g, path, "", 1, err, sizeof(err)) != 0) {
+		gs_log("%s; refusing GPU memory allocations on %s", err, uuid);
+		return -1;
+	}
+	gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, path);
+	atomic_store_explicit(&gs_ghot.file[n], g->f, memory_order_release);
+	atomic_store_explicit(&gs.ngroups, n + 1, memory_order_release);
+	return n;
+}
+
+/* The group of GPU uuid (under gs.tmu): the one whose read-only directory the
+ * node mounted at GS_CONTAINER_DEVICE_GROUPS/<uuid>, else the process's own
+ * (0). A directory the container could have made itself (not read-only) is
+ * not the node's: ignored, said once. -1: it cannot be used (said). */
+static int resolve_device_group(const char *uuid)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	const char *base = strrchr(GS_CONTAINER_GROUP_FILE, '/') + 1;
+	if (!uuid_name_ok(uuid) || strlen(GS_CONTAINER_DEVICE_GROUPS) + strlen(uuid) + strlen(base) + 3 > sizeof(dir))
+		return 0;
+	gs_fmt(dir, sizeof(dir), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuid);
+	gs_fmt(path, sizeof(path), "%s/%s", dir, base);
+	struct stat st;
+	struct statvfs vfs;
+	if (stat(path, &st) != 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		gs_log("cannot use group file %s: %s; refusing GPU memory allocations on %s", path, strerror(errno),
+		       uuid);
+		return -1;
+	}
+	if (statvfs(dir, &vfs) != 0 || (vfs.f_flag & ST_RDONLY) == 0) {
+		gs_log_once(&gs.said_writable, "%s is not read-only (not the node's): GPU %s stays in the container's group",
+			    dir, uuid);
+		return 0;
+	}
+	if (st.st_dev == gs.g.dev && st.st_ino == gs.g.ino)
+		return 0;
+	for (int i = 1; i < atomic_load(&gs.ngroups); i++)
+		if (st.st_dev == gs.more[i].dev && st.st_ino == gs.more[i].ino)
+			return i;
+	return open_device_group(path, uuid);
+}
+
+/* The index of GPU uuid's group in the process's table (resolve_device_group),
+ * looked up once per GPU: -1 where it cannot be used. */
+static int device_group(const char *uuid)
+{
+	int n = atomic_load_explicit(&gs.ndevs, memory_order_acquire);
+	for (int i = 0; i < n; i++)
+		if (strcmp(gs.dev[i].uuid, uuid) == 0)
+			return gs.dev[i].index;
+	int saved = errno;
+	pthread_mutex_lock(&gs.tmu);
+	int idx = -2;
+	n = atomic_load(&gs.ndevs);
+	for (int i = 0; i < n && idx == -2; i++)
+		if (strcmp(gs.dev[i].uuid, uuid) == 0)
+			idx = gs.dev[i].index;
+	if (idx == -2) {
+		idx = resolve_device_group(uuid);
+		if (n < (int)(sizeof(gs.dev) / sizeof(gs.dev[0])) && strlen(uuid) < GS_SHM_UUID_LEN) {
+			strcpy(gs.dev[n].uuid, uuid);
+			gs.dev[n].index = idx;
+			atomic_store_explicit(&gs.ndevs, n + 1, memory_order_release);
+		}
+	}
+	pthread_mutex_unlock(&gs.tmu);
+	errno = saved;
+	return idx;
+}
+
+static int claim_gpu(struct gs_group *g, const char *uuid)
 {
 	int i = gs_shm_find_gpu(g->f, uuid);
 	if (i >= 0)
@@ -312,4 +458,21 @@ GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
 			    gs_group_name(g), GS_SHM_MAX_GPUS, uuid);
 	errno = saved;
 	return i;
+}
+
+GS_HIDDEN int gs_group_in_container(void)
+{
+	return strcmp(gs_config()->group_file, GS_CONTAINER_GROUP_FILE) == 0;
+}
+
+GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid)
+{
+	if (gs_group_in_container()) {
+		int d = device_group(uuid);
+		if (d < 0)
+			return -1;
+		g = d == 0 ? g : &gs.more[d];
+	}
+	int i = claim_gpu(g, uuid);
+	return i < 0 ? -1 : g->index * GS_SHM_MAX_GPUS + i;
 }

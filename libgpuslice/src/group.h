@@ -26,25 +26,64 @@ GS_HIDDEN const char *gs_group_name(struct gs_group *g);
 /* Our pid namespace inode. */
 GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g);
 
-/* Our process entry if this process is attached and the group usable, else
- * NULL (then gs_group_get and gs_group_self say why): the allocation hooks'
- * fast path, which reads the hot line only. */
-static inline struct gs_shm_proc *gs_group_attached(void)
+/* A process slot names a GPU slot of one of this process's groups: the
+ * group's index in the process's table (0: its group, GPUSLICE_GROUP_FILE or
+ * the container's; 1..: a container's device groups,
+ * GS_CONTAINER_DEVICE_GROUPS) x GS_SHM_MAX_GPUS + the GPU's slot in that
+ * group's file. Every table of the library keyed by GPU slot holds process
+ * slots. */
+#define GS_PROC_SLOTS (GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS)
+static inline int gs_slot_group(int slot)
 {
-	struct gs_shm_proc *self = atomic_load_explicit(&gs_hot.group_self, memory_order_acquire);
+	return slot / GS_SHM_MAX_GPUS;
+}
+static inline int gs_slot_gpu(int slot)
+{
+	return slot % GS_SHM_MAX_GPUS;
+}
+
+/* The device groups' files and our entries in them (index 0 is unused: the
+ * group's own are in gs_hot), each published before a slot of it is handed
+ * out. Written by group.c only. */
+struct gs_groups_hot {
+	struct gs_shm_file *_Atomic file[GS_MAX_CONTAINER_GROUPS];
+	struct gs_shm_proc *_Atomic self[GS_MAX_CONTAINER_GROUPS];
+} __attribute__((aligned(64)));
+GS_HIDDEN extern struct gs_groups_hot gs_ghot;
+
+/* Our process entry in the group of a process slot if this process is
+ * attached there and the groups are usable, else NULL (then gs_group_get and
+ * gs_group_self say why): the allocation hooks' fast path, which reads the
+ * hot line only for the process's own group. */
+static inline struct gs_shm_proc *gs_group_attached(int slot)
+{
+	struct gs_shm_proc *self =
+		atomic_load_explicit(GS_LIKELY(slot < GS_SHM_MAX_GPUS) ? &gs_hot.group_self
+								      : &gs_ghot.self[gs_slot_group(slot)],
+				     memory_order_acquire);
 	return GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed)) ? NULL : self;
 }
-/* A GPU slot of the usable group's file (gs_group_get returned it). */
+/* The GPU slot of a process slot (handed out by gs_group_gpu). */
 static inline struct gs_shm_gpu *gs_group_slot(int slot)
 {
-	return &gs_hot.group_file->gpu[slot];
+	struct gs_shm_file *f = GS_LIKELY(slot < GS_SHM_MAX_GPUS)
+					? gs_hot.group_file
+					: atomic_load_explicit(&gs_ghot.file[gs_slot_group(slot)], memory_order_acquire);
+	return &f->gpu[gs_slot_gpu(slot)];
 }
+/* The group of a process slot (handed out by gs_group_gpu). */
+GS_HIDDEN struct gs_group *gs_group_of(int slot);
+/* 1 in a pod container (the node mounted GS_CONTAINER_GROUP_FILE): its GPUs
+ * may be in device groups. */
+GS_HIDDEN int gs_group_in_container(void);
 
 /* Our process entry, attached on first use (reaps dead members first).
  * NULL if the process table is full (a message was printed once). */
 GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g);
-/* The GPU slot for a UUID, claimed with GPUSLICE_MEMORY_LIMIT if new; -1 if
- * the GPU table is full (message printed once). */
+/* The process slot for a UUID: in the device group the container's node
+ * mounted for it (GS_CONTAINER_DEVICE_GROUPS/<UUID>), else in g (the
+ * process's group); claimed with GPUSLICE_MEMORY_LIMIT if new. -1 if the GPU
+ * table is full or the device's group cannot be used (message printed once). */
 GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid);
 /* Releases the memory of dead members in our pid namespace. Unless force,
  * at most every 100 ms. */

@@ -2,10 +2,11 @@
  *
  * A group file truncated under a member (by anyone who can write it) must not
  * crash the member: touching the mapping past the new end of file raises
- * SIGBUS. Our handler recognises a fault inside the group mapping, replaces
- * the mapping with zeroed private pages (the faulting access then completes
- * harmlessly) and marks the group broken: from then on every allocation is
- * refused with one line on stderr, as for a malformed file. Faults anywhere
+ * SIGBUS. Our handler recognises a fault inside a group mapping (the
+ * process's group's or a device group's), replaces the mapping with zeroed
+ * private pages (the faulting access then completes harmlessly) and marks the
+ * groups broken: from then on every allocation is refused with one line on
+ * stderr, as for a malformed file. Faults anywhere
  * else go to the handler that was there before (or the default action).
  */
 #include <errno.h>
@@ -19,12 +20,15 @@
 #include "hot.h"
 #include "log.h"
 
+/* The guarded mappings, added by group.c under its locks (one at a time). */
 static struct {
-	char *_Atomic base;
-	size_t len;
+	char *_Atomic base[GS_MAX_CONTAINER_GROUPS];
+	size_t len[GS_MAX_CONTAINER_GROUPS];
+	char path[GS_MAX_CONTAINER_GROUPS][PATH_MAX];
+	_Atomic int n;
+	_Atomic int hit; /* the mapping that faulted */
 	struct sigaction prev;
 	_Atomic int said; /* broken: gs_hot.group_broken */
-	char path[PATH_MAX];
 } gf;
 
 static void chain(int sig, siginfo_t *si, void *uc)
@@ -49,13 +53,16 @@ static void chain(int sig, siginfo_t *si, void *uc)
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
-	char *base = atomic_load(&gf.base);
 	char *a = si != NULL ? (char *)si->si_addr : NULL;
-	if (base != NULL && a >= base && a < base + gf.len) {
+	for (int i = 0; i < atomic_load(&gf.n); i++) {
+		char *base = atomic_load(&gf.base[i]);
+		if (base == NULL || a < base || a >= base + gf.len[i])
+			continue;
 		int e = errno;
-		void *m = mmap(base, gf.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		void *m = mmap(base, gf.len[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 		errno = e;
 		if (m != MAP_FAILED) {
+			atomic_store(&gf.hit, i);
 			atomic_store(&gs_hot.group_broken, 1);
 			return;
 		}
@@ -65,18 +72,27 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 
 GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path)
 {
-	size_t n = strnlen(path, sizeof(gf.path) - 1);
-	memcpy(gf.path, path, n);
-	gf.path[n] = '\0';
-	gf.len = len;
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_sigbus;
-	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
+	int i = atomic_load(&gf.n);
+	if (i >= GS_MAX_CONTAINER_GROUPS)
+		return;
+	size_t n = strnlen(path, sizeof(gf.path[i]) - 1);
+	memcpy(gf.path[i], path, n);
+	gf.path[i][n] = '\0';
+	gf.len[i] = len;
+	atomic_store(&gf.base[i], (char *)base);
 	int e = errno;
-	if (sigaction(SIGBUS, &sa, &gf.prev) == 0)
-		atomic_store(&gf.base, (char *)base);
+	if (i == 0) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = on_sigbus;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGBUS, &sa, &gf.prev) != 0) {
+			errno = e;
+			return;
+		}
+	}
+	atomic_store(&gf.n, i + 1);
 	errno = e;
 }
 
@@ -84,7 +100,7 @@ GS_HIDDEN int gs_group_fault_broken(void)
 {
 	if (GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed))) {
 		gs_log_once(&gf.said, "group file %s was truncated under this process; refusing GPU memory allocations",
-			    gf.path);
+			    gf.path[atomic_load(&gf.hit)]);
 		return 1;
 	}
 	return 0;

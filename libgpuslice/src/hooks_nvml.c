@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "group.h"
 #include "view.h"
 
@@ -112,6 +113,7 @@ static nvmlReturn_t group_procs(enum gs_id id, enum gs_id mps_id, nvmlDevice_t d
 		return NVML_ERROR_UNKNOWN;
 	if (!gs_group_shared(g))
 		return fn(dev, count, infos); /* no group file: nothing to filter by */
+	g = gs_group_nvml(g, dev);
 	if (count == NULL || (*count != 0 && infos == NULL))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	procs_fn mps = mps_id == id ? NULL : (procs_fn)gs_real_ptr(mps_id);
@@ -199,11 +201,11 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t dev
 
 /* The group whose members a list is filtered to, or NULL: no group file
  * (the driver answers); *rc set when the group cannot be read. */
-static struct gs_group *filtering(nvmlReturn_t *rc)
+static struct gs_group *filtering(nvmlDevice_t dev, nvmlReturn_t *rc)
 {
 	struct gs_group *g = gs_group_get();
 	*rc = g == NULL ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
-	return g != NULL && gs_group_shared(g) ? g : NULL;
+	return g != NULL && gs_group_shared(g) ? gs_group_nvml(g, dev) : NULL;
 }
 
 /* Fetches a driver list (call), keeps the members' entries (pid at off) and
@@ -248,7 +250,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device
 	if (fn == NULL)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	nvmlReturn_t rc;
-	struct gs_group *g = filtering(&rc);
+	struct gs_group *g = filtering(device, &rc);
 	if (rc != NVML_SUCCESS || g == NULL || plist == NULL || plist->version != nvmlProcessDetailList_v1)
 		return rc != NVML_SUCCESS ? rc : fn(device, plist); /* the driver judges other versions */
 	return filtered(g, call_detail, (void *)fn, plist, device, sizeof(nvmlProcessDetail_v1_t), 0,
@@ -268,7 +270,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
 	if (fn == NULL)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	nvmlReturn_t rc;
-	struct gs_group *g = filtering(&rc);
+	struct gs_group *g = filtering(device, &rc);
 	if (rc != NVML_SUCCESS || g == NULL)
 		return rc != NVML_SUCCESS ? rc : fn(device, utilization, processSamplesCount, lastSeenTimeStamp);
 	if (processSamplesCount == NULL)
@@ -294,7 +296,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device
 	if (fn == NULL)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	nvmlReturn_t rc;
-	struct gs_group *g = filtering(&rc);
+	struct gs_group *g = filtering(device, &rc);
 	nvmlProcessesUtilizationInfo_t *info = procesesUtilInfo;
 	if (rc != NVML_SUCCESS || g == NULL || info == NULL || info->version != nvmlProcessesUtilizationInfo_v1)
 		return rc != NVML_SUCCESS ? rc : fn(device, info);
@@ -309,7 +311,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned
 	if (fn == NULL)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	nvmlReturn_t rc;
-	struct gs_group *g = filtering(&rc);
+	struct gs_group *g = filtering(device, &rc);
 	if (rc != NVML_SUCCESS || g == NULL)
 		return rc != NVML_SUCCESS ? rc : fn(device, count, pids);
 	if (count == NULL)
@@ -324,7 +326,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigne
 	if (fn == NULL)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	nvmlReturn_t rc;
-	struct gs_group *g = filtering(&rc);
+	struct gs_group *g = filtering(device, &rc);
 	if (rc != NVML_SUCCESS || g == NULL)
 		return rc != NVML_SUCCESS ? rc : fn(device, pid, stats);
 	int e = errno;

@@ -16,12 +16,12 @@
 
 /* The group's GPU slot of a CUDA device or NVML handle, with usage fresh
  * (dead members reaped). -1 when the view stays the real one. */
-static struct gs_shm_gpu *view_gpu(struct gs_group *g, int slot)
+static struct gs_shm_gpu *view_gpu(int slot)
 {
 	if (slot < 0)
 		return NULL;
-	gs_group_reap(g, 0);
-	return &gs_group_file(g)->gpu[slot];
+	gs_group_reap(gs_group_of(slot), 0);
+	return gs_group_slot(slot);
 }
 
 GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -38,9 +38,10 @@ GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 	if (g == NULL) {
 		rc = GS_BROKEN_RC;
 	} else if (gs_current_device(&dev) == 0) {
-		(void)gs_group_self(g); /* a process with a context is listed by NVML */
 		int slot = gs_slot_cuda(g, dev);
-		struct gs_shm_gpu *gpu = view_gpu(g, slot);
+		/* a process with a context is listed by NVML (in its device's group) */
+		(void)gs_group_self(slot >= 0 ? gs_group_of(slot) : g);
+		struct gs_shm_gpu *gpu = view_gpu(slot);
 		if (gpu != NULL) {
 			struct gs_memview v =
 				gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
@@ -67,7 +68,7 @@ GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	} else {
 		int slot = gs_slot_cuda(g, dev);
 		if (slot >= 0) {
-			uint64_t limit = gs_elastic_view_limit(&gs_group_file(g)->gpu[slot], slot);
+			uint64_t limit = gs_elastic_view_limit(gs_group_slot(slot), slot);
 			if (limit != 0 && limit < *bytes)
 				*bytes = limit;
 		}
@@ -123,7 +124,7 @@ static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned lo
 	if (g == NULL)
 		return -1;
 	int slot = gs_slot_nvml(g, device);
-	struct gs_shm_gpu *gpu = view_gpu(g, slot);
+	struct gs_shm_gpu *gpu = view_gpu(slot);
 	if (gpu == NULL || gs_ld64(&gpu->limit) == 0)
 		return 0;
 	struct gs_memview v = gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);

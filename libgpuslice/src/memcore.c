@@ -14,7 +14,7 @@
 static CUresult refuse(struct gs_group *g, int slot, uint64_t size)
 {
 	static _Atomic int said;
-	struct gs_shm_gpu *gpu = &gs_group_file(g)->gpu[slot];
+	struct gs_shm_gpu *gpu = gs_group_slot(slot);
 	__atomic_fetch_add(&gpu->refused, 1, __ATOMIC_RELAXED);
 	if (atomic_load_explicit(&said, memory_order_relaxed) ||
 	    (__atomic_load_n(&gpu->elastic, __ATOMIC_ACQUIRE) & GS_ELASTIC_ON) != 0) /* the borrow said why */
@@ -70,6 +70,7 @@ GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 		return CUDA_SUCCESS; /* not a device: the driver answers */
 	if (r->slot < 0)
 		return GS_BROKEN_RC;
+	r->g = gs_group_of(r->slot);
 	r->self = gs_group_self(r->g);
 	if (r->self == NULL)
 		return GS_BROKEN_RC;
@@ -161,7 +162,7 @@ GS_HIDDEN void gs_uncount_slow(int slot, uint64_t size)
 {
 	if (slot < 0)
 		return;
-	struct gs_group *g = gs_group_get();
+	struct gs_group *g = gs_group_get() != NULL ? gs_group_of(slot) : NULL;
 	struct gs_shm_proc *self = g != NULL ? gs_group_self(g) : NULL;
 	if (self != NULL)
 		unreserve(self, slot, size);

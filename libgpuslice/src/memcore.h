@@ -59,8 +59,8 @@ static inline void gs_release_entry(const struct gs_ptrent *e);
 GS_HIDDEN void gs_uncount_slow(int slot, uint64_t size);
 static inline void gs_uncount(int slot, uint64_t size)
 {
-	struct gs_shm_proc *self = gs_group_attached();
-	if (GS_UNLIKELY(self == NULL || slot < 0)) {
+	struct gs_shm_proc *self = GS_LIKELY(slot >= 0) ? gs_group_attached(slot) : NULL;
+	if (GS_UNLIKELY(self == NULL)) {
 		gs_uncount_slow(slot, size);
 		return;
 	}
@@ -119,10 +119,13 @@ GS_INLINE CUresult gs_resv_current(uint64_t size, struct gs_resv *r)
 		ctx = NULL;
 	int ci = gs_ctx_index((uint64_t)(uintptr_t)ctx);
 	int slot = gs_ctx_slot(ci);
-	struct gs_shm_proc *self = gs_group_attached();
-	if (GS_UNLIKELY(slot < 0 || self == NULL))
+	struct gs_shm_proc *self = GS_LIKELY(slot >= 0) ? gs_group_attached(slot) : NULL;
+	if (GS_UNLIKELY(self == NULL))
 		return gs_resv_learn(ctx, ci, size, r);
-	*r = (struct gs_resv){.g = gs_hot.group, .self = self, .slot = slot, .ci = ci};
+	*r = (struct gs_resv){.g = GS_LIKELY(slot < GS_SHM_MAX_GPUS) ? gs_hot.group : gs_group_of(slot),
+			      .self = self,
+			      .slot = slot,
+			      .ci = ci};
 	CUresult rc = gs_resv_take(r, size);
 	if (GS_LIKELY(rc == CUDA_SUCCESS)) {
 		r->active = 1;

@@ -35,8 +35,9 @@
 #define K_BUSY 1ull
 #define K_TOMB 2ull
 
-/* val: size (40 bits) | context index (8, ctxmap.h) | refs (8: a pool's record,
- * pool.c) | GPU slot (4) | kind (4). */
+/* val: size (38 bits) | context index (8, ctxmap.h) | refs (8: a pool's record,
+ * pool.c) | process slot (6: group.h, GS_PROC_SLOTS) | kind (4). */
+_Static_assert(GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS <= 64, "a process slot fits 6 bits");
 struct fent {
 	_Atomic uint64_t key;
 	_Atomic uint64_t val; /* relaxed: published by the release store of key */
@@ -85,9 +86,9 @@ static inline int pack(const struct gs_ptrent *e, int ci, uint64_t *val)
 {
 	if (ci < 0)
 		ci = gs_ctx_index(e->aux);
-	if ((e->size >> 40) != 0 || e->slot >= 16 || e->kind >= 16 || e->refs > 255 || ci < 0 || ci > 255)
+	if ((e->size >> 38) != 0 || e->slot >= 64 || e->kind >= 16 || e->refs > 255 || ci < 0 || ci > 255)
 		return -1;
-	*val = e->size | (uint64_t)ci << 40 | (uint64_t)e->refs << 48 | (uint64_t)e->slot << 56 |
+	*val = e->size | (uint64_t)ci << 38 | (uint64_t)e->refs << 46 | (uint64_t)e->slot << 54 |
 	       (uint64_t)e->kind << 60;
 	return 0;
 }
@@ -95,10 +96,10 @@ static inline int pack(const struct gs_ptrent *e, int ci, uint64_t *val)
 static inline struct gs_ptrent unpack(uint64_t key, uint64_t val)
 {
 	return (struct gs_ptrent){.key = key,
-				  .size = val & ((1ull << 40) - 1),
-				  .aux = gs_ctx_at((int)((val >> 40) & 0xff)),
-				  .refs = (uint32_t)((val >> 48) & 0xff),
-				  .slot = (uint8_t)((val >> 56) & 15),
+				  .size = val & ((1ull << 38) - 1),
+				  .aux = gs_ctx_at((int)((val >> 38) & 0xff)),
+				  .refs = (uint32_t)((val >> 46) & 0xff),
+				  .slot = (uint8_t)((val >> 54) & 63),
 				  .kind = (uint8_t)(val >> 60)};
 }
 

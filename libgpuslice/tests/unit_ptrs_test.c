@@ -28,7 +28,8 @@ static void test_basic(void)
 	struct gs_ptrent e;
 	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 0);
 	struct gs_ptrent a = ent(GS_KIND_PTR, 0x7f0000001000ull, 4096, 3, 0xc0ffee);
-	struct gs_ptrent b = ent(GS_KIND_ARRAY, 0x7f0000001000ull, 42, 15, 0);
+	/* the last process slot (a device group's, group.h) */
+	struct gs_ptrent b = ent(GS_KIND_ARRAY, 0x7f0000001000ull, 42, GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS - 1, 0);
 	b.refs = 255; /* a pool's record */
 	CHECK(gs_ptrs_insert(&a) == 0 && gs_ptrs_insert(&b) == 0);
 	CHECK_EQ(gs_ptrs_count(), 2);
@@ -36,11 +37,12 @@ static void test_basic(void)
 	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 1);
 	CHECK(e.key == a.key && e.size == 4096 && e.slot == 3 && e.aux == 0xc0ffee && e.kind == GS_KIND_PTR);
 	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 0); /* once */
-	CHECK(gs_ptrs_take(GS_KIND_ARRAY, 0x7f0000001000ull, &e) == 1 && e.size == 42 && e.slot == 15 && e.refs == 255);
+	CHECK(gs_ptrs_take(GS_KIND_ARRAY, 0x7f0000001000ull, &e) == 1 && e.size == 42 &&
+	      e.slot == GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS - 1 && e.refs == 255);
 	struct gs_ptrent r = ent(GS_KIND_PTR, 0x7f0000003000ull, 9, 0, 0);
 	r.refs = 256; /* past 8 bits: the locked table */
 	CHECK(gs_ptrs_insert(&r) == 0 && gs_ptrs_take(GS_KIND_PTR, r.key, &e) == 1 && e.refs == 256 && e.size == 9);
-	/* What does not fit an entry: reserved keys, sizes of 2^40 and more. */
+	/* What does not fit an entry: reserved keys, sizes of 2^38 and more. */
 	uint64_t odd[] = {0, 1, 2};
 	for (int i = 0; i < 3; i++) {
 		struct gs_ptrent o = ent(GS_KIND_PTR, odd[i], 100 + (uint64_t)i, 1, 0);
@@ -48,6 +50,12 @@ static void test_basic(void)
 	}
 	struct gs_ptrent big = ent(GS_KIND_PTR, 0x7f0000200000ull, 1ull << 50, 2, 0);
 	CHECK(gs_ptrs_insert(&big) == 0);
+	struct gs_ptrent edge = ent(GS_KIND_PTR, 0x7f0000400000ull, (1ull << 38) - 1, 17, 0); /* the largest that fits */
+	size_t spilled = atomic_load(&gs_hot.ptrs_spilled);
+	CHECK(gs_ptrs_insert(&edge) == 0);
+	CHECK_EQ(atomic_load(&gs_hot.ptrs_spilled), spilled); /* in the lock-free table */
+	CHECK_EQ(gs_ptrs_count(), 5);
+	CHECK(gs_ptrs_take(GS_KIND_PTR, edge.key, &e) == 1 && e.size == (1ull << 38) - 1 && e.slot == 17);
 	CHECK_EQ(gs_ptrs_count(), 4);
 	for (int i = 0; i < 3; i++)
 		CHECK(gs_ptrs_take(GS_KIND_PTR, odd[i], &e) == 1 && e.size == 100 + (uint64_t)i);
@@ -121,7 +129,7 @@ static void test_contexts(void)
 	CHECK(gs_ctx_device(a, &dev) == 0 && dev == 3);
 	CHECK_EQ(gs_ctx_slot(a), -1); /* the slot is learnt apart from the device */
 	gs_ctx_learn_slot(a, 2);
-	gs_ctx_learn_slot(b, GS_SHM_MAX_GPUS); /* not a slot: not learnt */
+	gs_ctx_learn_slot(b, GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS); /* not a process slot: not learnt */
 	CHECK_EQ(gs_ctx_slot(a), 2);
 	CHECK_EQ(gs_ctx_slot(b), -1);
 	CHECK_EQ(gs_ctx_slot(0), -1);

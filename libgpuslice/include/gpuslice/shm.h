@@ -43,6 +43,13 @@
  * only where the node put this file in the group's read-only directory (MPS
  * clients); GPUSLICE_GATE is not read there. */
 #define GS_CONTAINER_GATE_OFF "/run/gpuslice-group/gate-off"
+/* In a container of several groups (several DRA claims), the group of GPU
+ * <UUID> is the one whose read-only directory the node mounted at
+ * GS_CONTAINER_DEVICE_GROUPS/<UUID> (its state file gpu.state in it); a GPU
+ * without one is in the container's group. At most GS_MAX_CONTAINER_GROUPS
+ * groups per process. */
+#define GS_CONTAINER_DEVICE_GROUPS "/run/gpuslice-groups"
+#define GS_MAX_CONTAINER_GROUPS 4
 #define GS_SHM_UUID_LEN 64 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits */
 #define GS_SHM_NAME_LEN 64
 
