@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -9,17 +10,60 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+
+	"github.com/gpuslice/gpuslice/internal/dra"
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
-// oneClaimPerContainer refuses the claims a container would hold beside
-// another gpuslice.io claim of this node: a process is in one group (its
-// library maps one group state file), so of two claims in one container one
-// would go unenforced, its GPU limited by the other's settings. ours are
-// the node's gpuslice.io claims by "<namespace>/<name>" (those of this
-// Prepare and those prepared before); the pods are those reserving each
-// claim, from the node's pod informer (a pod it has not seen yet is not
-// checked). Returns an error per refused claim UID.
-func oneClaimPerContainer(pods listersv1.PodLister, claims []*resourceapi.ResourceClaim, ours map[string]bool) map[types.UID]error {
+// ourClaim is what the container check needs of one of the node's
+// gpuslice.io claims: the GPUs it holds ("<pool>/<device>") and whether it
+// is for admin access.
+type ourClaim struct {
+	devices []string
+	admin   bool
+}
+
+// ourClaimOf reads an allocated claim's devices of this driver.
+func ourClaimOf(c *resourceapi.ResourceClaim) ourClaim {
+	var o ourClaim
+	if c.Status.Allocation == nil {
+		return o
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != dra.DriverName {
+			continue
+		}
+		o.devices = append(o.devices, r.Pool+"/"+r.Device)
+		o.admin = o.admin || (r.AdminAccess != nil && *r.AdminAccess)
+	}
+	return o
+}
+
+// ourPreparedClaim reads a prepared claim's devices from the checkpoint.
+func ourPreparedClaim(c checkpoint.Claim) ourClaim {
+	var o ourClaim
+	for _, d := range c.Devices {
+		o.devices = append(o.devices, d.Pool+"/"+d.Device)
+		o.admin = o.admin || d.AdminAccess
+	}
+	return o
+}
+
+// claimsPerContainer refuses the claims a container would hold beside other
+// gpuslice.io claims of this node where they cannot each be their own group
+// in it. A process holds one group per GPU (the node mounts each claim's
+// group directory at its GPUs' paths, groupstate.ContainerDevicesDir), so
+// claims on different GPUs are fine; refused are: two claims on one GPU (two
+// shares of one GPU in one container: one would go unenforced; a larger claim
+// is the way to a larger share), an admin-access claim beside another (its
+// GPU would be charged to the other's group), and more than
+// groupstate.MaxContainerGroups claims. ours are the node's gpuslice.io
+// claims by "<namespace>/<name>" (those of this Prepare and those prepared
+// before); the pods are those reserving each claim, from the node's pod
+// informer (a pod it has not seen yet is not checked). Returns an error per
+// refused claim UID.
+func claimsPerContainer(pods listersv1.PodLister, claims []*resourceapi.ResourceClaim, ours map[string]ourClaim) map[types.UID]error {
 	out := map[types.UID]error{}
 	byName := map[string]*resourceapi.ResourceClaim{}
 	for _, c := range claims {
@@ -37,19 +81,8 @@ func oneClaimPerContainer(pods listersv1.PodLister, claims []*resourceapi.Resour
 				continue
 			}
 			for ctr, names := range containerClaims(p) {
-				var mine []string
-				for _, n := range names {
-					if ours[p.Namespace+"/"+n] {
-						mine = append(mine, n)
-					}
-				}
-				if len(mine) < 2 {
-					continue
-				}
-				err := fmt.Errorf("container %s of pod %s/%s uses claims %s of gpuslice.io: a container is one group, "+
-					"so all but one would go unenforced; give it one claim (its GPUs are one group) or a container per claim",
-					ctr, p.Namespace, p.Name, strings.Join(mine, " and "))
-				for _, n := range mine {
+				bad, err := containerRefusal(p, ctr, names, ours)
+				for _, n := range bad {
 					if c, ok := byName[p.Namespace+"/"+n]; ok {
 						out[c.UID] = err
 					}
@@ -58,6 +91,49 @@ func oneClaimPerContainer(pods listersv1.PodLister, claims []*resourceapi.Resour
 		}
 	}
 	return out
+}
+
+// containerRefusal judges one container's claims (names, sorted): the
+// claims refused and why (none: nil).
+func containerRefusal(p *corev1.Pod, ctr string, names []string, ours map[string]ourClaim) ([]string, error) {
+	var mine []string
+	byDevice := map[string][]string{}
+	admin := false
+	for _, n := range names {
+		o, ok := ours[p.Namespace+"/"+n]
+		if !ok {
+			continue
+		}
+		mine = append(mine, n)
+		admin = admin || o.admin
+		for _, d := range o.devices {
+			if !slices.Contains(byDevice[d], n) {
+				byDevice[d] = append(byDevice[d], n)
+			}
+		}
+	}
+	if len(mine) < 2 {
+		return nil, nil
+	}
+	where := fmt.Sprintf("container %s of pod %s/%s uses claims %s of gpuslice.io", ctr, p.Namespace, p.Name,
+		strings.Join(mine, " and "))
+	devs := slices.Sorted(maps.Keys(byDevice))
+	for _, d := range devs {
+		if on := byDevice[d]; len(on) > 1 {
+			return on, fmt.Errorf("%s, and %s are on one GPU (%s): a GPU is one group in a container, so one "+
+				"would go unenforced; give the container one claim for that GPU (a larger share) or a container "+
+				"per claim", where, strings.Join(on, " and "), d)
+		}
+	}
+	if admin {
+		return mine, fmt.Errorf("%s, one of them for admin access: its GPU would be charged to another claim's "+
+			"group; give the admin-access claim a container of its own", where)
+	}
+	if len(mine) > groupstate.MaxContainerGroups {
+		return mine, fmt.Errorf("%s: a process holds at most %d groups; give the claims more containers",
+			where, groupstate.MaxContainerGroups)
+	}
+	return nil, nil
 }
 
 // containerClaims lists each container's ResourceClaims by name (sorted,

@@ -13,12 +13,15 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// TestOneClaimPerContainer: a container holding two gpuslice.io claims of
+// TestClaimsPerContainer: a container holding several gpuslice.io claims of
 // the node (named directly, from templates, one prepared before, or the
-// scheduler's extended-resource claim) has both refused, naming them; claims
-// in separate containers, a claim shared by pods, a container's second claim
-// of another driver, and a pod the informer has not seen are not.
-func TestOneClaimPerContainer(t *testing.T) {
+// scheduler's extended-resource claim) is refused where two of them are on one
+// GPU, one is for admin access, or they are more than a process's groups,
+// naming them; claims on different GPUs in one container (each its own group
+// there), claims in separate containers, a claim shared by pods, a
+// container's second claim of another driver, and a pod the informer has not
+// seen are not.
+func TestClaimsPerContainer(t *testing.T) {
 	claim := func(name string, pods ...string) *resourceapi.ResourceClaim {
 		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("u-" + name)}}
 		for _, p := range pods {
@@ -42,6 +45,10 @@ func TestOneClaimPerContainer(t *testing.T) {
 	}
 	both := pod("both", []corev1.PodResourceClaim{direct("a", "ca"), {Name: "b", ResourceClaimTemplateName: ptr.To("t")}}, ctr("main", "a", "b", "a"))
 	both.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "b", ResourceClaimName: ptr.To("cb")}}
+	same := pod("same", []corev1.PodResourceClaim{direct("a", "qa"), direct("b", "qb")}, ctr("main", "a", "b"))
+	admin := pod("admin", []corev1.PodResourceClaim{direct("a", "ma"), direct("b", "mb")}, ctr("main", "a", "b"))
+	many := pod("many", []corev1.PodResourceClaim{direct("a", "m1"), direct("b", "m2"), direct("c", "m3"), direct("d", "m4"),
+		direct("e", "m5")}, ctr("main", "a", "b", "c", "d", "e"))
 	split := pod("split", []corev1.PodResourceClaim{direct("a", "sa"), direct("b", "sb")}, ctr("x", "a"), ctr("y", "b"))
 	shared1 := pod("s1", []corev1.PodResourceClaim{direct("g", "shared")}, ctr("main", "g"))
 	shared2 := pod("s2", []corev1.PodResourceClaim{direct("g", "shared")}, ctr("main", "g"))
@@ -50,20 +57,30 @@ func TestOneClaimPerContainer(t *testing.T) {
 	ext.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "ext-claim",
 		RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "gpuslice.io/gpu", RequestName: "container-0-request-0"}}}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, p := range []*corev1.Pod{both, split, shared1, shared2, other, ext} {
+	for _, p := range []*corev1.Pod{both, same, admin, many, split, shared1, shared2, other, ext} {
 		if err := idx.Add(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lister := listersv1.NewPodLister(idx)
-	claims := []*resourceapi.ResourceClaim{claim("ca", "both"), claim("cb", "both"), claim("sa", "split"), claim("sb", "split"),
+	claims := []*resourceapi.ResourceClaim{claim("ca", "both"), claim("cb", "both"), claim("qa", "same"), claim("qb", "same"),
+		claim("ma", "admin"), claim("mb", "admin"), claim("m1", "many"), claim("m2", "many"), claim("m3", "many"),
+		claim("m4", "many"), claim("m5", "many"), claim("sa", "split"), claim("sb", "split"),
 		claim("shared", "s1", "s2"), claim("og", "other"), claim("eg", "ext"), claim("unseen", "nobody")}
-	ours := map[string]bool{"ns/ext-claim": true} // prepared before
-	for _, c := range claims {
-		ours[c.Namespace+"/"+c.Name] = true
+	gpu := map[string]string{"ca": "gpu-0", "cb": "gpu-1", "qa": "gpu-2", "qb": "gpu-2", "ma": "gpu-0", "mb": "gpu-1",
+		"sa": "gpu-0", "sb": "gpu-0", "eg": "gpu-3", "ext-claim": "gpu-3", "m1": "gpu-0", "m2": "gpu-1", "m3": "gpu-2",
+		"m4": "gpu-3", "m5": "gpu-4"}
+	ours := map[string]ourClaim{}
+	for name, g := range gpu {
+		ours["ns/"+name] = ourClaim{devices: []string{"node/" + g}, admin: name == "mb"}
 	}
-	got := oneClaimPerContainer(lister, claims, ours)
-	want := []types.UID{"u-ca", "u-cb", "u-eg"}
+	for _, c := range claims {
+		if _, ok := ours[c.Namespace+"/"+c.Name]; !ok {
+			ours[c.Namespace+"/"+c.Name] = ourClaim{devices: []string{"node/gpu-0"}}
+		}
+	}
+	got := claimsPerContainer(lister, claims, ours)
+	want := []types.UID{"u-qa", "u-qb", "u-ma", "u-mb", "u-m1", "u-m2", "u-m3", "u-m4", "u-m5", "u-eg"}
 	if len(got) != len(want) {
 		t.Fatalf("refused %v, want %v", got, want)
 	}
@@ -72,10 +89,14 @@ func TestOneClaimPerContainer(t *testing.T) {
 			t.Fatalf("%s not refused: %v", uid, got)
 		}
 	}
-	if msg := got["u-ca"].Error(); !strings.Contains(msg, "container main of pod ns/both uses claims ca and cb of gpuslice.io") {
-		t.Errorf("refusal: %s", msg)
-	}
-	if msg := got["u-eg"].Error(); !strings.Contains(msg, "claims eg and ext-claim") {
-		t.Errorf("refusal: %s", msg)
+	for uid, frag := range map[types.UID]string{
+		"u-qa": "container main of pod ns/same uses claims qa and qb of gpuslice.io, and qa and qb are on one GPU (node/gpu-2)",
+		"u-eg": "eg and ext-claim are on one GPU (node/gpu-3)",
+		"u-mb": "one of them for admin access",
+		"u-m5": "a process holds at most 4 groups",
+	} {
+		if msg := got[uid].Error(); !strings.Contains(msg, frag) {
+			t.Errorf("refusal of %s: %s, want %q", uid, msg, frag)
+		}
 	}
 }

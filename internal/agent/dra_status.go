@@ -161,17 +161,17 @@ type draPlugin struct {
 	pods   listersv1.PodLister
 }
 
-// PrepareResourceClaims prepares the claims, but those a container would
-// hold beside another (oneClaimPerContainer).
+// PrepareResourceClaims prepares the claims, but those a container cannot
+// hold beside its others (claimsPerContainer).
 func (p draPlugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	ours := map[string]bool{}
-	for _, c := range claims {
-		ours[c.Namespace+"/"+c.Name] = true
-	}
+	ours := map[string]ourClaim{}
 	for _, c := range p.Prepared() {
-		ours[c.Namespace+"/"+c.Name] = true
+		ours[c.Namespace+"/"+c.Name] = ourPreparedClaim(c)
 	}
-	refused := oneClaimPerContainer(p.pods, claims, ours)
+	for _, c := range claims {
+		ours[c.Namespace+"/"+c.Name] = ourClaimOf(c)
+	}
+	refused := claimsPerContainer(p.pods, claims, ours)
 	var rest []*resourceapi.ResourceClaim
 	for _, c := range claims {
 		if refused[c.UID] == nil {

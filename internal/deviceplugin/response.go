@@ -73,6 +73,12 @@ type Inject struct {
 	Env map[string]string
 	// MPS holds the GPUs in mps mode, by UUID (mps.go).
 	MPS map[string]MPSGPU
+	// DeviceGroups: the group directory is also mounted per GPU, at
+	// groupstate.ContainerDeviceDir(UUID) (read-only, its state file
+	// writable), so that in a container holding several groups (a container
+	// naming several DRA claims, each a group of its own) each GPU is
+	// charged and gated to the group of the claim that brought it.
+	DeviceGroups bool
 	// CDIKind names the CDI kind of the node's GPU devices
 	// ("gpuslice.io/gpu": the spec gpuslice-node writes; "nvidia.com/gpu":
 	// the NVIDIA toolkit's); "" answers without CDI device names.
@@ -156,6 +162,13 @@ func (in Inject) edits(c Candidate, gpus map[string]gpuset.GPU, group string) (*
 	in.addDevices(r, minors)
 	if err := in.addNodeMounts(r, group); err != nil {
 		return nil, nil, err
+	}
+	if in.DeviceGroups && in.RunDir != "" {
+		dir := filepath.Join(in.RunDir, "groups", group)
+		for _, u := range uuids {
+			r.mount(dir, groupstate.ContainerDeviceDir(u), true)
+			r.mount(filepath.Join(dir, groupstate.FileName), groupstate.ContainerDeviceFile(u), false)
+		}
 	}
 	addElasticEnv(r, c)
 	in.addSimulator(r)

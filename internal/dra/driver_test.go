@@ -146,7 +146,9 @@ func TestPrepareShare(t *testing.T) {
 }
 
 // checkSpec: the claim's CDI spec resolves through the CDI library and holds
-// the GPU node, the preload list, the group directory read-only and the socket.
+// the GPU node, the preload list, the group directory read-only (also at its
+// GPU's path, so that a container naming several claims has each GPU in its
+// claim's group) and the socket.
 func checkSpec(t *testing.T, e env, uid, name string) {
 	t.Helper()
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(e.cdi), cdi.WithAutoRefresh(false))
@@ -164,7 +166,8 @@ func checkSpec(t *testing.T, e env, uid, name string) {
 	}
 	sort.Strings(mounts)
 	for _, want := range []string{"/etc/ld.so.preload:ro", "/run/gpuslice-group:ro", filepath.Join(e.run, "groups", name) + ":ro",
-		filepath.Join(e.run, "node.sock") + ":rw"} {
+		filepath.Join(e.run, "node.sock") + ":rw", "/run/gpuslice-groups/GPU-aaaa:ro",
+		"/run/gpuslice-groups/GPU-aaaa/gpu.state:rw"} {
 		if !slices.Contains(mounts, want) {
 			t.Errorf("mount %s missing from %v", want, mounts)
 		}

@@ -113,6 +113,7 @@ func (d *Driver) make(ctx context.Context, uid string, c checkpoint.Claim, p pla
 // group or daemon socket, so nothing gates or limits it.
 func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
 	in := d.cfg.Inject
+	in.DeviceGroups = true // a container may name several claims: each GPU in its claim's group
 	if c.Group == "" {
 		in.Library, in.Preload, in.RunDir, in.Socket, in.MPS = "", "", "", "", nil
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,10 @@ type conn struct {
 	features uint32
 	log      klog.Logger
 	gpus     map[proto.UUID]*gpuState // touched only by the connection's goroutine
+	// devGroups: the group of each GPU (by UUID) the caller's container has
+	// a group directory for (identity.DeviceGroups: a container naming several
+	// DRA claims); other GPUs are in peer.Group. Set by the handshake.
+	devGroups map[string]string
 
 	wmu    sync.Mutex
 	broken bool
@@ -163,13 +169,17 @@ func (c *conn) handshake(cred *unix.Ucred, admitted *string) error {
 	if err := c.setReadTimeout(0); err != nil {
 		return err
 	}
-	c.s.groupSeen(c.peer)
+	c.deviceGroups()
 	// Before the welcome: a library that says hello at its first
-	// allocation waits for it, so its host pid is known from then on.
-	if filled, err := identity.MapHostPID(c.s.cfg.ProcRoot, c.s.tree, c.peer); err != nil {
-		c.s.log.V(2).Info("host pid not recorded", "pid", c.peer.PID, "group", c.peer.Group, "err", err)
-	} else if filled {
-		c.s.log.V(4).Info("host pid recorded", "pid", c.peer.PID, "group", c.peer.Group)
+	// allocation (in each of its groups) waits for it, so its host pid is
+	// known from then on.
+	for _, p := range c.groupPeers() {
+		c.s.groupSeen(p)
+		if filled, err := identity.MapHostPID(c.s.cfg.ProcRoot, c.s.tree, p); err != nil {
+			c.s.log.V(2).Info("host pid not recorded", "pid", p.PID, "group", p.Group, "err", err)
+		} else if filled {
+			c.s.log.V(4).Info("host pid recorded", "pid", p.PID, "group", p.Group)
+		}
 	}
 	w := &proto.Welcome{Features: proto.FeatureRevoke | c.features, PeriodNs: uint64(c.s.cfg.Policy.Period)}
 	proto.SetString(w.Group[:], c.peer.Group)
@@ -247,7 +257,7 @@ func (c *conn) loop() error {
 				c.sendError(proto.ErrLimit, err.Error())
 				return err
 			}
-			if err := g.acquire(c, c.s.params(c.peer.Group)); err != nil {
+			if err := g.acquire(c, c.s.params(c.groupOn(m.GPU))); err != nil {
 				c.sendError(proto.ErrProtocol, err.Error())
 				return err
 			}
@@ -262,6 +272,40 @@ func (c *conn) loop() error {
 			return fmt.Errorf("unexpected %T", m)
 		}
 	}
+}
+
+// deviceGroups reads the groups of the caller's GPUs (devGroups); where
+// they cannot be read, every GPU is in peer.Group.
+func (c *conn) deviceGroups() {
+	dg, err := identity.DeviceGroups(c.s.cfg.ProcRoot, c.s.tree, c.peer)
+	if err != nil {
+		c.s.log.V(2).Info("device groups not read", "pid", c.peer.PID, "group", c.peer.Group, "err", err)
+		return
+	}
+	c.devGroups = dg
+}
+
+// groupPeers is the caller once per group it holds: its own, then its
+// GPUs' (Via "device").
+func (c *conn) groupPeers() []identity.Peer {
+	out := []identity.Peer{c.peer}
+	for _, name := range slices.Sorted(maps.Values(c.devGroups)) {
+		if !slices.ContainsFunc(out, func(p identity.Peer) bool { return p.Group == name }) {
+			p := c.peer
+			p.Group, p.Via = name, "device"
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// groupOn is the caller's group on GPU u: its GPU's group (devGroups),
+// else its own.
+func (c *conn) groupOn(u proto.UUID) string {
+	if name, ok := c.devGroups[u.String()]; ok {
+		return name
+	}
+	return c.peer.Group
 }
 
 func (c *conn) gpu(u proto.UUID) (*gpuState, error) {

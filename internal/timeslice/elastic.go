@@ -105,7 +105,7 @@ func ledgerSettings(st group.Settings, total uint64) elastic.Settings {
 // Elastic.ReclaimWait) until the device has the room.
 func (s *Server) borrow(c *conn, m *proto.Borrow) {
 	uuid := m.GPU.String()
-	name := c.peer.Group
+	name := c.groupOn(m.GPU)
 	st := s.settingsOf(name)
 	lend := &proto.Lend{GPU: m.GPU}
 	b := s.ledgers

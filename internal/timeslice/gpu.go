@@ -131,19 +131,20 @@ func (g *gpuState) acquire(c *conn, p policy.Params) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	t := g.groups[c.peer.Group]
+	name := c.groupOn(g.uuid)
+	t := g.groups[name]
 	if t == nil {
 		g.nextID++
 		if err := g.sched.Add(g.nextID, p); err != nil {
 			return err
 		}
-		if b, ok := g.budgets[c.peer.Group]; ok { // back before its overdraft was repaid
-			delete(g.budgets, c.peer.Group)
+		if b, ok := g.budgets[name]; ok { // back before its overdraft was repaid
+			delete(g.budgets, name)
 			if err := g.sched.Restore(g.nextID, b); err != nil {
 				return err
 			}
 		}
-		t = &tenant{id: g.nextID, group: c.peer.Group, members: map[*conn]*member{}}
+		t = &tenant{id: g.nextID, group: name, members: map[*conn]*member{}}
 		g.groups[t.group], g.byID[t.id] = t, t
 	}
 	m := t.members[c]
@@ -159,7 +160,7 @@ func (g *gpuState) acquire(c *conn, p policy.Params) error {
 func (g *gpuState) release(c *conn, seq uint64, more bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.groups[c.peer.Group]
+	t := g.groups[c.groupOn(g.uuid)]
 	if t == nil || t.members[c] == nil {
 		return
 	}
@@ -216,7 +217,7 @@ func (g *gpuState) disconnect(c *conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	t := g.groups[c.peer.Group]
+	t := g.groups[c.groupOn(g.uuid)]
 	if t == nil || t.members[c] == nil {
 		return
 	}

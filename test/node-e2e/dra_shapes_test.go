@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
 	drav1 "github.com/gpuslice/gpuslice/pkg/apis/dra/v1alpha1"
@@ -30,7 +31,9 @@ const shapesGPU = 1
 
 // testDRAShapes: a claim shared by two pods is one group with both pods'
 // processes in it (limited together); two claims in two containers of one
-// pod are two groups, each container limited by its own; a firstAvailable
+// pod are two groups, each container limited by its own; two claims on two
+// GPUs in one container are two groups, each GPU limited and gated by its
+// claim's; a firstAvailable
 // request gets its second subrequest, and a config naming the request
 // applies to it; an admin-access claim gets the GPU with no group or limit;
 // each prepared device's status carries its UUID and health.
@@ -145,37 +148,171 @@ func (n *node) testTwoContainers(ctx context.Context) {
 	n.waitUnprepared(bounded(ctx), claims["b"])
 }
 
-// testTwoClaimsOneContainer: one container naming two claims of the node is
-// refused at Prepare (a process is in one group: one claim would go
-// unenforced) with an event naming both, and nothing of either is prepared.
+// testTwoClaimsOneContainer: one container naming two claims on two GPUs
+// (256 MiB of GPU 1, 384 MiB of GPU 2) is two groups, both enforced: a CUDA
+// process on each GPU sees its claim's memory, is refused past its claim's
+// limit (naming that claim's group) while the other GPU takes more than that,
+// and its launches are gated as that claim's group on that GPU.
 func (n *node) testTwoClaimsOneContainer(ctx context.Context) {
+	n.claimTemplate(ctx, "two-c", 15, 384*mib, shapesGPU+1, "")
 	p := draPod("two-in-one", "two-a", "/bin/busybox", "sleep", "3600")
 	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "a", ResourceClaimTemplateName: ptr.To("two-a")},
-		{Name: "b", ResourceClaimTemplateName: ptr.To("two-b")}}
+		{Name: "b", ResourceClaimTemplateName: ptr.To("two-c")}}
 	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "a"}, {Name: "b"}}
-	p = n.createPod(ctx, p)
-	var msg string
-	if err := waitFor(ctx, func() bool { msg = n.podEvent(ctx, p.Name, "a container is one group"); return msg != "" }); err != nil {
-		n.t.Fatalf("no event refusing pod two-in-one's two claims in one container: %v\nagent log:\n%s", err, n.agentTail())
+	p = n.waitPod(bounded(ctx), n.createPod(ctx, p).Name, "running", running)
+	claims := n.podClaims(ctx, p)
+	if len(claims) != 2 || claims["a"].UID == claims["b"].UID {
+		n.t.Fatalf("pod two-in-one's claims: %v", p.Status.ResourceClaimStatuses)
 	}
-	n.t.Logf("e2e dra shapes: two claims in one container: %s", msg)
-	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
-	if err != nil {
-		n.t.Fatal(err)
+	// CUDA ordinal 0 is GPU 1 (claim a), ordinal 1 GPU 2 (claim b): the
+	// container's GPUs in index order.
+	for i, c := range []struct {
+		name        string
+		limit, over int64 // over: more than the other claim's limit, within this one's
+	}{{"a", 256 * mib, 0}, {"b", 384 * mib, 300 * mib}} {
+		grp := "dra-" + string(claims[c.name].UID)
+		if g, _, _ := n.claimOnNode(string(claims[c.name].UID)); !g {
+			n.t.Fatalf("claim %s has no group", c.name)
+		}
+		if got := n.memoryTotalDevice(p, i); got != c.limit {
+			n.t.Errorf("CUDA device %d (claim %s): a process sees %d bytes, want its claim's %d", i, c.name, got, c.limit)
+		}
+		if c.over > 0 {
+			if rep, _ := n.memfillDevice(p, i, c.over); rep.Allocated != uint64(c.over) {
+				n.t.Errorf("CUDA device %d (claim %s): %d bytes allocated of %d (past the other claim's limit, within this one's): %+v",
+					i, c.name, rep.Allocated, c.over, rep)
+			}
+		}
+		rep, reason := n.memfillDevice(p, i, c.limit+64*mib)
+		want := fmt.Sprintf("group %q uses", grp)
+		if rep.Allocated != 0 || rep.StoppedBy != "CUDA_ERROR_OUT_OF_MEMORY" || !strings.Contains(reason, want) ||
+			!strings.Contains(reason, fmt.Sprintf("of its %d.0 MiB limit", c.limit/mib)) {
+			n.t.Errorf("CUDA device %d (claim %s) past its limit: %+v, %q; want refused by %s's %d MiB", i, c.name, rep, reason,
+				grp, c.limit/mib)
+		}
 	}
-	for _, s := range cur.Status.ResourceClaimStatuses {
+	n.checkGatedPerGPU(ctx, p, claims)
+	n.t.Logf("e2e dra shapes: two claims in one container: groups dra-%s (GPU %d) and dra-%s (GPU %d), both enforced",
+		claims["a"].UID, shapesGPU, claims["b"].UID, shapesGPU+1)
+	n.deletePods(ctx, p.Name)
+	n.waitUnprepared(bounded(ctx), claims["a"])
+	n.waitUnprepared(bounded(ctx), claims["b"])
+}
+
+// podClaims is the pod's claims by the pod's names for them.
+func (n *node) podClaims(ctx context.Context, p *corev1.Pod) map[string]*resourceapi.ResourceClaim {
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, s := range p.Status.ResourceClaimStatuses {
 		c, err := n.cp.Client.ResourceV1().ResourceClaims(ns).Get(ctx, ptr.Deref(s.ResourceClaimName, ""), metav1.GetOptions{})
 		if err != nil {
 			n.t.Fatal(err)
 		}
-		if g, spec, saved := n.claimOnNode(string(c.UID)); g || spec || saved {
-			n.t.Errorf("refused claim %s on the node: group %v, CDI spec %v, checkpoint entry %v", c.Name, g, spec, saved)
+		claims[s.Name] = c
+	}
+	return claims
+}
+
+// checkGatedPerGPU: kernels launched on each CUDA device of the container at
+// once are gated by the time-slice daemon as the group of the claim that
+// brought that GPU (a member of it, granted time, on that GPU), not as the
+// container's other group.
+func (n *node) checkGatedPerGPU(ctx context.Context, p *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) {
+	uuids := n.claimUUIDs(claims["a"], claims["b"])
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			report := fmt.Sprintf("/tmp/gs-tenant-%d.out", i)
+			_, err := n.execReportIn(p, p.Status.ContainerStatuses[0].Name, report, "/bin/sh", "-c",
+				fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d exec /gs/gs-tenant --mode busy --kernel-us 500 --seconds 4 >%s 2>&1", i, report))
+			done <- err
+		}()
+	}
+	var status string
+	err := waitFor(ctx, func() bool {
+		ok := true
+		for i, c := range []*resourceapi.ResourceClaim{claims["a"], claims["b"]} {
+			g, found, raw := n.daemonGroup(uuids[i], "dra-"+string(c.UID))
+			status = raw
+			ok = ok && found && g.Members >= 1 && g.Grants > 0
+		}
+		return ok
+	})
+	for range 2 {
+		if e := <-done; e != nil {
+			n.t.Errorf("gs-tenant in two-in-one: %v", e)
 		}
 	}
-	if cur.Status.Phase == corev1.PodRunning {
-		n.t.Errorf("pod two-in-one runs")
+	if err != nil {
+		n.t.Fatalf("launches on GPUs %v not gated as claims a and b's groups (dra-%s, dra-%s): %v\ndaemon status: %s\nagent log:\n%s",
+			uuids, claims["a"].UID, claims["b"].UID, err, status, n.agentTail())
 	}
-	n.deletePods(ctx, p.Name)
+	for i, c := range []*resourceapi.ResourceClaim{claims["b"], claims["a"]} { // each group on the other's GPU: none
+		if g, found, _ := n.daemonGroup(uuids[i], "dra-"+string(c.UID)); found && g.Grants > 0 {
+			n.t.Errorf("group dra-%s was granted time on GPU %s, which its claim does not hold: %+v", c.UID, uuids[i], g)
+		}
+	}
+}
+
+// claimUUIDs is the GPU UUID each prepared claim holds (one each), from the
+// driver's checkpoint.
+func (n *node) claimUUIDs(cs ...*resourceapi.ResourceClaim) []string {
+	cp, err := checkpoint.Load(draCheckpoint)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cs {
+		e, ok := cp.Claims[string(c.UID)]
+		if !ok || len(e.Devices) != 1 {
+			n.t.Fatalf("claim %s in the checkpoint: %+v", c.Name, e)
+		}
+		out = append(out, e.Devices[0].UUID)
+	}
+	return out
+}
+
+// memoryTotalDevice is the GPU memory a new CUDA process in the pod's first
+// container sees on its CUDA device dev.
+func (n *node) memoryTotalDevice(p *corev1.Pod, dev int) int64 {
+	n.execs++
+	report := fmt.Sprintf("/tmp/gs-nvmlprocs-%d.out", n.execs)
+	out, err := n.execReport(p, report, "/bin/sh", "-c",
+		fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d exec /gs/gs-nvmlprocs >%s 2>&1", dev, report))
+	var rep struct {
+		Total int64 `json:"total"`
+	}
+	if err == nil {
+		err = jsonUnmarshal(out, &rep)
+	}
+	if err != nil {
+		n.t.Fatalf("gs-nvmlprocs on device %d in %s: %v; it wrote %q\nagent log:\n%s", dev, p.Name, err, out, n.agentTail())
+	}
+	return rep.Total
+}
+
+// memfillDevice allocates bytes at once on CUDA device dev of the pod's first
+// container (a new process, gs-memfill) and returns its report and the
+// library's line ("gpuslice: ...", "" for none).
+func (n *node) memfillDevice(p *corev1.Pod, dev int, bytes int64) (memfillResult, string) {
+	n.execs++
+	report := fmt.Sprintf("/tmp/gs-memfill-%d.out", n.execs)
+	out, err := n.execReport(p, report, "/bin/sh", "-c", fmt.Sprintf(
+		"CUDA_VISIBLE_DEVICES=%d exec /gs/gs-memfill --chunk %d --max %d --hold-ms 0 >%s 2>&1", dev, bytes, bytes, report))
+	var r memfillResult
+	var reason string
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "gpuslice: ") {
+			reason = line
+		}
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &r) == nil {
+			found = true
+		}
+	}
+	if err != nil || !found {
+		n.t.Fatalf("gs-memfill on device %d in %s: %v; it wrote %q\nagent log:\n%s", dev, p.Name, err, out, n.agentTail())
+	}
+	return r, reason
 }
 
 // testFirstAvailable: a request whose first subrequest (200 units) no GPU
