@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/statefile"
 )
 
@@ -179,13 +181,24 @@ func strict(b []byte, into any) error {
 }
 
 // Load reads the checkpoint at path; a missing file is an empty checkpoint.
+// The read is bounded: a regular file only, never through a symbolic link
+// (its last component) and never blocking on a FIFO (group.OpenFile), at
+// most MaxBytes (a larger file is refused, ErrCorrupt, and nothing more of it
+// is read). A refused file is left as it is.
 func Load(path string) (Data, error) {
-	b, err := os.ReadFile(path)
+	f, err := group.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Data{Claims: map[string]Claim{}}, nil
 	}
 	if err != nil {
 		return Data{}, fmt.Errorf("DRA checkpoint: %w", err)
+	}
+	b, rerr := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err := errors.Join(rerr, f.Close()); err != nil {
+		return Data{}, fmt.Errorf("DRA checkpoint %s: %w", path, err)
+	}
+	if len(b) > MaxBytes {
+		return Data{}, fmt.Errorf("%w: %s is over %d bytes", ErrCorrupt, path, MaxBytes)
 	}
 	d, err := Decode(b)
 	if err != nil {

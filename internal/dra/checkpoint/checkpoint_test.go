@@ -11,6 +11,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/group"
 )
 
 func sample() Data {
@@ -186,6 +191,103 @@ func FuzzDecode(f *testing.F) {
 		}
 		if _, err := Decode(again); err != nil {
 			t.Fatalf("re-encoded checkpoint refused: %v", err)
+		}
+	})
+}
+
+// TestLoadBounded: Load reads at most MaxBytes of a regular file: a larger
+// file, a symbolic link (even to a good checkpoint), a FIFO (without
+// blocking) and a directory are refused with an error naming the path, and
+// each is left as it was.
+func TestLoadBounded(t *testing.T) {
+	dir := t.TempDir()
+	good, err := Encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(target, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := Load(target); err != nil || len(d.Claims) != len(sample().Claims) {
+		t.Fatalf("Load of a good file: %v %v", d, err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, append(good, make([]byte, MaxBytes)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir.json")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		path, frag string
+		is         error
+	}{
+		"too large":     {big, "is over", ErrCorrupt},
+		"symbolic link": {link, "symbolic link", group.ErrNotRegular},
+		"FIFO":          {fifo, "not a regular file", group.ErrNotRegular},
+		"directory":     {sub, "not a regular file", group.ErrNotRegular},
+	} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := Load(c.path); done <- err }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.path) || !strings.Contains(err.Error(), c.frag) {
+					t.Fatalf("Load(%s) = %v, want %v naming the path and %q", name, err, c.is, c.frag)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Load(%s) blocked", name)
+			}
+		})
+	}
+	if b, err := os.ReadFile(target); err != nil || !bytes.Equal(b, good) {
+		t.Fatalf("the link's target changed: %v", err)
+	}
+	if st, err := os.Stat(big); err != nil || st.Size() != int64(len(good)+MaxBytes) {
+		t.Fatalf("the large file changed: %v", err)
+	}
+}
+
+// FuzzLoad: whatever bytes the checkpoint file holds, Load answers with a
+// checkpoint or an error wrapping ErrCorrupt (never a panic), and a
+// checkpoint it loads saves and loads again unchanged.
+func FuzzLoad(f *testing.F) {
+	good, _ := Encode(sample())
+	f.Add(good)
+	f.Add([]byte(`{"version":"v2"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "checkpoint.json")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Load(path)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if err := Save(path, d); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Load(path)
+		if err != nil {
+			t.Fatalf("a saved checkpoint refused: %v", err)
+		}
+		a, _ := Encode(d)
+		b2, _ := Encode(again)
+		if !bytes.Equal(a, b2) {
+			t.Fatalf("saved and loaded again: %s, want %s", b2, a)
 		}
 	})
 }
