@@ -6,6 +6,8 @@
 // one file field, with its default and range: one row of agent.NodeSettings.
 package nodeconfig
 
+//go:generate go run ./gen -doc ../../docs/node-agent.md
+
 import (
 	"errors"
 	"fmt"
