@@ -161,8 +161,7 @@ static void remember(const struct gs_drv_probe *p, uint64_t size)
 		atomic_store(&last_ctx[p->dev], size + 1);
 	uint64_t kib = ((size + 1023) >> 10) + 1; /* 0 says none measured yet */
 	kib = kib > UINT32_MAX ? UINT32_MAX : kib;
-	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], (uint32_t)kib,
-			 __ATOMIC_RELEASE);
+	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], (uint32_t)kib, __ATOMIC_RELEASE);
 }
 
 /* Another live member with a guessed reservation in flight, or NULL. */

@@ -49,9 +49,9 @@ static struct {
 	struct gs_group more[GS_MAX_CONTAINER_GROUPS];
 	struct devgroup dev[GS_SHM_MAX_GPUS * GS_MAX_CONTAINER_GROUPS];
 } gs __attribute__((aligned(64))) = {.once = PTHREAD_ONCE_INIT,
-				      .tmu = PTHREAD_MUTEX_INITIALIZER,
-				      .ngroups = 1,
-				      .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
+				     .tmu = PTHREAD_MUTEX_INITIALIZER,
+				     .ngroups = 1,
+				     .g = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER}};
 
 GS_HIDDEN struct gs_groups_hot gs_ghot;
 
@@ -398,8 +398,8 @@ static int resolve_device_group(const char *uuid)
 		return -1;
 	}
 	if (statvfs(dir, &vfs) != 0 || (vfs.f_flag & ST_RDONLY) == 0) {
-		gs_log_once(&gs.said_writable, "%s is not read-only (not the node's): GPU %s stays in the container's group",
-			    dir, uuid);
+		gs_log_once(&gs.said_writable,
+			    "%s is not read-only (not the node's): GPU %s stays in the container's group", dir, uuid);
 		return 0;
 	}
 	if (st.st_dev == gs.g.dev && st.st_ino == gs.g.ino)

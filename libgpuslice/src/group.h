@@ -57,18 +57,18 @@ GS_HIDDEN extern struct gs_groups_hot gs_ghot;
  * hot line only for the process's own group. */
 static inline struct gs_shm_proc *gs_group_attached(int slot)
 {
-	struct gs_shm_proc *self =
-		atomic_load_explicit(GS_LIKELY(slot < GS_SHM_MAX_GPUS) ? &gs_hot.group_self
-								      : &gs_ghot.self[gs_slot_group(slot)],
-				     memory_order_acquire);
+	struct gs_shm_proc *self = atomic_load_explicit(
+		GS_LIKELY(slot < GS_SHM_MAX_GPUS) ? &gs_hot.group_self : &gs_ghot.self[gs_slot_group(slot)],
+		memory_order_acquire);
 	return GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed)) ? NULL : self;
 }
 /* The GPU slot of a process slot (handed out by gs_group_gpu). */
 static inline struct gs_shm_gpu *gs_group_slot(int slot)
 {
-	struct gs_shm_file *f = GS_LIKELY(slot < GS_SHM_MAX_GPUS)
-					? gs_hot.group_file
-					: atomic_load_explicit(&gs_ghot.file[gs_slot_group(slot)], memory_order_acquire);
+	struct gs_shm_file *f =
+		GS_LIKELY(slot < GS_SHM_MAX_GPUS)
+			? gs_hot.group_file
+			: atomic_load_explicit(&gs_ghot.file[gs_slot_group(slot)], memory_order_acquire);
 	return &f->gpu[gs_slot_gpu(slot)];
 }
 /* The group of a process slot (handed out by gs_group_gpu). */

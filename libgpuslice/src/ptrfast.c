@@ -37,7 +37,7 @@
 
 /* val: size (38 bits) | context index (8, ctxmap.h) | refs (8: a pool's record,
  * pool.c) | process slot (6: group.h, GS_PROC_SLOTS) | kind (4). */
-_Static_assert(GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS <= 64, "a process slot fits 6 bits");
+_Static_assert(GS_MAX_CONTAINER_GROUPS *GS_SHM_MAX_GPUS <= 64, "a process slot fits 6 bits");
 struct fent {
 	_Atomic uint64_t key;
 	_Atomic uint64_t val; /* relaxed: published by the release store of key */

@@ -29,7 +29,8 @@ static void test_basic(void)
 	CHECK(gs_ptrs_take(GS_KIND_PTR, 0x7f0000001000ull, &e) == 0);
 	struct gs_ptrent a = ent(GS_KIND_PTR, 0x7f0000001000ull, 4096, 3, 0xc0ffee);
 	/* the last process slot (a device group's, group.h) */
-	struct gs_ptrent b = ent(GS_KIND_ARRAY, 0x7f0000001000ull, 42, GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS - 1, 0);
+	struct gs_ptrent b =
+		ent(GS_KIND_ARRAY, 0x7f0000001000ull, 42, GS_MAX_CONTAINER_GROUPS * GS_SHM_MAX_GPUS - 1, 0);
 	b.refs = 255; /* a pool's record */
 	CHECK(gs_ptrs_insert(&a) == 0 && gs_ptrs_insert(&b) == 0);
 	CHECK_EQ(gs_ptrs_count(), 2);
@@ -50,7 +51,8 @@ static void test_basic(void)
 	}
 	struct gs_ptrent big = ent(GS_KIND_PTR, 0x7f0000200000ull, 1ull << 50, 2, 0);
 	CHECK(gs_ptrs_insert(&big) == 0);
-	struct gs_ptrent edge = ent(GS_KIND_PTR, 0x7f0000400000ull, (1ull << 38) - 1, 17, 0); /* the largest that fits */
+	struct gs_ptrent edge =
+		ent(GS_KIND_PTR, 0x7f0000400000ull, (1ull << 38) - 1, 17, 0); /* the largest that fits */
 	size_t spilled = atomic_load(&gs_hot.ptrs_spilled);
 	CHECK(gs_ptrs_insert(&edge) == 0);
 	CHECK_EQ(atomic_load(&gs_hot.ptrs_spilled), spilled); /* in the lock-free table */
