@@ -17,14 +17,14 @@ containerd-bin:
 # the DeviceClass mapping, a bad GPUShareConfig refused with an event naming the field;
 # Ends with "dra shares 25/75: <a>% / <b>%, memory limits held <n>/<n>, prepare p99 <ms> ms".
 E2E_DRA_RUN ?= ^TestDRA$$
-e2e-dra: all kubelet-bin containerd-bin
+e2e-dra: all kubelet-bin containerd-bin helm-bin
 	@test/node-e2e/build-kubelet.sh kube-controller-manager >/dev/null
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/e2e-dra.summary
 	@# The agent once more with the driver's fault points live (the crash-steps scenario); never shipped.
 	@$(GO_BUILD) -tags gpuslice_faultinject -o $(BUILD)/gpuslice-node-faultinject ./cmd/gpuslice-node
 	@GPUSLICE_BIN=$(abspath $(BIN)) GPUSLICE_K8S_BIN=$(AGENT_K8S_DIR) GPUSLICE_KUBELET=$(AGENT_K8S_DIR)/node/kubelet \
-	  GPUSLICE_NODE_FAULTINJECT=$(abspath $(BUILD))/gpuslice-node-faultinject \
+	  GPUSLICE_NODE_FAULTINJECT=$(abspath $(BUILD))/gpuslice-node-faultinject GPUSLICE_HELM=$(HELM) \
 	  GPUSLICE_KCM=$(AGENT_K8S_DIR)/node/kube-controller-manager \
 	  GPUSLICE_CONTAINERD=$$(test/node-e2e/build-containerd.sh) \
 	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/e2e-dra.summary \

@@ -62,7 +62,7 @@ func startDRANode(t *testing.T, ctx context.Context) *node {
 	if got, err := exec.LookPath("containerd"); err != nil || filepath.Dir(got) != filepath.Clean(ctrDir) {
 		t.Fatalf("containerd on PATH is %q (%v), want the one in %s", got, err, ctrDir)
 	}
-	n, bins := newNode(t, ctx, harness.Options{})
+	n, bins := newNode(t, ctx, harness.Options{AuditAll: true}) // every request, for the RBAC check (dra_rbac_test.go)
 	ok := false
 	defer func() {
 		if !ok {

@@ -62,6 +62,7 @@ func TestDRA(t *testing.T) {
 	t.Run("agent-restart", func(t *testing.T) { n.t = t; testDRAAgentRestart(t, ctx, n, &r) })
 	t.Run("extended-resource", func(t *testing.T) { n.t = t; testDRAExtendedResource(t, ctx, n, &r) })
 	t.Run("bad-config", func(t *testing.T) { n.t = t; testDRABadConfig(t, ctx, n) })
+	t.Run("rbac", func(t *testing.T) { n.t = t; testDRARBAC(t, n) })
 	n.t = t
 	if !shared {
 		return
@@ -130,25 +131,39 @@ func testDRAUnfit(t *testing.T, ctx context.Context, n *node) {
 
 // testDRATainted: GPU 1 falls off the bus as on a real driver (its NVML
 // measurements fail with GPU_IS_LOST, XID 79 is reported), which taints its
-// device in the ResourceSlice; a claim only it could satisfy stays Pending,
+// device in the ResourceSlice and turns the device status of a claim prepared
+// on it before from Healthy to Unhealthy (the agent's server-side apply of
+// the claim's status); a claim only it could satisfy stays Pending,
 // and the same claim tolerating the taint is given gpu-1 (so the taint, not
 // the selector, kept the first one out).
 func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 	victim := n.gpus[1]
+	// A claim prepared on gpu-1 while it is healthy (tolerating taints, so
+	// that it stays allocated): its device status turns Unhealthy once the
+	// GPU is tainted, written by the agent through the API server.
+	spec := draClaim(10, 1<<30, 1, "")
+	spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
+	n.createTemplate(ctx, "on1-tolerating", spec)
+	held := n.waitPod(bounded(ctx), n.createPod(ctx, draPod("held-on-1", "on1-tolerating", "/bin/busybox", "sleep", "3600")).Name,
+		"running", running)
+	hc := n.claimOf(ctx, held)
+	n.waitDeviceHealth(bounded(ctx), hc.Name, drav1.HealthHealthy)
 	t0 := time.Now()
 	n.simCtl("lost", strconv.Itoa(victim.Index))
 	n.simCtl("xid", victim.UUID, "79")
 	taints := n.waitTainted(bounded(ctx), "gpu-1")
 	t.Logf("e2e dra tainted: gpu-1 tainted in the ResourceSlice %v after XID 79: %+v", time.Since(t0).Round(time.Millisecond), taints)
+	n.waitDeviceHealth(bounded(ctx), hc.Name, drav1.HealthUnhealthy)
+	t.Logf("e2e dra tainted: the device status of claim %s (prepared on gpu-1 before) says Unhealthy %v after XID 79",
+		hc.Name, time.Since(t0).Round(time.Millisecond))
+	n.deletePods(ctx, held.Name)
+	n.waitUnprepared(bounded(ctx), hc)
 	n.claimTemplate(ctx, "on1", 10, 1<<30, 1, "")
 	p := n.createPod(ctx, draPod("on-tainted", "on1", "/bin/busybox", "sleep", "3600"))
 	msg := n.pendingForClaims(bounded(ctx), p.Name)
 	t.Logf("e2e dra tainted: a claim for gpu-1 only: %q", msg)
 	n.deletePods(ctx, p.Name)
 
-	spec := draClaim(10, 1<<30, 1, "")
-	spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
-	n.createTemplate(ctx, "on1-tolerating", spec)
 	p = n.createPod(ctx, draPod("on-tainted-tolerating", "on1-tolerating", "/bin/busybox", "sleep", "3600"))
 	c := n.allocated(bounded(ctx), p)
 	if d := allocatedDevice(c); d != "gpu-1" {
@@ -156,6 +171,31 @@ func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 	}
 	n.deletePods(ctx, p.Name)
 	n.waitUnprepared(bounded(ctx), c)
+}
+
+// waitDeviceHealth waits until the claim's (one) device status, written by
+// the agent, says health.
+func (n *node) waitDeviceHealth(ctx context.Context, claim, health string) {
+	var seen string
+	err := harness.WaitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		c, err := n.cp.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(c.Status.Devices) != 1 || c.Status.Devices[0].Data == nil {
+			seen = fmt.Sprintf("%d device statuses", len(c.Status.Devices))
+			return false, nil
+		}
+		var st drav1.DeviceStatus
+		if err := json.Unmarshal(c.Status.Devices[0].Data.Raw, &st); err != nil {
+			return false, err
+		}
+		seen = string(c.Status.Devices[0].Data.Raw)
+		return st.Health == health, nil
+	})
+	if err != nil {
+		n.t.Fatalf("claim %s's device status never said %s (last: %s): %v\nagent log:\n%s", claim, health, seen, err, n.agentTail())
+	}
 }
 
 // testDRAAgentRestart: the agent is SIGKILLed as soon as the claim's CDI

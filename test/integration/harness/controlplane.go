@@ -53,6 +53,10 @@ type Options struct {
 	// AuditWrites logs every write request's metadata (user agent, verb,
 	// resource) to Dir/audit.log, for benchmarks that count who writes what.
 	AuditWrites bool
+	// AuditAll logs every request's metadata, reads and watches included,
+	// to Dir/audit.log (AuditLog): what each client asked, to check its
+	// RBAC against.
+	AuditAll bool
 }
 
 // AuditLog is the audit log Options.AuditWrites writes to.
@@ -66,6 +70,15 @@ rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
+`
+
+// auditAllPolicy logs every request at the Metadata level (a watch when it
+// starts).
+const auditAllPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
 `
 
 // StartControlPlane starts etcd and kube-apiserver with state under dir and
@@ -161,9 +174,12 @@ func apiserverArgs(dir, etcdURL string, port int, o Options) ([]string, error) {
 	if o.InCluster {
 		args = append(args, "--allow-privileged=true") // node agents and CNI pods are privileged
 	}
-	if o.AuditWrites {
-		policy := filepath.Join(dir, "audit-policy.yaml")
-		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	if o.AuditWrites || o.AuditAll {
+		policy, text := filepath.Join(dir, "audit-policy.yaml"), auditPolicy
+		if o.AuditAll {
+			text = auditAllPolicy
+		}
+		if err := os.WriteFile(policy, []byte(text), 0o600); err != nil {
 			return nil, fmt.Errorf("audit policy: %w", err)
 		}
 		args = append(args, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(dir, "audit.log"),
