@@ -42,9 +42,10 @@ func ContainerSettings(pod *corev1.Pod, gpus []api.GPUAssignment, total func(uui
 // assignment (units of the GPU's units total, total; nil:
 // api.DefaultUnitsPerGPU; a whole GPU has no units), and the pod's
 // annotations (api.ParseSlicing, api.ParseElastic, api.ParseShareMax). They
-// are pod-wide: the slice is for containers without units, the memory
-// ceiling for those with a memory request (gpurequest uses each only
-// there); a malformed share ceiling is left out here (applySettings reports it).
+// are pod-wide: the slice is for containers without units (gpurequest uses
+// it only there), the memory ceiling for those with a memory request (it is
+// read into their requests only); a malformed share ceiling is left out here
+// (applySettings reports it).
 func gpuRequest(pod *corev1.Pod, gpus []api.GPUAssignment, total func(uuid string) int64) (gpurequest.Request, error) {
 	var r gpurequest.Request
 	sl, err := api.ParseSlicing(pod)
@@ -58,8 +59,11 @@ func gpuRequest(pod *corev1.Pod, gpus []api.GPUAssignment, total func(uuid strin
 	if err != nil {
 		return r, err
 	}
-	r.Priority, r.Slice, r.MemoryCeiling, r.Spill = sl.Priority, sl.Slice, e.Max, e.Spill
+	r.Priority, r.Slice = sl.Priority, sl.Slice
 	r.ShareMax, _ = api.ParseShareMax(pod)
+	if slices.ContainsFunc(gpus, func(g api.GPUAssignment) bool { return g.MemoryBytes > 0 }) {
+		r.MemoryCeiling, r.Spill = e.Max, e.Spill
+	}
 	for _, g := range gpus {
 		part := gpurequest.GPU{Memory: uint64(max(g.MemoryBytes, 0)), Total: api.DefaultUnitsPerGPU}
 		if total != nil {

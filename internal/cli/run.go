@@ -164,17 +164,17 @@ func runRequest(f *runFlags) (runner.RunSetup, error) {
 	if err != nil {
 		return s, usagef("--spill: %w", err)
 	}
-	if f.memoryMax == "" {
-		if spill {
-			return s, usagef("--spill needs --memory-max (spill moves borrowed memory)")
+	if f.memoryMax != "" {
+		if s.Elastic.Max, err = units.ParseSize(f.memoryMax); err != nil {
+			return s, usagef("--memory-max: %w", err)
 		}
-	} else if s.Elastic.Max, err = units.ParseSize(f.memoryMax); err != nil {
-		return s, usagef("--memory-max: %w", err)
 	}
 	s.Elastic.Spill = spill
-	_, err = s.Settings()
+	_, err = s.Settings() // the rules are gpurequest's; the messages name the flags
 	switch {
-	case s.Elastic.Max != 0 && s.MemoryMax == 0:
+	case errors.Is(err, gpurequest.ErrSpillWithoutCeiling):
+		return s, usagef("--spill needs --memory-max (spill moves borrowed memory)")
+	case errors.Is(err, gpurequest.ErrCeilingWithoutGuarantee):
 		return s, usagef("--memory-max needs --memory (the guarantee)")
 	case errors.Is(err, gpurequest.ErrCeilingBelowGuarantee):
 		return s, usagef("--memory-max %s is below --memory %s", f.memoryMax, f.memory)

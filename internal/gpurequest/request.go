@@ -41,7 +41,8 @@ type Request struct {
 	// Priority is "high" or "low" (also "online", "offline"); "" is low.
 	Priority string
 	// MemoryCeiling is elastic memory's ceiling per GPU: the GPUs' memory is
-	// then the guarantee. 0: none; without a guarantee it is not used.
+	// then the guarantee. 0: none; one without a guarantee is refused
+	// (ErrCeilingWithoutGuarantee).
 	MemoryCeiling uint64
 	// Spill lets borrowed memory move to host memory (needs MemoryCeiling).
 	Spill bool
@@ -50,7 +51,10 @@ type Request struct {
 // Errors of the rules a request breaks (each wraps group.ErrInvalid).
 var (
 	ErrCeilingBelowGuarantee = fmt.Errorf("%w: elastic memory ceiling below the guarantee", group.ErrInvalid)
-	ErrSpillWithoutCeiling   = fmt.Errorf("%w: spill needs an elastic memory ceiling (only borrowed memory spills)", group.ErrInvalid)
+	// ErrCeilingWithoutGuarantee: elastic memory is borrowed past a guarantee,
+	// so a ceiling needs a memory limit on the GPUs.
+	ErrCeilingWithoutGuarantee = fmt.Errorf("%w: an elastic memory ceiling needs a memory limit (the guarantee)", group.ErrInvalid)
+	ErrSpillWithoutCeiling     = fmt.Errorf("%w: spill needs an elastic memory ceiling (only borrowed memory spills)", group.ErrInvalid)
 )
 
 // Settings is the one translation of a request into group settings.
@@ -91,8 +95,10 @@ func (r Request) elastic(s *group.Settings) error {
 	switch {
 	case r.Spill && r.MemoryCeiling == 0:
 		return ErrSpillWithoutCeiling
-	case r.MemoryCeiling == 0 || s.MemoryMax == 0:
+	case r.MemoryCeiling == 0:
 		return nil
+	case s.MemoryMax == 0:
+		return ErrCeilingWithoutGuarantee
 	case r.MemoryCeiling < s.MemoryMax:
 		return fmt.Errorf("%w: %s below %s", ErrCeilingBelowGuarantee, units.FormatSize(r.MemoryCeiling),
 			units.FormatSize(s.MemoryMax))

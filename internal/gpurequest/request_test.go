@@ -32,7 +32,7 @@ func TestSettings(t *testing.T) {
 		"elastic": {r: Request{GPUs: []GPU{{Memory: 6 << 30}}, MemoryCeiling: 20 << 30, Spill: true},
 			want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 20 << 30, MemorySpill: true}},
 		"elastic at the guarantee":        {r: Request{GPUs: []GPU{{Memory: 6 << 30}}, MemoryCeiling: 6 << 30}, want: group.Settings{MemoryMin: 6 << 30, MemoryMax: 6 << 30}},
-		"ceiling without a guarantee":     {r: Request{MemoryCeiling: 20 << 30}, want: group.Settings{}},
+		"ceiling without a guarantee":     {r: Request{MemoryCeiling: 20 << 30}, err: ErrCeilingWithoutGuarantee},
 		"ceiling below the guarantee":     {r: Request{GPUs: []GPU{{Memory: 6 << 30}}, MemoryCeiling: 4 << 30}, err: ErrCeilingBelowGuarantee},
 		"spill without a ceiling":         {r: Request{GPUs: []GPU{{Memory: 6 << 30}}, Spill: true}, err: ErrSpillWithoutCeiling},
 		"slice out of the daemon's range": {r: Request{Slice: time.Hour}, err: group.ErrInvalid},
