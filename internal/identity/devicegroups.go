@@ -27,7 +27,9 @@ var deviceName = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{1,59}$`)
 // DeviceGroups finds, for a caller in a pod container naming several DRA
 // claims, the group of each GPU: the node mounts each claim's group
 // directory read-only at groupstate.ContainerDeviceDir(<UUID>) for each of
-// its GPUs. The answer maps the UUID (hex in lower case) to the group of this daemon's tree whose
+// its GPUs. The answer maps the UUID's hex digits and dashes (lower case,
+// without the "GPU-" or "MIG-" prefix: the launch gate names a MIG instance
+// by its own 16 bytes) to the group of this daemon's tree whose
 // directory the caller sees there (resolved inside its root, as
 // groupFileAllowed checks it, which must also accept it); a GPU the caller
 // sees no such directory for is not in the answer (its group is the
@@ -53,7 +55,7 @@ func DeviceGroups(procRoot string, tree group.Tree, p Peer) (map[string]string, 
 		if !ok || groupFileAllowed(procRoot, tree, p, name, groupstate.ContainerDeviceFile(u)) != nil {
 			continue
 		}
-		out[u[:4]+strings.ToLower(u[4:])] = name // as proto.UUID spells it
+		out[strings.ToLower(u[4:])] = name
 	}
 	return out, nil
 }

@@ -52,7 +52,7 @@ func TestDeviceGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{gpu1: "dra-a", gpu2: "dra-b"}; !maps.Equal(got, want) {
+	if want := map[string]string{gpu1[4:]: "dra-a", gpu2[4:]: "dra-b"}; !maps.Equal(got, want) {
 		t.Errorf("device groups %v, want %v", got, want)
 	}
 	none, err := DeviceGroups("/proc", tree, Peer{PID: int32(os.Getpid())})

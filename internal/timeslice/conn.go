@@ -40,7 +40,7 @@ type conn struct {
 	features uint32
 	log      klog.Logger
 	gpus     map[proto.UUID]*gpuState // touched only by the connection's goroutine
-	// devGroups: the group of each GPU (by UUID) the caller's container has
+	// devGroups: the group of each GPU (by UUID, without its prefix) the caller's container has
 	// a group directory for (identity.DeviceGroups: a container naming several
 	// DRA claims); other GPUs are in peer.Group. Set by the handshake.
 	devGroups map[string]string
@@ -302,7 +302,7 @@ func (c *conn) groupPeers() []identity.Peer {
 // groupOn is the caller's group on GPU u: its GPU's group (devGroups),
 // else its own.
 func (c *conn) groupOn(u proto.UUID) string {
-	if name, ok := c.devGroups[u.String()]; ok {
+	if name, ok := c.devGroups[u.String()[len("GPU-"):]]; ok { // a GPU's or a MIG instance's 16 bytes
 		return name
 	}
 	return c.peer.Group
