@@ -376,10 +376,28 @@ static int open_device_group(const char *path, const char *uuid)
 	return n;
 }
 
+/* Whether dir is a mount of the node's: read-only and the root of a mount.
+ * A container cannot mount (no CAP_SYS_ADMIN): a directory it made, or one
+ * its image brought on a read-only root, is no mount root. Where the kernel
+ * does not say (before 5.8), on another filesystem than the root. */
+static int node_mount(const char *dir)
+{
+	struct statvfs vfs;
+	struct statx sx, root;
+	if (statvfs(dir, &vfs) != 0 || (vfs.f_flag & ST_RDONLY) == 0 ||
+	    statx(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) != 0)
+		return 0;
+	if (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)
+		return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+	return statx(AT_FDCWD, "/", 0, STATX_BASIC_STATS, &root) == 0 &&
+	       (sx.stx_dev_major != root.stx_dev_major || sx.stx_dev_minor != root.stx_dev_minor);
+}
+
 /* The group of GPU uuid (under gs.tmu): the one whose read-only directory the
  * node mounted at GS_CONTAINER_DEVICE_GROUPS/<uuid>, else the process's own
- * (0). A directory the container could have made itself (not read-only) is
- * not the node's: ignored, said once. -1: it cannot be used (said). */
+ * (0). A directory the container could have made itself (not a read-only
+ * mount, node_mount) is not the node's: ignored, said once. -1: it cannot be
+ * used (said). */
 static int resolve_device_group(const char *uuid)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
@@ -389,18 +407,18 @@ static int resolve_device_group(const char *uuid)
 	gs_fmt(dir, sizeof(dir), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuid);
 	gs_fmt(path, sizeof(path), "%s/%s", dir, base);
 	struct stat st;
-	struct statvfs vfs;
-	if (stat(path, &st) != 0) {
-		if (errno == ENOENT || errno == ENOTDIR)
-			return 0;
+	if (stat(dir, &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
+		return 0;
+	if (!node_mount(dir)) {
+		gs_log_once(&gs.said_writable,
+			    "%s is not a read-only mount (not the node's): GPU %s stays in the container's group", dir,
+			    uuid);
+		return 0;
+	}
+	if (stat(path, &st) != 0) { /* the node's directory without its file: no group to charge */
 		gs_log("cannot use group file %s: %s; refusing GPU memory allocations on %s", path, strerror(errno),
 		       uuid);
 		return -1;
-	}
-	if (statvfs(dir, &vfs) != 0 || (vfs.f_flag & ST_RDONLY) == 0) {
-		gs_log_once(&gs.said_writable,
-			    "%s is not read-only (not the node's): GPU %s stays in the container's group", dir, uuid);
-		return 0;
 	}
 	if (st.st_dev == gs.g.dev && st.st_ino == gs.g.ino)
 		return 0;

@@ -6,7 +6,8 @@
  * using both GPUs is charged on each GPU to that GPU's group and held to
  * that group's limit (1 GiB on GPU 0, 512 MiB on GPU 1), its views show each
  * group's limit, and it has an entry in both groups. A directory at that path
- * the container made itself (not read-only) is not the node's: the GPU stays
+ * the container made itself (not a read-only mount: writable, or on a
+ * read-only root) is not the node's: the GPU stays
  * in the container's group. Each member runs in a private mount namespace
  * (root only), as in hooks' reliability_container_test.
  */
@@ -50,7 +51,8 @@ static void mount_group(const char *dir, const char *at)
 }
 
 /* A container's /run: B at the container's path; GPU 0 in A (or, forged:
- * in C, a writable directory the container made); GPU 1 in B. */
+ * in C, a directory the container made: writable, or 2: on a read-only
+ * filesystem, as an image's on a read-only root, but no mount); GPU 1 in B. */
 static void mount_container(int forged)
 {
 	char at[400];
@@ -73,6 +75,8 @@ static void mount_container(int forged)
 	}
 	snprintf(at, sizeof(at), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuids[1]);
 	mount_group(dir_b, at);
+	if (forged == 2)
+		CHECK(mount(NULL, "/run", NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0);
 }
 
 static const struct gs_shm_file *map_group(const char *dir)
@@ -170,12 +174,12 @@ static int two_groups(void *arg)
 	return 0;
 }
 
-/* A writable directory at GPU 0's path: GPU 0 stays in B (512 MiB), C's
- * file is never used. */
+/* A directory at GPU 0's path that is no read-only mount of the node's
+ * (arg "rw": writable; "ro": on a read-only filesystem): GPU 0 stays in B
+ * (512 MiB), C's file is never used. */
 static int forged_dir(void *arg)
 {
-	(void)arg;
-	mount_container(1);
+	mount_container(strcmp(arg, "ro") == 0 ? 2 : 1);
 	ht_capture_stderr("forged");
 	struct drv d;
 	CUcontext c0;
@@ -188,7 +192,7 @@ static int forged_dir(void *arg)
 	CHECK_EQ(used_on(c, uuids[0]), 0);
 	CHECK_EQ(entries(c), 0);
 	char err[2048];
-	CHECK(strstr(ht_stderr(err, sizeof(err)), "is not read-only (not the node's)") != NULL);
+	CHECK(strstr(ht_stderr(err, sizeof(err)), "is not a read-only mount (not the node's)") != NULL);
 	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
 	return 0;
 }
@@ -211,7 +215,8 @@ int main(void)
 	group_dir(dir_b, sizeof(dir_b), "b", 512 * MiB);
 	group_dir(dir_c, sizeof(dir_c), "c", 8 * GiB);
 	HT_RUN(two_groups, NULL);
-	HT_RUN(forged_dir, NULL);
+	HT_RUN(forged_dir, "rw");
+	HT_RUN(forged_dir, "ro");
 	ht_teardown();
 	fprintf(stderr, "hooks_groups_test: ok\n");
 	return 0;
