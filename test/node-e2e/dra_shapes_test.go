@@ -33,7 +33,7 @@ const shapesGPU = 1
 // processes in it (limited together); two claims in two containers of one
 // pod are two groups, each container limited by its own; two claims on two
 // GPUs in one container are two groups, each GPU limited and gated by its
-// claim's; a firstAvailable
+// claim's, and two claims on one GPU in one container are refused; a firstAvailable
 // request gets its second subrequest, and a config naming the request
 // applies to it; an admin-access claim gets the GPU with no group or limit;
 // each prepared device's status carries its UUID and health.
@@ -41,6 +41,7 @@ func testDRAShapes(t *testing.T, ctx context.Context, n *node) {
 	n.testSharedClaim(ctx)
 	n.testTwoContainers(ctx)
 	n.testTwoClaimsOneContainer(ctx)
+	n.testTwoClaimsOneGPU(ctx)
 	n.testFirstAvailable(ctx)
 	n.testAdminAccess(ctx)
 }
@@ -197,6 +198,35 @@ func (n *node) testTwoClaimsOneContainer(ctx context.Context) {
 	n.deletePods(ctx, p.Name)
 	n.waitUnprepared(bounded(ctx), claims["a"])
 	n.waitUnprepared(bounded(ctx), claims["b"])
+}
+
+// testTwoClaimsOneGPU: one container naming two claims on one GPU (two
+// shares of it, which would be one group there) is refused at Prepare with an
+// event naming both and the GPU, and nothing of either is prepared.
+func (n *node) testTwoClaimsOneGPU(ctx context.Context) {
+	p := draPod("two-on-one", "two-a", "/bin/busybox", "sleep", "3600")
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "a", ResourceClaimTemplateName: ptr.To("two-a")},
+		{Name: "b", ResourceClaimTemplateName: ptr.To("two-b")}}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "a"}, {Name: "b"}}
+	p = n.createPod(ctx, p)
+	var msg string
+	if err := waitFor(ctx, func() bool { msg = n.podEvent(ctx, p.Name, "are on one GPU"); return msg != "" }); err != nil {
+		n.t.Fatalf("no event refusing pod two-on-one's two claims on one GPU: %v\nagent log:\n%s", err, n.agentTail())
+	}
+	n.t.Logf("e2e dra shapes: two claims on one GPU in one container: %s", msg)
+	cur, err := n.cp.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for name, c := range n.podClaims(ctx, cur) {
+		if g, spec, saved := n.claimOnNode(string(c.UID)); g || spec || saved {
+			n.t.Errorf("refused claim %s on the node: group %v, CDI spec %v, checkpoint entry %v", name, g, spec, saved)
+		}
+	}
+	if cur.Status.Phase == corev1.PodRunning {
+		n.t.Errorf("pod two-on-one runs")
+	}
+	n.deletePods(ctx, p.Name)
 }
 
 // podClaims is the pod's claims by the pod's names for them.
