@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,4 +87,15 @@ func (p *Plugin) freedHint(pod, gone *corev1.Pod) fwk.QueueingHint {
 // ended reports whether the pod's containers are done (its GPUs released).
 func ended(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// EventsToRegister: pods rejected for lack of GPUs may fit after a GPUNode
+// changes, a pod goes away, a node appears, or the pod itself is updated.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	gpuNodes := fwk.EventResource(v1alpha2.GPUNodeResource + "." + v1alpha2.Version + "." + api.Group)
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}, QueueingHintFn: p.podHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
+	}, nil
 }

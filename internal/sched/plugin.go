@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
-	"github.com/gpuslice/gpuslice/pkg/apis/gpuslice/v1alpha2"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -87,6 +87,10 @@ type cycle struct {
 	// draSnap: the slices and claims a preemption's dry run reads (shared
 	// by the clones of one PostFilter).
 	draSnap *draSnapshot
+	// draClaims: the pod's claims to allocate; flightGen: draFlights'
+	// generation when the cycle started.
+	draClaims []types.UID
+	flightGen uint64
 }
 
 // Clone copies the cycle for a what-if (the framework clones the state for
@@ -152,10 +156,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 			// Kept for the capacity nominated pods hold (Filter) and for
 			// preemption (PostFilter); the DynamicResources plugin allocates.
 			result = resultDRA
-			claims, missing := p.preempt.dra.pendingClaims(pod)
-			c := &cycle{req: req, dra: true, draNeed: needOf(claims)}
-			state.Write(stateKey, c)
-			return p.narrowDRA(c, pod, claims, missing, nodes), nil
+			return p.preFilterDRA(state, pod, req, nodes), nil
 		}
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -276,7 +277,11 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	if c.dra {
-		return p.postFilterDRA(ctx, c, state, pod, m)
+		r, st := p.postFilterDRA(ctx, c, state, pod, m)
+		if !st.IsSuccess() {
+			p.preempt.flights.refused(ctx, pod, c.flightGen)
+		}
+		return r, st
 	}
 	start := time.Now()
 	if c.narrowed { // other plugins rejected our candidates: retry on all nodes now
@@ -379,11 +384,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		return nil
 	}
 	if c.dra {
-		p.wait.forget(pod)
-		if p.preempt != nil {
-			p.preempt.rec.forget(pod.UID)
-			p.preempt.backfill.forget(pod.UID)
-		}
+		p.reserveDRA(c, pod)
 		return nil
 	}
 	start := time.Now()
@@ -401,46 +402,13 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	return nil
 }
 
-// held is, per node a preemptor was nominated to, the capacity held there
-// for the nominated pods of at least pod's priority, as Filter will count
-// it: PreFilter then hands over no node whose freed GPUs wait for their
-// preemptor (Filter would reject it, and the pod would retry on every
-// node) and rejects the pod at once when only such nodes have room.
-func (p *Plugin) held(pod *corev1.Pod) map[string]*alloc.Overlay {
-	if p.preempt == nil {
-		return nil
-	}
-	return p.preempt.rec.held(pod.UID, corev1helpers.PodPriority(pod), p.alloc.Holds)
-}
-
-// heldFor is what Reserve leaves for the pods nominated to node of at least
-// the pod's priority (they preempted for it: Filter counted them too), so
-// that the GPUs chosen now are not the ones they need.
-func (p *Plugin) heldFor(pod *corev1.Pod, node string) *alloc.Overlay {
-	if p.nominated == nil {
-		return nil
-	}
-	var o *alloc.Overlay
-	prio := corev1helpers.PodPriority(pod)
-	for _, pi := range p.nominated(node) {
-		np := pi.GetPod()
-		uid := string(np.UID)
-		if np.UID == pod.UID || corev1helpers.PodPriority(np) < prio || p.alloc.Holds(uid, node) {
-			continue
-		}
-		if req, err := api.ParseRequest(np); err == nil && !req.Empty() {
-			if o == nil {
-				o = &alloc.Overlay{}
-			}
-			o.Add(uid, req)
-		}
-	}
-	return o
-}
-
 // Unreserve returns the pod's GPUs when a later step fails.
 func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
-	if c, ok := readCycle(state); ok && !c.dra {
+	c, ok := readCycle(state)
+	switch {
+	case ok && c.dra:
+		p.preempt.flights.failed(context.WithoutCancel(ctx), pod.UID, c.draClaims)
+	case ok:
 		p.alloc.Release(string(pod.UID))
 		p.wait.wake(ctx)
 	}
@@ -469,6 +437,10 @@ func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod
 // ours: it writes the assignment right after binding.
 func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
 	c, ok := readCycle(state)
+	if ok && c.dra {
+		p.preempt.flights.end(ctx, pod.UID)
+		return
+	}
 	if !ok || c.got == nil || c.boundByUs {
 		return
 	}
@@ -477,17 +449,6 @@ func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1
 	if err := p.writer.Annotate(ctx, pod, c.got); err != nil {
 		logger.Error(err, "writing assignment after binding", "pod", klog.KObj(pod))
 	}
-}
-
-// EventsToRegister: pods rejected for lack of GPUs may fit after a GPUNode
-// changes, a pod goes away, a node appears, or the pod itself is updated.
-func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	gpuNodes := fwk.EventResource(v1alpha2.GPUNodeResource + "." + v1alpha2.Version + "." + api.Group)
-	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}, QueueingHintFn: p.podHint},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
-	}, nil
 }
 
 // noRoom says that no node has what req needs free, container by container.

@@ -13,6 +13,7 @@ import (
 	policy "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -43,6 +44,8 @@ type preemptor struct {
 	release *claimReleaser
 	// backfill: the nodes reserved for pods waiting for whole devices.
 	backfill *reservations
+	// flights: claim bindings in flight, and the pods refused meanwhile.
+	flights *draFlights
 }
 
 // victimWait bounds how long a preemptor waits for its victims to leave
@@ -65,6 +68,10 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 		pr.dra = newDRAEnv(fh, fts)
 		pr.release = newClaimReleaser(fh.ClientSet(), 2*victimWait)
 		pr.backfill = newReservations()
+		if m := fh.SharedDRAManager(); m != nil {
+			claims := m.ResourceClaims()
+			pr.flights = newDRAFlights(&waiters{activator: fh}, func(uid types.UID) bool { return claims.GetPendingAllocation(uid) != nil })
+		}
 	}
 	pr.exec = preemption.NewExecutor(fh, fts)
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)
