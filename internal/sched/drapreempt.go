@@ -134,7 +134,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		p.metrics.done(pointPostFilter, resultParked, start)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
-	r, st := pr.ev.Preempt(ctx, state, pod, m)
+	r, st := pr.preemptDRA(ctx, c, state, pod, m)
 	nominated := ""
 	if st.IsSuccess() && r != nil && r.NominatingInfo != nil && r.NominatingInfo.Mode() == fwk.ModeOverride {
 		nominated = r.NominatingInfo.NominatedNodeName
