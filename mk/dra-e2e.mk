@@ -7,7 +7,10 @@ TEST_TARGETS += e2e-dra
 containerd-bin:
 	test/node-e2e/build-containerd.sh >/dev/null
 
-# Pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted time
+# First, gpuslice-scheduler as a second scheduler: a priority-1000 pod's claim preempts
+# a priority-0 share of the full GPU 0 (GPUs 1-3 held whole) and runs with its memory
+# limit and half of the GPU's time; the victim's claim group is gone from the node
+# (testDRAPreempt, dra_preempt_test.go). Then pods from ResourceClaimTemplates of 25 and 75 units on one GPU (shares of granted time
 # within 5 points, work past the grants within the queue bound, memory limits inside the containers), a claim that does not
 # fit and a claim for a tainted (XID 79) GPU left Pending with the scheduler's reason, the
 # agent killed between Prepare and container start, the claim shapes (a claim shared by two
@@ -33,10 +36,6 @@ e2e-dra: all kubelet-bin containerd-bin helm-bin
 	  test $$rc -eq 0 || { echo "dra e2e failed; log: $(BUILD)/e2e-dra.log"; exit 1; }
 	@if [ -f $(BUILD)/e2e-dra.summary ]; then tail -n 1 $(BUILD)/e2e-dra.summary; fi
 
-# TestDRAPreempt (dra_preempt_test.go, issue 32) on the same real node: gpuslice-scheduler as a
-# second scheduler; a priority-1000 pod's claim preempts a priority-0 share of the full GPU 0
-# and runs with its memory limit and half of the GPU's time; the victim's claim group is gone.
-# Not in make test yet: in 3 of 4 runs beside TestDRA on a loaded machine its first share pod
-# stayed Pending ("cannot allocate all claims") with GPUs free; alone it passes (21 s).
+# TestDRA's preemption step alone (TestDRAPreempt, dra_preempt_test.go), on a node of its own.
 e2e-dra-preempt:
 	@$(MAKE) --no-print-directory e2e-dra E2E_DRA_RUN='^TestDRAPreempt$$$$'

@@ -44,7 +44,8 @@ type draResult struct {
 
 // TestDRA: gpuslice-node's DRA driver on the real kubelet (containerd 1.7 with
 // CDI, runc), placed by the stock kube-scheduler, claims made from
-// ResourceClaimTemplates by kube-controller-manager (make e2e-dra). Ends with
+// ResourceClaimTemplates by kube-controller-manager (make e2e-dra); first,
+// gpuslice-scheduler's preemption for a claim (testDRAPreempt). Ends with
 // "dra shares 25/75: <a>% / <b>%, memory limits held <n>/<n>, prepare p99 <ms> ms".
 func TestDRA(t *testing.T) {
 	ctx, n, ok := privateDRANode(t, "TestDRA")
@@ -53,6 +54,7 @@ func TestDRA(t *testing.T) {
 	}
 	defer n.stop()
 	var r draResult
+	t.Run("preempt", func(t *testing.T) { n.t = t; testDRAPreempt(t, ctx, n, &r) })
 	shared := t.Run("shares", func(t *testing.T) { n.t = t; testDRAShares(t, ctx, n, &r) })
 	t.Run("live-change", func(t *testing.T) { n.t = t; testDRALiveChange(t, ctx, n) })
 	t.Run("unfit", func(t *testing.T) { n.t = t; testDRAUnfit(t, ctx, n) })
