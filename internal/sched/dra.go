@@ -16,6 +16,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
 )
 
 // Capacity names of gpuslice's DRA devices (docs/dra.md): a share's units
@@ -34,6 +35,8 @@ type draEnv struct {
 	dra      fwk.SharedDRAManager
 	features structured.Features
 	cel      *cel.Cache
+	// table: the shared devices of each ResourceSlice (dracandidates.go).
+	table devTable
 }
 
 func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
@@ -272,60 +275,40 @@ type nodeUse struct {
 }
 
 // usage reads, for the named nodes, what the claims allocated on their
-// devices of consumable units and memory (gpuslice.io's shape) hold.
-func (e *draEnv) usage(nodes sets.Set[string]) (map[string]*nodeUse, error) {
+// devices of consumable units and memory (gpuslice.io's shape) hold, from
+// the claim tracker's allocated state (in-flight allocations included).
+// st is the state read earlier in the cycle (nil: read now).
+func (e *draEnv) usage(nodes sets.Set[string], st *structured.AllocatedState) (map[string]*nodeUse, error) {
 	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("resource slices: %w", err)
 	}
-	type devCap struct {
-		node       string
-		units, mem float64
+	if st == nil {
+		if st, err = e.allocatedState(); err != nil {
+			return nil, err
+		}
 	}
-	devs := map[structured.DeviceID]devCap{}
 	out := map[string]*nodeUse{}
-	for _, s := range all {
-		if s.Spec.NodeName == nil || !nodes.Has(*s.Spec.NodeName) {
+	for i, devs := range e.table.devices(all) {
+		node := ptr.Deref(all[i].Spec.NodeName, "")
+		if !nodes.Has(node) || len(devs) == 0 {
 			continue
 		}
-		node := *s.Spec.NodeName
-		for _, d := range s.Spec.Devices {
-			u, m := float64(deviceCap(d, capUnits)), float64(deviceCap(d, capMemory))
-			if u <= 0 || m <= 0 {
-				continue
-			}
-			devs[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = devCap{node, u, m}
-			nu := out[node]
-			if nu == nil {
-				nu = &nodeUse{}
-				out[node] = nu
-			}
+		nu := out[node]
+		if nu == nil {
+			nu = &nodeUse{}
+			out[node] = nu
+		}
+		for _, d := range devs {
 			nu.n++
-			nu.units += u
-			nu.mem += m
-		}
-	}
-	if len(devs) == 0 {
-		return out, nil
-	}
-	claims, err := e.dra.ResourceClaims().List()
-	if err != nil {
-		return nil, fmt.Errorf("resource claims: %w", err)
-	}
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			d, ok := devs[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)]
-			if !ok {
+			nu.units += float64(d.units)
+			nu.mem += float64(d.mem)
+			if st.AllocatedDevices.Has(d.id) {
+				nu.used += 2
 				continue
 			}
-			if r.ShareID == nil {
-				out[d.node].used += 2
-				continue
-			}
-			out[d.node].used += float64(capValue(r.ConsumedCapacity, capUnits))/d.units + float64(capValue(r.ConsumedCapacity, capMemory))/d.mem
+			u, m := consumed(st, d)
+			nu.used += float64(u)/float64(d.units) + float64(m)/float64(d.mem)
 		}
 	}
 	return out, nil

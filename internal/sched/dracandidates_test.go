@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -34,8 +36,38 @@ type fakeClaims struct {
 
 func (f fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return f.c, nil }
 
+// GatherAllocatedState is the tracker's state of the allocated claims.
+func (f fakeClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	st := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	for _, c := range f.c {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID == nil {
+				st.AllocatedDevices.Insert(id)
+				continue
+			}
+			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		}
+	}
+	return st, nil
+}
+
 func (f *fakeDRA) ResourceSlices() fwk.ResourceSliceLister  { return fakeSlices{f.slices} }
 func (f *fakeDRA) ResourceClaims() fwk.ResourceClaimTracker { return fakeClaims{c: f.claims} }
+
+func state(t *testing.T, f *fakeDRA) *structured.AllocatedState {
+	t.Helper()
+	st, err := f.ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
 
 // TestDRACandidates: nodes n0 (80 units held), n1 (50 held), n2 (empty),
 // n3 (empty, not matching the pod's node selector); a share of 30 units:
@@ -70,7 +102,7 @@ func TestDRACandidates(t *testing.T) {
 		policy api.Placement
 		want   []string
 	}{{api.PlacementBinpack, []string{"n1", "n2"}}, {api.PlacementSpread, []string{"n2", "n1"}}, {api.PlacementFirstFit, []string{"n1", "n2"}}} {
-		got, err := env.draCandidates(pod, nis, need, c.policy, 5)
+		got, err := env.draCandidates(pod, nis, state(t, f), need, c.policy, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +110,7 @@ func TestDRACandidates(t *testing.T) {
 			t.Errorf("%s: candidates %v, want %v", c.policy, got, c.want)
 		}
 	}
-	if got, _ := env.draCandidates(pod, nis, claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+	if got, _ := env.draCandidates(pod, nis, state(t, f), claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
 		t.Errorf("60 units: candidates %v, want [n2]", got)
 	}
 	if !narrowable([]*resourceapi.ResourceClaim{shareClaim(30, 1)}) || narrowable([]*resourceapi.ResourceClaim{shareClaim(0, 0)}) {

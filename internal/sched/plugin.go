@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -84,6 +85,9 @@ type cycle struct {
 	// what the pod's pending claims need.
 	draUse  map[string]*nodeUse
 	draNeed claimNeed
+	// draState: the claim tracker's allocated state as PreFilter read it
+	// for the candidates (nil: not read), read-only.
+	draState *structured.AllocatedState
 	// draSnap: the slices and claims a preemption's dry run reads (shared
 	// by the clones of one PostFilter).
 	draSnap *draSnapshot
@@ -346,7 +350,7 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod
 	for _, ni := range nodes {
 		names.Insert(ni.Node().Name)
 	}
-	use, err := p.preempt.dra.usage(names)
+	use, err := p.preempt.dra.usage(names, c.draState)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

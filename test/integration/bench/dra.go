@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,10 +80,20 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 		return nil, err
 	}
 	printResult(plugin)
-	ours, err := runWorkload(ctx, cp, o.scheduler, "dra-gpuslice", harness.SchedulerOptions{SchedulerName: "dra-gpuslice", GPUSlice: true,
-		StockQueueSort: o.stockQueueSort, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, claimWorkload(cp, frac))
+	pprofArgs, err := o.draProfile.args()
 	if err != nil {
 		return nil, err
+	}
+	w := claimWorkload(cp, frac)
+	var profiled <-chan error
+	w.setup, w.books, profiled = o.draProfile.during(w.setup, w.books)
+	ours, err := runWorkload(ctx, cp, o.scheduler, "dra-gpuslice", harness.SchedulerOptions{SchedulerName: "dra-gpuslice", GPUSlice: true,
+		StockQueueSort: o.stockQueueSort, Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: append(slices.Clone(o.extraArgs), pprofArgs...)}, o.clients, w)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-profiled; err != nil {
+		return nil, fmt.Errorf("dra profile: %w", err)
 	}
 	printResult(ours)
 	dra, wholeRes := mean(fracs), mean(wholes)

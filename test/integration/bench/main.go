@@ -47,6 +47,9 @@ func main() {
 	o.profile = &cpuProfile{}
 	flag.StringVar(&o.profile.path, "preempt-profile", "", "write a CPU profile of gpuslice-scheduler from the preemption burst on to this file (and its allocation profiles before and after the phase to FILE.allocs0 and FILE.allocs1)")
 	flag.IntVar(&o.profile.seconds, "preempt-profile-seconds", 20, "length of the -preempt-profile profile")
+	o.draProfile = &cpuProfile{}
+	flag.StringVar(&o.draProfile.path, "dra-profile", "", "write a CPU profile of gpuslice-scheduler placing the DRA claims (the dra-gpuslice run, DynamicResources inside it) to this file")
+	flag.IntVar(&o.draProfile.seconds, "dra-profile-seconds", 10, "length of the -dra-profile profile, from the first pod on (must end before the run does)")
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
 	o.extraArgs = strings.Fields(extra)

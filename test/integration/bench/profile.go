@@ -115,3 +115,37 @@ func apiserverProfile(ctx context.Context, cp *harness.ControlPlane, path string
 	}()
 	return done
 }
+
+// during wraps a workload's setup and books so that a CPU profile of
+// p.seconds (to p.path) starts once the scheduler runs and the setup is
+// done, as the pods start to arrive, and the books (read once every pod is
+// bound, the scheduler still running) wait for it to be written
+// (-dra-profile); the channel gives the profile's outcome after the run
+// (nil when none is asked).
+func (p *cpuProfile) during(setup func(context.Context, string) error, books func(context.Context, string) (string, error)) (
+	s func(context.Context, string) error, b func(context.Context, string) (string, error), outcome <-chan error) {
+	done := make(chan error, 1)
+	if p == nil || p.path == "" {
+		done <- nil
+		return setup, books, done
+	}
+	fetched := make(chan error, 1)
+	s = func(ctx context.Context, ns string) error {
+		if setup != nil {
+			if err := setup(ctx, ns); err != nil {
+				fetched <- nil
+				return err
+			}
+		}
+		go func() { fetched <- p.fetch(ctx, fmt.Sprintf("profile?seconds=%d", p.seconds), p.path) }()
+		return nil
+	}
+	b = func(ctx context.Context, ns string) (string, error) {
+		done <- <-fetched
+		if books == nil {
+			return "", nil
+		}
+		return books(ctx, ns)
+	}
+	return s, b, done
+}

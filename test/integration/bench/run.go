@@ -47,6 +47,8 @@ type options struct {
 	stockQueueSort bool
 	// profile: a CPU profile of the preemption phase (profile.go).
 	profile *cpuProfile
+	// draProfile: a CPU profile of the dra-gpuslice run (-dra-profile).
+	draProfile *cpuProfile
 	// auditWrites: the API server logs writes; the preemption phase counts them by client.
 	auditWrites bool
 	// apiProfile: a CPU profile of kube-apiserver over the preemption phase.
