@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -39,8 +41,9 @@ func narrowable(claims []*resourceapi.ResourceClaim) bool {
 		}
 		for _, r := range c.Spec.Devices.Requests {
 			ex := r.Exactly
-			if ex == nil || ex.AllocationMode != resourceapi.DeviceAllocationModeExactCount || ex.Count != 1 || ex.Capacity == nil {
-				return false
+			if ex == nil || ex.AllocationMode != resourceapi.DeviceAllocationModeExactCount || ex.Count != 1 || ex.Capacity == nil ||
+				len(ex.Tolerations) > 0 || ex.AdminAccess != nil && *ex.AdminAccess {
+				return false // (tainted devices and admin access: the books do not count them)
 			}
 			_, u := ex.Capacity.Requests[capUnits]
 			_, m := ex.Capacity.Requests[capMemory]
@@ -133,22 +136,17 @@ func consumed(st *structured.AllocatedState, d sharedDev) (units, mem int64) {
 // and affinity matching) with a device that has need free, best first by
 // policy (binpack: the fullest such device; spread: the emptiest).
 func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structured.AllocatedState, need claimNeed, policy api.Placement, k int) ([]string, error) {
-	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
-	ok := make(map[string]bool, len(nis))
-	for _, ni := range nis {
-		if m, err := aff.Match(ni.Node()); err == nil && m {
-			ok[ni.Node().Name] = true
-		}
-	}
+	ok := matchingNodes(pod, nis)
 	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, err
 	}
 	// Per node, the best device that fits: its free fraction after the pod.
-	best := map[string]float64{}
+	var fits []nodeFit
+	at := map[string]int{} // index in fits
 	for i, devs := range e.table.devices(all) {
 		node := ptr.Deref(all[i].Spec.NodeName, "")
-		if !ok[node] {
+		if node == "" || ok != nil && !ok[node] {
 			continue
 		}
 		for _, d := range devs {
@@ -156,48 +154,100 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 			if d.unavailable || d.units-u < need.units || d.mem-m < need.bytes {
 				continue
 			}
-			left := float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)
-			if cur, seen := best[node]; !seen || (policy == api.PlacementSpread) == (left > cur) {
-				best[node] = left
+			f := nodeFit{node: node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
+			if j, seen := at[node]; !seen {
+				at[node] = len(fits)
+				fits = append(fits, f)
+			} else if f.better(fits[j], policy) {
+				fits[j] = f
 			}
 		}
 	}
-	return topNodes(best, policy, k), nil
+	return topNodes(fits, policy, k), nil
 }
 
-// topNodes names the k best nodes of best (a node's free fraction after the
-// pod), by policy; ties, and first fit, by name.
-func topNodes(best map[string]float64, policy api.Placement, k int) []string {
-	names := make([]string, 0, len(best))
-	for n := range best {
-		names = append(names, n)
+// matchingNodes is the set of nodes of nis the pod's node selector and
+// required affinity admit; nil when the pod has neither (every node).
+func matchingNodes(pod *corev1.Pod, nis []fwk.NodeInfo) map[string]bool {
+	a := pod.Spec.Affinity
+	if len(pod.Spec.NodeSelector) == 0 && (a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
+		return nil
 	}
-	sort.Slice(names, func(i, j int) bool {
-		a, b := best[names[i]], best[names[j]]
-		if a != b && policy != api.PlacementFirstFit {
-			return (policy == api.PlacementSpread) == (a > b)
+	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+	ok := make(map[string]bool, len(nis))
+	for _, ni := range nis {
+		if m, err := aff.Match(ni.Node()); err == nil && m {
+			ok[ni.Node().Name] = true
 		}
-		return names[i] < names[j]
-	})
-	return names[:min(k, len(names))]
+	}
+	return ok
+}
+
+// nodeFit is a node's best device for a pod: its free fraction after it.
+type nodeFit struct {
+	node string
+	left float64
+}
+
+// better: f ranks before g by policy (binpack: less left; spread: more);
+// ties, and first fit, by name.
+func (f nodeFit) better(g nodeFit, policy api.Placement) bool {
+	if f.left != g.left && policy != api.PlacementFirstFit {
+		return (policy == api.PlacementSpread) == (f.left > g.left)
+	}
+	return f.node < g.node
+}
+
+// topNodes names the k best of fits by policy, best first (a partial
+// selection: k is small, the nodes many).
+func topNodes(fits []nodeFit, policy api.Placement, k int) []string {
+	top := make([]nodeFit, 0, k+1)
+	for _, f := range fits {
+		i := sort.Search(len(top), func(i int) bool { return f.better(top[i], policy) })
+		if i >= k {
+			continue
+		}
+		top = slices.Insert(top, i, f)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	names := make([]string, len(top))
+	for i, f := range top {
+		names[i] = f.node
+	}
+	return names
 }
 
 // narrowDRA is PreFilter's result for a pod with ResourceClaims: the
 // candidate nodes when its claims are narrowable and some node has room by
-// the claims' books (nil: every node; also once the pod was widened).
-func (p *Plugin) narrowDRA(c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, missing int, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
+// the allocated state (nil: every node; also once the pod was widened). A
+// pod asking for one share that no device has free is refused at once
+// (PostFilter then preempts), without a run of the stock allocator on every
+// node: the state is the allocator's own, and a device it counts free is
+// one the allocator could give, so none free by it is none by the
+// allocator. (With several requests the largest units and memory may come
+// from different devices; such pods go on to the allocator.)
+func (p *Plugin) narrowDRA(c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, missing int, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
-		return nil
+		return nil, nil
 	}
 	st, err := p.preempt.dra.allocatedState()
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	c.draState = st
 	names, err := p.preempt.dra.draCandidates(pod, nodes, st, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
-	if err != nil || len(names) == 0 {
-		return nil
+	switch {
+	case err != nil:
+		return nil, nil
+	case len(names) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
+		return nil, fwk.NewStatus(fwk.Unschedulable, errNoShare.Error())
+	case len(names) == 0:
+		return nil, nil
 	}
 	c.narrowed = true
-	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}
+	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
 }
+
+var errNoShare = errors.New("gpuslice: no device of a matching node has the claim's share free (units and memory, allocations in flight counted)")

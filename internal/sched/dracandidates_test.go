@@ -110,6 +110,11 @@ func TestDRACandidates(t *testing.T) {
 			t.Errorf("%s: candidates %v, want %v", c.policy, got, c.want)
 		}
 	}
+	for policy, want := range map[api.Placement]string{api.PlacementBinpack: "n1", api.PlacementSpread: "n2"} {
+		if got, _ := env.draCandidates(pod, nis, state(t, f), need, policy, 1); !slices.Equal(got, []string{want}) {
+			t.Errorf("%s, one candidate: %v, want [%s]", policy, got, want)
+		}
+	}
 	if got, _ := env.draCandidates(pod, nis, state(t, f), claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
 		t.Errorf("60 units: candidates %v, want [n2]", got)
 	}

@@ -123,7 +123,7 @@ func (f *draFlights) refused(ctx context.Context, pod *corev1.Pod, gen uint64) {
 // resources but has ResourceClaims: kept for the capacity nominated pods
 // hold (Filter), for preemption (PostFilter) and for the retry after a
 // binding in flight (draFlights); the DynamicResources plugin allocates.
-func (p *Plugin) preFilterDRA(state fwk.CycleState, pod *corev1.Pod, req *api.PodRequest, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
+func (p *Plugin) preFilterDRA(state fwk.CycleState, pod *corev1.Pod, req *api.PodRequest, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	claims, missing := p.preempt.dra.pendingClaims(pod)
 	c := &cycle{req: req, dra: true, draNeed: needOf(claims), flightGen: p.preempt.flights.generation()}
 	for _, cl := range claims {

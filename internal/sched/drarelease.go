@@ -108,3 +108,28 @@ func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name strin
 		return err
 	})
 }
+
+// holds reports whether the victim uid still holds what it was evicted
+// for: GPUs in the books, or (DRA) a claim still allocated and reserved
+// for it, which its preemptor must not preempt again for (the victim's
+// pod is gone before its claims are deallocated, and a preemptor retried in
+// between would find no room and evict more).
+func (pr *preemptor) holds(uid, node string) bool {
+	if pr.alloc.Holds(uid, node) {
+		return true
+	}
+	if pr.dra == nil {
+		return false
+	}
+	claims, err := pr.dra.dra.ResourceClaims().List()
+	if err != nil {
+		return true // unknown: wait (bounded by the preemptor's victimWait)
+	}
+	for _, c := range claims {
+		if c.Status.Allocation != nil && slices.ContainsFunc(c.Status.ReservedFor,
+			func(r resourceapi.ResourceClaimConsumerReference) bool { return string(r.UID) == uid }) {
+			return true
+		}
+	}
+	return false
+}

@@ -2,9 +2,11 @@ package sched
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -97,5 +99,30 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: gpuNodes, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.gpuNodeHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete | fwk.Update}, QueueingHintFn: p.podHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
+		// A pod with a claim that PreFilter refused (no device with its
+		// share free) may fit once a claim is deallocated or a slice
+		// changes, as DynamicResources' own refusals.
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: claimFreedHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
 	}, nil
+}
+
+// claimFreedHint retries a pod when a claim's allocation goes: the claim
+// was deallocated, or deleted allocated (or in an unknown final state).
+func claimFreedHint(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	old, _ := oldObj.(*resourceapi.ResourceClaim)
+	if newObj == nil {
+		if old == nil || old.Status.Allocation != nil {
+			return fwk.Queue, nil // deleted allocated, or its final state unknown
+		}
+		return fwk.QueueSkip, nil
+	}
+	cur, ok := newObj.(*resourceapi.ResourceClaim)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected object %T for a ResourceClaim event", newObj)
+	}
+	if old != nil && old.Status.Allocation != nil && cur.Status.Allocation == nil {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
 }

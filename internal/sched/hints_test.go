@@ -5,8 +5,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -89,6 +91,30 @@ func TestPodHint(t *testing.T) {
 		got, err := p.podHint(klog.Background(), tc.pod, tc.old, cur)
 		if err != nil || got != tc.want {
 			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestClaimFreedHint: a claim's deallocation or the deletion of an
+// allocated claim retries a pod PreFilter refused; other claim changes do
+// not.
+func TestClaimFreedHint(t *testing.T) {
+	allocated := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	free := &resourceapi.ResourceClaim{}
+	for _, c := range []struct {
+		name     string
+		old, cur any
+		want     fwk.QueueingHint
+	}{
+		{"deallocated", allocated, free, fwk.Queue},
+		{"allocated", free, allocated, fwk.QueueSkip},
+		{"unchanged allocation", allocated, allocated, fwk.QueueSkip},
+		{"deleted allocated", allocated, nil, fwk.Queue},
+		{"deleted free", free, nil, fwk.QueueSkip},
+		{"deleted, final state unknown", cache.DeletedFinalStateUnknown{Obj: free}, nil, fwk.Queue},
+	} {
+		if got, err := claimFreedHint(klog.Background(), nil, c.old, c.cur); err != nil || got != c.want {
+			t.Errorf("%s: hint %v (%v), want %v", c.name, got, err, c.want)
 		}
 	}
 }

@@ -160,7 +160,11 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 			// Kept for the capacity nominated pods hold (Filter) and for
 			// preemption (PostFilter); the DynamicResources plugin allocates.
 			result = resultDRA
-			return p.preFilterDRA(state, pod, req, nodes), nil
+			r, st := p.preFilterDRA(state, pod, req, nodes)
+			if !st.IsSuccess() {
+				result = resultNoFit
+			}
+			return r, st
 		}
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)

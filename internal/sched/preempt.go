@@ -103,7 +103,7 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
 		return false, "not eligible due to preemptionPolicy=Never."
 	}
-	if pr.rec.waiting(pod.UID, time.Now(), pr.alloc.Holds) {
+	if pr.rec.waiting(pod.UID, time.Now(), pr.holds) {
 		return false, "not eligible: the pods it preempted still hold their GPUs."
 	}
 	nom := pod.Status.NominatedNodeName

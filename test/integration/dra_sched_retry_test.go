@@ -30,7 +30,8 @@ const (
 // While a binding is in flight (from its claim's status write to the end of
 // PreBind) the stock claim tracker counts the claim's consumed capacity
 // twice, once as allocated and once as in flight, so a share is rejected
-// ("cannot allocate all claims") with room on the device; the binding's end
+// ("cannot allocate all claims"; gpuslice-scheduler's PreFilter, reading
+// the same state, refuses it first) with room on the device; the binding's end
 // is no event to DynamicResources' queueing hints, and without a retry the
 // pod waits for the scheduler's 5-minute flush. The window is short on
 // every binding (the preemptors of TestDRANominatedCapacityHeld fell into
@@ -102,8 +103,9 @@ func (e *env) waitAllocated(t *testing.T, ns, name string) *resourceapi.Resource
 	return c
 }
 
-// waitRejected waits until the pod is reported unschedulable by
-// DynamicResources and returns the message.
+// waitRejected waits until the pod is reported unschedulable for lack of
+// room (by DynamicResources, or by GPUSlice's PreFilter from the same
+// allocated state) and returns the message.
 func (e *env) waitRejected(t *testing.T, ns, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -118,10 +120,10 @@ func (e *env) waitRejected(t *testing.T, ns, name string) string {
 			return false, nil
 		}
 		msg = scheduledMessage(p)
-		return strings.Contains(msg, "cannot allocate all claims"), nil
+		return strings.Contains(msg, "cannot allocate all claims") || strings.Contains(msg, "has the claim's share free"), nil
 	})
 	if err != nil {
-		t.Fatalf("pod %s not rejected by DynamicResources: %v (last message %q)", name, err, msg)
+		t.Fatalf("pod %s not refused for lack of room: %v (last message %q)", name, err, msg)
 	}
 	return msg
 }
