@@ -123,7 +123,11 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		p.wait.widen(pod)
 		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		p.metrics.done(pointPostFilter, resultWidened, start)
-		return nil, fwk.NewStatus(fwk.Unschedulable, "retrying on every node")
+		// UnschedulableAndUnresolvable ends PostFilter here (the code does
+		// not change how the pod is queued): DefaultPreemption's dry run,
+		// the stock allocator on up to 100 nodes that never sees a claim
+		// freed, would be wasted on a pod retried now.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "retrying on every node")
 	}
 	m = draStatuses{m}
 	c.draSnap = &draSnapshot{} // one read of slices and claims for the dry run's nodes
@@ -132,7 +136,8 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 			p.reserveFor(pod, m, start)
 		}
 		p.metrics.done(pointPostFilter, resultParked, start)
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+		// It waits for its own victims: nobody preempts for it meanwhile.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	r, st := pr.preemptDRA(ctx, c, state, pod, m)
 	nominated := ""
@@ -143,8 +148,8 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 	if !st.IsSuccess() && st.Code() != fwk.Error && c.draNeed.whole {
 		p.reserveFor(pod, m, time.Now())
 	}
-	// Unschedulable, not UnschedulableAndUnresolvable: the DynamicResources
-	// plugin's queueing hints (a claim deallocated) retry the pod.
+	// Unschedulable: DefaultPreemption may still free what is not a
+	// device (a node's CPU or memory).
 	return p.preempted(r, st, start, fwk.Unschedulable)
 }
 
