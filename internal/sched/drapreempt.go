@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -129,7 +130,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		// freed, would be wasted on a pod retried now.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "retrying on every node")
 	}
-	m = draStatuses{m}
+	m = draStatuses{NodeToStatusReader: m, pod: pod, nodes: pr.fh.SnapshotSharedLister().NodeInfos()}
 	c.draSnap = &draSnapshot{} // one read of slices and claims for the dry run's nodes
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {
@@ -194,7 +195,26 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 // them), which would keep preemption off every node; those rejections count
 // as Unschedulable here. Its rejections that preemption cannot help (a
 // claim allocated elsewhere, a node lacking a feature) stay as they are.
-type draStatuses struct{ fwk.NodeToStatusReader }
+//
+// A refusal by GPUSlice's PreFilter (no device has the share free) stands
+// for every node, also those the pod's node selector or required affinity
+// excludes, which Filter (NodeAffinity) would have marked unresolvable:
+// preemption must not try them, so they count as UnschedulableAndUnresolvable.
+type draStatuses struct {
+	fwk.NodeToStatusReader
+	pod   *corev1.Pod        // nil: no affinity check
+	nodes fwk.NodeInfoLister // the nodes, for the affinity check
+}
+
+// excluded tells whether the pod's node selector or required affinity
+// excludes node, which st (Unschedulable) does not say.
+func (d draStatuses) excluded(node *corev1.Node, st *fwk.Status) bool {
+	if d.pod == nil || node == nil || st.Code() != fwk.Unschedulable {
+		return false
+	}
+	m, err := nodeaffinity.GetRequiredNodeAffinity(d.pod).Match(node)
+	return err == nil && !m
+}
 
 // draPreemptable tells whether st is a DynamicResources rejection for lack
 // of devices.
@@ -213,6 +233,11 @@ func (d draStatuses) Get(node string) *fwk.Status {
 	if draPreemptable(st) {
 		return fwk.NewStatus(fwk.Unschedulable, st.Reasons()...).WithPlugin(st.Plugin())
 	}
+	if d.nodes != nil && st.Code() == fwk.Unschedulable {
+		if ni, err := d.nodes.Get(node); err == nil && d.excluded(ni.Node(), st) {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't match Pod's node affinity/selector")
+		}
+	}
 	return st
 }
 
@@ -229,7 +254,21 @@ func (d draStatuses) NodesForStatusCode(l fwk.NodeInfoLister, code fwk.Code) ([]
 				keep = append(keep, ni)
 			}
 		}
+		more, err := d.NodeToStatusReader.NodesForStatusCode(l, fwk.Unschedulable)
+		if err != nil {
+			return nil, err
+		}
+		for _, ni := range more {
+			if d.excluded(ni.Node(), d.NodeToStatusReader.Get(ni.Node().Name)) {
+				keep = append(keep, ni)
+			}
+		}
 		return keep, nil
+	}
+	for _, ni := range out {
+		if !d.excluded(ni.Node(), d.NodeToStatusReader.Get(ni.Node().Name)) {
+			keep = append(keep, ni)
+		}
 	}
 	more, err := d.NodeToStatusReader.NodesForStatusCode(l, fwk.UnschedulableAndUnresolvable)
 	if err != nil {
@@ -237,8 +276,8 @@ func (d draStatuses) NodesForStatusCode(l fwk.NodeInfoLister, code fwk.Code) ([]
 	}
 	for _, ni := range more {
 		if draPreemptable(d.NodeToStatusReader.Get(ni.Node().Name)) {
-			out = append(out, ni)
+			keep = append(keep, ni)
 		}
 	}
-	return out, nil
+	return keep, nil
 }
