@@ -62,6 +62,11 @@ const (
 	MaxProcs = 1024
 	UUIDLen  = 64 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits
 	NameLen  = 64
+
+	// ContextGuess is what a context is reserved at before any was
+	// measured (the library's GS_DRV_CONTEXT_GUESS), and the most a
+	// context seed (Header.ContextSeedKiB) may say.
+	ContextGuess = 512 << 20
 )
 
 // Versions are the header versions readers accept (every one still in the field).
@@ -124,9 +129,13 @@ type Header struct {
 	// The group's limit, written under the file lock by the time-slice daemon
 	// alone. Once limit_set is 1, every GPU slot a member claims takes it,
 	// whatever the member's own GPUSLICE_MEMORY_LIMIT says.
-	Limit     uint64 `doc:"atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only"`
-	LimitSet  uint32 `doc:"atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT"`
-	Reserved0 uint32 `doc:"zero"`
+	Limit    uint64 `doc:"atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only"`
+	LimitSet uint32 `doc:"atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT"`
+	// What a context takes on this node, as the time-slice daemon alone
+	// writes it (ContextSeed): a slot whose context_kib is still 0 is
+	// reserved at this instead of the guess. Carved from a zero an older
+	// library never read (no version change).
+	ContextSeedKiB uint32 `doc:"atomic; 1 + the KiB a context took on this node (the largest any group measured, at most GS_SHM_CONTEXT_GUESS); 0 = none known; written by the time-slice daemon only" cname:"context_seed_kib"`
 	// What a context took on each GPU, as the last member that made one there
 	// measured it: the next creation is reserved at that size before the
 	// driver is asked. Carved from zeros an older library never wrote or read:
@@ -164,6 +173,8 @@ const (
 	OffGroup      = int(unsafe.Offsetof(Header{}.Group))
 	OffLimit      = int(unsafe.Offsetof(Header{}.Limit))
 	OffLimitSet   = int(unsafe.Offsetof(Header{}.LimitSet))
+	OffSeed       = int(unsafe.Offsetof(Header{}.ContextSeedKiB))
+	OffContextKiB = int(unsafe.Offsetof(Header{}.ContextKiB))
 
 	GPUOffElastic = int(unsafe.Offsetof(GPU{}.Elastic))
 	GPUOffUUID    = int(unsafe.Offsetof(GPU{}.UUID))

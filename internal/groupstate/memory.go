@@ -26,6 +26,10 @@ type GPUMemory struct {
 	Managed, Spilled uint64
 	// Refused counts allocations refused at the limit.
 	Refused uint64
+	// ContextKiB is what the group's last context on this GPU took, as a
+	// member measured it (1 + KiB; 0: none measured). Untrusted: members
+	// write it.
+	ContextKiB uint32
 }
 
 // ErrBad is wrapped when a file is no state file of a version this reader knows.
@@ -80,7 +84,7 @@ func ReadMemory(path string) (out []GPUMemory, err error) {
 		out = append(out, GPUMemory{UUID: proto.String(s[GPUOffUUID : GPUOffUUID+UUIDLen]),
 			Limit: le.Uint64(s[GPUOffLimit:]), Used: le.Uint64(s[GPUOffUsed:]), Peak: le.Uint64(s[GPUOffPeak:]),
 			Managed: le.Uint64(s[GPUOffManaged:]), Spilled: le.Uint64(s[GPUOffSpilled:]),
-			Refused: le.Uint64(s[GPUOffRefused:])})
+			Refused: le.Uint64(s[GPUOffRefused:]), ContextKiB: le.Uint32(b[OffContextKiB+4*i:])})
 	}
 	return out, nil
 }

@@ -25,6 +25,7 @@ func (s *Server) loadGroups(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read group tree: %w", err)
 	}
+	s.primeSeed(names)
 	for _, n := range names {
 		s.groupChanged(ctx, n)
 	}
@@ -136,6 +137,7 @@ func (s *Server) forgetLocked(name string) {
 	delete(s.dirs, name)
 	delete(s.gone, name)
 	delete(s.records, name)
+	delete(s.seedGiven, name)
 }
 
 // applyMemoryLimit writes the group's limit into its state file's header (the
@@ -151,6 +153,7 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 	defer s.limitMu.Unlock()
 	st := s.settingsOf(name)
 	path := groupstate.Path(s.cfg.RunDir, name)
+	s.giveSeed(name, true) // before the limit: the group's first members find it
 	var n int
 	var err error
 	if st.MemoryMin != 0 {
@@ -230,6 +233,7 @@ func (s *Server) memoryOf(name string) (used uint64, ok bool) {
 		return 0, false
 	}
 	s.checkLimits(name, gpus)
+	s.seeGroupContexts(name, gpus)
 	for _, g := range gpus {
 		used += g.Used
 	}

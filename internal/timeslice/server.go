@@ -60,6 +60,10 @@ type Server struct {
 	dirs    map[string]dirID
 	gone    map[string]time.Time
 	records map[string]groupRecord
+	// seed: the node's context seed (seed.go), 1 + KiB, 0: none yet;
+	// seedGiven: the seed each group's state file was last given (under mu).
+	seed      uint32
+	seedGiven map[string]uint32
 
 	// What makes the daemon reachable (reach.go), under mu: the run
 	// directory's lock, the listener (lnClosed once the daemon stops), the
@@ -97,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, seedGiven: map[string]uint32{}, unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	if shared, err := monoclock.Shared(cfg.ProcRoot); shared {
 		a := monoclock.NewAnchor()
 		s.clock = &a

@@ -129,6 +129,16 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
 	return 0;
 }
 
+/* A context's reservation before the group measured one on its GPU: the
+ * node's seed (what a context took there, as the time-slice daemon gathered
+ * it from every group; never more than the guess), else the guess. */
+static uint64_t first_guess(struct gs_group *g)
+{
+	uint32_t seed = __atomic_load_n(&gs_group_file(g)->hdr.context_seed_kib, __ATOMIC_ACQUIRE);
+	uint64_t size = seed != 0 ? (uint64_t)(seed - 1) << 10 : GS_DRV_CONTEXT_GUESS;
+	return size < GS_DRV_CONTEXT_GUESS ? size : GS_DRV_CONTEXT_GUESS;
+}
+
 /* What the call is reserved at (*guess: 1 if nothing was measured yet). A
  * context: the larger of the group's last measurement on that GPU and this
  * process's own last context there (a process whose contexts are larger
@@ -144,7 +154,7 @@ static uint64_t estimate(const struct gs_drv_probe *p, int *guess)
 	uint64_t group = kib != 0 ? (uint64_t)(kib - 1) << 10 : 0;
 	*guess = kib == 0 && own == 0;
 	if (*guess)
-		return GS_DRV_CONTEXT_GUESS;
+		return first_guess(p->g);
 	return own > group + 1 ? own - 1 : group;
 }
 

@@ -7,12 +7,16 @@
  *    on that GPU took, as a member of the group measured it (the group file's
  *    context_kib, shared by its members), and what this process's own last
  *    context there took (a process whose contexts are larger than another
- *    member's is reserved at its own size); neither measured yet, a guess
- *    (GS_DRV_CONTEXT_GUESS); for a module or library, what this process's last
- *    load on that device took (none yet: 0). A creation whose estimate does
- *    not fit is refused with CUDA_ERROR_OUT_OF_MEMORY and never reaches the
- *    driver; the reservation is a CAS on the group's count, so creations in
- *    several processes never pass on the same headroom. An estimate that does
+ *    member's is reserved at its own size); neither measured yet, a guess:
+ *    the node's seed (the header's context_seed_kib: the largest context
+ *    any group measured on the node, as the time-slice daemon gathers them;
+ *    at most GS_DRV_CONTEXT_GUESS), else GS_DRV_CONTEXT_GUESS, so only the
+ *    node's first contexts are reserved blind; for a module or library,
+ *    what this process's last load on that device took (none yet: 0). A
+ *    creation whose estimate does not fit is refused with
+ *    CUDA_ERROR_OUT_OF_MEMORY and never reaches the driver; the reservation
+ *    is a CAS on the group's count, so creations in several processes never
+ *    pass on the same headroom. An estimate that does
  *    not fit while other members' guesses are in flight (a group's first
  *    contexts on a GPU, more of them at once than guesses fit its limit)
  *    waits for them, asleep on a futex on their guessing count (they are
@@ -44,8 +48,8 @@
 #include "internal.h"
 #include "ptrtab.h"
 
-#define GS_DRV_CONTEXT_GUESS (512ull << 20) /* a context's reservation before any was measured on its GPU */
-#define GS_DRV_GUESS_WAIT_MS 2000           /* a guess waits at most this long for the others' */
+#define GS_DRV_CONTEXT_GUESS GS_SHM_CONTEXT_GUESS /* a context's reservation before any was measured on the node */
+#define GS_DRV_GUESS_WAIT_MS 2000                 /* a guess waits at most this long for the others' */
 
 enum gs_drv_what { GS_DRV_CONTEXT, GS_DRV_LOAD };
 

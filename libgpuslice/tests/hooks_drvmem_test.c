@@ -374,6 +374,36 @@ static int cold_guesses(void *arg)
 	return 0;
 }
 
+/* Issue 36: a new group on a node where contexts were measured. The
+ * time-slice daemon writes the node's seed (what another group measured: 300
+ * MiB) into the group's header; three fresh members of a 1000 MiB group then
+ * make their first contexts at once, each taking 3 s in the driver (longer
+ * than a guess waits for another's). Reserved at the guess (512 MiB), the
+ * second and third would not fit beside the first and would wait for its
+ * measurement until their wait ran out, then share the 488 MiB left: one of
+ * them refused. Reserved at the seed, all three fit at once: none waits, all
+ * three are made, and the device never holds more than the limit. */
+static int seeded_first(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "3000000", 1);
+	const char *path = ht_managed_group("drvseed", 1048576000ull);
+	uint32_t seed = 300u * 1024u + 1u; /* 1 + KiB */
+	int fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK(pwrite(fd, &seed, sizeof(seed), offsetof(struct gs_shm_header, context_seed_kib)) ==
+	      (ssize_t)sizeof(seed));
+	close(fd);
+	int made, refused;
+	uint64_t most = race_run(3, cold_create, &made, &refused);
+	if (made != 3 || most > 1048576000ull) {
+		fprintf(stderr, "seeded first contexts: %d of 3 made (want 3), the device held %.1f MiB of 1000 MiB\n",
+			made, (double)most / MiB);
+		return 1;
+	}
+	return 0;
+}
+
 /* A member whose contexts take 600 MiB (its own GPUSLICE_SIM_CONTEXT_MEMORY):
  * its primary context, then, once told (go reads EOF; the 300 MiB member
  * made its own since), a cuCtxCreate. */
@@ -444,6 +474,7 @@ int main(void)
 	HT_RUN(concurrent, NULL);
 	HT_RUN(shared_headroom, NULL);
 	HT_RUN(cold_guesses, NULL);
+	HT_RUN(seeded_first, NULL);
 	HT_RUN(bigger_than_measured, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_drvmem_test: ok\n");

@@ -52,6 +52,7 @@
 #define GS_MAX_CONTAINER_GROUPS 4
 #define GS_SHM_UUID_LEN 64 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits */
 #define GS_SHM_NAME_LEN 64
+#define GS_SHM_CONTEXT_GUESS 536870912ull /* a context's reservation before any was measured; the most a seed says */
 
 /* gs_shm_gpu.state */
 enum { GS_SLOT_FREE = 0, GS_SLOT_READY = 2 };
@@ -101,7 +102,7 @@ struct gs_shm_header {
 	char group[GS_SHM_NAME_LEN]; /* GPUSLICE_GROUP of the creator */
 	uint64_t limit; /* atomic; the group's limit in bytes (memory.max, or an elastic group's memory.min), 0 = no limit; written by the time-slice daemon only */
 	uint32_t limit_set; /* atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT */
-	uint32_t reserved0; /* zero */
+	uint32_t context_seed_kib; /* atomic; 1 + the KiB a context took on this node (the largest any group measured, at most GS_SHM_CONTEXT_GUESS); 0 = none known; written by the time-slice daemon only */
 	uint32_t context_kib[GS_SHM_MAX_GPUS]; /* atomic; per gpu[] slot: 1 + the KiB (rounded up) the driver took for the last context a member made there; 0 = none measured yet; written by the library */
 	uint64_t reserved[6]; /* zero */
 };
@@ -147,7 +148,7 @@ _Static_assert(offsetof(struct gs_shm_header, host_pidns) == 56, "gs_shm_header.
 _Static_assert(offsetof(struct gs_shm_header, group) == 64, "gs_shm_header.group offset");
 _Static_assert(offsetof(struct gs_shm_header, limit) == 128, "gs_shm_header.limit offset");
 _Static_assert(offsetof(struct gs_shm_header, limit_set) == 136, "gs_shm_header.limit_set offset");
-_Static_assert(offsetof(struct gs_shm_header, reserved0) == 140, "gs_shm_header.reserved0 offset");
+_Static_assert(offsetof(struct gs_shm_header, context_seed_kib) == 140, "gs_shm_header.context_seed_kib offset");
 _Static_assert(offsetof(struct gs_shm_header, context_kib) == 144, "gs_shm_header.context_kib offset");
 _Static_assert(offsetof(struct gs_shm_header, reserved) == 208, "gs_shm_header.reserved offset");
 _Static_assert(sizeof(struct gs_shm_header) == 256, "gs_shm_header size");

@@ -1,0 +1,83 @@
+package groupstate
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestContextSeed(t *testing.T) {
+	const mib300 = 300<<10 + 1
+	for _, tc := range []struct {
+		name     string
+		prev     uint32
+		measured []uint32
+		want     uint32
+	}{
+		{"none", 0, nil, 0},
+		{"unmeasured slots", 0, []uint32{0, 0}, 0},
+		{"one group", 0, []uint32{mib300}, mib300},
+		{"a lower figure lowers nothing", 0, []uint32{mib300, 2}, mib300},
+		{"the largest", 0, []uint32{2, mib300, 200<<10 + 1}, mib300},
+		{"at most the guess", 0, []uint32{mib300, ^uint32(0)}, SeedMaxKiB},
+		{"the guess itself", 0, []uint32{SeedMaxKiB}, SeedMaxKiB},
+		{"kept when its group is gone", mib300, nil, mib300},
+		{"a prev past the guess is capped", ^uint32(0), nil, SeedMaxKiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ContextSeed(tc.prev, tc.measured); got != tc.want {
+				t.Errorf("ContextSeed(%d, %v) = %d, want %d", tc.prev, tc.measured, got, tc.want)
+			}
+		})
+	}
+}
+
+// SetContextSeed writes the header's seed (capped) and says whether it
+// changed; ReadMemory returns each slot's measured context.
+func TestSetContextSeed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	if err := Create("/proc", path, "g"); err != nil {
+		t.Fatal(err)
+	}
+	seed := func() uint32 {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint32(b[OffSeed:])
+	}
+	for _, step := range []struct {
+		set, want uint32
+		changed   bool
+	}{{300<<10 + 1, 300<<10 + 1, true}, {300<<10 + 1, 300<<10 + 1, false}, {^uint32(0), SeedMaxKiB, true}} {
+		changed, err := SetContextSeed(path, step.set)
+		if err != nil || changed != step.changed || seed() != step.want {
+			t.Fatalf("SetContextSeed(%d): changed %v, %v; seed %d, want %d (changed %v)", step.set, changed, err,
+				seed(), step.want, step.changed)
+		}
+	}
+	if _, err := SetContextSeed(filepath.Join(dir, "missing"), 1); !os.IsNotExist(err) {
+		t.Fatalf("missing file: %v", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := make([]byte, GPUSize)
+	binary.LittleEndian.PutUint32(slot, SlotReady)
+	copy(slot[GPUOffUUID:], "GPU-0000")
+	_, err = f.WriteAt(slot, int64(GPUsOffset))
+	if err == nil {
+		_, err = f.WriteAt(binary.LittleEndian.AppendUint32(nil, 300<<10+1), int64(OffContextKiB))
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadMemory(path)
+	if err != nil || len(got) != 1 || got[0].ContextKiB != 300<<10+1 {
+		t.Fatalf("ReadMemory: %+v %v, want one slot with ContextKiB %d", got, err, 300<<10+1)
+	}
+}
