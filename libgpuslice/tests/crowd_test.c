@@ -43,6 +43,7 @@
 
 #include "check.h"
 #include "crowd.h"
+#include "shmfile.h"
 
 #define MiB (1024ull * 1024ull)
 #define MAX_KIDS 1024
@@ -125,6 +126,19 @@ struct jobs_result {
 	int wrong_charge;
 };
 
+struct seed {
+	uint64_t pidns, ctx;
+	const char *group;
+};
+
+static void set_seed(struct gs_shm_header *h, const void *arg)
+{
+	const struct seed *sd = arg;
+	h->host_pidns = sd->pidns;
+	snprintf(h->group, sizeof(h->group), "%s", sd->group);
+	h->context_seed_kib = (uint32_t)((sd->ctx + 1023) >> 10) + 1;
+}
+
 /* Makes group g's file as the node makes a new group's where contexts of ctx
  * bytes were measured: the time-slice daemon's context seed (1 + KiB) in its
  * header; no limit there (the members' GPUSLICE_MEMORY_LIMIT). */
@@ -132,26 +146,10 @@ static void seed_group(const char *g, uint64_t ctx)
 {
 	struct stat ns;
 	char path[300];
-	struct gs_shm_file *f = calloc(1, sizeof(*f));
-	CHECK(f != NULL && stat("/proc/self/ns/pid", &ns) == 0);
-	struct gs_shm_header *h = &f->hdr;
-	h->version = GS_SHM_VERSION;
-	h->header_size = sizeof(*h);
-	h->file_size = GS_SHM_FILE_SIZE;
-	h->max_gpus = GS_SHM_MAX_GPUS;
-	h->max_procs = GS_SHM_MAX_PROCS;
-	h->gpu_size = sizeof(struct gs_shm_gpu);
-	h->proc_size = sizeof(struct gs_shm_proc);
-	h->gpu_offset = offsetof(struct gs_shm_file, gpu);
-	h->proc_offset = offsetof(struct gs_shm_file, proc);
-	h->host_pidns = ns.st_ino;
-	snprintf(h->group, sizeof(h->group), "%s", g);
-	h->context_seed_kib = (uint32_t)((ctx + 1023) >> 10) + 1;
-	h->magic = GS_SHM_MAGIC;
+	CHECK(stat("/proc/self/ns/pid", &ns) == 0);
+	struct seed sd = {ns.st_ino, ctx, g};
 	snprintf(path, sizeof(path), "%s/group-%s", dir, g);
-	FILE *out = fopen(path, "wx");
-	CHECK(out != NULL && fwrite(f, sizeof(*f), 1, out) == 1 && fclose(out) == 0);
-	free(f);
+	shm_write_managed(path, set_seed, &sd);
 }
 
 /* n jobs at one instant over `groups` groups (NULL preload: bare), the

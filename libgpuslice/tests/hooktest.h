@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "drv.h"
+#include "shmfile.h"
 
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)
@@ -60,31 +61,19 @@ static inline const char *ht_group(const char *name, const char *limit)
 	return path;
 }
 
+static inline void ht_set_limit(struct gs_shm_header *h, const void *limit)
+{
+	h->limit = *(const uint64_t *)limit;
+	h->limit_set = 1;
+}
+
 /* A group file <name> in the test dir as a manager (gpuslice run, the
  * time-slice daemon, gpuslice-node) makes it: the group's limit in the header.
  * Points the library at it (ht_group, no limit of its own); returns the path. */
 static inline const char *ht_managed_group(const char *name, uint64_t limit)
 {
 	const char *path = ht_group(name, NULL);
-	struct gs_shm_file *f = calloc(1, sizeof(*f));
-	CHECK(f != NULL);
-	struct gs_shm_header *h = &f->hdr;
-	h->version = GS_SHM_VERSION;
-	h->header_size = sizeof(*h);
-	h->file_size = GS_SHM_FILE_SIZE;
-	h->max_gpus = GS_SHM_MAX_GPUS;
-	h->max_procs = GS_SHM_MAX_PROCS;
-	h->gpu_size = sizeof(struct gs_shm_gpu);
-	h->proc_size = sizeof(struct gs_shm_proc);
-	h->gpu_offset = offsetof(struct gs_shm_file, gpu);
-	h->proc_offset = offsetof(struct gs_shm_file, proc);
-	h->limit = limit;
-	h->limit_set = 1;
-	h->magic = GS_SHM_MAGIC;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	CHECK(fd >= 0 && write(fd, f, sizeof(*f)) == (ssize_t)sizeof(*f));
-	close(fd);
-	free(f);
+	shm_write_managed(path, ht_set_limit, &limit);
 	return path;
 }
 
