@@ -338,8 +338,8 @@ static int shared_headroom(void *arg)
 	return 0;
 }
 
-/* A fresh member of group "drvcold" (1000 MiB) whose first context is a
- * cuCtxCreate (100 ms in the simulator). */
+/* A fresh member of the group its parent named ("drvcold", "drvseed") whose
+ * first context is a cuCtxCreate (as long as GPUSLICE_SIM_LATENCY_US says). */
 static int cold_create(void *arg)
 {
 	const struct race *r = arg;
