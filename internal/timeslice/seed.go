@@ -30,12 +30,14 @@ func (s *Server) seeGroupContexts(name string, gpus []groupstate.GPUMemory) {
 
 // giveSeed writes the node's context seed into a group's state file unless
 // the daemon gave it that seed already (always, with again: a state file
-// made anew, before its limit is written).
+// made anew, before its limit is written). Groups without settings are not
+// the daemon's: nothing is written into theirs.
 func (s *Server) giveSeed(name string, again bool) {
 	s.mu.Lock()
 	seed, given := s.seed, s.seedGiven[name]
+	_, known := s.settings[name]
 	s.mu.Unlock()
-	if seed == 0 || (!again && given == seed) {
+	if seed == 0 || !known || (!again && given == seed) {
 		return
 	}
 	_, err := groupstate.SetContextSeed(groupstate.Path(s.cfg.RunDir, name), seed)
