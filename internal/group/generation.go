@@ -6,13 +6,14 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Bump numbers the settings written so far: under an exclusive lock on the
-// group's directory it writes the stored generation plus one into
-// FileGeneration and returns it. Numbers only grow, and each is written
+// group's directory it writes the stored generation plus one (a new
+// directory's first: firstGeneration) into FileGeneration and returns it. Numbers only grow, and each is written
 // after the settings of its writer, so a reader who reads the generation
 // first and the settings after sees at least those settings.
 func (t Tree) Bump(name string) (uint64, error) {
@@ -29,10 +30,23 @@ func (t Tree) Bump(name string) (uint64, error) {
 		cur = 0 // a bad number is replaced
 	}
 	next := cur + 1
+	if cur == 0 {
+		next = firstGeneration(time.Now())
+	}
 	if err := t.WriteFile(name, FileGeneration, strconv.FormatUint(next, 10)+"\n"); err != nil {
 		return 0, err
 	}
 	return next, nil
+}
+
+// firstGeneration numbers a group directory's first settings: the time in
+// nanoseconds (at least 1), not 1. A group removed and made again under the
+// same name gets a larger number than any its earlier directory had, so an
+// acknowledgement of the removed group's settings that the time-slice daemon
+// was still writing (it lands in the new directory) never reads as the new
+// settings applied: their writer waits for its own number.
+func firstGeneration(now time.Time) uint64 {
+	return max(uint64(max(now.UnixNano(), 0)), 1)
 }
 
 // Generation reads the group's settings generation (FileGeneration).

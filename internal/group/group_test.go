@@ -493,3 +493,48 @@ func TestWatchRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGenerationAcrossRemake: a group removed and made again numbers its
+// first settings above every generation its earlier directory had, so the
+// time-slice daemon's late acknowledgement of the removed group's settings
+// (written into the new directory) is never the new settings' number. With
+// numbers restarting at 1, the groups manager's Create returned before its
+// limit was applied (TestRemadeGroupApplied failed once in a CI rehearsal).
+func TestGenerationAcrossRemake(t *testing.T) {
+	tr := NewTree(t.TempDir())
+	var last uint64
+	for i := range 5 {
+		if err := tr.Create("g"); err != nil {
+			t.Fatal(err)
+		}
+		first, err := tr.Bump("g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first <= last {
+			t.Fatalf("made for the %d. time: first generation %d, want above the removed group's %d", i+1, first, last)
+		}
+		if last, err = tr.Bump("g"); err != nil || last != first+1 {
+			t.Fatalf("second generation %d %v, want %d", last, err, first+1)
+		}
+		if err := tr.Remove("g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFirstGeneration(t *testing.T) {
+	for _, c := range []struct {
+		now  time.Time
+		want uint64
+	}{
+		{time.Unix(0, 0), 1},
+		{time.Unix(-5, 0), 1},
+		{time.Unix(0, 7), 7},
+		{time.Unix(1_800_000_000, 5), 1_800_000_000_000_000_005},
+	} {
+		if got := firstGeneration(c.now); got != c.want {
+			t.Errorf("firstGeneration(%v) = %d, want %d", c.now, got, c.want)
+		}
+	}
+}

@@ -46,8 +46,9 @@ func TestCreateSetAppliedByDaemon(t *testing.T) {
 		if lim := limitOf(t, dir, name); lim != 1<<30 {
 			t.Fatalf("%s: limit %d after Create, want 1 GiB", name, lim)
 		}
-		if g, err := m.Tree().Applied(name); err != nil || g != 1 {
-			t.Fatalf("%s: applied generation %d %v, want 1", name, g, err)
+		want, _ := m.Tree().Generation(name)
+		if g, err := m.Tree().Applied(name); err != nil || g != want || g == 0 {
+			t.Fatalf("%s: applied generation %d %v, want %d", name, g, err, want)
 		}
 	}
 	if v, err := m.Tree().ReadFile("ctr", group.FileGateOff); err != nil || v != "off" {
@@ -268,11 +269,12 @@ func TestGPUsOnlyNotWaited(t *testing.T) {
 
 // TestRemadeGroupApplied: a group removed and made again under the same name,
 // 20 times under one daemon, as `gpuslice run --group`/`group rm` do and as
-// the node agent and the DRA driver do (a container's group): each new group
-// starts at generation 1 again, and the daemon applies it within 1 s (its limit
-// in the new state file, the generation acknowledged). A daemon that kept the
-// generation it acknowledged for the removed group took the new group's 1 as
-// already applied (issue 38).
+// the node agent and the DRA driver do (a container's group): the daemon
+// applies each new group within 1 s (its limit in the new state file, the
+// generation acknowledged). A daemon that kept the generation it acknowledged
+// for the removed group took the new group's as already applied (issue 38);
+// a late acknowledgement of the removed group's settings landing in the new
+// directory did the same while numbers restarted at 1 (group.firstGeneration).
 func TestRemadeGroupApplied(t *testing.T) {
 	dir := t.TempDir()
 	startDaemon(t, dir)
