@@ -22,6 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 )
 
@@ -165,9 +166,9 @@ func checkSpec(t *testing.T, e env, uid, name string) {
 		mounts = append(mounts, m.ContainerPath+":"+m.Options[0])
 	}
 	sort.Strings(mounts)
-	for _, want := range []string{"/etc/ld.so.preload:ro", "/run/gpuslice-group:ro", filepath.Join(e.run, "groups", name) + ":ro",
-		filepath.Join(e.run, "node.sock") + ":rw", "/run/gpuslice-groups/GPU-aaaa:ro",
-		"/run/gpuslice-groups/GPU-aaaa/gpu.state:rw"} {
+	for _, want := range []string{"/etc/ld.so.preload:ro", groupstate.ContainerDir + ":ro", filepath.Join(e.run, "groups", name) + ":ro",
+		filepath.Join(e.run, "node.sock") + ":rw", groupstate.ContainerDeviceDir("GPU-aaaa") + ":ro",
+		groupstate.ContainerDeviceFile("GPU-aaaa") + ":rw"} {
 		if !slices.Contains(mounts, want) {
 			t.Errorf("mount %s missing from %v", want, mounts)
 		}

@@ -56,6 +56,8 @@ func CHeader() ([]byte, error) {
  * GPUSLICE_GROUP_FILE decides. docs/contracts.md. */
 `)
 	fmt.Fprintf(&b, "#define GS_CONTAINER_GROUP_FILE %q\n", ContainerFile)
+	fmt.Fprintf(&b, "#define GS_CONTAINER_GROUP_DIR %q\n", ContainerDir)
+	fmt.Fprintf(&b, "#define GS_STATE_FILE_NAME %q /* a group state file's name in its group's directory */\n", FileName)
 	b.WriteString(`/* In a container (GS_CONTAINER_GROUP_FILE exists), the launch gate is off
  * only where the node put this file in the group's read-only directory (MPS
  * clients); GPUSLICE_GATE is not read there. */

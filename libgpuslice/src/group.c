@@ -401,7 +401,7 @@ static int node_mount(const char *dir)
 static int resolve_device_group(const char *uuid)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	const char *base = strrchr(GS_CONTAINER_GROUP_FILE, '/') + 1;
+	const char *base = GS_STATE_FILE_NAME;
 	if (!uuid_name_ok(uuid) || strlen(GS_CONTAINER_DEVICE_GROUPS) + strlen(uuid) + strlen(base) + 3 > sizeof(dir))
 		return 0;
 	gs_fmt(dir, sizeof(dir), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuid);

@@ -26,7 +26,7 @@ static void group_dir(char *dir, size_t n, const char *name, uint64_t limit)
 	snprintf(dir, n, "%s/%s", ht_dir, name);
 	CHECK(mkdir(dir, 0755) == 0);
 	char state[400];
-	snprintf(state, sizeof(state), "%s/gpu.state", dir);
+	snprintf(state, sizeof(state), "%s/" GS_STATE_FILE_NAME, dir);
 	CHECK(rename(ht_managed_group(name, limit), state) == 0);
 }
 
@@ -45,8 +45,8 @@ static void mount_group(const char *dir, const char *at)
 	CHECK(mkdir(at, 0755) == 0);
 	CHECK(mount(dir, at, NULL, MS_BIND, NULL) == 0);
 	CHECK(mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) == 0);
-	snprintf(src, sizeof(src), "%s/gpu.state", dir);
-	snprintf(dst, sizeof(dst), "%s/gpu.state", at);
+	snprintf(src, sizeof(src), "%s/" GS_STATE_FILE_NAME, dir);
+	snprintf(dst, sizeof(dst), "%s/" GS_STATE_FILE_NAME, at);
 	CHECK(mount(src, dst, NULL, MS_BIND, NULL) == 0);
 }
 
@@ -61,13 +61,13 @@ static void mount_container(int forged)
 	CHECK(mkdir("/run", 0755) == 0 || errno == EEXIST);
 	CHECK(mount("tmpfs", "/run", "tmpfs", 0, "size=64k") == 0);
 	CHECK(mkdir(GS_CONTAINER_DEVICE_GROUPS, 0755) == 0);
-	mount_group(dir_b, "/run/gpuslice-group");
+	mount_group(dir_b, GS_CONTAINER_GROUP_DIR);
 	snprintf(at, sizeof(at), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuids[0]);
 	if (forged) {
 		char state[480], src[400];
 		CHECK(mkdir(at, 0755) == 0);
-		snprintf(state, sizeof(state), "%s/gpu.state", at);
-		snprintf(src, sizeof(src), "%s/gpu.state", dir_c);
+		snprintf(state, sizeof(state), "%s/" GS_STATE_FILE_NAME, at);
+		snprintf(src, sizeof(src), "%s/" GS_STATE_FILE_NAME, dir_c);
 		touch(state);
 		CHECK(mount(src, state, NULL, MS_BIND, NULL) == 0);
 	} else {
@@ -82,7 +82,7 @@ static void mount_container(int forged)
 static const struct gs_shm_file *map_group(const char *dir)
 {
 	char state[400];
-	snprintf(state, sizeof(state), "%s/gpu.state", dir);
+	snprintf(state, sizeof(state), "%s/" GS_STATE_FILE_NAME, dir);
 	const struct gs_shm_file *f = ht_map(state);
 	CHECK(f != NULL);
 	return f;

@@ -39,6 +39,8 @@
  * member cannot leave its group by its environment); elsewhere (a single node)
  * GPUSLICE_GROUP_FILE decides. docs/contracts.md. */
 #define GS_CONTAINER_GROUP_FILE "/run/gpuslice-group/gpu.state"
+#define GS_CONTAINER_GROUP_DIR "/run/gpuslice-group"
+#define GS_STATE_FILE_NAME "gpu.state" /* a group state file's name in its group's directory */
 /* In a container (GS_CONTAINER_GROUP_FILE exists), the launch gate is off
  * only where the node put this file in the group's read-only directory (MPS
  * clients); GPUSLICE_GATE is not read there. */
