@@ -1,0 +1,114 @@
+package nodedev
+
+import (
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+)
+
+// h100 is an H100 80GB's profiles (nvidia-smi mig -lgip, no +me).
+func h100() MIGGPU {
+	pl := func(size uint32, s ...uint32) []gpu.MIGPlacement {
+		var out []gpu.MIGPlacement
+		for _, v := range s {
+			out = append(out, gpu.MIGPlacement{Start: v, Size: size})
+		}
+		return out
+	}
+	return MIGGPU{
+		GPU: GPU{Index: 0, UUID: "GPU-a", MemoryTotal: 81559 << 20},
+		Profiles: []gpu.MIGProfile{
+			{ID: 19, Name: "1g.10gb", ComputeSlices: 1, MemoryMiB: 9856, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: 15, Name: "1g.20gb", ComputeSlices: 1, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4, 6)},
+			{ID: 14, Name: "2g.20gb", ComputeSlices: 2, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4)},
+			{ID: 9, Name: "3g.40gb", ComputeSlices: 3, MemoryMiB: 40192, Placements: pl(4, 0, 4)},
+			{ID: 5, Name: "4g.40gb", ComputeSlices: 4, MemoryMiB: 40192, Placements: pl(4, 0)},
+			{ID: 0, Name: "7g.80gb", ComputeSlices: 7, MemoryMiB: 80896, Placements: pl(8, 0)},
+		},
+	}
+}
+
+func none(uint32) bool { return false }
+
+func names(ms []MIG) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range ms {
+		out[m.Name()] = true
+	}
+	return out
+}
+
+func TestLayoutAndCounters(t *testing.T) {
+	g := h100()
+	if g.MemorySlices() != 8 || g.ComputeSlices() != 7 {
+		t.Fatalf("slices %d/%d, want 8 memory, 7 compute", g.MemorySlices(), g.ComputeSlices())
+	}
+	all := Layout(g, none)
+	if len(all) != 18 {
+		t.Fatalf("%d devices on an empty H100, want 18 (7+4+3+2+1+1)", len(all))
+	}
+	c := Counters(g, none)
+	if len(c) != 9 || c[CounterComputeSlices] != 7 || c["memory-slice-7"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
+	for _, m := range all {
+		if m.Kind() != KindMIG || m.GPU().UUID != "GPU-a" || m.VisibleID() != "" {
+			t.Errorf("%s: %v %v %q", m.Name(), m.Kind(), m.GPU(), m.VisibleID())
+		}
+		used := m.Consumes()
+		if used[CounterComputeSlices] != int64(m.Profile.ComputeSlices) || int64(len(used)-1) != int64(m.Placement.Size) {
+			t.Errorf("%s consumes %v", m.Name(), used)
+		}
+		for k := range used {
+			if _, ok := c[k]; !ok {
+				t.Errorf("%s consumes %s, which the GPU has not", m.Name(), k)
+			}
+		}
+	}
+	if !names(all)["gpu-0-mig-3g-40gb-4"] {
+		t.Errorf("no gpu-0-mig-3g-40gb-4 in %v", names(all))
+	}
+}
+
+// An admin's 3g.40gb at 4 (static): offered as it is, nothing over its
+// slices, and the counters no longer hold its slices.
+func TestLayoutStatic(t *testing.T) {
+	g := h100()
+	g.Instances = []gpu.MIGInstance{{ProfileID: 9, Placement: gpu.MIGPlacement{Start: 4, Size: 4}, GI: 2, HasCI: true, UUID: "MIG-x"},
+		{ProfileID: 19, Placement: gpu.MIGPlacement{Start: 0, Size: 1}, GI: 7, HasCI: true, UUID: "MIG-ours"}}
+	ours := func(gi uint32) bool { return gi == 7 }
+	got := Layout(g, ours)
+	n := names(got)
+	for _, want := range []string{"gpu-0-mig-3g-40gb-4", "gpu-0-mig-3g-40gb-0", "gpu-0-mig-1g-10gb-3", "gpu-0-mig-1g-10gb-0"} {
+		if !n[want] {
+			t.Errorf("no %s in %v", want, n)
+		}
+	}
+	for _, gone := range []string{"gpu-0-mig-1g-10gb-4", "gpu-0-mig-7g-80gb-0", "gpu-0-mig-1g-20gb-6", "gpu-0-mig-2g-20gb-4"} {
+		if n[gone] {
+			t.Errorf("%s overlaps the admin's instance, offered", gone)
+		}
+	}
+	for _, m := range got {
+		switch m.Name() {
+		case "gpu-0-mig-3g-40gb-4":
+			if !m.Static || m.VisibleID() != "MIG-x" || m.Consumes() != nil {
+				t.Errorf("the admin's instance: %+v consumes %v", m, m.Consumes())
+			}
+		case "gpu-0-mig-1g-10gb-0":
+			if m.Static || m.VisibleID() != "MIG-ours" || m.Consumes() == nil {
+				t.Errorf("a claim's instance: %+v", m)
+			}
+		}
+	}
+	c := Counters(g, ours)
+	if c[CounterComputeSlices] != 4 || len(c) != 5 {
+		t.Errorf("counters %v, want 4 compute and memory slices 0-3", c)
+	}
+	// An admin's GPU instance without a compute instance: not offered, its slices held.
+	g.Instances[0].HasCI = false
+	n = names(Layout(g, ours))
+	if n["gpu-0-mig-3g-40gb-4"] || n["gpu-0-mig-1g-10gb-5"] {
+		t.Errorf("a half-made instance or its slices offered: %v", n)
+	}
+}
