@@ -50,6 +50,11 @@ type Config struct {
 	// Inject is what a container gets besides its GPUs (the device plugin's,
 	// its CDIKind ignored: the claim's spec carries the device nodes).
 	Inject deviceplugin.Inject
+	// MIG makes and destroys the MIG instances of devices that are (GPU.MIG);
+	// nil where the node offers none. MIGMinors is the driver's table of
+	// MIG access nodes (MIGMinorsFile).
+	MIG       MIG
+	MIGMinors string
 	// Fault, for tests only (nil in the node agent, which has no way to set
 	// it), is called at each Step once it is done: an error fails the step
 	// as if it had failed; a test may also end the process there.

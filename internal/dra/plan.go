@@ -9,6 +9,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/internal/gpurequest"
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
 	drav1 "github.com/gpuslice/gpuslice/pkg/apis/dra/v1alpha1"
 )
 
@@ -20,6 +21,9 @@ type GPU struct {
 	Units       int64 // the GPU's units total
 	MPS         bool
 	Healthy     bool
+	// MIG is the MIG instance the device is (nil: a whole GPU): UUID and
+	// Minor are its GPU's, MemoryBytes and Units the instance's.
+	MIG *nodedev.MIG
 }
 
 // plan is what preparing one claim does: its devices on this node and its

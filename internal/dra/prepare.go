@@ -60,6 +60,9 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err != nil {
 		return nil, err
 	}
+	if err := d.planMIG(p.devices); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
 	c := checkpoint.Claim{State: checkpoint.PrepareStarted, Namespace: claim.Namespace, Name: claim.Name,
 		CDIDevice: gpucdi.ClaimDevice(uid), Devices: p.devices}
 	if !p.admin {
@@ -77,6 +80,9 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 // make makes the claim's group and CDI spec and records it prepared.
 func (d *Driver) make(ctx context.Context, uid string, c checkpoint.Claim, p plan) error {
 	if err := d.fault(StepPrepareStarted); err != nil {
+		return err
+	}
+	if err := d.makeMIG(uid, &c); err != nil {
 		return err
 	}
 	if c.Group != "" {
@@ -121,19 +127,26 @@ func (d *Driver) spec(uid string, c checkpoint.Claim) (*specs.Spec, error) {
 	for _, req := range baseRequests(c) {
 		cand := deviceplugin.Candidate{Namespace: c.Namespace, Name: c.Name, Container: "claim"}
 		nodeGPUs := map[string]gpuset.GPU{}
+		var devs []checkpoint.Device
 		for _, dev := range c.Devices {
 			if resourceclaim.BaseRequestRef(dev.Request) != req {
 				continue
 			}
 			g := d.cfg.GPUs[dev.Device]
-			nodeGPUs[g.UUID] = gpuset.GPU{UUID: g.UUID, Minor: g.Minor, Healthy: g.Healthy}
-			cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: g.UUID, Units: dev.Units, MemoryBytes: dev.Memory,
+			id := g.UUID
+			if dev.MIG != nil {
+				id = dev.MIG.UUID // the instance: MIG-<uuid>
+			}
+			nodeGPUs[id] = gpuset.GPU{UUID: id, Minor: g.Minor, Healthy: g.Healthy}
+			cand.GPUs = append(cand.GPUs, api.GPUAssignment{UUID: id, Units: dev.Units, MemoryBytes: dev.Memory,
 				Exclusive: dev.Units == 0})
+			devs = append(devs, dev)
 		}
 		e, err := in.Edits(cand, nodeGPUs, c.Group)
 		if err != nil {
 			return nil, err
 		}
+		d.migEdits(&e, devs)
 		byName[cdiName(uid, c, req)] = e
 	}
 	return gpucdi.ClaimSpec(uid, byName)
@@ -232,6 +245,9 @@ func (d *Driver) remove(ctx context.Context, uid string, c checkpoint.Claim) err
 		}
 	}
 	if err := d.fault(StepGroupRemoved); err != nil {
+		return err
+	}
+	if err := d.destroyMIG(uid, c); err != nil {
 		return err
 	}
 	if err := d.save(uid, nil); err != nil {

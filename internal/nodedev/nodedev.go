@@ -231,3 +231,38 @@ func (m MIG) Consumes() map[string]int64 {
 	}
 	return out
 }
+
+// MIGCapNodes are the /dev/nvidia-caps nodes that give access to GPU
+// instance gi and its compute instance ci on the GPU of minor gpuMinor,
+// read from the driver's table (/proc/driver/nvidia-caps/mig-minors: lines
+// "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13"); none where the table
+// does not name them. Untrusted input: a bad line is skipped.
+func MIGCapNodes(table []byte, gpuMinor, gi, ci uint32) []string {
+	giKey := fmt.Sprintf("gpu%d/gi%d/access", gpuMinor, gi)
+	ciKey := fmt.Sprintf("gpu%d/gi%d/ci%d/access", gpuMinor, gi, ci)
+	var giNode, ciNode string
+	for _, line := range strings.Split(string(table), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		n, err := strconv.ParseUint(f[1], 10, 20)
+		if err != nil {
+			continue
+		}
+		node := "/dev/nvidia-caps/nvidia-cap" + strconv.FormatUint(n, 10)
+		switch f[0] {
+		case giKey:
+			giNode = node
+		case ciKey:
+			ciNode = node
+		}
+	}
+	var out []string
+	for _, n := range []string{giNode, ciNode} {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package nodedev
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -111,4 +112,30 @@ func TestLayoutStatic(t *testing.T) {
 	if n["gpu-0-mig-3g-40gb-4"] || n["gpu-0-mig-1g-10gb-5"] {
 		t.Errorf("a half-made instance or its slices offered: %v", n)
 	}
+}
+
+func TestMIGCapNodes(t *testing.T) {
+	table := []byte("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu1/gi1/access 147\n" +
+		"gpu1/gi1/ci0/access 148\ngpu0/gi2/access x\ngarbage\n")
+	got := MIGCapNodes(table, 1, 1, 0)
+	if len(got) != 2 || got[0] != "/dev/nvidia-caps/nvidia-cap147" || got[1] != "/dev/nvidia-caps/nvidia-cap148" {
+		t.Fatalf("nodes %v", got)
+	}
+	if got := MIGCapNodes(table, 0, 2, 0); len(got) != 0 {
+		t.Fatalf("a bad minor gave %v", got)
+	}
+	if got := MIGCapNodes(nil, 0, 1, 0); len(got) != 0 {
+		t.Fatalf("no table gave %v", got)
+	}
+}
+
+func FuzzMIGCapNodes(f *testing.F) {
+	f.Add([]byte("gpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"), uint32(0), uint32(1), uint32(0))
+	f.Fuzz(func(t *testing.T, b []byte, g, gi, ci uint32) {
+		for _, n := range MIGCapNodes(b, g, gi, ci) {
+			if !strings.HasPrefix(n, "/dev/nvidia-caps/nvidia-cap") || strings.ContainsAny(n[len("/dev/nvidia-caps/nvidia-cap"):], "/.") {
+				t.Fatalf("node %q", n)
+			}
+		}
+	})
 }

@@ -23,13 +23,16 @@ import (
 )
 
 // Version is the layout written; Versions are those read.
-const Version = "v2"
+const Version = "v3"
+
+// versionV2: no MIG instances (read as v3: the same fields less one).
+const versionV2 = "v2"
 
 // versionV1: claims without a state (v1 recorded completed Prepares only).
 const versionV1 = "v1"
 
 // Versions lists the layouts this package reads.
-func Versions() []string { return []string{versionV1, Version} }
+func Versions() []string { return []string{versionV1, versionV2, Version} }
 
 // MaxBytes bounds the file read (a node prepares at most a few thousand claims).
 const MaxBytes = 16 << 20
@@ -72,6 +75,28 @@ type Device struct {
 	// AdminAccess: the device is the claim's for monitoring (no group, no
 	// gate, no limit).
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// MIG is the MIG instance the device is (nil: a whole GPU).
+	MIG *MIG `json:"mig,omitempty"`
+}
+
+// MIG is a MIG instance a claim holds: where it is, whether it is made on
+// demand (destroyed when no claim holds it any more) or the admin's, and,
+// once made, its ids. Recorded PrepareStarted before it is made, so a
+// restarted driver finds and destroys an instance a crash left unrecorded.
+type MIG struct {
+	GPU        int32  `json:"gpu"` // the parent GPU's index
+	ParentUUID string `json:"parentUUID"`
+	Profile    string `json:"profile"` // "3g.40gb"
+	ProfileID  uint32 `json:"profileID"`
+	Start      uint32 `json:"start"`
+	Size       uint32 `json:"size"`
+	// OnDemand: made for claims (by this claim or one before it that held
+	// it); false: the admin's, never destroyed.
+	OnDemand bool `json:"onDemand,omitempty"`
+	// GI, CI and UUID once the instance is there ("" UUID: not yet).
+	GI   uint32 `json:"gi,omitempty"`
+	CI   uint32 `json:"ci,omitempty"`
+	UUID string `json:"uuid,omitempty"`
 }
 
 // Claim is one claim of the node and the step it reached.
@@ -154,7 +179,7 @@ func Decode(b []byte) (Data, error) {
 		return Data{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	var d Data
-	if v == versionV1 {
+	if v == versionV1 { // v2 reads as v3: it lacks MIG alone
 		var old dataV1
 		err = strict(raw, &old)
 		d = old.upgrade()

@@ -82,7 +82,7 @@ func TestCorruption(t *testing.T) {
 		"data changed":  flip,
 		"truncated":     good[:len(good)/2],
 		"empty":         {},
-		"version":       bytes.Replace(good, []byte(`"version":"v2"`), []byte(`"version":"v9"`), 1),
+		"version":       bytes.Replace(good, []byte(`"version":"v3"`), []byte(`"version":"v9"`), 1),
 		"no checksum":   bytes.Replace(good, []byte(`"checksum":"`+e.Checksum+`"`), []byte(`"checksum":""`), 1),
 		"unknown field": bytes.Replace(good, []byte(`{"version"`), []byte(`{"extra":1,"version"`), 1),
 		"not JSON":      []byte("claims: []"),
@@ -119,13 +119,37 @@ func TestReadsV1(t *testing.T) {
 		t.Fatalf("v1 read as %+v", d)
 	}
 	again, err := Encode(d)
-	if err != nil || !bytes.Contains(again, []byte(`"version":"v2"`)) {
+	if err != nil || !bytes.Contains(again, []byte(`"version":"v3"`)) {
 		t.Fatalf("re-encoded: %s %v", again, err)
 	}
 	// v1 had no state: a v1 file naming one is not a v1 file.
 	bad := bytes.Replace(b, []byte(`"namespace":"ml","name":"whole"`), []byte(`"state":"PrepareStarted","namespace":"ml","name":"whole"`), 1)
 	if _, err := Decode(bad); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("v1 with a state field: %v", err)
+	}
+}
+
+// TestReadsV2: a checkpoint written by the v2 driver (testdata/v2.json, made
+// by main's Encode before MIG) loads as it was; a MIG instance round-trips.
+func TestReadsV2(t *testing.T) {
+	b, err := os.ReadFile("testdata/v2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Decode(b)
+	if err != nil || !reflect.DeepEqual(d, sample()) {
+		t.Fatalf("v2 read as %+v, %v", d, err)
+	}
+	c := d.Claims["6f1c"]
+	c.Devices[0].MIG = &MIG{GPU: 0, ParentUUID: "GPU-1", Profile: "3g.40gb", ProfileID: 9, Start: 4, Size: 4, OnDemand: true, GI: 2, UUID: "MIG-1"}
+	d.Claims["6f1c"] = c
+	again, err := Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(again)
+	if err != nil || !reflect.DeepEqual(back, d) {
+		t.Fatalf("MIG round trip: %+v, %v", back, err)
 	}
 }
 
@@ -159,7 +183,7 @@ func TestStates(t *testing.T) {
 	_ = json.Unmarshal(good, &e)
 	for _, st := range []string{`"Prepared"`, `""`} {
 		data := bytes.Replace(e.Data, []byte(`"PrepareCompleted"`), []byte(st), 1)
-		b, _ := json.Marshal(map[string]any{"version": "v2", "checksum": sha(data), "data": json.RawMessage(data)})
+		b, _ := json.Marshal(map[string]any{"version": "v3", "checksum": sha(data), "data": json.RawMessage(data)})
 		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "state") {
 			t.Fatalf("state %s: %v", st, err)
 		}
@@ -174,8 +198,10 @@ func sha(b []byte) string {
 func FuzzDecode(f *testing.F) {
 	good, _ := Encode(sample())
 	f.Add(good)
-	if v1, err := os.ReadFile("testdata/v1.json"); err == nil {
-		f.Add(v1)
+	for _, old := range []string{"testdata/v1.json", "testdata/v2.json"} {
+		if b, err := os.ReadFile(old); err == nil {
+			f.Add(b)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Decode(b)

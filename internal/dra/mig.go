@@ -1,0 +1,197 @@
+package dra
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
+)
+
+// MIG is what the driver needs of NVML's MIG calls (internal/gpu.MIG).
+type MIG interface {
+	MIGInstances(index int) ([]gpu.MIGInstance, error)
+	CreateMIG(index int, profile gpu.MIGProfile, at gpu.MIGPlacement) (gpu.MIGInstance, error)
+	DestroyMIG(index int, gi uint32) error
+}
+
+// The steps of a claim holding a MIG instance, besides Steps(): the
+// instance made (after StepPrepareStarted) and destroyed (after
+// StepGroupRemoved).
+const (
+	StepMIGMade      Step = "mig-instance-made"
+	StepMIGDestroyed Step = "mig-instance-destroyed"
+)
+
+// MIGSteps lists the MIG steps.
+func MIGSteps() []Step { return []Step{StepMIGMade, StepMIGDestroyed} }
+
+// MIGMinorsFile is where the NVIDIA driver lists the minors of the
+// /dev/nvidia-caps nodes that give access to MIG instances.
+const MIGMinorsFile = "/proc/driver/nvidia-caps/mig-minors"
+
+// planMIG records where each MIG device of a claim is and whose it is: an
+// instance the admin made is used as it is (never destroyed); one made for
+// claims (by another claim sharing it, or made now) is destroyed when no
+// claim holds it any more.
+func (d *Driver) planMIG(devs []checkpoint.Device) error {
+	for i := range devs {
+		m := d.cfg.GPUs[devs[i].Device].MIG
+		if m == nil {
+			continue
+		}
+		if d.cfg.MIG == nil {
+			return fmt.Errorf("device %s is a MIG instance and the driver has no MIG access", devs[i].Device)
+		}
+		rec := &checkpoint.MIG{GPU: m.Parent.Index, ParentUUID: m.Parent.UUID, Profile: m.Profile.Name,
+			ProfileID: m.Profile.ID, Start: m.Placement.Start, Size: m.Placement.Size}
+		in, err := d.findMIG(rec)
+		if err != nil {
+			return fmt.Errorf("device %s: %w", devs[i].Device, err)
+		}
+		switch {
+		case in == nil:
+			rec.OnDemand = true
+		case !in.HasCI:
+			return fmt.Errorf("device %s: GPU instance %d has no compute instance (made by hand, half done?)", devs[i].Device, in.GI)
+		default:
+			rec.OnDemand = d.heldOnDemand(rec, "")
+			rec.GI, rec.CI, rec.UUID = in.GI, in.CI, in.UUID
+			devs[i].UUID = in.UUID
+		}
+		devs[i].MIG = rec
+	}
+	return nil
+}
+
+// findMIG is the instance of rec's profile at its placement, nil if none.
+func (d *Driver) findMIG(rec *checkpoint.MIG) (*gpu.MIGInstance, error) {
+	ins, err := d.cfg.MIG.MIGInstances(int(rec.GPU))
+	if err != nil {
+		return nil, fmt.Errorf("MIG instances of GPU %d: %w", rec.GPU, err)
+	}
+	for _, in := range ins {
+		if in.ProfileID == rec.ProfileID && in.Placement.Start == rec.Start {
+			return &in, nil
+		}
+	}
+	return nil, nil
+}
+
+// heldOnDemand says whether a claim other than except holds rec's
+// instance as one made on demand.
+func (d *Driver) heldOnDemand(rec *checkpoint.MIG, except string) bool {
+	for uid, c := range d.ck.Claims {
+		if uid == except {
+			continue
+		}
+		for _, dev := range c.Devices {
+			if m := dev.MIG; m != nil && m.OnDemand && samePlace(m, rec) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func samePlace(a, b *checkpoint.MIG) bool {
+	return a.ParentUUID == b.ParentUUID && a.ProfileID == b.ProfileID && a.Start == b.Start
+}
+
+// makeMIG makes each MIG instance of the claim not there yet, recording
+// each one made (the claim still PrepareStarted).
+func (d *Driver) makeMIG(uid string, c *checkpoint.Claim) error {
+	for i := range c.Devices {
+		rec := c.Devices[i].MIG
+		if rec == nil || rec.UUID != "" {
+			continue
+		}
+		m := d.cfg.GPUs[c.Devices[i].Device].MIG
+		in, err := d.cfg.MIG.CreateMIG(int(rec.GPU), m.Profile, m.Placement)
+		if err != nil {
+			return fmt.Errorf("claim %s/%s: MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
+		}
+		// A crash here leaves the instance unrecorded: recovery finds it
+		// by its placement (destroyMIG).
+		if err := d.fault(StepMIGMade); err != nil {
+			return err
+		}
+		rec.GI, rec.CI, rec.UUID = in.GI, in.CI, in.UUID
+		c.Devices[i].UUID = in.UUID
+		if err := d.save(uid, c); err != nil {
+			return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// destroyMIG destroys the claim's on-demand instances no other claim holds
+// (found by placement where a crash left the record without its ids).
+func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
+	destroyed := false
+	for _, dev := range c.Devices {
+		rec := dev.MIG
+		if rec == nil || !rec.OnDemand || d.heldOnDemand(rec, uid) {
+			continue
+		}
+		if d.cfg.MIG == nil {
+			return fmt.Errorf("claim %s/%s holds a MIG instance and the driver has no MIG access", c.Namespace, c.Name)
+		}
+		gi, found := rec.GI, rec.UUID != ""
+		if !found {
+			in, err := d.findMIG(rec)
+			if err != nil {
+				return err
+			}
+			if in != nil {
+				gi, found = in.GI, true
+			}
+		}
+		if !found {
+			continue // never made
+		}
+		if err := d.cfg.MIG.DestroyMIG(int(rec.GPU), gi); err != nil {
+			return fmt.Errorf("claim %s/%s: destroy MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
+		}
+		destroyed = true
+	}
+	if !destroyed {
+		return nil
+	}
+	return d.fault(StepMIGDestroyed)
+}
+
+// migEdits adds what a container of MIG instances needs besides its GPU's
+// node: CUDA_VISIBLE_DEVICES naming the instances (siblings share the GPU's
+// node) and, on a driver that lists them, the /dev/nvidia-caps nodes of
+// each instance's GPU and compute instance.
+func (d *Driver) migEdits(e *specs.ContainerEdits, devs []checkpoint.Device) {
+	var uuids []string
+	table, err := os.ReadFile(d.cfg.MIGMinors)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		klog.Background().Error(err, "MIG access nodes not listed", "file", d.cfg.MIGMinors)
+	}
+	for _, dev := range devs {
+		if dev.MIG == nil {
+			continue
+		}
+		uuids = append(uuids, dev.MIG.UUID)
+		minor := d.cfg.GPUs[dev.Device].Minor
+		for _, n := range nodedev.MIGCapNodes(table, minor, dev.MIG.GI, dev.MIG.CI) {
+			if _, err := os.Stat(n); err != nil {
+				klog.Background().Error(err, "MIG access node missing", "node", n, "mig", dev.MIG.UUID)
+				continue
+			}
+			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: n, HostPath: n, Permissions: "r"})
+		}
+	}
+	if len(uuids) > 0 {
+		e.Env = append(e.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(uuids, ","))
+	}
+}

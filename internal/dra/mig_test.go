@@ -1,0 +1,299 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpu/h100fake"
+	"github.com/gpuslice/gpuslice/internal/gpucdi"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
+)
+
+// migEnv is a driver environment whose GPU 0 is an H100 80GB in MIG mode
+// (a fake at NVML): one device per profile and placement, as published.
+func migEnv(t *testing.T) (env, *h100fake.Server, gpu.MIG) {
+	t.Helper()
+	e := newEnv(t)
+	s := h100fake.New(1, true)
+	n := gpu.Wrap(s)
+	if err := n.Init(); err != nil {
+		t.Fatal(err)
+	}
+	m := n.(gpu.MIG)
+	ps, err := m.MIGProfiles(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := nodedev.MIGGPU{GPU: nodedev.GPU{Index: 0, UUID: s.GPUs[0].UUID, MemoryTotal: h100fake.TotalMiB << 20}, Profiles: ps}
+	e.cfg.GPUs = map[string]GPU{}
+	for _, slot := range nodedev.Layout(g, func(uint32) bool { return false }) {
+		e.cfg.GPUs[slot.Name()] = GPU{UUID: slot.Parent.UUID, Minor: 0, MemoryBytes: slot.MemoryBytes() / devices.MemoryStep * devices.MemoryStep,
+			Units: 100, Healthy: true, MIG: &slot}
+	}
+	e.cfg.MIG = m
+	e.cfg.MIGMinors = filepath.Join(t.TempDir(), "mig-minors") // none: the simulator's and a test's case
+	return e, s, m
+}
+
+// migClaim asks for units of the device (0: all of it).
+func migClaim(uid, device string, units int64, mem int64) *resourceapi.ResourceClaim {
+	r := resourceapi.DeviceRequestAllocationResult{Request: "mig", Driver: DriverName, Pool: "node-a", Device: device}
+	if units > 0 {
+		id := types.UID("share-" + uid)
+		r.ShareID = &id
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+			devices.CapacityUnits: *resource.NewQuantity(units, resource.DecimalSI), devices.CapacityMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "c-" + uid, UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{r}}}
+	return c
+}
+
+// visible is the claim's CDI CUDA_VISIBLE_DEVICES.
+func visible(t *testing.T, e env, uid string) string {
+	t.Helper()
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(e.cdi), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := cache.GetDevice(gpucdi.ClaimKind + "=" + uid)
+	if dev == nil {
+		t.Fatalf("no CDI device for claim %s: %v", uid, cache.GetErrors())
+	}
+	for _, v := range dev.ContainerEdits.Env {
+		if s, ok := strings.CutPrefix(v, "CUDA_VISIBLE_DEVICES="); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+func TestPrepareMIGOnDemand(t *testing.T) {
+	e, s, _ := migEnv(t)
+	ctx := context.Background()
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := migClaim("0b9c3f2e-0000-4000-8000-00000000a001", "gpu-0-mig-3g-40gb-0", 0, 0)
+	b := migClaim("0b9c3f2e-0000-4000-8000-00000000a002", "gpu-0-mig-3g-40gb-4", 0, 0)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if _, err := d.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Instances(0); n != 2 {
+		t.Fatalf("%d instances made, want 2", n)
+	}
+	va, vb := visible(t, e, string(a.UID)), visible(t, e, string(b.UID))
+	if !strings.HasPrefix(va, "MIG-") || !strings.HasPrefix(vb, "MIG-") || va == vb {
+		t.Fatalf("CUDA_VISIBLE_DEVICES %q and %q, want two MIG instances", va, vb)
+	}
+	ck := d.Prepared()[string(a.UID)]
+	if m := ck.Devices[0].MIG; m == nil || !m.OnDemand || m.UUID != va || ck.Devices[0].UUID != va {
+		t.Fatalf("checkpoint %+v", ck.Devices[0])
+	}
+	// Idempotent: a second Prepare makes nothing.
+	if _, err := d.Prepare(ctx, a); err != nil || s.Calls["CreateGpuInstanceWithPlacement"] != 2 {
+		t.Fatalf("again: %v, %d creates", err, s.Calls["CreateGpuInstanceWithPlacement"])
+	}
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if err := d.Unprepare(ctx, c.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Instances(0); n != 0 {
+		t.Fatalf("%d instances left after Unprepare, want 0", n)
+	}
+}
+
+// Two claims share one 1g.20gb instance, 25 and 75 units: one instance
+// made, each claim's group its share; destroyed when the last goes.
+func TestMIGShareInsideInstance(t *testing.T) {
+	e, s, _ := migEnv(t)
+	ctx := context.Background()
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := migClaim("0b9c3f2e-0000-4000-8000-00000000b001", "gpu-0-mig-1g-20gb-2", 25, 4*gib)
+	b := migClaim("0b9c3f2e-0000-4000-8000-00000000b002", "gpu-0-mig-1g-20gb-2", 75, 12*gib)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if _, err := d.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Instances(0); n != 1 {
+		t.Fatalf("%d instances, want 1 shared", n)
+	}
+	if va, vb := visible(t, e, string(a.UID)), visible(t, e, string(b.UID)); va != vb || va == "" {
+		t.Fatalf("the sharing claims see %q and %q", va, vb)
+	}
+	for c, want := range map[*resourceapi.ResourceClaim][2]float64{a: {0.25, float64(4 * gib)}, b: {0.75, float64(12 * gib)}} {
+		st, err := e.mgr.Tree().Read(GroupName(c.UID))
+		if err != nil || st.Share != want[0] || float64(st.MemoryMax) != want[1] {
+			t.Fatalf("claim %s group %+v %v, want share %v memory %v", c.Name, st, err, want[0], want[1])
+		}
+	}
+	if err := d.Unprepare(ctx, a.UID); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Instances(0); n != 1 {
+		t.Fatalf("the instance went with the first claim while the second holds it")
+	}
+	if err := d.Unprepare(ctx, b.UID); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Instances(0); n != 0 {
+		t.Fatalf("%d instances left", n)
+	}
+}
+
+// Static mode: an instance the admin made is used as it is and outlives its claims.
+func TestMIGStatic(t *testing.T) {
+	e, s, m := migEnv(t)
+	ctx := context.Background()
+	slot := e.cfg.GPUs["gpu-0-mig-2g-20gb-2"].MIG
+	in, err := m.CreateMIG(0, slot.Profile, slot.Placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := migClaim("0b9c3f2e-0000-4000-8000-00000000c001", "gpu-0-mig-2g-20gb-2", 50, 2*gib)
+	if _, err := d.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if v := visible(t, e, string(c.UID)); v != in.UUID || s.Calls["CreateGpuInstanceWithPlacement"] != 1 {
+		t.Fatalf("CUDA_VISIBLE_DEVICES %q (want the admin's %s), %d creates", v, in.UUID, s.Calls["CreateGpuInstanceWithPlacement"])
+	}
+	if err := d.Unprepare(ctx, c.UID); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Instances(0); n != 1 {
+		t.Fatalf("the admin's instance destroyed by a claim")
+	}
+}
+
+// A profile that does not fit where the scheduler put it (slices taken
+// behind its back), and MIG mode off: a clear error, nothing made.
+func TestMIGRefusedNothingHalfMade(t *testing.T) {
+	e, s, m := migEnv(t)
+	ctx := context.Background()
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker := e.cfg.GPUs["gpu-0-mig-1g-10gb-5"].MIG
+	if _, err := m.CreateMIG(0, blocker.Profile, blocker.Placement); err != nil {
+		t.Fatal(err)
+	}
+	c := migClaim("0b9c3f2e-0000-4000-8000-00000000d001", "gpu-0-mig-3g-40gb-4", 0, 0)
+	_, err = d.Prepare(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "3g.40gb at 4 on GPU 0") || !strings.Contains(strings.ToLower(err.Error()), "insufficient") {
+		t.Fatalf("Prepare = %v, want the instance refused by NVML, named", err)
+	}
+	nothingOf(t, e, d, s, string(c.UID), 1)
+	s.GPUs[0].MIGMode = 0
+	if _, err := d.Prepare(ctx, migClaim("0b9c3f2e-0000-4000-8000-00000000d002", "gpu-0-mig-3g-40gb-0", 0, 0)); err == nil {
+		t.Fatal("prepared with MIG mode off")
+	}
+	nothingOf(t, e, d, s, "0b9c3f2e-0000-4000-8000-00000000d002", 1)
+}
+
+// nothingOf: claim uid left no group, CDI spec or entry, and GPU 0 holds instances instances.
+func nothingOf(t *testing.T, e env, d *Driver, s *h100fake.Server, uid string, instances int) {
+	t.Helper()
+	if _, ok := d.Prepared()[uid]; ok {
+		t.Errorf("claim %s still in the checkpoint", uid)
+	}
+	if _, err := os.Stat(filepath.Join(e.run, "groups", GroupName(types.UID(uid)))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("claim %s group left: %v", uid, err)
+	}
+	specs, _ := gpucdi.ClaimSpecs(e.cdi)
+	if slices.Contains(specs, uid) {
+		t.Errorf("claim %s CDI spec left", uid)
+	}
+	if n := s.Instances(0); n != instances {
+		t.Errorf("%d MIG instances, want %d", n, instances)
+	}
+}
+
+// errCrash ends a driver call at a step as a crash would: nothing after it
+// runs (the goroutine exits), and a new driver recovers from the checkpoint.
+var errCrash = errors.New("crash")
+
+// TestMIGCrashAtEveryStep: a driver stopped dead at each step of a MIG
+// claim's Prepare or Unprepare, then a new driver on the same checkpoint
+// and GPU and the kubelet's retry: the claim prepared once (or gone), no
+// instance nobody holds.
+func TestMIGCrashAtEveryStep(t *testing.T) {
+	steps := append(append([]Step{}, Steps()...), MIGSteps()...)
+	for _, step := range steps {
+		t.Run(string(step), func(t *testing.T) {
+			e, s, _ := migEnv(t)
+			ctx := context.Background()
+			uid := "0b9c3f2e-0000-4000-8000-00000000e001"
+			c := migClaim(uid, "gpu-0-mig-1g-20gb-0", 25, 2*gib)
+			cfg := e.cfg
+			cfg.Fault = func(at Step) error {
+				if at == step {
+					panic(errCrash)
+				}
+				return nil
+			}
+			d, err := New(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crashed := run(func() { _, _ = d.Prepare(ctx, c) }) || run(func() { _ = d.Unprepare(ctx, c.UID) })
+			if !crashed {
+				t.Fatalf("step %s never reached", step)
+			}
+			d2, err := New(ctx, e.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d2.Prepare(ctx, c); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if n := s.Instances(0); n != 1 {
+				t.Fatalf("%d instances after the retry, want 1", n)
+			}
+			if err := d2.Unprepare(ctx, c.UID); err != nil {
+				t.Fatal(err)
+			}
+			nothingOf(t, e, d2, s, uid, 0)
+		})
+	}
+}
+
+// run calls f, reporting whether it crashed (panicked with errCrash).
+func run(f func()) (crashed bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errCrash { //nolint:errorlint // the panic value itself
+				panic(r)
+			}
+			crashed = true
+		}
+	}()
+	f()
+	return false
+}
