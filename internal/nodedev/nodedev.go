@@ -187,7 +187,9 @@ const (
 )
 
 // MemorySliceCounter is the counter of memory slice i.
-func MemorySliceCounter(i uint32) string { return counterMemorySlice + strconv.FormatUint(uint64(i), 10) }
+func MemorySliceCounter(i uint32) string {
+	return counterMemorySlice + strconv.FormatUint(uint64(i), 10)
+}
 
 // CounterSetName is the name of GPU index's counter set: gpu-<index>-mig.
 func CounterSetName(index int32) string { return fmt.Sprintf("gpu-%d-mig", index) }

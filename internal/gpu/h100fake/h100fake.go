@@ -270,11 +270,11 @@ func (x *gi) setFuncs(memMiB uint64) {
 		x.cis[c.id] = c
 		x.nextCI++
 		c.dev = &mock.Device{
-			GetUUIDFunc:                func() (string, nvml.Return) { return c.uuid, nvml.SUCCESS },
-			GetGpuInstanceIdFunc:       func() (int, nvml.Return) { return int(x.info.Id), nvml.SUCCESS },
-			GetComputeInstanceIdFunc:   func() (int, nvml.Return) { return int(c.id), nvml.SUCCESS },
-			GetMemoryInfoFunc:          func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: memMiB << 20}, nvml.SUCCESS },
-			IsMigDeviceHandleFunc:      func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+			GetUUIDFunc:                            func() (string, nvml.Return) { return c.uuid, nvml.SUCCESS },
+			GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return int(x.info.Id), nvml.SUCCESS },
+			GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return int(c.id), nvml.SUCCESS },
+			GetMemoryInfoFunc:                      func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: memMiB << 20}, nvml.SUCCESS },
+			IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
 			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return x.g, nvml.SUCCESS },
 		}
 		c.GetInfoFunc = func() (nvml.ComputeInstanceInfo, nvml.Return) {
