@@ -17,11 +17,16 @@ import (
 )
 
 // draGPUs are the node's GPUs as the DRA driver (by device name) and the
-// slice builder (in order) know them.
-func (p *parts) draGPUs() (map[string]dra.GPU, []devices.GPU) {
+// slice builder (in order, with each one's position in p.gpus) know them;
+// a GPU in MIG mode (mig) is offered as its MIG instances instead.
+func (p *parts) draGPUs(mig migNode) (map[string]dra.GPU, []devices.GPU, []int) {
 	gpus := map[string]dra.GPU{}
 	var devs []devices.GPU
+	var at []int
 	for i, g := range p.gpus {
+		if _, ok := mig.gpus[i]; ok {
+			continue
+		}
 		f := p.found[i]
 		units := p.sh.unitsTotal(g.UUID)
 		gpus[devices.Name(g.Index)] = dra.GPU{UUID: g.UUID, Minor: g.Minor,
@@ -33,8 +38,10 @@ func (p *parts) draGPUs() (map[string]dra.GPU, []devices.GPU) {
 		}
 		devs = append(devs, devices.GPU{Index: g.Index, UUID: g.UUID, ProductName: f.Name, MemoryBytes: int64(f.MemoryTotal),
 			DriverVersion: p.drv.Version, CUDAComputeCapability: f.ComputeCapability, Sharing: mode, Units: units})
+		at = append(at, i)
 	}
-	return gpus, devs
+	mig.draGPUs(gpus)
+	return gpus, devs, at
 }
 
 // runDRA runs the gpuslice.io DRA kubelet plugin (internal/dra) until ctx
@@ -45,7 +52,12 @@ func (p *parts) runDRA(ctx context.Context) error {
 	cfg := p.cfg
 	inject := injectFor(cfg, p.drv, p.env)
 	inject.MPS = p.sh.inject()
-	gpus, devs := p.draGPUs()
+	ckPath := filepath.Join(cfg.DRAPluginDir, "checkpoint.json")
+	mig, err := p.findMIG(ctx, ckPath)
+	if err != nil {
+		return fmt.Errorf("DRA MIG: %w", err)
+	}
+	gpus, devs, at := p.draGPUs(mig)
 	if _, err := devices.Build(devs); err != nil {
 		return fmt.Errorf("DRA devices: %w", err)
 	}
@@ -56,7 +68,7 @@ func (p *parts) runDRA(ctx context.Context) error {
 		}
 	}
 	d, err := dra.New(ctx, dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
-		Checkpoint: filepath.Join(cfg.DRAPluginDir, "checkpoint.json"), Inject: inject, Fault: dra.InjectedFault()})
+		Checkpoint: ckPath, Inject: inject, Fault: dra.InjectedFault(), MIG: mig.nvml, MIGMinors: dra.MIGMinorsFile})
 	if err != nil {
 		return err
 	}
@@ -74,21 +86,13 @@ func (p *parts) runDRA(ctx context.Context) error {
 		p.mon.queryAll(ctx) // the first slice already withholds a GPU that fails NVML (one lost before a restart)
 	}
 	t := newDRATaints(p)
-	names := make([]string, len(devs))
-	for i := range devs {
-		names[i] = devices.Name(devs[i].Index)
-	}
 	publish := func(taints [][]resourceapi.DeviceTaint) error {
-		for i := range devs {
-			devs[i].Taints = taints[i]
-		}
-		status.setTaints(names, taints)
-		built, err := devices.Build(devs)
+		built, names, byName, err := draDevices(mig, devs, at, taints)
 		if err != nil {
-			return fmt.Errorf("DRA devices: %w", err)
+			return err
 		}
-		res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-			cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: built}}}}}
+		status.setTaints(names, byName)
+		res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{cfg.NodeName: {Slices: built}}}
 		if err := h.PublishResources(ctx, res); err != nil {
 			return fmt.Errorf("DRA ResourceSlice: %w", err)
 		}
@@ -98,7 +102,34 @@ func (p *parts) runDRA(ctx context.Context) error {
 	if err := publish(taints); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("DRA kubelet plugin serving", "driver", dra.DriverName, "devices", len(devs),
+	klog.FromContext(ctx).Info("DRA kubelet plugin serving", "driver", dra.DriverName, "devices", len(gpus),
 		"pluginDir", cfg.DRAPluginDir, "cdiDir", cfg.DRACDIDir)
 	return t.run(ctx, publish)
+}
+
+// draDevices are the node's ResourceSlices: its whole GPUs (devs, each at
+// its position at[j] in p.gpus) and its MIG GPUs' counter sets and
+// devices, each GPU's devices with its taints (ts, by position); the
+// device names with their taints besides.
+func draDevices(mig migNode, devs []devices.GPU, at []int, ts [][]resourceapi.DeviceTaint) ([]resourceslice.Slice, []string, [][]resourceapi.DeviceTaint, error) {
+	var names []string
+	var byName [][]resourceapi.DeviceTaint
+	for j := range devs {
+		devs[j].Taints = ts[at[j]]
+		names, byName = append(names, devices.Name(devs[j].Index)), append(byName, ts[at[j]])
+	}
+	whole, err := devices.Build(devs)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("DRA devices: %w", err)
+	}
+	sets, migDevs, migNames, err := mig.build(ts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, ns := range migNames {
+		for _, n := range ns {
+			names, byName = append(names, n), append(byName, ts[i])
+		}
+	}
+	return devices.Slices(append(whole, migDevs...), sets), names, byName, nil
 }

@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/dra"
+	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// migNode is the node's GPUs in MIG mode (by position in parts.gpus), each
+// offered as MIG instances instead of a whole GPU (docs/mig.md).
+type migNode struct {
+	nvml gpu.MIG
+	gpus map[int]devices.MIGGPU
+}
+
+// findMIG reads, for each GPU NVML says is in MIG mode, its profiles and
+// instances; which instances claims made comes from the DRA checkpoint
+// (by placement: one a crash left unrecorded is a claim's too, and the
+// driver's recovery destroys it). A GPU not MIG-capable or with MIG mode
+// off is a whole GPU; one in MIG mode NVML cannot describe is withheld.
+func (p *parts) findMIG(ctx context.Context, ckPath string) (migNode, error) {
+	out := migNode{gpus: map[int]devices.MIGGPU{}}
+	m, ok := p.drv.NVML.(gpu.MIG)
+	if !ok {
+		return out, nil
+	}
+	out.nvml = m
+	ck, err := checkpoint.Load(ckPath)
+	if err != nil {
+		return out, err
+	}
+	for i, g := range p.gpus {
+		f := p.found[i]
+		on, pending, err := m.MIGMode(f.Index)
+		if errors.Is(err, gpu.ErrNoMIG) || (err == nil && !on) {
+			if pending {
+				klog.FromContext(ctx).Info("GPU's MIG mode is on after its next reset; offered whole until then", "gpu", g.UUID)
+			}
+			continue
+		}
+		mg, err := describeMIG(m, f, g.Minor)
+		if err != nil {
+			return out, fmt.Errorf("GPU %d (%s) in MIG mode: %w", f.Index, g.UUID, err)
+		}
+		ours := oursIn(ck, g.UUID, mg.Instances)
+		out.gpus[i] = devices.MIGGPU{GPU: mg, DriverVersion: p.drv.Version, Units: api.DefaultUnitsPerGPU,
+			Ours: func(gi uint32) bool { return ours[gi] }}
+		klog.FromContext(ctx).Info("GPU in MIG mode: offered as MIG instances", "gpu", g.UUID,
+			"profiles", len(mg.Profiles), "instances", len(mg.Instances))
+	}
+	return out, nil
+}
+
+func describeMIG(m gpu.MIG, f gpu.Device, minor uint32) (nodedev.MIGGPU, error) {
+	ps, err := m.MIGProfiles(f.Index)
+	if err != nil {
+		return nodedev.MIGGPU{}, err
+	}
+	ins, err := m.MIGInstances(f.Index)
+	if err != nil {
+		return nodedev.MIGGPU{}, err
+	}
+	return nodedev.MIGGPU{GPU: nodedev.GPU{Index: int32(f.Index), UUID: f.UUID, Minor: minor, ProductName: f.Name,
+		MemoryTotal: int64(f.MemoryTotal), ComputeCapability: f.ComputeCapability}, Profiles: ps, Instances: ins}, nil
+}
+
+// oursIn are the GPU instances of GPU uuid that claims of the checkpoint
+// hold as made on demand.
+func oursIn(ck checkpoint.Data, uuid string, ins []gpu.MIGInstance) map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, c := range ck.Claims {
+		for _, d := range c.Devices {
+			r := d.MIG
+			if r == nil || !r.OnDemand || r.ParentUUID != uuid {
+				continue
+			}
+			for _, in := range ins {
+				if in.ProfileID == r.ProfileID && in.Placement.Start == r.Start {
+					out[in.GI] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// draMIGGPUs adds the MIG devices of the node's MIG GPUs to the driver's
+// GPUs (by device name), each with its GPU's node and health.
+func (n migNode) draGPUs(gpus map[string]dra.GPU) {
+	for _, g := range n.gpus {
+		for _, slot := range nodedev.Layout(g.GPU, g.Ours) {
+			slot := slot
+			gpus[slot.Name()] = dra.GPU{UUID: slot.Parent.UUID, Minor: slot.Parent.Minor, Healthy: true,
+				MemoryBytes: slot.MemoryBytes() / devices.MemoryStep * devices.MemoryStep, Units: g.Units, MIG: &slot}
+		}
+	}
+}
+
+// build is the MIG GPUs' counter sets and devices, each GPU's devices with
+// its taints (by position in parts.gpus), and the names of each GPU's
+// devices.
+func (n migNode) build(ts [][]resourceapi.DeviceTaint) ([]resourceapi.CounterSet, []resourceapi.Device, map[int][]string, error) {
+	var sets []resourceapi.CounterSet
+	var devs []resourceapi.Device
+	names := map[int][]string{}
+	for i := range len(ts) {
+		g, ok := n.gpus[i]
+		if !ok {
+			continue
+		}
+		g.Taints = ts[i]
+		set, d, err := devices.BuildMIG(g)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("DRA MIG devices: %w", err)
+		}
+		sets, devs = append(sets, set), append(devs, d...)
+		for _, x := range d {
+			names[i] = append(names[i], x.Name)
+		}
+	}
+	return sets, devs, names, nil
+}
