@@ -82,6 +82,9 @@ func (p *parts) runDRA(ctx context.Context) error {
 	}
 	defer h.Stop()
 	go p.watchClaims(ctx, d)
+	if len(mig.gpus) > 0 {
+		go p.watchMIG(ctx, d)
+	}
 	if cfg.HealthChecks {
 		p.mon.queryAll(ctx) // the first slice already withholds a GPU that fails NVML (one lost before a restart)
 	}

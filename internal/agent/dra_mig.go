@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/dra"
@@ -129,4 +135,61 @@ func (n migNode) build(ts [][]resourceapi.DeviceTaint) ([]resourceapi.CounterSet
 		}
 	}
 	return sets, devs, names, nil
+}
+
+// watchMIG reports each prepared claim whose MIG instance is destroyed
+// under its pods (by hand, nvidia-smi, a GPU reset): a Warning event on the
+// claim and on each pod it is reserved for, once per instance, every
+// health period until ctx ends. The claim keeps its record: deleting its
+// pods unprepares it, and nothing else is destroyed (an instance made
+// again at its placement is someone else's).
+func (p *parts) watchMIG(ctx context.Context, d *dra.Driver) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.cs.CoreV1().Events("")})
+	defer b.Shutdown()
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpuslice-node", Host: p.cfg.NodeName})
+	told := map[string]bool{}
+	period := p.cfg.HealthPeriod
+	if period <= 0 {
+		period = 10 * time.Second
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lost, err := d.LostMIGs()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "MIG instances of prepared claims not checked")
+			continue
+		}
+		for _, l := range lost {
+			if told[l.UID+"/"+l.UUID] {
+				continue
+			}
+			told[l.UID+"/"+l.UUID] = true
+			p.tellLost(ctx, rec, l)
+		}
+	}
+}
+
+func (p *parts) tellLost(ctx context.Context, rec record.EventRecorder, l dra.LostMIG) {
+	const reason = "MIGInstanceLost"
+	msg := fmt.Sprintf("MIG instance %s (device %s) was destroyed under the claim's pods; they have no GPU until they are deleted",
+		l.UUID, l.Device)
+	klog.FromContext(ctx).Info("MIG instance destroyed under a prepared claim", "claim", l.Namespace+"/"+l.Name, "uuid", l.UUID)
+	c, err := p.cs.ResourceV1().ResourceClaims(l.Namespace).Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil || string(c.UID) != l.UID {
+		return // the claim is gone: its Unprepare comes
+	}
+	rec.Event(c, corev1.EventTypeWarning, reason, msg)
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource == "pods" {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: r.Name, UID: r.UID}}
+			rec.Event(pod, corev1.EventTypeWarning, reason, msg)
+		}
+	}
 }

@@ -131,8 +131,10 @@ func (d *Driver) makeMIG(uid string, c *checkpoint.Claim) error {
 	return nil
 }
 
-// destroyMIG destroys the claim's on-demand instances no other claim holds
-// (found by placement where a crash left the record without its ids).
+// destroyMIG destroys the claim's on-demand instances no other claim holds,
+// each found by its placement (a crash may have left the record without its
+// ids) and, where recorded, its UUID (an instance destroyed under the claim
+// and made again by someone else is not the claim's).
 func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 	destroyed := false
 	for _, dev := range c.Devices {
@@ -143,19 +145,20 @@ func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 		if d.cfg.MIG == nil {
 			return fmt.Errorf("claim %s/%s holds a MIG instance and the driver has no MIG access", c.Namespace, c.Name)
 		}
-		gi, found := rec.GI, rec.UUID != ""
-		if !found {
-			in, err := d.findMIG(rec)
-			if err != nil {
-				return err
-			}
-			if in != nil {
-				gi, found = in.GI, true
-			}
+		in, err := d.findMIG(rec)
+		if err != nil {
+			return err
 		}
-		if !found {
-			continue // never made
+		if in == nil {
+			continue // never made, or destroyed under the claim
 		}
+		if rec.UUID != "" && in.UUID != rec.UUID {
+			// Destroyed under the claim and made again by someone else: not ours.
+			klog.Background().Info("MIG instance at a claim's placement is another one now; left as it is",
+				"claim", c.Namespace+"/"+c.Name, "recorded", rec.UUID, "found", in.UUID)
+			continue
+		}
+		gi := in.GI
 		if err := d.cfg.MIG.DestroyMIG(int(rec.GPU), gi); err != nil {
 			return fmt.Errorf("claim %s/%s: destroy MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
 		}
@@ -194,4 +197,47 @@ func (d *Driver) migEdits(e *specs.ContainerEdits, devs []checkpoint.Device) {
 	if len(uuids) > 0 {
 		e.Env = append(e.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(uuids, ","))
 	}
+}
+
+// LostMIG is a prepared claim whose MIG instance is gone (destroyed under
+// its pods).
+type LostMIG struct {
+	UID, Namespace, Name string
+	Device, UUID         string
+}
+
+// LostMIGs lists the prepared claims whose MIG instance NVML no longer has.
+func (d *Driver) LostMIGs() ([]LostMIG, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cfg.MIG == nil {
+		return nil, nil
+	}
+	have := map[int32]map[string]bool{}
+	var out []LostMIG
+	for uid, c := range d.ck.Claims {
+		if c.State != checkpoint.PrepareCompleted {
+			continue
+		}
+		for _, dev := range c.Devices {
+			r := dev.MIG
+			if r == nil {
+				continue
+			}
+			if have[r.GPU] == nil {
+				ins, err := d.cfg.MIG.MIGInstances(int(r.GPU))
+				if err != nil {
+					return nil, fmt.Errorf("MIG instances of GPU %d: %w", r.GPU, err)
+				}
+				have[r.GPU] = map[string]bool{}
+				for _, in := range ins {
+					have[r.GPU][in.UUID] = true
+				}
+			}
+			if !have[r.GPU][r.UUID] {
+				out = append(out, LostMIG{UID: uid, Namespace: c.Namespace, Name: c.Name, Device: dev.Device, UUID: r.UUID})
+			}
+		}
+	}
+	return out, nil
 }

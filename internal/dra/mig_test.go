@@ -297,3 +297,37 @@ func run(f func()) (crashed bool) {
 	f()
 	return false
 }
+
+// An instance destroyed under a prepared claim is reported lost; one the
+// admin then makes at the same placement is not the claim's to destroy.
+func TestMIGDestroyedUnderClaim(t *testing.T) {
+	e, s, m := migEnv(t)
+	ctx := context.Background()
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := migClaim("0b9c3f2e-0000-4000-8000-00000000f001", "gpu-0-mig-4g-40gb-0", 0, 0)
+	if _, err := d.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := d.LostMIGs(); err != nil || len(lost) != 0 {
+		t.Fatalf("lost %v %v before anything was destroyed", lost, err)
+	}
+	rec := d.Prepared()[string(c.UID)].Devices[0].MIG
+	if err := m.DestroyMIG(0, rec.GI); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := d.LostMIGs()
+	if err != nil || len(lost) != 1 || lost[0].UUID != rec.UUID || lost[0].Device != "gpu-0-mig-4g-40gb-0" || lost[0].Name != c.Name {
+		t.Fatalf("lost %+v %v", lost, err)
+	}
+	slot := e.cfg.GPUs["gpu-0-mig-4g-40gb-0"].MIG
+	if _, err := m.CreateMIG(0, slot.Profile, slot.Placement); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Unprepare(ctx, c.UID); err != nil {
+		t.Fatal(err)
+	}
+	nothingOf(t, e, d, s, string(c.UID), 1)
+}
