@@ -68,7 +68,8 @@ func (p *parts) runDRA(ctx context.Context) error {
 		}
 	}
 	d, err := dra.New(ctx, dra.Config{Pool: cfg.NodeName, GPUs: gpus, Groups: groupsOf(cfg), CDIDir: cfg.DRACDIDir,
-		Checkpoint: ckPath, Inject: inject, Fault: dra.InjectedFault(), MIG: mig.nvml, MIGMinors: dra.MIGMinorsFile})
+		Checkpoint: ckPath, Inject: inject, Fault: dra.InjectedFault(), MIG: mig.nvml, MIGMinors: dra.MIGMinorsFile,
+		Observer: p.met})
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func (p *parts) runDRA(ctx context.Context) error {
 	defer h.Stop()
 	go p.watchClaims(ctx, d)
 	if len(mig.gpus) > 0 {
-		go p.watchMIG(ctx, d)
+		go p.watchMIG(ctx, d, mig)
 	}
 	if cfg.HealthChecks {
 		p.mon.queryAll(ctx) // the first slice already withholds a GPU that fails NVML (one lost before a restart)

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/nodedev"
+	"github.com/gpuslice/gpuslice/internal/nodemetrics"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -143,7 +144,7 @@ func (n migNode) build(ts [][]resourceapi.DeviceTaint) ([]resourceapi.CounterSet
 // health period until ctx ends. The claim keeps its record: deleting its
 // pods unprepares it, and nothing else is destroyed (an instance made
 // again at its placement is someone else's).
-func (p *parts) watchMIG(ctx context.Context, d *dra.Driver) {
+func (p *parts) watchMIG(ctx context.Context, d *dra.Driver, mig migNode) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.cs.CoreV1().Events("")})
 	defer b.Shutdown()
@@ -160,6 +161,9 @@ func (p *parts) watchMIG(ctx context.Context, d *dra.Driver) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if p.met != nil {
+			p.met.SetMIGInstances(mig.instances(ctx, d))
 		}
 		lost, err := d.LostMIGs()
 		if err != nil {
@@ -192,4 +196,43 @@ func (p *parts) tellLost(ctx context.Context, rec record.EventRecorder, l dra.Lo
 			rec.Event(pod, corev1.EventTypeWarning, reason, msg)
 		}
 	}
+}
+
+// instances are the node's MIG instances for the metrics, each with the
+// number of prepared claims holding it.
+func (n migNode) instances(ctx context.Context, d *dra.Driver) []nodemetrics.MIGInstance {
+	held, onDemand := map[string]int{}, map[string]bool{}
+	for _, c := range d.Prepared() {
+		for _, dev := range c.Devices {
+			if dev.MIG != nil && dev.MIG.UUID != "" {
+				held[dev.MIG.UUID]++
+				onDemand[dev.MIG.UUID] = onDemand[dev.MIG.UUID] || dev.MIG.OnDemand
+			}
+		}
+	}
+	var out []nodemetrics.MIGInstance
+	for _, g := range n.gpus {
+		ins, err := n.nvml.MIGInstances(int(g.GPU.GPU.Index))
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "MIG instances not listed", "gpu", g.GPU.GPU.UUID)
+			continue
+		}
+		g.GPU.Instances = ins
+		ours := map[uint32]bool{}
+		for _, in := range ins {
+			ours[in.GI] = onDemand[in.UUID] || g.Ours(in.GI)
+		}
+		for _, m := range nodedev.Layout(g.GPU, func(gi uint32) bool { return ours[gi] }) {
+			if m.Instance == nil || !m.Instance.HasCI {
+				continue
+			}
+			by := "admin"
+			if !m.Static {
+				by = "claim"
+			}
+			out = append(out, nodemetrics.MIGInstance{GPU: m.Parent.UUID, UUID: m.Instance.UUID, Profile: m.Profile.Name,
+				Placement: m.Placement.Start, MadeBy: by, Claims: held[m.Instance.UUID]})
+		}
+	}
+	return out
 }

@@ -5,12 +5,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuslice/gpuslice/internal/dra"
 	"github.com/gpuslice/gpuslice/internal/dra/checkpoint"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/h100fake"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/internal/timeslice/timeslicetest"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -108,5 +113,45 @@ func TestMIGOursAndStatic(t *testing.T) {
 	}
 	if _, ok := gpus["gpu-0-mig-1g-10gb-1"]; ok {
 		t.Error("a placement over the admin's instance is offered")
+	}
+}
+
+// The metrics' view: each instance with who made it and the claims holding it.
+func TestMIGInstancesMetrics(t *testing.T) {
+	p, s := migParts(t)
+	ctx := context.Background()
+	ck := filepath.Join(t.TempDir(), "checkpoint.json")
+	mig, err := p.findMIG(ctx, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, _, _ := p.draGPUs(mig)
+	run := t.TempDir()
+	timeslicetest.Start(t, run)
+	groups := groupmgr.New(groupmgr.Config{RunDir: run, Timeout: 5 * time.Second})
+	d, err := dra.New(ctx, dra.Config{Pool: "node-a", GPUs: gpus, Groups: groups, CDIDir: t.TempDir(), Checkpoint: ck, MIG: mig.nvml,
+		MIGMinors: filepath.Join(t.TempDir(), "none")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := gpus["gpu-0-mig-1g-10gb-6"].MIG
+	if _, err := mig.nvml.CreateMIG(0, admin.Profile, admin.Placement); err != nil {
+		t.Fatal(err)
+	}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "a", UID: "u-a"}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "mig", Driver: dra.DriverName, Pool: "node-a", Device: "gpu-0-mig-3g-40gb-0"}}}}
+	if _, err := d.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	got := mig.instances(ctx, d)
+	if len(got) != 2 || s.Instances(0) != 2 {
+		t.Fatalf("instances %+v", got)
+	}
+	for _, in := range got {
+		want := map[string][2]any{"3g.40gb": {"claim", 1}, "1g.10gb": {"admin", 0}}[in.Profile]
+		if in.MadeBy != want[0] || in.Claims != want[1] || !strings.HasPrefix(in.UUID, "MIG-") {
+			t.Errorf("instance %+v, want %v", in, want)
+		}
 	}
 }

@@ -55,6 +55,8 @@ type Config struct {
 	// MIG access nodes (MIGMinorsFile).
 	MIG       MIG
 	MIGMinors string
+	// Observer counts MIG instances made and destroyed (nil: none).
+	Observer MIGObserver
 	// Fault, for tests only (nil in the node agent, which has no way to set
 	// it), is called at each Step once it is done: an error fails the step
 	// as if it had failed; a test may also end the process there.

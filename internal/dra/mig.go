@@ -21,6 +21,13 @@ type MIG interface {
 	DestroyMIG(index int, gi uint32) error
 }
 
+// MIGObserver counts the MIG instances the driver makes and destroys
+// (internal/nodemetrics).
+type MIGObserver interface {
+	MIGMade()
+	MIGDestroyed()
+}
+
 // The steps of a claim holding a MIG instance, besides Steps(): the
 // instance made (after StepPrepareStarted) and destroyed (after
 // StepGroupRemoved).
@@ -117,6 +124,9 @@ func (d *Driver) makeMIG(uid string, c *checkpoint.Claim) error {
 		if err != nil {
 			return fmt.Errorf("claim %s/%s: MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
 		}
+		if d.cfg.Observer != nil {
+			d.cfg.Observer.MIGMade()
+		}
 		// A crash here leaves the instance unrecorded: recovery finds it
 		// by its placement (destroyMIG).
 		if err := d.fault(StepMIGMade); err != nil {
@@ -163,6 +173,9 @@ func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 			return fmt.Errorf("claim %s/%s: destroy MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
 		}
 		destroyed = true
+		if d.cfg.Observer != nil {
+			d.cfg.Observer.MIGDestroyed()
+		}
 	}
 	if !destroyed {
 		return nil

@@ -27,6 +27,7 @@ type Metrics struct {
 	hotplug         prometheus.Histogram
 	healthy         *prometheus.GaugeVec
 	unhealthyEvents *prometheus.CounterVec
+	mig             migInstruments
 }
 
 // New makes the registry: the status collector, the agent's instruments, and
@@ -49,10 +50,12 @@ func New(cfg Config) *Metrics {
 		unhealthyEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "gpu_unhealthy_events_total",
 			Help: "Times a GPU was found unhealthy, by cause (xid: a critical XID event; query: a failing NVML query)."},
 			[]string{"gpu", "cause"}),
+		mig: newMIGInstruments(),
 	}
 	m.Registry.MustRegister(&collector{d: newDesc(), status: cfg.Status, maxGroups: cfg.MaxGroups, now: cfg.Now},
 		m.allocRefusals, m.allocations, m.hotplug, m.healthy, m.unhealthyEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.mig.collectors()...)
 	for _, r := range deviceplugin.RefusalReasons() {
 		m.allocRefusals.WithLabelValues(r) // every reason shows, at 0 until it happens
 	}

@@ -156,3 +156,32 @@ func TestProbes(t *testing.T) {
 		t.Errorf("metrics %d", code)
 	}
 }
+
+func TestMIGMetrics(t *testing.T) {
+	m := New(Config{Status: func() (*nodestatus.Status, error) { return status(), nil }})
+	m.SetMIGInstances([]MIGInstance{{GPU: gpuA, UUID: "MIG-1", Profile: "3g.40gb", Placement: 4, MadeBy: "claim", Claims: 2},
+		{GPU: gpuA, UUID: "MIG-2", Profile: "1g.10gb", Placement: 0, MadeBy: "admin"}})
+	m.MIGMade()
+	m.MIGMade()
+	m.MIGDestroyed()
+	want := `
+# HELP gpuslice_mig_instance_claims Prepared DRA claims holding the MIG instance (one series per instance on the node).
+# TYPE gpuslice_mig_instance_claims gauge
+gpuslice_mig_instance_claims{gpu="` + gpuA + `",made_by="admin",placement="0",profile="1g.10gb",uuid="MIG-2"} 0
+gpuslice_mig_instance_claims{gpu="` + gpuA + `",made_by="claim",placement="4",profile="3g.40gb",uuid="MIG-1"} 2
+# HELP gpuslice_mig_instances_made_total MIG instances the DRA driver made for claims.
+# TYPE gpuslice_mig_instances_made_total counter
+gpuslice_mig_instances_made_total 2
+# HELP gpuslice_mig_instances_destroyed_total MIG instances the DRA driver destroyed once no claim held them.
+# TYPE gpuslice_mig_instances_destroyed_total counter
+gpuslice_mig_instances_destroyed_total 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "gpuslice_mig_instance_claims",
+		"gpuslice_mig_instances_made_total", "gpuslice_mig_instances_destroyed_total"); err != nil {
+		t.Fatal(err)
+	}
+	m.SetMIGInstances(nil)
+	if n := testutil.CollectAndCount(m.Registry, "gpuslice_mig_instance_claims"); n != 0 {
+		t.Fatalf("%d instance series after all were destroyed", n)
+	}
+}
