@@ -7,7 +7,7 @@ SIM_ASAN := $(BUILD)/asan/sim
 SIM_COMMON := config.c mig.c mps_limit.c state.c statefile.c engine.c
 SIM_CUDA := init.c device.c errors.c ctx.c ctx_ops.c ctx_limit.c queue.c stream.c event.c module.c launch.c \
 	alloc.c mem.c pool.c vmm.c array.c copy.c misc.c graph.c graph_exec.c graph_mem.c procaddr.c mps.c ptx.c
-SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_acct.c nvml_events.c
+SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_acct.c nvml_events.c nvml_mig.c nvml_migci.c nvml_migdev.c
 SIM_CUDA_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_CUDA))
 SIM_NVML_SRC := $(addprefix $(SIM_DIR)/src/,$(SIM_COMMON) $(SIM_NVML))
 SIM_HDRS := $(wildcard $(SIM_DIR)/src/*.h) include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h
@@ -74,5 +74,5 @@ $(SIM_BIN)/gpuslice-sim-ctl: $(SIM_CTL_SRC) $(SIM_HDRS) | $(SIM_BIN)
 	$(CC) $(CFLAGS_COMMON) -I$(SIM_DIR)/src -o $@ $(SIM_CTL_SRC) -pthread
 $(SIM_ASAN)/gpuslice-sim-ctl: $(SIM_CTL_SRC) $(SIM_HDRS) | $(SIM_ASAN)
 	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(SIM_DIR)/src -o $@ $(SIM_CTL_SRC) -pthread
-# test_events runs the sanitizer build of the tool next to it.
-$(SIM_ASAN)/test_events: $(SIM_ASAN)/gpuslice-sim-ctl
+# test_events and test_mig run the sanitizer build of the tool next to them.
+$(SIM_ASAN)/test_events $(SIM_ASAN)/test_mig: $(SIM_ASAN)/gpuslice-sim-ctl

@@ -27,8 +27,11 @@ enum {
 	NVML_ERROR_LIBRARY_NOT_FOUND = 12,
 	NVML_ERROR_FUNCTION_NOT_FOUND = 13,
 	NVML_ERROR_GPU_IS_LOST = 15,
+	NVML_ERROR_RESET_REQUIRED = 16,
+	NVML_ERROR_IN_USE = 19,
 	NVML_ERROR_MEMORY = 20,
 	NVML_ERROR_NO_DATA = 21,
+	NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
 	NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 	NVML_ERROR_UNKNOWN = 999,
 };
@@ -161,6 +164,148 @@ typedef struct nvmlEventData_st {
 	unsigned int gpuInstanceId;
 	unsigned int computeInstanceId;
 } nvmlEventData_t;
+
+/* Multi-Instance GPU (nvml.h's nvmlMultiInstanceGPU group). */
+#define NVML_DEVICE_MIG_DISABLE 0x0
+#define NVML_DEVICE_MIG_ENABLE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_GPU_INSTANCE_PROFILE_8_SLICE 0x5
+#define NVML_GPU_INSTANCE_PROFILE_6_SLICE 0x6
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 0x7
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 0x8
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 0x9
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x11
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x8
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_P2P 0x1
+
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
+
+typedef struct nvmlGpuInstancePlacement_st {
+	unsigned int start; /* first memory slice */
+	unsigned int size;  /* memory slices */
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+	unsigned int id;
+	unsigned int isP2pSupported;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int copyEngineCount;
+	unsigned int decoderCount;
+	unsigned int encoderCount;
+	unsigned int jpegCount;
+	unsigned int ofaCount;
+	unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_v2_st {
+	unsigned int version;
+	unsigned int id;
+	unsigned int isP2pSupported;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int copyEngineCount;
+	unsigned int decoderCount;
+	unsigned int encoderCount;
+	unsigned int jpegCount;
+	unsigned int ofaCount;
+	unsigned long long memorySizeMB;
+	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlGpuInstanceProfileInfo_v2_t;
+#define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)
+
+typedef struct nvmlGpuInstanceProfileInfo_v3_st {
+	unsigned int version;
+	unsigned int id;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int copyEngineCount;
+	unsigned int decoderCount;
+	unsigned int encoderCount;
+	unsigned int jpegCount;
+	unsigned int ofaCount;
+	unsigned long long memorySizeMB;
+	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+	unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+#define nvmlGpuInstanceProfileInfo_v3 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)
+
+typedef struct nvmlGpuInstanceInfo_st {
+	nvmlDevice_t device;
+	unsigned int id;
+	unsigned int profileId;
+	nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+	unsigned int start; /* first compute slice within the GPU instance */
+	unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+	unsigned int id;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int sharedCopyEngineCount;
+	unsigned int sharedDecoderCount;
+	unsigned int sharedEncoderCount;
+	unsigned int sharedJpegCount;
+	unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v2_st {
+	unsigned int version;
+	unsigned int id;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int sharedCopyEngineCount;
+	unsigned int sharedDecoderCount;
+	unsigned int sharedEncoderCount;
+	unsigned int sharedJpegCount;
+	unsigned int sharedOfaCount;
+	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+#define nvmlComputeInstanceProfileInfo_v2 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 2)
+
+typedef struct nvmlComputeInstanceProfileInfo_v3_st {
+	unsigned int version;
+	unsigned int id;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int sharedCopyEngineCount;
+	unsigned int sharedDecoderCount;
+	unsigned int sharedEncoderCount;
+	unsigned int sharedJpegCount;
+	unsigned int sharedOfaCount;
+	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+	unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+#define nvmlComputeInstanceProfileInfo_v3 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 3)
+
+typedef struct nvmlComputeInstanceInfo_st {
+	nvmlDevice_t device;
+	nvmlGpuInstance_t gpuInstance;
+	unsigned int id;
+	unsigned int profileId;
+	nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
 
 #ifdef __cplusplus
 }

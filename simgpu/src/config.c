@@ -160,8 +160,13 @@ static int apply_value(struct sim_dev_config *d, unsigned key, const char *val)
 		return (sim_parse_size(val, &d->memory) != 0 || d->memory < (1ull << 20)) ? -1 : 0;
 	case 3:
 		return parse_sms(val, &d->sms);
-	default:
+	case 4:
 		return parse_minor(val, &d->minor);
+	default: {
+		int m = sim_parse_mig(val);
+		d->mig = m < 0 ? SIM_MIG_UNSET : (uint32_t)m;
+		return m < 0 ? -1 : 0;
+	}
 	}
 }
 
@@ -169,13 +174,13 @@ static int apply_value(struct sim_dev_config *d, unsigned key, const char *val)
 static int apply_kv(struct sim_dev_config *d, const char *key, const char *val, unsigned *seen, char *err,
 		    size_t errlen)
 {
-	static const char *const keys[] = {"name", "uuid", "memory", "sms", "minor"};
+	static const char *const keys[] = {"name", "uuid", "memory", "sms", "minor", "mig"};
 	unsigned k = 0;
 
 	while (k < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[k]) != 0)
 		k++;
 	if (k == sizeof(keys) / sizeof(keys[0])) {
-		set_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms, minor)", key);
+		set_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms, minor, mig)", key);
 		return -1;
 	}
 	if (*seen & (1u << k)) {
@@ -285,8 +290,8 @@ int sim_config_parse(const char *text, size_t len, struct sim_config *out, char 
 		line[n] = '\0';
 		if (blank_or_comment(line))
 			continue;
-		if (out->ndev == SIM_MAX_DEVICES) {
-			set_err(err, errlen, "line %d: more than %d devices", lineno, SIM_MAX_DEVICES);
+		if (out->ndev == SIM_MAX_GPUS) {
+			set_err(err, errlen, "line %d: more than %d devices", lineno, SIM_MAX_GPUS);
 			return -1;
 		}
 		dev_defaults(&out->dev[out->ndev], out->ndev);
@@ -396,7 +401,7 @@ static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
 	const char *name = SIM_DEFAULT_NAME;
 
 	if ((v = getenv("GPUSLICE_SIM_GPUS")) != NULL &&
-	    env_uint("GPUSLICE_SIM_GPUS", v, SIM_MAX_DEVICES, &n, err, errlen) != 0)
+	    env_uint("GPUSLICE_SIM_GPUS", v, SIM_MAX_GPUS, &n, err, errlen) != 0)
 		return -1;
 	if ((v = getenv("GPUSLICE_SIM_MEMORY")) != NULL && (sim_parse_size(v, &mem) != 0 || mem < (1ull << 20))) {
 		set_err(err, errlen, "GPUSLICE_SIM_MEMORY=\"%s\": want a size like 24GiB", v);
@@ -464,6 +469,32 @@ static int copy_from_env(struct sim_config *out, char *err, size_t errlen)
 	return latency_from_env(out, err, errlen);
 }
 
+int sim_parse_mig(const char *v)
+{
+	if (strcmp(v, "on") == 0)
+		return SIM_MIG_ON;
+	if (strcmp(v, "off") == 0)
+		return SIM_MIG_OFF;
+	return strcmp(v, "none") == 0 ? SIM_MIG_NONE : -1;
+}
+
+/* GPUSLICE_SIM_MIG=on|off|none: every device without a mig= key. */
+static int mig_from_env(struct sim_config *out, char *err, size_t errlen)
+{
+	const char *v = getenv("GPUSLICE_SIM_MIG");
+	int m = SIM_MIG_NONE;
+
+	if (v != NULL && *v != '\0' && (m = sim_parse_mig(v)) < 0) {
+		set_err(err, errlen,
+			"GPUSLICE_SIM_MIG=\"%.20s\": want on, off or none (instances are made through NVML)", v);
+		return -1;
+	}
+	for (int i = 0; i < out->ndev; i++)
+		if (out->dev[i].mig == SIM_MIG_UNSET)
+			out->dev[i].mig = (uint32_t)m;
+	return 0;
+}
+
 int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 {
 	const char *path = getenv("GPUSLICE_SIM_CONFIG");
@@ -477,7 +508,7 @@ int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
 	if (rc == 0)
 		rc = access_from_env(&out->access, err, errlen);
 	if (rc == 0)
-		rc = sim_mig_split(out, err, errlen);
+		rc = mig_from_env(out, err, errlen);
 	const char *v = getenv("GPUSLICE_SIM_CONTEXT_MEMORY");
 	out->ctx_mem = SIM_DEFAULT_CONTEXT_MEMORY;
 	if (rc == 0 && v != NULL && sim_parse_size(v, &out->ctx_mem) != 0) {

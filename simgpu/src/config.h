@@ -32,7 +32,12 @@ struct sim_dev_config {
 	uint64_t memory;
 	uint32_t sms;
 	uint32_t minor; /* device node <devdir>/nvidia<minor> */
+	uint32_t mig;   /* SIM_MIG_*: MIG-capable and its mode when the state file is made */
 };
+
+/* sim_dev_config.mig: not said (GPUSLICE_SIM_MIG decides), not MIG-capable,
+ * capable with MIG off, capable with MIG on. */
+enum { SIM_MIG_UNSET, SIM_MIG_NONE, SIM_MIG_OFF, SIM_MIG_ON };
 
 /* How this process checks device access (per process, not shared). */
 struct sim_access {
@@ -42,7 +47,7 @@ struct sim_access {
 
 struct sim_config {
 	int ndev;
-	struct sim_dev_config dev[SIM_MAX_DEVICES];
+	struct sim_dev_config dev[SIM_MAX_GPUS];
 	struct sim_access access;
 	uint64_t ctx_mem;  /* GPUSLICE_SIM_CONTEXT_MEMORY: device bytes per context (per process) */
 	uint64_t copy_bps; /* GPUSLICE_SIM_COPY_GBPS: device-side copy/memset bandwidth, bytes per second */
@@ -69,12 +74,7 @@ int sim_parse_uuid(const char *s, unsigned char out[16]);
 /* Writes "GPU-..." (41 bytes with NUL); buf must hold at least 41 bytes. */
 void sim_format_uuid(const unsigned char u[16], char *buf, size_t len);
 void sim_default_uuid(int index, unsigned char out[16]);
-/* MIG mode (mig.c, GPUSLICE_SIM_MIG): splits every GPU of c into instances;
- * 0, or -1 with a message. */
-int sim_mig_split(struct sim_config *c, char *err, size_t errlen);
-/* Whether device index is a MIG instance; its GPU's UUID in out (may be NULL). */
-bool sim_mig_parent(int index, unsigned char out[16]);
-/* A device's UUID as NVML spells it: "MIG-..." for an instance, else "GPU-...". */
-void sim_format_dev_uuid(int index, const unsigned char u[16], char *buf, size_t len);
+/* "on", "off" or "none" -> SIM_MIG_ON / _OFF / _NONE; -1 otherwise. */
+int sim_parse_mig(const char *v);
 
 #endif

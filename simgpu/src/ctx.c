@@ -49,7 +49,7 @@ bool sim_ctx_valid(struct sim_ctx *c)
 
 CUresult sim_register_process(int dev)
 {
-	int slot = sim_proc_register(sim_g.st, sim_g.pid, sim_g.start, dev);
+	int slot = sim_proc_register(sim_g.st, sim_g.pid, sim_g.start, dev, sim_dev_ci(dev));
 
 	if (slot < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY; /* process table full */

@@ -103,17 +103,39 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
-/* cuDeviceGetUuid and its _v2 answer alike, but for a MIG instance (mig.c):
- * v1 names its GPU, v2 the instance. */
+/* A MIG device's GPU (its PCI function, its UUID for cuDeviceGetUuid) and
+ * compute instance; false for a whole GPU. */
+static bool mig_device(int i, CUdevice d, int *gpu, const struct sim_mig_gi **gi, struct sim_mig_ci **ci)
+{
+	int c = sim_device_ci(d);
+	if (c < 0 || !sim_mig_slot_owner(sim_g.st, i, gpu, gi))
+		return false;
+	*ci = sim_mig_ci_by_id((struct sim_mig_gi *)*gi, (unsigned)c);
+	return *ci != NULL;
+}
+
+/* The GPU whose PCI function a device is: a MIG device's parent. */
+static int pci_index(int i)
+{
+	int gpu;
+	return sim_mig_slot_owner(sim_g.st, i, &gpu, NULL) ? gpu : i;
+}
+
+/* cuDeviceGetUuid and its _v2 answer alike, but for a MIG device: v1 names
+ * its GPU, v2 the MIG device (its compute instance), as the driver does. */
 static CUresult device_uuid(CUuuid *u, CUdevice d, bool own)
 {
-	int i;
+	const struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int i, gpu;
 
 	DEV_OR_RETURN(i, d);
 	if (u == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (own || !sim_mig_parent(i, (unsigned char *)u->bytes))
+	if (!mig_device(i, d, &gpu, &gi, &ci))
 		memcpy(u->bytes, sim_g.st->dev[i].uuid, 16);
+	else
+		memcpy(u->bytes, own ? ci->uuid : sim_g.st->dev[gpu].uuid, 16);
 	return CUDA_SUCCESS;
 }
 
@@ -159,10 +181,14 @@ SIM_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 	if (v == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*v = 0;
+	const struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
 	if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) {
-		*v = (int)sim_g.st->dev[i].sms;
+		*v = (int)(mig_device(i, d, &gpu, &gi, &ci) ? sim_mig_ci_sms(sim_g.st, gi, ci->profile)
+							    : sim_g.st->dev[i].sms);
 	} else if (a == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) {
-		*v = i + 1;
+		*v = pci_index(i) + 1;
 	} else {
 		for (size_t k = 0; k < sizeof(attrs) / sizeof(attrs[0]); k++)
 			if (attrs[k].attr == (int)a)
@@ -190,7 +216,7 @@ SIM_API CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
 	DEV_OR_RETURN(i, d);
 	if (id == NULL || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	snprintf(id, (size_t)len, "0000:%02x:00.0", i + 1);
+	snprintf(id, (size_t)len, "0000:%02x:00.0", pci_index(i) + 1);
 	return CUDA_SUCCESS;
 }
 
@@ -204,7 +230,7 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *id)
 	if (d == NULL || id == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dv, &fn) != 4)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (int o = 0, n = atomic_load(&sim_g.nvis); o < n; o++)
-		if (dom == 0 && dv == 0 && fn == 0 && bus == (unsigned)sim_g.vis[o] + 1) {
+		if (dom == 0 && dv == 0 && fn == 0 && bus == (unsigned)pci_index(sim_g.vis[o]) + 1) {
 			*d = o;
 			return CUDA_SUCCESS;
 		}

@@ -16,13 +16,26 @@ static void on_fork_child(void)
 	sim_g.forked = true;
 }
 
-static int match_uuid(const struct sim_state *st, const int *cand, int n, const char *tok)
+/* A device a process could enumerate: a whole GPU (ci -1) or a MIG device
+ * (a compute instance: its GPU instance's slot and its id). */
+struct cand {
+	int dev, ci;
+	const unsigned char *uuid;
+};
+
+#define SIM_MAX_CANDS (SIM_MAX_GPUS + SIM_MAX_DEVICES * SIM_MIG_MAX_CI)
+
+static int match_uuid(const struct cand *c, int n, const char *tok, bool mig)
 {
 	char buf[64];
 	int found = -1;
 
 	for (int i = 0; i < n; i++) {
-		sim_format_uuid(st->dev[cand[i]].uuid, buf, sizeof(buf));
+		if ((c[i].ci >= 0) != mig)
+			continue;
+		sim_format_uuid(c[i].uuid, buf, sizeof(buf));
+		if (mig)
+			memcpy(buf, "MIG-", 4);
 		if (strncmp(buf, tok, strlen(tok)) != 0)
 			continue;
 		if (found >= 0)
@@ -32,50 +45,78 @@ static int match_uuid(const struct sim_state *st, const int *cand, int n, const 
 	return found;
 }
 
-static int parse_token(const struct sim_state *st, const int *cand, int n, const char *tok)
+/* Index into c of a token, -1 if invalid. Indices count the devices a
+ * process sees without CUDA_VISIBLE_DEVICES (def, ndef). */
+static int parse_token(const struct cand *c, int n, const int *def, int ndef, const char *tok)
 {
 	char *end;
 	long v;
 
-	if (strncmp(tok, "GPU-", 4) == 0)
-		return strlen(tok) > 4 ? match_uuid(st, cand, n, tok) : -1;
+	if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0)
+		return strlen(tok) > 4 ? match_uuid(c, n, tok, tok[0] == 'M') : -1;
 	if (*tok < '0' || *tok > '9')
 		return -1;
 	v = strtol(tok, &end, 10);
-	return (*end != '\0' || v >= n) ? -1 : (int)v;
+	return (*end != '\0' || v >= ndef) ? -1 : def[v];
 }
 
-/* Applies CUDA_VISIBLE_DEVICES like the real driver: indices or UUID
- * (prefixes), comma separated; parsing stops at the first invalid or
- * repeated entry. Returns the number of visible devices. */
-static int visible_devices(const struct sim_state *st, const int *cand, int n, int *vis)
+/* The MIG devices of a GPU in MIG mode, by GPU instance id, then compute
+ * instance id (nvmlDeviceGetMigDeviceHandleByIndex's order). */
+static int mig_cands(struct sim_state *st, int gpu, struct cand *c, int n)
+{
+	for (unsigned g = 0; g <= 2 * SIM_MIG_MAX_GI; g++) {
+		struct sim_mig_gi *gi = sim_mig_gi_by_id(st, gpu, g);
+		for (unsigned k = 0; gi != NULL && k <= 2 * SIM_MIG_MAX_CI && n < SIM_MAX_CANDS; k++) {
+			struct sim_mig_ci *ci = sim_mig_ci_by_id(gi, k);
+			if (ci != NULL)
+				c[n++] = (struct cand){(int)gi->slot, (int)ci->id, ci->uuid};
+		}
+	}
+	return n;
+}
+
+/* Like the driver (CUDA 11/12): a process enumerates at most one MIG device,
+ * the first; whole GPUs besides it. CUDA_VISIBLE_DEVICES takes indices, GPU-
+ * and MIG- UUIDs (or unique prefixes), comma separated; parsing stops at the
+ * first invalid or repeated entry. Returns the number of visible devices. */
+static int visible_devices(const struct cand *c, int n, struct cand *vis)
 {
 	const char *env = getenv("CUDA_VISIBLE_DEVICES");
 	char buf[1024], *save = NULL, *tok;
-	int nvis = 0;
-	bool used[SIM_MAX_DEVICES] = {false};
+	int nvis = 0, def[SIM_MAX_CANDS], ndef = 0;
+	bool used[SIM_MAX_CANDS] = {false}, mig = false;
 
+	for (int i = 0; i < n; i++)
+		if (c[i].ci < 0 || !mig) {
+			mig |= c[i].ci >= 0;
+			def[ndef++] = i;
+		}
 	if (env == NULL) {
-		memcpy(vis, cand, sizeof(int) * (size_t)n);
-		return n;
+		for (int i = 0; i < ndef; i++)
+			vis[nvis++] = c[def[i]];
+		return nvis;
 	}
+	mig = false;
 	snprintf(buf, sizeof(buf), "%s", env);
 	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
 		tok += strspn(tok, " \t");
 		tok[strcspn(tok, " \t")] = '\0';
-		int i = parse_token(st, cand, n, tok);
+		int i = parse_token(c, n, def, ndef, tok);
 		if (i < 0 || used[i])
 			break;
 		used[i] = true;
-		vis[nvis++] = cand[i];
+		if (c[i].ci >= 0 && mig)
+			continue; /* one MIG device per process */
+		mig |= c[i].ci >= 0;
+		vis[nvis++] = c[i];
 	}
 	return nvis;
 }
 
-static bool listed(int dev, int nvis)
+static bool listed(const struct cand *c, int nvis)
 {
 	for (int o = 0; o < nvis; o++)
-		if (sim_g.vis[o] == dev)
+		if (sim_g.vis[o] == c->dev && sim_g.vis_ci[o] == c->ci)
 			return true;
 	return false;
 }
@@ -86,16 +127,24 @@ static bool listed(int dev, int nvis)
  * went away (the real driver keeps the device files it opened). */
 static int rescan_locked(void)
 {
-	int cand[SIM_MAX_DEVICES], want[SIM_MAX_DEVICES], n = 0, nwant;
+	static struct cand cand[SIM_MAX_CANDS], want[SIM_MAX_CANDS];
+	int n = 0, nwant;
 	int nvis = atomic_load_explicit(&sim_g.nvis, memory_order_relaxed);
 
-	for (int i = 0; i < (int)sim_g.st->ndev && i < SIM_MAX_DEVICES; i++)
-		if (sim_device_accessible(sim_g.st, &sim_g.access, i))
-			cand[n++] = i;
-	nwant = visible_devices(sim_g.st, cand, n, want);
+	for (int i = 0; i < (int)sim_g.st->ndev && i < SIM_MAX_GPUS; i++) {
+		if (!sim_device_accessible(sim_g.st, &sim_g.access, i))
+			continue;
+		if (sim_mig_on(sim_g.st, i))
+			n = mig_cands(sim_g.st, i, cand, n);
+		else
+			cand[n++] = (struct cand){i, -1, sim_g.st->dev[i].uuid};
+	}
+	nwant = visible_devices(cand, n, want);
 	for (int k = 0; k < nwant && nvis < SIM_MAX_DEVICES; k++)
-		if (!listed(want[k], nvis))
-			sim_g.vis[nvis++] = want[k];
+		if (!listed(&want[k], nvis)) {
+			sim_g.vis_ci[nvis] = want[k].ci;
+			sim_g.vis[nvis++] = want[k].dev;
+		}
 	atomic_store_explicit(&sim_g.nvis, nvis, memory_order_release);
 	return nvis;
 }
@@ -175,6 +224,21 @@ int sim_device(CUdevice ordinal)
 	if (ordinal < 0 || ordinal >= atomic_load_explicit(&sim_g.nvis, memory_order_acquire))
 		return -1;
 	return sim_g.vis[ordinal];
+}
+
+int sim_device_ci(CUdevice ordinal)
+{
+	if (ordinal < 0 || ordinal >= atomic_load_explicit(&sim_g.nvis, memory_order_acquire))
+		return -1;
+	return sim_g.vis_ci[ordinal];
+}
+
+int sim_dev_ci(int dev)
+{
+	for (int o = 0, n = atomic_load_explicit(&sim_g.nvis, memory_order_acquire); o < n; o++)
+		if (sim_g.vis[o] == dev)
+			return sim_g.vis_ci[o];
+	return -1;
 }
 
 __attribute__((destructor)) static void sim_fini(void)

@@ -177,7 +177,7 @@ SIM_API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice dev)
 
 	if (n == 0 || !sim_alloc_find(p, &a) || a.kind != SIM_AK_MANAGED || p - a.base + n > a.size)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (advice < 1 || advice > 6 || (dev != CU_DEVICE_CPU && (dev < 0 || (uint32_t)dev >= sim_g.st->ndev)))
+	if (advice < 1 || advice > 6 || (dev != CU_DEVICE_CPU && sim_device(dev) < 0))
 		return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;
 }

@@ -28,7 +28,7 @@ static int rescan_locked(void)
 		for (int k = 0; k < n && !have; k++)
 			have = sim_nvml.dev[k].index == i;
 		if (!have && sim_device_accessible(sim_nvml.st, &sim_nvml.access, i))
-			sim_nvml.dev[n++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i};
+			sim_nvml.dev[n++] = (struct sim_nvml_dev){SIM_NVML_DEV_MAGIC, i, 0, 0};
 	}
 	atomic_store_explicit(&sim_nvml.ndev, n, memory_order_release);
 	return n;

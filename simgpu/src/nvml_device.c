@@ -11,7 +11,15 @@
 struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
 {
 	struct sim_nvml_dev *d = (struct sim_nvml_dev *)h;
+	struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
 
+	if (sim_nvml_mig(h, &gpu, &gi, &ci)) { /* a MIG device: its GPU instance's slot */
+		if (index != NULL)
+			*index = (int)gi->slot;
+		return &sim_nvml.st->dev[gi->slot];
+	}
 	if (d < &sim_nvml.dev[0] || d >= &sim_nvml.dev[atomic_load_explicit(&sim_nvml.ndev, memory_order_acquire)] ||
 	    d->magic != SIM_NVML_DEV_MAGIC)
 		return NULL;
@@ -80,6 +88,27 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t
 	return by_index(i, h);
 }
 
+/* A MIG device of GPU gpu by its "MIG-" UUID. */
+static bool by_mig_uuid(int gpu, const char *uuid, nvmlDevice_t *h)
+{
+	char buf[64];
+
+	for (unsigned g = 0; sim_mig_on(sim_nvml.st, gpu) && g < SIM_MIG_IDS; g++) {
+		struct sim_mig_gi *gi = sim_mig_gi_by_id(sim_nvml.st, gpu, g);
+		for (unsigned c = 0; gi != NULL && c < SIM_MIG_IDS; c++) {
+			struct sim_mig_ci *ci = sim_mig_ci_by_id(gi, c);
+			if (ci == NULL)
+				continue;
+			sim_format_uuid(ci->uuid, buf, sizeof(buf));
+			if (strcmp(buf + 4, uuid + 4) == 0) {
+				*h = sim_nvml_mig_handle(gpu, g, c);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h)
 {
 	char buf[64];
@@ -91,11 +120,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (int i = 0, n = atomic_load(&sim_nvml.ndev); i < n; i++) {
 		int idx = sim_nvml.dev[i].index;
-		sim_format_dev_uuid(idx, sim_nvml.st->dev[idx].uuid, buf, sizeof(buf));
+		sim_format_uuid(sim_nvml.st->dev[idx].uuid, buf, sizeof(buf));
 		if (strcmp(buf, uuid) == 0) {
 			*h = (nvmlDevice_t)&sim_nvml.dev[i];
 			return NVML_SUCCESS;
 		}
+		if (strncmp(uuid, "MIG-", 4) == 0 && by_mig_uuid(idx, uuid, h))
+			return NVML_SUCCESS;
 	}
 	return NVML_ERROR_NOT_FOUND;
 }
@@ -105,11 +136,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *i)
 	struct sim_dev_state *d;
 	int idx;
 
+	struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
+
 	DEV_OR_RETURN(h, d, idx);
 	(void)d;
 	if (i == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*i = (unsigned)((struct sim_nvml_dev *)h - sim_nvml.dev);
+	if (sim_nvml_mig(h, &gpu, &gi, &ci)) /* its index under its GPU */
+		*i = (unsigned)sim_nvml_mig_index(gpu, gi->id, ci->id);
+	else
+		*i = (unsigned)((struct sim_nvml_dev *)h - sim_nvml.dev);
 	return NVML_SUCCESS;
 }
 
@@ -152,8 +190,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int
 	char buf[64];
 	int idx;
 
+	struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
+
 	DEV_OR_RETURN(h, d, idx);
-	sim_format_dev_uuid(idx, d->uuid, buf, sizeof(buf));
+	bool mig = sim_nvml_mig(h, &gpu, &gi, &ci);
+	sim_format_uuid(mig ? ci->uuid : d->uuid, buf, sizeof(buf));
+	if (mig)
+		memcpy(buf, "MIG-", 4);
 	return put(uuid, len, buf);
 }
 
@@ -162,11 +207,15 @@ NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t h, unsigned int *
 	struct sim_dev_state *d;
 	int idx;
 
+	struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
+
 	DEV_OR_RETURN(h, d, idx);
 	(void)d;
 	if (is_mig == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*is_mig = sim_mig_parent(idx, NULL);
+	*is_mig = sim_nvml_mig(h, &gpu, &gi, &ci);
 	return NVML_SUCCESS;
 }
 
@@ -193,6 +242,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci
 	(void)d;
 	if (pci == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	sim_mig_slot_owner(sim_nvml.st, idx, &idx, NULL); /* a MIG device: its GPU's function */
 	memset(pci, 0, sizeof(*pci));
 	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02x:00.0", idx + 1);
 	snprintf(pci->busId, sizeof(pci->busId), "00000000:%02x:00.0", idx + 1);
@@ -202,11 +252,15 @@ NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci
 	return NVML_SUCCESS;
 }
 
-static void mem_numbers(struct sim_dev_state *d, unsigned long long *total, unsigned long long *used)
+/* A GPU in MIG mode counts what its instances hold; a MIG device its GPU instance's. */
+static void mem_numbers(struct sim_dev_state *d, int idx, unsigned long long *total, unsigned long long *used)
 {
 	sim_reap(sim_nvml.st);
 	*total = d->total;
 	*used = atomic_load(&d->used);
+	for (int k = 0; sim_mig_on(sim_nvml.st, idx) && k < SIM_MIG_MAX_GI; k++)
+		if (sim_nvml.st->mig[idx].gi[k].live)
+			*used += atomic_load(&sim_nvml.st->dev[sim_nvml.st->mig[idx].gi[k].slot].used);
 	if (*used > *total)
 		*used = *total;
 }
@@ -219,7 +273,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
 	LIVE_OR_RETURN(h, d, idx);
 	if (m == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	mem_numbers(d, &m->total, &m->used);
+	mem_numbers(d, idx, &m->total, &m->used);
 	m->free = m->total - m->used;
 	return NVML_SUCCESS;
 }
@@ -234,7 +288,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (m->version != nvmlMemory_v2)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	mem_numbers(d, &m->total, &m->used);
+	mem_numbers(d, idx, &m->total, &m->used);
 	m->reserved = 0;
 	m->free = m->total - m->used;
 	return NVML_SUCCESS;
@@ -248,6 +302,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilizat
 	LIVE_OR_RETURN(h, d, idx);
 	if (u == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (idx >= SIM_MAX_GPUS || sim_mig_on(sim_nvml.st, idx))
+		return NVML_ERROR_NOT_SUPPORTED; /* "On MIG-enabled GPUs, querying device utilization rates is not currently supported" */
 	u->gpu = sim_engine_utilization(&d->engine, sim_now_ns());
 	u->memory = u->gpu / 2;
 	return NVML_SUCCESS;

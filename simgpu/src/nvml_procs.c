@@ -10,26 +10,32 @@
 #include "nvml.h"
 
 /* Adds mem to the server's row, appending one if it has none yet. */
-static unsigned add_server(struct sim_proc_row *rows, unsigned n, unsigned cap, unsigned pid, unsigned long long mem)
+static unsigned add_server(struct sim_proc_row *rows, unsigned n, unsigned cap, struct sim_proc_row r)
 {
 	for (unsigned i = 0; i < n && i < cap; i++)
-		if (rows[i].pid == pid) {
-			rows[i].mem += mem;
+		if (rows[i].pid == r.pid && rows[i].gi == r.gi && rows[i].ci == r.ci) {
+			rows[i].mem += r.mem;
 			return n;
 		}
 	if (n < cap)
-		rows[n] = (struct sim_proc_row){pid, mem};
+		rows[n] = r;
 	return n + 1;
 }
 
-/* Live processes with a context or memory on device idx: MPS clients in the
- * MPS list, every other process and the clients' servers in the compute list. */
-unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *rows, unsigned cap)
+/* Which processes a list takes: device slot idx; on a MIG GPU instance's slot
+ * its id gi and, for a MIG device, compute instance ci only (-1: all). */
+struct sim_list_of {
+	int idx;
+	unsigned gi;
+	int ci;
+};
+
+static unsigned collect_of(struct sim_list_of f, enum sim_list which, struct sim_proc_row *rows, unsigned n,
+			   unsigned cap)
 {
 	struct sim_state *st = sim_nvml.st;
-	unsigned n = 0;
+	int idx = f.idx;
 
-	sim_reap(st);
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
 		struct sim_proc_state *p = &st->proc[i];
 		int32_t pid = atomic_load(&p->pid);
@@ -37,6 +43,10 @@ unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *row
 		unsigned long long mem = atomic_load(&p->used[idx]);
 		if (pid == 0 || (!(p->dev_mask & (1u << idx)) && mem == 0))
 			continue;
+		unsigned ci = p->mig_ci[idx] != 0 ? p->mig_ci[idx] - 1u : 0xffffffffu;
+		if (f.ci >= 0 && ci != (unsigned)f.ci)
+			continue;
+		struct sim_proc_row r = {(unsigned)pid, mem, f.gi, f.gi == 0xffffffffu ? 0xffffffffu : ci};
 		if (which == LIST_ALL) {
 			n++;
 			continue;
@@ -44,22 +54,55 @@ unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *row
 		if (which == LIST_GRAPHICS) {
 			if (atomic_load(&p->flags) & SIM_PROC_GRAPHICS) {
 				if (n < cap)
-					rows[n] = (struct sim_proc_row){(unsigned)pid, mem};
+					rows[n] = r;
 				n++;
 			}
 			continue;
 		}
 		if (which == LIST_COMPUTE && server != 0) {
-			n = add_server(rows, n, cap, (unsigned)server, mem);
+			r.pid = (unsigned)server;
+			n = add_server(rows, n, cap, r);
 			continue;
 		}
 		if ((which == LIST_MPS) != (server != 0))
 			continue;
 		if (n < cap)
-			rows[n] = (struct sim_proc_row){(unsigned)pid, mem};
+			rows[n] = r;
 		n++;
 	}
 	return n;
+}
+
+/* Live processes with a context or memory on device idx: MPS clients in the
+ * MPS list, every other process and the clients' servers in the compute list.
+ * A GPU in MIG mode lists those of all its instances, as the driver gives an
+ * aggregate for the parent handle. */
+unsigned sim_nvml_collect(int idx, enum sim_list which, struct sim_proc_row *rows, unsigned cap)
+{
+	struct sim_state *st = sim_nvml.st;
+	unsigned n;
+
+	sim_reap(st);
+	n = collect_of((struct sim_list_of){idx, 0xffffffffu, -1}, which, rows, 0, cap);
+	for (int k = 0; sim_mig_on(st, idx) && k < SIM_MIG_MAX_GI; k++) {
+		const struct sim_mig_gi *gi = &st->mig[idx].gi[k];
+		if (gi->live)
+			n = collect_of((struct sim_list_of){(int)gi->slot, gi->id, -1}, which, rows, n, cap);
+	}
+	return n;
+}
+
+/* The list of a handle: a MIG device's own processes, else the device's. */
+static unsigned collect_handle(nvmlDevice_t h, int idx, enum sim_list which, struct sim_proc_row *rows, unsigned cap)
+{
+	struct sim_mig_gi *gi;
+	struct sim_mig_ci *ci;
+	int gpu;
+
+	if (!sim_nvml_mig(h, &gpu, &gi, &ci))
+		return sim_nvml_collect(idx, which, rows, cap);
+	sim_reap(sim_nvml.st);
+	return collect_of((struct sim_list_of){(int)gi->slot, gi->id, (int)ci->id}, which, rows, 0, cap);
 }
 
 /* v: 1, 2 or 3 (v2 and v3 share nvmlProcessInfo_v2_t's layout). */
@@ -76,7 +119,7 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (sim_is_lost(sim_nvml.st, idx))
 		return NVML_ERROR_GPU_IS_LOST;
-	n = sim_nvml_collect(idx, which, rows, SIM_MAX_PROCS);
+	n = collect_handle(h, idx, which, rows, SIM_MAX_PROCS);
 	if (n > *count || (infos == NULL && n > 0)) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -92,8 +135,8 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned *count, void *infos, int v,
 			memset(o, 0, sizeof(*o));
 			o->pid = rows[i].pid;
 			o->usedGpuMemory = rows[i].mem;
-			o->gpuInstanceId = 0xffffffffu; /* no MIG */
-			o->computeInstanceId = 0xffffffffu;
+			o->gpuInstanceId = rows[i].gi; /* 0xffffffff on a whole GPU */
+			o->computeInstanceId = rows[i].ci;
 		}
 	}
 	return NVML_SUCCESS;
@@ -179,6 +222,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 						      unsigned int *count, unsigned long long last_seen)
 {
 	nvmlReturn_t rc = sim_nvml_check();
+	struct sim_state *st = sim_nvml.st;
 	struct timespec ts;
 	int idx;
 
@@ -188,9 +232,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProces
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (sim_is_lost(sim_nvml.st, idx))
 		return NVML_ERROR_GPU_IS_LOST;
+	if (idx >= SIM_MAX_GPUS || sim_mig_on(st, idx))
+		return NVML_ERROR_NOT_SUPPORTED; /* "On MIG-enabled GPUs, querying process utilization is not currently supported" */
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
-	struct sim_state *st = sim_nvml.st;
 	unsigned n = last_seen >= stamp ? 0 : sim_nvml_collect(idx, LIST_ALL, NULL, 0);
 	if (n == 0)
 		return NVML_ERROR_NOT_FOUND;

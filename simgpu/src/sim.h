@@ -197,6 +197,7 @@ struct sim_global {
 	 * mu before nvis (release) covers it, so readers need no lock. */
 	_Atomic int nvis;
 	int vis[SIM_MAX_DEVICES];
+	int vis_ci[SIM_MAX_DEVICES]; /* its MIG compute instance id, -1 for a whole GPU */
 	struct sim_ctx *primary[SIM_MAX_DEVICES];
 	struct sim_ctx *ctxs; /* registry of live explicit + primary contexts */
 	_Atomic unsigned long long next_id;
@@ -207,6 +208,9 @@ extern struct sim_global sim_g SIM_HIDDEN;
 /* Common checks. */
 SIM_HIDDEN CUresult sim_check_init(void);
 SIM_HIDDEN int sim_device(CUdevice ordinal); /* simulator index or -1 */
+/* A MIG device's compute instance id (by ordinal / by simulator index), -1 for a whole GPU. */
+SIM_HIDDEN int sim_device_ci(CUdevice ordinal);
+SIM_HIDDEN int sim_dev_ci(int dev);
 /* Appends devices that became accessible (GPUSLICE_SIM_DEVNODES); returns nvis. */
 SIM_HIDDEN int sim_rescan_devices(void);
 

@@ -16,9 +16,16 @@
 
 #define SIM_STATE_MAGIC 0x4d49534c53555047ull /* "GPUSLSIM" little endian */
 #define SIM_STATE_VERSION \
-	7u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
-                              5: sim_proc_state.mps_server; 6: sim_proc_state.work_ns; 7: sim_state.reaped_ns */
-#define SIM_MAX_DEVICES 16
+	8u /* 2: sim_dev_state.minor (was padding in 1); 3: 1024 processes, busy time; 4: events;
+                              5: sim_proc_state.mps_server; 6: sim_proc_state.work_ns; 7: sim_state.reaped_ns;
+                              8: MIG (sim_state.mig, device slots for GPU instances, sim_proc_state.mig_ci) */
+/* Configured GPUs: dev[0, ndev), ndev <= SIM_MAX_GPUS. */
+#define SIM_MAX_GPUS 16
+/* Device slots: the GPUs, then from SIM_MAX_GPUS on one per MIG GPU
+ * instance (its memory and engine), taken when it is made. */
+#define SIM_MAX_DEVICES 32
+#define SIM_MIG_MAX_GI 7 /* an H100's seven compute slices */
+#define SIM_MIG_MAX_CI 7
 #define SIM_MAX_PROCS 1024
 #define SIM_NAME_LEN 96
 #define SIM_UTIL_BUCKETS 32
@@ -74,6 +81,9 @@ struct sim_proc_state {
 	 * them. busy_ns is the time they held the engine, which grows when the
 	 * simulator's worker thread waits for a CPU mid-kernel; this does not. */
 	_Atomic uint64_t work_ns[SIM_MAX_DEVICES];
+	/* Per device slot of a MIG GPU instance: the compute instance id + 1 of
+	 * the MIG device its context is on (a CUDA process sees one MIG device), 0 none. */
+	uint8_t mig_ci[SIM_MAX_DEVICES];
 };
 
 /* sim_proc_state.flags: the process also has a graphics context
@@ -98,6 +108,38 @@ struct sim_nvml_events {
 	struct sim_nvml_event ring[SIM_EVENT_SLOTS];
 };
 
+/* MIG (mig.c). A compute instance: a MIG device, what CUDA enumerates. */
+struct sim_mig_ci {
+	uint8_t live;
+	uint8_t profile; /* NVML_COMPUTE_INSTANCE_PROFILE_* */
+	uint8_t start;   /* compute slices within its GPU instance */
+	uint8_t size;
+	uint32_t id;
+	unsigned char uuid[16]; /* "MIG-<uuid>" */
+};
+
+/* A GPU instance: memory slices [start, start + size) of its GPU; its memory
+ * and engine are device slot `slot`, apart from every other instance's. */
+struct sim_mig_gi {
+	uint8_t live;
+	uint8_t profile; /* NVML_GPU_INSTANCE_PROFILE_* */
+	uint8_t start;
+	uint8_t size;
+	uint32_t id;
+	uint32_t slot;
+	uint32_t pad;
+	struct sim_mig_ci ci[SIM_MIG_MAX_CI];
+};
+
+/* MIG state of one GPU; changed under sim_state.lock. */
+struct sim_mig_gpu {
+	uint32_t capable; /* 0: not MIG-capable (NVML: NOT_SUPPORTED) */
+	uint32_t current; /* NVML_DEVICE_MIG_DISABLE / _ENABLE */
+	uint32_t pending; /* applied once the GPU is idle (nvmlDeviceSetMigMode, gpuslice-sim-ctl mig) */
+	uint32_t made;    /* instances made so far: each gets a UUID of its own */
+	struct sim_mig_gi gi[SIM_MIG_MAX_GI];
+};
+
 struct sim_state {
 	uint64_t magic;
 	uint32_t version;
@@ -112,6 +154,7 @@ struct sim_state {
 	/* CLOCK_MONOTONIC ns of the last reap that read every entry's start time
 	 * in /proc (pid reuse); between them, reaps ask kill() only (state.c). */
 	_Atomic uint64_t reaped_ns;
+	struct sim_mig_gpu mig[SIM_MAX_GPUS];
 };
 
 #endif /* GPUSLICE_SIM_STATE_H */

@@ -129,7 +129,8 @@ bool sim_proc_alive(int32_t pid, uint64_t start)
 /* Frees a process's slot (lock held): its memory goes back to each device. */
 static void free_slot_locked(struct sim_state *st, struct sim_proc_state *p)
 {
-	for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+	for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
+		p->mig_ci[d] = 0;
 		uint64_t u = atomic_exchange(&p->used[d], 0);
 		uint64_t cur = atomic_load(&st->dev[d].used);
 		atomic_store(&st->dev[d].used, u > cur ? 0 : cur - u);
@@ -158,7 +159,7 @@ static void reap_locked(struct sim_state *st)
 static void recover_locked(struct sim_state *st)
 {
 	reap_locked(st);
-	for (uint32_t d = 0; d < st->ndev && d < SIM_MAX_DEVICES; d++) {
+	for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
 		uint64_t sum = 0;
 		for (int i = 0; i < SIM_MAX_PROCS; i++)
 			if (atomic_load(&st->proc[i].pid) != 0)
@@ -184,6 +185,21 @@ static int state_lock(struct sim_state *st)
 static void state_unlock(struct sim_state *st)
 {
 	pthread_mutex_unlock(&st->lock);
+}
+
+int sim_state_lock(struct sim_state *st)
+{
+	return state_lock(st);
+}
+
+void sim_state_unlock(struct sim_state *st)
+{
+	state_unlock(st);
+}
+
+bool sim_dev_exists(const struct sim_state *st, int dev)
+{
+	return (dev >= 0 && (uint32_t)dev < st->ndev) || sim_mig_slot_owner(st, dev, NULL, NULL);
 }
 
 /* Whether pid names a process (a cheap check: kill() only, outside the host
@@ -232,6 +248,7 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 			continue;
 		p->start = start;
 		p->dev_mask = 0;
+		memset(p->mig_ci, 0, sizeof(p->mig_ci));
 		atomic_store(&p->mps_server, 0);
 		for (int d = 0; d < SIM_MAX_DEVICES; d++) {
 			atomic_store(&p->used[d], 0);
@@ -245,7 +262,7 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 	return -1;
 }
 
-int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev)
+int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev, int ci)
 {
 	int slot;
 
@@ -256,8 +273,10 @@ int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev
 		reap_locked(st);
 		slot = find_slot(st, pid, start);
 	}
-	if (slot >= 0 && dev >= 0 && dev < SIM_MAX_DEVICES)
+	if (slot >= 0 && dev >= 0 && dev < SIM_MAX_DEVICES) {
 		st->proc[slot].dev_mask |= 1u << dev;
+		st->proc[slot].mig_ci[dev] = ci >= 0 && ci < 255 ? (uint8_t)(ci + 1) : 0;
+	}
 	state_unlock(st);
 	return slot;
 }
@@ -292,7 +311,7 @@ int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes, uin
 {
 	int rc;
 
-	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev)
+	if (slot < 0 || slot >= SIM_MAX_PROCS || !sim_dev_exists(st, dev))
 		return -1;
 	if (state_lock(st) != 0)
 		return -1;
@@ -310,7 +329,7 @@ void sim_mem_release(struct sim_state *st, int slot, int dev, uint64_t bytes)
 	struct sim_proc_state *p;
 	uint64_t mine, cur;
 
-	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || (uint32_t)dev >= st->ndev || state_lock(st) != 0)
+	if (slot < 0 || slot >= SIM_MAX_PROCS || dev < 0 || dev >= SIM_MAX_DEVICES || state_lock(st) != 0)
 		return;
 	p = &st->proc[slot];
 	mine = atomic_load(&p->used[dev]);
@@ -333,9 +352,9 @@ bool sim_device_accessible(const struct sim_state *st, const struct sim_access *
 	int saved, fd;
 	bool ok;
 
-	if (index < 0 || (uint32_t)index >= st->ndev)
+	if (!sim_dev_exists(st, index))
 		return false;
-	if (!acc->devnodes)
+	if (!acc->devnodes) /* a MIG instance: its GPU's node (minor) */
 		return true;
 	snprintf(path, sizeof(path), "%s/nvidia%u", acc->devdir, (unsigned)st->dev[index].minor);
 	saved = errno;
@@ -381,6 +400,7 @@ void sim_set_lost(struct sim_state *st, uint32_t dev, bool lost)
 
 bool sim_is_lost(const struct sim_state *st, int dev)
 {
+	sim_mig_slot_owner(st, dev, &dev, NULL); /* a MIG instance is lost with its GPU */
 	return dev >= 0 && dev < SIM_MAX_DEVICES &&
 	       (atomic_load(&((struct sim_state *)st)->events.lost_mask) & (1u << dev)) != 0;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "gpuslice/nvml_abi.h"
 #include "simstate.h"
 
 #define SIM_HIDDEN __attribute__((visibility("hidden")))
@@ -39,8 +40,9 @@ SIM_HIDDEN const char *sim_proc_dir(void);
 SIM_HIDDEN uint64_t sim_proc_start_time(int32_t pid);
 SIM_HIDDEN bool sim_proc_alive(int32_t pid, uint64_t start);
 
-/* Process table. register returns the slot (existing or new) or -1 if full. */
-SIM_HIDDEN int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev);
+/* Process table. register returns the slot (existing or new) or -1 if full;
+ * ci: the MIG compute instance id of its device, -1 for a whole GPU. */
+SIM_HIDDEN int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev, int ci);
 /* Frees everything the slot holds (normal process exit). */
 SIM_HIDDEN void sim_proc_release(struct sim_state *st, int slot, int32_t pid);
 /* Reaps entries of dead processes, returning their memory. */
@@ -69,5 +71,47 @@ SIM_HIDDEN uint64_t sim_now_ns(void);
 /* Device enumeration filter shared by libcuda and libnvidia-ml: index exists
  * and, with acc->devnodes, its node opens (or fails with ENXIO). Preserves errno. */
 SIM_HIDDEN bool sim_device_accessible(const struct sim_state *st, const struct sim_access *acc, int index);
+
+/* The state's robust lock (held briefly: memory accounting, process table, MIG). */
+SIM_HIDDEN int sim_state_lock(struct sim_state *st);
+SIM_HIDDEN void sim_state_unlock(struct sim_state *st);
+/* Whether dev names a device slot in use: a configured GPU or a live MIG GPU instance. */
+SIM_HIDDEN bool sim_dev_exists(const struct sim_state *st, int dev);
+
+/* MIG (mig.c): a GPU instance profile of the H100 80GB table. */
+struct sim_mig_profile {
+	unsigned index; /* NVML_GPU_INSTANCE_PROFILE_* */
+	unsigned id;    /* the driver's profile id (nvmlGpuInstanceProfileInfo_t.id) */
+	const char *name;
+	unsigned slices, mem_slices, count, sms, ce, dec, enc, jpeg, ofa;
+	unsigned long long mem_mib;
+	unsigned nstarts;
+	unsigned starts[SIM_MIG_MAX_GI];
+};
+SIM_HIDDEN const struct sim_mig_profile *sim_mig_profile(unsigned index);
+SIM_HIDDEN const struct sim_mig_profile *sim_mig_profile_by_id(unsigned id);
+SIM_HIDDEN uint64_t sim_mig_profile_mib(const struct sim_state *st, int gpu, const struct sim_mig_profile *p);
+SIM_HIDDEN unsigned sim_mig_profile_sms(const struct sim_state *st, int gpu, const struct sim_mig_profile *p);
+/* Compute slices of a compute instance profile (NVML_COMPUTE_INSTANCE_PROFILE_*), -1 if unknown. */
+SIM_HIDDEN int sim_mig_ci_profile_slices(unsigned index);
+SIM_HIDDEN unsigned sim_mig_ci_sms(const struct sim_state *st, const struct sim_mig_gi *gi, unsigned ci_profile);
+SIM_HIDDEN unsigned sim_mig_ci_placements(unsigned gi_slices, unsigned ci_slices, unsigned starts[SIM_MIG_MAX_CI]);
+SIM_HIDDEN unsigned sim_mig_ci_remaining(const struct sim_mig_gi *gi, unsigned ci_profile);
+/* Whether the GPU's MIG mode is on now. */
+SIM_HIDDEN bool sim_mig_on(const struct sim_state *st, int gpu);
+SIM_HIDDEN struct sim_mig_gi *sim_mig_gi_by_id(struct sim_state *st, int gpu, unsigned id);
+SIM_HIDDEN struct sim_mig_ci *sim_mig_ci_by_id(struct sim_mig_gi *gi, unsigned id);
+/* The GPU and GPU instance whose device slot slot is; false if none. */
+SIM_HIDDEN bool sim_mig_slot_owner(const struct sim_state *st, int slot, int *gpu, const struct sim_mig_gi **gi);
+/* Instances of a profile that can still be made (free placements). */
+SIM_HIDDEN unsigned sim_mig_remaining(const struct sim_state *st, int gpu, const struct sim_mig_profile *p);
+/* The state changes; NVML return codes as the driver answers. */
+SIM_HIDDEN nvmlReturn_t sim_mig_set_mode(struct sim_state *st, int gpu, unsigned mode, nvmlReturn_t *activation);
+SIM_HIDDEN nvmlReturn_t sim_mig_gi_create(struct sim_state *st, int gpu, unsigned profile_id, const unsigned *start,
+					  unsigned *id);
+SIM_HIDDEN nvmlReturn_t sim_mig_gi_destroy(struct sim_state *st, int gpu, unsigned id);
+SIM_HIDDEN nvmlReturn_t sim_mig_ci_create(struct sim_state *st, int gpu, unsigned gi_id, unsigned prof,
+					  const unsigned *start, unsigned *id);
+SIM_HIDDEN nvmlReturn_t sim_mig_ci_destroy(struct sim_state *st, int gpu, unsigned gi_id, unsigned ci_id);
 
 #endif

@@ -40,7 +40,8 @@ static bool devs_match(const struct sim_state *st, const struct sim_config *cfg)
 		const struct sim_dev_state *d = &st->dev[i];
 		const struct sim_dev_config *c = &cfg->dev[i];
 		if (strncmp(d->name, c->name, SIM_NAME_LEN) != 0 || memcmp(d->uuid, c->uuid, 16) != 0 ||
-		    d->total != c->memory || d->sms != c->sms || d->minor != c->minor)
+		    d->total != c->memory || d->sms != c->sms || d->minor != c->minor ||
+		    st->mig[i].capable != (c->mig == SIM_MIG_OFF || c->mig == SIM_MIG_ON))
 			return false;
 	}
 	return true;
@@ -49,7 +50,11 @@ static bool devs_match(const struct sim_state *st, const struct sim_config *cfg)
 static void write_devs(struct sim_state *st, const struct sim_config *cfg)
 {
 	memset(st->dev, 0, sizeof(st->dev));
+	memset(st->mig, 0, sizeof(st->mig));
 	for (int i = 0; i < cfg->ndev; i++) {
+		/* MIG mode persists with the state file, as a board keeps it across reboots. */
+		st->mig[i].capable = cfg->dev[i].mig == SIM_MIG_OFF || cfg->dev[i].mig == SIM_MIG_ON;
+		st->mig[i].current = st->mig[i].pending = cfg->dev[i].mig == SIM_MIG_ON;
 		snprintf(st->dev[i].name, SIM_NAME_LEN, "%s", cfg->dev[i].name);
 		memcpy(st->dev[i].uuid, cfg->dev[i].uuid, 16);
 		st->dev[i].total = cfg->dev[i].memory;

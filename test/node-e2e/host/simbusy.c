@@ -4,7 +4,8 @@
  * (the kernels' own durations) from its shared state file
  * (simgpu/src/simstate.h), for the node end to end:
  *   proc <host pid> <device index> <busy ns> <work ns>
- * one line per live process and device it has a context on. The file is
+ * one line per live process and device it has a context on (a MIG GPU
+ * instance is a device slot of its own, from SIM_MAX_GPUS on). The file is
  * mapped read-only and checked (magic, version, size). Exit status: 0, 1 on
  * a missing or foreign file, 2 on bad arguments.
  */
@@ -42,7 +43,7 @@ int main(int argc, char **argv)
 		int32_t pid = atomic_load(&p->pid);
 		if (pid == 0)
 			continue;
-		for (uint32_t d = 0; d < s->ndev; d++)
+		for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
 			if (p->dev_mask & (1u << d))
 				printf("proc %d %u %llu %llu\n", (int)pid, d,
 				       (unsigned long long)atomic_load(&p->busy_ns[d]),
