@@ -117,7 +117,10 @@ func TestStrings(t *testing.T) {
 	if err != nil || p != u {
 		t.Fatalf("uuid %s -> %v %v", u, p, err)
 	}
-	for _, bad := range []string{"", "GPU-xyz", "GPU-zzzzzzzz-0000-0000-0000-000000000000"} {
+	if m, err := ParseUUID("MIG-" + u.String()[len("GPU-"):]); err != nil || m != u {
+		t.Fatalf("MIG uuid -> %v %v", m, err)
+	}
+	for _, bad := range []string{"", "GPU-xyz", "GPU-zzzzzzzz-0000-0000-0000-000000000000", "MIG-GPU-" + u.String()[4:]} {
 		if _, err := ParseUUID(bad); err == nil {
 			t.Errorf("ParseUUID(%q) accepted", bad)
 		}

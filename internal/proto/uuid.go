@@ -16,10 +16,15 @@ func (u UUID) String() string {
 	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// ParseUUID parses the NVML spelling (the "GPU-" prefix is optional).
+// ParseUUID parses the NVML spelling (the "GPU-" prefix is optional; a
+// MIG instance's "MIG-" prefix is read too: its 16 bytes are the
+// instance's own, cuDeviceGetUuid_v2's).
 func ParseUUID(s string) (UUID, error) {
 	var u UUID
-	t := strings.TrimPrefix(s, "GPU-")
+	t, mig := strings.CutPrefix(s, "MIG-")
+	if !mig {
+		t = strings.TrimPrefix(s, "GPU-")
+	}
 	parts := strings.Split(t, "-")
 	if len(parts) != 5 || len(parts[0]) != 8 || len(parts[1]) != 4 || len(parts[2]) != 4 ||
 		len(parts[3]) != 4 || len(parts[4]) != 12 {

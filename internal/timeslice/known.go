@@ -68,7 +68,8 @@ func (k *knownGPUs) check(u proto.UUID) error {
 	return fmt.Errorf("GPU %s is not a GPU of this node (%d known)", u, len(k.set))
 }
 
-// GPUsOf lists the GPUs an NVML shows, as protocol UUIDs.
+// GPUsOf lists the GPUs an NVML shows, as protocol UUIDs, and the MIG
+// instances of those in MIG mode (each gated as a GPU of its own).
 func GPUsOf(n gpu.NVML) ([]proto.UUID, error) {
 	devs, err := gpu.Devices(n)
 	if err != nil {
@@ -79,6 +80,43 @@ func GPUsOf(n gpu.NVML) ([]proto.UUID, error) {
 		u, err := proto.ParseUUID(d.UUID)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", d.Index, err)
+		}
+		out = append(out, u)
+		mig, err := migInstancesOf(n, d.Index)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", d.Index, err)
+		}
+		out = append(out, mig...)
+	}
+	return out, nil
+}
+
+// migInstancesOf are the MIG instances of GPU index, none where the GPU
+// has no MIG or its MIG mode is off.
+func migInstancesOf(n gpu.NVML, index int) ([]proto.UUID, error) {
+	m, ok := n.(gpu.MIG)
+	if !ok {
+		return nil, nil
+	}
+	on, _, err := m.MIGMode(index)
+	if errors.Is(err, gpu.ErrNoMIG) || (err == nil && !on) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ins, err := m.MIGInstances(index)
+	if err != nil {
+		return nil, err
+	}
+	var out []proto.UUID
+	for _, in := range ins {
+		if !in.HasCI {
+			continue
+		}
+		u, err := proto.ParseUUID(in.UUID)
+		if err != nil {
+			return nil, fmt.Errorf("MIG instance %d: %w", in.GI, err)
 		}
 		out = append(out, u)
 	}
