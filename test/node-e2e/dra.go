@@ -36,14 +36,14 @@ import (
 const draScheduler = "default-scheduler"
 
 // privateDRANode is privateNode for the DRA node.
-func privateDRANode(t *testing.T, name string) (context.Context, *node, bool) {
+func privateDRANode(t *testing.T, name string, opts ...func(*node)) (context.Context, *node, bool) {
 	if !privateMountNS(t, name) {
 		return nil, nil, false
 	}
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(tctx, 20*time.Minute)
 	t.Cleanup(cancel)
-	n := startDRANode(t, ctx)
+	n := startDRANode(t, ctx, opts...)
 	if _, err := n.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		n.stop()
 		t.Fatal(err)
@@ -51,7 +51,9 @@ func privateDRANode(t *testing.T, name string) (context.Context, *node, bool) {
 	return ctx, n, true
 }
 
-func startDRANode(t *testing.T, ctx context.Context) *node {
+// startDRANode starts the DRA node; opts set the node up before its GPUs
+// and agent start (simEnv, sliceDevices, agentFlags added).
+func startDRANode(t *testing.T, ctx context.Context, opts ...func(*node)) *node {
 	kubelet, kcm := need(t, "GPUSLICE_KUBELET"), need(t, "GPUSLICE_KCM")
 	// containerd, its runc shim and ctr from the 1.7 build, first on PATH
 	// (containerd finds its shim there).
@@ -90,6 +92,10 @@ func startDRANode(t *testing.T, ctx context.Context) *node {
 		t.Fatal(err)
 	}
 	n.groupFor = n.claimGroup
+	n.sliceDevices = numGPUs
+	for _, o := range opts {
+		o(n)
+	}
 	n.simGPUs()
 	n.images()
 	n.startContainerd(ctx)
@@ -103,9 +109,10 @@ func startDRANode(t *testing.T, ctx context.Context) *node {
 		"--dra", "--device-plugin=false",
 		"--dra-plugin-dir", draPluginDir, "--dra-registrar-dir", "/var/lib/kubelet/plugins_registry",
 		"--dra-cdi-dir", n.cdiDir}
+	n.agentFlags = append(n.agentFlags, n.extraAgentFlags...)
 	n.agentLog = filepath.Join(n.dir, "gpuslice-node.log")
 	n.startAgent()
-	n.waitSlice(bounded(ctx), "published", func(d []resourceapi.Device) bool { return len(d) == numGPUs })
+	n.waitSlice(bounded(ctx), "published", func(d []resourceapi.Device) bool { return len(d) == n.sliceDevices })
 	ok = true
 	return n
 }

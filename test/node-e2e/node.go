@@ -69,6 +69,13 @@ type node struct {
 	// bin/gpuslice-node, with agentEnv added to its environment.
 	agentPath string
 	agentEnv  []string
+	// simEnv, where set, overrides the simulated GPUs' settings (simGPUs);
+	// sliceDevices, where set, is the number of devices the DRA node's
+	// ResourceSlices hold once published (numGPUs otherwise).
+	simEnv       map[string]string
+	sliceDevices int
+	// extraAgentFlags are added to the DRA node's agent flags.
+	extraAgentFlags []string
 }
 
 // freeAddr picks a free loopback TCP address (other nodes' agents may run
@@ -181,6 +188,9 @@ func (n *node) simGPUs() {
 		if err := os.Setenv(k, v); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for k, v := range n.simEnv {
+		t.Setenv(k, v) // restored once the test ends: the next test's node is not this one's
 	}
 	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(n.bin, "sim"))
 	if err != nil {
