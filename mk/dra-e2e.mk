@@ -34,7 +34,7 @@ e2e-dra: all kubelet-bin containerd-bin helm-bin
 	  GPUSLICE_CONTAINERD=$$(test/node-e2e/build-containerd.sh) \
 	  GPUSLICE_E2E_SUMMARY=$(abspath $(BUILD))/$(E2E_DRA_NAME).summary \
 	  $(GO) test -tags nodee2e -count=1 -timeout 25m -v -run '$(E2E_DRA_RUN)' ./test/node-e2e/ >$(BUILD)/$(E2E_DRA_NAME).log 2>&1; \
-	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/e2e-dra.log | grep -v '^I[0-9]' ; \
+	  rc=$$?; grep -E '^\s*(--- |e2e|node-e2e|.*\.go:[0-9]+: )|SKIP|FAIL' $(BUILD)/$(E2E_DRA_NAME).log | grep -v '^I[0-9]' ; \
 	  test $$rc -eq 0 || { echo "$(E2E_DRA_NAME) failed; log: $(BUILD)/$(E2E_DRA_NAME).log"; exit 1; }
 	@if [ -f $(BUILD)/$(E2E_DRA_NAME).summary ]; then tail -n 1 $(BUILD)/$(E2E_DRA_NAME).summary; fi
 
