@@ -101,12 +101,11 @@ func oursIn(ck checkpoint.Data, uuid string, ins []gpu.MIGInstance) map[uint32]b
 	return out
 }
 
-// draMIGGPUs adds the MIG devices of the node's MIG GPUs to the driver's
+// draGPUs adds the MIG devices of the node's MIG GPUs to the driver's
 // GPUs (by device name), each with its GPU's node and health.
 func (n migNode) draGPUs(gpus map[string]dra.GPU) {
 	for _, g := range n.gpus {
 		for _, slot := range nodedev.Layout(g.GPU, g.Ours) {
-			slot := slot
 			gpus[slot.Name()] = dra.GPU{UUID: slot.Parent.UUID, Minor: slot.Parent.Minor, Healthy: true,
 				MemoryBytes: slot.MemoryBytes() / devices.MemoryStep * devices.MemoryStep, Units: g.Units, MIG: &slot}
 		}
