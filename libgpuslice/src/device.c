@@ -41,19 +41,29 @@ GS_HIDDEN int gs_current_device(CUdevice *dev)
 	return rc;
 }
 
-GS_HIDDEN int gs_cuda_uuid(CUdevice dev, char out[GS_SHM_UUID_LEN])
+GS_HIDDEN int gs_cuda_uuid_bytes(CUdevice dev, unsigned char out[16], int *mig)
 {
 	gs_fn_cuDeviceGetUuid v1 = GS_REAL(cuDeviceGetUuid);
 	gs_fn_cuDeviceGetUuid_v2 v2 = (gs_fn_cuDeviceGetUuid_v2)gs_real_peek(GS_ID_cuDeviceGetUuid_v2);
 	CUuuid gpu, own;
 	int saved = errno;
 	int ok = v1 != NULL && v1(&gpu, dev) == CUDA_SUCCESS;
-	int mig = ok && v2 != NULL && v2(&own, dev) == CUDA_SUCCESS && memcmp(gpu.bytes, own.bytes, 16) != 0;
+	*mig = ok && v2 != NULL && v2(&own, dev) == CUDA_SUCCESS && memcmp(gpu.bytes, own.bytes, 16) != 0;
 	errno = saved;
 	if (!ok)
 		return -1;
 	/* Under MIG, v1 names the parent GPU and v2 the instance the device is. */
-	gs_uuid_format(mig ? "MIG-" : "GPU-", (const unsigned char *)(mig ? own.bytes : gpu.bytes), out);
+	memcpy(out, *mig ? own.bytes : gpu.bytes, 16);
+	return 0;
+}
+
+GS_HIDDEN int gs_cuda_uuid(CUdevice dev, char out[GS_SHM_UUID_LEN])
+{
+	unsigned char b[16];
+	int mig;
+	if (gs_cuda_uuid_bytes(dev, b, &mig) != 0)
+		return -1;
+	gs_uuid_format(mig ? "MIG-" : "GPU-", b, out);
 	return 0;
 }
 

@@ -17,6 +17,8 @@ GS_HIDDEN void gs_uuid_format(const char *prefix, const unsigned char b[16], cha
 /* A CUDA device's UUID string as NVML spells it: its MIG instance's
  * ("MIG-...") when it is one, else its GPU's ("GPU-..."). 0, or -1. */
 GS_HIDDEN int gs_cuda_uuid(CUdevice dev, char out[GS_SHM_UUID_LEN]);
+/* Its 16 bytes: the MIG device's (*mig = 1) or the GPU's. 0, or -1. */
+GS_HIDDEN int gs_cuda_uuid_bytes(CUdevice dev, unsigned char out[16], int *mig);
 /* Lower-cases the hex digits of an NVML UUID string in place. */
 GS_HIDDEN void gs_uuid_normalize(char *s);
 /* The device of the calling thread's current context: 0, or -1 if none. */

@@ -15,6 +15,7 @@
 
 #include <gpuslice/shm.h>
 
+#include "device.h"
 #include "gate_int.h"
 #include "log.h"
 #include "pool.h"
@@ -174,19 +175,18 @@ GS_HIDDEN void gs_gate_sync(CUcontext ctx)
 	gs_pool_sync();       /* the synchronisation may have released what memory pools kept */
 }
 
-/* The GPU of the calling thread's context, once. */
+/* The GPU of the calling thread's context, once: a MIG device's own UUID
+ * (cuDeviceGetUuid_v2), so that groups take turns per MIG instance, apart from
+ * those on its siblings; else the GPU's. */
 static int find_gpu_locked(void)
 {
 	struct gs_gate *g = &gs_gate;
 	CUdevice dev;
-	CUuuid uuid;
-	gs_fn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
-	gs_fn_cuDeviceGetUuid getuuid = GS_REAL(cuDeviceGetUuid);
+	int mig;
 	if (g->have_gpu)
 		return 0;
-	if (getdev == NULL || getuuid == NULL || getdev(&dev) != CUDA_SUCCESS || getuuid(&uuid, dev) != CUDA_SUCCESS)
+	if (gs_current_device(&dev) != 0 || gs_cuda_uuid_bytes(dev, g->gpu, &mig) != 0)
 		return -1;
-	memcpy(g->gpu, uuid.bytes, sizeof(g->gpu));
 	g->have_gpu = 1;
 	return 0;
 }

@@ -86,6 +86,13 @@ type tenantSpec struct {
 // run starts the tenants at a common t0 and returns each one's stdout lines.
 func (e *e2e) run(t testing.TB, cfg timeslice.Config, simState string, specs []tenantSpec, start time.Time) [][]string {
 	t.Helper()
+	return e.runEnv(t, cfg, simState, specs, nil, start)
+}
+
+// runEnv is run with env[i] added to tenant i's environment (env may be nil).
+func (e *e2e) runEnv(t testing.TB, cfg timeslice.Config, simState string, specs []tenantSpec, env [][]string,
+	start time.Time) [][]string {
+	t.Helper()
 	t0 := start.UnixNano()
 	outs := make([][]string, len(specs))
 	var wg sync.WaitGroup
@@ -96,6 +103,9 @@ func (e *e2e) run(t testing.TB, cfg timeslice.Config, simState string, specs []t
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+e.preload, "LD_LIBRARY_PATH="+e.sim,
 			"GPUSLICE_SIM_STATE="+simState, nodestatus.EnvSocket+"="+cfg.Socket, "GPUSLICE_RUN_DIR="+cfg.RunDir,
 			"GPUSLICE_GROUP="+s.group, "GPUSLICE_GROUP_FILE="+groupstate.Path(cfg.RunDir, s.group))
+		if i < len(env) {
+			cmd.Env = append(cmd.Env, env[i]...)
+		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		wg.Go(func() {

@@ -152,6 +152,8 @@ func childClient(mode string) error {
 		return unknownGPUsChild(socket)
 	case "map-state":
 		return mapStateChild(os.Getenv("GS_MAP"))
+	case "mig-make":
+		return migMakeChild(os.Getenv("GS_SIMDIR"))
 	}
 	c, err := client.Dial(ctx, socket)
 	if mode == "dial" {
