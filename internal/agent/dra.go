@@ -24,7 +24,7 @@ func (p *parts) draGPUs(mig migNode) (map[string]dra.GPU, []devices.GPU, []int) 
 	var devs []devices.GPU
 	var at []int
 	for i, g := range p.gpus {
-		if _, ok := mig.gpus[i]; ok {
+		if _, ok := mig.gpus[i]; ok || mig.withheld[i] {
 			continue
 		}
 		f := p.found[i]

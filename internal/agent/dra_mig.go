@@ -28,15 +28,19 @@ import (
 type migNode struct {
 	nvml gpu.MIG
 	gpus map[int]devices.MIGGPU
+	// withheld: GPUs in MIG mode whose instances NVML cannot describe.
+	withheld map[int]bool
 }
 
 // findMIG reads, for each GPU NVML says is in MIG mode, its profiles and
 // instances; which instances claims made comes from the DRA checkpoint
 // (by placement: one a crash left unrecorded is a claim's too, and the
-// driver's recovery destroys it). A GPU not MIG-capable or with MIG mode
-// off is a whole GPU; one in MIG mode NVML cannot describe is withheld.
+// driver's recovery destroys it). A GPU not MIG-capable, with MIG mode off
+// or unknown is a whole GPU; one in MIG mode NVML cannot describe is
+// withheld (no device of it is offered). Only a corrupt checkpoint is an
+// error.
 func (p *parts) findMIG(ctx context.Context, ckPath string) (migNode, error) {
-	out := migNode{gpus: map[int]devices.MIGGPU{}}
+	out := migNode{gpus: map[int]devices.MIGGPU{}, withheld: map[int]bool{}}
 	m, ok := p.drv.NVML.(gpu.MIG)
 	if !ok {
 		return out, nil
@@ -49,7 +53,13 @@ func (p *parts) findMIG(ctx context.Context, ckPath string) (migNode, error) {
 	for i, g := range p.gpus {
 		f := p.found[i]
 		on, pending, err := m.MIGMode(f.Index)
-		if errors.Is(err, gpu.ErrNoMIG) || (err == nil && !on) {
+		switch {
+		case errors.Is(err, gpu.ErrNoMIG):
+			continue
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "GPU's MIG mode unknown: offered whole", "gpu", g.UUID)
+			continue
+		case !on:
 			if pending {
 				klog.FromContext(ctx).Info("GPU's MIG mode is on after its next reset; offered whole until then", "gpu", g.UUID)
 			}
@@ -57,7 +67,10 @@ func (p *parts) findMIG(ctx context.Context, ckPath string) (migNode, error) {
 		}
 		mg, err := describeMIG(m, f, g.Minor)
 		if err != nil {
-			return out, fmt.Errorf("GPU %d (%s) in MIG mode: %w", f.Index, g.UUID, err)
+			// In MIG mode the GPU is no device of its own: not offered at all.
+			klog.FromContext(ctx).Error(err, "GPU in MIG mode withheld: NVML cannot describe its MIG instances", "gpu", g.UUID)
+			out.withheld[i] = true
+			continue
 		}
 		ours := oursIn(ck, g.UUID, mg.Instances)
 		out.gpus[i] = devices.MIGGPU{GPU: mg, DriverVersion: p.drv.Version, Units: api.DefaultUnitsPerGPU,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -153,5 +154,21 @@ func TestMIGInstancesMetrics(t *testing.T) {
 		if in.MadeBy != want[0] || in.Claims != want[1] || !strings.HasPrefix(in.UUID, "MIG-") {
 			t.Errorf("instance %+v, want %v", in, want)
 		}
+	}
+}
+
+// A GPU in MIG mode whose instances NVML cannot list is withheld (no whole
+// GPU, no instance); one whose MIG mode NVML cannot tell is offered whole.
+func TestMIGWithheld(t *testing.T) {
+	p, s := migParts(t)
+	s.GPUs[0].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+	s.GPUs[1].GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_GPU_IS_LOST }
+	mig, err := p.findMIG(context.Background(), filepath.Join(t.TempDir(), "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, devs, _ := p.draGPUs(mig)
+	if len(gpus) != 1 || len(devs) != 1 || devs[0].Index != 1 {
+		t.Fatalf("devices %v / whole %+v: want gpu-1 alone", gpus, devs)
 	}
 }
