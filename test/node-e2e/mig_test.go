@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
 )
 
@@ -237,6 +238,7 @@ func testMIGShares(t *testing.T, ctx context.Context, n *node, r *migResult) {
 	unfit := n.createPod(ctx, draPod("m7", "mig7g", "/bin/busybox", "sleep", "3600"))
 	t.Logf("e2e mig unfit: %q", n.pendingForClaims(bounded(ctx), unfit.Name))
 	res := n.shares(bounded(ctx), pods, shareWindow)
+	n.checkGatedOn(ctx, ins[0].UUID, pods)
 	n.checkShares("mig shares", []float64{25, 75}, res)
 	r.shares = res.held
 	t.Logf("e2e mig shares: granted %.1f%% / %.1f%%, busy %.1f%% / %.1f%%", res.held[0], res.held[1], res.busy[0], res.busy[1])
@@ -249,4 +251,31 @@ func testMIGShares(t *testing.T, ctx context.Context, n *node, r *migResult) {
 		n.waitUnprepared(bounded(ctx), c)
 	}
 	n.waitInstances(bounded(ctx), 0)
+}
+
+// checkGatedOn: the time-slice daemon gates the pods' groups on the MIG
+// instance itself (its status has them under the instance's UUID, which it
+// spells GPU-<hex>), not on the parent GPU.
+func (n *node) checkGatedOn(ctx context.Context, mig string, pods []*corev1.Pod) {
+	st, err := n.statusWrittenAfter(ctx, time.Now())
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	u, err := proto.ParseUUID(mig)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var where []string
+	for _, g := range st.GPUs {
+		for _, gr := range g.Groups {
+			for _, p := range pods {
+				if gr.Group == n.groupName(p) {
+					where = append(where, g.UUID)
+				}
+			}
+		}
+	}
+	if len(where) != len(pods) || slices.ContainsFunc(where, func(w string) bool { return w != u.String() }) {
+		n.t.Fatalf("the pods' groups are gated on %v, want each on the instance %s (%s)", where, mig, u)
+	}
 }
