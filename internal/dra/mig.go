@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -186,7 +187,8 @@ func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 // migEdits adds what a container of MIG instances needs besides its GPU's
 // node: CUDA_VISIBLE_DEVICES naming the instances (siblings share the GPU's
 // node) and, on a driver that lists them, the /dev/nvidia-caps nodes of
-// each instance's GPU and compute instance.
+// each instance's GPU and compute instance (on the host under the node's
+// device root, as the GPUs' nodes).
 func (d *Driver) migEdits(e *specs.ContainerEdits, devs []checkpoint.Device) {
 	var uuids []string
 	table, err := os.ReadFile(d.cfg.MIGMinors)
@@ -200,11 +202,12 @@ func (d *Driver) migEdits(e *specs.ContainerEdits, devs []checkpoint.Device) {
 		uuids = append(uuids, dev.MIG.UUID)
 		minor := d.cfg.GPUs[dev.Device].Minor
 		for _, n := range nodedev.MIGCapNodes(table, minor, dev.MIG.GI, dev.MIG.CI) {
-			if _, err := os.Stat(n); err != nil {
-				klog.Background().Error(err, "MIG access node missing", "node", n, "mig", dev.MIG.UUID)
+			host := filepath.Join(d.cfg.Inject.DevRoot, strings.TrimPrefix(n, "/dev/"))
+			if _, err := os.Stat(host); err != nil {
+				klog.Background().Error(err, "MIG access node missing", "node", host, "mig", dev.MIG.UUID)
 				continue
 			}
-			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: n, HostPath: n, Permissions: "r"})
+			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: n, HostPath: host, Permissions: "rw"})
 		}
 	}
 	if len(uuids) > 0 {

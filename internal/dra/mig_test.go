@@ -331,3 +331,43 @@ func TestMIGDestroyedUnderClaim(t *testing.T) {
 	}
 	nothingOf(t, e, d, s, string(c.UID), 1)
 }
+
+// On a driver that lists MIG access nodes, the claim's container gets its
+// instance's /dev/nvidia-caps nodes (the host's under the device root).
+func TestMIGCapNodesInSpec(t *testing.T) {
+	e, _, _ := migEnv(t)
+	dev := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dev, "nvidia-caps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"nvidia-cap12", "nvidia-cap13"} {
+		if err := os.WriteFile(filepath.Join(dev, "nvidia-caps", n), nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(e.cfg.MIGMinors, []byte("config 1\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu0/gi2/access 21\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Inject.DevRoot = dev
+	d, err := New(context.Background(), e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := migClaim("0b9c3f2e-0000-4000-8000-00000000c101", "gpu-0-mig-7g-80gb-0", 0, 0)
+	if _, err := d.Prepare(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(e.cdi), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range cache.GetDevice(gpucdi.ClaimKind + "=" + string(c.UID)).ContainerEdits.DeviceNodes {
+		nodes = append(nodes, n.Path+"<"+n.HostPath)
+	}
+	want := []string{"/dev/nvidia0<" + filepath.Join(dev, "nvidia0"), "/dev/nvidia-caps/nvidia-cap12<" + filepath.Join(dev, "nvidia-caps/nvidia-cap12"),
+		"/dev/nvidia-caps/nvidia-cap13<" + filepath.Join(dev, "nvidia-caps/nvidia-cap13")}
+	if !slices.Equal(nodes, want) {
+		t.Fatalf("device nodes %v, want %v", nodes, want)
+	}
+}
