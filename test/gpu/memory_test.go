@@ -154,6 +154,16 @@ func (s *suite) testTwoProcesses(t *testing.T) {
 
 var smiProc = regexp.MustCompile(`(?m)^0\s+(\d+)\s+\S+ \S+\s*$`)
 
+// smi is the shell command that lists the GPU's processes through NVML as
+// `gpuslice smi` does ("0 <pid> <memory>" lines): the MIG check's lists its
+// instance's.
+func (s *suite) smi() string {
+	if s.procList != "" {
+		return s.procList
+	}
+	return s.bin + "/gpuslice smi"
+}
+
 // NVML inside a group lists only the group's processes, by the pids the group sees;
 // an outsider holding memory on the same GPU is not listed. nvidia-smi too, when present.
 func (s *suite) testProcessList(t *testing.T) {
@@ -175,7 +185,7 @@ func (s *suite) testProcessList(t *testing.T) {
 	// Inside the group: one member holds memory; once it has printed, list.
 	script := `f=$(mktemp); ` + s.bin + `/gs-memfill --path alloc --max 128MiB --hold-ms 60000 >"$f" & m=$!
 until grep -q allocated "$f"; do sleep 0.02; done
-echo "member $m"; ` + s.bin + `/gpuslice smi; echo "smi-rc $?"
+echo "member $m"; ` + s.smi() + `; echo "smi-rc $?"
 if command -v nvidia-smi >/dev/null; then echo nvidia-smi; nvidia-smi --query-compute-apps=pid --format=csv,noheader; fi
 kill $m; wait; rm -f "$f"`
 	out := output(t, s.gpusliceRun(ctx, []string{"--memory", "1Gi"}, "sh", "-c", script))

@@ -25,6 +25,9 @@ type suite struct {
 	driver      string // driver version as NVML reports it
 	memory      string // GPU 0's memory as `gpuslice smi` prints it
 	rows        []row
+	extraEnv    []string // added to env (the MIG check: its instance, and on the simulator its MIG GPU)
+	note        string   // prefixed to the checks recorded (the MIG check: which instance)
+	procList    string   // shell command listing GPU 0's processes through NVML (empty: gpuslice smi)
 }
 
 // row is one line of the summary table.
@@ -35,6 +38,9 @@ type row struct {
 
 func (s *suite) record(t *testing.T, area, check, figure string) {
 	t.Helper()
+	if s.note != "" {
+		check = s.note + ": " + check
+	}
 	s.rows = append(s.rows, row{area: area, check: check, figure: figure, ok: !t.Failed()})
 	t.Logf("%s / %s: %s", area, check, figure)
 }
@@ -111,7 +117,7 @@ func (s *suite) env(extra ...string) []string {
 	} else {
 		e = append(e, "GPUSLICE_DRIVER=real")
 	}
-	return append(e, extra...)
+	return append(append(e, s.extraEnv...), extra...) // the last of a repeated variable counts
 }
 
 // cmd is a program of bin/ (or any path) with the suite's environment.
@@ -180,6 +186,7 @@ func TestGPU(t *testing.T) {
 		t.Run("Overhead", s.testOverhead)
 		t.Run("Demo", s.testDemo)
 		t.Run("MPS", s.testMPS)
+		t.Run("MIG", s.testMIG)
 	}
 	s.report(t)
 }
