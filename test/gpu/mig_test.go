@@ -181,7 +181,7 @@ func (s *suite) migSuite(t *testing.T) (*suite, string) {
 // testMIG runs, inside one MIG instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>),
 // the memory checks (the quota is the card every allocation path sees, and it
 // gets no more; NVML lists only the group's process, not an outsider on the
-// same instance).
+// same instance) and 25/75 granted shares of two groups taking turns on it.
 // Where GPU 0 has no MIG device it skips saying why.
 func (s *suite) testMIG(t *testing.T) {
 	m, why := s.migSuite(t)
@@ -191,4 +191,5 @@ func (s *suite) testMIG(t *testing.T) {
 	defer func() { s.rows = append(s.rows, m.rows...) }()
 	t.Run("LimitEveryPath", m.testLimitEveryPath)
 	t.Run("NVMLProcessList", m.testProcessList)
+	t.Run("Shares[25 75]", func(t *testing.T) { m.testShares(t, []int{25, 75}) })
 }
