@@ -132,7 +132,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t 
 	return NVML_SUCCESS;
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t h, unsigned int *id)
+/* A MIG device's GPU instance id (ci false) or compute instance id. */
+static nvmlReturn_t instance_id(nvmlDevice_t h, unsigned int *id, bool ci_id)
 {
 	struct sim_mig_gi *gi;
 	struct sim_mig_ci *ci;
@@ -143,21 +144,16 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t h, unsigned int *i
 		return rc;
 	if (id == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*id = gi->id;
+	*id = ci_id ? ci->id : gi->id;
 	return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t h, unsigned int *id)
+{
+	return instance_id(h, id, false);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t h, unsigned int *id)
 {
-	struct sim_mig_gi *gi;
-	struct sim_mig_ci *ci;
-	int gpu;
-	nvmlReturn_t rc = mig_of(h, &gpu, &gi, &ci);
-
-	if (rc != NVML_SUCCESS)
-		return rc;
-	if (id == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	*id = ci->id;
-	return NVML_SUCCESS;
+	return instance_id(h, id, true);
 }

@@ -36,12 +36,12 @@ func TestMain(m *testing.M) {
 func migChild(mode string) error {
 	lib := nvml.New()
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("nvmlInit: %v", ret)
+		return fmt.Errorf("nvmlInit: %w", ret)
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	d, ret := lib.DeviceGetHandleByIndex(0)
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("GPU 0: %v", ret)
+		return fmt.Errorf("GPU 0: %w", ret)
 	}
 	switch mode {
 	case "mig-make":
@@ -55,12 +55,12 @@ func migChild(mode string) error {
 		fmt.Println("mode unsupported")
 		return nil
 	case ret != nvml.SUCCESS:
-		return fmt.Errorf("MIG mode: %v", ret)
+		return fmt.Errorf("MIG mode: %w", ret)
 	}
 	fmt.Println("mode", cur, pend)
 	n, ret := d.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("MIG device count: %v", ret)
+		return fmt.Errorf("MIG device count: %w", ret)
 	}
 	for i := range n {
 		m, ret := d.GetMigDeviceHandleByIndex(i)
@@ -68,12 +68,12 @@ func migChild(mode string) error {
 			continue
 		}
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("MIG device %d: %v", i, ret)
+			return fmt.Errorf("MIG device %d: %w", i, ret)
 		}
 		uuid, ret1 := m.GetUUID()
 		name, ret2 := m.GetName()
 		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS {
-			return fmt.Errorf("MIG device %d: UUID %v, name %v", i, ret1, ret2)
+			return fmt.Errorf("MIG device %d: UUID %w, name %w", i, ret1, ret2)
 		}
 		fmt.Println("mig", uuid, name)
 	}
@@ -85,11 +85,11 @@ func migChild(mode string) error {
 func migProcs(lib nvml.Interface) error {
 	m, ret := lib.DeviceGetHandleByUUID(os.Getenv("CUDA_VISIBLE_DEVICES"))
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("MIG device %s: %v", os.Getenv("CUDA_VISIBLE_DEVICES"), ret)
+		return fmt.Errorf("MIG device %s: %w", os.Getenv("CUDA_VISIBLE_DEVICES"), ret)
 	}
 	ps, ret := m.GetComputeRunningProcesses()
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("MIG device processes: %v", ret)
+		return fmt.Errorf("MIG device processes: %w", ret)
 	}
 	for _, p := range ps {
 		fmt.Printf("0 %d %d MiB\n", p.Pid, p.UsedGpuMemory>>20)
@@ -100,19 +100,19 @@ func migProcs(lib nvml.Interface) error {
 func migMake(d nvml.Device) error {
 	info, ret := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("3g profile: %v", ret)
+		return fmt.Errorf("3g profile: %w", ret)
 	}
 	for range 2 {
 		gi, ret := d.CreateGpuInstance(&info)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create GPU instance: %v", ret)
+			return fmt.Errorf("create GPU instance: %w", ret)
 		}
 		ci, ret := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("3c profile: %v", ret)
+			return fmt.Errorf("3c profile: %w", ret)
 		}
 		if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
-			return fmt.Errorf("create compute instance: %v", ret)
+			return fmt.Errorf("create compute instance: %w", ret)
 		}
 	}
 	return nil

@@ -42,39 +42,39 @@ const migParent = "GPU-11111111-2222-3333-4444-555555555555"
 func migMakeChild(simDir string) error {
 	lib := nvml.New(nvml.WithLibraryPath(filepath.Join(simDir, "libnvidia-ml.so.1")))
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("nvmlInit: %v", ret)
+		return fmt.Errorf("nvmlInit: %w", ret)
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	d, ret := lib.DeviceGetHandleByIndex(0)
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("device 0: %v", ret)
+		return fmt.Errorf("device 0: %w", ret)
 	}
 	info, ret := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("3g profile: %v", ret)
+		return fmt.Errorf("3g profile: %w", ret)
 	}
 	for range 2 {
 		gi, ret := d.CreateGpuInstance(&info)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create GPU instance: %v", ret)
+			return fmt.Errorf("create GPU instance: %w", ret)
 		}
 		ci, ret := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE,
 			nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("3c profile: %v", ret)
+			return fmt.Errorf("3c profile: %w", ret)
 		}
 		if _, ret := gi.CreateComputeInstance(&ci); ret != nvml.SUCCESS {
-			return fmt.Errorf("create compute instance: %v", ret)
+			return fmt.Errorf("create compute instance: %w", ret)
 		}
 	}
 	for i := range 2 {
 		m, ret := d.GetMigDeviceHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("MIG device %d: %v", i, ret)
+			return fmt.Errorf("MIG device %d: %w", i, ret)
 		}
 		u, ret := m.GetUUID()
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("MIG device %d UUID: %v", i, ret)
+			return fmt.Errorf("MIG device %d UUID: %w", i, ret)
 		}
 		fmt.Println("mig", u)
 	}
