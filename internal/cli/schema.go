@@ -119,15 +119,18 @@ type SMIDoc struct {
 
 // SMIGPU is one GPU as NVML shows it.
 type SMIGPU struct {
-	Index             int          `json:"index"`
-	Name              string       `json:"name"`
-	UUID              string       `json:"uuid"`
-	MemoryTotal       uint64       `json:"memoryTotalBytes"`
-	MemoryUsed        uint64       `json:"memoryUsedBytes"`
-	MemoryFree        uint64       `json:"memoryFreeBytes"`
-	Utilization       uint32       `json:"utilizationPercent"`
-	MemoryUtilization uint32       `json:"memoryUtilizationPercent"`
-	Processes         []SMIProcess `json:"processes"`
+	Index             int    `json:"index"`
+	Name              string `json:"name"`
+	UUID              string `json:"uuid"`
+	MemoryTotal       uint64 `json:"memoryTotalBytes"`
+	MemoryUsed        uint64 `json:"memoryUsedBytes"`
+	MemoryFree        uint64 `json:"memoryFreeBytes"`
+	Utilization       uint32 `json:"utilizationPercent"`
+	MemoryUtilization uint32 `json:"memoryUtilizationPercent"`
+	// UtilizationNotSupported: NVML has no utilization for the GPU (a GPU
+	// in MIG mode); the two percentages are 0 then.
+	UtilizationNotSupported bool         `json:"utilizationNotSupported,omitempty"`
+	Processes               []SMIProcess `json:"processes"`
 }
 
 // SMIProcess is one process with memory on a GPU (its PID as this process sees it).

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -50,7 +51,8 @@ func readSMI(drv *gpu.Driver, devs []gpu.Device) (SMIDoc, error) {
 			return doc, err
 		}
 		util, err := drv.NVML.Utilization(d.Index)
-		if err != nil {
+		noUtil := errors.Is(err, gpu.ErrNotSupported) // a GPU in MIG mode
+		if err != nil && !noUtil {
 			return doc, err
 		}
 		ps, err := drv.NVML.Processes(d.Index)
@@ -58,7 +60,8 @@ func readSMI(drv *gpu.Driver, devs []gpu.Device) (SMIDoc, error) {
 			return doc, err
 		}
 		g := SMIGPU{Index: d.Index, Name: d.Name, UUID: d.UUID, MemoryTotal: mem.Total, MemoryUsed: mem.Used,
-			MemoryFree: mem.Free, Utilization: util.GPU, MemoryUtilization: util.Memory, Processes: []SMIProcess{}}
+			MemoryFree: mem.Free, Utilization: util.GPU, MemoryUtilization: util.Memory, UtilizationNotSupported: noUtil,
+			Processes: []SMIProcess{}}
 		for _, p := range ps {
 			g.Processes = append(g.Processes, SMIProcess{PID: p.PID, Memory: p.UsedMemory})
 		}
@@ -80,9 +83,13 @@ func writeSMI(w io.Writer, doc SMIDoc, f output.Format) error {
 	fmt.Fprintf(tw, "driver %s\n\n%s\n", doc.Driver, head)
 	var procs []string
 	for _, d := range doc.GPUs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s / %s\t%d%%", d.Index, d.Name, d.UUID, units.FormatSize(d.MemoryUsed), units.FormatSize(d.MemoryTotal), d.Utilization)
+		util, memUtil := fmt.Sprintf("%d%%", d.Utilization), fmt.Sprintf("%d%%", d.MemoryUtilization)
+		if d.UtilizationNotSupported {
+			util, memUtil = "n/a", "n/a"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s / %s\t%s", d.Index, d.Name, d.UUID, units.FormatSize(d.MemoryUsed), units.FormatSize(d.MemoryTotal), util)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%d%%", units.FormatSize(d.MemoryFree), d.MemoryUtilization)
+			fmt.Fprintf(tw, "\t%s\t%s", units.FormatSize(d.MemoryFree), memUtil)
 		}
 		fmt.Fprintln(tw)
 		for _, p := range d.Processes {

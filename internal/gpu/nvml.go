@@ -55,6 +55,10 @@ type NVML interface {
 // ErrNVML wraps every error NVML returned.
 var ErrNVML = errors.New("nvml")
 
+// ErrNotSupported is wrapped too where NVML answered NOT_SUPPORTED (e.g.
+// utilization on a GPU in MIG mode, as nvml.h documents).
+var ErrNotSupported = errors.New("not supported")
+
 type lib struct{ n nvml.Interface }
 
 // nvmlState guards go-nvml's package-level state, shared by every library
@@ -82,6 +86,9 @@ func Wrap(n nvml.Interface) NVML { return &lib{n: n} }
 func check(what string, ret nvml.Return) error {
 	if ret == nvml.SUCCESS {
 		return nil
+	}
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return fmt.Errorf("%w: %s: %s (%w)", ErrNVML, what, nvml.ErrorString(ret), ErrNotSupported)
 	}
 	return fmt.Errorf("%w: %s: %s", ErrNVML, what, nvml.ErrorString(ret))
 }
