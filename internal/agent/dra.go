@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/dra"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -36,8 +37,7 @@ func (p *parts) draGPUs(mig migNode) (map[string]dra.GPU, []devices.GPU, []int) 
 		if mode == "" {
 			mode = api.SharingTimeslice
 		}
-		devs = append(devs, devices.GPU{Index: g.Index, UUID: g.UUID, ProductName: f.Name, MemoryBytes: int64(f.MemoryTotal),
-			DriverVersion: p.drv.Version, CUDAComputeCapability: f.ComputeCapability, Sharing: mode, Units: units})
+		devs = append(devs, devices.GPU{GPU: nodedev.FromNVML(f, g.Minor), DriverVersion: p.drv.Version, Sharing: mode, Units: units})
 		at = append(at, i)
 	}
 	mig.draGPUs(gpus)

@@ -90,8 +90,7 @@ func describeMIG(m gpu.MIG, f gpu.Device, minor uint32) (nodedev.MIGGPU, error) 
 	if err != nil {
 		return nodedev.MIGGPU{}, err
 	}
-	return nodedev.MIGGPU{GPU: nodedev.GPU{Index: int32(f.Index), UUID: f.UUID, Minor: minor, ProductName: f.Name,
-		MemoryTotal: int64(f.MemoryTotal), ComputeCapability: f.ComputeCapability}, Profiles: ps, Instances: ins}, nil
+	return nodedev.MIGGPU{GPU: nodedev.FromNVML(f, minor), Profiles: ps, Instances: ins}, nil
 }
 
 // oursIn are the GPU instances of GPU uuid that claims of the checkpoint

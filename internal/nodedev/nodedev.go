@@ -48,6 +48,12 @@ type GPU struct {
 	ComputeCapability string
 }
 
+// FromNVML is the GPU NVML describes as d, its device node's minor minor.
+func FromNVML(d gpu.Device, minor uint32) GPU {
+	return GPU{Index: int32(d.Index), UUID: d.UUID, Minor: minor, ProductName: d.Name, MemoryTotal: int64(d.MemoryTotal),
+		ComputeCapability: d.ComputeCapability}
+}
+
 // Kind is KindGPU.
 func (g GPU) Kind() Kind { return KindGPU }
 

@@ -22,7 +22,7 @@ import (
 // publishes: the whole-GPU and share classes never select a MIG instance,
 // mig.gpuslice.io selects every one, mig-<profile> exactly its profile's.
 func TestDeviceClassesSelect(t *testing.T) {
-	whole, err := devices.Build([]devices.GPU{{Index: 1, UUID: "GPU-1", MemoryBytes: 80 << 30, Sharing: api.SharingTimeslice, Units: 100}})
+	whole, err := devices.Build([]devices.GPU{{GPU: nodedev.GPU{Index: 1, UUID: "GPU-1", MemoryTotal: 80 << 30}, Sharing: api.SharingTimeslice, Units: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/nodedev"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -37,21 +38,18 @@ const (
 // GPU's total (a multiple of 1 MiB on every NVIDIA GPU) is a valid request.
 const MemoryStep = 1 << 20
 
-// GPU is what the builder needs to know about one GPU.
+// GPU is what the builder needs to know about one whole GPU: the node's
+// model of it (internal/nodedev) and how the node shares it.
 type GPU struct {
-	Index                 int32
-	UUID                  string
-	ProductName           string
-	MemoryBytes           int64
-	DriverVersion         string // e.g. "580.65.06"
-	CUDAComputeCapability string // e.g. "9.0"
-	Sharing               api.SharingMode
-	Units                 int64 // the GPU's units total
-	Taints                []resourceapi.DeviceTaint
+	nodedev.GPU
+	DriverVersion string // e.g. "580.65.06"
+	Sharing       api.SharingMode
+	Units         int64 // the GPU's units total
+	Taints        []resourceapi.DeviceTaint
 }
 
-// Name is the device name of the GPU with index i: gpu-<i>.
-func Name(i int32) string { return "gpu-" + strconv.FormatInt(int64(i), 10) }
+// Name is the device name of the GPU with index i: gpu-<i> (nodedev.GPU.Name).
+func Name(i int32) string { return nodedev.GPU{Index: i}.Name() }
 
 // Build returns one device per GPU, in the given order.
 func Build(gpus []GPU) ([]resourceapi.Device, error) {
@@ -72,12 +70,12 @@ func Build(gpus []GPU) ([]resourceapi.Device, error) {
 }
 
 func device(g GPU) (resourceapi.Device, error) {
-	mem := g.MemoryBytes / MemoryStep * MemoryStep
+	mem := g.MemoryTotal / MemoryStep * MemoryStep
 	switch {
 	case g.UUID == "":
 		return resourceapi.Device{}, fmt.Errorf("no UUID")
 	case mem < 2*MemoryStep:
-		return resourceapi.Device{}, fmt.Errorf("memory %d bytes: want at least 2 MiB", g.MemoryBytes)
+		return resourceapi.Device{}, fmt.Errorf("memory %d bytes: want at least 2 MiB", g.MemoryTotal)
 	case g.Units < 2:
 		return resourceapi.Device{}, fmt.Errorf("units total %d: want at least 2", g.Units)
 	case !g.Sharing.Valid():
@@ -86,18 +84,18 @@ func device(g GPU) (resourceapi.Device, error) {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrUUID:        {StringValue: ptr.To(g.UUID)},
 		AttrIndex:       {IntValue: ptr.To(int64(g.Index))},
-		AttrMemory:      {IntValue: ptr.To(g.MemoryBytes)},
+		AttrMemory:      {IntValue: ptr.To(g.MemoryTotal)},
 		AttrSharing:     {StringValue: ptr.To(string(g.Sharing))},
 		AttrProductName: {StringValue: ptr.To(orUnknown(g.ProductName))},
 	}
 	if v := semver(g.DriverVersion); v != "" {
 		attrs[AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
-	if v := semver(g.CUDAComputeCapability); v != "" {
+	if v := semver(g.ComputeCapability); v != "" {
 		attrs[AttrComputeCapability] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
 	return resourceapi.Device{
-		Name:                     Name(g.Index),
+		Name:                     g.Name(),
 		Attributes:               attrs,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{

@@ -6,12 +6,13 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpuslice/gpuslice/internal/nodedev"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 func h100(i int32) GPU {
-	return GPU{Index: i, UUID: "GPU-0000000" + string(rune('0'+i)), ProductName: "NVIDIA H100 80GB HBM3",
-		MemoryBytes: 80<<30 + 123, DriverVersion: "580.65.06", CUDAComputeCapability: "9.0",
+	return GPU{GPU: nodedev.GPU{Index: i, UUID: "GPU-0000000" + string(rune('0'+i)), ProductName: "NVIDIA H100 80GB HBM3",
+		MemoryTotal: 80<<30 + 123, ComputeCapability: "9.0"}, DriverVersion: "580.65.06",
 		Sharing: api.SharingTimeslice, Units: api.DefaultUnitsPerGPU}
 }
 
@@ -71,7 +72,7 @@ func TestBuildRefuses(t *testing.T) {
 		err  string
 	}{
 		{"no uuid", func(g *GPU) { g.UUID = "" }, "no UUID"},
-		{"tiny memory", func(g *GPU) { g.MemoryBytes = 1 << 20 }, "memory"},
+		{"tiny memory", func(g *GPU) { g.MemoryTotal = 1 << 20 }, "memory"},
 		{"no units", func(g *GPU) { g.Units = 0 }, "units total 0"},
 		{"mode", func(g *GPU) { g.Sharing = "mig" }, "sharing mode"},
 	} {

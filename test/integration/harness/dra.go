@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
+	"github.com/gpuslice/gpuslice/internal/nodedev"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -35,8 +36,8 @@ const (
 func DRASlice(nodeName string, gpus int, memory int64) (*resourceapi.ResourceSlice, error) {
 	in := make([]devices.GPU, gpus)
 	for i := range in {
-		in[i] = devices.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", nodeName, i), ProductName: "gpuslice simulated GPU",
-			MemoryBytes: memory, Sharing: api.SharingTimeslice, Units: api.DefaultUnitsPerGPU}
+		in[i] = devices.GPU{GPU: nodedev.GPU{Index: int32(i), UUID: fmt.Sprintf("GPU-%s-%d", nodeName, i), ProductName: "gpuslice simulated GPU",
+			MemoryTotal: memory}, Sharing: api.SharingTimeslice, Units: api.DefaultUnitsPerGPU}
 	}
 	devs, err := devices.Build(in)
 	if err != nil {
