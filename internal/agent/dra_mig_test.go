@@ -25,12 +25,11 @@ func migParts(t *testing.T) (*parts, *h100fake.Server) {
 	t.Helper()
 	s := h100fake.New(2, true)
 	s.GPUs[1].MIGMode = 0
-	n := gpu.Wrap(s)
-	if err := n.Init(); err != nil {
+	n, _, err := s.Open()
+	if err != nil {
 		t.Fatal(err)
 	}
 	p := &parts{drv: &gpu.Driver{NVML: n, Version: "580.65.06"}, sh: &sharing{modes: map[string]api.SharingMode{}}}
-	var err error
 	if p.gpus, p.found, err = discover(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ func TestSMIMIGNoUtilization(t *testing.T) {
 	s.GPUs[0].GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED }
 	s.GPUs[0].GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	s.GPUs[0].GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
-	n := gpu.Wrap(s)
-	if err := n.Init(); err != nil {
+	n, _, err := s.Open()
+	if err != nil {
 		t.Fatal(err)
 	}
 	drv := &gpu.Driver{NVML: n, Version: "580.65.06"}

@@ -28,11 +28,10 @@ func migEnv(t *testing.T) (env, *h100fake.Server, gpu.MIG) {
 	t.Helper()
 	e := newEnv(t)
 	s := h100fake.New(1, true)
-	n := gpu.Wrap(s)
-	if err := n.Init(); err != nil {
+	_, m, err := s.Open()
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := n.(gpu.MIG)
 	ps, err := m.MIGProfiles(0)
 	if err != nil {
 		t.Fatal(err)

@@ -30,13 +30,9 @@ func TestMIGProfileName(t *testing.T) {
 
 func migOf(t *testing.T, s *h100fake.Server) gpu.MIG {
 	t.Helper()
-	n := gpu.Wrap(s)
-	if err := n.Init(); err != nil {
+	_, m, err := s.Open()
+	if err != nil {
 		t.Fatal(err)
-	}
-	m, ok := n.(gpu.MIG)
-	if !ok {
-		t.Fatal("the go-nvml backed NVML does not list MIG instances")
 	}
 	return m
 }

@@ -5,28 +5,17 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpu/h100fake"
 )
 
-// h100 is an H100 80GB's profiles (nvidia-smi mig -lgip, no +me).
-func h100() MIGGPU {
-	pl := func(size uint32, s ...uint32) []gpu.MIGPlacement {
-		var out []gpu.MIGPlacement
-		for _, v := range s {
-			out = append(out, gpu.MIGPlacement{Start: v, Size: size})
-		}
-		return out
+// h100 is an H100 80GB in MIG mode (a fake at NVML, read through internal/gpu).
+func h100(t *testing.T) MIGGPU {
+	t.Helper()
+	ps, err := h100fake.MIGProfiles()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return MIGGPU{
-		GPU: GPU{Index: 0, UUID: "GPU-a", MemoryTotal: 81559 << 20},
-		Profiles: []gpu.MIGProfile{
-			{ID: 19, Name: "1g.10gb", ComputeSlices: 1, MemoryMiB: 9856, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: 15, Name: "1g.20gb", ComputeSlices: 1, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4, 6)},
-			{ID: 14, Name: "2g.20gb", ComputeSlices: 2, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4)},
-			{ID: 9, Name: "3g.40gb", ComputeSlices: 3, MemoryMiB: 40192, Placements: pl(4, 0, 4)},
-			{ID: 5, Name: "4g.40gb", ComputeSlices: 4, MemoryMiB: 40192, Placements: pl(4, 0)},
-			{ID: 0, Name: "7g.80gb", ComputeSlices: 7, MemoryMiB: 80896, Placements: pl(8, 0)},
-		},
-	}
+	return MIGGPU{GPU: GPU{Index: 0, UUID: "GPU-a", MemoryTotal: h100fake.TotalMiB << 20}, Profiles: ps}
 }
 
 func none(uint32) bool { return false }
@@ -40,7 +29,7 @@ func names(ms []MIG) map[string]bool {
 }
 
 func TestLayoutAndCounters(t *testing.T) {
-	g := h100()
+	g := h100(t)
 	if g.MemorySlices() != 8 || g.ComputeSlices() != 7 {
 		t.Fatalf("slices %d/%d, want 8 memory, 7 compute", g.MemorySlices(), g.ComputeSlices())
 	}
@@ -74,7 +63,7 @@ func TestLayoutAndCounters(t *testing.T) {
 // An admin's 3g.40gb at 4 (static): offered as it is, nothing over its
 // slices, and the counters no longer hold its slices.
 func TestLayoutStatic(t *testing.T) {
-	g := h100()
+	g := h100(t)
 	g.Instances = []gpu.MIGInstance{{ProfileID: 9, Placement: gpu.MIGPlacement{Start: 4, Size: 4}, GI: 2, HasCI: true, UUID: "MIG-x"},
 		{ProfileID: 19, Placement: gpu.MIGPlacement{Start: 0, Size: 1}, GI: 7, HasCI: true, UUID: "MIG-ours"}}
 	ours := func(gi uint32) bool { return gi == 7 }

@@ -3,7 +3,6 @@ package timeslice
 import (
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/h100fake"
 	"github.com/gpuslice/gpuslice/internal/proto"
 )
@@ -13,11 +12,10 @@ import (
 func TestGPUsOfMIG(t *testing.T) {
 	s := h100fake.New(2, true)
 	s.GPUs[1].MIGMode = 0
-	n := gpu.Wrap(s)
-	if err := n.Init(); err != nil {
+	n, m, err := s.Open()
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := n.(gpu.MIG)
 	ps, err := m.MIGProfiles(0)
 	if err != nil {
 		t.Fatal(err)

@@ -94,16 +94,23 @@ func device(g GPU) (resourceapi.Device, error) {
 	if v := semver(g.ComputeCapability); v != "" {
 		attrs[AttrComputeCapability] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
+	return shareable(g.Name(), attrs, mem, g.Units, g.Taints), nil
+}
+
+// shareable is a device any number of claims may share, each consuming
+// units of units and bytes of memory (all of either by default).
+func shareable(name string, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, memory, units int64,
+	taints []resourceapi.DeviceTaint) resourceapi.Device {
 	return resourceapi.Device{
-		Name:                     g.Name(),
+		Name:                     name,
 		Attributes:               attrs,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapacityMemory: capacity(mem, MemoryStep),
-			CapacityUnits:  capacity(g.Units, 1),
+			CapacityMemory: capacity(memory, MemoryStep),
+			CapacityUnits:  capacity(units, 1),
 		},
-		Taints: g.Taints,
-	}, nil
+		Taints: taints,
+	}
 }
 
 // capacity is a consumable capacity of total whose requests are whole steps

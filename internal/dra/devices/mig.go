@@ -94,16 +94,7 @@ func migDevice(g MIGGPU, m nodedev.MIG) resourceapi.Device {
 	if v := semver(p.ComputeCapability); v != "" {
 		attrs[AttrComputeCapability] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
-	d := resourceapi.Device{
-		Name:                     m.Name(),
-		Attributes:               attrs,
-		AllowMultipleAllocations: ptr.To(true),
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapacityMemory: capacity(mem, MemoryStep),
-			CapacityUnits:  capacity(g.Units, 1),
-		},
-		Taints: g.Taints,
-	}
+	d := shareable(m.Name(), attrs, mem, g.Units, g.Taints)
 	if c := m.Consumes(); c != nil {
 		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: nodedev.CounterSetName(p.Index), Counters: counters(c)}}
 	}

@@ -11,34 +11,22 @@ import (
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpu/h100fake"
 	"github.com/gpuslice/gpuslice/internal/nodedev"
 )
 
-func h100MIG(i int32) nodedev.MIGGPU {
-	pl := func(size uint32, s ...uint32) []gpu.MIGPlacement {
-		var out []gpu.MIGPlacement
-		for _, v := range s {
-			out = append(out, gpu.MIGPlacement{Start: v, Size: size})
-		}
-		return out
+func h100MIG(t *testing.T, i int32) nodedev.MIGGPU {
+	t.Helper()
+	ps, err := h100fake.MIGProfiles()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nodedev.MIGGPU{
-		GPU: nodedev.GPU{Index: i, UUID: "GPU-m" + string(rune('0'+i)), ProductName: "NVIDIA H100 80GB HBM3",
-			MemoryTotal: 81559 << 20, ComputeCapability: "9.0"},
-		Profiles: []gpu.MIGProfile{
-			{ID: 19, Name: "1g.10gb", ComputeSlices: 1, MemoryMiB: 9856, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: 15, Name: "1g.20gb", ComputeSlices: 1, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4, 6)},
-			{ID: 14, Name: "2g.20gb", ComputeSlices: 2, MemoryMiB: 19968, Placements: pl(2, 0, 2, 4)},
-			{ID: 9, Name: "3g.40gb", ComputeSlices: 3, MemoryMiB: 40192, Placements: pl(4, 0, 4)},
-			{ID: 5, Name: "4g.40gb", ComputeSlices: 4, MemoryMiB: 40192, Placements: pl(4, 0)},
-			{ID: 0, Name: "7g.80gb", ComputeSlices: 7, MemoryMiB: 80896, Placements: pl(8, 0)},
-		},
-	}
+	return nodedev.MIGGPU{GPU: nodedev.GPU{Index: i, UUID: "GPU-m" + string(rune('0'+i)), ProductName: "NVIDIA H100 80GB HBM3",
+		MemoryTotal: h100fake.TotalMiB << 20, ComputeCapability: "9.0"}, Profiles: ps}
 }
 
 func TestBuildMIG(t *testing.T) {
-	set, devs, err := BuildMIG(MIGGPU{GPU: h100MIG(0), DriverVersion: "580.65.06", Units: 100})
+	set, devs, err := BuildMIG(MIGGPU{GPU: h100MIG(t, 0), DriverVersion: "580.65.06", Units: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +49,7 @@ func TestBuildMIG(t *testing.T) {
 			t.Errorf("%s: an instance not made has a uuid", d.Name)
 		}
 	}
-	if _, _, err := BuildMIG(MIGGPU{GPU: h100MIG(0), Units: 1}); err == nil {
+	if _, _, err := BuildMIG(MIGGPU{GPU: h100MIG(t, 0), Units: 1}); err == nil {
 		t.Error("units total 1 accepted")
 	}
 }
@@ -78,7 +66,7 @@ func TestMIGSlicesValidate(t *testing.T) {
 	}
 	devs = append(devs, whole...)
 	for i := range int32(9) {
-		s, d, err := BuildMIG(MIGGPU{GPU: h100MIG(i), Units: 100})
+		s, d, err := BuildMIG(MIGGPU{GPU: h100MIG(t, i), Units: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
 )
 
 // TotalMiB is an H100 80GB's memory.
@@ -109,6 +111,28 @@ func New(n int, mig bool) *Server {
 		return s.GPUs[i], nvml.SUCCESS
 	}
 	return s
+}
+
+// Open is the server as internal/gpu's NVML (initialized) and its MIG calls.
+func (s *Server) Open() (gpu.NVML, gpu.MIG, error) {
+	n := gpu.Wrap(s)
+	if err := n.Init(); err != nil {
+		return nil, nil, err
+	}
+	m, ok := n.(gpu.MIG)
+	if !ok {
+		return nil, nil, fmt.Errorf("internal/gpu's NVML has no MIG calls")
+	}
+	return n, m, nil
+}
+
+// MIGProfiles are an H100 80GB's profiles as internal/gpu reads them.
+func MIGProfiles() ([]gpu.MIGProfile, error) {
+	_, m, err := New(1, true).Open()
+	if err != nil {
+		return nil, err
+	}
+	return m.MIGProfiles(0)
 }
 
 // Instances is the number of GPU instances on GPU i.
