@@ -51,6 +51,10 @@ static const struct parse_case cases[] = {
 	{"minor=1x\n", -1, "bad value for minor"},
 	{"minor=1\nname=B\n", -1, "devices 0 and 1 have the same minor"},
 	{"minor=3 minor=4\n", -1, "given twice"},
+	{"mig=on\nmig=off\nmig=none\n", 3, NULL},
+	{"mig=yes\n", -1, "bad value for mig"},
+	{"mig=\n", -1, "bad value for mig"},
+	{"mig=on mig=off\n", -1, "given twice"},
 };
 
 static void test_parse_table(void)
@@ -73,6 +77,7 @@ static void test_parse_table(void)
 	CHECK(strcmp(c.dev[0].name, "NVIDIA H100 80GB HBM3") == 0);
 	CHECK_EQ(c.dev[0].memory, 80ull << 30);
 	CHECK_EQ(c.dev[0].sms, 132);
+	CHECK_EQ(c.dev[0].mig, SIM_MIG_UNSET); /* GPUSLICE_SIM_MIG decides (sim_config_from_env) */
 	CHECK_EQ(c.dev[0].uuid[0], 0x11);
 	CHECK_EQ(c.dev[0].uuid[15], 0x55);
 	MUST(sim_config_parse(cases[0].text, strlen(cases[0].text), &c, err, sizeof(err)) == 0);
@@ -176,6 +181,21 @@ static void test_access_env(void)
 	      c.dev[0].minor == 4 && c.dev[1].minor == 2 && strcmp(c.access.devdir, "/dev") == 0);
 	unsetenv("GPUSLICE_SIM_CONFIG");
 	unsetenv("GPUSLICE_SIM_DEVNODES");
+	/* GPUSLICE_SIM_MIG: every device without a mig= key; a bad value is refused with its name. */
+	f = fopen(path, "w");
+	MUST(f != NULL);
+	fputs("mig=none\nminor=1\n", f);
+	fclose(f);
+	setenv("GPUSLICE_SIM_CONFIG", path, 1);
+	setenv("GPUSLICE_SIM_MIG", "on", 1);
+	CHECK(sim_config_from_env(&c, err, sizeof(err)) == 0 && c.dev[0].mig == SIM_MIG_NONE &&
+	      c.dev[1].mig == SIM_MIG_ON);
+	setenv("GPUSLICE_SIM_MIG", "2", 1); /* the old instances-per-GPU form */
+	CHECK(sim_config_from_env(&c, err, sizeof(err)) != 0 && strstr(err, "GPUSLICE_SIM_MIG") != NULL);
+	unsetenv("GPUSLICE_SIM_CONFIG");
+	unsetenv("GPUSLICE_SIM_MIG");
+	CHECK(sim_config_from_env(&c, err, sizeof(err)) == 0 &&
+	      c.dev[0].mig == SIM_MIG_NONE); /* default: not capable */
 	unlink(path);
 }
 
