@@ -99,13 +99,13 @@ static int child_count(const char *want)
 	return t_failures;
 }
 
-/* Holds its instance's engine for 3 s. */
+/* Holds its instance's engine for a minute (killed before). */
 static int child_hold(void)
 {
 	CUfunction f;
 	t_primary(0);
 	f = t_busy_fn();
-	CU_OK(t_busy(f, 3000000, NULL));
+	CU_OK(t_busy(f, 60000000, NULL));
 	usleep(300000); /* the kernel runs */
 	touch_mark();
 	CU_OK(cuCtxSynchronize());
@@ -203,14 +203,20 @@ static void check_apart(nvmlDevice_t h, const char *ua, const char *ub)
 	CHECK_EQ(m.used, 0);
 }
 
-/* A kernel on one instance does not wait for the other's; on the same one it does. */
+/* A kernel on one instance does not wait for the other's; on the same one it
+ * waits until the holder is gone (killed; the engine skips a dead holder). */
 static void check_engines(const char *ua, const char *ub)
 {
 	pid_t hold = spawn_on(ua, "hold");
 	wait_mark();
 	CHECK_EQ(t_wait(spawn_on(ub, "quick")), 0);
-	CHECK_EQ(t_wait(spawn_on(ua, "quick")), 10);
-	CHECK_EQ(t_wait(hold), 0);
+	pid_t same = spawn_on(ua, "quick");
+	usleep(1500000);
+	int st;
+	CHECK_EQ(waitpid(same, &st, WNOHANG), 0); /* still waiting for A's engine */
+	kill(hold, SIGKILL);
+	CHECK_EQ(t_wait(hold), 128 + SIGKILL); /* reaped: a zombie still holds its ticket */
+	CHECK_EQ(t_wait(same), 10);
 }
 
 int main(int argc, char **argv)
