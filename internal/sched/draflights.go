@@ -95,7 +95,11 @@ func (f *draFlights) failed(ctx context.Context, pod types.UID, claims []types.U
 		deadline := time.Now().Add(f.settle)
 		for _, c := range claims {
 			for f.pending(c) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+				select {
+				case <-ctx.Done(): // the scheduler stops: the binding ends with it
+					deadline = time.Now()
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
 		}
 		f.end(ctx, pod)
