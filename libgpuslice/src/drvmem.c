@@ -287,7 +287,8 @@ static int sample(const struct gs_drv_probe *p, uint32_t *pid, uint64_t *drv, ui
 {
 	gs_pool_sync();
 	int rc = process_used(p->nvml, pid, drv);
-	*counted = __atomic_load_n(&p->self->used[p->slot], __ATOMIC_ACQUIRE);
+	/* p->self: our entry in the slot's group's file, whose used[] is per GPU slot there */
+	*counted = __atomic_load_n(&p->self->used[gs_slot_gpu(p->slot)], __ATOMIC_ACQUIRE);
 	return rc;
 }
 

@@ -106,6 +106,15 @@ static int entries(const struct gs_shm_file *f)
 	return n;
 }
 
+/* What our live entry in f holds on its GPU slot gpu (0: none). */
+static uint64_t ours(const struct gs_shm_file *f, int gpu)
+{
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++)
+		if (f->proc[i].state == GS_PROC_LIVE && f->proc[i].pid == getpid())
+			return __atomic_load_n(&f->proc[i].used[gpu], __ATOMIC_ACQUIRE);
+	return 0;
+}
+
 /* Writes the two simulated GPUs' UUID strings to uuids (a child: the
  * library must not be set up in the test's own process). */
 static int read_uuids(void *arg)
@@ -174,6 +183,33 @@ static int two_groups(void *arg)
 	return 0;
 }
 
+/* Contexts that take 200 MiB, measured through NVML (issue 34): GPU 0's in
+ * A (a device group: process slot past the first 16), GPU 1's in B, each
+ * counted in its group and in our entry there (the measurement reads our
+ * entry of the slot's group at the GPU's index in that file). */
+static int measured(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "209715200", 1);
+	mount_container(0);
+	struct drv d;
+	CUcontext c0;
+	drv_nvml(&d);
+	drv_open(&d, &c0);
+	const struct gs_shm_file *a = map_group(dir_a), *b = map_group(dir_b);
+	CHECK_EQ(used_on(a, uuids[0]), 200 * MiB);
+	CHECK_EQ(ours(a, 0), 200 * MiB);
+	CUdeviceptr p0, x;
+	CHECK_EQ(cuMemAlloc_v2(&p0, 800 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&x, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY); /* 1000 MiB of A's 1 GiB used */
+	on_device(&d, 1);
+	CHECK_EQ(used_on(b, uuids[1]), 200 * MiB);
+	CHECK_EQ(used_on(a, uuids[0]), 1000 * MiB);
+	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS);
+	CHECK_EQ(used_on(a, uuids[0]), 200 * MiB);
+	return 0;
+}
+
 /* A directory at GPU 0's path that is no read-only mount of the node's
  * (arg "rw": writable; "ro": on a read-only filesystem): GPU 0 stays in B
  * (512 MiB), C's file is never used. */
@@ -215,6 +251,7 @@ int main(void)
 	group_dir(dir_b, sizeof(dir_b), "b", 512 * MiB);
 	group_dir(dir_c, sizeof(dir_c), "c", 8 * GiB);
 	HT_RUN(two_groups, NULL);
+	HT_RUN(measured, NULL);
 	HT_RUN(forged_dir, "rw");
 	HT_RUN(forged_dir, "ro");
 	ht_teardown();
