@@ -117,6 +117,8 @@ static int locate(CUdevice dev, struct gs_drv_probe *p)
 	if (dev < 0 || p->g == NULL || gs_cuda_uuid(dev, uuid) != 0)
 		return -1;
 	p->slot = gs_slot_cuda(p->g, dev);
+	if (p->slot >= 0 && gs_group_fault_broken(gs_slot_group(p->slot)))
+		return -1; /* as gs_group_get for the process's own group */
 	if (p->slot >= 0)
 		p->g = gs_group_of(p->slot);
 	p->self = p->slot >= 0 ? gs_group_self(p->g) : NULL;

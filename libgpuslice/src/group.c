@@ -232,7 +232,7 @@ static void group_init(void)
 	if (rc == 0) {
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		if (g->fd >= 0)
-			gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, c->group_file);
+			gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, c->group_file, 0);
 		gs_hot.group_file = g->f;
 		gs_hot.group = g;
 	} else {
@@ -246,7 +246,7 @@ GS_HIDDEN struct gs_group *gs_group_get(void)
 {
 	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.group_done, memory_order_acquire)))
 		pthread_once(&gs.once, group_init);
-	return GS_UNLIKELY(gs_group_fault_broken()) ? NULL : gs_hot.group;
+	return GS_UNLIKELY(gs_group_fault_broken(0)) ? NULL : gs_hot.group;
 }
 
 GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g)
@@ -370,7 +370,7 @@ static int open_device_group(const char *path, const char *uuid)
 		gs_log("%s; refusing GPU memory allocations on %s", err, uuid);
 		return -1;
 	}
-	gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, path);
+	gs_group_fault_guard(g->f, GS_SHM_FILE_SIZE, path, n);
 	atomic_store_explicit(&gs_ghot.file[n], g->f, memory_order_release);
 	atomic_store_explicit(&gs.ngroups, n + 1, memory_order_release);
 	return n;

@@ -60,7 +60,8 @@ static inline struct gs_shm_proc *gs_group_attached(int slot)
 	struct gs_shm_proc *self = atomic_load_explicit(
 		GS_LIKELY(slot < GS_SHM_MAX_GPUS) ? &gs_hot.group_self : &gs_ghot.self[gs_slot_group(slot)],
 		memory_order_acquire);
-	return GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed)) ? NULL : self;
+	int broken = atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed);
+	return GS_UNLIKELY(broken & (1 << gs_slot_group(slot))) ? NULL : self;
 }
 /* The GPU slot of a process slot (handed out by gs_group_gpu). */
 static inline struct gs_shm_gpu *gs_group_slot(int slot)
@@ -89,12 +90,13 @@ GS_HIDDEN int gs_group_gpu(struct gs_group *g, const char *uuid);
  * at most every 100 ms. */
 GS_HIDDEN void gs_group_reap(struct gs_group *g, int force);
 
-/* Guards the mapping of a shared group file against truncation (SIGBUS):
- * a fault inside it turns the group broken instead of killing the process
- * (group_fault.c). */
-GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path);
-/* 1 once the group file was truncated under us (says so once). */
-GS_HIDDEN int gs_group_fault_broken(void);
+/* Guards the mapping of a shared group file (group index group) against
+ * truncation (SIGBUS): a fault inside it turns that group broken instead of
+ * killing the process (group_fault.c); the process's other groups go on. */
+GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path, int group);
+/* 1 once group index group's file was truncated under us (says so once per
+ * group). gs_group_get is NULL once the process's own group (0) is broken. */
+GS_HIDDEN int gs_group_fault_broken(int group);
 
 /* Pure: is a rate-limited action due at now_ns (last_ns = 0: never ran)? */
 GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now_ns, uint64_t interval_ns);

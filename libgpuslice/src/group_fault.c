@@ -4,9 +4,10 @@
  * crash the member: touching the mapping past the new end of file raises
  * SIGBUS. Our handler recognises a fault inside a group mapping (the
  * process's group's or a device group's), replaces the mapping with zeroed
- * private pages (the faulting access then completes harmlessly) and marks the
- * groups broken: from then on every allocation is refused with one line on
- * stderr, as for a malformed file. Faults anywhere
+ * private pages (the faulting access then completes harmlessly) and marks that
+ * group broken: from then on every allocation on its GPUs is refused with one
+ * line on stderr, as for a malformed file; the process's other groups go on
+ * (a broken own group, index 0, stops all: gs_group_get). Faults anywhere
  * else go to the handler that was there before (or the default action).
  */
 #include <errno.h>
@@ -24,11 +25,11 @@
 static struct {
 	char *_Atomic base[GS_MAX_CONTAINER_GROUPS];
 	size_t len[GS_MAX_CONTAINER_GROUPS];
+	int group[GS_MAX_CONTAINER_GROUPS]; /* the mapping's group index */
 	char path[GS_MAX_CONTAINER_GROUPS][PATH_MAX];
 	_Atomic int n;
-	_Atomic int hit; /* the mapping that faulted */
 	struct sigaction prev;
-	_Atomic int said; /* broken: gs_hot.group_broken */
+	_Atomic int said[GS_MAX_CONTAINER_GROUPS]; /* broken: a bit of gs_hot.group_broken */
 } gf;
 
 static void chain(int sig, siginfo_t *si, void *uc)
@@ -62,23 +63,23 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 		void *m = mmap(base, gf.len[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 		errno = e;
 		if (m != MAP_FAILED) {
-			atomic_store(&gf.hit, i);
-			atomic_store(&gs_hot.group_broken, 1);
+			atomic_fetch_or(&gs_hot.group_broken, 1 << gf.group[i]);
 			return;
 		}
 	}
 	chain(sig, si, uc);
 }
 
-GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path)
+GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path, int group)
 {
 	int i = atomic_load(&gf.n);
-	if (i >= GS_MAX_CONTAINER_GROUPS)
+	if (i >= GS_MAX_CONTAINER_GROUPS || group < 0 || group >= GS_MAX_CONTAINER_GROUPS)
 		return;
 	size_t n = strnlen(path, sizeof(gf.path[i]) - 1);
 	memcpy(gf.path[i], path, n);
 	gf.path[i][n] = '\0';
 	gf.len[i] = len;
+	gf.group[i] = group;
 	atomic_store(&gf.base[i], (char *)base);
 	int e = errno;
 	if (i == 0) {
@@ -96,12 +97,14 @@ GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path)
 	errno = e;
 }
 
-GS_HIDDEN int gs_group_fault_broken(void)
+GS_HIDDEN int gs_group_fault_broken(int group)
 {
-	if (GS_UNLIKELY(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed))) {
-		gs_log_once(&gf.said, "group file %s was truncated under this process; refusing GPU memory allocations",
-			    gf.path[atomic_load(&gf.hit)]);
-		return 1;
-	}
-	return 0;
+	if (GS_LIKELY(!(atomic_load_explicit(&gs_hot.group_broken, memory_order_relaxed) & (1 << group))))
+		return 0;
+	for (int i = 0; i < atomic_load(&gf.n); i++)
+		if (gf.group[i] == group)
+			gs_log_once(&gf.said[group],
+				    "group file %s was truncated under this process; refusing GPU memory allocations",
+				    gf.path[i]);
+	return 1;
 }

@@ -23,7 +23,7 @@ struct gs_hot {
 	struct gs_shm_file *group_file;         /* group.c: its mapped file, set with group */
 	struct gs_shm_proc *_Atomic group_self; /* group.c: our process entry once attached (NULL: not yet) */
 	_Atomic int group_done;                 /* group.c: the group was opened (or failed to) */
-	_Atomic int group_broken;               /* group_fault.c: the group file was truncated under us */
+	_Atomic int group_broken;               /* group_fault.c: bit i: group i's file was truncated under us */
 	_Atomic int elastic_managed;            /* elastic.c: managed allocations recorded */
 	_Atomic int ptrs_touched;               /* ptrfast.c: the lock-free table was used */
 	_Atomic size_t ptrs_spilled;            /* ptrfast.c: entries in the locked table */

@@ -102,7 +102,7 @@ static inline CUresult gs_resv_take(struct gs_resv *r, uint64_t size)
 			return rc;
 	}
 	gs_acct_proc_add(r->self, r->slot, size);
-	if (GS_UNLIKELY(gs_group_fault_broken()))
+	if (GS_UNLIKELY(gs_group_fault_broken(gs_slot_group(r->slot))))
 		return GS_BROKEN_RC; /* the file went away under this very reservation */
 	return CUDA_SUCCESS;
 }

@@ -210,6 +210,38 @@ static int measured(void *arg)
 	return 0;
 }
 
+/* A device group's file truncated under us (by a co-member of A, issue 34)
+ * breaks A only: GPU 0's allocations are refused with one line naming A's
+ * file (its path in the container names GPU 0), GPU 1's (group B) go on.
+ * Runs last: A's file is gone after it. */
+static int truncated_other(void *arg)
+{
+	(void)arg;
+	mount_container(0);
+	struct drv d;
+	CUcontext c0;
+	drv_open(&d, &c0);
+	ht_capture_stderr("truncated");
+	CUdeviceptr p0, p1, x;
+	CHECK_EQ(cuMemAlloc_v2(&p0, 100 * MiB), CUDA_SUCCESS);
+	char state[400];
+	snprintf(state, sizeof(state), "%s/" GS_STATE_FILE_NAME, dir_a);
+	CHECK(truncate(state, 0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&x, 1 * MiB), CUDA_ERROR_OPERATING_SYSTEM);
+	on_device(&d, 1);
+	const struct gs_shm_file *b = map_group(dir_b);
+	CHECK_EQ(cuMemAlloc_v2(&p1, 100 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(used_on(b, uuids[1]), 100 * MiB);
+	CHECK_EQ(cuMemFree_v2(p1), CUDA_SUCCESS);
+	CHECK_EQ(used_on(b, uuids[1]), 0);
+	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS); /* the driver's memory is still freed */
+	char err[2048];
+	ht_stderr(err, sizeof(err));
+	CHECK_EQ(ht_count_lines(err), 1);
+	CHECK(strstr(err, "was truncated") != NULL && strstr(err, uuids[0]) != NULL);
+	return 0;
+}
+
 /* A directory at GPU 0's path that is no read-only mount of the node's
  * (arg "rw": writable; "ro": on a read-only filesystem): GPU 0 stays in B
  * (512 MiB), C's file is never used. */
@@ -254,6 +286,7 @@ int main(void)
 	HT_RUN(measured, NULL);
 	HT_RUN(forged_dir, "rw");
 	HT_RUN(forged_dir, "ro");
+	HT_RUN(truncated_other, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_groups_test: ok\n");
 	return 0;
