@@ -70,37 +70,39 @@ static int uuid_parse(const char *s, uint8_t out[16])
 	return n == 32 && *s == '\0' ? 0 : -1;
 }
 
-static struct gs_shm_gpu *slot_of(const uint8_t gpu[16], int *slot)
+/* The next process slot from from on whose GPU is gpu, in any of this
+ * process's groups (its own and its device groups: a spill order names the
+ * GPU, not the group): its GPU slot (*slot set), or NULL. */
+static struct gs_shm_gpu *slot_of(const uint8_t gpu[16], int from, int *slot)
 {
 	struct gs_group *g = gs_group_get();
 	if (g == NULL)
 		return NULL;
-	struct gs_shm_file *f = gs_group_file(g);
-	for (int i = 0; i < GS_SHM_MAX_GPUS; i++) {
+	for (int s = from; s < GS_PROC_SLOTS; s++) {
+		struct gs_shm_file *f = s < GS_SHM_MAX_GPUS ? gs_group_file(g)
+							    : atomic_load_explicit(&gs_ghot.file[gs_slot_group(s)],
+										   memory_order_acquire);
 		uint8_t u[16];
-		if (gs_ld32(&f->gpu[i].state) == GS_SLOT_READY && uuid_parse(f->gpu[i].uuid, u) == 0 &&
-		    memcmp(u, gpu, 16) == 0) {
-			*slot = i;
-			return &f->gpu[i];
+		if (f != NULL && gs_ld32(&f->gpu[gs_slot_gpu(s)].state) == GS_SLOT_READY &&
+		    uuid_parse(f->gpu[gs_slot_gpu(s)].uuid, u) == 0 && memcmp(u, gpu, 16) == 0) {
+			*slot = s;
+			return &f->gpu[gs_slot_gpu(s)];
 		}
 	}
 	return NULL;
 }
 
-/* Moves up to want bytes of this process's managed memory on slot to the
- * host, never taking the group below its guarantee. */
-static void spill(const struct gs_msg_spill *m)
+/* Moves up to want bytes of this process's managed memory on process slot
+ * slot to the host, never taking the group below its guarantee: what is left
+ * of want. Under em.tmu. */
+static uint64_t spill_slot(struct gs_shm_gpu *gpu, int slot, uint64_t want)
 {
-	int slot = -1;
-	struct gs_shm_gpu *gpu = slot_of(m->gpu, &slot);
 	gs_fn_cuMemAdvise advise = GS_REAL(cuMemAdvise);
 	gs_fn_cuMemPrefetchAsync prefetch = GS_REAL(cuMemPrefetchAsync);
 	gs_fn_cuCtxSetCurrent set = GS_REAL(cuCtxSetCurrent);
 	gs_fn_cuCtxSynchronize sync = GS_REAL(cuCtxSynchronize);
-	if (gpu == NULL || advise == NULL || prefetch == NULL || set == NULL || sync == NULL)
-		return;
-	uint64_t want = m->bytes;
-	pthread_mutex_lock(&em.tmu);
+	if (advise == NULL || prefetch == NULL || set == NULL || sync == NULL)
+		return want;
 	for (int i = 0; i < GS_MANAGED_MAX && want > 0; i++) {
 		struct managed *e = &em.tab[i];
 		if (e->ptr == 0 || e->slot != slot || e->spilled >= e->size)
@@ -120,6 +122,18 @@ static void spill(const struct gs_msg_spill *m)
 		__atomic_fetch_add(&gpu->spilled, n, __ATOMIC_ACQ_REL);
 		want -= n;
 	}
+	return want;
+}
+
+/* Moves up to the order's bytes of this process's managed memory on its GPU
+ * to the host, whichever of the process's groups that GPU is in. */
+static void spill(const struct gs_msg_spill *m)
+{
+	uint64_t want = m->bytes;
+	struct gs_shm_gpu *gpu;
+	pthread_mutex_lock(&em.tmu);
+	for (int slot = -1; want > 0 && (gpu = slot_of(m->gpu, slot + 1, &slot)) != NULL;)
+		want = spill_slot(gpu, slot, want);
 	pthread_mutex_unlock(&em.tmu);
 }
 
