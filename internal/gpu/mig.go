@@ -254,8 +254,9 @@ func (l *lib) CreateMIG(index int, p MIGProfile, at MIGPlacement) (MIGInstance, 
 	}
 	m, err := makeCompute(d, index, gi, cip)
 	if err != nil {
-		// Nothing half made: the GPU instance goes again.
-		return MIGInstance{}, errors.Join(fmt.Errorf("%s: %w", what, err), check(what+": destroy GPU instance", gi.Destroy()))
+		// Nothing half made: the compute instance (if made) and the GPU
+		// instance go again.
+		return MIGInstance{}, errors.Join(fmt.Errorf("%s: %w", what, err), destroyGI(gi, what))
 	}
 	return m, nil
 }
@@ -297,6 +298,12 @@ func (l *lib) DestroyMIG(index int, giID uint32) error {
 	if err := check(fmt.Sprintf("device %d GPU instance %d", index, giID), ret); err != nil {
 		return err
 	}
+	return destroyGI(gi, fmt.Sprintf("device %d GPU instance %d", index, giID))
+}
+
+// destroyGI destroys gi's compute instances, then gi: NVML refuses to
+// destroy a GPU instance that still holds one.
+func destroyGI(gi nvml.GpuInstance, what string) error {
 	for cip := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
 		info, ret := gi.GetComputeInstanceProfileInfo(cip, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 		if ret != nvml.SUCCESS {
@@ -307,10 +314,10 @@ func (l *lib) DestroyMIG(index int, giID uint32) error {
 			continue
 		}
 		for _, ci := range cis {
-			if err := check(fmt.Sprintf("device %d GPU instance %d: destroy compute instance", index, giID), ci.Destroy()); err != nil {
+			if err := check(what+": destroy compute instance", ci.Destroy()); err != nil {
 				return err
 			}
 		}
 	}
-	return check(fmt.Sprintf("device %d: destroy GPU instance %d", index, giID), gi.Destroy())
+	return check(what+": destroy GPU instance", gi.Destroy())
 }

@@ -120,6 +120,28 @@ func TestCreateMIGNothingHalfMade(t *testing.T) {
 	}
 }
 
+// A MIG device that cannot be described after its compute instance was made
+// leaves neither the compute instance nor the GPU instance behind.
+func TestCreateMIGNothingHalfMadeAfterComputeInstance(t *testing.T) {
+	s := h100fake.New(1, true)
+	m := migOf(t, s)
+	s.FailMIGUUID = nvml.ERROR_UNKNOWN
+	p := profile(t, m, "1g.20gb")
+	if _, err := m.CreateMIG(0, p, p.Placements[0]); err == nil {
+		t.Fatal("made though its MIG device has no UUID")
+	}
+	if c := s.Calls["CreateComputeInstance"]; c != 1 {
+		t.Fatalf("CreateComputeInstance called %d times, want 1", c)
+	}
+	if n := s.Instances(0); n != 0 {
+		t.Fatalf("%d GPU instances left half made", n)
+	}
+	s.FailMIGUUID = 0
+	if _, err := m.CreateMIG(0, p, p.Placements[0]); err != nil {
+		t.Fatalf("the placement is not free again: %v", err)
+	}
+}
+
 func TestMIGModeOff(t *testing.T) {
 	m := migOf(t, h100fake.New(1, false))
 	on, _, err := m.MIGMode(0)

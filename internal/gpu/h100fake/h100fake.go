@@ -53,12 +53,13 @@ func Profiles() []Profile {
 // Server is a machine of H100 80GB GPUs.
 type Server struct {
 	mock.Interface
-	mu      sync.Mutex
-	GPUs    []*GPU
-	Calls   map[string]int // NVML calls that change state, by name
-	FailGI  nvml.Return    // set: CreateGpuInstanceWithPlacement fails so
-	FailCI  nvml.Return    // set: CreateComputeInstance fails so
-	uuidSeq int
+	mu          sync.Mutex
+	GPUs        []*GPU
+	Calls       map[string]int // NVML calls that change state, by name
+	FailGI      nvml.Return    // set: CreateGpuInstanceWithPlacement fails so
+	FailCI      nvml.Return    // set: CreateComputeInstance fails so
+	FailMIGUUID nvml.Return    // set: a MIG device's GetUUID fails so
+	uuidSeq     int
 }
 
 // GPU is one H100 of the server.
@@ -87,6 +88,12 @@ type ci struct {
 	id   uint32
 	uuid string
 	dev  *mock.Device
+}
+
+func (s *Server) failMIGUUID() nvml.Return {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.FailMIGUUID
 }
 
 // New returns a server of n H100s, MIG mode on where mig is true.
@@ -294,7 +301,12 @@ func (x *gi) setFuncs(memMiB uint64) {
 		x.cis[c.id] = c
 		x.nextCI++
 		c.dev = &mock.Device{
-			GetUUIDFunc:                            func() (string, nvml.Return) { return c.uuid, nvml.SUCCESS },
+			GetUUIDFunc: func() (string, nvml.Return) {
+				if r := s.failMIGUUID(); r != 0 {
+					return "", r
+				}
+				return c.uuid, nvml.SUCCESS
+			},
 			GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return int(x.info.Id), nvml.SUCCESS },
 			GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return int(c.id), nvml.SUCCESS },
 			GetMemoryInfoFunc:                      func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: memMiB << 20}, nvml.SUCCESS },
