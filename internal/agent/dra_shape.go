@@ -17,15 +17,17 @@ import (
 )
 
 // ourClaim is what the container check needs of one of the node's
-// gpuslice.io claims: the GPUs it holds ("<pool>/<device>") and whether it
-// is for admin access.
+// gpuslice.io claims: the GPUs it holds ("<pool>/<device>"), whether it
+// is for admin access and whether it holds a MIG instance.
 type ourClaim struct {
 	devices []string
 	admin   bool
+	mig     bool
 }
 
-// ourClaimOf reads an allocated claim's devices of this driver.
-func ourClaimOf(c *resourceapi.ResourceClaim) ourClaim {
+// ourClaimOf reads an allocated claim's devices of this driver; isMIG says
+// which are MIG instances (dra.Driver.IsMIG).
+func ourClaimOf(c *resourceapi.ResourceClaim, isMIG func(pool, device string) bool) ourClaim {
 	var o ourClaim
 	if c.Status.Allocation == nil {
 		return o
@@ -36,6 +38,7 @@ func ourClaimOf(c *resourceapi.ResourceClaim) ourClaim {
 		}
 		o.devices = append(o.devices, r.Pool+"/"+r.Device)
 		o.admin = o.admin || (r.AdminAccess != nil && *r.AdminAccess)
+		o.mig = o.mig || isMIG(r.Pool, r.Device)
 	}
 	return o
 }
@@ -46,6 +49,7 @@ func ourPreparedClaim(c checkpoint.Claim) ourClaim {
 	for _, d := range c.Devices {
 		o.devices = append(o.devices, d.Pool+"/"+d.Device)
 		o.admin = o.admin || d.AdminAccess
+		o.mig = o.mig || d.MIG != nil
 	}
 	return o
 }
@@ -57,7 +61,9 @@ func ourPreparedClaim(c checkpoint.Claim) ourClaim {
 // claims on different GPUs are fine; refused are: two claims on one GPU (two
 // shares of one GPU in one container: one would go unenforced; a larger claim
 // is the way to a larger share), an admin-access claim beside another (its
-// GPU would be charged to the other's group), and more than
+// GPU would be charged to the other's group), a MIG claim beside another (a
+// MIG claim sets the container's CUDA_VISIBLE_DEVICES to its instances, so
+// the other claim's GPUs would be hidden), and more than
 // groupstate.MaxContainerGroups claims. ours are the node's gpuslice.io
 // claims by "<namespace>/<name>" (those of this Prepare and those prepared
 // before); the pods are those reserving each claim, from the node's pod
@@ -99,6 +105,7 @@ func containerRefusal(p *corev1.Pod, ctr string, names []string, ours map[string
 	var mine []string
 	byDevice := map[string][]string{}
 	admin := false
+	var mig []string
 	for _, n := range names {
 		o, ok := ours[p.Namespace+"/"+n]
 		if !ok {
@@ -106,6 +113,9 @@ func containerRefusal(p *corev1.Pod, ctr string, names []string, ours map[string
 		}
 		mine = append(mine, n)
 		admin = admin || o.admin
+		if o.mig {
+			mig = append(mig, n)
+		}
 		for _, d := range o.devices {
 			if !slices.Contains(byDevice[d], n) {
 				byDevice[d] = append(byDevice[d], n)
@@ -124,6 +134,11 @@ func containerRefusal(p *corev1.Pod, ctr string, names []string, ours map[string
 				"would go unenforced; give the container one claim for that GPU (a larger share) or a container "+
 				"per claim", where, strings.Join(on, " and "), d)
 		}
+	}
+	if len(mig) > 0 {
+		return mine, fmt.Errorf("%s, and %s holds a MIG instance: a MIG claim sets the container's "+
+			"CUDA_VISIBLE_DEVICES to its instances, which would hide the other claim's devices; give the MIG "+
+			"claim a container of its own", where, strings.Join(mig, " and "))
 	}
 	if admin {
 		return mine, fmt.Errorf("%s, one of them for admin access: its GPU would be charged to another claim's "+

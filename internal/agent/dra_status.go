@@ -169,7 +169,7 @@ func (p draPlugin) PrepareResourceClaims(ctx context.Context, claims []*resource
 		ours[c.Namespace+"/"+c.Name] = ourPreparedClaim(c)
 	}
 	for _, c := range claims {
-		ours[c.Namespace+"/"+c.Name] = ourClaimOf(c)
+		ours[c.Namespace+"/"+c.Name] = ourClaimOf(c, p.IsMIG)
 	}
 	refused := claimsPerContainer(p.pods, claims, ours)
 	var rest []*resourceapi.ResourceClaim

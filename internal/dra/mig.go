@@ -78,6 +78,12 @@ func (d *Driver) planMIG(devs []checkpoint.Device) error {
 	return nil
 }
 
+// IsMIG is whether the node's device of pool is a MIG instance.
+func (d *Driver) IsMIG(pool, device string) bool {
+	g, ok := d.cfg.GPUs[device]
+	return ok && pool == d.cfg.Pool && g.MIG != nil
+}
+
 // findMIG is the instance of rec's profile at its placement, nil if none.
 func (d *Driver) findMIG(rec *checkpoint.MIG) (*gpu.MIGInstance, error) {
 	ins, err := d.cfg.MIG.MIGInstances(int(rec.GPU))
