@@ -82,9 +82,12 @@ func GPUsOf(n gpu.NVML) ([]proto.UUID, error) {
 			return nil, fmt.Errorf("GPU %d: %w", d.Index, err)
 		}
 		out = append(out, u)
+		// One GPU's MIG instances that cannot be listed cost those
+		// instances alone, not the node's other GPUs.
 		mig, err := migInstancesOf(n, d.Index)
 		if err != nil {
-			return nil, fmt.Errorf("GPU %d: %w", d.Index, err)
+			klog.Background().Error(err, "MIG instances of a GPU not listed; its instances are skipped", "gpu", d.Index, "uuid", d.UUID)
+			continue
 		}
 		out = append(out, mig...)
 	}
@@ -116,7 +119,8 @@ func migInstancesOf(n gpu.NVML, index int) ([]proto.UUID, error) {
 		}
 		u, err := proto.ParseUUID(in.UUID)
 		if err != nil {
-			return nil, fmt.Errorf("MIG instance %d: %w", in.GI, err)
+			klog.Background().Error(err, "MIG instance skipped: its UUID does not parse", "gpu", index, "gi", in.GI)
+			continue
 		}
 		out = append(out, u)
 	}
