@@ -20,6 +20,7 @@ type MIG interface {
 	MIGInstances(index int) ([]gpu.MIGInstance, error)
 	CreateMIG(index int, profile gpu.MIGProfile, at gpu.MIGPlacement) (gpu.MIGInstance, error)
 	DestroyMIG(index int, gi uint32) error
+	GPUIndex(uuid string) (int, error)
 }
 
 // MIGObserver counts the MIG instances the driver makes and destroys
@@ -59,7 +60,7 @@ func (d *Driver) planMIG(devs []checkpoint.Device) error {
 		}
 		rec := &checkpoint.MIG{GPU: m.Parent.Index, ParentUUID: m.Parent.UUID, Profile: m.Profile.Name,
 			ProfileID: m.Profile.ID, Start: m.Placement.Start, Size: m.Placement.Size}
-		in, err := d.findMIG(rec)
+		in, _, err := d.findMIG(rec)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", devs[i].Device, err)
 		}
@@ -84,18 +85,42 @@ func (d *Driver) IsMIG(pool, device string) bool {
 	return ok && pool == d.cfg.Pool && g.MIG != nil
 }
 
-// findMIG is the instance of rec's profile at its placement, nil if none.
-func (d *Driver) findMIG(rec *checkpoint.MIG) (*gpu.MIGInstance, error) {
-	ins, err := d.cfg.MIG.MIGInstances(int(rec.GPU))
+// parentOf is the index NVML gives rec's GPU now, found by its UUID every
+// time: the index recorded may name another GPU after GPUs were added,
+// removed or reordered. ok false: no GPU has that UUID (gone with its
+// instances).
+func (d *Driver) parentOf(rec *checkpoint.MIG) (int, bool, error) {
+	if rec.ParentUUID == "" {
+		return 0, false, fmt.Errorf("MIG %s at %d: no parent GPU recorded", rec.Profile, rec.Start)
+	}
+	i, err := d.cfg.MIG.GPUIndex(rec.ParentUUID)
+	if errors.Is(err, gpu.ErrNoGPU) {
+		klog.Background().Info("MIG instance's GPU not found", "gpu", rec.ParentUUID, "recordedIndex", rec.GPU, "err", err)
+		return 0, false, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("MIG instances of GPU %d: %w", rec.GPU, err)
+		return 0, false, fmt.Errorf("GPU %s: %w", rec.ParentUUID, err)
+	}
+	return i, true, nil
+}
+
+// findMIG is the instance of rec's profile at its placement on rec's GPU
+// and that GPU's index now; nil if either is gone.
+func (d *Driver) findMIG(rec *checkpoint.MIG) (*gpu.MIGInstance, int, error) {
+	index, ok, err := d.parentOf(rec)
+	if err != nil || !ok {
+		return nil, 0, err
+	}
+	ins, err := d.cfg.MIG.MIGInstances(index)
+	if err != nil {
+		return nil, 0, fmt.Errorf("MIG instances of GPU %d (%s): %w", index, rec.ParentUUID, err)
 	}
 	for _, in := range ins {
 		if in.ProfileID == rec.ProfileID && in.Placement.Start == rec.Start {
-			return &in, nil
+			return &in, index, nil
 		}
 	}
-	return nil, nil
+	return nil, index, nil
 }
 
 // heldOnDemand says whether a claim other than except holds rec's
@@ -127,9 +152,16 @@ func (d *Driver) makeMIG(uid string, c *checkpoint.Claim) error {
 			continue
 		}
 		m := d.cfg.GPUs[c.Devices[i].Device].MIG
-		in, err := d.cfg.MIG.CreateMIG(int(rec.GPU), m.Profile, m.Placement)
+		index, ok, err := d.parentOf(rec)
+		if err == nil && !ok {
+			err = fmt.Errorf("GPU %s: %w", rec.ParentUUID, gpu.ErrNoGPU)
+		}
 		if err != nil {
-			return fmt.Errorf("claim %s/%s: MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
+			return fmt.Errorf("claim %s/%s: MIG %s: %w", c.Namespace, c.Name, rec.Profile, err)
+		}
+		in, err := d.cfg.MIG.CreateMIG(index, m.Profile, m.Placement)
+		if err != nil {
+			return fmt.Errorf("claim %s/%s: MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, index, err)
 		}
 		if d.cfg.Observer != nil {
 			d.cfg.Observer.MIGMade()
@@ -162,12 +194,12 @@ func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 		if d.cfg.MIG == nil {
 			return fmt.Errorf("claim %s/%s holds a MIG instance and the driver has no MIG access", c.Namespace, c.Name)
 		}
-		in, err := d.findMIG(rec)
+		in, index, err := d.findMIG(rec)
 		if err != nil {
 			return err
 		}
 		if in == nil {
-			continue // never made, or destroyed under the claim
+			continue // never made, destroyed under the claim, or gone with its GPU
 		}
 		if rec.UUID != "" && in.UUID != rec.UUID {
 			// Destroyed under the claim and made again by someone else: not ours.
@@ -176,8 +208,8 @@ func (d *Driver) destroyMIG(uid string, c checkpoint.Claim) error {
 			continue
 		}
 		gi := in.GI
-		if err := d.cfg.MIG.DestroyMIG(int(rec.GPU), gi); err != nil {
-			return fmt.Errorf("claim %s/%s: destroy MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, rec.GPU, err)
+		if err := d.cfg.MIG.DestroyMIG(index, gi); err != nil {
+			return fmt.Errorf("claim %s/%s: destroy MIG %s at %d on GPU %d: %w", c.Namespace, c.Name, rec.Profile, rec.Start, index, err)
 		}
 		destroyed = true
 		if d.cfg.Observer != nil {
@@ -235,7 +267,7 @@ func (d *Driver) LostMIGs() ([]LostMIG, error) {
 	if d.cfg.MIG == nil {
 		return nil, nil
 	}
-	have := map[int32]map[string]bool{}
+	have := map[string]map[string]bool{} // MIG UUIDs by parent UUID
 	var out []LostMIG
 	for uid, c := range d.ck.Claims {
 		if c.State != checkpoint.PrepareCompleted {
@@ -246,17 +278,23 @@ func (d *Driver) LostMIGs() ([]LostMIG, error) {
 			if r == nil {
 				continue
 			}
-			if have[r.GPU] == nil {
-				ins, err := d.cfg.MIG.MIGInstances(int(r.GPU))
+			if have[r.ParentUUID] == nil {
+				have[r.ParentUUID] = map[string]bool{}
+				index, ok, err := d.parentOf(r)
 				if err != nil {
-					return nil, fmt.Errorf("MIG instances of GPU %d: %w", r.GPU, err)
+					return nil, err
 				}
-				have[r.GPU] = map[string]bool{}
+				var ins []gpu.MIGInstance
+				if ok { // a GPU gone has no instances
+					if ins, err = d.cfg.MIG.MIGInstances(index); err != nil {
+						return nil, fmt.Errorf("MIG instances of GPU %d (%s): %w", index, r.ParentUUID, err)
+					}
+				}
 				for _, in := range ins {
-					have[r.GPU][in.UUID] = true
+					have[r.ParentUUID][in.UUID] = true
 				}
 			}
-			if !have[r.GPU][r.UUID] {
+			if !have[r.ParentUUID][r.UUID] {
 				out = append(out, LostMIG{UID: uid, Namespace: c.Namespace, Name: c.Name, Device: dev.Device, UUID: r.UUID})
 			}
 		}

@@ -370,3 +370,90 @@ func TestMIGCapNodesInSpec(t *testing.T) {
 		t.Fatalf("device nodes %v, want %v", nodes, want)
 	}
 }
+
+// A claim's MIG instance is found on its GPU by that GPU's UUID, never by
+// the index recorded: after a GPU is added before it (its index moves), an
+// instance of the same profile and placement on the GPU now at the recorded
+// index is neither reported as the claim's lost one nor destroyed for it,
+// even when a crash left the claim's record without the instance's UUID; a
+// GPU gone takes its instances with it (reported lost).
+func TestMIGFoundByParentUUID(t *testing.T) {
+	e, s, m := migEnv(t)
+	ctx := context.Background()
+	d, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := e.cfg.GPUs["gpu-0-mig-4g-40gb-0"].MIG
+	kept := migClaim("0b9c3f2e-0000-4000-8000-00000000f101", "gpu-0-mig-4g-40gb-0", 0, 0)
+	if _, err := d.Prepare(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	// Another H100 comes first now; its own instance at the same place.
+	s.Insert(0)
+	if _, err := m.CreateMIG(0, slot.Profile, slot.Placement); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := d.LostMIGs(); err != nil || len(lost) != 0 {
+		t.Fatalf("lost %+v %v after a GPU was added before the claim's, want none", lost, err)
+	}
+	if err := d.Unprepare(ctx, kept.UID); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := s.Instances(0), s.Instances(1); a != 1 || b != 0 {
+		t.Fatalf("instances %d (the added GPU's) and %d (the claim's GPU's) after Unprepare, want 1 and 0", a, b)
+	}
+
+	// A crash right after the instance is made leaves it unrecorded; the
+	// GPUs are reordered before the driver comes back.
+	uid := "0b9c3f2e-0000-4000-8000-00000000f102"
+	c := migClaim(uid, "gpu-0-mig-4g-40gb-0", 0, 0)
+	cfg := e.cfg
+	cfg.Fault = func(at Step) error {
+		if at == StepMIGMade {
+			panic(errCrash)
+		}
+		return nil
+	}
+	d1, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !run(func() { _, _ = d1.Prepare(ctx, c) }) {
+		t.Fatal("never crashed")
+	}
+	if rec := d1.Prepared()[uid].Devices[0].MIG; rec == nil || rec.UUID != "" {
+		t.Fatalf("record %+v, want one without the instance's UUID", rec)
+	}
+	if a, b := s.Instances(0), s.Instances(1); a != 1 || b != 1 {
+		t.Fatalf("instances %d and %d, want the claim's made on its GPU (1) beside the other (0)", a, b)
+	}
+	s.GPUs[0], s.GPUs[1] = s.GPUs[1], s.GPUs[0] // the claim's GPU is at 0 again, the other at 1
+	s.Insert(0)                                 // and another before both: the claim's at 1, the other's at 2
+	if _, err := m.CreateMIG(0, slot.Profile, slot.Placement); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Unprepare(ctx, c.UID); err != nil {
+		t.Fatal(err)
+	}
+	if a, b, x := s.Instances(0), s.Instances(1), s.Instances(2); a != 1 || b != 0 || x != 1 {
+		t.Fatalf("instances %d, %d (the claim's GPU) and %d after recovery, want 1, 0 and 1", a, b, x)
+	}
+
+	// The claim's GPU removed: its instance is reported lost.
+	lostOne := migClaim("0b9c3f2e-0000-4000-8000-00000000f103", "gpu-0-mig-4g-40gb-0", 0, 0)
+	if _, err := d2.Prepare(ctx, lostOne); err != nil {
+		t.Fatal(err)
+	}
+	s.GPUs = slices.Delete(s.GPUs, 1, 2)
+	if lost, err := d2.LostMIGs(); err != nil || len(lost) != 1 || lost[0].Name != lostOne.Name {
+		t.Fatalf("lost %+v %v after the claim's GPU was removed, want the claim", lost, err)
+	}
+	if err := d2.Unprepare(ctx, lostOne.UID); err != nil {
+		t.Fatalf("Unprepare with the claim's GPU gone: %v", err)
+	}
+}

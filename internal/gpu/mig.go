@@ -62,10 +62,43 @@ type MIG interface {
 	CreateMIG(index int, profile MIGProfile, at MIGPlacement) (MIGInstance, error)
 	// DestroyMIG destroys GPU instance gi with its compute instances.
 	DestroyMIG(index int, gi uint32) error
+	// GPUIndex is the index NVML gives the GPU of uuid now (an index moves
+	// when GPUs are added, removed or reordered); none: an error wrapping
+	// ErrNoGPU.
+	GPUIndex(uuid string) (int, error)
 }
 
 // ErrNoMIG is wrapped when a GPU does not support MIG.
 var ErrNoMIG = errors.New("MIG not supported")
+
+// ErrNoGPU is wrapped when no GPU of the node has a UUID.
+var ErrNoGPU = errors.New("no such GPU")
+
+func (l *lib) GPUIndex(uuid string) (int, error) {
+	nvmlState.RLock()
+	defer nvmlState.RUnlock()
+	n, ret := l.n.DeviceGetCount()
+	if err := check("device count", ret); err != nil {
+		return 0, err
+	}
+	var errs []error
+	for i := range n {
+		d, err := l.handle(i)
+		if err != nil {
+			errs = append(errs, err) // a GPU gone from the bus: not this one to act on
+			continue
+		}
+		u, ret := d.GetUUID()
+		if ret != nvml.SUCCESS {
+			errs = append(errs, check(fmt.Sprintf("device %d uuid", i), ret))
+			continue
+		}
+		if u == uuid {
+			return i, nil
+		}
+	}
+	return 0, errors.Join(append([]error{fmt.Errorf("GPU %s: %w", uuid, ErrNoGPU)}, errs...)...)
+}
 
 // migProfileIndexes are the GPU instance profiles gpuslice offers: the plain
 // ones, without the media-extension (+me), graphics and no-media variants.

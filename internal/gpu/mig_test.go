@@ -149,3 +149,18 @@ func TestMIGModeOff(t *testing.T) {
 		t.Fatalf("MIGMode = %v %v, want off", on, err)
 	}
 }
+
+// GPUIndex finds a GPU by its UUID where it is now; a UUID no GPU has is
+// ErrNoGPU.
+func TestGPUIndex(t *testing.T) {
+	s := h100fake.New(2, true)
+	m := migOf(t, s)
+	u := s.GPUs[1].UUID
+	s.Insert(0)
+	if i, err := m.GPUIndex(u); err != nil || i != 2 {
+		t.Fatalf("GPUIndex(%s) = %d %v after a GPU was added before it, want 2", u, i, err)
+	}
+	if _, err := m.GPUIndex("GPU-ffffffff-0000-0000-0000-000000000000"); !errors.Is(err, gpu.ErrNoGPU) {
+		t.Fatalf("GPUIndex of no GPU: %v, want ErrNoGPU", err)
+	}
+}

@@ -7,6 +7,7 @@ package h100fake
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -118,6 +119,19 @@ func New(n int, mig bool) *Server {
 		return s.GPUs[i], nvml.SUCCESS
 	}
 	return s
+}
+
+// Insert adds an H100 (MIG mode on) at index at, moving the GPUs from
+// there on one index up: a GPU hot added, or the driver's order changed.
+func (s *Server) Insert(at int) *GPU {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.GPUs)
+	g := &GPU{s: s, index: n, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", n), gis: map[uint32]*gi{}, nextGI: 1,
+		MIGMode: nvml.DEVICE_MIG_ENABLE}
+	g.setFuncs()
+	s.GPUs = slices.Insert(s.GPUs, at, g)
+	return g
 }
 
 // Open is the server as internal/gpu's NVML (initialized) and its MIG calls.
