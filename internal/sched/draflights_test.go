@@ -83,8 +83,7 @@ func TestDRAFlights(t *testing.T) {
 				f.refused(ctx, waitPod("b"), f.generation())
 				now := act.take()
 				f.end(ctx, "other")
-				f.failed(ctx, "other", nil)
-				time.Sleep(20 * time.Millisecond)
+				f.failed(ctx, "other", nil) // never in flight: returns at once, nothing started
 				return now, act.take()
 			},
 		},
@@ -107,12 +106,22 @@ func TestDRAFlightsFailedWaitsForPendingAllocations(t *testing.T) {
 	ctx := context.Background()
 	act := &lockedActivator{}
 	var pending atomic.Bool
+	var asked atomic.Int32
 	pending.Store(true)
-	f := newDRAFlights(&waiters{activator: act}, func(uid types.UID) bool { return uid == "claim-a" && pending.Load() })
+	f := newDRAFlights(&waiters{activator: act}, func(uid types.UID) bool {
+		asked.Add(1)
+		return uid == "claim-a" && pending.Load()
+	})
 	f.begin("a")
 	f.refused(ctx, waitPod("b"), f.generation())
 	f.failed(ctx, "a", []types.UID{"claim-a"})
-	time.Sleep(50 * time.Millisecond)
+	// The end waits while the claim is in flight: once it has asked three
+	// times (a wait observed, however slow the machine), nobody is woken yet.
+	for deadline := time.Now().Add(5 * time.Second); asked.Load() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed binding asked about its claim %d times in 5 s, want 3", asked.Load())
+		}
+	}
 	if got := act.take(); len(got) != 0 {
 		t.Fatalf("woken %v while a's claim is still in flight", got)
 	}
