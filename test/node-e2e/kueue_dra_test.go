@@ -104,8 +104,7 @@ func (k *kueueEnv) draQuota(ctx context.Context) {
 	fmt.Fprintf(k.walk, "# DRA: claims' units counted\n")
 	_, _ = k.run("", "get", "clusterqueue", teamD)
 	_, _ = k.run("", "get", "workloads", "-n", teamD)
-	time.Sleep(time.Second) // a fifth admission would come within this
-	k.waitDRAAdmitted(ctx, 4)
+	k.waitDRAAdmitted(ctx, 4) // still 4 after Kueue said the waiting Job has no quota left
 	k.deleteJobs(ctx, teamD, "dra-")
 }
 

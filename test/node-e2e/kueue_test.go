@@ -60,9 +60,10 @@ func TestKueue(t *testing.T) {
 	submitted := k.borrowAndReclaim(ctx, w)
 	submitted += k.preemptInQueue(ctx, w)
 	k.bursts(ctx, kueueJobs-submitted)
-	k.badInput(ctx, w)
+	bad := k.badInput(ctx)
 	k.draQuota(ctx)
 	k.resourceQuota(ctx)
+	k.noneAdmitted(ctx, w, bad)
 	w.checks.Wait()
 	k.walkthrough(ctx)
 
@@ -253,9 +254,10 @@ func (k *kueueEnv) jobPods(ctx context.Context, j *batchv1.Job) []corev1.Pod {
 // Warning event from gpuslice-scheduler's check; a Job asking for such a
 // resource, one asking for a share no GPU can hold (150 units; 20 GiB of a
 // 16 GiB GPU) and one asking for more than its queue's whole quota each get
-// a Workload condition or check state saying so, and none is admitted or
-// has a pod.
-func (k *kueueEnv) badInput(ctx context.Context, w *quotaWatch) {
+// a Workload condition or check state saying so; it returns them for
+// noneAdmitted, which checks at the end of the run that none was admitted or
+// had a pod.
+func (k *kueueEnv) badInput(ctx context.Context) []*batchv1.Job {
 	k.apply(soloQueue("team-c", "20", "512Ki") + `---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -292,12 +294,23 @@ spec:
 		k.t.Logf("e2e: kueue: Job %s/%s not admitted: %s", b.job.Namespace, b.job.Name, msg)
 	}
 	_, _ = k.run("", "get", "workloads", "-A")
-	time.Sleep(2 * time.Second) // an admission or a pod would come within this
+	jobs := make([]*batchv1.Job, len(bad))
+	for i, b := range bad {
+		jobs[i] = b.job
+	}
+	return jobs
+}
+
+// noneAdmitted checks, at the end of the run (the DRA and ResourceQuota steps
+// after badInput give a late admission minutes to show, where a sleep would
+// give it seconds), that the watcher never saw a bad Job admitted or running
+// and that none has a pod.
+func (k *kueueEnv) noneAdmitted(ctx context.Context, w *quotaWatch, bad []*batchv1.Job) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, b := range bad {
-		key := b.job.Namespace + "/" + b.job.Name
-		if w.admitted[key] || w.jobs[key] || len(k.jobPods(ctx, b.job)) > 0 {
+	for _, j := range bad {
+		key := j.Namespace + "/" + j.Name
+		if w.admitted[key] || w.jobs[key] || len(k.jobPods(ctx, j)) > 0 {
 			k.t.Errorf("bad Job %s was admitted (admitted %v, had pods %v)", key, w.admitted[key], w.jobs[key])
 		}
 	}
