@@ -178,7 +178,8 @@ func (t Tree) put(name string, n Settings, exists bool) error {
 // Restore makes a lost group again (its run directory was removed under the
 // time-slice daemon), appearing at once with its settings s and the other
 // files given (file name -> content: its cgroup binding, GPUs, gate-off,
-// settings generation), its directory owned by uid and gid (-1: as made).
+// settings generation, which raises the tree's generation floor), its
+// directory owned by uid and gid (-1: as made).
 // fs.ErrExist if the group exists (nothing changed then).
 func (t Tree) Restore(name string, s Settings, files map[string]string, uid, gid int) error {
 	if err := paths.ValidateGroup(name); err != nil {
@@ -192,7 +193,10 @@ func (t Tree) Restore(name string, s Settings, files map[string]string, uid, gid
 			return fmt.Errorf("%w: group %s: file %q cannot be restored", ErrInvalid, name, f)
 		}
 	}
-	return t.createWith(name, s, files, uid, gid)
+	if err := t.createWith(name, s, files, uid, gid); err != nil {
+		return err
+	}
+	return t.raiseFloorTo(files[FileGeneration])
 }
 
 // createWith makes a new group directory that appears with every setting of s
