@@ -246,7 +246,12 @@ GS_HIDDEN struct gs_group *gs_group_get(void)
 {
 	if (GS_UNLIKELY(!atomic_load_explicit(&gs_hot.group_done, memory_order_acquire)))
 		pthread_once(&gs.once, group_init);
-	return GS_UNLIKELY(gs_group_fault_broken(0)) ? NULL : gs_hot.group;
+	return gs_hot.group;
+}
+
+GS_HIDDEN int gs_group_broken(struct gs_group *g)
+{
+	return gs_group_fault_broken(g->index);
 }
 
 GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g)

@@ -16,7 +16,9 @@
 struct gs_group;
 
 /* The group, opened once. Returns NULL if it cannot be used (bad file, bad
- * GPUSLICE_MEMORY_LIMIT, ...): a one-line reason was printed once. */
+ * GPUSLICE_MEMORY_LIMIT, ...): a one-line reason was printed once. Its file
+ * truncated later breaks its GPUs' slots only (gs_slot_broken): a container's
+ * device groups go on. */
 GS_HIDDEN struct gs_group *gs_group_get(void);
 GS_HIDDEN struct gs_shm_file *gs_group_file(struct gs_group *g);
 /* 1 if backed by GPUSLICE_GROUP_FILE (shared with other processes). */
@@ -95,8 +97,15 @@ GS_HIDDEN void gs_group_reap(struct gs_group *g, int force);
  * killing the process (group_fault.c); the process's other groups go on. */
 GS_HIDDEN void gs_group_fault_guard(void *base, size_t len, const char *path, int group);
 /* 1 once group index group's file was truncated under us (says so once per
- * group). gs_group_get is NULL once the process's own group (0) is broken. */
+ * group); its GPUs' allocations and views are refused, the other groups' go on. */
 GS_HIDDEN int gs_group_fault_broken(int group);
+/* gs_group_fault_broken for group g, and for the group of process slot slot
+ * (< 0: no slot, not broken). */
+GS_HIDDEN int gs_group_broken(struct gs_group *g);
+static inline int gs_slot_broken(int slot)
+{
+	return slot >= 0 && gs_group_fault_broken(gs_slot_group(slot));
+}
 
 /* Pure: is a rate-limited action due at now_ns (last_ns = 0: never ran)? */
 GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now_ns, uint64_t interval_ns);

@@ -7,7 +7,8 @@
  * private pages (the faulting access then completes harmlessly) and marks that
  * group broken: from then on every allocation on its GPUs is refused with one
  * line on stderr, as for a malformed file; the process's other groups go on
- * (a broken own group, index 0, stops all: gs_group_get). Faults anywhere
+ * (its own group, index 0, included: a container's device groups go on when
+ * the container's group file is truncated). Faults anywhere
  * else go to the handler that was there before (or the default action).
  */
 #include <errno.h>

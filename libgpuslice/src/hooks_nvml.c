@@ -114,6 +114,8 @@ static nvmlReturn_t group_procs(enum gs_id id, enum gs_id mps_id, nvmlDevice_t d
 	if (!gs_group_shared(g))
 		return fn(dev, count, infos); /* no group file: nothing to filter by */
 	g = gs_group_nvml(g, dev);
+	if (gs_group_broken(g))
+		return NVML_ERROR_UNKNOWN;
 	if (count == NULL || (*count != 0 && infos == NULL))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	procs_fn mps = mps_id == id ? NULL : (procs_fn)gs_real_ptr(mps_id);
@@ -204,8 +206,10 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t dev
 static struct gs_group *filtering(nvmlDevice_t dev, nvmlReturn_t *rc)
 {
 	struct gs_group *g = gs_group_get();
-	*rc = g == NULL ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
-	return g != NULL && gs_group_shared(g) ? gs_group_nvml(g, dev) : NULL;
+	if (g != NULL && gs_group_shared(g))
+		g = gs_group_nvml(g, dev);
+	*rc = g == NULL || gs_group_broken(g) ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+	return *rc == NVML_SUCCESS && gs_group_shared(g) ? g : NULL;
 }
 
 /* Fetches a driver list (call), keeps the members' entries (pid at off) and

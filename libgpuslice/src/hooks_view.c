@@ -24,6 +24,20 @@ static struct gs_shm_gpu *view_gpu(int slot)
 	return gs_group_slot(slot);
 }
 
+/* The current device's view (its process slot slot) in place of the
+ * driver's free and total; the process joins the slot's group (a process
+ * with a context is listed by NVML, in its device's group). */
+static void view_current(struct gs_group *g, int slot, size_t *free, size_t *total)
+{
+	(void)gs_group_self(slot >= 0 ? gs_group_of(slot) : g);
+	struct gs_shm_gpu *gpu = view_gpu(slot);
+	if (gpu != NULL) {
+		struct gs_memview v = gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
+		*total = v.total;
+		*free = v.free;
+	}
+}
+
 GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
 	gs_fn_cuMemGetInfo_v2 fn = GS_REAL(cuMemGetInfo_v2);
@@ -39,15 +53,10 @@ GS_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 		rc = GS_BROKEN_RC;
 	} else if (gs_current_device(&dev) == 0) {
 		int slot = gs_slot_cuda(g, dev);
-		/* a process with a context is listed by NVML (in its device's group) */
-		(void)gs_group_self(slot >= 0 ? gs_group_of(slot) : g);
-		struct gs_shm_gpu *gpu = view_gpu(slot);
-		if (gpu != NULL) {
-			struct gs_memview v =
-				gs_view(gs_elastic_view_limit(gpu, slot), gs_ld64(&gpu->used), *total, *free);
-			*total = v.total;
-			*free = v.free;
-		}
+		if (gs_slot_broken(slot))
+			rc = GS_BROKEN_RC;
+		else
+			view_current(g, slot, free, total);
 	}
 	errno = e;
 	return rc;
@@ -67,7 +76,9 @@ GS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		rc = GS_BROKEN_RC;
 	} else {
 		int slot = gs_slot_cuda(g, dev);
-		if (slot >= 0) {
+		if (gs_slot_broken(slot)) {
+			rc = GS_BROKEN_RC;
+		} else if (slot >= 0) {
 			uint64_t limit = gs_elastic_view_limit(gs_group_slot(slot), slot);
 			if (limit != 0 && limit < *bytes)
 				*bytes = limit;
@@ -124,6 +135,8 @@ static int nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned lo
 	if (g == NULL)
 		return -1;
 	int slot = gs_slot_nvml(g, device);
+	if (gs_slot_broken(slot))
+		return -1;
 	struct gs_shm_gpu *gpu = view_gpu(slot);
 	if (gpu == NULL || gs_ld64(&gpu->limit) == 0)
 		return 0;

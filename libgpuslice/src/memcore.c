@@ -68,7 +68,7 @@ GS_HIDDEN CUresult gs_resv_dev(CUdevice dev, uint64_t size, struct gs_resv *r)
 	r->slot = gs_slot_cuda(r->g, dev);
 	if (r->slot == GS_SLOT_UNKNOWN_DEVICE)
 		return CUDA_SUCCESS; /* not a device: the driver answers */
-	if (r->slot < 0)
+	if (r->slot < 0 || gs_slot_broken(r->slot))
 		return GS_BROKEN_RC;
 	r->g = gs_group_of(r->slot);
 	r->self = gs_group_self(r->g);

@@ -213,7 +213,7 @@ static int measured(void *arg)
 /* A device group's file truncated under us (by a co-member of A, issue 34)
  * breaks A only: GPU 0's allocations are refused with one line naming A's
  * file (its path in the container names GPU 0), GPU 1's (group B) go on.
- * Runs last: A's file is gone after it. */
+ * A's file is gone after it. */
 static int truncated_other(void *arg)
 {
 	(void)arg;
@@ -239,6 +239,45 @@ static int truncated_other(void *arg)
 	ht_stderr(err, sizeof(err));
 	CHECK_EQ(ht_count_lines(err), 1);
 	CHECK(strstr(err, "was truncated") != NULL && strstr(err, uuids[0]) != NULL);
+	return 0;
+}
+
+/* The container's own group's file (B, at the container's path, holding
+ * GPU 1) truncated under us: B breaks only; GPU 1's allocations and view are
+ * refused with one line naming the container's file, GPU 0's (device group A)
+ * go on and are counted in A (reviewer's leftover of issue 34: the own
+ * group's truncation stopped every group of the process). B's file is gone
+ * after it. */
+static int truncated_own(void *arg)
+{
+	(void)arg;
+	mount_container(0);
+	struct drv d;
+	CUcontext c0;
+	drv_open(&d, &c0);
+	ht_capture_stderr("truncated_own");
+	const struct gs_shm_file *a = map_group(dir_a);
+	CUdeviceptr p0, p1, x;
+	on_device(&d, 1);
+	CHECK_EQ(cuMemAlloc_v2(&p1, 100 * MiB), CUDA_SUCCESS);
+	char state[400];
+	snprintf(state, sizeof(state), "%s/" GS_STATE_FILE_NAME, dir_b);
+	CHECK(truncate(state, 0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&x, 1 * MiB), CUDA_ERROR_OPERATING_SYSTEM);
+	size_t fr, tot;
+	CHECK_EQ(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_OPERATING_SYSTEM);
+	on_device(&d, 0);
+	CHECK_EQ(cuMemAlloc_v2(&p0, 100 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(used_on(a, uuids[0]), 100 * MiB);
+	CHECK_EQ(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+	CHECK_EQ(tot, 1 * GiB);
+	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS);
+	CHECK_EQ(used_on(a, uuids[0]), 0);
+	CHECK_EQ(cuMemFree_v2(p1), CUDA_SUCCESS); /* the driver's memory is still freed */
+	char err[2048];
+	ht_stderr(err, sizeof(err));
+	CHECK_EQ(ht_count_lines(err), 1);
+	CHECK(strstr(err, "was truncated") != NULL && strstr(err, GS_CONTAINER_GROUP_FILE) != NULL);
 	return 0;
 }
 
@@ -287,6 +326,9 @@ int main(void)
 	HT_RUN(forged_dir, "rw");
 	HT_RUN(forged_dir, "ro");
 	HT_RUN(truncated_other, NULL);
+	group_dir(dir_a, sizeof(dir_a), "a2", 1 * GiB); /* fresh files: A's was truncated */
+	group_dir(dir_b, sizeof(dir_b), "b2", 512 * MiB);
+	HT_RUN(truncated_own, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_groups_test: ok\n");
 	return 0;
