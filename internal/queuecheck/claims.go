@@ -12,9 +12,6 @@ import (
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
-// ShareClass is the chart's DeviceClass for shares (deploy/helm/gpuslice/templates/dra.yaml).
-const ShareClass = "share.gpuslice.io"
-
 var claimTemplatesGVR = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaimtemplates"}
 
 // draMemory applies MemoryVerdict to a Workload admitted to a ClusterQueue
@@ -95,7 +92,7 @@ func (c *Controller) templateShares(ctx context.Context, ns, name string, nodes 
 	for _, r := range reqs {
 		m := asMap(r)
 		ex := asMap(m["exactly"])
-		if class, _ := ex["deviceClassName"].(string); class != ShareClass {
+		if class, _ := ex["deviceClassName"].(string); class != devices.ClassShare {
 			continue
 		}
 		s := ClaimShare{Template: name, Count: 1, Units: gpuUnits, Memory: gpuMemory}

@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -127,9 +128,18 @@ type Quota struct {
 	InCohort  bool
 }
 
-// oneShare is the smallest share gpuslice hands out: one unit, or 1 MiB of
-// memory (the device plugin's and the DRA driver's step).
-var oneShare = map[corev1.ResourceName]int64{api.ResourceUnits: 1, api.ResourceMemory: 1 << 20, api.ResourceGPU: 1}
+// oneShare is the smallest share gpuslice hands out of a resource it
+// serves: one unit or GPU, or the memory step (devices.MemoryStep, the device
+// plugin's and the DRA driver's).
+func oneShare(name corev1.ResourceName) (step int64, served bool) {
+	switch name {
+	case api.ResourceUnits, api.ResourceGPU:
+		return 1, true
+	case api.ResourceMemory:
+		return devices.MemoryStep, true
+	}
+	return 0, false
+}
 
 // QueueProblems lists what is wrong with a ClusterQueue's gpuslice quota:
 // names in the gpuslice.io domain that gpuslice does not serve, amounts of
@@ -142,7 +152,7 @@ func QueueProblems(quotas []Quota) []string {
 		if !strings.HasPrefix(string(q.Name), api.Group+"/") {
 			continue
 		}
-		step, served := oneShare[q.Name]
+		step, served := oneShare(q.Name)
 		if !served {
 			out = append(out, fmt.Sprintf("flavor %s: %s is not a resource gpuslice serves (%s, %s, %s)",
 				q.Flavor, q.Name, api.ResourceGPU, api.ResourceUnits, api.ResourceMemory))

@@ -50,12 +50,12 @@ func TestDeviceClassesSelect(t *testing.T) {
 		classes[c.Name] = &c
 	}
 	want := map[string]func(d resourcev1.Device) bool{
-		"gpu.gpuslice.io":         func(d resourcev1.Device) bool { return d.Name == "gpu-1" },
-		"share.gpuslice.io":       func(d resourcev1.Device) bool { return d.Name == "gpu-1" },
-		"mig.gpuslice.io":         func(d resourcev1.Device) bool { return d.Name != "gpu-1" },
-		"mig-1g.10gb.gpuslice.io": func(d resourcev1.Device) bool { return strings.Contains(d.Name, "-1g-10gb-") },
-		"mig-3g.40gb.gpuslice.io": func(d resourcev1.Device) bool { return strings.Contains(d.Name, "-3g-40gb-") },
-		"mig-7g.80gb.gpuslice.io": func(resourcev1.Device) bool { return false },
+		devices.ClassWhole:                 func(d resourcev1.Device) bool { return d.Name == "gpu-1" },
+		devices.ClassShare:                 func(d resourcev1.Device) bool { return d.Name == "gpu-1" },
+		devices.ClassMIG:                   func(d resourcev1.Device) bool { return d.Name != "gpu-1" },
+		devices.ClassMIGProfile("1g.10gb"): func(d resourcev1.Device) bool { return strings.Contains(d.Name, "-1g-10gb-") },
+		devices.ClassMIGProfile("3g.40gb"): func(d resourcev1.Device) bool { return strings.Contains(d.Name, "-3g-40gb-") },
+		devices.ClassMIGProfile("7g.80gb"): func(resourcev1.Device) bool { return false },
 	}
 	for name, sel := range want {
 		c, ok := classes[name]

@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/proto"
 	"github.com/gpuslice/gpuslice/test/integration/harness"
@@ -79,7 +80,7 @@ func TestMIG(t *testing.T) {
 // migClasses creates mig-<profile>.gpuslice.io for each profile, as the chart does.
 func (n *node) migClasses(ctx context.Context, profiles ...string) {
 	for _, p := range profiles {
-		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "mig-" + p + ".gpuslice.io"},
+		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: devices.ClassMIGProfile(p)},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 				Expression: fmt.Sprintf(`device.driver == %q && has(device.attributes[%q].migProfile) && device.attributes[%q].migProfile == %q`,
 					harness.DRADriver, harness.DRADriver, harness.DRADriver, p)}}}}}
@@ -94,7 +95,7 @@ func (n *node) migClasses(ctx context.Context, profiles ...string) {
 func (n *node) migTemplate(ctx context.Context, name, profile string, units, memory int64, placement int) {
 	spec := harness.DRAClaimSpec(harness.GPURequest{Units: units, Memory: memory, GPUs: map[bool]int64{true: 1}[units == 0]})
 	req := spec.Devices.Requests[0].Exactly
-	req.DeviceClassName = "mig-" + profile + ".gpuslice.io"
+	req.DeviceClassName = devices.ClassMIGProfile(profile)
 	if placement >= 0 {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: fmt.Sprintf("device.attributes[%q].migPlacement == %d", harness.DRADriver, placement)}}}

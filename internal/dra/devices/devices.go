@@ -33,6 +33,21 @@ const (
 	AttrSharing           resourceapi.QualifiedName = "sharingMode"
 )
 
+// The DeviceClasses the chart makes for the driver's devices
+// (deploy/helm/gpuslice/templates/dra.yaml; test/helm's
+// TestDeviceClassesSelect renders the chart and checks these names):
+// whole GPUs, shares (units and memory requests), any MIG instance, and the
+// instances of one MIG profile (ClassMIGProfile).
+const (
+	ClassWhole = "gpu.gpuslice.io"
+	ClassShare = "share.gpuslice.io"
+	ClassMIG   = "mig.gpuslice.io"
+)
+
+// ClassMIGProfile is the DeviceClass of MIG profile profile's instances
+// ("mig-1g.10gb.gpuslice.io").
+func ClassMIGProfile(profile string) string { return "mig-" + profile + ".gpuslice.io" }
+
 // MemoryStep is the granularity of a memory request: the limit the node
 // enforces is in bytes, but requests are rounded up to whole MiB so that a
 // GPU's total (a multiple of 1 MiB on every NVIDIA GPU) is a valid request.

@@ -21,8 +21,8 @@ import (
 // shared by consumable capacity "units" and "memory" (bytes).
 const (
 	DRADriver     = "gpuslice.io"
-	DRAClassWhole = "gpu.gpuslice.io"   // whole GPUs; extendedResourceName gpuslice.io/gpu
-	DRAClassShare = "share.gpuslice.io" // shares: capacity requests of units and memory
+	DRAClassWhole = devices.ClassWhole // whole GPUs; extendedResourceName gpuslice.io/gpu
+	DRAClassShare = devices.ClassShare // shares: capacity requests of units and memory
 	DRAUnits      = devices.CapacityUnits
 	DRAMemory     = devices.CapacityMemory
 	// DRARequest is the request name every claim built here uses.
