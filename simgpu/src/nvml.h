@@ -45,6 +45,13 @@ extern struct sim_nvml sim_nvml SIM_HIDDEN;
 /* NVML_SUCCESS if initialized; the device for a handle or NULL. */
 SIM_HIDDEN nvmlReturn_t sim_nvml_check(void);
 SIM_HIDDEN struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index);
+/* A handle's device index (a MIG device's: its instance's slot), or the
+ * error to return: not initialized, not a handle (invalid argument), a lost
+ * device (GPU is lost: the queries that measure it). */
+SIM_HIDDEN nvmlReturn_t sim_nvml_live(nvmlDevice_t h, int *index);
+/* A listed GPU's index from a parent handle (not a MIG device's), or the
+ * error to return: not initialized, any other handle (invalid argument). */
+SIM_HIDDEN nvmlReturn_t sim_nvml_parent(nvmlDevice_t h, int *gpu);
 /* A MIG device handle's GPU, GPU instance and compute instance while they
  * live; false for any other handle. */
 SIM_HIDDEN bool sim_nvml_mig(nvmlDevice_t h, int *gpu, struct sim_mig_gi **gi, struct sim_mig_ci **ci);

@@ -12,23 +12,12 @@
 
 #include "nvml.h"
 
-/* The device index of a handle, or the error to return. */
-static nvmlReturn_t dev_index(nvmlDevice_t h, int *idx)
-{
-	nvmlReturn_t rc = sim_nvml_check();
-	if (rc != NVML_SUCCESS)
-		return rc;
-	if (sim_nvml_dev(h, idx) == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	return sim_is_lost(sim_nvml.st, *idx) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
-}
-
 NVML_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_t *pl)
 {
 	static const enum sim_list by_mode[] = {LIST_COMPUTE, LIST_GRAPHICS, LIST_MPS};
 	struct sim_proc_row rows[SIM_MAX_PROCS];
 	int idx;
-	nvmlReturn_t rc = dev_index(h, &idx);
+	nvmlReturn_t rc = sim_nvml_live(h, &idx);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -53,7 +42,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvml
 NVML_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, nvmlProcessesUtilizationInfo_t *info)
 {
 	int idx;
-	nvmlReturn_t rc = dev_index(h, &idx);
+	nvmlReturn_t rc = sim_nvml_live(h, &idx);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -83,7 +72,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t h, unsigned int *
 {
 	struct sim_proc_row rows[SIM_MAX_PROCS];
 	int idx;
-	nvmlReturn_t rc = dev_index(h, &idx);
+	nvmlReturn_t rc = sim_nvml_live(h, &idx);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -110,7 +99,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t h, unsigned int *
 NVML_API nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t h, unsigned int pid, nvmlAccountingStats_t *stats)
 {
 	int idx;
-	nvmlReturn_t rc = dev_index(h, &idx);
+	nvmlReturn_t rc = sim_nvml_live(h, &idx);
 
 	if (rc != NVML_SUCCESS)
 		return rc;

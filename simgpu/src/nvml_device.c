@@ -28,6 +28,26 @@ struct sim_dev_state *sim_nvml_dev(nvmlDevice_t h, int *index)
 	return &sim_nvml.st->dev[d->index];
 }
 
+nvmlReturn_t sim_nvml_live(nvmlDevice_t h, int *index)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (sim_nvml_dev(h, index) == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return sim_is_lost(sim_nvml.st, *index) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+nvmlReturn_t sim_nvml_parent(nvmlDevice_t h, int *gpu)
+{
+	nvmlReturn_t rc = sim_nvml_check();
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (sim_nvml_dev(h, gpu) == NULL || ((struct sim_nvml_dev *)h)->magic != SIM_NVML_DEV_MAGIC)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return NVML_SUCCESS;
+}
+
 #define DEV_OR_RETURN(h, d, idx)                               \
 	do {                                                   \
 		nvmlReturn_t rc_ = sim_nvml_check();           \

@@ -9,22 +9,9 @@
 
 #include "nvml.h"
 
-/* A listed GPU of a parent handle (not a MIG device handle). */
-static nvmlReturn_t gpu_of(nvmlDevice_t h, int *gpu)
-{
-	nvmlReturn_t rc = sim_nvml_check();
-	struct sim_nvml_dev *d = (struct sim_nvml_dev *)h;
-
-	if (rc != NVML_SUCCESS)
-		return rc;
-	if (sim_nvml_dev(h, gpu) == NULL || d->magic != SIM_NVML_DEV_MAGIC)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	return NVML_SUCCESS;
-}
-
 static nvmlReturn_t mig_gpu(nvmlDevice_t h, int *gpu)
 {
-	nvmlReturn_t rc = gpu_of(h, gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, gpu);
 	if (rc == NVML_SUCCESS && !sim_mig_on(sim_nvml.st, *gpu))
 		return NVML_ERROR_NOT_SUPPORTED;
 	return rc;
@@ -79,7 +66,7 @@ struct sim_mig_ci *sim_nvml_ci_of(nvmlComputeInstance_t h, int *gpu, struct sim_
 NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current, unsigned int *pending)
 {
 	int gpu;
-	nvmlReturn_t rc = gpu_of(h, &gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, &gpu);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -95,7 +82,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current
 NVML_API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t h, unsigned int mode, nvmlReturn_t *activation)
 {
 	int gpu;
-	nvmlReturn_t rc = gpu_of(h, &gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, &gpu);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -209,7 +196,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t
 								    unsigned int *count)
 {
 	int gpu;
-	nvmlReturn_t rc = gpu_of(h, &gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, &gpu);
 	const struct sim_mig_profile *p = sim_mig_profile_by_id(id);
 
 	if (rc != NVML_SUCCESS)

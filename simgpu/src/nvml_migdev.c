@@ -62,21 +62,10 @@ int sim_nvml_mig_index(int gpu, unsigned gi, unsigned ci)
 	return -1;
 }
 
-/* A listed GPU's index from a parent handle. */
-static nvmlReturn_t parent(nvmlDevice_t h, int *gpu)
-{
-	nvmlReturn_t rc = sim_nvml_check();
-	if (rc != NVML_SUCCESS)
-		return rc;
-	if (sim_nvml_dev(h, gpu) == NULL || ((struct sim_nvml_dev *)h)->magic != SIM_NVML_DEV_MAGIC)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	return NVML_SUCCESS;
-}
-
 NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int *count)
 {
 	int gpu;
-	nvmlReturn_t rc = parent(h, &gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, &gpu);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
@@ -90,7 +79,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsign
 {
 	int gpu;
 	unsigned gi, ci;
-	nvmlReturn_t rc = parent(h, &gpu);
+	nvmlReturn_t rc = sim_nvml_parent(h, &gpu);
 
 	if (rc != NVML_SUCCESS)
 		return rc;
