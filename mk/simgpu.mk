@@ -4,7 +4,7 @@
 SIM_DIR := simgpu
 SIM_BIN := $(BIN)/sim
 SIM_ASAN := $(BUILD)/asan/sim
-SIM_COMMON := config.c mig.c mps_limit.c state.c statefile.c engine.c
+SIM_COMMON := config.c config_env.c mig.c mps_limit.c state.c statefile.c engine.c
 SIM_CUDA := init.c device.c errors.c ctx.c ctx_ops.c ctx_limit.c queue.c stream.c event.c module.c launch.c \
 	alloc.c mem.c pool.c vmm.c array.c copy.c misc.c graph.c graph_exec.c graph_mem.c procaddr.c mps.c ptx.c
 SIM_NVML := nvml.c nvml_device.c nvml_procs.c nvml_acct.c nvml_events.c nvml_mig.c nvml_migci.c nvml_migdev.c

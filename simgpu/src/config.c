@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void sim_config_err(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -116,7 +116,7 @@ void sim_default_uuid(int index, unsigned char out[16])
 	out[15] = (unsigned char)index;
 }
 
-static void dev_defaults(struct sim_dev_config *d, int index)
+void sim_dev_defaults(struct sim_dev_config *d, int index)
 {
 	memset(d, 0, sizeof(*d));
 	snprintf(d->name, sizeof(d->name), "%s", SIM_DEFAULT_NAME);
@@ -180,16 +180,16 @@ static int apply_kv(struct sim_dev_config *d, const char *key, const char *val, 
 	while (k < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[k]) != 0)
 		k++;
 	if (k == sizeof(keys) / sizeof(keys[0])) {
-		set_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms, minor, mig)", key);
+		sim_config_err(err, errlen, "unknown key \"%s\" (want name, uuid, memory, sms, minor, mig)", key);
 		return -1;
 	}
 	if (*seen & (1u << k)) {
-		set_err(err, errlen, "key \"%s\" given twice", key);
+		sim_config_err(err, errlen, "key \"%s\" given twice", key);
 		return -1;
 	}
 	*seen |= 1u << k;
 	if (apply_value(d, k, val) != 0) {
-		set_err(err, errlen, "bad value for %s: \"%s\"", key, val);
+		sim_config_err(err, errlen, "bad value for %s: \"%s\"", key, val);
 		return -1;
 	}
 	return 0;
@@ -207,7 +207,7 @@ static int next_token(char **p, char **key, char **val, char *err, size_t errlen
 	*key = s;
 	eq = s + strcspn(s, "= \t\r");
 	if (*eq != '=' || eq == s) {
-		set_err(err, errlen, "expected key=value near \"%.20s\"", s);
+		sim_config_err(err, errlen, "expected key=value near \"%.20s\"", s);
 		return -1;
 	}
 	*eq = '\0';
@@ -215,14 +215,14 @@ static int next_token(char **p, char **key, char **val, char *err, size_t errlen
 	if (*s == '"') {
 		char *end = strchr(s + 1, '"');
 		if (end == NULL) {
-			set_err(err, errlen, "unterminated quote for %s", *key);
+			sim_config_err(err, errlen, "unterminated quote for %s", *key);
 			return -1;
 		}
 		*val = s + 1;
 		*end = '\0';
 		s = end + 1;
 		if (*s != '\0' && *s != ' ' && *s != '\t' && *s != '\r') {
-			set_err(err, errlen, "garbage after quoted value of %s", *key);
+			sim_config_err(err, errlen, "garbage after quoted value of %s", *key);
 			return -1;
 		}
 	} else {
@@ -258,10 +258,10 @@ static int check_unique(const struct sim_config *c, char *err, size_t errlen)
 	for (int i = 0; i < c->ndev; i++)
 		for (int j = i + 1; j < c->ndev; j++)
 			if (memcmp(c->dev[i].uuid, c->dev[j].uuid, 16) == 0) {
-				set_err(err, errlen, "devices %d and %d have the same uuid", i, j);
+				sim_config_err(err, errlen, "devices %d and %d have the same uuid", i, j);
 				return -1;
 			} else if (c->dev[i].minor == c->dev[j].minor) {
-				set_err(err, errlen, "devices %d and %d have the same minor", i, j);
+				sim_config_err(err, errlen, "devices %d and %d have the same minor", i, j);
 				return -1;
 			}
 	return 0;
@@ -280,8 +280,8 @@ int sim_config_parse(const char *text, size_t len, struct sim_config *out, char 
 		lineno++;
 		while (pos < len && text[pos] != '\n') {
 			if (text[pos] == '\0' || n + 1 >= sizeof(line)) {
-				set_err(err, errlen, "line %d: %s", lineno,
-					text[pos] == '\0' ? "NUL byte" : "line too long");
+				sim_config_err(err, errlen, "line %d: %s", lineno,
+					       text[pos] == '\0' ? "NUL byte" : "line too long");
 				return -1;
 			}
 			line[n++] = text[pos++];
@@ -291,18 +291,18 @@ int sim_config_parse(const char *text, size_t len, struct sim_config *out, char 
 		if (blank_or_comment(line))
 			continue;
 		if (out->ndev == SIM_MAX_GPUS) {
-			set_err(err, errlen, "line %d: more than %d devices", lineno, SIM_MAX_GPUS);
+			sim_config_err(err, errlen, "line %d: more than %d devices", lineno, SIM_MAX_GPUS);
 			return -1;
 		}
-		dev_defaults(&out->dev[out->ndev], out->ndev);
+		sim_dev_defaults(&out->dev[out->ndev], out->ndev);
 		if (parse_line(line, &out->dev[out->ndev], msg, sizeof(msg)) != 0) {
-			set_err(err, errlen, "line %d: %s", lineno, msg);
+			sim_config_err(err, errlen, "line %d: %s", lineno, msg);
 			return -1;
 		}
 		out->ndev++;
 	}
 	if (out->ndev == 0) {
-		set_err(err, errlen, "no devices");
+		sim_config_err(err, errlen, "no devices");
 		return -1;
 	}
 	return check_unique(out, err, errlen);
@@ -314,7 +314,7 @@ static int read_file(const char *path, char *buf, size_t cap, size_t *len, char 
 	size_t n = 0;
 
 	if (fd < 0) {
-		set_err(err, errlen, "%s: %s", path, strerror(errno));
+		sim_config_err(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	for (;;) {
@@ -322,7 +322,7 @@ static int read_file(const char *path, char *buf, size_t cap, size_t *len, char 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			set_err(err, errlen, "%s: %s", path, strerror(errno));
+			sim_config_err(err, errlen, "%s: %s", path, strerror(errno));
 			close(fd);
 			return -1;
 		}
@@ -330,7 +330,7 @@ static int read_file(const char *path, char *buf, size_t cap, size_t *len, char 
 			break;
 		n += (size_t)r;
 		if (n == cap) {
-			set_err(err, errlen, "%s: larger than %u bytes", path, SIM_CONFIG_MAX_BYTES);
+			sim_config_err(err, errlen, "%s: larger than %u bytes", path, SIM_CONFIG_MAX_BYTES);
 			close(fd);
 			return -1;
 		}
@@ -340,7 +340,7 @@ static int read_file(const char *path, char *buf, size_t cap, size_t *len, char 
 	return 0;
 }
 
-static int config_from_file(const char *path, struct sim_config *out, char *err, size_t errlen)
+int sim_config_from_file(const char *path, struct sim_config *out, char *err, size_t errlen)
 {
 	char *buf = malloc(SIM_CONFIG_MAX_BYTES);
 	char msg[SIM_ERR_LEN];
@@ -348,172 +348,15 @@ static int config_from_file(const char *path, struct sim_config *out, char *err,
 	int rc;
 
 	if (buf == NULL) {
-		set_err(err, errlen, "out of host memory");
+		sim_config_err(err, errlen, "out of host memory");
 		return -1;
 	}
 	rc = read_file(path, buf, SIM_CONFIG_MAX_BYTES, &len, err, errlen);
 	if (rc == 0) {
 		rc = sim_config_parse(buf, len, out, msg, sizeof(msg));
 		if (rc != 0)
-			set_err(err, errlen, "%s: %s", path, msg);
+			sim_config_err(err, errlen, "%s: %s", path, msg);
 	}
 	free(buf);
 	return rc;
-}
-
-static int env_uint(const char *name, const char *v, uint64_t max, uint64_t *out, char *err, size_t errlen)
-{
-	if (sim_parse_size(v, out) != 0 || strspn(v, "0123456789") != strlen(v) || *out > max) {
-		set_err(err, errlen, "%s=\"%s\": want an integer 0..%llu", name, v, (unsigned long long)max);
-		return -1;
-	}
-	return 0;
-}
-
-/* GPUSLICE_SIM_DEVNODES (unset, empty or 0: off; 1: on) and GPUSLICE_SIM_DEVDIR
- * (an absolute directory, default /dev). */
-static int access_from_env(struct sim_access *a, char *err, size_t errlen)
-{
-	const char *on = getenv("GPUSLICE_SIM_DEVNODES");
-	const char *dir = getenv("GPUSLICE_SIM_DEVDIR");
-
-	memset(a, 0, sizeof(*a));
-	if (on != NULL && *on != '\0' && strcmp(on, "0") != 0 && strcmp(on, "1") != 0) {
-		set_err(err, errlen, "GPUSLICE_SIM_DEVNODES=\"%.40s\": want 0 or 1", on);
-		return -1;
-	}
-	a->devnodes = on != NULL && strcmp(on, "1") == 0;
-	if (dir == NULL || *dir == '\0')
-		dir = "/dev";
-	if (*dir != '/' || strlen(dir) >= sizeof(a->devdir)) {
-		set_err(err, errlen, "GPUSLICE_SIM_DEVDIR=\"%.40s\": want an absolute path under %d bytes", dir,
-			SIM_DEVDIR_LEN);
-		return -1;
-	}
-	snprintf(a->devdir, sizeof(a->devdir), "%s", dir);
-	return 0;
-}
-
-static int devices_from_env(struct sim_config *out, char *err, size_t errlen)
-{
-	const char *v;
-	uint64_t n = 1, mem = SIM_DEFAULT_MEMORY, sms = SIM_DEFAULT_SMS;
-	const char *name = SIM_DEFAULT_NAME;
-
-	if ((v = getenv("GPUSLICE_SIM_GPUS")) != NULL &&
-	    env_uint("GPUSLICE_SIM_GPUS", v, SIM_MAX_GPUS, &n, err, errlen) != 0)
-		return -1;
-	if ((v = getenv("GPUSLICE_SIM_MEMORY")) != NULL && (sim_parse_size(v, &mem) != 0 || mem < (1ull << 20))) {
-		set_err(err, errlen, "GPUSLICE_SIM_MEMORY=\"%s\": want a size like 24GiB", v);
-		return -1;
-	}
-	if ((v = getenv("GPUSLICE_SIM_SMS")) != NULL &&
-	    (env_uint("GPUSLICE_SIM_SMS", v, 1024, &sms, err, errlen) != 0 || sms == 0)) {
-		set_err(err, errlen, "GPUSLICE_SIM_SMS=\"%s\": want an integer 1..1024", v);
-		return -1;
-	}
-	if ((v = getenv("GPUSLICE_SIM_NAME")) != NULL) {
-		if (*v == '\0' || strlen(v) >= SIM_NAME_LEN) {
-			set_err(err, errlen, "GPUSLICE_SIM_NAME: want 1..%d characters", SIM_NAME_LEN - 1);
-			return -1;
-		}
-		name = v;
-	}
-	out->ndev = (int)n;
-	for (int i = 0; i < out->ndev; i++) {
-		dev_defaults(&out->dev[i], i);
-		snprintf(out->dev[i].name, sizeof(out->dev[i].name), "%s", name);
-		out->dev[i].memory = mem;
-		out->dev[i].sms = (uint32_t)sms;
-	}
-	return 0;
-}
-
-/* GPUSLICE_SIM_LATENCY_US: how long cuMemAlloc and context creation take
- * before the memory is the process's (0 by default; on a real driver large
- * allocations take milliseconds, a context hundreds). Tests use it to catch a
- * thread mid-call. */
-static int latency_from_env(struct sim_config *out, char *err, size_t errlen)
-{
-	const char *v = getenv("GPUSLICE_SIM_LATENCY_US");
-	char *end = NULL;
-	unsigned long long us = 0;
-
-	if (v != NULL && *v != '\0') {
-		errno = 0;
-		us = strtoull(v, &end, 10);
-		if (errno != 0 || end == v || *end != '\0' || us > 10000000) {
-			set_err(err, errlen, "GPUSLICE_SIM_LATENCY_US=\"%s\": want microseconds, 0 to 10000000", v);
-			return -1;
-		}
-	}
-	out->latency_ns = us * 1000ull;
-	return 0;
-}
-
-static int copy_from_env(struct sim_config *out, char *err, size_t errlen)
-{
-	const char *v = getenv("GPUSLICE_SIM_COPY_GBPS");
-	char *end = NULL;
-	unsigned long long g = SIM_DEFAULT_COPY_GBPS;
-
-	if (v != NULL && *v != '\0') {
-		errno = 0;
-		g = strtoull(v, &end, 10);
-		if (errno != 0 || end == v || *end != '\0' || g == 0 || g > 1000000) {
-			set_err(err, errlen, "GPUSLICE_SIM_COPY_GBPS=\"%s\": want GB/s, 1 to 1000000", v);
-			return -1;
-		}
-	}
-	out->copy_bps = g * 1000000000ull;
-	return latency_from_env(out, err, errlen);
-}
-
-int sim_parse_mig(const char *v)
-{
-	if (strcmp(v, "on") == 0)
-		return SIM_MIG_ON;
-	if (strcmp(v, "off") == 0)
-		return SIM_MIG_OFF;
-	return strcmp(v, "none") == 0 ? SIM_MIG_NONE : -1;
-}
-
-/* GPUSLICE_SIM_MIG=on|off|none: every device without a mig= key. */
-static int mig_from_env(struct sim_config *out, char *err, size_t errlen)
-{
-	const char *v = getenv("GPUSLICE_SIM_MIG");
-	int m = SIM_MIG_NONE;
-
-	if (v != NULL && *v != '\0' && (m = sim_parse_mig(v)) < 0) {
-		set_err(err, errlen,
-			"GPUSLICE_SIM_MIG=\"%.20s\": want on, off or none (instances are made through NVML)", v);
-		return -1;
-	}
-	for (int i = 0; i < out->ndev; i++)
-		if (out->dev[i].mig == SIM_MIG_UNSET)
-			out->dev[i].mig = (uint32_t)m;
-	return 0;
-}
-
-int sim_config_from_env(struct sim_config *out, char *err, size_t errlen)
-{
-	const char *path = getenv("GPUSLICE_SIM_CONFIG");
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	if (path != NULL && *path != '\0')
-		rc = config_from_file(path, out, err, errlen);
-	else
-		rc = devices_from_env(out, err, errlen);
-	if (rc == 0)
-		rc = access_from_env(&out->access, err, errlen);
-	if (rc == 0)
-		rc = mig_from_env(out, err, errlen);
-	const char *v = getenv("GPUSLICE_SIM_CONTEXT_MEMORY");
-	out->ctx_mem = SIM_DEFAULT_CONTEXT_MEMORY;
-	if (rc == 0 && v != NULL && sim_parse_size(v, &out->ctx_mem) != 0) {
-		set_err(err, errlen, "GPUSLICE_SIM_CONTEXT_MEMORY=\"%s\": want a size like 512MiB", v);
-		rc = -1;
-	}
-	return rc == 0 ? copy_from_env(out, err, errlen) : rc;
 }

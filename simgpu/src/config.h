@@ -77,4 +77,10 @@ void sim_default_uuid(int index, unsigned char out[16]);
 /* "on", "off" or "none" -> SIM_MIG_ON / _OFF / _NONE; -1 otherwise. */
 int sim_parse_mig(const char *v);
 
+/* config.c's, for config_env.c: a message into err (printf format); device
+ * index's defaults; the device file at path parsed (a message naming it). */
+void sim_config_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void sim_dev_defaults(struct sim_dev_config *d, int index);
+int sim_config_from_file(const char *path, struct sim_config *out, char *err, size_t errlen);
+
 #endif

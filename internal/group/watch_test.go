@@ -1,0 +1,146 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+func TestWatch(t *testing.T) {
+	tr := Tree{Dir: t.TempDir()}
+	if _, err := tr.Set("old", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() { done <- tr.Watch(ctx, func(n string) { seen <- n }) }()
+	expect := func(name string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case n := <-seen:
+				if n == name {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no change reported for %s", name)
+			}
+		}
+	}
+	expect("old") // reported at start
+	if _, err := tr.Set("new", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect("new")
+	for quiet := time.After(300 * time.Millisecond); ; { // what the new group's arrival reported
+		select {
+		case <-seen:
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	// A new group's directory arrives whole (renamed into the tree): its
+	// later changes are seen too.
+	if _, err := tr.Set("new", []Change{{FileSlice, "4ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("new")
+	if _, err := tr.Set("old", []Change{{FileSlice, "3ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("old")
+	drain := time.After(300 * time.Millisecond) // one set writes several files
+	for draining := true; draining; {
+		select {
+		case <-seen:
+		case <-drain:
+			draining = false
+		}
+	}
+	// Read-back files do not count as changes.
+	if err := tr.WriteFile("old", FileAchieved, "1\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-seen:
+		t.Fatalf("read-back write reported as a change of %s", n)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemovedName: the name Remove renames a group's directory to is told
+// from every other dotted name in the tree.
+func TestRemovedName(t *testing.T) {
+	for file, want := range map[string]string{
+		".removing-lc-123":          "lc",
+		".removing-run-4567-89":     "run-4567",
+		".removing-a.b_c-1":         "a.b_c",
+		".removing-lc-":             "",
+		".removing-lc":              "",
+		".removing--12":             "",
+		".removing-Bad-12":          "",
+		".removing-lc-12x":          "",
+		".lc.new-12-34":             "",
+		".slice.tmp-99":             "",
+		"lc":                        "",
+		".removing-" + "x/y" + "-1": "",
+	} {
+		got, ok := removedName(file)
+		if got != want || ok != (want != "") {
+			t.Errorf("%q: %q %v, want %q", file, got, ok, want)
+		}
+	}
+}
+
+// TestWatchRemoved: Remove is told apart from a group directory that just
+// goes (rm -r): only the first calls removed.
+func TestWatchRemoved(t *testing.T) {
+	tr := Tree{Dir: t.TempDir()}
+	for _, n := range []string{"owner", "lost"} {
+		if _, err := tr.Set(n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	removed, changed := make(chan string, 10), make(chan string, 10)
+	done := make(chan error, 1)
+	go func() { done <- tr.WatchRemoved(ctx, func(n string) { changed <- n }, func(n string) { removed <- n }) }()
+	for range 2 { // each existing group is reported once its watch is in place
+		select {
+		case <-changed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the groups were not reported at the start")
+		}
+	}
+	if err := errors.Join(os.RemoveAll(tr.Path("lost")), tr.Remove("owner")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-removed:
+		if n != "owner" {
+			t.Fatalf("removed(%q), want owner", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Remove was not reported")
+	}
+	select {
+	case n := <-removed:
+		t.Fatalf("removed(%q) for a directory that was not removed by Remove", n)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
