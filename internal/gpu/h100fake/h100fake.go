@@ -181,66 +181,82 @@ func (g *GPU) setFuncs() {
 		return nvml.Memory{Total: TotalMiB << 20, Free: TotalMiB << 20}, nvml.SUCCESS
 	}
 	g.GetMigModeFunc = func() (int, int, nvml.Return) { return g.MIGMode, g.MIGMode, nvml.SUCCESS }
-	g.GetGpuInstanceProfileInfoFunc = func(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
-		p, ok := profileOf(index)
-		if !ok {
-			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		if g.MIGMode != nvml.DEVICE_MIG_ENABLE {
-			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		return nvml.GpuInstanceProfileInfo{Id: p.ID, SliceCount: p.Slices, InstanceCount: uint32(len(p.Placements)),
-			MultiprocessorCount: p.SMs, MemorySizeMB: p.MemoryMiB}, nvml.SUCCESS
-	}
-	g.GetGpuInstancePossiblePlacementsFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
-		for _, p := range Profiles() {
-			if p.ID == info.Id {
-				return p.Placements, nvml.SUCCESS
-			}
-		}
-		return nil, nvml.ERROR_INVALID_ARGUMENT
-	}
+	g.GetGpuInstanceProfileInfoFunc = g.profileInfo
+	g.GetGpuInstancePossiblePlacementsFunc = placements
 	g.CreateGpuInstanceWithPlacementFunc = g.create
-	g.GetGpuInstancesFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
-		g.s.mu.Lock()
-		defer g.s.mu.Unlock()
-		var out []nvml.GpuInstance
-		for id := uint32(1); id < g.nextGI; id++ {
-			if x, ok := g.gis[id]; ok && x.info.ProfileId == info.Id {
-				out = append(out, x)
-			}
-		}
-		return out, nvml.SUCCESS
-	}
-	g.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
-		g.s.mu.Lock()
-		defer g.s.mu.Unlock()
-		if x, ok := g.gis[uint32(id)]; ok {
-			return x, nvml.SUCCESS
-		}
-		return nil, nvml.ERROR_NOT_FOUND
-	}
+	g.GetGpuInstancesFunc = g.instances
+	g.GetGpuInstanceByIdFunc = g.instanceByID
 	g.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
-	g.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		g.s.mu.Lock()
-		defer g.s.mu.Unlock()
-		n := 0
-		for id := uint32(1); id < g.nextGI; id++ {
-			x, ok := g.gis[id]
-			if !ok {
-				continue
-			}
-			for cid := uint32(0); cid < x.nextCI; cid++ {
-				if c, ok := x.cis[cid]; ok {
-					if n == i {
-						return c.dev, nvml.SUCCESS
-					}
-					n++
+	g.GetMigDeviceHandleByIndexFunc = g.migDeviceByIndex
+}
+
+// profileInfo is GetGpuInstanceProfileInfo: the profile at index, with MIG on.
+func (g *GPU) profileInfo(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	p, ok := profileOf(index)
+	if !ok {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	if g.MIGMode != nvml.DEVICE_MIG_ENABLE {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.GpuInstanceProfileInfo{Id: p.ID, SliceCount: p.Slices, InstanceCount: uint32(len(p.Placements)),
+		MultiprocessorCount: p.SMs, MemorySizeMB: p.MemoryMiB}, nvml.SUCCESS
+}
+
+// placements is GetGpuInstancePossiblePlacements: the profile's placements.
+func placements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+	for _, p := range Profiles() {
+		if p.ID == info.Id {
+			return p.Placements, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_INVALID_ARGUMENT
+}
+
+// instances is GetGpuInstances: the GPU instances of a profile, by id.
+func (g *GPU) instances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	var out []nvml.GpuInstance
+	for id := uint32(1); id < g.nextGI; id++ {
+		if x, ok := g.gis[id]; ok && x.info.ProfileId == info.Id {
+			out = append(out, x)
+		}
+	}
+	return out, nvml.SUCCESS
+}
+
+// instanceByID is GetGpuInstanceById.
+func (g *GPU) instanceByID(id int) (nvml.GpuInstance, nvml.Return) {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	if x, ok := g.gis[uint32(id)]; ok {
+		return x, nvml.SUCCESS
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+// migDeviceByIndex is GetMigDeviceHandleByIndex: the i-th compute instance's
+// MIG device, GPU instances by id, their compute instances by id.
+func (g *GPU) migDeviceByIndex(i int) (nvml.Device, nvml.Return) {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	n := 0
+	for id := uint32(1); id < g.nextGI; id++ {
+		x, ok := g.gis[id]
+		if !ok {
+			continue
+		}
+		for cid := uint32(0); cid < x.nextCI; cid++ {
+			if c, ok := x.cis[cid]; ok {
+				if n == i {
+					return c.dev, nvml.SUCCESS
 				}
+				n++
 			}
 		}
-		return nil, nvml.ERROR_NOT_FOUND
 	}
+	return nil, nvml.ERROR_NOT_FOUND
 }
 
 // create makes a GPU instance where the placement is the profile's and
@@ -292,74 +308,102 @@ func (g *GPU) create(info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlac
 
 func (x *gi) setFuncs(memMiB uint64) {
 	x.GetInfoFunc = func() (nvml.GpuInstanceInfo, nvml.Return) { return x.info, nvml.SUCCESS }
-	x.GetComputeInstanceProfileInfoFunc = func(p, eng int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
-		slices := map[int]uint32{0: 1, 1: 2, 2: 3, 3: 4, 4: 7}[p]
-		if slices == 0 || slices > x.slices || eng != nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
-			return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
-		}
-		return nvml.ComputeInstanceProfileInfo{Id: uint32(p), SliceCount: slices, InstanceCount: x.slices / slices}, nvml.SUCCESS
-	}
+	x.GetComputeInstanceProfileInfoFunc = x.ciProfileInfo
 	x.CreateComputeInstanceFunc = func(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
-		s := x.g.s
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.Calls["CreateComputeInstance"]++
-		if s.FailCI != 0 {
-			return nil, s.FailCI
-		}
-		if len(x.cis) > 0 || info.SliceCount != x.slices {
-			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
-		}
-		s.uuidSeq++
-		c := &ci{g: x, id: x.nextCI, uuid: fmt.Sprintf("MIG-00000000-0000-0000-%04d-%012d", x.g.index, s.uuidSeq)}
-		x.cis[c.id] = c
-		x.nextCI++
-		c.dev = &mock.Device{
-			GetUUIDFunc: func() (string, nvml.Return) {
-				if r := s.failMIGUUID(); r != 0 {
-					return "", r
-				}
-				return c.uuid, nvml.SUCCESS
-			},
-			GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return int(x.info.Id), nvml.SUCCESS },
-			GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return int(c.id), nvml.SUCCESS },
-			GetMemoryInfoFunc:                      func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: memMiB << 20}, nvml.SUCCESS },
-			IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
-			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return x.g, nvml.SUCCESS },
-		}
-		c.GetInfoFunc = func() (nvml.ComputeInstanceInfo, nvml.Return) {
-			return nvml.ComputeInstanceInfo{Device: x.g, GpuInstance: x, Id: c.id, ProfileId: info.Id}, nvml.SUCCESS
-		}
-		c.DestroyFunc = func() nvml.Return {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.Calls["DestroyComputeInstance"]++
-			delete(x.cis, c.id)
-			return nvml.SUCCESS
-		}
-		return c, nvml.SUCCESS
+		return x.createCI(info, memMiB)
 	}
-	x.GetComputeInstancesFunc = func(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
-		s := x.g.s
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		var out []nvml.ComputeInstance
-		for _, c := range x.cis {
-			if c.g == x && info.SliceCount == x.slices {
-				out = append(out, c)
+	x.GetComputeInstancesFunc = x.computeInstances
+	x.DestroyFunc = x.destroy
+}
+
+// ciProfileInfo is GetComputeInstanceProfileInfo: profiles 0-4 (1, 2, 3, 4
+// and 7 slices) as far as the GPU instance's slices go, shared engines only.
+func (x *gi) ciProfileInfo(p, eng int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
+	slices := map[int]uint32{0: 1, 1: 2, 2: 3, 3: 4, 4: 7}[p]
+	if slices == 0 || slices > x.slices || eng != nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
+		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	return nvml.ComputeInstanceProfileInfo{Id: uint32(p), SliceCount: slices, InstanceCount: x.slices / slices}, nvml.SUCCESS
+}
+
+// createCI is CreateComputeInstance: one compute instance of all the GPU
+// instance's slices, with its MIG device of memMiB.
+func (x *gi) createCI(info *nvml.ComputeInstanceProfileInfo, memMiB uint64) (nvml.ComputeInstance, nvml.Return) {
+	s := x.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Calls["CreateComputeInstance"]++
+	if s.FailCI != 0 {
+		return nil, s.FailCI
+	}
+	if len(x.cis) > 0 || info.SliceCount != x.slices {
+		return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+	}
+	s.uuidSeq++
+	c := &ci{g: x, id: x.nextCI, uuid: fmt.Sprintf("MIG-00000000-0000-0000-%04d-%012d", x.g.index, s.uuidSeq)}
+	x.cis[c.id] = c
+	x.nextCI++
+	c.dev = c.migDevice(memMiB)
+	c.GetInfoFunc = func() (nvml.ComputeInstanceInfo, nvml.Return) {
+		return nvml.ComputeInstanceInfo{Device: x.g, GpuInstance: x, Id: c.id, ProfileId: info.Id}, nvml.SUCCESS
+	}
+	c.DestroyFunc = c.destroy
+	return c, nvml.SUCCESS
+}
+
+// migDevice is the compute instance's MIG device handle: its own UUID
+// (unless the server fails MIG UUIDs), ids, memory and parent GPU.
+func (c *ci) migDevice(memMiB uint64) *mock.Device {
+	x, s := c.g, c.g.g.s
+	return &mock.Device{
+		GetUUIDFunc: func() (string, nvml.Return) {
+			if r := s.failMIGUUID(); r != 0 {
+				return "", r
 			}
-		}
-		return out, nvml.SUCCESS
+			return c.uuid, nvml.SUCCESS
+		},
+		GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return int(x.info.Id), nvml.SUCCESS },
+		GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return int(c.id), nvml.SUCCESS },
+		GetMemoryInfoFunc:                      func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: memMiB << 20}, nvml.SUCCESS },
+		IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+		GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return x.g, nvml.SUCCESS },
 	}
-	x.DestroyFunc = func() nvml.Return {
-		s := x.g.s
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.Calls["DestroyGpuInstance"]++
-		if len(x.cis) > 0 {
-			return nvml.ERROR_IN_USE
+}
+
+// destroy is the compute instance's Destroy.
+func (c *ci) destroy() nvml.Return {
+	s := c.g.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Calls["DestroyComputeInstance"]++
+	delete(c.g.cis, c.id)
+	return nvml.SUCCESS
+}
+
+// computeInstances is GetComputeInstances: the GPU instance's compute
+// instance(s) of its whole size.
+func (x *gi) computeInstances(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, nvml.Return) {
+	s := x.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []nvml.ComputeInstance
+	for _, c := range x.cis {
+		if c.g == x && info.SliceCount == x.slices {
+			out = append(out, c)
 		}
-		delete(x.g.gis, x.info.Id)
-		return nvml.SUCCESS
 	}
+	return out, nvml.SUCCESS
+}
+
+// destroy is the GPU instance's Destroy: refused while a compute instance lives.
+func (x *gi) destroy() nvml.Return {
+	s := x.g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Calls["DestroyGpuInstance"]++
+	if len(x.cis) > 0 {
+		return nvml.ERROR_IN_USE
+	}
+	delete(x.g.gis, x.info.Id)
+	return nvml.SUCCESS
 }
