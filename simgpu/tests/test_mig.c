@@ -169,14 +169,11 @@ static void test_capacity(nvmlDevice_t h)
 	CHECK_EQ(nvmlGpuInstanceDestroy(gi), BAD); /* gone */
 }
 
-/* A 3g.40gb GPU instance, its compute instances and its MIG device. */
-static void test_compute(nvmlDevice_t h)
+/* A 3g.40gb GPU instance's compute instance profiles, before any is made. */
+static void compute_profiles(nvmlDevice_t h, nvmlGpuInstance_t gi)
 {
-	nvmlGpuInstance_t gi;
-	nvmlComputeInstance_t ci, c1, list[4];
 	nvmlComputeInstanceProfileInfo_t cp;
-	unsigned n = 4, v;
-	MUST(nvmlDeviceCreateGpuInstance(h, 9, &gi) == OK);
+	unsigned v;
 	CHECK_EQ(nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0, &cp), OK);
 	CHECK_EQ(cp.sliceCount, 1);
 	CHECK_EQ(cp.instanceCount, 3);
@@ -189,6 +186,16 @@ static void test_compute(nvmlDevice_t h)
 	CHECK_EQ(v, 7);
 	nvmlDevice_t mig;
 	CHECK_EQ(nvmlDeviceGetMigDeviceHandleByIndex(h, 0, &mig), NVML_ERROR_NOT_FOUND); /* no compute instance yet */
+}
+
+/* Makes the GPU instance's one 3-slice compute instance (a 1-slice one
+ * first, which leaves no room for it until destroyed) and checks its listing
+ * and both instances' info. */
+static nvmlComputeInstance_t compute_instance(nvmlDevice_t h, nvmlGpuInstance_t gi, nvmlComputeInstanceInfo_t *ci_info,
+					      nvmlGpuInstanceInfo_t *gi_info)
+{
+	nvmlComputeInstance_t ci, c1, list[4];
+	unsigned n = 4, v;
 	MUST(nvmlGpuInstanceCreateComputeInstance(gi, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, &c1) == OK);
 	CHECK_EQ(nvmlGpuInstanceCreateComputeInstance(gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, &ci), FULL);
 	CHECK_EQ(nvmlComputeInstanceDestroy(c1), OK);
@@ -197,18 +204,23 @@ static void test_compute(nvmlDevice_t h)
 	CHECK_EQ(v, 0);
 	CHECK_EQ(nvmlGpuInstanceGetComputeInstances(gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, list, &n), OK);
 	CHECK_EQ(n, 1);
-	nvmlComputeInstanceInfo_t ci_info;
-	nvmlGpuInstanceInfo_t gi_info;
-	CHECK_EQ(nvmlComputeInstanceGetInfo_v2(ci, &ci_info), OK);
-	CHECK_EQ(nvmlGpuInstanceGetInfo(gi, &gi_info), OK);
-	CHECK(ci_info.device == h && gi_info.device == h);
-	CHECK_EQ(ci_info.placement.size, 3);
+	CHECK_EQ(nvmlComputeInstanceGetInfo_v2(ci, ci_info), OK);
+	CHECK_EQ(nvmlGpuInstanceGetInfo(gi, gi_info), OK);
+	CHECK(ci_info->device == h && gi_info->device == h);
+	CHECK_EQ(ci_info->placement.size, 3);
 	CHECK_EQ(nvmlGpuInstanceDestroy(gi), NVML_ERROR_IN_USE); /* a compute instance in it */
-	/* Its MIG device. */
+	return ci;
+}
+
+/* The compute instance's MIG device (the only one of GPU h): its handle,
+ * ids, parent, UUID (into uuid), name, memory and utilization. */
+static nvmlDevice_t mig_device(nvmlDevice_t h, const nvmlGpuInstanceInfo_t *gi_info,
+			       const nvmlComputeInstanceInfo_t *ci_info, char uuid[96])
+{
+	nvmlDevice_t mig, none, back = NULL, again = NULL;
 	unsigned is_mig = 9, gid = 99, cid = 99;
-	char uuid[96], name[96];
+	char name[96];
 	CHECK_EQ(nvmlDeviceGetMigDeviceHandleByIndex(h, 0, &mig), OK);
-	nvmlDevice_t none;
 	CHECK_EQ(nvmlDeviceGetMigDeviceHandleByIndex(h, 1, &none), NVML_ERROR_NOT_FOUND);
 	CHECK_EQ(nvmlDeviceGetMigDeviceHandleByIndex(h, 7, &none), BAD);
 	CHECK_EQ(nvmlDeviceIsMigDeviceHandle(mig, &is_mig), OK);
@@ -217,13 +229,12 @@ static void test_compute(nvmlDevice_t h)
 	CHECK_EQ(is_mig, 0);
 	CHECK_EQ(nvmlDeviceGetGpuInstanceId(mig, &gid), OK);
 	CHECK_EQ(nvmlDeviceGetComputeInstanceId(mig, &cid), OK);
-	CHECK_EQ(gid, gi_info.id);
-	CHECK_EQ(cid, ci_info.id);
+	CHECK_EQ(gid, gi_info->id);
+	CHECK_EQ(cid, ci_info->id);
 	CHECK_EQ(nvmlDeviceGetGpuInstanceId(h, &gid), NVML_ERROR_NOT_SUPPORTED); /* not a MIG device */
-	nvmlDevice_t back = NULL, again = NULL;
 	CHECK_EQ(nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, &back), OK);
 	CHECK(back == h);
-	CHECK_EQ(nvmlDeviceGetUUID(mig, uuid, sizeof(uuid)), OK);
+	CHECK_EQ(nvmlDeviceGetUUID(mig, uuid, 96), OK);
 	CHECK(strncmp(uuid, "MIG-", 4) == 0 && strlen(uuid) == 40);
 	CHECK_EQ(nvmlDeviceGetHandleByUUID(uuid, &again), OK);
 	CHECK(again == mig);
@@ -236,11 +247,25 @@ static void test_compute(nvmlDevice_t h)
 	nvmlUtilization_t u;
 	CHECK_EQ(nvmlDeviceGetUtilizationRates(mig, &u), NVML_ERROR_NOT_SUPPORTED);
 	CHECK_EQ(nvmlDeviceGetUtilizationRates(h, &u), NVML_ERROR_NOT_SUPPORTED);
+	return mig;
+}
+
+/* A 3g.40gb GPU instance, its compute instances and its MIG device. */
+static void test_compute(nvmlDevice_t h)
+{
+	nvmlGpuInstance_t gi;
+	nvmlComputeInstanceInfo_t ci_info;
+	nvmlGpuInstanceInfo_t gi_info;
+	unsigned is_mig;
+	char uuid[96], uuid2[96];
+	MUST(nvmlDeviceCreateGpuInstance(h, 9, &gi) == OK);
+	compute_profiles(h, gi);
+	nvmlComputeInstance_t ci = compute_instance(h, gi, &ci_info, &gi_info);
+	nvmlDevice_t mig = mig_device(h, &gi_info, &ci_info, uuid);
 	/* Another process sees the same instances (the state file). */
 	CHECK_EQ(t_run("sees", uuid), 0);
 	CHECK_EQ(nvmlComputeInstanceDestroy(ci), OK);
 	CHECK_EQ(nvmlDeviceIsMigDeviceHandle(mig, &is_mig), BAD); /* its instance is gone */
-	char uuid2[96];
 	MUST(nvmlGpuInstanceCreateComputeInstance(gi, NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, &ci) == OK);
 	CHECK_EQ(nvmlDeviceGetUUID(mig, uuid2, sizeof(uuid2)), OK); /* the handle is reused... */
 	CHECK(strcmp(uuid, uuid2) != 0);                            /* ...for a new instance */
