@@ -20,6 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/policy"
 	"github.com/gpuslice/gpuslice/internal/proto"
+	"github.com/gpuslice/gpuslice/internal/timeslice"
 )
 
 // MIG end to end (issue 35): a simulated H100 80GB in MIG mode with two
@@ -150,40 +151,87 @@ func TestE2EMIGShares(t *testing.T) {
 	}
 	cfg := testCfg(t)
 	cfg.Policy = policy.DefaultConfig()
+	m := setupMIG(t, e, &cfg)
+	startDaemon(t, cfg)
+	const secs = 5
+	groups := []string{"a25", "a75", "b"}
+	outs, s := m.run(t, e, cfg, groups, []string{"5ms", "15ms", "5ms"}, []string{m.devs[0], m.devs[0], m.devs[1]}, secs)
+	first, last := s[1], s[secs]
+	held := migHeld(t, groups, outs, first, last, secs)
+	if last.gpu["a25"] != m.a.String() || last.gpu["a75"] != m.a.String() || last.gpu["b"] != m.b.String() {
+		t.Errorf("groups granted on %v: want a25 and a75 on instance A (%s), b on instance B (%s)", last.gpu, m.a, m.b)
+	}
+	share := 100 * held["a25"] / (held["a25"] + held["a75"])
+	t.Logf("inside instance A: %.1f%% / %.1f%% granted (want 25/75); B's group alone: %.3f s of %d s",
+		share, 100-share, held["b"], secs-1)
+	if share < 20 || share > 30 {
+		t.Errorf("inside instance A the groups were granted %.1f%% / %.1f%%: want 25/75 within 5 pp", share, 100-share)
+	}
+	// A ratio, not seconds (load slows every group alike): alone on B, b holds
+	// its instance about as long as a25 and a75 together hold A; gated on the
+	// parent GPU with them it got a third or less (0.769 s of 4 s).
+	if inA := held["a25"] + held["a75"]; held["b"] < 0.5*inA {
+		t.Errorf("group b, alone on instance B, was granted %.3f s against %.3f s for instance A's two groups: "+
+			"it takes turns with another instance's groups", held["b"], inA)
+	}
+}
+
+// migNode is the simulated H100 in MIG mode of TestE2EMIGShares: its two
+// MIG devices (their UUID strings, and A's and B's as the protocol carries
+// them) and the simulator's environment.
+type migNode struct {
+	devs     []string
+	a, b     proto.UUID
+	simEnv   []string
+	simState string
+}
+
+// setupMIG writes the simulated H100's configuration, makes its two
+// instances and tells the daemon's config the GPU and both MIG devices (a
+// library keyed on the GPU would be served, on the GPU's UUID).
+func setupMIG(t *testing.T, e *e2e, cfg *timeslice.Config) migNode {
+	t.Helper()
 	conf := filepath.Join(t.TempDir(), "h100.conf")
 	line := fmt.Sprintf("name=\"NVIDIA H100 80GB HBM3\" uuid=%s memory=80GiB sms=132 mig=on\n", migParent)
 	if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	simState := filepath.Join(cfg.RunDir, "sim.state")
-	simEnv := []string{"GPUSLICE_SIM_CONFIG=" + conf, "GPUSLICE_SIM_STATE=" + simState}
-	mig := makeMIG(t, e, simEnv)
+	m := migNode{simState: filepath.Join(cfg.RunDir, "sim.state")}
+	m.simEnv = []string{"GPUSLICE_SIM_CONFIG=" + conf, "GPUSLICE_SIM_STATE=" + m.simState}
+	m.devs = makeMIG(t, e, m.simEnv)
 	parent, err := proto.ParseUUID(migParent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := migUUID(t, mig[0]), migUUID(t, mig[1])
-	// The daemon knows the GPU and its two MIG devices (a library keyed on the
-	// GPU would be served, on the GPU's UUID).
-	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{parent, a, b}, nil }
-	startDaemon(t, cfg)
-	const secs = 5
-	groups := []string{"a25", "a75", "b"}
-	slices := []string{"5ms", "15ms", "5ms"}
-	on := []string{mig[0], mig[0], mig[1]}
+	m.a, m.b = migUUID(t, m.devs[0]), migUUID(t, m.devs[1])
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return []proto.UUID{parent, m.a, m.b}, nil }
+	return m
+}
+
+// run runs one busy tenant per group (its slice, CUDA_VISIBLE_DEVICES=its
+// MIG device) for secs+1 s from 1.5 s on, sampling the granted time each
+// second meanwhile: the tenants' outputs and the samples.
+func (m migNode) run(t *testing.T, e *e2e, cfg timeslice.Config, groups, slices, on []string, secs int) ([][]string, []migSample) {
+	t.Helper()
 	var specs []tenantSpec
 	var env [][]string
 	for i, g := range groups {
 		setGroup(t, cfg, g, group.Change{File: "slice", Value: slices[i]})
 		specs = append(specs, tenantSpec{g, []string{"--mode", "busy", "--kernel-us", "500", "--seconds", strconv.Itoa(secs + 1)}})
-		env = append(env, append([]string{"CUDA_VISIBLE_DEVICES=" + on[i]}, simEnv[0]))
+		env = append(env, append([]string{"CUDA_VISIBLE_DEVICES=" + on[i]}, m.simEnv[0]))
 	}
 	t0 := time.Now().Add(1500 * time.Millisecond)
 	samples := make(chan []migSample, 1)
 	go func() { samples <- sampleMIG(cfg.RunDir, t0, secs) }()
-	outs := e.runEnv(t, cfg, simState, specs, env, t0)
-	s := <-samples
-	first, last := s[1], s[secs]
+	outs := e.runEnv(t, cfg, m.simState, specs, env, t0)
+	return outs, <-samples
+}
+
+// migHeld is each group's time granted between the samples first and last
+// (seconds); it fails a group granted or running nothing, or running more
+// kernel time (windows 1..secs-1) than it was granted.
+func migHeld(t *testing.T, groups []string, outs [][]string, first, last migSample, secs int) map[string]float64 {
+	t.Helper()
 	held := map[string]float64{}
 	for i, g := range groups {
 		held[g] = float64(last.granted[g]-first.granted[g]) / 1e9
@@ -201,20 +249,5 @@ func TestE2EMIGShares(t *testing.T) {
 			t.Errorf("group %s ran %.3f s of kernels, granted %.3f s: the gate does not hold it", g, ran, held[g])
 		}
 	}
-	if last.gpu["a25"] != a.String() || last.gpu["a75"] != a.String() || last.gpu["b"] != b.String() {
-		t.Errorf("groups granted on %v: want a25 and a75 on instance A (%s), b on instance B (%s)", last.gpu, a, b)
-	}
-	share := 100 * held["a25"] / (held["a25"] + held["a75"])
-	t.Logf("inside instance A: %.1f%% / %.1f%% granted (want 25/75); B's group alone: %.3f s of %d s",
-		share, 100-share, held["b"], secs-1)
-	if share < 20 || share > 30 {
-		t.Errorf("inside instance A the groups were granted %.1f%% / %.1f%%: want 25/75 within 5 pp", share, 100-share)
-	}
-	// A ratio, not seconds (load slows every group alike): alone on B, b holds
-	// its instance about as long as a25 and a75 together hold A; gated on the
-	// parent GPU with them it got a third or less (0.769 s of 4 s).
-	if inA := held["a25"] + held["a75"]; held["b"] < 0.5*inA {
-		t.Errorf("group b, alone on instance B, was granted %.3f s against %.3f s for instance A's two groups: "+
-			"it takes turns with another instance's groups", held["b"], inA)
-	}
+	return held
 }
