@@ -11,7 +11,7 @@ helm-bin:
 	HELM_VERSION=$(HELM_VERSION) hack/helm/build.sh >/dev/null
 
 # OCI archives of both images in build/images (import with ctr -n k8s.io images import).
-images: $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-node $(BIN)/gpuslice $(BIN)/libgpuslice.so
+images: $(BIN)/gpuslice-scheduler $(BIN)/gpuslice-node $(BIN)/gpuslice $(BIN)/libgpuslice.so $(BIN)/gpuslice-ctxprobe
 	$(GO) run ./hack/images -bin $(BIN) -version $(VERSION) -tag $(IMAGE_TAG) -out $(BUILD)/images
 
 # helm lint and helm template against the golden renderings in test/helm/testdata.

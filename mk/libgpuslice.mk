@@ -27,4 +27,11 @@ $(LIB_ASAN): $(LIB_DEPS) $(LIB_MAP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) $(LIB_CFLAGS) -o $@ $(LIB_SRCS) $(LIB_LDFLAGS)
 
+# The node's context probe (probe/ctxprobe.c): run by the time-slice daemon, never preloaded.
+LIB_PROBE := $(BIN)/gpuslice-ctxprobe
+ALL_TARGETS += $(LIB_PROBE)
+$(LIB_PROBE): $(LIB_DIR)/probe/ctxprobe.c include/gpuslice/cuda_abi.h include/gpuslice/nvml_abi.h
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
+
 include $(LIB_DIR)/tests/tests.mk

@@ -14,8 +14,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN make bin/gpuslice-node bin/gpuslice bin/libgpuslice.so VERSION=${VERSION} && \
-    strip --strip-debug bin/gpuslice-node bin/gpuslice bin/libgpuslice.so
+RUN make bin/gpuslice-node bin/gpuslice bin/libgpuslice.so bin/gpuslice-ctxprobe VERSION=${VERSION} && \
+    strip --strip-debug bin/gpuslice-node bin/gpuslice bin/libgpuslice.so bin/gpuslice-ctxprobe
 
 FROM gcr.io/distroless/base-debian12
 ARG VERSION=dev
@@ -24,6 +24,6 @@ LABEL org.opencontainers.image.title="gpuslice-node" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/gpuslice/gpuslice" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=build /src/bin/gpuslice-node /src/bin/gpuslice /usr/bin/
+COPY --from=build /src/bin/gpuslice-node /src/bin/gpuslice /src/bin/gpuslice-ctxprobe /usr/bin/
 COPY --from=build /src/bin/libgpuslice.so /usr/lib/gpuslice/libgpuslice.so
 ENTRYPOINT ["/usr/bin/gpuslice-node"]

@@ -48,7 +48,7 @@ func run(bin, ver, registry, tag, out string) error {
 	defer os.RemoveAll(tmp)
 	// Debug symbols stripped, as the Dockerfiles do.
 	s := map[string]string{}
-	for _, b := range []string{"gpuslice-scheduler", "gpuslice-node", "gpuslice", "libgpuslice.so"} {
+	for _, b := range []string{"gpuslice-scheduler", "gpuslice-node", "gpuslice", "gpuslice-ctxprobe", "libgpuslice.so"} {
 		s[b] = filepath.Join(tmp, b)
 		if o, err := exec.Command("strip", "--strip-debug", "-o", s[b], filepath.Join(bin, b)).CombinedOutput(); err != nil {
 			return fmt.Errorf("strip %s: %w: %s", b, err, o)
@@ -59,7 +59,7 @@ func run(bin, ver, registry, tag, out string) error {
 		return err
 	}
 	node := ociimage.Files{"/usr/lib/gpuslice/libgpuslice.so": s["libgpuslice.so"]}
-	for _, b := range []string{"gpuslice-node", "gpuslice"} {
+	for _, b := range []string{"gpuslice-node", "gpuslice", "gpuslice-ctxprobe"} { // the time-slice daemon runs the probe beside it
 		if err := node.AddWithLibs("/usr/bin/"+b, s[b]); err != nil {
 			return err
 		}

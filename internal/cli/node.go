@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/ctxprobe"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/logflags"
 	"github.com/gpuslice/gpuslice/internal/nodestatus"
@@ -115,6 +116,7 @@ func nodeCommand(env *Env) *cobra.Command {
 	fs.DurationVar(&cfg.Elastic.ReclaimWait, "reclaim-wait", cfg.Elastic.ReclaimWait, "elastic memory: how long an allocation within a guarantee waits for borrowers to give memory back")
 	fs.StringVar(&o.driver, "driver", env.Getenv("GPUSLICE_DRIVER"), "GPU driver: its GPUs are the ones scheduled, and elastic memory's device readings: auto, real or sim")
 	fs.StringVar(&o.simDir, "sim-dir", filepath.Join(env.BinDir, "sim"), "directory of the simulated driver libraries (--driver sim or auto)")
+	fs.StringVar(&o.probe, "context-probe", filepath.Join(env.BinDir, ctxprobe.Binary), "the node's context probe: what a context takes on each kind of device, measured at start and when a GPU is added (empty: none; groups reserve first contexts at what they measured, else 512 MiB)")
 	fs.StringVar(&cfg.ProcRoot, "proc-root", cfg.ProcRoot, "where the host's /proc is mounted (members are identified there)")
 	o.logs = logflags.AddFlags(fs)
 	return cmd
@@ -124,6 +126,7 @@ func nodeCommand(env *Env) *cobra.Command {
 type nodeOptions struct {
 	noBurst, ifNot bool
 	driver, simDir string
+	probe          string
 	logs           *logflags.Config
 }
 
@@ -134,6 +137,9 @@ func runNode(ctx context.Context, env *Env, cfg timeslice.Config, o *nodeOptions
 		return usagef("node: --driver: %w", err)
 	}
 	cfg.ListGPUs = timeslice.DriverGPUs(mode, o.simDir)
+	if o.probe != "" {
+		cfg.ContextProbe = ctxprobe.Runner(o.probe, mode, o.simDir)
+	}
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)
 	}

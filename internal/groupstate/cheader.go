@@ -73,7 +73,8 @@ func CHeader() ([]byte, error) {
 	fmt.Fprintf(&b, "#define GS_MAX_CONTAINER_GROUPS %d\n", MaxContainerGroups)
 	fmt.Fprintf(&b, "#define GS_SHM_UUID_LEN %d /* \"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\" + NUL fits */\n", UUIDLen)
 	fmt.Fprintf(&b, "#define GS_SHM_NAME_LEN %d\n", NameLen)
-	fmt.Fprintf(&b, "#define GS_SHM_CONTEXT_GUESS %dull /* a context's reservation before any was measured; the most a seed says */\n\n", ContextGuess)
+	fmt.Fprintf(&b, "#define GS_SHM_CONTEXT_GUESS %dull /* a context's reservation before any was measured; the most a seed says */\n", ContextGuess)
+	fmt.Fprintf(&b, "#define GS_SHM_DEVICE_SEEDS %d /* kinds of device a header holds the node's measured context size for */\n\n", DeviceSeeds)
 	fmt.Fprintf(&b, "/* gs_shm_gpu.state */\nenum { GS_SLOT_FREE = %d, GS_SLOT_READY = %d };\n", SlotFree, SlotReady)
 	fmt.Fprintf(&b, "/* gs_shm_gpu.elastic bits (written by the time-slice daemon; 0: a plain limit) */\n"+
 		"enum { GS_ELASTIC_ON = %d, GS_ELASTIC_SPILL = %d };\n", ElasticOn, ElasticSpill)

@@ -67,6 +67,10 @@ const (
 	// measured (the library's GS_DRV_CONTEXT_GUESS), and the most a
 	// context seed (Header.ContextSeedKiB) may say.
 	ContextGuess = 512 << 20
+
+	// DeviceSeeds is how many kinds of device (by memory size) a header
+	// holds a measured context size for (Header.DeviceSeedMiB/KiB).
+	DeviceSeeds = 6
 )
 
 // Versions are the header versions readers accept (every one still in the field).
@@ -141,7 +145,17 @@ type Header struct {
 	// driver is asked. Carved from zeros an older library never wrote or read:
 	// such a file reads as nothing measured yet (no version change).
 	ContextKiB [MaxGPUs]uint32 `doc:"atomic; per gpu[] slot: 1 + the KiB (rounded up) the driver took for the last context a member made there; 0 = none measured yet; written by the library" len:"GS_SHM_MAX_GPUS" cname:"context_kib"`
-	Reserved   [6]uint64       `doc:"zero"`
+	// What a context takes on each kind of device of the node, measured by
+	// the node itself (the time-slice daemon's context probe, a process of
+	// its own, never a tenant's figure): entry i says a context on a device
+	// whose driver reports DeviceSeedMiB[i] MiB of memory (cuDeviceTotalMem)
+	// takes DeviceSeedKiB[i]. A context not yet measured in the group is
+	// reserved at least at its device's entry, and no member's measurement
+	// lowers that. Carved from zeros an older library never read (no
+	// version change): such a file reads as no entry, and an older library
+	// ignores them.
+	DeviceSeedMiB [DeviceSeeds]uint32 `doc:"atomic; per entry: the device memory in MiB (cuDeviceTotalMem_v2 >> 20) of the kind of device it is for; 0 = a free entry; stored after its device_seed_kib, never changed once set; written by the time-slice daemon only" len:"GS_SHM_DEVICE_SEEDS" cname:"device_seed_mib"`
+	DeviceSeedKiB [DeviceSeeds]uint32 `doc:"atomic; per entry: 1 + the KiB (rounded up) a context took on such a device, as the node's context probe measured it; 0 = none; written by the time-slice daemon only" len:"GS_SHM_DEVICE_SEEDS" cname:"device_seed_kib"`
 }
 
 // File is the whole state file.
@@ -175,6 +189,8 @@ const (
 	OffLimitSet   = int(unsafe.Offsetof(Header{}.LimitSet))
 	OffSeed       = int(unsafe.Offsetof(Header{}.ContextSeedKiB))
 	OffContextKiB = int(unsafe.Offsetof(Header{}.ContextKiB))
+	OffDevSeedMiB = int(unsafe.Offsetof(Header{}.DeviceSeedMiB))
+	OffDevSeedKiB = int(unsafe.Offsetof(Header{}.DeviceSeedKiB))
 
 	GPUOffElastic = int(unsafe.Offsetof(GPU{}.Elastic))
 	GPUOffUUID    = int(unsafe.Offsetof(GPU{}.UUID))

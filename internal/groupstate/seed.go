@@ -1,7 +1,9 @@
 package groupstate
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -46,4 +48,85 @@ func SetContextSeed(path string, seed uint32) (changed bool, err error) {
 		changed = atomic.SwapUint32(p, min(seed, SeedMaxKiB)) != min(seed, SeedMaxKiB)
 	})
 	return changed, err
+}
+
+// DeviceSeed is what a context takes on one kind of device of the node, as
+// the node measured it (the time-slice daemon's context probe): devices whose
+// driver reports TotalMiB MiB of memory take KiB (1 + KiB, as ContextKiB).
+type DeviceSeed struct {
+	TotalMiB uint32
+	KiB      uint32
+}
+
+// SetDeviceSeeds stores seeds in a state file's header (Header.DeviceSeedMiB,
+// DeviceSeedKiB): an entry of the same TotalMiB takes the new figure (the
+// probe measured it: it may go down after a driver change); a new kind takes
+// a free entry, its KiB stored before its TotalMiB, so a member never pairs a
+// kind with another's figure. Seeds with TotalMiB or KiB 0 are skipped. It
+// returns how many entries changed and how many seeds found no free entry.
+// The time-slice daemon alone writes them.
+func SetDeviceSeeds(path string, seeds []DeviceSeed) (changed, full int, err error) {
+	defer GuardFault(&err)()
+	f, err := group.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	err = editShm(f, path, func(b []byte, _, _ int) {
+		mib := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&b[OffDevSeedMiB+4*i])) }
+		kib := func(i int) *uint32 { return (*uint32)(unsafe.Pointer(&b[OffDevSeedKiB+4*i])) }
+		for _, s := range seeds {
+			if s.TotalMiB == 0 || s.KiB == 0 {
+				continue
+			}
+			free := -1
+			for i := range DeviceSeeds {
+				switch m := atomic.LoadUint32(mib(i)); {
+				case m == s.TotalMiB:
+					if atomic.SwapUint32(kib(i), s.KiB) != s.KiB {
+						changed++
+					}
+					free = -2
+				case m == 0 && free == -1:
+					free = i
+				}
+				if free == -2 {
+					break
+				}
+			}
+			switch {
+			case free >= 0:
+				atomic.StoreUint32(kib(free), s.KiB)
+				atomic.StoreUint32(mib(free), s.TotalMiB)
+				changed++
+			case free == -1:
+				full++
+			}
+		}
+	})
+	return changed, full, err
+}
+
+// ReadDeviceSeeds returns the device seeds a state file's header holds.
+func ReadDeviceSeeds(path string) (out []DeviceSeed, err error) {
+	b := make([]byte, HeaderSize+MaxGPUs*GPUSize) // CheckHeader bounds the GPU table too
+	f, err := group.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	n, err := f.ReadAt(b, 0)
+	if n < HeaderSize {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if _, _, err := CheckHeader(b[:n]); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	le := binary.LittleEndian
+	for i := range DeviceSeeds {
+		if m := le.Uint32(b[OffDevSeedMiB+4*i:]); m != 0 {
+			out = append(out, DeviceSeed{TotalMiB: m, KiB: le.Uint32(b[OffDevSeedKiB+4*i:])})
+		}
+	}
+	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -79,5 +80,37 @@ func TestSetContextSeed(t *testing.T) {
 	got, err := ReadMemory(path)
 	if err != nil || len(got) != 1 || got[0].ContextKiB != 300<<10+1 {
 		t.Fatalf("ReadMemory: %+v %v, want one slot with ContextKiB %d", got, err, 300<<10+1)
+	}
+}
+
+// SetDeviceSeeds keeps one entry per kind of device (by memory size): a kind
+// seen again takes the new figure, a new kind a free entry; seven kinds fill
+// the six entries and the seventh is counted as not written; zeros are skipped.
+func TestSetDeviceSeeds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := Create("/proc", path, "g"); err != nil {
+		t.Fatal(err)
+	}
+	h100, l4 := DeviceSeed{81559, 500<<10 + 1}, DeviceSeed{22491, 180<<10 + 1}
+	for _, step := range []struct {
+		set           []DeviceSeed
+		changed, full int
+		want          []DeviceSeed
+	}{
+		{[]DeviceSeed{h100}, 1, 0, []DeviceSeed{h100}},
+		{[]DeviceSeed{h100, l4, {0, 5}, {5, 0}}, 1, 0, []DeviceSeed{h100, l4}},
+		{[]DeviceSeed{{81559, 480<<10 + 1}}, 1, 0, []DeviceSeed{{81559, 480<<10 + 1}, l4}},
+		{[]DeviceSeed{{1, 2}, {2, 2}, {3, 2}, {4, 2}, {5, 2}}, 4, 1,
+			[]DeviceSeed{{81559, 480<<10 + 1}, l4, {1, 2}, {2, 2}, {3, 2}, {4, 2}}},
+	} {
+		changed, full, err := SetDeviceSeeds(path, step.set)
+		got, rerr := ReadDeviceSeeds(path)
+		if err != nil || rerr != nil || changed != step.changed || full != step.full || !slices.Equal(got, step.want) {
+			t.Fatalf("SetDeviceSeeds(%v): changed %d full %d, %v; read %v, %v; want changed %d full %d, %v",
+				step.set, changed, full, err, got, rerr, step.changed, step.full, step.want)
+		}
+	}
+	if _, _, err := SetDeviceSeeds(filepath.Join(t.TempDir(), "none"), []DeviceSeed{h100}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
 	}
 }

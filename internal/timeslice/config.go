@@ -9,9 +9,11 @@
 package timeslice
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/ctxprobe"
 	"github.com/gpuslice/gpuslice/internal/elastic"
 	"github.com/gpuslice/gpuslice/internal/nodestatus"
 	"github.com/gpuslice/gpuslice/internal/paths"
@@ -52,6 +54,13 @@ type Config struct {
 	// DeviceMemory reads a GPU's memory from the driver; nil: no elastic
 	// memory (borrows are refused with a reason).
 	DeviceMemory DeviceMemory
+	// ContextProbe measures what a context takes on each kind of device of
+	// the node (internal/ctxprobe: a process of the node's own), run at the
+	// daemon's start and when the driver lists a GPU the daemon did not
+	// know; its seeds go into every group's state file. Nil, or a failed
+	// run (logged): groups reserve first contexts as before (the seed
+	// gathered from the groups' measurements, else the guess).
+	ContextProbe func(context.Context) (ctxprobe.Result, error)
 	// Observe, when set, is told of every slice handed out and of every
 	// member's wait for one, as the daemon decides them (tests and benchmarks
 	// assert on these: the machine's load does not change them). Called with a

@@ -138,6 +138,7 @@ func (s *Server) forgetLocked(name string) {
 	delete(s.gone, name)
 	delete(s.records, name)
 	delete(s.seedGiven, name)
+	delete(s.devSeedGiven, name)
 }
 
 // applyMemoryLimit writes the group's limit into its state file's header (the

@@ -19,6 +19,10 @@ type knownGPUs struct {
 	list func() ([]proto.UUID, error)
 	log  klog.Logger
 
+	// onNew is told when a listing holds a GPU the one before did not
+	// (not at the first listing); it must return at once.
+	onNew func()
+
 	mu     sync.Mutex
 	set    map[proto.UUID]bool
 	listed time.Time
@@ -28,8 +32,11 @@ type knownGPUs struct {
 const refreshEvery = time.Second
 
 func newKnownGPUs(list func() ([]proto.UUID, error), log klog.Logger) *knownGPUs {
-	k := &knownGPUs{list: list, log: log, set: map[proto.UUID]bool{}}
+	k := &knownGPUs{list: list, log: log}
 	k.refreshLocked(time.Now())
+	if k.set == nil {
+		k.set = map[proto.UUID]bool{}
+	}
 	return k
 }
 
@@ -43,10 +50,16 @@ func (k *knownGPUs) refreshLocked(now time.Time) {
 	}
 	k.err = nil
 	set := make(map[proto.UUID]bool, len(uuids))
+	grew := false
 	for _, u := range uuids {
 		set[u] = true
+		grew = grew || !k.set[u]
 	}
+	first := k.set == nil
 	k.set = set
+	if grew && !first && k.onNew != nil {
+		k.onNew()
+	}
 }
 
 // check returns nil if the daemon knows u.

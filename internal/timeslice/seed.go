@@ -1,8 +1,11 @@
 package timeslice
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"slices"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
@@ -37,6 +40,9 @@ func (s *Server) giveSeed(name string, again bool) {
 	seed, given := s.seed, s.seedGiven[name]
 	_, known := s.settings[name]
 	s.mu.Unlock()
+	if known {
+		s.giveDeviceSeeds(name, again)
+	}
 	if seed == 0 || !known || (!again && given == seed) {
 		return
 	}
@@ -70,4 +76,99 @@ func (s *Server) primeSeed(names []string) {
 	s.mu.Lock()
 	s.seed = groupstate.ContextSeed(s.seed, kib)
 	s.mu.Unlock()
+}
+
+// Device seeds: what a context takes on each kind of device, measured by the
+// node's own probe (Config.ContextProbe), never by a tenant. Every group's
+// state file gets them (groupstate.SetDeviceSeeds) before its limit and at
+// each refresh until written, so a group's first contexts are reserved at the
+// driver's own figure: none waits on another process's measurement, and a
+// group too small for a context is refused before the driver is asked. The
+// seed gathered from the groups' measurements (above) stays for devices the
+// probe did not measure.
+
+// probeContexts runs the probe now and again each time the daemon's GPU
+// list grows, until ctx ends, and gives its seeds to every group.
+func (s *Server) probeContexts(ctx context.Context) {
+	for {
+		start := time.Now()
+		r, err := s.cfg.ContextProbe(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.log.Error(err, "context probe failed: groups reserve first contexts as without it (the seed their measurements give, else the guess)")
+		default:
+			for _, sk := range r.Skipped {
+				s.log.Info("context probe skipped a device: its first contexts are reserved as without it", "device", sk.Device, "reason", sk.Reason)
+			}
+			s.log.Info("context probe", "devices", r.Devices, "took", time.Since(start).Round(time.Millisecond))
+			s.setDeviceSeeds(r.Seeds)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.reprobe:
+		}
+	}
+}
+
+// wantProbe asks probeContexts for another run (the driver lists a new GPU).
+func (s *Server) wantProbe() {
+	select {
+	case s.reprobe <- struct{}{}:
+	default:
+	}
+}
+
+// setDeviceSeeds takes a probe's seeds (a kind measured again takes the new
+// figure; kinds not measured this time keep theirs) and gives them to every
+// group the daemon knows.
+func (s *Server) setDeviceSeeds(seeds []groupstate.DeviceSeed) {
+	s.mu.Lock()
+	for _, n := range seeds {
+		i := slices.IndexFunc(s.devSeeds, func(d groupstate.DeviceSeed) bool { return d.TotalMiB == n.TotalMiB })
+		if i < 0 {
+			s.devSeeds = append(s.devSeeds, n)
+		} else {
+			s.devSeeds[i] = n
+		}
+	}
+	s.devSeedGen++
+	names := make([]string, 0, len(s.settings))
+	for n := range s.settings {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	for _, n := range names {
+		s.giveDeviceSeeds(n, false)
+	}
+}
+
+// giveDeviceSeeds writes the device seeds into a group's state file unless
+// it was given these already (always, with again: a state file made anew).
+// One writer at a time: two would take the same free entry.
+func (s *Server) giveDeviceSeeds(name string, again bool) {
+	s.devSeedMu.Lock()
+	defer s.devSeedMu.Unlock()
+	s.mu.Lock()
+	seeds, gen, given := slices.Clone(s.devSeeds), s.devSeedGen, s.devSeedGiven[name]
+	s.mu.Unlock()
+	if len(seeds) == 0 || (!again && given == gen) {
+		return
+	}
+	_, full, err := groupstate.SetDeviceSeeds(groupstate.Path(s.cfg.RunDir, name), seeds)
+	switch {
+	case err == nil:
+		if full > 0 {
+			s.log.Info("more kinds of device than a state file holds seeds for: their first contexts are reserved as without the probe", "group", name, "notWritten", full)
+		}
+		s.mu.Lock()
+		if _, known := s.settings[name]; known {
+			s.devSeedGiven[name] = gen
+		}
+		s.mu.Unlock()
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, groupstate.ErrIncomplete):
+		s.log.V(1).Info("device seeds not written", "group", name, "err", err)
+	}
 }

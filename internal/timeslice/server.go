@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuslice/gpuslice/internal/group"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/identity"
 	"github.com/gpuslice/gpuslice/internal/monoclock"
 	"github.com/gpuslice/gpuslice/internal/paths"
@@ -64,6 +65,15 @@ type Server struct {
 	// seedGiven: the seed each group's state file was last given (under mu).
 	seed      uint32
 	seedGiven map[string]uint32
+	// devSeeds: the context probe's seeds per kind of device (seed.go),
+	// devSeedGen counts their changes, devSeedGiven the generation each
+	// group's state file was given (under mu); devSeedMu: one writer of
+	// them at a time; reprobe asks for another probe run.
+	devSeeds     []groupstate.DeviceSeed
+	devSeedGen   uint64
+	devSeedGiven map[string]uint64
+	devSeedMu    sync.Mutex
+	reprobe      chan struct{}
 
 	// What makes the daemon reachable (reach.go), under mu: the run
 	// directory's lock, the listener (lnClosed once the daemon stops), the
@@ -101,7 +111,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, seedGiven: map[string]uint32{}, unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, seedGiven: map[string]uint32{}, devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1), unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+	if cfg.ContextProbe != nil {
+		s.known.onNew = s.wantProbe // a GPU the driver lists anew (hot-added) is probed
+	}
 	if shared, err := monoclock.Shared(cfg.ProcRoot); shared {
 		a := monoclock.NewAnchor()
 		s.clock = &a
@@ -133,6 +146,9 @@ func (s *Server) serveAll(ctx context.Context) error {
 	var wg sync.WaitGroup
 	s.startWatch(ctx, &wg)
 	wg.Go(func() { s.publish(ctx) })
+	if s.cfg.ContextProbe != nil {
+		wg.Go(func() { s.probeContexts(ctx) })
+	}
 	wg.Go(func() { s.watchdog(ctx, cancel, &wg) })
 	wg.Go(func() {
 		<-ctx.Done()

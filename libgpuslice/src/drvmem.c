@@ -30,6 +30,9 @@ static _Atomic int nvml_ok;
  * and 1 + the bytes its last context there took (0: none measured). */
 static _Atomic uint64_t last_load[DRV_LOAD_DEVS];
 static _Atomic uint64_t last_ctx[DRV_LOAD_DEVS];
+/* 1 + each CUDA device's memory in MiB, as the driver reports it (0: not read
+ * yet): the key of the node's seed for that kind of device. */
+static _Atomic uint32_t dev_mib[DRV_LOAD_DEVS];
 
 static void fork_prepare(void)
 {
@@ -141,23 +144,60 @@ static uint64_t first_guess(struct gs_group *g)
 	return size < GS_DRV_CONTEXT_GUESS ? size : GS_DRV_CONTEXT_GUESS;
 }
 
-/* What the call is reserved at (*guess: 1 if nothing was measured yet). A
- * context: the larger of the group's last measurement on that GPU and this
- * process's own last context there (a process whose contexts are larger
- * than another member's is reserved at its own size: its creation cannot
- * pass the limit while it runs). */
-static uint64_t estimate(const struct gs_drv_probe *p, int *guess)
+/* The device's memory in MiB as the driver reports it (0: unknown). */
+static uint32_t device_mib(CUdevice dev)
 {
-	*guess = 0;
+	uint32_t v = dev < DRV_LOAD_DEVS ? atomic_load(&dev_mib[dev]) : 0;
+	if (v != 0)
+		return v - 1;
+	gs_fn_cuDeviceTotalMem_v2 total = GS_REAL(cuDeviceTotalMem_v2);
+	size_t bytes = 0;
+	if (total == NULL || total(&bytes, dev) != CUDA_SUCCESS || (bytes >> 20) == 0 || (bytes >> 20) >= UINT32_MAX)
+		return 0;
+	v = (uint32_t)(bytes >> 20);
+	if (dev < DRV_LOAD_DEVS)
+		atomic_store(&dev_mib[dev], v + 1);
+	return v;
+}
+
+/* 1 + what a context takes on the device, as the node measured it (the
+ * header's entry for its kind of device, written by the time-slice daemon
+ * from its own probe, never from a tenant's figure); 0: no entry. */
+static uint64_t device_seed(const struct gs_drv_probe *p)
+{
+	uint32_t mib = device_mib(p->dev);
+	const struct gs_shm_header *h = &gs_group_file(p->g)->hdr;
+	for (int i = 0; mib != 0 && i < GS_SHM_DEVICE_SEEDS; i++) {
+		if (__atomic_load_n(&h->device_seed_mib[i], __ATOMIC_ACQUIRE) != mib)
+			continue;
+		uint32_t kib = __atomic_load_n(&h->device_seed_kib[i], __ATOMIC_ACQUIRE);
+		return kib != 0 ? ((uint64_t)(kib - 1) << 10) + 1 : 0;
+	}
+	return 0;
+}
+
+/* What the call is reserved at (*guess: 1 if nothing was measured yet;
+ * *seeded: 1 if the node measured this kind of device). A context: the
+ * largest of the node's measurement for its kind of device, the group's last
+ * measurement on that GPU and this process's own last context there (a
+ * process whose contexts are larger than another member's is reserved at its
+ * own size: its creation cannot pass the limit while it runs; no member's
+ * figure lowers the node's). */
+static uint64_t estimate(const struct gs_drv_probe *p, int *guess, int *seeded)
+{
+	*guess = *seeded = 0;
 	if (p->what == GS_DRV_LOAD)
 		return p->dev < DRV_LOAD_DEVS ? atomic_load(&last_load[p->dev]) : 0;
 	uint32_t kib = __atomic_load_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], __ATOMIC_ACQUIRE);
 	uint64_t own = p->dev < DRV_LOAD_DEVS ? atomic_load(&last_ctx[p->dev]) : 0;
 	uint64_t group = kib != 0 ? (uint64_t)(kib - 1) << 10 : 0;
-	*guess = kib == 0 && own == 0;
+	uint64_t node = device_seed(p);
+	*seeded = node != 0;
+	*guess = kib == 0 && own == 0 && node == 0;
 	if (*guess)
 		return first_guess(p->g);
-	return own > group + 1 ? own - 1 : group;
+	uint64_t est = own > group + 1 ? own - 1 : group;
+	return node > est + 1 ? node - 1 : est;
 }
 
 /* What a call took becomes the next estimate: the group's (a context) and
@@ -252,17 +292,17 @@ static void guess_ended(struct gs_shm_proc *self)
 static CUresult reserve(struct gs_drv_probe *p)
 {
 	struct gs_shm_gpu *gpu = gs_group_slot(p->slot);
-	int guess;
+	int guess, seeded;
 	int64_t deadline = 0;
 	uint64_t est, rest;
 	do {
-		est = estimate(p, &guess);
+		est = estimate(p, &guess, &seeded);
 		if (gs_acct_reserve(gpu, est) == 0) {
 			gs_acct_proc_add(p->self, p->slot, est);
 			reserved(p, est, guess);
 			return CUDA_SUCCESS;
 		}
-	} while (wait_for_guesses(p, &deadline));
+	} while (!seeded && wait_for_guesses(p, &deadline)); /* the node's figure: nothing to wait for */
 	if (guess && (rest = reserve_rest(gpu)) != 0) { /* no measurement to go by: the driver's answer decides */
 		gs_acct_proc_add(p->self, p->slot, rest);
 		reserved(p, rest, 1);

@@ -3,11 +3,16 @@
  * Memory no call names: what context creation and module/library loads make
  * the driver hold, charged to the group like an allocation (hooks_load.c,
  * hooks_ctx.c), and reserved like one BEFORE the driver is asked:
- *  - at an estimate: for a context, the larger of what the last context made
- *    on that GPU took, as a member of the group measured it (the group file's
- *    context_kib, shared by its members), and what this process's own last
- *    context there took (a process whose contexts are larger than another
- *    member's is reserved at its own size); neither measured yet, a guess:
+ *  - at an estimate: for a context, the largest of what the node measured a
+ *    context takes on that kind of device (the header's device_seed_kib for
+ *    the device's memory size, written by the time-slice daemon from its own
+ *    probe, bin/gpuslice-ctxprobe: no tenant's figure lowers it), what the
+ *    last context made on that GPU took, as a member of the group measured
+ *    it (the group file's context_kib, shared by its members), and what this
+ *    process's own last context there took (a process whose contexts are
+ *    larger than another member's is reserved at its own size); with the
+ *    node's figure a creation that does not fit is refused at once (nothing
+ *    to wait for); none of the three yet, a guess:
  *    the node's seed (the header's context_seed_kib: the largest context
  *    any group measured on the node, as the time-slice daemon gathers them;
  *    at most GS_DRV_CONTEXT_GUESS), else GS_DRV_CONTEXT_GUESS, so only the

@@ -55,6 +55,7 @@
 #define GS_SHM_UUID_LEN 64 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL fits */
 #define GS_SHM_NAME_LEN 64
 #define GS_SHM_CONTEXT_GUESS 536870912ull /* a context's reservation before any was measured; the most a seed says */
+#define GS_SHM_DEVICE_SEEDS 6 /* kinds of device a header holds the node's measured context size for */
 
 /* gs_shm_gpu.state */
 enum { GS_SLOT_FREE = 0, GS_SLOT_READY = 2 };
@@ -106,7 +107,8 @@ struct gs_shm_header {
 	uint32_t limit_set; /* atomic; 1 once limit is written (stored after it); 0 (files made by the library alone): the member's GPUSLICE_MEMORY_LIMIT */
 	uint32_t context_seed_kib; /* atomic; 1 + the KiB a context took on this node (the largest any group measured, at most GS_SHM_CONTEXT_GUESS); 0 = none known; written by the time-slice daemon only */
 	uint32_t context_kib[GS_SHM_MAX_GPUS]; /* atomic; per gpu[] slot: 1 + the KiB (rounded up) the driver took for the last context a member made there; 0 = none measured yet; written by the library */
-	uint64_t reserved[6]; /* zero */
+	uint32_t device_seed_mib[GS_SHM_DEVICE_SEEDS]; /* atomic; per entry: the device memory in MiB (cuDeviceTotalMem_v2 >> 20) of the kind of device it is for; 0 = a free entry; stored after its device_seed_kib, never changed once set; written by the time-slice daemon only */
+	uint32_t device_seed_kib[GS_SHM_DEVICE_SEEDS]; /* atomic; per entry: 1 + the KiB (rounded up) a context took on such a device, as the node's context probe measured it; 0 = none; written by the time-slice daemon only */
 };
 
 struct gs_shm_file {
@@ -152,7 +154,8 @@ _Static_assert(offsetof(struct gs_shm_header, limit) == 128, "gs_shm_header.limi
 _Static_assert(offsetof(struct gs_shm_header, limit_set) == 136, "gs_shm_header.limit_set offset");
 _Static_assert(offsetof(struct gs_shm_header, context_seed_kib) == 140, "gs_shm_header.context_seed_kib offset");
 _Static_assert(offsetof(struct gs_shm_header, context_kib) == 144, "gs_shm_header.context_kib offset");
-_Static_assert(offsetof(struct gs_shm_header, reserved) == 208, "gs_shm_header.reserved offset");
+_Static_assert(offsetof(struct gs_shm_header, device_seed_mib) == 208, "gs_shm_header.device_seed_mib offset");
+_Static_assert(offsetof(struct gs_shm_header, device_seed_kib) == 232, "gs_shm_header.device_seed_kib offset");
 _Static_assert(sizeof(struct gs_shm_header) == 256, "gs_shm_header size");
 _Static_assert(offsetof(struct gs_shm_file, gpu) == 256, "gpu offset");
 _Static_assert(offsetof(struct gs_shm_file, proc) == 2304, "proc offset");

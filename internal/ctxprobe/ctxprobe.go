@@ -1,0 +1,142 @@
+// Package ctxprobe runs the node's context probe, bin/gpuslice-ctxprobe
+// (libgpuslice/probe/ctxprobe.c: a process of the node's own, never preloaded,
+// never a tenant's, that makes a primary context on each device and reads what
+// NVML says it took), and reads what it printed. The time-slice daemon writes
+// the result into every group's state file (groupstate.SetDeviceSeeds): a
+// group's first contexts are reserved at what the driver takes for a context on
+// that kind of device before the driver is asked (docs/contracts.md).
+package ctxprobe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
+)
+
+// Binary is the probe's file name beside the node's other binaries.
+const Binary = "gpuslice-ctxprobe"
+
+// Timeout bounds one run of the probe (cuInit and a context per device).
+const Timeout = 60 * time.Second
+
+// maxLines and maxContext bound what is read from the probe.
+const (
+	maxLines   = 1024
+	maxContext = 64 << 30 // no context takes 64 GiB: a line saying so is wrong
+)
+
+// Skip is a device the probe did not measure, and why.
+type Skip struct{ Device, Reason string }
+
+// Result is what one run of the probe measured: one seed per kind of device
+// (the largest context of the devices of that memory size) and the devices
+// it skipped.
+type Result struct {
+	Seeds   []groupstate.DeviceSeed
+	Devices map[string]uint32 // UUID -> 1 + the context's KiB, each measured device
+	Skipped []Skip
+}
+
+// Parse reads the probe's output: lines "seed <uuid> <MiB> <bytes>" and
+// "skip <device> <reason...>". Anything else is an error (nothing is taken
+// from output that does not parse whole).
+func Parse(out []byte) (Result, error) {
+	r := Result{Devices: map[string]uint32{}}
+	kinds := map[uint32]int{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 512), 4096)
+	for n := 1; sc.Scan(); n++ {
+		if n > maxLines {
+			return Result{}, fmt.Errorf("context probe: more than %d lines", maxLines)
+		}
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 2 && f[0] == "skip":
+			r.Skipped = append(r.Skipped, Skip{Device: f[1], Reason: strings.Join(f[2:], " ")})
+		case len(f) == 4 && f[0] == "seed":
+			mib, err1 := strconv.ParseUint(f[2], 10, 32)
+			size, err2 := strconv.ParseUint(f[3], 10, 64)
+			if err := errors.Join(err1, err2); err != nil || mib == 0 || size > maxContext || len(f[1]) >= groupstate.UUIDLen {
+				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure (%v)", n, sc.Text(), err)
+			}
+			kib := uint32((size+1023)>>10) + 1
+			r.Devices[f[1]] = kib
+			if i, ok := kinds[uint32(mib)]; ok {
+				r.Seeds[i].KiB = max(r.Seeds[i].KiB, kib)
+				continue
+			}
+			kinds[uint32(mib)] = len(r.Seeds)
+			r.Seeds = append(r.Seeds, groupstate.DeviceSeed{TotalMiB: uint32(mib), KiB: kib})
+		default:
+			return Result{}, fmt.Errorf("context probe: line %d %q does not parse", n, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Result{}, fmt.Errorf("context probe: %w", err)
+	}
+	return r, nil
+}
+
+// Runner returns a function that runs the probe at path against the node's
+// driver (mode; the simulated GPU's libraries in simDir where gpu.OpenDriver
+// finds no real one), each time it is called.
+func Runner(path string, mode gpu.Mode, simDir string) func(context.Context) (Result, error) {
+	return func(ctx context.Context) (Result, error) {
+		drv, err := gpu.OpenDriver(mode, simDir)
+		if err != nil {
+			return Result{}, fmt.Errorf("context probe: %w", err)
+		}
+		var args []string
+		if drv.Simulated {
+			args = []string{filepath.Join(drv.LibDir, "libcuda.so.1"), filepath.Join(drv.LibDir, "libnvidia-ml.so.1")}
+		}
+		if err := drv.NVML.Shutdown(); err != nil {
+			return Result{}, fmt.Errorf("context probe: close NVML: %w", err)
+		}
+		return Run(ctx, path, args...)
+	}
+}
+
+// Run runs the probe at path with args (the driver's libraries; none: the
+// system's) and parses its output. Its environment is the caller's less
+// LD_PRELOAD: the probe measures the driver, not gpuslice's library.
+func Run(ctx context.Context, path string, args ...string) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = withoutPreload(cmd.Environ())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Result{}, fmt.Errorf("context probe %s: %w: %s", path, err, strings.TrimSpace(tail(stderr.String())))
+	}
+	return Parse(out)
+}
+
+func withoutPreload(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "LD_PRELOAD=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func tail(s string) string {
+	if len(s) > 512 {
+		return s[len(s)-512:]
+	}
+	return s
+}

@@ -1,0 +1,104 @@
+package ctxprobe
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
+)
+
+func seed(mib, kib uint32) groupstate.DeviceSeed {
+	return groupstate.DeviceSeed{TotalMiB: mib, KiB: kib}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      Result
+		err       string
+	}{
+		{"none", "", Result{Devices: map[string]uint32{}}, ""},
+		{"two kinds and a skip", "seed GPU-a 81559 524288000\nseed GPU-b 22491 188743680\nskip MIG-c a MIG device: not probed\n",
+			Result{Seeds: []groupstate.DeviceSeed{seed(81559, 500<<10+1), seed(22491, 180<<10+1)},
+				Devices: map[string]uint32{"GPU-a": 500<<10 + 1, "GPU-b": 180<<10 + 1},
+				Skipped: []Skip{{"MIG-c", "a MIG device: not probed"}}}, ""},
+		{"one kind, the larger", "seed GPU-a 81559 1000\nseed GPU-b 81559 524288000\n",
+			Result{Seeds: []groupstate.DeviceSeed{seed(81559, 500<<10+1)},
+				Devices: map[string]uint32{"GPU-a": 2, "GPU-b": 500<<10 + 1}}, ""},
+		{"rounded up", "seed GPU-a 1 1\n", Result{Seeds: []groupstate.DeviceSeed{seed(1, 2)}, Devices: map[string]uint32{"GPU-a": 2}}, ""},
+		{"zero context", "seed GPU-a 1 0\n", Result{Seeds: []groupstate.DeviceSeed{seed(1, 1)}, Devices: map[string]uint32{"GPU-a": 1}}, ""},
+		{"garbage", "hello\n", Result{}, "does not parse"},
+		{"negative", "seed GPU-a 1 -5\n", Result{}, "not a device's figure"},
+		{"no memory", "seed GPU-a 0 5\n", Result{}, "not a device's figure"},
+		{"too large", "seed GPU-a 1 68719476737\n", Result{}, "not a device's figure"},
+		{"memory past 32 bits", "seed GPU-a 4294967296 5\n", Result{}, "not a device's figure"},
+		{"a long name", "seed GPU-" + strings.Repeat("a", 64) + " 1 5\n", Result{}, "not a device's figure"},
+		{"too many lines", strings.Repeat("skip #0 x\n", maxLines+1), Result{}, "more than"},
+		{"a line too long", "skip #0 " + strings.Repeat("x", 5000) + "\n", Result{}, "too long"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.out))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Parse: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("Parse: %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("seed GPU-a 81559 524288000\nskip #1 x\n"))
+	f.Add([]byte("seed GPU-a 1 0\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for _, s := range r.Seeds {
+			if s.TotalMiB == 0 || s.KiB == 0 || s.KiB > maxContext>>10+1 {
+				t.Fatalf("seed %+v from %q", s, b)
+			}
+		}
+	})
+}
+
+// The probe itself (make bin/gpuslice-ctxprobe) against the simulated GPU
+// (make bin/sim/...): its contexts take what GPUSLICE_SIM_CONTEXT_MEMORY says,
+// and the probe says so; LD_PRELOAD is not passed on.
+func TestRunSimulated(t *testing.T) {
+	bin := os.Getenv("GPUSLICE_BIN") // make test-go
+	if bin == "" {
+		_, file, _, _ := runtime.Caller(0)
+		bin = filepath.Join(filepath.Dir(file), "..", "..", "bin")
+	}
+	probe, sim := filepath.Join(bin, Binary), filepath.Join(bin, "sim")
+	for _, p := range []string{probe, filepath.Join(sim, "libcuda.so.1")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s: %v (make %s)", p, err, strings.TrimPrefix(p, filepath.Dir(bin)+"/"))
+		}
+	}
+	t.Setenv("LD_PRELOAD", "/nonexistent/libgpuslice.so")
+	for _, mem := range []struct {
+		env  string
+		want uint32
+	}{{"314572800", 300<<10 + 1}, {"0", 1}, {"629145600", 600<<10 + 1}} {
+		t.Setenv("GPUSLICE_SIM_CONTEXT_MEMORY", mem.env)
+		r, err := Run(context.Background(), probe, filepath.Join(sim, "libcuda.so.1"), filepath.Join(sim, "libnvidia-ml.so.1"))
+		if err != nil || len(r.Seeds) != 1 || r.Seeds[0].KiB != mem.want || len(r.Skipped) != 0 {
+			t.Fatalf("context memory %s: %+v, %v; want one seed of %d (1 + KiB)", mem.env, r, err, mem.want)
+		}
+	}
+	if _, err := Run(context.Background(), probe, "/nonexistent/libcuda.so.1"); err == nil || !strings.Contains(err.Error(), "no driver") {
+		t.Fatalf("no driver: %v", err)
+	}
+}

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: Apache-2.0
+ * Hook tests (issue 36): a group's first contexts reserved at what the node
+ * measured a context takes on that kind of device (the header's device seeds,
+ * written by the time-slice daemon from its own probe, bin/gpuslice-ctxprobe;
+ * here written as the daemon writes them). The simulator's contexts take
+ * their default, 300 MiB, as the probe measures them.
+ */
+#include <time.h>
+
+#include "../../simgpu/src/config.h"
+#include "race.h"
+
+#define CTX_MEM (300 * MiB)
+_Static_assert(CTX_MEM == SIM_DEFAULT_CONTEXT_MEMORY, "the simulator's default context memory");
+
+struct seeds {
+	uint64_t limit;
+	uint32_t node_kib;  /* the header seed gathered from groups' measurements (1 + KiB; 0: none) */
+	uint32_t total_mib; /* the simulated device's memory */
+};
+
+static void set_seeds(struct gs_shm_header *h, const void *arg)
+{
+	const struct seeds *s = arg;
+	h->limit = s->limit;
+	h->limit_set = 1;
+	h->context_seed_kib = s->node_kib;
+	h->device_seed_mib[0] = 9999; /* another kind of device: not this one's figure */
+	h->device_seed_kib[0] = 1;
+	h->device_seed_mib[1] = s->total_mib;
+	h->device_seed_kib[1] = (uint32_t)(CTX_MEM >> 10) + 1; /* as the probe measured it */
+}
+
+/* A group of limit bytes whose file the node made with the probe's seed for
+ * the simulated device (and node_kib as the seed the groups' measurements
+ * gave), on a simulated device of its own (nothing the other tests' members
+ * held is on it). */
+static void seeded_group(const char *name, uint64_t limit, uint32_t node_kib)
+{
+	char state[300];
+	snprintf(state, sizeof(state), "%s/sim-state-%s", ht_dir, name);
+	setenv("GPUSLICE_SIM_STATE", state, 1);
+	const char *path = ht_group(name, NULL);
+	struct seeds s = {limit, node_kib, 24u << 10}; /* ht_setup's GPUSLICE_SIM_MEMORY, 24 GiB */
+	shm_write_managed(path, set_seeds, &s);
+}
+
+/* A fresh member's first context (cuCtxCreate_v2, GPUSLICE_SIM_LATENCY_US in
+ * the driver): 'M' made, 'N' refused before the driver was asked (in less
+ * than half the driver's time), 'X' anything else. */
+static int first_create(void *arg)
+{
+	const struct race *r = arg;
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+	CHECK(cuda != NULL);
+	CUresult (*init)(unsigned) = NULL;
+	*(void **)&init = drv_sym(cuda, "cuInit");
+	CHECK_EQ(init(0), CUDA_SUCCESS);
+	race_ready(r);
+	CUcontext c;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY && ms < 50 ? 'N' : 'X');
+}
+
+/* (a) The node's very first contexts: a group no context was measured in,
+ * on a node where no group measured one (no header seed), three first
+ * contexts at once in 1000 MiB, 3 s each in the driver. Reserved at the guess
+ * (512 MiB) the second and third do not fit beside the first: they wait for
+ * its measurement (at most 2 s, shorter than its call) and then share the
+ * 488 MiB left, so one is refused. Reserved at the probe's 300 MiB, all three
+ * fit at once: none waits, all three are made, the device never holds more
+ * than the limit. */
+static int cold_node(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "3000000", 1);
+	seeded_group("seedcold", 1048576000ull, 0);
+	int made, refused;
+	uint64_t most = race_run(3, first_create, &made, &refused);
+	if (made != 3 || most > 1048576000ull) {
+		fprintf(stderr, "the node's first contexts: %d of 3 made (want 3), the device held %.1f MiB of 1000 MiB\n",
+			made, (double)most / MiB);
+		return 1;
+	}
+	return 0;
+}
+
+/* (b) A first context larger than every context the groups measured on the
+ * node (their seed: 100 MiB, another kind of card) in a 250 MiB group: at
+ * the groups' seed it fits, reaches the driver, and the device holds 300 MiB
+ * past the group's 250 MiB until it is measured and undone. At the probe's
+ * figure for this device it is refused before the driver is asked. */
+static int larger_than_groups_seed(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
+	seeded_group("seedlarger", 262144000ull, (100u << 10) + 1);
+	int made, refused;
+	uint64_t most = race_run(1, first_create, &made, &refused);
+	if (refused != 1 || most > 262144000ull) {
+		fprintf(stderr,
+			"a 300 MiB first context in 250 MiB: %s, the device held %.1f MiB (want refused before the "
+			"driver, at most 250 MiB)\n",
+			refused ? "refused before the driver" : made ? "made" : "refused after the driver's call",
+			(double)most / MiB);
+		return 1;
+	}
+	return 0;
+}
+
+/* (c) A group smaller than a context (100 MiB) with nothing measured on the
+ * node: no guess fits, so today the headroom left is reserved and the driver
+ * decides: it makes the 300 MiB context (past the limit while the call runs)
+ * and it is undone after. At the probe's figure: refused before the driver,
+ * through the primary context's first retain too (the driver never holds it). */
+static int smaller_than_context(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
+	seeded_group("seedsmall", 104857600ull, 0);
+	int made, refused;
+	uint64_t most = race_run(1, first_create, &made, &refused);
+	if (refused != 1 || most > 104857600ull) {
+		fprintf(stderr, "a 300 MiB first context in 100 MiB: the device held %.1f MiB, %s (want refused "
+				"before the driver, at most 100 MiB)\n",
+			(double)most / MiB, refused ? "refused before the driver" : made ? "made" : "refused after");
+		return 1;
+	}
+	return 0;
+}
+
+static int primary_small(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
+	seeded_group("seedprim", 104857600ull, 0);
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+	CHECK(cuda != NULL);
+	CUresult (*init)(unsigned) = NULL;
+	*(void **)&init = drv_sym(cuda, "cuInit");
+	CHECK_EQ(init(0), CUDA_SUCCESS);
+	const struct sim_state *sim = sv_map();
+	ht_capture_stderr("seedprim");
+	CUcontext c = (CUcontext)&c;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(cuDevicePrimaryCtxRetain(&c, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK(c == NULL);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	CHECK_EQ(sv_device_used(sim), 0);
+	/* The simulator's primary context takes no time to make: what says the
+	 * driver was never asked is the refusal itself, at the context's whole
+	 * size with nothing of it reserved or charged before. */
+	char buf[1024];
+	ht_stderr(buf, sizeof(buf));
+	if (ms >= 50 || strstr(buf, "gpuslice: allocation of 300.0 MiB refused on GPU-") != buf ||
+	    strstr(buf, ": group \"seedprim\" uses 0 B of its 100.0 MiB limit\n") == NULL) {
+		fprintf(stdout, "the primary context: refused after %.0f ms, saying: %s", ms, buf);
+		return 1;
+	}
+	return 0;
+}
+
+/* A member's own measurement can raise its group's reservation, never lower
+ * it below the node's: a group whose file says its contexts took 1 KiB (a
+ * member's lie, or a smaller card) in 250 MiB is still refused a 300 MiB
+ * context before the driver. */
+static int lie_lowers_nothing(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
+	seeded_group("seedlie", 262144000ull, 0);
+	int fd = open(ht_group("seedlie", NULL), O_WRONLY);
+	uint32_t kib = 2;
+	CHECK(fd >= 0 && pwrite(fd, &kib, sizeof(kib), offsetof(struct gs_shm_header, context_kib)) == sizeof(kib));
+	close(fd);
+	int made, refused;
+	uint64_t most = race_run(1, first_create, &made, &refused);
+	if (refused != 1 || most > 262144000ull) {
+		fprintf(stderr, "after a 1 KiB measurement: the device held %.1f MiB of 250 MiB, refused %d\n",
+			(double)most / MiB, refused);
+		return 1;
+	}
+	return 0;
+}
+
+int main(void)
+{
+	ht_setup();
+	unsetenv("GPUSLICE_SIM_CONTEXT_MEMORY"); /* the simulator's default: CTX_MEM */
+	HT_RUN(cold_node, NULL);
+	HT_RUN(larger_than_groups_seed, NULL);
+	HT_RUN(smaller_than_context, NULL);
+	HT_RUN(primary_small, NULL);
+	HT_RUN(lie_lowers_nothing, NULL);
+	ht_teardown();
+	fprintf(stderr, "hooks_ctxseed_test: ok\n");
+	return 0;
+}
