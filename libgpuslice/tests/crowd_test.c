@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gpuslice/cuda_abi.h>
 #include <gpuslice/nvml_abi.h>
 #include <gpuslice/shm.h>
 
@@ -129,6 +130,7 @@ struct jobs_result {
 struct seed {
 	uint64_t pidns, ctx;
 	const char *group;
+	uint32_t total_mib; /* the device's memory as the driver reports it: the key of the node's probe figure */
 };
 
 static void set_seed(struct gs_shm_header *h, const void *arg)
@@ -137,17 +139,36 @@ static void set_seed(struct gs_shm_header *h, const void *arg)
 	h->host_pidns = sd->pidns;
 	snprintf(h->group, sizeof(h->group), "%s", sd->group);
 	h->context_seed_kib = (uint32_t)((sd->ctx + 1023) >> 10) + 1;
+	h->device_seed_mib[0] = sd->total_mib;
+	h->device_seed_kib[0] = (uint32_t)((sd->ctx + 1023) >> 10) + 1;
+}
+
+/* The device's memory in MiB as CUDA reports it (this process is never
+ * preloaded: the driver's own figure, as the node's probe reads it). */
+static uint32_t device_mib(void)
+{
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	CHECK(cuda != NULL);
+	CUresult (*init)(unsigned int) = (CUresult(*)(unsigned int))dlsym(cuda, "cuInit");
+	CUresult (*total)(size_t *, CUdevice) = (CUresult(*)(size_t *, CUdevice))dlsym(cuda, "cuDeviceTotalMem_v2");
+	size_t bytes = 0;
+	CHECK(init != NULL && total != NULL && init(0) == CUDA_SUCCESS && total(&bytes, 0) == CUDA_SUCCESS);
+	return (uint32_t)(bytes >> 20);
 }
 
 /* Makes group g's file as the node makes a new group's where contexts of ctx
- * bytes were measured: the time-slice daemon's context seed (1 + KiB) in its
- * header; no limit there (the members' GPUSLICE_MEMORY_LIMIT). */
+ * bytes were measured: the time-slice daemon's context seeds (1 + KiB) in its
+ * header, the node's probe figure for the device and the groups' seed; no
+ * limit there (the members' GPUSLICE_MEMORY_LIMIT). */
 static void seed_group(const char *g, uint64_t ctx)
 {
 	struct stat ns;
 	char path[300];
 	CHECK(stat("/proc/self/ns/pid", &ns) == 0);
-	struct seed sd = {ns.st_ino, ctx, g};
+	static uint32_t mib;
+	if (mib == 0)
+		mib = device_mib();
+	struct seed sd = {ns.st_ino, ctx, g, mib};
 	snprintf(path, sizeof(path), "%s/group-%s", dir, g);
 	shm_write_managed(path, set_seed, &sd);
 }
@@ -235,7 +256,7 @@ static int bench(const char *preload, int n, int trials, uint64_t limit, uint64_
 			       bare.phase_max[k] / 1e6, lib.phase_sum[k] / 1e6 / n, lib.phase_max[k] / 1e6);
 		printf("\n");
 		double sd = (double)seed.slowest_ns / 1e9;
-		printf("  gpuslice in a group the node seeded (a context's measured size in its header): slowest %.3f s "
+		printf("  gpuslice in a group the node seeded (its probe's figure for the device in its header): slowest %.3f s "
 		       "(%.2fx); jobs of 1 s or more %d; failed %d; context step mean/max %.1f/%.1f ms\n",
 		       sd, b > 0 ? sd / b : 0, seed.slow, seed.failed, seed.phase_sum[3] / 1e6 / n,
 		       seed.phase_max[3] / 1e6);

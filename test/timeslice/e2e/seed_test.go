@@ -5,9 +5,13 @@ package timeslicee2e
 import (
 	"encoding/binary"
 	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/ctxprobe"
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/group"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 	"github.com/gpuslice/gpuslice/internal/groupstate/groupstatetest"
@@ -82,4 +86,57 @@ func TestContextSeed(t *testing.T) {
 	}
 	startDaemon(t, cfg)
 	waitSeed(t, cfg, "later", groupstate.SeedMaxKiB)
+}
+
+// TestContextSeedProbed (issue 36): the daemon measures what a context takes
+// on the node's device itself (bin/gpuslice-ctxprobe on the simulated GPU,
+// whose contexts take 300 MiB) and gives every group that figure for its kind
+// of device: a group made before the probe ran and one made after, with no
+// context measured anywhere on the node.
+func TestContextSeedProbed(t *testing.T) {
+	cfg := testCfg(t)
+	bin := os.Getenv("GPUSLICE_BIN")
+	if bin == "" {
+		bin = filepath.Join(repoRoot(), "bin")
+	}
+	simDir := filepath.Join(bin, "sim")
+	drv, err := gpu.OpenDriver(gpu.ModeSim, simDir)
+	if err != nil {
+		t.Fatalf("the simulated GPU (make bin/sim/libnvidia-ml.so.1): %v", err)
+	}
+	mem, err := drv.NVML.Memory(0)
+	if serr := drv.NVML.Shutdown(); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	t.Setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "314572800")
+	cfg.ContextProbe = ctxprobe.Runner(filepath.Join(bin, ctxprobe.Binary), gpu.ModeSim, simDir)
+	want := groupstate.DeviceSeed{TotalMiB: uint32(mem.Total >> 20), KiB: 300<<10 + 1}
+	setGroup(t, cfg, "before", group.Change{File: "memory.max", Value: "1GiB"})
+	if err := groupstate.Create("/proc", groupstate.Path(cfg.RunDir, "before"), "before"); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, cfg)
+	waitDeviceSeed(t, cfg, "before", want)
+	setGroup(t, cfg, "after", group.Change{File: "memory.max", Value: "1GiB"})
+	if err := groupstate.Create("/proc", groupstate.Path(cfg.RunDir, "after"), "after"); err != nil {
+		t.Fatal(err)
+	}
+	waitDeviceSeed(t, cfg, "after", want)
+}
+
+// waitDeviceSeed waits until group name's state file holds the device seed
+// want, for at most 30 s (a bound for a CPU-starved probe, not a speed check).
+func waitDeviceSeed(t *testing.T, cfg timeslice.Config, name string, want groupstate.DeviceSeed) {
+	t.Helper()
+	var got []groupstate.DeviceSeed
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err = groupstate.ReadDeviceSeeds(groupstate.Path(cfg.RunDir, name))
+		if err == nil && slices.Contains(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s: device seeds %v, %v; want %v", name, got, err, want)
+		}
+	}
 }
