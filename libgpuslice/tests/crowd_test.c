@@ -4,13 +4,14 @@
  * library, or bare). This process is never preloaded: it reads the simulated
  * device through NVML as the driver reports it, from outside the groups.
  *
- *   crowd_test limit PRELOAD [RUNS [SECONDS]]
+ *   crowd_test limit PRELOAD [RUNS [SECONDS [seeded]]]
  *     Issue 36: 4 processes x 16 threads (cuMemAlloc, cuMemAllocPitch,
  *     cuMemAllocAsync, cuMemCreate, cuCtxCreate/Destroy) in one 1 GiB group,
  *     300 MiB contexts, the device's used memory sampled every 2 ms: no sample
  *     above the limit, in each of RUNS runs (3) of SECONDS (10), each run a
  *     new group (its first contexts too); every path ran, none failed but by a
- *     refusal, and allocations were made.
+ *     refusal, and allocations were made. seeded: each group's file made
+ *     by the node with its probe's figure for the device (300 MiB).
  *   crowd_test jobs PRELOAD N GROUPS LIMIT CONTEXT
  *     Issue 38: N jobs (crowd_child.c) started at one instant in GROUPS
  *     groups of LIMIT bytes, contexts of CONTEXT bytes: all succeed, as they
@@ -312,14 +313,18 @@ static void *sample(void *arg)
 
 static const char *const path_names[CROWD_PATHS] = {"alloc", "pitch", "async", "vmm", "context"};
 
-/* One run: 4 stress members in one group of 1 GiB, sampled from outside. */
-static int limit_run(const char *preload, int run, unsigned seconds)
+/* One run: 4 stress members in one group of 1 GiB, sampled from outside;
+ * seeded: the group's file made by the node with its probe's figure for the
+ * device (300 MiB), as the time-slice daemon gives every group. */
+static int limit_run(const char *preload, int run, unsigned seconds, int seeded)
 {
 	const uint64_t limit = 1024 * MiB;
 	struct kid kids[4];
 	unsigned long long n[CROWD_PATHS][3] = {{0}};
 	char g[32];
-	snprintf(g, sizeof(g), "limit%d", run);
+	snprintf(g, sizeof(g), "limit%d%s", run, seeded ? "s" : "");
+	if (seeded)
+		seed_group(g, 300 * MiB);
 	set_env_u64("CROWD_SECONDS", seconds);
 	struct sampler s = {.limit = limit, .end = crowd_now_ns() + (seconds + 1) * 1000000000ull};
 	pthread_t t;
@@ -341,9 +346,9 @@ static int limit_run(const char *preload, int run, unsigned seconds)
 				bad = 1, fprintf(stderr, "  member %d: %s\n", i, kids[i].line[l]);
 	}
 	CHECK(pthread_join(t, NULL) == 0);
-	printf("crowd limit run %d: %d of 4 members refused their context; %llu samples every 2 ms, %llu above 1 GiB "
+	printf("crowd limit run %d%s: %d of 4 members refused their context; %llu samples every 2 ms, %llu above 1 GiB "
 	       "(highest %.1f MiB);",
-	       run, no_room, s.n, s.above, (double)s.max / MiB);
+	       run, seeded ? " (seeded)" : "", no_room, s.n, s.above, (double)s.max / MiB);
 	bad |= no_room == 4;
 	unsigned long long made = 0;
 	for (int k = 0; k < CROWD_PATHS; k++) {
@@ -357,16 +362,16 @@ static int limit_run(const char *preload, int run, unsigned seconds)
 	return bad || s.above != 0 || s.n < seconds * 100 || s.fail != 0;
 }
 
-static int limit(const char *preload, int runs, unsigned seconds)
+static int limit(const char *preload, int runs, unsigned seconds, int seeded)
 {
 	setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "314572800", 1); /* 300 MiB */
 	set_env_u64("CROWD_THREADS", 16);
 	for (int r = 1; r <= runs; r++)
-		if (limit_run(preload, r, seconds) != 0) {
+		if (limit_run(preload, r, seconds, seeded) != 0) {
 			printf("crowd limit: run %d of %d failed\n", r, runs);
 			return 1;
 		}
-	printf("crowd limit: %d runs in a row, no sample above the limit\n", runs);
+	printf("crowd limit%s: %d runs in a row, no sample above the limit\n", seeded ? " (seeded)" : "", runs);
 	return 0;
 }
 
@@ -435,7 +440,8 @@ int main(int argc, char **argv)
 	unsetenv("GPUSLICE_NODE_SOCKET");
 	int rc = 2;
 	if (strcmp(argv[1], "limit") == 0)
-		rc = limit(argv[2], argc > 3 ? atoi(argv[3]) : 3, argc > 4 ? (unsigned)atoi(argv[4]) : 10);
+		rc = limit(argv[2], argc > 3 ? atoi(argv[3]) : 3, argc > 4 ? (unsigned)atoi(argv[4]) : 10,
+			   argc > 5 && strcmp(argv[5], "seeded") == 0);
 	else if (strcmp(argv[1], "ctxcost") == 0 && argc >= 4)
 		setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "314572800", 1),
 			rc = ctxcost(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 9);

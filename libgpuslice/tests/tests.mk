@@ -69,7 +69,8 @@ test-lib-drift: $(LIB_DRIFT_SRCS)
 # with 64 MiB contexts all succeed, each charged its own context and 4 MiB (issue 38); 240 jobs at one instant in
 # one 2 GiB group (contexts free) all succeed, each charged its 4 MiB (issue 36; timed: bench-lib-starts); 4 processes x 16 threads
 # (alloc, pitch, async, VMM, context creation) in a 1 GiB group with 300 MiB contexts never make the device hold
-# more than the limit, sampled through NVML every 2 ms for 10 s, 3 runs in a row (issue 36; the ASan library).
+# more than the limit, sampled through NVML every 2 ms for 10 s, 3 runs in a row (issue 36; the ASan library), in
+# groups without the node and in groups the node made with its probe's figure for the device.
 LIB_CROWD := $(LIB_TEST_BIN)/crowd_test
 LIB_CROWD_SRCS := $(LIB_DIR)/tests/crowd_test.c $(LIB_DIR)/tests/crowd_child.c apps/cuapi.c
 $(LIB_CROWD): $(LIB_CROWD_SRCS) $(LIB_DIR)/tests/crowd.h $(LIB_DIR)/tests/check.h apps/cuapi.h $(LIB_TEST_DEPS)
@@ -85,6 +86,8 @@ test-lib-crowd: $(LIB_CROWD) $(BIN)/libgpuslice.so $(LIB_ASAN) $(LIB_SIM)
 		240 1 2147483648 0
 	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 ASAN_OPTIONS=detect_leaks=0 \
 		$(LIB_CROWD) limit "$(LIB_CROWD_ASAN_PRELOAD)" 3 10
+	LD_LIBRARY_PATH=$(abspath $(BIN)/sim) GPUSLICE_LOG=0 ASAN_OPTIONS=detect_leaks=0 \
+		$(LIB_CROWD) limit "$(LIB_CROWD_ASAN_PRELOAD)" 3 10 seeded
 
 test-lib: test-lib-unit test-lib-hooks test-lib-preload test-lib-drift test-lib-crowd
 
