@@ -66,8 +66,11 @@ func Parse(out []byte) (Result, error) {
 		case len(f) == 4 && f[0] == "seed":
 			mib, err1 := strconv.ParseUint(f[2], 10, 32)
 			size, err2 := strconv.ParseUint(f[3], 10, 64)
-			if err := errors.Join(err1, err2); err != nil || mib == 0 || size > maxContext || len(f[1]) >= groupstate.UUIDLen {
-				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure (%v)", n, sc.Text(), err)
+			if err := errors.Join(err1, err2); err != nil {
+				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure: %w", n, sc.Text(), err)
+			}
+			if mib == 0 || size > maxContext || len(f[1]) >= groupstate.UUIDLen {
+				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure", n, sc.Text())
 			}
 			kib := uint32((size+1023)>>10) + 1
 			r.Devices[f[1]] = kib

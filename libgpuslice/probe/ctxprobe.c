@@ -178,8 +178,8 @@ static void probe(const struct drv *d, int i)
 int main(int argc, char **argv)
 {
 	struct drv d = {0};
-	if (argc > 3 || open_driver(&d, argc > 1 ? argv[1] : "libcuda.so.1",
-				    argc > 2 ? argv[2] : "libnvidia-ml.so.1") != 0)
+	if (argc > 3 ||
+	    open_driver(&d, argc > 1 ? argv[1] : "libcuda.so.1", argc > 2 ? argv[2] : "libnvidia-ml.so.1") != 0)
 		return 1;
 	int n;
 	if (d.count(&n) != CUDA_SUCCESS) {

@@ -303,7 +303,7 @@ static CUresult reserve(struct gs_drv_probe *p)
 			return CUDA_SUCCESS;
 		}
 	} while (!seeded && wait_for_guesses(p, &deadline)); /* the node's figure: nothing to wait for */
-	if (guess && (rest = reserve_rest(gpu)) != 0) { /* no measurement to go by: the driver's answer decides */
+	if (guess && (rest = reserve_rest(gpu)) != 0) {      /* no measurement to go by: the driver's answer decides */
 		gs_acct_proc_add(p->self, p->slot, rest);
 		reserved(p, rest, 1);
 		return CUDA_SUCCESS;

@@ -82,7 +82,8 @@ static int cold_node(void *arg)
 	int made, refused;
 	uint64_t most = race_run(3, first_create, &made, &refused);
 	if (made != 3 || most > 1048576000ull) {
-		fprintf(stderr, "the node's first contexts: %d of 3 made (want 3), the device held %.1f MiB of 1000 MiB\n",
+		fprintf(stderr,
+			"the node's first contexts: %d of 3 made (want 3), the device held %.1f MiB of 1000 MiB\n",
 			made, (double)most / MiB);
 		return 1;
 	}
@@ -105,7 +106,9 @@ static int larger_than_groups_seed(void *arg)
 		fprintf(stderr,
 			"a 300 MiB first context in 250 MiB: %s, the device held %.1f MiB (want refused before the "
 			"driver, at most 250 MiB)\n",
-			refused ? "refused before the driver" : made ? "made" : "refused after the driver's call",
+			refused ? "refused before the driver"
+			: made  ? "made"
+				: "refused after the driver's call",
 			(double)most / MiB);
 		return 1;
 	}
@@ -125,9 +128,13 @@ static int smaller_than_context(void *arg)
 	int made, refused;
 	uint64_t most = race_run(1, first_create, &made, &refused);
 	if (refused != 1 || most > 104857600ull) {
-		fprintf(stderr, "a 300 MiB first context in 100 MiB: the device held %.1f MiB, %s (want refused "
-				"before the driver, at most 100 MiB)\n",
-			(double)most / MiB, refused ? "refused before the driver" : made ? "made" : "refused after");
+		fprintf(stderr,
+			"a 300 MiB first context in 100 MiB: the device held %.1f MiB, %s (want refused "
+			"before the driver, at most 100 MiB)\n",
+			(double)most / MiB,
+			refused ? "refused before the driver"
+			: made  ? "made"
+				: "refused after");
 		return 1;
 	}
 	return 0;
