@@ -261,6 +261,10 @@ static int bench(const char *preload, int n, int trials, uint64_t limit, uint64_
 		       "(%.2fx); jobs of 1 s or more %d; failed %d; context step mean/max %.1f/%.1f ms\n",
 		       sd, b > 0 ? sd / b : 0, seed.slow, seed.failed, seed.phase_sum[3] / 1e6 / n,
 		       seed.phase_max[3] / 1e6);
+		printf("  per step, mean/max ms, seeded:");
+		for (int k = 0; k < PHASES; k++)
+			printf(" %s %.1f/%.1f", phase_names[k], seed.phase_sum[k] / 1e6 / n, seed.phase_max[k] / 1e6);
+		printf("\n");
 		seed_worst = sd - (1.5 * b + 0.5) > seed_worst ? sd - (1.5 * b + 0.5) : seed_worst;
 		seed_slow += seed.slow;
 		failed += seed.failed;
