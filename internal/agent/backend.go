@@ -33,7 +33,9 @@ type backend struct {
 
 // Pending lists the containers the kubelet may be allocating for: the pods
 // it works on (pod-resources List, which also says which containers hold
-// devices already).
+// devices already), with the groups Allocate made (deviceplugin.Records:
+// the kubelet drops a finishing pod's devices while it still lists the pod;
+// the group stays until the pod has left the node).
 func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.Candidate, error) {
 	conn, err := grpc.NewClient("unix://"+b.podSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -44,13 +46,17 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources list: %w", err)
 	}
-	held := map[string]bool{}
+	held := map[string]map[string]bool{} // namespace/name/container -> resources
 	var pods []*corev1.Pod
 	for _, pr := range resp.PodResources {
 		for _, c := range pr.Containers {
 			for _, d := range c.Devices {
-				if d.ResourceName == resource && len(d.DeviceIds) > 0 {
-					held[pr.Namespace+"/"+pr.Name+"/"+c.Name] = true
+				if len(d.DeviceIds) > 0 {
+					k := pr.Namespace + "/" + pr.Name + "/" + c.Name
+					if held[k] == nil {
+						held[k] = map[string]bool{}
+					}
+					held[k][d.ResourceName] = true
 				}
 			}
 		}
@@ -62,8 +68,15 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 		}
 		pods = append(pods, pod)
 	}
-	return deviceplugin.Candidates(pods, corev1.ResourceName(resource), func(p *corev1.Pod, c string) bool {
-		return held[p.Namespace+"/"+p.Name+"/"+c]
+	tree := b.groups.Tree()
+	return deviceplugin.Candidates(pods, corev1.ResourceName(resource), deviceplugin.Records{
+		Held: func(p *corev1.Pod, c string, r corev1.ResourceName) (int, bool) {
+			h := held[p.Namespace+"/"+p.Name+"/"+c]
+			return len(h), h[string(r)]
+		},
+		Made: func(p *corev1.Pod, c string) bool {
+			return tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: c, UID: p.UID}))
+		},
 	}), nil
 }
 

@@ -49,20 +49,37 @@ func (p *peer) setPods(pods ...*corev1.Pod) {
 }
 
 // dmBackend answers Pending from the device manager's own records, the way
-// the agent answers it from the kubelet's pod-resources API.
+// the agent answers it from the kubelet's pod-resources API, and remembers
+// the groups it made, as the agent's groups do.
 type dmBackend struct {
 	peer   *peer
 	inject Inject
+	mu     sync.Mutex
+	made   map[string]bool // group names
 }
 
 func (b *dmBackend) Pending(_ context.Context, resource string) ([]Candidate, error) {
 	m := b.peer.m
-	return Candidates(b.peer.active(), corev1.ResourceName(resource), func(p *corev1.Pod, c string) bool {
-		return m.GetDevices(string(p.UID), c)[resource] != nil
+	return Candidates(b.peer.active(), corev1.ResourceName(resource), Records{
+		Held: func(p *corev1.Pod, c string, r corev1.ResourceName) (int, bool) {
+			devs := m.GetDevices(string(p.UID), c)
+			return len(devs), devs[string(r)] != nil
+		},
+		Made: func(p *corev1.Pod, c string) bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return b.made[GroupName(Candidate{Name: p.Name, Container: c, UID: p.UID})]
+		},
 	}), nil
 }
 
 func (b *dmBackend) Prepare(_ context.Context, c Candidate, gpus map[string]gpuset.GPU) (*pluginapi.ContainerAllocateResponse, error) {
+	b.mu.Lock()
+	if b.made == nil {
+		b.made = map[string]bool{}
+	}
+	b.made[GroupName(c)] = true
+	b.mu.Unlock()
 	return b.inject.Response(c, gpus, GroupName(c))
 }
 
@@ -190,8 +207,56 @@ func runPeerScenario(t *testing.T) {
 		t.Fatalf("pod without assignment: err = %v", err)
 	}
 
+	peerFinishing(t, p, a, b)
 	peerUnits(t, ctx, p, be, a, b)
 	peerFailures(t, p, plug)
+}
+
+// peerFinishing: a pod whose containers have all exited is inactive for a
+// moment (its terminal status is set before its worker marks it
+// terminating): the device manager drops its devices then
+// (UpdateAllocatedDevices, which every pod-resources List and allocation
+// runs), and it is listed again, holding nothing, while it terminates. The
+// next pod of the same size is allocated its own GPU and group, not refused
+// as ambiguous with the finishing one and never given its group.
+func peerFinishing(t *testing.T, p *peer, running ...*corev1.Pod) {
+	f := pod("f", []int64{1}, [][]int32{{2}})
+	p.setPods(append(slices.Clone(running), f)...)
+	if err := p.m.Allocate(context.Background(), f, &f.Spec.Containers[0], lifecycle.AddOperation); err != nil {
+		t.Fatalf("allocate f: %v", err)
+	}
+	p.setPods(running...) // f's terminal status is set; its worker has not yet marked it terminating
+	p.m.UpdateAllocatedDevices(klog.Background())
+	if devs := p.m.GetDevices(string(f.UID), "c0"); len(devs) != 0 {
+		t.Fatalf("the device manager kept the finishing pod's devices %v", devs)
+	}
+	g := pod("g", []int64{1}, [][]int32{{1}})
+	p.setPods(append(slices.Clone(running), f, g)...) // f terminating: active again
+	if err := p.m.Allocate(context.Background(), g, &g.Spec.Containers[0], lifecycle.AddOperation); err != nil {
+		t.Fatalf("allocate g beside the finishing f: %v", err)
+	}
+	expectDevices(t, p.m, g, "/dev/nvidia1")
+	if file := groupFileOf(t, p.m, g); !strings.Contains(file, GroupName(Candidate{Name: g.Name, Container: "c0", UID: g.UID})) {
+		t.Fatalf("g got group file %s, not its own group's", file)
+	}
+	p.setPods(running...)
+}
+
+// groupFileOf is the group state file the device manager gives p's
+// container c0 (GPUSLICE_GROUP_FILE).
+func groupFileOf(t *testing.T, m *devicemanager.ManagerImpl, p *corev1.Pod) string {
+	t.Helper()
+	opts, err := m.GetDeviceRunContainerOptions(context.Background(), p, &p.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range opts.Envs {
+		if e.Name == "GPUSLICE_GROUP_FILE" {
+			return e.Value
+		}
+	}
+	t.Fatalf("%s: no group file in %v", p.Name, opts.Envs)
+	return ""
 }
 
 // peerFailures: unhealthy GPUs and a restarted kubelet.

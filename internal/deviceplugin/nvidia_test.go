@@ -14,7 +14,7 @@ import (
 // TestNVIDIAContract: the container's GPUs, and only them, by UUID in every
 // form the NVIDIA toolkit reads (env, volume mounts, CDI names).
 func TestNVIDIAContract(t *testing.T) {
-	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, none)[0]
+	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, Records{})[0]
 	gpus := map[string]gpuset.GPU{}
 	for i := range int32(4) {
 		gpus[uuid(i)] = gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}
@@ -70,14 +70,14 @@ func TestPodEnvCannotWiden(t *testing.T) {
 	for _, name := range []string{EnvVisibleDevices, "NVIDIA_VISIBLE_DEVICES_OVERRIDE"} {
 		q := p.DeepCopy()
 		q.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: name, Value: "all"}}
-		c := Candidates([]*corev1.Pod{q}, res, none)[0]
+		c := Candidates([]*corev1.Pod{q}, res, Records{})[0]
 		if _, err := (Inject{DevRoot: "/dev", Env: map[string]string{}}).Response(c, gpus, GroupName(c)); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=all in the pod spec: %v", name, err)
 		}
 	}
 	q := p.DeepCopy()
 	q.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CUDA_VISIBLE_DEVICES", Value: "0"}}
-	c := Candidates([]*corev1.Pod{q}, res, none)[0]
+	c := Candidates([]*corev1.Pod{q}, res, Records{})[0]
 	if _, err := (Inject{DevRoot: "/dev", Env: map[string]string{}}).Response(c, gpus, GroupName(c)); err != nil {
 		t.Errorf("unrelated env refused: %v", err)
 	}

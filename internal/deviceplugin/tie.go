@@ -39,21 +39,50 @@ type Candidate struct {
 
 func (c Candidate) String() string { return c.Namespace + "/" + c.Name + "/" + c.Container }
 
+// Records are what the node knows of a container's devices.
+type Records struct {
+	// Held says how many device-plugin resources (any plugin's) the
+	// kubelet lists devices of for the container (pod-resources), and
+	// whether resource is one of them. Nil: none.
+	Held func(pod *corev1.Pod, container string, resource corev1.ResourceName) (any int, this bool)
+	// Made says whether an Allocate answer was made for the container
+	// (its group exists). Nil: never.
+	Made func(pod *corev1.Pod, container string) bool
+}
+
+// allocated says whether the container has had its devices of resource.
+// Made with nothing held is a finishing pod whose devices the kubelet
+// dropped (it drops all of a pod's at once, see the package comment); made
+// with another resource held is a container whose resources the kubelet is
+// allocating one after another (gpuslice.io/gpu beside gpuslice.io/gpu-units
+// share one group), recording each as it goes.
+func (r Records) allocated(pod *corev1.Pod, container string, resource corev1.ResourceName) bool {
+	var n int
+	if r.Held != nil {
+		var this bool
+		if n, this = r.Held(pod, container, resource); this {
+			return true
+		}
+	}
+	return n == 0 && r.Made != nil && r.Made(pod, container)
+}
+
 // Candidates lists, for each live pod the kubelet works on, the first
-// container (spec order, the kubelet's order) that requests resource and has
-// no devices of it yet (allocated says which have). The kubelet adds a pod to
-// its pod list right before admitting it and admits pods one at a time, so
-// during an Allocate call this is normally exactly the container being
-// allocated.
-func Candidates(pods []*corev1.Pod, resource corev1.ResourceName, allocated func(pod *corev1.Pod, container string) bool) []Candidate {
+// container (spec order, the kubelet's order) that requests resource through
+// this plugin and has not had its devices of it (Records). A pod with a
+// status.startTime is left out: the kubelet sets it once it has admitted the
+// pod, never before. So during an Allocate call this is exactly the
+// container being allocated.
+func Candidates(pods []*corev1.Pod, resource corev1.ResourceName, rec Records) []Candidate {
 	var out []Candidate
 	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+			pod.Status.StartTime != nil {
 			continue
 		}
 		for _, c := range pod.Spec.Containers {
 			q, ok := c.Resources.Limits[resource]
-			if !ok || q.Value() <= 0 || allocated(pod, c.Name) {
+			if !ok || q.Value() <= 0 || viaDRA(pod, c.Name, resource) || rec.allocated(pod, c.Name, resource) {
 				continue
 			}
 			cand := Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Container: c.Name, Count: int(q.Value()), Pod: pod}
@@ -63,6 +92,21 @@ func Candidates(pods []*corev1.Pod, resource corev1.ResourceName, allocated func
 		}
 	}
 	return out
+}
+
+// viaDRA says whether the scheduler gave the container's resource through a
+// DRA claim (a device class's extendedResourceName): the kubelet then
+// never calls the plugin for it.
+func viaDRA(pod *corev1.Pod, container string, resource corev1.ResourceName) bool {
+	if pod.Status.ExtendedResourceClaimStatus == nil {
+		return false
+	}
+	for _, m := range pod.Status.ExtendedResourceClaimStatus.RequestMappings {
+		if m.ContainerName == container && m.ResourceName == string(resource) {
+			return true
+		}
+	}
+	return false
 }
 
 func assignedGPUs(pod *corev1.Pod, container string) ([]api.GPUAssignment, error) {

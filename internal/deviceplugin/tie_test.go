@@ -53,8 +53,6 @@ func pod(name string, counts []int64, gpus [][]int32) *corev1.Pod {
 
 func uuid(i int32) string { return "GPU-000" + string(rune('0'+i)) }
 
-func none(*corev1.Pod, string) bool { return false }
-
 func TestCandidates(t *testing.T) {
 	running := pod("running", []int64{1}, [][]int32{{0}})
 	twoC := pod("two", []int64{1, 2}, [][]int32{{0}, {1, 2}})
@@ -64,8 +62,14 @@ func TestCandidates(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{}
 	noGPU := pod("cpu", []int64{0}, nil)
 	noAssign := pod("bare", []int64{1}, nil)
-	allocated := func(p *corev1.Pod, c string) bool { return p.Name == "running" || (p.Name == "two" && c == "c0") }
-	got := Candidates([]*corev1.Pod{running, twoC, done, deleting, noGPU, noAssign}, res, allocated)
+	held := func(p *corev1.Pod, c string, _ corev1.ResourceName) (int, bool) {
+		h := p.Name == "running" || (p.Name == "two" && c == "c0")
+		if h {
+			return 1, true
+		}
+		return 0, false
+	}
+	got := Candidates([]*corev1.Pod{running, twoC, done, deleting, noGPU, noAssign}, res, Records{Held: held})
 	var names []string
 	for _, c := range got {
 		names = append(names, c.String())
@@ -80,20 +84,20 @@ func TestCandidates(t *testing.T) {
 		t.Fatalf("no assignment: %v", got[1].AssignmentErr)
 	}
 	// First unallocated container in spec order, one per pod.
-	if got := Candidates([]*corev1.Pod{twoC}, res, none); len(got) != 1 || got[0].Container != "c0" {
+	if got := Candidates([]*corev1.Pod{twoC}, res, Records{}); len(got) != 1 || got[0].Container != "c0" {
 		t.Fatalf("spec order: %+v", got)
 	}
 }
 
 func TestResolve(t *testing.T) {
-	a := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{1, 3}})}, res, none)[0]
-	b := Candidates([]*corev1.Pod{pod("b", []int64{1}, [][]int32{{0}})}, res, none)[0]
-	c := Candidates([]*corev1.Pod{pod("c", []int64{1}, [][]int32{{2}})}, res, none)[0]
-	bare := Candidates([]*corev1.Pod{pod("bare", []int64{1}, nil)}, res, none)[0]
-	short := Candidates([]*corev1.Pod{pod("short", []int64{3}, [][]int32{{1}})}, res, none)[0]
+	a := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{1, 3}})}, res, Records{})[0]
+	b := Candidates([]*corev1.Pod{pod("b", []int64{1}, [][]int32{{0}})}, res, Records{})[0]
+	c := Candidates([]*corev1.Pod{pod("c", []int64{1}, [][]int32{{2}})}, res, Records{})[0]
+	bare := Candidates([]*corev1.Pod{pod("bare", []int64{1}, nil)}, res, Records{})[0]
+	short := Candidates([]*corev1.Pod{pod("short", []int64{3}, [][]int32{{1}})}, res, Records{})[0]
 	other := pod("other", []int64{1}, [][]int32{{0}})
 	other.Spec.NodeName = "n2"
-	wrongNode := Candidates([]*corev1.Pod{other}, res, none)[0]
+	wrongNode := Candidates([]*corev1.Pod{other}, res, Records{})[0]
 	cases := []struct {
 		name  string
 		cands []Candidate
@@ -127,7 +131,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestPreferAndTie(t *testing.T) {
-	a := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{1, 3}})}, res, none)[0]
+	a := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{1, 3}})}, res, Records{})[0]
 	avail := []string{SlotID(uuid(0), 0), SlotID(uuid(1), 5), SlotID(uuid(1), 2), SlotID(uuid(3), 7)}
 	got, err := Prefer(a, avail, nil)
 	if err != nil {
@@ -162,7 +166,7 @@ func TestPreferAndTie(t *testing.T) {
 }
 
 func TestResponse(t *testing.T) {
-	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, none)[0]
+	c := Candidates([]*corev1.Pod{pod("a", []int64{2}, [][]int32{{3, 1}})}, res, Records{})[0]
 	gpus := map[string]gpuset.GPU{}
 	for i := range int32(4) {
 		gpus[uuid(i)] = gpuset.GPU{Index: i, UUID: uuid(i), Minor: uint32(i), Healthy: true}

@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuslice/gpuslice/internal/deviceplugin"
+	"github.com/gpuslice/gpuslice/internal/groupmgr"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// TestPendingRecords: the kubelet lists a finishing pod without its devices
+// (it dropped them while the pod was briefly inactive); its group, which
+// Allocate made, keeps it from being a candidate beside the pod being
+// admitted. A container whose gpuslice.io/gpu-units are held and whose group
+// is made (one group for both resources) is still waiting for
+// gpuslice.io/gpu; a container holding its devices is not.
+func TestPendingRecords(t *testing.T) {
+	mk := func(name string, res ...corev1.ResourceName) *corev1.Pod {
+		lim := corev1.ResourceList{}
+		for _, r := range res {
+			lim[r] = *resource.NewQuantity(1, resource.DecimalSI)
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+			Annotations: map[string]string{api.AnnotationAssignment: "{}"}},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: lim}}}}}
+	}
+	finishing, admitting, holding := mk("finishing", api.ResourceGPU), mk("admitting", api.ResourceGPU), mk("holding", api.ResourceGPU)
+	both := mk("both", api.ResourceGPU, api.ResourceUnits)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, p := range []*corev1.Pod{finishing, admitting, holding, both} {
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := groupmgr.New(groupmgr.Config{RunDir: t.TempDir()})
+	for _, p := range []*corev1.Pod{finishing, holding, both} {
+		if err := groups.Tree().Create(deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: "main", UID: p.UID})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := servePodResources(t, podWith("finishing", string(api.ResourceGPU)), podWith("admitting", string(api.ResourceGPU)),
+		podWith("holding", string(api.ResourceGPU), "GPU-1::0"), podWith("both", string(api.ResourceUnits), "GPU-1::7"))
+	b := &backend{pods: listersv1.NewPodLister(idx), client: fake.NewClientset(), podSocket: sock, groups: groups}
+	cands, err := b.Pending(context.Background(), string(api.ResourceGPU))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range cands {
+		names = append(names, c.Name)
+	}
+	if want := []string{"admitting", "both"}; !slices.Equal(names, want) {
+		t.Fatalf("candidates %v, want %v", names, want)
+	}
+	if cands, err := b.Pending(context.Background(), string(api.ResourceUnits)); err != nil || len(cands) != 0 {
+		t.Fatalf("units candidates %v, %v; want none (both holds its units)", cands, err)
+	}
+}
