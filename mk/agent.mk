@@ -42,7 +42,8 @@ test-node-e2e: all kubelet-bin
 # GPUSLICE_GROUP_FILE counted in its container's group, gpuslice.io/units 25 -> 50 refused
 # while the GPU is full, then applied live (timed), a pod that fits nowhere and a
 # pod on a Draining node left Pending with the reason, an online pod beside three
-# offline ones, a preempted pod's memory, GPU time and units freed as soon as its containers stop.
+# offline ones, a preempted pod's memory, GPU time and units freed as soon as its containers stop,
+# a burst of 40 pods of one share created at once (half exiting at once) all admitted with their own groups.
 # Last, pods with the simulator's realistic 300 MiB contexts: the context counted in memory.current and
 # gpuslice status, a pod whose limit cannot hold context + allocation refused with the one-line reason.
 # Ends with "pod shares 25/75: <a>% / <b>%, change 25->50 enforced in <ms> ms".

@@ -61,9 +61,10 @@ func TestPodShares(t *testing.T) {
 	t.Run("preempted", func(t *testing.T) { n.t = t; testPreempted(t, ctx, n) })
 	t.Run("online", func(t *testing.T) { n.t = t; testOnline(t, ctx, n) })
 	t.Run("slots", func(t *testing.T) { n.t = t; testSlots(t, ctx, n) })
+	t.Run("burst", func(t *testing.T) { n.t = t; testBurst(t, ctx, n) })
 	t.Run("context", func(t *testing.T) { n.t = t; testContextMemory(t, ctx, n) }) // last: the agent is left with contexts taking memory
 	n.t = t
-	if !shared { // it has said why; no figures then
+	if !shared || len(busy) < 2 { // it has said why (or was not run); no figures then
 		return
 	}
 	line := fmt.Sprintf("pod shares 25/75: %.1f%% / %.1f%%, change 25->50 enforced in %d ms", busy[0], busy[1], change.Milliseconds())
