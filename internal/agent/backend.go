@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,7 +45,7 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 		return nil, fmt.Errorf("pod-resources: %w", err)
 	}
 	defer func() { _ = conn.Close() }() // the List result is what matters
-	resp, err := podresources.NewPodResourcesListerClient(conn).List(ctx, &podresources.ListPodResourcesRequest{})
+	resp, err := listPodResources(ctx, podresources.NewPodResourcesListerClient(conn), listRateWait)
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources list: %w", err)
 	}
@@ -78,6 +81,28 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 			return tree.Exists(deviceplugin.GroupName(deviceplugin.Candidate{Name: p.Name, Container: c, UID: p.UID}))
 		},
 	}), nil
+}
+
+// listRateWait bounds how long Pending waits out the kubelet's rate limit on
+// the pod-resources API (100 calls a second, 10 at once, shared by every
+// client of the node: a busy monitoring agent must not fail admissions).
+const listRateWait = time.Second
+
+// listPodResources calls List, again every 10 ms while the kubelet answers
+// that its rate limit is reached, for at most wait.
+func listPodResources(ctx context.Context, c podresources.PodResourcesListerClient, wait time.Duration) (*podresources.ListPodResourcesResponse, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := c.List(ctx, &podresources.ListPodResourcesRequest{})
+		if status.Code(err) != codes.ResourceExhausted || !time.Now().Before(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (after %w)", ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // pod reads a pod from the informer cache, or from the API server when the

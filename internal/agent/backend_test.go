@@ -3,7 +3,14 @@ package agent
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -12,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuslice/gpuslice/internal/deviceplugin"
 	"github.com/gpuslice/gpuslice/internal/groupmgr"
@@ -64,5 +72,57 @@ func TestPendingRecords(t *testing.T) {
 	}
 	if cands, err := b.Pending(context.Background(), string(api.ResourceUnits)); err != nil || len(cands) != 0 {
 		t.Fatalf("units candidates %v, %v; want none (both holds its units)", cands, err)
+	}
+}
+
+// limitedPods answers List with the kubelet's rate-limit error until it has
+// refused refusals calls.
+type limitedPods struct {
+	podresources.UnimplementedPodResourcesListerServer
+	mu       sync.Mutex
+	refusals int
+	calls    int
+}
+
+func (k *limitedPods) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls++
+	if k.calls <= k.refusals {
+		return nil, status.Error(codes.ResourceExhausted, "rejected by rate limit")
+	}
+	return &podresources.ListPodResourcesResponse{}, nil
+}
+
+// TestListPodResourcesRateLimit: the kubelet's rate limit on pod-resources
+// (shared with every other client) is waited out, for a bounded time; other
+// errors are not retried.
+func TestListPodResourcesRateLimit(t *testing.T) {
+	for name, tc := range map[string]struct {
+		refusals, calls int
+		code            codes.Code
+	}{
+		"free":          {0, 1, codes.OK},
+		"limited twice": {2, 3, codes.OK},
+		"saturated":     {1 << 30, 0, codes.ResourceExhausted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k := &limitedPods{refusals: tc.refusals}
+			conn, err := grpc.NewClient("unix://"+serveLister(t, k), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			_, err = listPodResources(context.Background(), podresources.NewPodResourcesListerClient(conn), 200*time.Millisecond)
+			if status.Code(err) != tc.code {
+				t.Fatalf("err %v, want code %v", err, tc.code)
+			}
+			if tc.calls > 0 && k.calls != tc.calls {
+				t.Fatalf("%d calls, want %d", k.calls, tc.calls)
+			}
+			if tc.code != codes.OK && k.calls < 2 {
+				t.Fatalf("gave up after %d call(s)", k.calls)
+			}
+		})
 	}
 }

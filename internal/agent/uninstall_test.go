@@ -26,13 +26,20 @@ func (k *kubeletPods) List(context.Context, *podresources.ListPodResourcesReques
 // servePodResources serves pods on a unix socket (gRPC, as the kubelet does) and returns its path.
 func servePodResources(t *testing.T, pods ...*podresources.PodResources) string {
 	t.Helper()
+	return serveLister(t, &kubeletPods{pods: pods})
+}
+
+// serveLister serves srv as the kubelet's pod-resources API on a unix socket
+// and returns its path.
+func serveLister(t *testing.T, srv podresources.PodResourcesListerServer) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "kubelet.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	podresources.RegisterPodResourcesListerServer(s, &kubeletPods{pods: pods})
+	podresources.RegisterPodResourcesListerServer(s, srv)
 	go func() { _ = s.Serve(l) }() // ends with Stop
 	t.Cleanup(s.Stop)
 	return sock
