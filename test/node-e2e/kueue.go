@@ -202,16 +202,10 @@ func kueueJob(team, name string, units, memory int64, prio string, seconds int) 
 	if prio != "" {
 		labels[prioLabel] = prio
 	}
-	// BackoffLimit 2, not 0: on the device-plugin path the kubelet fails a pod's
-	// admission when two pods bound at once ask for the same shares on one
-	// GPU (deviceplugin.ErrAmbiguous, "refusing to guess": the kubelet's
-	// Allocate names no pod), and the Job controller replaces it, as it does
-	// for users (default 6). Seen once in a CI rehearsal (2 of ~100 pods);
-	// an open item of the device-plugin path, not of Kueue's quotas.
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: name, Labels: labels},
 		Spec: batchv1.JobSpec{
-			Suspend: ptr.To(true), Parallelism: ptr.To(int32(1)), Completions: ptr.To(int32(1)), BackoffLimit: ptr.To(int32(2)),
+			Suspend: ptr.To(true), Parallelism: ptr.To(int32(1)), Completions: ptr.To(int32(1)), BackoffLimit: ptr.To(int32(0)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kueueLabel: "1"}},
 				Spec: corev1.PodSpec{
