@@ -29,10 +29,10 @@ const (
 	// during the burst, as node monitoring agents do: each List runs the
 	// kubelet's UpdateAllocatedDevices, which drops the devices of a pod that
 	// is inactive at that moment (a finishing pod is, briefly). Together they
-	// stay well under the kubelet's rate limit on the API (100 calls/s, 10 at
-	// once), which the device plugin's own calls share.
+	// take 80 of the kubelet's 100 calls/s on the API (10 at once), which the
+	// device plugin's own calls share.
 	burstListers   = 2
-	burstListEvery = 50 * time.Millisecond
+	burstListEvery = 25 * time.Millisecond
 	podResources = "/var/lib/kubelet/pod-resources/kubelet.sock"
 )
 
