@@ -33,7 +33,7 @@ const (
 	// device plugin's own calls share.
 	burstListers   = 2
 	burstListEvery = 25 * time.Millisecond
-	podResources = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	podResources   = "/var/lib/kubelet/pod-resources/kubelet.sock"
 )
 
 // testBurst: burstLong + burstShort pods of burstUnits units and
