@@ -23,6 +23,11 @@ type Config struct {
 	DefaultPlacement api.Placement
 }
 
+// Busy reports whether a GPU measured at utilization percent is above the
+// threshold: it gets no new pods nor claims (GPU pods: Books; pods with
+// ResourceClaims: internal/sched's device view).
+func (c Config) Busy(utilization int32) bool { return utilization > c.UtilizationThreshold }
+
 // Validate checks the knobs.
 func (c Config) Validate() error {
 	var errs []error

@@ -139,7 +139,7 @@ func (b *Books) candidates(ns *nodeState, used *usageSet, freed []int32, sharing
 		switch {
 		case !g.Healthy:
 			sk.unhealthy++
-		case g.UtilizationPercent > b.cfg.UtilizationThreshold && !slices.Contains(freed, g.Index):
+		case b.cfg.Busy(g.UtilizationPercent) && !slices.Contains(freed, g.Index):
 			sk.busy++
 		case g.UnscheduledProcesses > 0 && !b.cfg.AllowUnscheduledProcesses:
 			sk.foreign++
@@ -224,18 +224,26 @@ func (k *candidate) freeFraction() float64 {
 // have few GPUs and the hot path must not allocate.
 func order(cands []candidate, idx []int, policy api.Placement) {
 	less := func(a, b *candidate) bool {
-		if policy != api.PlacementFirstFit {
-			if fa, fb := a.frac, b.frac; fa != fb {
-				return (policy == api.PlacementBinpack) == (fa < fb)
-			}
-		}
-		return a.gpu.Index < b.gpu.Index
+		return DeviceBefore(policy, a.frac, b.frac, int(a.gpu.Index), int(b.gpu.Index))
 	}
 	for i := 1; i < len(idx); i++ {
 		for j := i; j > 0 && less(&cands[idx[j]], &cands[idx[j-1]]); j-- {
 			idx[j], idx[j-1] = idx[j-1], idx[j]
 		}
 	}
+}
+
+// DeviceBefore is the order in which a node's devices are offered to a pod
+// by policy: binpack the fullest first, spread the emptiest, first-fit (and
+// ties) by position (a GPU's index). freeA and freeB are the devices' free
+// shares before the pod, units plus memory as fractions (0 to 2). GPU pods
+// (order) and pods with ResourceClaims (internal/sched's device view, which
+// offers the stock allocator a node's devices in this order) share it.
+func DeviceBefore(policy api.Placement, freeA, freeB float64, posA, posB int) bool {
+	if policy != api.PlacementFirstFit && freeA != freeB {
+		return (policy == api.PlacementBinpack) == (freeA < freeB)
+	}
+	return posA < posB
 }
 
 // Score rates placing req on node for its policy in [0, MaxScore]: binpack

@@ -69,6 +69,10 @@ type Books struct {
 	// reads a handful of priorities instead of every pod of the cluster.
 	prio  map[string]int32
 	prios map[int32]int
+	// busy: per node, the UUIDs of its GPUs measured above the
+	// utilization threshold (the device view hides them from claims).
+	busy map[string][]string
+	cfg  alloc.Config
 }
 
 var _ Allocator = &Books{}
@@ -76,7 +80,8 @@ var _ Allocator = &Books{}
 // NewBooks returns empty books.
 func NewBooks(cfg alloc.Config, clk clock.PassiveClock) *Books {
 	return &Books{clock: clk, books: alloc.NewBooks(cfg), seen: map[string]string{},
-		resizing: map[string]*pendingResize{}, stale: map[string]string{}, prio: map[string]int32{}, prios: map[int32]int{}}
+		resizing: map[string]*pendingResize{}, stale: map[string]string{}, prio: map[string]int32{}, prios: map[int32]int{},
+		busy: map[string][]string{}, cfg: cfg}
 }
 
 // Check implements Allocator.
@@ -245,10 +250,38 @@ func (l *Books) SetGPUNode(n *v1alpha2.GPUNode) error {
 		return err
 	}
 	row := alloc.NodeFromAPI(n)
+	var busy []string
+	for _, g := range row.GPUs {
+		if l.cfg.Busy(g.UtilizationPercent) {
+			busy = append(busy, g.UUID)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.books.SetNode(row)
+	if len(busy) > 0 {
+		l.busy[n.Name] = busy
+	} else {
+		delete(l.busy, n.Name)
+	}
 	return nil
+}
+
+// BusyGPUs are the UUIDs of the GPUs measured above the utilization
+// threshold (nil: none).
+func (l *Books) BusyGPUs() map[string]bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.busy) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, us := range l.busy {
+		for _, u := range us {
+			out[u] = true
+		}
+	}
+	return out
 }
 
 // SetLease records a node agent's Lease and reports whether it revived
@@ -274,6 +307,7 @@ func (l *Books) RemoveGPUNode(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.books.RemoveNode(name)
+	delete(l.busy, name)
 }
 
 // ObservePod books the assignment of a bound, running pod and releases a

@@ -15,6 +15,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -68,6 +69,10 @@ type sharedDev struct {
 	id          structured.DeviceID
 	units, mem  int64
 	unavailable bool // tainted
+	// uuid: the GPU's (attribute uuid, as its GPUNode row names it); pos:
+	// the device's place in its slice.
+	uuid string
+	pos  int
 }
 
 // devTable keeps each ResourceSlice's shared devices, read once per slice
@@ -89,10 +94,11 @@ func (t *devTable) devices(all []*resourceapi.ResourceSlice) [][]sharedDev {
 	for i, s := range all {
 		devs, ok := t.bySlice[s]
 		if !ok {
-			for _, d := range s.Spec.Devices {
+			for p, d := range s.Spec.Devices {
 				u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
 				if u > 0 && m > 0 {
-					devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m, unavailable: len(d.Taints) > 0})
+					devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
+						unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p})
 				}
 			}
 			t.bySlice[s] = devs
@@ -133,9 +139,10 @@ func consumed(st *structured.AllocatedState, d sharedDev) (units, mem int64) {
 }
 
 // draCandidates names up to k nodes among nis (the pod's node selector
-// and affinity matching) with a device that has need free, best first by
+// and affinity matching) with a device that has need free and whose GPU is
+// not in busy (measured above the utilization threshold), best first by
 // policy (binpack: the fullest such device; spread: the emptiest).
-func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structured.AllocatedState, need claimNeed, policy api.Placement, k int) ([]string, error) {
+func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement, k int) ([]string, error) {
 	ok := matchingNodes(pod, nis)
 	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
@@ -151,7 +158,7 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 		}
 		for _, d := range devs {
 			u, m := consumed(st, d)
-			if d.unavailable || d.units-u < need.units || d.mem-m < need.bytes {
+			if d.unavailable || busy[d.uuid] || d.units-u < need.units || d.mem-m < need.bytes {
 				continue
 			}
 			f := nodeFit{node: node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
@@ -228,16 +235,16 @@ func topNodes(fits []nodeFit, policy api.Placement, k int) []string {
 // one the allocator could give, so none free by it is none by the
 // allocator. (With several requests the largest units and memory may come
 // from different devices; such pods go on to the allocator.)
-func (p *Plugin) narrowDRA(c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, missing int, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, missing int, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
 		return nil, nil
 	}
-	st, err := p.preempt.dra.allocatedState()
+	st, busy, err := p.draStateOf(state)
 	if err != nil {
 		return nil, nil
 	}
 	c.draState = st
-	names, err := p.preempt.dra.draCandidates(pod, nodes, st, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
+	names, err := p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
 	switch {
 	case err != nil:
 		return nil, nil
@@ -251,3 +258,15 @@ func (p *Plugin) narrowDRA(c *cycle, pod *corev1.Pod, claims []*resourceapi.Reso
 }
 
 var errNoShare = errors.New("gpuslice: no device of a matching node has the claim's share free (units and memory, allocations in flight counted)")
+
+// draStateOf is the allocated state DRAName's PreFilter gathered for this
+// pod (and the busy GPUs it hid), or else the claim tracker's now.
+func (p *Plugin) draStateOf(state fwk.CycleState) (*structured.AllocatedState, map[string]bool, error) {
+	if d, err := state.Read(steerKey); err == nil {
+		if sd, ok := d.(*steerData); ok && sd.state != nil {
+			return sd.state, sd.busy, nil
+		}
+	}
+	st, err := p.preempt.dra.allocatedState()
+	return st, nil, err
+}

@@ -80,7 +80,8 @@ func TestDRACandidates(t *testing.T) {
 		node := fmt.Sprintf("n%d", i)
 		f.slices = append(f.slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver, NodeName: ptr.To(node),
 			Pool: resourceapi.ResourcePool{Name: node}, Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}})
+				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": {StringValue: ptr.To("GPU-" + node)}},
+				Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}})
 		ni := nodeInfo(node)
 		if i < 3 {
 			ni.Node().Labels = map[string]string{"group": "g"}
@@ -102,7 +103,7 @@ func TestDRACandidates(t *testing.T) {
 		policy api.Placement
 		want   []string
 	}{{api.PlacementBinpack, []string{"n1", "n2"}}, {api.PlacementSpread, []string{"n2", "n1"}}, {api.PlacementFirstFit, []string{"n1", "n2"}}} {
-		got, err := env.draCandidates(pod, nis, state(t, f), need, c.policy, 5)
+		got, err := env.draCandidates(pod, nis, state(t, f), nil, need, c.policy, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,12 +112,16 @@ func TestDRACandidates(t *testing.T) {
 		}
 	}
 	for policy, want := range map[api.Placement]string{api.PlacementBinpack: "n1", api.PlacementSpread: "n2"} {
-		if got, _ := env.draCandidates(pod, nis, state(t, f), need, policy, 1); !slices.Equal(got, []string{want}) {
+		if got, _ := env.draCandidates(pod, nis, state(t, f), nil, need, policy, 1); !slices.Equal(got, []string{want}) {
 			t.Errorf("%s, one candidate: %v, want [%s]", policy, got, want)
 		}
 	}
-	if got, _ := env.draCandidates(pod, nis, state(t, f), claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+	if got, _ := env.draCandidates(pod, nis, state(t, f), nil, claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
 		t.Errorf("60 units: candidates %v, want [n2]", got)
+	}
+	// n1's GPU measured above the utilization threshold: not a candidate.
+	if got, _ := env.draCandidates(pod, nis, state(t, f), map[string]bool{"GPU-n1": true}, need, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+		t.Errorf("n1's GPU busy: candidates %v, want [n2]", got)
 	}
 	if !narrowable([]*resourceapi.ResourceClaim{shareClaim(30, 1)}) || narrowable([]*resourceapi.ResourceClaim{shareClaim(0, 0)}) {
 		t.Error("narrowable: a share of units and memory is, a whole-device request is not")

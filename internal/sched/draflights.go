@@ -134,7 +134,7 @@ func (p *Plugin) preFilterDRA(state fwk.CycleState, pod *corev1.Pod, req *api.Po
 		c.draClaims = append(c.draClaims, cl.UID)
 	}
 	state.Write(stateKey, c)
-	return p.narrowDRA(c, pod, claims, missing, nodes)
+	return p.narrowDRA(state, c, pod, claims, missing, nodes)
 }
 
 // reserveDRA: the pod's binding is in flight if it allocates claims; its

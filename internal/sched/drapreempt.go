@@ -14,7 +14,6 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -87,7 +86,7 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 		}
 	}
 	if st := pr.fh.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni); !st.IsSuccess() &&
-		st.Plugin() != names.DynamicResources && st.Plugin() != Name {
+		!isDRAPlugin(st.Plugin()) && st.Plugin() != Name {
 		return nil, 0, st
 	}
 	return pr.chose(pod, node, victims), 0, nil
@@ -219,7 +218,7 @@ func (d draStatuses) excluded(node *corev1.Node, st *fwk.Status) bool {
 // draPreemptable tells whether st is a DynamicResources rejection for lack
 // of devices.
 func draPreemptable(st *fwk.Status) bool {
-	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Plugin() != names.DynamicResources {
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !isDRAPlugin(st.Plugin()) {
 		return false
 	}
 	msg := st.Message()

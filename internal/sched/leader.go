@@ -27,10 +27,11 @@ func (l *Leader) Lead() { l.once.Do(func() { close(l.ch) }) }
 func (l *Leader) Leading() <-chan struct{} { return l.ch }
 
 // Factory is the plugin factory for app.WithPlugin with the resize
-// controller gated on l.
-func Factory(l *Leader) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+// controller gated on l; with s, its books steer the devices DRAFactory(s)'s
+// plugin offers the allocator in the same profile (drasteer.go).
+func Factory(l *Leader, s *Steering) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return newPlugin(ctx, obj, h, l.Leading())
+		return newPlugin(ctx, obj, h, l.Leading(), s)
 	}
 }
 

@@ -54,10 +54,10 @@ const (
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	l := NewLeader()
 	l.Lead()
-	return newPlugin(ctx, obj, h, l.Leading())
+	return newPlugin(ctx, obj, h, l.Leading(), nil)
 }
 
-func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-chan struct{}) (fwk.Plugin, error) {
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-chan struct{}, steering *Steering) (fwk.Plugin, error) {
 	st, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -68,6 +68,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	}
 	cfg := st.Alloc
 	books := NewBooks(cfg, clock.RealClock{})
+	if st := steering.of(h.ProfileName()); st != nil {
+		st.books.Store(books)
+	}
 	ev := recorderEvents{rec: h.EventRecorder()}
 	pr := newPreemptor(h, books)
 	w := &waiters{activator: h, helps: func(parked *corev1.Pod, freed types.UID) bool {

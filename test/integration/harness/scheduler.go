@@ -19,6 +19,10 @@ type SchedulerOptions struct {
 	// StockQueueSort keeps kube-scheduler's PrioritySort instead of
 	// GPUSliceQueueSort (for figures before and after; GPUSlice only).
 	StockQueueSort bool
+	// StockDRA keeps kube-scheduler's DynamicResources plugin as it is
+	// instead of GPUSliceDynamicResources (the same plugin shown the devices
+	// in placement order; GPUSlice only): device placement by first fit.
+	StockDRA bool
 	// Parallelism of the scheduling framework (0: default 16).
 	Parallelism int
 	// Lease, when set, turns leader election on with this Lease in
@@ -49,7 +53,17 @@ func SchedulerConfig(kubeconfig string, o SchedulerOptions) string {
 		if strings.TrimSpace(args) == "" {
 			args = "{}"
 		}
-		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n      - {name: GPUSlice, weight: 10}\n")
+		fmt.Fprintf(&b, "  plugins:\n    multiPoint:\n      enabled:\n")
+		if !o.StockDRA {
+			// DynamicResources with the devices offered in placement order
+			// (and busy GPUs hidden); before GPUSlice, whose PreFilter reads
+			// the allocated state it gathered.
+			fmt.Fprintf(&b, "      - {name: GPUSliceDynamicResources, weight: 2}\n")
+		}
+		fmt.Fprintf(&b, "      - {name: GPUSlice, weight: 10}\n")
+		if !o.StockDRA {
+			fmt.Fprintf(&b, "      disabled: [{name: DynamicResources}]\n")
+		}
 		if !o.StockQueueSort {
 			// Preemptors back from their preemption before fresh pods of equal priority.
 			fmt.Fprintf(&b, "    queueSort:\n      disabled: [{name: PrioritySort}]\n      enabled: [{name: GPUSliceQueueSort}]\n")

@@ -1,0 +1,324 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/structured"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/pkg/api"
+)
+
+// Device-level placement for pods with ResourceClaims. On a node, the stock
+// allocator (kube-scheduler's DynamicResources plugin) gives a request the
+// first device that fits, in the order of the node's ResourceSlice.
+// DRAName is that same plugin, kube-scheduler's code unchanged, handed a
+// view of the ResourceSlices in which, for the pod being scheduled, the
+// devices of gpuslice.io's shape (consumable units and memory) come in the
+// order of the pod's placement policy (alloc.DeviceBefore, as GPU pods'
+// GPUs: binpack the fullest first, spread the emptiest) and the GPUs
+// measured above the utilization threshold are left out. So the first
+// device that fits is the policy's choice, and the allocation the plugin
+// writes to the claim's status is the standard one (driver, pool, device,
+// shareID, consumedCapacity): the kubelet, Kueue and other schedulers read
+// it as any other. Pools, slices, other devices and other drivers are as
+// published.
+
+// DRAName is the wrapped DynamicResources plugin's name in a profile (in
+// place of DynamicResources; docs/scheduling.md).
+const DRAName = "GPUSliceDynamicResources"
+
+// Steering links, per profile, the GPUSlice plugin (its books: policy and
+// utilization) with the wrapped DynamicResources plugin; made once per
+// process and given to both factories.
+type Steering struct {
+	mu       sync.Mutex
+	profiles map[string]*steer
+}
+
+// NewSteering returns an empty link.
+func NewSteering() *Steering { return &Steering{profiles: map[string]*steer{}} }
+
+// of is the profile's steer, made on first use (the factories run in any order).
+func (s *Steering) of(profile string) *steer {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.profiles[profile]
+	if st == nil {
+		st = &steer{}
+		s.profiles[profile] = st
+	}
+	return st
+}
+
+// steer is one profile's device view.
+type steer struct {
+	// books: the GPUSlice plugin's (nil: no GPUSlice in the profile, the
+	// slices are shown as published).
+	books atomic.Pointer[Books]
+	table devTable
+	// cur: the pod in the wrapped plugin's PreFilter (the scheduling
+	// cycle is serial), nil outside it.
+	cur atomic.Pointer[steerCycle]
+}
+
+// steerCycle is what the view needs of one pod: its policy, the busy GPUs'
+// UUIDs, and the allocated state the allocator starts from (as the plugin
+// gathered it).
+type steerCycle struct {
+	policy api.Placement
+	busy   map[string]bool
+	state  atomic.Pointer[structured.AllocatedState]
+}
+
+// steerKey: the allocated state the wrapped plugin gathered in PreFilter,
+// read by GPUSlice's PreFilter (its candidates) instead of gathering it again.
+const steerKey fwk.StateKey = Name + "/allocated"
+
+type steerData struct {
+	state *structured.AllocatedState
+	busy  map[string]bool
+}
+
+// Clone implements fwk.StateData: read-only.
+func (d *steerData) Clone() fwk.StateData { return d }
+
+// DRAFactory builds DRAName: kube-scheduler's DynamicResources plugin whose
+// handle shows the ResourceSlices through the profile's device view.
+func DRAFactory(s *Steering) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, fh fwk.Handle) (fwk.Plugin, error) {
+		args, err := draArgs(obj)
+		if err != nil {
+			return nil, err
+		}
+		st := s.of(fh.ProfileName())
+		h := fh
+		if m := fh.SharedDRAManager(); m != nil && st != nil {
+			h = steeredHandle{Handle: fh, dra: steeredManager{SharedDRAManager: m, s: st}}
+		}
+		p, err := dynamicresources.New(ctx, args, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", DRAName, err)
+		}
+		inner, ok := p.(*dynamicresources.DynamicResources)
+		if !ok {
+			return nil, fmt.Errorf("%s: unexpected plugin %T", DRAName, p)
+		}
+		return &steeredDRA{DynamicResources: inner, s: st}, nil
+	}
+}
+
+// draArgs are the DynamicResourcesArgs given under DRAName, or else their defaults.
+func draArgs(obj runtime.Object) (*config.DynamicResourcesArgs, error) {
+	if a, ok := obj.(*config.DynamicResourcesArgs); ok {
+		return a, nil
+	}
+	if obj != nil {
+		return nil, fmt.Errorf("%s: args of type %T, want DynamicResourcesArgs", DRAName, obj)
+	}
+	v := &configv1.DynamicResourcesArgs{}
+	scheme.Scheme.Default(v)
+	var out config.DynamicResourcesArgs
+	if err := scheme.Scheme.Convert(v, &out, nil); err != nil {
+		return nil, fmt.Errorf("%s: default args: %w", DRAName, err)
+	}
+	return &out, nil
+}
+
+// steeredDRA is DynamicResources with the view set up around its PreFilter
+// (where it lists the slices and builds its allocator); every other method
+// is the stock plugin's, under its own name.
+type steeredDRA struct {
+	*dynamicresources.DynamicResources
+	s *steer
+}
+
+// Name is DRAName: the framework finds the plugin's weight and queueing
+// hints under the name it was configured by.
+func (p *steeredDRA) Name() string { return DRAName }
+
+// isDRAPlugin tells whether a status comes from the DynamicResources
+// plugin, stock or wrapped.
+func isDRAPlugin(name string) bool { return name == names.DynamicResources || name == DRAName }
+
+// PreFilter runs the stock PreFilter with the pod's view in place.
+func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	b := p.s.books.Load()
+	if b == nil {
+		return p.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	}
+	c := &steerCycle{policy: b.cfg.DefaultPlacement, busy: b.BusyGPUs()}
+	if req, err := api.ParseRequest(pod); err == nil {
+		c.policy = b.Policy(req)
+	}
+	p.s.cur.Store(c)
+	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	p.s.cur.CompareAndSwap(c, nil)
+	if as := c.state.Load(); as != nil {
+		state.Write(steerKey, &steerData{state: as, busy: c.busy})
+	}
+	return r, st
+}
+
+type steeredHandle struct {
+	fwk.Handle
+	dra fwk.SharedDRAManager
+}
+
+func (h steeredHandle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
+
+type steeredManager struct {
+	fwk.SharedDRAManager
+	s *steer
+}
+
+func (m steeredManager) ResourceSlices() fwk.ResourceSliceLister {
+	return steeredSlices{ResourceSliceLister: m.SharedDRAManager.ResourceSlices(), s: m.s}
+}
+
+func (m steeredManager) ResourceClaims() fwk.ResourceClaimTracker {
+	return steeredClaims{ResourceClaimTracker: m.SharedDRAManager.ResourceClaims(), s: m.s}
+}
+
+// steeredClaims records the allocated state the plugin gathers for the pod.
+type steeredClaims struct {
+	fwk.ResourceClaimTracker
+	s *steer
+}
+
+func (t steeredClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	st, err := t.ResourceClaimTracker.GatherAllocatedState()
+	if c := t.s.cur.Load(); err == nil && c != nil {
+		c.state.Store(st)
+	}
+	return st, err
+}
+
+// steeredSlices lists the slices through the view during a pod's PreFilter.
+type steeredSlices struct {
+	fwk.ResourceSliceLister
+	s *steer
+}
+
+func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
+	all, err := l.ResourceSliceLister.ListWithDeviceTaintRules()
+	c := l.s.cur.Load()
+	if err != nil || c == nil {
+		return all, err
+	}
+	st := c.state.Load()
+	if st == nil || c.policy == api.PlacementFirstFit && len(c.busy) == 0 {
+		return all, nil
+	}
+	return l.s.view(all, c, st), nil
+}
+
+// view is all with, in each slice whose devices the policy orders otherwise
+// than published (some in use) or that has a busy GPU, a copy of the slice
+// with its shared devices in policy order and the busy ones left out; the
+// other slices are the informer's own (read-only) objects.
+func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState) []*resourceapi.ResourceSlice {
+	used := map[structured.DeviceID]bool{} // pools with a device in use
+	if c.policy != api.PlacementFirstFit {
+		for id := range st.AggregatedCapacity {
+			used[poolOnly(id)] = true
+		}
+		for id := range st.AllocatedDevices {
+			used[poolOnly(id)] = true
+		}
+	}
+	var out []*resourceapi.ResourceSlice
+	for i, devs := range s.table.devices(all) {
+		if len(devs) == 0 || !used[poolOnly(devs[0].id)] && !anyBusy(devs, c.busy) {
+			continue
+		}
+		if sl := steerSlice(all[i], devs, c, st); sl != all[i] {
+			if out == nil {
+				out = slices.Clone(all)
+			}
+			out[i] = sl
+		}
+	}
+	if out == nil {
+		return all
+	}
+	return out
+}
+
+// poolOnly is id without its device: its driver and pool.
+func poolOnly(id structured.DeviceID) structured.DeviceID {
+	var none structured.DeviceID
+	id.Device = none.Device
+	return id
+}
+
+func anyBusy(devs []sharedDev, busy map[string]bool) bool {
+	for _, d := range devs {
+		if busy[d.uuid] {
+			return true
+		}
+	}
+	return false
+}
+
+// steerSlice is sl with its shared devices devs (in slice order) in policy
+// order and the busy ones left out; sl itself when that changes nothing.
+func steerSlice(sl *resourceapi.ResourceSlice, devs []sharedDev, c *steerCycle, st *structured.AllocatedState) *resourceapi.ResourceSlice {
+	type ranked struct {
+		d    sharedDev
+		free float64
+	}
+	keep := make([]ranked, 0, len(devs))
+	for _, d := range devs {
+		if c.busy[d.uuid] {
+			continue
+		}
+		u, m := consumed(st, d)
+		keep = append(keep, ranked{d: d, free: float64(d.units-u)/float64(d.units) + float64(d.mem-m)/float64(d.mem)})
+	}
+	sort.SliceStable(keep, func(i, j int) bool {
+		return alloc.DeviceBefore(c.policy, keep[i].free, keep[j].free, keep[i].d.pos, keep[j].d.pos)
+	})
+	same := len(keep) == len(devs)
+	for i := 0; same && i < len(keep); i++ {
+		same = keep[i].d.pos == devs[i].pos
+	}
+	if same {
+		return sl
+	}
+	// The shared devices' places take the kept ones in order; the rest stay.
+	n := *sl
+	n.Spec.Devices = make([]resourceapi.Device, 0, len(sl.Spec.Devices))
+	next, k := 0, 0 // next shared place in devs, next kept device
+	for p, d := range sl.Spec.Devices {
+		if next < len(devs) && devs[next].pos == p {
+			next++
+			if k < len(keep) {
+				n.Spec.Devices = append(n.Spec.Devices, sl.Spec.Devices[keep[k].d.pos])
+				k++
+			}
+			continue
+		}
+		n.Spec.Devices = append(n.Spec.Devices, d)
+	}
+	return &n
+}
