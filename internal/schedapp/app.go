@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/gpuslice/gpuslice/internal/queuecheck"
 	"github.com/gpuslice/gpuslice/internal/sched"
@@ -49,6 +51,12 @@ func NewCommand(ctx context.Context) *cobra.Command {
 			// plugin's args (GPUSliceArgs) through the registered types.
 			if err := sched.RegisterArgs(); err != nil {
 				return err
+			}
+			// gpuslice-scheduler's own default, before --feature-gates
+			// (which may turn it on): no nominatedNodeName patch before
+			// PreBind (docs/scheduling.md, "Pods with ResourceClaims").
+			if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.NominatedNodeNameForExpectation): false}); err != nil {
+				return fmt.Errorf("feature gates: %w", err)
 			}
 			return opts.ComponentGlobalsRegistry.Set()
 		},
@@ -84,9 +92,9 @@ func run(ctx context.Context, cmd *cobra.Command, opts *options.Options, kueueCh
 	cliflag.PrintFlags(cmd.Flags())
 	logger := klog.FromContext(ctx)
 	logger.Info("starting "+Binary, "version", version.Get(), "kubernetes", k8sversion.Get().GitVersion)
-	leader := sched.NewLeader()
-	cc, s, err := app.Setup(ctx, opts, app.WithPlugin(sched.Name, sched.Factory(leader)),
-		app.WithPlugin(sched.QueueSortName, sched.NewQueueSort))
+	leader, steering := sched.NewLeader(), sched.NewSteering()
+	cc, s, err := app.Setup(ctx, opts, app.WithPlugin(sched.Name, sched.Factory(leader, steering)),
+		app.WithPlugin(sched.DRAName, sched.DRAFactory(steering)), app.WithPlugin(sched.QueueSortName, sched.NewQueueSort))
 	if err != nil {
 		return err
 	}

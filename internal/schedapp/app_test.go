@@ -5,7 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/gpuslice/gpuslice/internal/sched"
 )
@@ -72,5 +74,24 @@ func TestLeadingLock(t *testing.T) {
 func TestVersionFlag(t *testing.T) {
 	if code := Main(context.Background(), []string{"--version"}); code != 0 {
 		t.Fatalf("--version exit %d", code)
+	}
+}
+
+// TestNominatedNodeNameForExpectationOff: gpuslice-scheduler does not
+// patch nominatedNodeName before PreBind unless --feature-gates asks.
+func TestNominatedNodeNameForExpectationOff(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--version"}, false},
+		{[]string{"--feature-gates=NominatedNodeNameForExpectation=true", "--version"}, true},
+	} {
+		if code := Main(context.Background(), tc.args); code != 0 {
+			t.Fatalf("%v: exit %d", tc.args, code)
+		}
+		if got := utilfeature.DefaultFeatureGate.Enabled(features.NominatedNodeNameForExpectation); got != tc.want {
+			t.Errorf("%v: NominatedNodeNameForExpectation %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }
