@@ -243,3 +243,37 @@ func TestBooksFloor(t *testing.T) {
 		t.Fatalf("all released: Floor(1000) = %s, %d priorities kept", got, len(l.prio))
 	}
 }
+
+// TestBooksBusyGPUs: the GPUs measured above the threshold (95), by UUID,
+// follow each node's latest row and go with the node.
+func TestBooksBusyGPUs(t *testing.T) {
+	l, _ := newBooks(t)
+	a, b := gpuNode("a", 2, t0), gpuNode("b", 2, t0)
+	a.Status.GPUs[1].UtilizationPercent = 96
+	b.Status.GPUs[0].UtilizationPercent = 95 // at the threshold: not busy
+	for _, n := range []*v1alpha2.GPUNode{a, b} {
+		if err := setGPUNode(l, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.BusyGPUs(); len(got) != 1 || !got["a-b"] {
+		t.Fatalf("busy %v, want [a-b]", got)
+	}
+	b = b.DeepCopy()
+	b.Status.GPUs[0].UtilizationPercent = 100
+	if err := setGPUNode(l, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.BusyGPUs(); len(got) != 2 || !got["a-b"] || !got["b-a"] {
+		t.Fatalf("busy %v, want [a-b b-a]", got)
+	}
+	a = a.DeepCopy()
+	a.Status.GPUs[1].UtilizationPercent = 10
+	if err := setGPUNode(l, a); err != nil {
+		t.Fatal(err)
+	}
+	l.RemoveGPUNode("b")
+	if got := l.BusyGPUs(); got != nil {
+		t.Fatalf("busy %v after a's GPU cooled and b left, want none", got)
+	}
+}
