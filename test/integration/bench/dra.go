@@ -63,8 +63,15 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 		}
 		for _, run := range runs {
 			name := fmt.Sprintf("%s-%d", run.name, r)
-			res, err := runWorkload(ctx, cp, stock, name, harness.SchedulerOptions{SchedulerName: name}, o.clients, claimWorkload(cp, run.reqs))
+			w, profiled := claimWorkload(cp, run.reqs), closedErr()
+			if r == 0 && run.name == "dra-shares" {
+				w, profiled = withAPIProfile(cp, w, o.draAPIProfile, ".stock", o.draProfile.seconds)
+			}
+			res, err := runWorkload(ctx, cp, stock, name, harness.SchedulerOptions{SchedulerName: name}, o.clients, w)
 			if err != nil {
+				return nil, err
+			}
+			if err := <-profiled; err != nil {
 				return nil, err
 			}
 			printResult(res)
@@ -74,9 +81,13 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 		fmt.Printf("round %d: fractional / whole-GPU DRA throughput %.2f, scheduler CPU per 1,000 pods %.1f s / %.1f s\n",
 			r, f.podsPerSec/w.podsPerSec, 1000*f.cpu/float64(f.bound), 1000*w.cpu/float64(w.bound))
 	}
+	pw, pprofiled := withAPIProfile(cp, plainWorkload(frac), o.draAPIProfile, ".plugin", o.draProfile.seconds)
 	plugin, err := runWorkload(ctx, cp, o.scheduler, "plugin-shares", harness.SchedulerOptions{SchedulerName: "plugin-shares", GPUSlice: true, StockQueueSort: o.stockQueueSort,
-		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, plainWorkload(frac))
+		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}, o.clients, pw)
 	if err != nil {
+		return nil, err
+	}
+	if err := <-pprofiled; err != nil {
 		return nil, err
 	}
 	printResult(plugin)
@@ -84,7 +95,7 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 	if err != nil {
 		return nil, err
 	}
-	w := claimWorkload(cp, frac)
+	w, apiProfiled := withAPIProfile(cp, claimWorkload(cp, frac), o.draAPIProfile, "", o.draProfile.seconds)
 	var profiled <-chan error
 	w.setup, w.books, profiled = o.draProfile.during(w.setup, w.books)
 	ours, err := runWorkload(ctx, cp, o.scheduler, "dra-gpuslice", harness.SchedulerOptions{SchedulerName: "dra-gpuslice", GPUSlice: true,
@@ -94,6 +105,9 @@ func runDRA(ctx context.Context, cp *harness.ControlPlane, o options, stock stri
 	}
 	if err := <-profiled; err != nil {
 		return nil, fmt.Errorf("dra profile: %w", err)
+	}
+	if err := <-apiProfiled; err != nil {
+		return nil, err
 	}
 	printResult(ours)
 	dra, wholeRes := mean(fracs), mean(wholes)
@@ -126,7 +140,7 @@ func fracMix(seed uint64, n int) []harness.GPURequest {
 
 // plainWorkload asks for reqs as extended resources.
 func plainWorkload(reqs []harness.GPURequest) workload {
-	return workload{n: len(reqs), pod: func(ns, scheduler string, i int) *corev1.Pod {
+	return workload{n: len(reqs), writes: true, pod: func(ns, scheduler string, i int) *corev1.Pod {
 		return harness.Pod(ns, fmt.Sprintf("p-%05d", i), scheduler, reqs[i])
 	}}
 }
@@ -138,7 +152,7 @@ func plainWorkload(reqs []harness.GPURequest) workload {
 func claimWorkload(cp *harness.ControlPlane, reqs []harness.GPURequest) workload {
 	claims := func(ns string) *resourceClaims { return &resourceClaims{cp: cp, ns: ns} }
 	return workload{
-		n: len(reqs),
+		n: len(reqs), writes: true,
 		pod: func(ns, scheduler string, i int) *corev1.Pod {
 			return harness.DRAPod(ns, fmt.Sprintf("p-%05d", i), scheduler, fmt.Sprintf("claim-%05d", i), false)
 		},
@@ -225,4 +239,44 @@ func (c *resourceClaims) remove(ctx context.Context) error {
 		l, err := claims.List(wctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(l.Items) == 0, nil
 	})
+}
+
+func closedErr() <-chan error {
+	c := make(chan error, 1)
+	c <- nil
+	return c
+}
+
+// withAPIProfile wraps w so that a CPU profile of kube-apiserver of seconds
+// (to path+suffix) starts once the setup is done, as the pods start to
+// arrive, and the run's read-back waits for it (-dra-apiserver-profile;
+// none when path is empty). The channel gives the outcome after the run.
+func withAPIProfile(cp *harness.ControlPlane, w workload, path, suffix string, seconds int) (workload, <-chan error) {
+	if path == "" {
+		return w, closedErr()
+	}
+	setup, books := w.setup, w.books
+	started, done := make(chan (<-chan error), 1), make(chan error, 1)
+	w.setup = func(ctx context.Context, ns string) error {
+		if setup != nil {
+			if err := setup(ctx, ns); err != nil {
+				started <- closedErr()
+				return err
+			}
+		}
+		started <- apiserverProfile(ctx, cp, path+suffix, seconds)
+		return nil
+	}
+	read := func() { done <- <-<-started }
+	if books == nil {
+		// (no books: the run reads the GPUNode books; the profile is
+		// waited for after the run)
+		go read()
+		return w, done
+	}
+	w.books = func(ctx context.Context, ns string) (string, error) {
+		read()
+		return books(ctx, ns)
+	}
+	return w, done
 }

@@ -45,6 +45,9 @@ type workload struct {
 	cleanup func(ctx context.Context, ns string) error
 	// books, where set, reads the run's placement back (a printed note).
 	books func(ctx context.Context, ns string) (string, error)
+	// writes: count the API server's writes from the first pod created
+	// to the last bound (apiwrites.go; printed per pod).
+	writes bool
 }
 
 // mixWorkload is the pod mix of podMix as plain extended resources.
@@ -86,6 +89,12 @@ func runWorkload(ctx context.Context, cp *harness.ControlPlane, bin, name string
 	if err != nil {
 		return res, err
 	}
+	var writes0 apiWrites
+	if w.writes {
+		if writes0, err = readAPIWrites(ctx, cp); err != nil {
+			return res, err
+		}
+	}
 	created := make([]time.Time, w.n)
 	var mu sync.Mutex
 	t0 := time.Now()
@@ -102,6 +111,13 @@ func runWorkload(ctx context.Context, cp *harness.ControlPlane, bin, name string
 	bound, err := waitBound(ctx, seen, w.n, sched)
 	if err != nil {
 		return res, err
+	}
+	if w.writes {
+		writes1, err := readAPIWrites(ctx, cp)
+		if err != nil {
+			return res, err
+		}
+		res.writes = writes1.perPod(writes0, w.n)
 	}
 	if res.cpu, err = sched.CPUSeconds(); err != nil {
 		return res, err

@@ -53,6 +53,8 @@ type options struct {
 	auditWrites bool
 	// apiProfile: a CPU profile of kube-apiserver over the preemption phase.
 	apiProfile string
+	// draAPIProfile: CPU profiles of kube-apiserver over the DRA runs (dra.go).
+	draAPIProfile string
 }
 
 // result is one scheduler's run.
@@ -65,6 +67,7 @@ type result struct {
 	load       float64 // the machine's load average when the run ended
 	books      *harness.Books
 	note       string // placement read back where there are no per-GPU books
+	writes     string // the API server's writes per pod (workload.writes)
 }
 
 // runScale brings up a cluster of o.nodes KWOK nodes and runs stock, ours
@@ -165,6 +168,9 @@ func printResult(r result) {
 		fmt.Printf("  | no per-GPU books (plain extended resources)")
 	}
 	fmt.Println()
+	if r.writes != "" {
+		fmt.Println("  " + r.writes)
+	}
 }
 
 // createNodes creates KWOK-managed nodes advertising the resources as plain
