@@ -151,13 +151,18 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 	// Per node, the best device that fits: its free fraction after the pod.
 	var fits []nodeFit
 	at := map[string]int{} // index in fits
+	used := usedPools(st)  // a device of another pool is free: no lookup
 	for i, devs := range e.table.devices(all) {
 		node := ptr.Deref(all[i].Spec.NodeName, "")
-		if node == "" || ok != nil && !ok[node] {
+		if node == "" || len(devs) == 0 || ok != nil && !ok[node] {
 			continue
 		}
+		inUse := used[poolOnly(devs[0].id)]
 		for _, d := range devs {
-			u, m := consumed(st, d)
+			var u, m int64
+			if inUse {
+				u, m = consumed(st, d)
+			}
 			if d.unavailable || busy[d.uuid] || d.units-u < need.units || d.mem-m < need.bytes {
 				continue
 			}

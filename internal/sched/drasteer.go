@@ -237,14 +237,9 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 // with its shared devices in policy order and the busy ones left out; the
 // other slices are the informer's own (read-only) objects.
 func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState) []*resourceapi.ResourceSlice {
-	used := map[structured.DeviceID]bool{} // pools with a device in use
+	var used map[structured.DeviceID]bool
 	if c.policy != api.PlacementFirstFit {
-		for id := range st.AggregatedCapacity {
-			used[poolOnly(id)] = true
-		}
-		for id := range st.AllocatedDevices {
-			used[poolOnly(id)] = true
-		}
+		used = usedPools(st)
 	}
 	var out []*resourceapi.ResourceSlice
 	for i, devs := range s.table.devices(all) {
@@ -262,6 +257,19 @@ func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *struct
 		return all
 	}
 	return out
+}
+
+// usedPools are the pools (poolOnly) with a device the state holds part
+// or all of: a device of any other pool is free.
+func usedPools(st *structured.AllocatedState) map[structured.DeviceID]bool {
+	used := make(map[structured.DeviceID]bool, len(st.AggregatedCapacity)+len(st.AllocatedDevices))
+	for id := range st.AggregatedCapacity {
+		used[poolOnly(id)] = true
+	}
+	for id := range st.AllocatedDevices {
+		used[poolOnly(id)] = true
+	}
+	return used
 }
 
 // poolOnly is id without its device: its driver and pool.
