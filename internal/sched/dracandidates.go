@@ -241,15 +241,27 @@ func topNodes(fits []nodeFit, policy api.Placement, k int) []string {
 // allocator. (With several requests the largest units and memory may come
 // from different devices; such pods go on to the allocator.)
 func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, missing int, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	sd := steered(state)
+	if sd != nil && sd.cands != nil && sd.cands.err == nil && len(sd.cands.names) > 0 {
+		// The allocator was shown these nodes' slices alone.
+		c.draState, c.narrowed = sd.state, true
+		return &fwk.PreFilterResult{NodeNames: sets.New(sd.cands.names...)}, nil
+	}
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
 		return nil, nil
 	}
-	st, busy, err := p.draStateOf(state)
-	if err != nil {
-		return nil, nil
+	var names []string
+	var err error
+	if sd != nil && sd.cands != nil {
+		names, err, c.draState = sd.cands.names, sd.cands.err, sd.state
+	} else {
+		st, busy, serr := p.draStateOf(sd)
+		if serr != nil {
+			return nil, nil
+		}
+		c.draState = st
+		names, err = p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
 	}
-	c.draState = st
-	names, err := p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
 	switch {
 	case err != nil:
 		return nil, nil
@@ -264,13 +276,35 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 
 var errNoShare = errors.New("gpuslice: no device of a matching node has the claim's share free (units and memory, allocations in flight counted)")
 
-// draStateOf is the allocated state DRAName's PreFilter gathered for this
-// pod (and the busy GPUs it hid), or else the claim tracker's now.
-func (p *Plugin) draStateOf(state fwk.CycleState) (*structured.AllocatedState, map[string]bool, error) {
+// narrowingFor is what the view needs to compute the candidate nodes of
+// pod (a pod asking for no gpuslice resources) from the state the
+// DynamicResources plugin gathers, or nil when narrowDRA would not narrow it.
+func (p *Plugin) narrowingFor(pod *corev1.Pod, nodes []fwk.NodeInfo) *narrowing {
+	if p.preempt == nil || p.preempt.dra == nil || p.candidates == 0 || !hasClaims(pod) || p.wait.widened(pod) {
+		return nil
+	}
+	claims, missing := p.preempt.dra.pendingClaims(pod)
+	if missing > 0 || !narrowable(claims) {
+		return nil
+	}
+	return &narrowing{env: p.preempt.dra, pod: pod, nodes: nodes, need: needOf(claims), k: min(p.candidates, draCandidateNodes)}
+}
+
+// steered is what DRAName's PreFilter left for this cycle (nil: nothing).
+func steered(state fwk.CycleState) *steerData {
 	if d, err := state.Read(steerKey); err == nil {
 		if sd, ok := d.(*steerData); ok && sd.state != nil {
-			return sd.state, sd.busy, nil
+			return sd
 		}
+	}
+	return nil
+}
+
+// draStateOf is the allocated state DRAName's PreFilter gathered for this
+// pod (and the busy GPUs it hid), or else the claim tracker's now.
+func (p *Plugin) draStateOf(sd *steerData) (*structured.AllocatedState, map[string]bool, error) {
+	if sd != nil {
+		return sd.state, sd.busy, nil
 	}
 	st, err := p.preempt.dra.allocatedState()
 	return st, nil, err

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/structured"
 	configv1 "k8s.io/kube-scheduler/config/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -75,7 +77,10 @@ type steer struct {
 	// books: the GPUSlice plugin's (nil: no GPUSlice in the profile, the
 	// slices are shown as published).
 	books atomic.Pointer[Books]
-	table devTable
+	// plugin: the GPUSlice plugin, whose candidate nodes for the pod are
+	// computed in the view (nil: none).
+	plugin atomic.Pointer[Plugin]
+	table  devTable
 	// cur: the pod in the wrapped plugin's PreFilter (the scheduling
 	// cycle is serial), nil outside it.
 	cur atomic.Pointer[steerCycle]
@@ -88,6 +93,27 @@ type steerCycle struct {
 	policy api.Placement
 	busy   map[string]bool
 	state  atomic.Pointer[structured.AllocatedState]
+	// narrow: the pod's candidate nodes are computed from the gathered
+	// state (nil: none); cands their outcome, set by the view.
+	narrow *narrowing
+	cands  atomic.Pointer[candidates]
+}
+
+// narrowing is what the candidates of a pod whose claims are shares need
+// (GPUSlice's narrowDRA, dracandidates.go).
+type narrowing struct {
+	env   *draEnv
+	pod   *corev1.Pod
+	nodes []fwk.NodeInfo
+	need  claimNeed
+	k     int
+}
+
+// candidates: the candidate nodes computed in the view; when there are
+// some, the allocator was shown only their slices (and slices of no node).
+type candidates struct {
+	names []string
+	err   error
 }
 
 // steerKey: the allocated state the wrapped plugin gathered in PreFilter,
@@ -97,6 +123,7 @@ const steerKey fwk.StateKey = Name + "/allocated"
 type steerData struct {
 	state *structured.AllocatedState
 	busy  map[string]bool
+	cands *candidates // nil: not computed
 }
 
 // Clone implements fwk.StateData: read-only.
@@ -169,12 +196,15 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 	c := &steerCycle{policy: b.cfg.DefaultPlacement, busy: b.BusyGPUs()}
 	if req, err := api.ParseRequest(pod); err == nil {
 		c.policy = b.Policy(req)
+		if pl := p.s.plugin.Load(); pl != nil && req.Empty() {
+			c.narrow = pl.narrowingFor(pod, nodes)
+		}
 	}
 	p.s.cur.Store(c)
 	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	p.s.cur.CompareAndSwap(c, nil)
 	if as := c.state.Load(); as != nil {
-		state.Write(steerKey, &steerData{state: as, busy: c.busy})
+		state.Write(steerKey, &steerData{state: as, busy: c.busy, cands: c.cands.Load()})
 	}
 	return r, st
 }
@@ -226,20 +256,42 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 		return all, err
 	}
 	st := c.state.Load()
-	if st == nil || c.policy == api.PlacementFirstFit && len(c.busy) == 0 {
+	if st == nil {
 		return all, nil
 	}
-	return l.s.view(all, c, st), nil
+	var only sets.Set[string]
+	if n := c.narrow; n != nil {
+		names, err := n.env.draCandidates(n.pod, n.nodes, st, c.busy, n.need, c.policy, n.k)
+		c.cands.Store(&candidates{names: names, err: err})
+		if err == nil && len(names) > 0 {
+			only = sets.New(names...)
+		}
+	}
+	if only == nil && c.policy == api.PlacementFirstFit && len(c.busy) == 0 {
+		return all, nil
+	}
+	return l.s.view(all, c, st, only), nil
 }
 
 // view is all with, in each slice whose devices the policy orders otherwise
 // than published (some in use) or that has a busy GPU, a copy of the slice
 // with its shared devices in policy order and the busy ones left out; the
-// other slices are the informer's own (read-only) objects.
-func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState) []*resourceapi.ResourceSlice {
+// other slices are the informer's own (read-only) objects. With only, the
+// slices of other nodes are left out (the pod's candidates: the allocator,
+// which sorts every slice by node when it is made, runs on them alone).
+func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState, only sets.Set[string]) []*resourceapi.ResourceSlice {
 	var used map[structured.DeviceID]bool
 	if c.policy != api.PlacementFirstFit {
 		used = usedPools(st)
+	}
+	if only != nil {
+		var out []*resourceapi.ResourceSlice
+		for _, sl := range all {
+			if n := ptr.Deref(sl.Spec.NodeName, ""); n == "" || only.Has(n) {
+				out = append(out, sl)
+			}
+		}
+		all = out
 	}
 	var out []*resourceapi.ResourceSlice
 	for i, devs := range s.table.devices(all) {

@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -95,5 +96,25 @@ func TestDeviceView(t *testing.T) {
 				t.Errorf("the informer's slice was changed: %v", deviceNames(f.slices[0]))
 			}
 		})
+	}
+}
+
+// TestDeviceViewCandidates: with candidate nodes, the view shows only
+// their slices (and slices of no node), still in policy order.
+func TestDeviceViewCandidates(t *testing.T) {
+	f := steerFixture()
+	f.slices = append(f.slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: "other.example.com",
+		Pool: resourceapi.ResourcePool{Name: "net"}, AllNodes: ptr.To(true), Devices: []resourceapi.Device{{Name: "nic"}}}})
+	st, err := f.ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &steer{}
+	got := s.view(f.slices, &steerCycle{policy: api.PlacementBinpack}, st, sets.New("n0"))
+	if len(got) != 2 || *got[0].Spec.NodeName != "n0" || got[1] != f.slices[2] {
+		t.Fatalf("view of candidate n0: %d slices, want n0's and the one of all nodes", len(got))
+	}
+	if want := []string{"gpu-1", "other", "gpu-2", "gpu-0", "gpu-3"}; !slices.Equal(deviceNames(got[0]), want) {
+		t.Errorf("n0's devices %v, want %v", deviceNames(got[0]), want)
 	}
 }

@@ -68,8 +68,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	}
 	cfg := st.Alloc
 	books := NewBooks(cfg, clock.RealClock{})
-	if st := steering.of(h.ProfileName()); st != nil {
-		st.books.Store(books)
+	sr := steering.of(h.ProfileName())
+	if sr != nil {
+		sr.books.Store(books)
 	}
 	ev := recorderEvents{rec: h.EventRecorder()}
 	pr := newPreemptor(h, books)
@@ -87,6 +88,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, leading <-
 	p := &Plugin{alloc: books, writer: podPatcher{client: h.ClientSet()}, events: ev, synced: reg.HasSynced, wait: w, candidates: st.CandidateNodes,
 		metrics: pm, nominated: h.NominatedPodsForNode}
 	p.preempt = pr
+	if sr != nil {
+		sr.plugin.Store(p)
+	}
 	if err := watchGPUNodes(ctx, gc, books, w); err != nil {
 		return nil, err
 	}
