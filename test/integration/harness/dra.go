@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
@@ -63,11 +64,34 @@ func (cp *ControlPlane) CreateDeviceClasses(ctx context.Context, extended bool) 
 	}
 	share := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: DRAClassShare}, Spec: resourceapi.DeviceClassSpec{Selectors: sel}}
 	for _, c := range []*resourceapi.DeviceClass{whole, share} {
-		if _, err := cp.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := cp.putDeviceClass(ctx, c); err != nil {
 			return fmt.Errorf("device class %s: %w", c.Name, err)
 		}
 	}
 	return nil
+}
+
+// putDeviceClass creates c, or gives the existing class c's extended
+// resource name: a class an earlier test left (with or without the
+// mapping) must not decide whether this one's pods are mapped.
+func (cp *ControlPlane) putDeviceClass(ctx context.Context, c *resourceapi.DeviceClass) error {
+	dc := cp.Client.ResourceV1().DeviceClasses()
+	_, err := dc.Create(ctx, c, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := dc.Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ptr.Equal(cur.Spec.ExtendedResourceName, c.Spec.ExtendedResourceName) {
+			return nil
+		}
+		cur.Spec.ExtendedResourceName = c.Spec.ExtendedResourceName
+		_, err = dc.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // DRAClaimSpec asks for r: r.GPUs whole GPUs, or else one share of r.Units
