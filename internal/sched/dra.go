@@ -90,6 +90,9 @@ func (e *draEnv) pendingClaims(pod *corev1.Pod) (out []*resourceapi.ResourceClai
 			out = append(out, c)
 		}
 	}
+	if c := e.mappedClaim(pod); c != nil { // dramapped.go
+		out = append(out, c)
+	}
 	return out, max(missing, 0)
 }
 
@@ -229,36 +232,13 @@ func (n *draNode) fits(ctx context.Context, gone sets.Set[types.UID], claims []*
 	return len(res) == len(claims), nil
 }
 
-// ownedBy returns, per pod UID, the claims on the node reserved for that
-// pod alone: what evicting it frees. A claim several pods share frees
-// nothing unless all of them go (see freed).
-func (n *draNode) ownedBy() map[types.UID][]*resourceapi.ResourceClaim {
-	out := map[types.UID][]*resourceapi.ResourceClaim{}
-	for _, c := range n.held {
-		if r := c.Status.ReservedFor; len(r) == 1 && r[0].Resource == "pods" && r[0].APIGroup == "" {
-			out[r[0].UID] = append(out[r[0].UID], c)
-		}
-	}
-	return out
-}
-
 // freed are the claims on the node whose every consumer is among pods: the
-// claims evicting pods deallocates.
+// claims evicting pods deallocates (a claim shared with a pod that stays
+// frees nothing).
 func (n *draNode) freed(pods sets.Set[types.UID]) sets.Set[types.UID] {
 	out := sets.New[types.UID]()
 	for _, c := range n.held {
-		r := c.Status.ReservedFor
-		if len(r) == 0 {
-			continue
-		}
-		all := true
-		for _, ref := range r {
-			if ref.Resource != "pods" || ref.APIGroup != "" || !pods.Has(ref.UID) {
-				all = false
-				break
-			}
-		}
-		if all {
+		if releasedBy(c, pods) {
 			out.Insert(c.UID)
 		}
 	}

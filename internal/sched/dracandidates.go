@@ -245,7 +245,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	if sd != nil && sd.cands != nil && sd.cands.err == nil && len(sd.cands.names) > 0 {
 		// The allocator was shown these nodes' slices alone.
 		c.draState, c.narrowed = sd.state, true
-		return &fwk.PreFilterResult{NodeNames: sets.New(sd.cands.names...)}, nil
+		return p.steeredUnheld(c, pod, claims, nodes, sd.cands.names) // nominated.go
 	}
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
 		return nil, nil
@@ -260,7 +260,11 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 			return nil, nil
 		}
 		c.draState = st
-		names, err = p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), min(p.candidates, draCandidateNodes))
+		k := min(p.candidates, draCandidateNodes)
+		names, err = p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), k+maxHeldChecks)
+		if err == nil {
+			names, err = p.draUnheld(c, pod, nodes, names, k) // nominated.go
+		}
 	}
 	switch {
 	case err != nil:

@@ -129,7 +129,8 @@ func (f *draFlights) refused(ctx context.Context, pod *corev1.Pod, gen uint64) {
 // binding in flight (draFlights); the DynamicResources plugin allocates.
 func (p *Plugin) preFilterDRA(state fwk.CycleState, pod *corev1.Pod, req *api.PodRequest, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	claims, missing := p.preempt.dra.pendingClaims(pod)
-	c := &cycle{req: req, dra: true, draNeed: needOf(claims), flightGen: p.preempt.flights.generation()}
+	c := &cycle{req: req, dra: true, draNeed: needOf(claims), flightGen: p.preempt.flights.generation(),
+		draFilter: &draFilterView{}}
 	for _, cl := range claims {
 		c.draClaims = append(c.draClaims, cl.UID)
 	}

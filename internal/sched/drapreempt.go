@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 
@@ -43,25 +45,9 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	if err != nil {
 		return nil, 0, fwk.AsStatus(err)
 	}
-	gone := sets.New[types.UID]()
-	for _, pi := range ni.GetPods() {
-		if p := pi.GetPod(); p.DeletionTimestamp != nil {
-			gone.Insert(p.UID)
-		}
-	}
-	byUID := map[string]*preemption.DomainVictim{}
-	var cands []alloc.Victim
-	for _, v := range allowed { // least important first
-		for _, pi := range v.Pods() {
-			p := pi.GetPod()
-			if p.DeletionTimestamp == nil {
-				cands = append(cands, alloc.Victim{UID: string(p.UID), Priority: v.Priority()})
-				byUID[string(p.UID)] = v
-			}
-		}
-	}
+	cands, byUID := draCands(allowed)
 	need := append(pr.heldClaims(pod, node), claims...)
-	uids, err := n.draVictims(ctx, need, gone, cands)
+	uids, err := n.draVictims(ctx, need, terminating(ni), cands)
 	if errors.Is(err, alloc.ErrNoVictims) {
 		msg := "evicting the lower-priority pods here would not free enough for the pod's claims"
 		if protected != "" {
@@ -92,6 +78,35 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	return pr.chose(pod, node, victims), 0, nil
 }
 
+// draCands are the pods of allowed (least important first) not terminating
+// already, as victim candidates, with the victim each belongs to.
+func draCands(allowed []*preemption.DomainVictim) ([]alloc.Victim, map[string]*preemption.DomainVictim) {
+	byUID := map[string]*preemption.DomainVictim{}
+	var cands []alloc.Victim
+	for _, v := range allowed {
+		for _, pi := range v.Pods() {
+			p := pi.GetPod()
+			if p.DeletionTimestamp == nil {
+				cands = append(cands, alloc.Victim{UID: string(p.UID), Priority: v.Priority()})
+				byUID[string(p.UID)] = v
+			}
+		}
+	}
+	return cands, byUID
+}
+
+// terminating are the node's pods being deleted: their claims count as
+// deallocated.
+func terminating(ni fwk.NodeInfo) sets.Set[types.UID] {
+	gone := sets.New[types.UID]()
+	for _, pi := range ni.GetPods() {
+		if p := pi.GetPod(); p.DeletionTimestamp != nil {
+			gone.Insert(p.UID)
+		}
+	}
+	return gone
+}
+
 // heldClaims are the pending claims of the pods nominated to node (other
 // than pod, of at least its priority, not bound yet): the capacity held for
 // them until they bind.
@@ -100,7 +115,7 @@ func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.Res
 	prio := corev1helpers.PodPriority(pod)
 	for _, pi := range pr.fh.NominatedPodsForNode(node) {
 		np := pi.GetPod()
-		if np.UID == pod.UID || np.Spec.NodeName != "" || corev1helpers.PodPriority(np) < prio || !hasClaims(np) {
+		if np.UID == pod.UID || np.Spec.NodeName != "" || corev1helpers.PodPriority(np) < prio || !pr.dra.usesClaims(np) {
 			continue
 		}
 		cs, _ := pr.dra.pendingClaims(np)
@@ -119,7 +134,12 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	start := time.Now()
-	if c.narrowed { // the allocator refused every candidate: retry on all nodes now
+	// The allocator refused every candidate: retry on all nodes now, unless
+	// the pod waits for its own victims' claims (it was retried on a
+	// victim's deletion, or on another preemptor's freed claim: only its
+	// nominated node and the candidates are worth the allocator's runs): a
+	// widened pod would run the allocator on every node at each try.
+	if c.narrowed && !pr.rec.waiting(pod.UID, start, pr.holds) {
 		p.wait.widen(pod)
 		p.wait.activate(ctx, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		p.metrics.done(pointPostFilter, resultWidened, start)
@@ -144,7 +164,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 	if st.IsSuccess() && r != nil && r.NominatingInfo != nil && r.NominatingInfo.Mode() == fwk.ModeOverride {
 		nominated = r.NominatingInfo.NominatedNodeName
 	}
-	pr.release.expect(pr.rec.commit(pod.UID, nominated, time.Now()))
+	pr.release.expect(pod, pr.rec.commit(pod.UID, nominated, time.Now()))
 	if !st.IsSuccess() && st.Code() != fwk.Error && c.draNeed.whole {
 		p.reserveFor(pod, m, time.Now())
 	}
@@ -153,19 +173,28 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 	return p.preempted(r, st, start, fwk.Unschedulable)
 }
 
+// heldMsg begins GPUSlice's Filter refusal of a node whose devices are held
+// for nominated pods.
+const heldMsg = "the node's devices are held for nominated pods"
+
 // filterDRA holds, for a pod whose devices come from ResourceClaims, the
 // capacity of the pods nominated to the node in this cycle's view (of at
 // least its priority: the framework adds them through AddPod): the node
-// passes only if their pending claims and the pod's fit there together.
+// passes only if their pending claims and the pod's fit there together, by
+// the stock allocator on the node's slices from the allocated state the
+// cycle read once (draFilterView), as DynamicResources' own Filter does.
 func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	if r := p.reservedAgainst(c, pod, ni.Node().Name, time.Now()); r != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node is reserved for pod %s, which waits for whole devices (backfill)", r))
 	}
+	env := p.draEnv()
+	if name := env.servesMapped(pod, ni); name != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("the node offers %s itself (device plugin); the pod's is mapped to DRA", name))
+	}
 	added := c.draAdded[ni.Node().Name]
-	if len(added) == 0 || p.preempt == nil || p.preempt.dra == nil {
+	if len(added) == 0 || env == nil {
 		return nil
 	}
-	env := p.preempt.dra
 	var claims []*resourceapi.ResourceClaim
 	var who []string
 	for _, np := range added {
@@ -174,18 +203,79 @@ func (p *Plugin) filterDRA(ctx context.Context, c *cycle, pod *corev1.Pod, ni fw
 		who = append(who, np.Namespace+"/"+np.Name)
 	}
 	own, _ := env.pendingClaims(pod)
-	n, err := env.readNode(nil, ni.Node())
-	if err != nil {
-		return fwk.AsStatus(err)
+	view := c.draFilter
+	if view == nil {
+		view = &draFilterView{}
 	}
-	ok, err := n.fits(ctx, nil, append(claims, own...))
+	ok, err := view.fits(ctx, env, c.draState, ni.Node(), append(claims, own...))
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	if !ok {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the node's devices are held for nominated pods %s", strings.Join(who, ", ")))
+		return fwk.NewStatus(fwk.Unschedulable, heldMsg+" "+strings.Join(who, ", "))
 	}
 	return nil
+}
+
+// draFilterView is what filterDRA reads, once per scheduling cycle (shared
+// by the cycle's clones, one per node filtered): the claim tracker's
+// allocated state (in-flight allocations included) and the ResourceSlices
+// by node. Reading every slice and claim of the cluster for each node
+// filtered was most of a DRA preemption burst's scheduler CPU.
+type draFilterView struct {
+	once   sync.Once
+	err    error
+	st     *structured.AllocatedState
+	slices map[string][]*resourceapi.ResourceSlice
+}
+
+func (v *draFilterView) read(e *draEnv, st *structured.AllocatedState) error {
+	v.once.Do(func() {
+		if v.st = st; st == nil {
+			if v.st, v.err = e.allocatedState(); v.err != nil {
+				return
+			}
+		}
+		all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			v.err = fmt.Errorf("resource slices: %w", err)
+			return
+		}
+		v.slices = map[string][]*resourceapi.ResourceSlice{}
+		for _, s := range all {
+			if s.Spec.NodeName != nil {
+				v.slices[*s.Spec.NodeName] = append(v.slices[*s.Spec.NodeName], s)
+			}
+		}
+	})
+	return v.err
+}
+
+// fits asks the stock allocator whether claims can all be allocated on
+// node (st: the state PreFilter read, nil: read it now).
+func (v *draFilterView) fits(ctx context.Context, e *draEnv, st *structured.AllocatedState, node *corev1.Node, claims []*resourceapi.ResourceClaim) (bool, error) {
+	if len(claims) == 0 {
+		return true, nil
+	}
+	if err := v.read(e, st); err != nil {
+		return false, err
+	}
+	slices := v.slices[node.Name]
+	if len(slices) == 0 {
+		return false, nil
+	}
+	a, err := structured.NewAllocator(ctx, e.features, *v.st, e.dra.DeviceClasses(), slices, e.cel)
+	if err != nil {
+		return false, fmt.Errorf("allocator: %w", err)
+	}
+	res, err := a.Allocate(ctx, node, claims)
+	switch {
+	case errors.Is(err, structured.ErrFailedAllocationOnNode):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return len(res) == len(claims), nil
 }
 
 // draStatuses is the Filter statuses of a pod with ResourceClaims as

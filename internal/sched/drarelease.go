@@ -14,57 +14,73 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // claimReleaser deallocates the ResourceClaims of the pods preemption
 // evicted once they are gone, as the resource claim controller does for
 // any pod (the pod is dropped from the claim's reservedFor; a claim left
 // with no consumer loses its allocation), without waiting for it: the
-// preemptor's claims can be allocated at its next attempt. A claim still
-// reserved for a pod that is not gone keeps its allocation. It acts only on
-// victims (expect); anything else is the claim controller's.
+// preemptor's claims can be allocated at its next attempt, which starts
+// right then (the preemptor is activated: it would otherwise sit out the
+// backoff its victim's deletion put it in). A claim still reserved for a
+// pod that is not gone keeps its allocation. It acts only on victims
+// (expect); anything else is the claim controller's.
 type claimReleaser struct {
 	client kubernetes.Interface
-	mu     sync.Mutex
-	// victims: pods evicted by a preemption, and when.
-	victims map[types.UID]time.Time
+	// activator moves a preemptor to the active queue (nil: none, tests).
+	activator fwk.PodActivator
+	mu        sync.Mutex
+	// victims: pods evicted by a preemption, when, and for whom.
+	victims map[types.UID]victim
 	ttl     time.Duration
 }
 
-func newClaimReleaser(c kubernetes.Interface, ttl time.Duration) *claimReleaser {
-	return &claimReleaser{client: c, victims: map[types.UID]time.Time{}, ttl: ttl}
+type victim struct {
+	at time.Time
+	by *corev1.Pod // the preemptor
 }
 
-// expect records pods being evicted by a preemption.
-func (r *claimReleaser) expect(uids []string) {
+func newClaimReleaser(c kubernetes.Interface, a fwk.PodActivator, ttl time.Duration) *claimReleaser {
+	return &claimReleaser{client: c, activator: a, victims: map[types.UID]victim{}, ttl: ttl}
+}
+
+// expect records pods being evicted by a preemption for by.
+func (r *claimReleaser) expect(by *corev1.Pod, uids []string) {
 	if r == nil || len(uids) == 0 {
 		return
 	}
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for uid, at := range r.victims {
-		if now.Sub(at) > r.ttl {
+	for uid, v := range r.victims {
+		if now.Sub(v.at) > r.ttl {
 			delete(r.victims, uid)
 		}
 	}
 	for _, u := range uids {
-		r.victims[types.UID(u)] = now
+		r.victims[types.UID(u)] = victim{at: now, by: by}
 	}
 }
 
-// take reports whether uid is an expected victim, and forgets it.
-func (r *claimReleaser) take(uid types.UID) bool {
+// take reports whether uid is an expected victim, and forgets it; by is
+// its preemptor.
+func (r *claimReleaser) take(uid types.UID) (by *corev1.Pod, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.victims[uid]
+	v, ok := r.victims[uid]
 	delete(r.victims, uid)
-	return ok
+	return v.by, ok
 }
 
-// gone is called when a pod is deleted: a victim's claims are released.
+// gone is called when a pod is deleted: a victim's claims are released,
+// then its preemptor is activated.
 func (r *claimReleaser) gone(ctx context.Context, pod *corev1.Pod) {
-	if r == nil || !hasClaims(pod) || !r.take(pod.UID) {
+	if r == nil || !hasClaims(pod) {
+		return
+	}
+	by, ok := r.take(pod.UID)
+	if !ok {
 		return
 	}
 	go func() {
@@ -73,6 +89,9 @@ func (r *claimReleaser) gone(ctx context.Context, pod *corev1.Pod) {
 				klog.FromContext(ctx).Error(err, "releasing a preempted pod's ResourceClaim (the resource claim controller will)",
 					"pod", klog.KObj(pod), "resourceclaim", klog.KRef(pod.Namespace, name))
 			}
+		}
+		if by != nil && r.activator != nil {
+			r.activator.Activate(klog.FromContext(ctx), map[string]*corev1.Pod{by.Namespace + "/" + by.Name: by})
 		}
 	}()
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,8 +39,15 @@ func podUsing(name string, claims ...string) *corev1.Pod {
 func TestClaimReleaser(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset(claimReservedFor("own", "v"), claimReservedFor("shared", "v", "stay"), claimReservedFor("other", "x"))
-	r := newClaimReleaser(cs, time.Minute)
-	r.expect([]string{"v"})
+	// The preemptor is activated once the victim's claims are released.
+	var act lockedActivator
+	releasedFirst := make(chan bool, 1)
+	r := newClaimReleaser(cs, activatorFunc(func(pods map[string]*corev1.Pod) {
+		c, err := cs.ResourceV1().ResourceClaims("ns").Get(ctx, "own", metav1.GetOptions{})
+		releasedFirst <- err == nil && c.Status.Allocation == nil
+		act.Activate(klog.Background(), pods)
+	}), time.Minute)
+	r.expect(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hi"}}, []string{"v"})
 	r.gone(ctx, podUsing("x", "other")) // not a victim
 	r.gone(ctx, podUsing("v", "own", "shared"))
 	get := func(name string) *resourceapi.ResourceClaim {
@@ -64,7 +73,23 @@ func TestClaimReleaser(t *testing.T) {
 	if c := get("other"); c.Status.Allocation == nil || len(c.Status.ReservedFor) != 1 {
 		t.Fatalf("a pod that is no victim had its claim released: %+v", c.Status)
 	}
-	if r.take("v") {
+	select {
+	case ok := <-releasedFirst:
+		if !ok {
+			t.Fatal("the preemptor was activated before its victim's claim was deallocated")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the preemptor was not activated")
+	}
+	if got := act.take(); !slices.Equal(got, []string{"ns/hi"}) {
+		t.Fatalf("activated %v, want [ns/hi]", got)
+	}
+	if _, ok := r.take("v"); ok {
 		t.Fatal("victim still expected after it was gone")
 	}
 }
+
+// activatorFunc is a fwk.PodActivator calling f.
+type activatorFunc func(map[string]*corev1.Pod)
+
+func (f activatorFunc) Activate(_ klog.Logger, pods map[string]*corev1.Pod) { f(pods) }

@@ -148,61 +148,22 @@ func (n *draNode) deviceIDs() []structured.DeviceID {
 // need on device id, given what the claims still held there consume (those
 // of the pods in gone and chosen released).
 func (n *draNode) cheapestOn(id structured.DeviceID, need claimNeed, gone sets.Set[types.UID], cands []alloc.Victim, chosen []string) (alloc.VictimSet, bool) {
-	dev := n.devices[id]
-	leaving := gone.Clone()
-	for _, u := range chosen {
-		leaving.Insert(types.UID(u))
-	}
-	freed := n.freed(leaving)
-	owned := n.ownedBy()
-	var hs []alloc.DeviceHolder
-	holders, exclusive := 0, false
-	var usedUnits, usedBytes int64
-	ownedHere := 0
-	for _, c := range n.held {
-		if freed.Has(c.UID) {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if structured.MakeDeviceID(r.Driver, r.Pool, r.Device) != id {
-				continue
-			}
-			holders++
-			if r.ShareID == nil {
-				exclusive = true
-			}
-			usedUnits += capValue(r.ConsumedCapacity, capUnits)
-			usedBytes += capValue(r.ConsumedCapacity, capMemory)
+	leaving := gone
+	if len(chosen) > 0 {
+		leaving = gone.Clone()
+		for _, u := range chosen {
+			leaving.Insert(types.UID(u))
 		}
 	}
-	if holders == 0 && !exclusive {
+	use, hs := n.onDevice(id, leaving, cands)
+	if use.holders == 0 {
 		return alloc.VictimSet{}, false // nothing to free here
 	}
-	for i, v := range cands {
-		if slices.Contains(chosen, v.UID) {
-			continue
-		}
-		h := alloc.DeviceHolder{Victim: v, Pos: i}
-		found := false
-		for _, c := range owned[types.UID(v.UID)] {
-			for _, r := range c.Status.Allocation.Devices.Results {
-				if structured.MakeDeviceID(r.Driver, r.Pool, r.Device) == id {
-					found = true
-					ownedHere++
-					h.Units += capValue(r.ConsumedCapacity, capUnits)
-					h.Bytes += capValue(r.ConsumedCapacity, capMemory)
-				}
-			}
-		}
-		if found {
-			h.Containers = 1
-			hs = append(hs, h)
-		}
-	}
+	dev := n.devices[id]
 	shared := dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations
 	totalUnits, totalBytes := deviceCap(dev, capUnits), deviceCap(dev, capMemory)
-	if need.whole || !shared || exclusive {
-		if ownedHere < holders {
+	if need.whole || !shared || use.exclusive {
+		if use.owned < use.holders {
 			return alloc.VictimSet{}, false // a holder that is not evictable stays
 		}
 		return alloc.FewestOn(hs, alloc.DeviceNeed{All: true, Holders: len(hs)})
@@ -210,8 +171,91 @@ func (n *draNode) cheapestOn(id structured.DeviceID, need claimNeed, gone sets.S
 	if need.units > totalUnits || need.bytes > totalBytes {
 		return alloc.VictimSet{}, false
 	}
-	return alloc.FewestOn(hs, alloc.DeviceNeed{Holders: holders,
-		Units: need.units - (totalUnits - usedUnits), Bytes: need.bytes - (totalBytes - usedBytes)})
+	return alloc.FewestOn(hs, alloc.DeviceNeed{Holders: use.holders,
+		Units: need.units - (totalUnits - use.units), Bytes: need.bytes - (totalBytes - use.bytes)})
+}
+
+// devUse is what the claims still held on one device consume: allocation
+// results (holders), whether one holds the device whole, units and bytes;
+// owned counts the results of claims reserved for one candidate alone.
+type devUse struct {
+	holders, owned int
+	exclusive      bool
+	units, bytes   int64
+}
+
+// onDevice reads device id's use, the claims of the pods in leaving
+// released, and each candidate's (not leaving) share of it through the
+// claims reserved for it alone, in the candidates' order. One pass over
+// the node's claims, comparing names (no device ID made per claim, no map:
+// the shortlist asks it for every device of every full node).
+func (n *draNode) onDevice(id structured.DeviceID, leaving sets.Set[types.UID], cands []alloc.Victim) (devUse, []alloc.DeviceHolder) {
+	drv, pool, name := id.Driver.String(), id.Pool.String(), id.Device.String()
+	var use devUse
+	var hs []alloc.DeviceHolder
+	for _, c := range n.held {
+		kept := !releasedBy(c, leaving)
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Device != name || r.Pool != pool || r.Driver != drv {
+				continue
+			}
+			units, bytes := capValue(r.ConsumedCapacity, capUnits), capValue(r.ConsumedCapacity, capMemory)
+			if kept {
+				use.holders++
+				use.exclusive = use.exclusive || r.ShareID == nil
+				use.units, use.bytes = use.units+units, use.bytes+bytes
+			}
+			if h := holderOf(&hs, soleConsumer(c), leaving, cands); h != nil {
+				h.Units, h.Bytes = h.Units+units, h.Bytes+bytes
+				use.owned++
+			}
+		}
+	}
+	slices.SortFunc(hs, func(a, b alloc.DeviceHolder) int { return a.Pos - b.Pos })
+	return use, hs
+}
+
+// holderOf is owner's entry in hs (added on first use) when owner is one of
+// cands not leaving; nil otherwise.
+func holderOf(hs *[]alloc.DeviceHolder, owner types.UID, leaving sets.Set[types.UID], cands []alloc.Victim) *alloc.DeviceHolder {
+	if owner == "" || leaving.Has(owner) {
+		return nil
+	}
+	for i := range *hs {
+		if (*hs)[i].UID == string(owner) {
+			return &(*hs)[i]
+		}
+	}
+	i := slices.IndexFunc(cands, func(v alloc.Victim) bool { return v.UID == string(owner) })
+	if i < 0 {
+		return nil
+	}
+	*hs = append(*hs, alloc.DeviceHolder{Victim: cands[i], Pos: i, Containers: 1})
+	return &(*hs)[len(*hs)-1]
+}
+
+// soleConsumer is the one pod a claim is reserved for ("" when it is
+// shared or reserved for none): evicting that pod frees the claim.
+func soleConsumer(c *resourceapi.ResourceClaim) types.UID {
+	if r := c.Status.ReservedFor; len(r) == 1 && r[0].Resource == "pods" && r[0].APIGroup == "" {
+		return r[0].UID
+	}
+	return ""
+}
+
+// releasedBy reports whether every consumer of c is among pods (a claim
+// reserved for none is not released by evictions).
+func releasedBy(c *resourceapi.ResourceClaim, pods sets.Set[types.UID]) bool {
+	r := c.Status.ReservedFor
+	if len(r) == 0 {
+		return false
+	}
+	for _, ref := range r {
+		if ref.Resource != "pods" || ref.APIGroup != "" || !pods.Has(ref.UID) {
+			return false
+		}
+	}
+	return true
 }
 
 func capValue(m map[resourceapi.QualifiedName]resource.Quantity, name resourceapi.QualifiedName) int64 {

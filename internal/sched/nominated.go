@@ -1,8 +1,14 @@
 package sched
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -69,4 +75,111 @@ func (p *Plugin) heldFor(pod *corev1.Pod, node string) *alloc.Overlay {
 		}
 	}
 	return o
+}
+
+// maxHeldChecks bounds the stock allocator's runs draUnheld spends on
+// candidates that pods nominated there may hold; past it the candidates go
+// to Filter unchecked.
+const maxHeldChecks = 16
+
+// draUnheld names up to k of cands (nodes with a device that has the pod's
+// share free, best first: draCandidates) whose free capacity is not all
+// held for the pods nominated there (of at least pod's priority, not bound:
+// Filter holds it for them, filterDRA): a node with such pods is kept only
+// if the stock allocator fits their pending claims and the pod's there
+// together. In a burst of preemptors the shares their victims freed are
+// such held capacity: handing those nodes to Filter ended, for each fresh
+// preemptor, in every candidate refused and a retry on every node (the
+// allocator run on each) before it could preempt. With none left PreFilter
+// refuses the pod as when no device has the share free.
+func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cands []string, k int) ([]string, error) {
+	byName := make(map[string]*corev1.Node, len(cands))
+	for _, n := range cands {
+		byName[n] = nil
+	}
+	for _, ni := range nodes {
+		if _, ok := byName[ni.Node().Name]; ok {
+			byName[ni.Node().Name] = ni.Node()
+		}
+	}
+	env := p.preempt.dra
+	own, _ := env.pendingClaims(pod)
+	var out []string
+	checks := 0
+	for _, n := range cands {
+		if len(out) == k {
+			break
+		}
+		held := p.preempt.heldClaims(pod, n)
+		if len(held) == 0 || checks == maxHeldChecks || byName[n] == nil {
+			out = append(out, n)
+			continue
+		}
+		all := append(held, own...)
+		if c.draFilter.roomless(env, c.draState, n, all) {
+			continue
+		}
+		checks++
+		// (the allocator takes a context for its logger only; PreFilter's
+		// own does not reach here)
+		ok, err := c.draFilter.fits(context.Background(), env, c.draState, byName[n], all)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// roomless reports whether claims, gpuslice.io shares all (narrowable), ask
+// in sum for more units or memory than node's shared devices have free in
+// st (untainted ones, summed): then they cannot be allocated there
+// together, and no allocator run is needed to say so. Any other shape of
+// claim: false (the allocator decides).
+func (v *draFilterView) roomless(e *draEnv, st *structured.AllocatedState, node string, claims []*resourceapi.ResourceClaim) bool {
+	if !narrowable(claims) || v.read(e, st) != nil {
+		return false
+	}
+	var needUnits, needBytes, freeUnits, freeBytes int64
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			u, m := r.Exactly.Capacity.Requests[capUnits], r.Exactly.Capacity.Requests[capMemory]
+			needUnits, needBytes = needUnits+u.Value(), needBytes+m.Value()
+		}
+	}
+	for _, s := range v.slices[node] { // (not through e.table: its cache is for the whole list)
+		for _, d := range s.Spec.Devices {
+			sd := sharedDev{units: deviceCap(d, capUnits), mem: deviceCap(d, capMemory)}
+			if sd.units == 0 || sd.mem == 0 || len(d.Taints) > 0 {
+				continue
+			}
+			sd.id = structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)
+			u, m := consumed(v.st, sd)
+			freeUnits, freeBytes = freeUnits+sd.units-u, freeBytes+sd.mem-m
+		}
+	}
+	return needUnits > freeUnits || needBytes > freeBytes
+}
+
+// steeredUnheld is narrowDRA's result when the DynamicResources plugin's
+// allocator was shown the candidates' slices alone (drasteer.go): the
+// candidates less those whose free share is held for nominated pods; none
+// left of a complete list (fewer than asked) refuses the pod as when no
+// device has the share free; none left of a full list hands over the list
+// as it is (others may have room: Filter decides).
+func (p *Plugin) steeredUnheld(c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, nodes []fwk.NodeInfo, names []string) (*fwk.PreFilterResult, *fwk.Status) {
+	k := min(p.candidates, draCandidateNodes)
+	out, err := p.draUnheld(c, pod, nodes, names, k)
+	switch {
+	case err != nil || len(out) == 0 && len(names) >= k:
+		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
+	case len(out) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
+		c.narrowed = false
+		return nil, fwk.NewStatus(fwk.Unschedulable, errNoShare.Error())
+	case len(out) == 0:
+		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
+	}
+	return &fwk.PreFilterResult{NodeNames: sets.New(out...)}, nil
 }

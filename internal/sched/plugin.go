@@ -91,6 +91,8 @@ type cycle struct {
 	// draSnap: the slices and claims a preemption's dry run reads (shared
 	// by the clones of one PostFilter).
 	draSnap *draSnapshot
+	// draFilter: what filterDRA reads once per cycle (shared by clones).
+	draFilter *draFilterView
 	// draClaims: the pod's claims to allocate; flightGen: draFlights'
 	// generation when the cycle started.
 	draClaims []types.UID
@@ -155,17 +157,17 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		result = resultInvalid
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if req.Empty() {
-		if p.preempt != nil && p.preempt.dra != nil && hasClaims(pod) {
-			// Kept for the capacity nominated pods hold (Filter) and for
-			// preemption (PostFilter); the DynamicResources plugin allocates.
-			result = resultDRA
-			r, st := p.preFilterDRA(state, pod, req, nodes)
-			if !st.IsSuccess() {
-				result = resultNoFit
-			}
-			return r, st
+	if env := p.draEnv(); env != nil && (req.Empty() && hasClaims(pod) || env.mappedClaim(pod) != nil) {
+		// Kept for the capacity nominated pods hold (Filter) and for
+		// preemption (PostFilter); the DynamicResources plugin allocates.
+		result = resultDRA
+		r, st := p.preFilterDRA(state, pod, req, nodes)
+		if !st.IsSuccess() {
+			result = resultNoFit
 		}
+		return r, st
+	}
+	if req.Empty() {
 		result = resultSkip
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -208,7 +210,7 @@ func (p *Plugin) AddPod(_ context.Context, state fwk.CycleState, _ *corev1.Pod, 
 	}
 	pod, node := add.GetPod(), ni.Node().Name
 	if c.dra {
-		if pod.Spec.NodeName == "" && hasClaims(pod) {
+		if pod.Spec.NodeName == "" && p.draEnv().usesClaims(pod) {
 			if c.draAdded == nil {
 				c.draAdded = map[string][]*corev1.Pod{}
 			}

@@ -66,7 +66,7 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	if fts.EnableDynamicResourceAllocation {
 		pr.dra = newDRAEnv(fh, fts)
-		pr.release = newClaimReleaser(fh.ClientSet(), 2*victimWait)
+		pr.release = newClaimReleaser(fh.ClientSet(), fh, 2*victimWait)
 		pr.backfill = newReservations()
 		if m := fh.SharedDRAManager(); m != nil {
 			claims := m.ResourceClaims()

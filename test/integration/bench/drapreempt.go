@@ -195,6 +195,9 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 		<-createdAt
 	}
 	res.cpu, err = sched.CPUSeconds()
+	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
+		fmt.Println(m)
+	}
 	return res, err
 }
 
