@@ -44,6 +44,24 @@ func memOnly(memGiB int64) *api.PodRequest {
 }
 
 func TestVictims(t *testing.T) {
+	for _, tc := range victimsCases() {
+		t.Run(tc.name, tc.check)
+	}
+}
+
+// victimsCase is one case of TestVictims: pods booked on gpus GPUs, a
+// request, and the victims wanted.
+type victimsCase struct {
+	name    string
+	gpus    int
+	pods    []booked
+	req     *api.PodRequest
+	want    []string // exact set, any order
+	wantN   int      // or just how many, when several sets are as good
+	wantErr bool
+}
+
+func victimsCases() []victimsCase {
 	tens := func(gpu int32, n int, prio int32) []booked {
 		var out []booked
 		for i := 0; i < n; i++ {
@@ -51,15 +69,7 @@ func TestVictims(t *testing.T) {
 		}
 		return out
 	}
-	for _, tc := range []struct {
-		name    string
-		gpus    int
-		pods    []booked
-		req     *api.PodRequest
-		want    []string // exact set, any order
-		wantN   int      // or just how many, when several sets are as good
-		wantErr bool
-	}{
+	return []victimsCase{
 		{name: "full GPU of ten 10-unit pods, 50 units asked: five", gpus: 1, pods: tens(0, 10, 0), req: share(50, 1), wantN: 5},
 		{name: "one big pod beats four small", gpus: 1,
 			pods: []booked{{"a", 0, 40, 1, 0, false}, {"b", 0, 10, 1, 0, false}, {"c", 0, 10, 1, 0, false}, {"d", 0, 10, 1, 0, false}, {"e", 0, 10, 1, 0, false}, {"f", 0, 20, 1, 0, false}},
@@ -85,43 +95,45 @@ func TestVictims(t *testing.T) {
 			req:  whole(2), want: []string{"a", "d"}},
 		{name: "fits already: nobody", gpus: 1, pods: tens(0, 5, 0), req: share(50, 1), want: nil},
 		{name: "not enough even with all", gpus: 1, pods: tens(0, 4, 0), req: share(100, 20), wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, vs := bookAll(t, tc.gpus, tc.pods)
-			// fill the rest of GPU 0 so that "fits already" is the only case with room
-			got, err := b.Victims("n1", tc.req, t0, nil, vs)
-			if tc.wantErr {
-				if !errors.Is(err, ErrNoVictims) {
-					t.Fatalf("got %v, %v; want ErrNoVictims", got, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.wantN > 0 {
-				if len(got) != tc.wantN {
-					t.Fatalf("got %d victims %v, want %d", len(got), got, tc.wantN)
-				}
-			} else {
-				slices.Sort(got)
-				want := slices.Clone(tc.want)
-				slices.Sort(want)
-				if !slices.Equal(got, want) {
-					t.Fatalf("victims %v, want %v", got, want)
-				}
-			}
-			o := &Overlay{Removed: got}
-			if err := b.CheckWith("n1", tc.req, t0, o); err != nil {
-				t.Fatalf("request does not fit without the victims: %v", err)
-			}
-			for i := range got { // none is superfluous
-				less := &Overlay{Removed: slices.Delete(slices.Clone(got), i, i+1)}
-				if b.CheckWith("n1", tc.req, t0, less) == nil && tc.wantN == 0 {
-					t.Fatalf("fits without evicting %s too", got[i])
-				}
-			}
-		})
+	}
+}
+
+// check books the case's pods, asks for victims and checks them: the ones
+// wanted (or as many), enough for the request to fit, none superfluous.
+func (tc victimsCase) check(t *testing.T) {
+	b, vs := bookAll(t, tc.gpus, tc.pods)
+	// fill the rest of GPU 0 so that "fits already" is the only case with room
+	got, err := b.Victims("n1", tc.req, t0, nil, vs)
+	if tc.wantErr {
+		if !errors.Is(err, ErrNoVictims) {
+			t.Fatalf("got %v, %v; want ErrNoVictims", got, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.wantN > 0 {
+		if len(got) != tc.wantN {
+			t.Fatalf("got %d victims %v, want %d", len(got), got, tc.wantN)
+		}
+	} else {
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("victims %v, want %v", got, want)
+		}
+	}
+	o := &Overlay{Removed: got}
+	if err := b.CheckWith("n1", tc.req, t0, o); err != nil {
+		t.Fatalf("request does not fit without the victims: %v", err)
+	}
+	for i := range got { // none is superfluous
+		less := &Overlay{Removed: slices.Delete(slices.Clone(got), i, i+1)}
+		if b.CheckWith("n1", tc.req, t0, less) == nil && tc.wantN == 0 {
+			t.Fatalf("fits without evicting %s too", got[i])
+		}
 	}
 }
 

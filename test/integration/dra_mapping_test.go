@@ -33,43 +33,7 @@ func TestDRAExtendedResourceMapping(t *testing.T) {
 	e, ns := setup(t)
 	ctx := context.Background()
 	const gpuMemory = 16 * harness.GiB
-	nodes := e.nodes(t, ns+"-dra", 1, 2)
-	slice, err := harness.DRASlice(nodes[0].Name, 2, gpuMemory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.cp.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cp.Client.ResourceV1().ResourceSlices().Delete(ctx, slice.Name, metav1.DeleteOptions{}) })
-	// The classes exist for this test only: other tests' nodes advertise no
-	// gpuslice.io/gpu, so with the mapping present their pods would be
-	// placed through DRA.
-	if err := e.cp.CreateDeviceClasses(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	unitsClass := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "units-mapping.gpuslice.io"}, Spec: resourceapi.DeviceClassSpec{
-		Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", harness.DRADriver)}}},
-		ExtendedResourceName: ptr.To(string(api.ResourceUnits))}}
-	if _, err := e.cp.Client.ResourceV1().DeviceClasses().Create(ctx, unitsClass, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range []string{harness.DRAClassWhole, harness.DRAClassShare, unitsClass.Name} {
-			_ = e.cp.Client.ResourceV1().DeviceClasses().Delete(ctx, c, metav1.DeleteOptions{})
-		}
-	})
-	sched := ns + "-stock"
-	p, err := e.cp.StartScheduler(ctx, e.bins.Path("kube-scheduler"), sched, harness.SchedulerOptions{SchedulerName: sched})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("kube-scheduler log tail:\n%s", p.Tail())
-		}
-	})
+	sched := e.mappingNode(t, ns, gpuMemory)
 
 	// "2 units" through the mapping: two whole GPUs.
 	e.createPod(t, ns, "units-2", sched, harness.GPURequest{Units: 2})
@@ -114,6 +78,53 @@ func TestDRAExtendedResourceMapping(t *testing.T) {
 	e.stayPending(t, ns, "whole-2", 5*time.Second)
 	msg := e.pendingMessage(t, ns, "whole-2")
 	t.Logf("mapping: gpuslice.io/gpu: 1 -> %s %+v; share -> %+v; second whole-GPU pod Pending: %q", claim.Name, whole, shared, msg)
+}
+
+// mappingNode is TestDRAExtendedResourceMapping's cluster: one node of two
+// GPUs of gpuMemory in a ResourceSlice, the chart's DeviceClasses with the
+// extended-resource mapping and one mapping gpuslice.io/gpu-units, and a
+// stock kube-scheduler of its own (its name returned), all removed after the test.
+func (e *env) mappingNode(t *testing.T, ns string, gpuMemory int64) string {
+	t.Helper()
+	ctx := context.Background()
+	nodes := e.nodes(t, ns+"-dra", 1, 2)
+	slice, err := harness.DRASlice(nodes[0].Name, 2, gpuMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cp.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cp.Client.ResourceV1().ResourceSlices().Delete(ctx, slice.Name, metav1.DeleteOptions{}) })
+	// The classes exist for this test only: other tests' nodes advertise no
+	// gpuslice.io/gpu, so with the mapping present their pods would be
+	// placed through DRA.
+	if err := e.cp.CreateDeviceClasses(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	unitsClass := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "units-mapping.gpuslice.io"}, Spec: resourceapi.DeviceClassSpec{
+		Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", harness.DRADriver)}}},
+		ExtendedResourceName: ptr.To(string(api.ResourceUnits))}}
+	if _, err := e.cp.Client.ResourceV1().DeviceClasses().Create(ctx, unitsClass, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range []string{harness.DRAClassWhole, harness.DRAClassShare, unitsClass.Name} {
+			_ = e.cp.Client.ResourceV1().DeviceClasses().Delete(ctx, c, metav1.DeleteOptions{})
+		}
+	})
+	sched := ns + "-stock"
+	p, err := e.cp.StartScheduler(ctx, e.bins.Path("kube-scheduler"), sched, harness.SchedulerOptions{SchedulerName: sched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("kube-scheduler log tail:\n%s", p.Tail())
+		}
+	})
+	return sched
 }
 
 // grant is what one allocated device gives a claim.
