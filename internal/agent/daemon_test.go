@@ -30,8 +30,8 @@ func TestSuperviseDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cfg := Config{RunDir: filepath.Join(dir, "run"), Socket: filepath.Join(dir, "node.sock"), ProcRoot: "/proc",
-		Driver: gpu.ModeSim, DaemonBinary: exe}
+	cfg := Config{NodeValues: NodeValues{RunDir: filepath.Join(dir, "run"), Socket: filepath.Join(dir, "node.sock"),
+		Driver: gpu.ModeSim, DaemonBinary: exe}, ProcRoot: "/proc"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- superviseDaemon(ctx, cfg) }()
@@ -59,7 +59,7 @@ func TestSuperviseDaemon(t *testing.T) {
 // A missing daemon binary is a clear error, not a silent agent without one.
 func TestSuperviseDaemonMissingBinary(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{RunDir: dir, Socket: filepath.Join(dir, "s"), DaemonBinary: filepath.Join(dir, "gpuslice")}
+	cfg := Config{NodeValues: NodeValues{RunDir: dir, Socket: filepath.Join(dir, "s"), DaemonBinary: filepath.Join(dir, "gpuslice")}}
 	err := superviseDaemon(context.Background(), cfg)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("err %v, want not-exist", err)

@@ -53,7 +53,7 @@ func TestInstallLibrary(t *testing.T) {
 // uid), replaced by rename; no library, no list.
 func TestWritePreloadList(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{Library: "/var/lib/gpuslice/libgpuslice.so", RunDir: filepath.Join(dir, "run")}
+	cfg := Config{NodeValues: NodeValues{Library: "/var/lib/gpuslice/libgpuslice.so", RunDir: filepath.Join(dir, "run")}}
 	path := PreloadListPath(cfg)
 	for range 2 {
 		if err := WritePreloadList(path, cfg.Library); err != nil {
@@ -70,7 +70,7 @@ func TestWritePreloadList(t *testing.T) {
 	if entries, err := os.ReadDir(cfg.RunDir); err != nil || len(entries) != 1 {
 		t.Fatalf("run directory holds %v, %v (a temporary file left?)", entries, err)
 	}
-	if p := PreloadListPath(Config{RunDir: cfg.RunDir}); p != "" {
+	if p := PreloadListPath(Config{NodeValues: NodeValues{RunDir: cfg.RunDir}}); p != "" {
 		t.Fatalf("no library, preload list %q", p)
 	}
 	if err := WritePreloadList("", cfg.Library); err != nil {

@@ -23,9 +23,14 @@ import (
 // (--Flag; internal/nodeconfig derives its environment variable,
 // GPUSLICE_NODE_<FLAG>), its field in the configuration file (Field, a JSON
 // path in v1alpha1.NodeConfig), its help, its default and range, and its
-// place in Config.
+// place in Config (ConfigField, a field of NodeValues). `go generate
+// ./internal/nodeconfig` writes both fields from the rows: NodeValues's
+// (ConfigType) and v1alpha1.NodeConfig's (FileType).
 type Setting struct {
 	Flag, Field, Usage string
+	ConfigField        string       // "": a setting of the file alone
+	ConfigType         reflect.Type // the Config field's type
+	FileType           reflect.Type // the file field's type
 	// to and from convert the file form's field (found by Field) to and from
 	// Config's (nil for a setting of the file alone: installLibrary).
 	to         func(n *v1.NodeConfig, c *Config) error
@@ -115,11 +120,14 @@ func xids() conv[[]uint64, []uint64] {
 	}
 }
 
-// setting is one row: cfg is its place in Config, def its default (for the
+// setting is one row: cfgField is its place in Config (a field of
+// NodeValues of type A; its file field is of type F), def its default (for the
 // node's environment), check its range (nil: any value).
-func setting[F, A any](flag, field, usage string, cfg func(*Config) *A, cv conv[F, A], def func(getenv func(string) string) A,
+func setting[F, A any](flag, field, usage, cfgField string, cv conv[F, A], def func(getenv func(string) string) A,
 	check func(A) error) Setting {
-	s := Setting{Flag: flag, Field: field, Usage: usage}
+	s := Setting{Flag: flag, Field: field, Usage: usage, ConfigField: cfgField,
+		ConfigType: reflect.TypeFor[A](), FileType: reflect.TypeFor[F]()}
+	cfg := func(c *Config) *A { return configField(c, cfgField).Addr().Interface().(*A) }
 	file := func(n *v1.NodeConfig) *F { return fileField(n, field).Addr().Interface().(*F) }
 	s.to = func(n *v1.NodeConfig, c *Config) error {
 		v, err := cv.to(*file(n))
@@ -141,6 +149,20 @@ func setting[F, A any](flag, field, usage string, cfg func(*Config) *A, cv conv[
 		}
 	}
 	return s
+}
+
+// configField is c's field name (of NodeValues, generated from the rows).
+func configField(c *Config, name string) reflect.Value {
+	v := reflect.ValueOf(c).Elem().FieldByName(name)
+	if !v.IsValid() {
+		panic(fmt.Sprintf("agent: node setting %q: no such field in Config: run go generate ./internal/nodeconfig", name)) // NodeSettings is static; its test reads every row
+	}
+	return v
+}
+
+// fileOnly is a row of the file alone (no flag's value in Config).
+func fileOnly[F any](flag, field, usage string) Setting {
+	return Setting{Flag: flag, Field: field, Usage: usage, FileType: reflect.TypeFor[F]()}
 }
 
 // is is a default that does not depend on the environment.
@@ -179,59 +201,61 @@ func positive(n int) error {
 }
 
 // NodeSettings is every node setting: its flag, environment variable, file
-// field, default, range and place in Config. Adding one: its Config field, its
-// field in pkg/apis/nodeconfig (the versioned file) and a row here.
+// field, default, range and place in Config. Adding one: a row here, then `go
+// generate ./internal/nodeconfig` writes its field in Config (NodeValues) and
+// in the versioned file (pkg/apis/nodeconfig/v1alpha1) and its line of the
+// docs' table.
 func NodeSettings() []Setting {
 	return append(nodeSettings(), sharingSettings()...)
 }
 
 func nodeSettings() []Setting {
 	return []Setting{
-		setting("node-name", "nodeName", "this node's name (default $NODE_NAME)", func(c *Config) *string { return &c.NodeName },
+		setting("node-name", "nodeName", "this node's name (default $NODE_NAME)", "NodeName",
 			same[string](), func(getenv func(string) string) string { return getenv("NODE_NAME") }, nil),
-		setting("kubeconfig", "kubeconfig", "kubeconfig (default: in-cluster or $KUBECONFIG)", func(c *Config) *string { return &c.Kubeconfig },
+		setting("kubeconfig", "kubeconfig", "kubeconfig (default: in-cluster or $KUBECONFIG)", "Kubeconfig",
 			same[string](), is(""), nil),
-		setting("driver", "driver", "GPU driver: auto, real or sim", func(c *Config) *gpu.Mode { return &c.Driver }, driverMode(), is(gpu.ModeAuto), nil),
-		setting("sim-dir", "simDir", "directory of the simulated driver libraries", func(c *Config) *string { return &c.SimDir },
+		setting("driver", "driver", "GPU driver: auto, real or sim", "Driver", driverMode(), is(gpu.ModeAuto), nil),
+		setting("sim-dir", "simDir", "directory of the simulated driver libraries", "SimDir",
 			same[string](), is(""), nil),
-		setting("library", "library", "host path of libgpuslice.so to inject", func(c *Config) *string { return &c.Library },
+		setting("library", "library", "host path of libgpuslice.so to inject", "Library",
 			same[string](), is(""), nil),
-		{Flag: "install-library", Field: "installLibrary", Usage: "copy this libgpuslice.so to --library at start (and remove it at exit when no GPU pod is left)"},
-		setting("dev-root", "devRoot", "host directory of the nvidia<N> device nodes", func(c *Config) *string { return &c.DevRoot },
+		fileOnly[string]("install-library", "installLibrary", "copy this libgpuslice.so to --library at start (and remove it at exit when no GPU pod is left)"),
+		setting("dev-root", "devRoot", "host directory of the nvidia<N> device nodes", "DevRoot",
 			same[string](), is("/dev"), absolute),
 		setting("control-devices", "controlDevices", "driver-wide device nodes given to GPU containers (comma-separated)",
-			func(c *Config) *[]string { return &c.ControlDevices }, list[string](),
+			"ControlDevices", list[string](),
 			func(func(string) string) []string {
 				return []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
 			}, nil),
-		setting("resync", "resync", "re-apply every container's devices this often", func(c *Config) *time.Duration { return &c.Resync },
+		setting("resync", "resync", "re-apply every container's devices this often", "Resync",
 			duration(), is(time.Second), atLeast(10*time.Millisecond)),
 		setting("publish-period", "publishPeriod", "publish the node's GPUNode row this often",
-			func(c *Config) *time.Duration { return &c.PublishPeriod }, duration(), is(10*time.Second), atLeast(time.Second)),
+			"PublishPeriod", duration(), is(10*time.Second), atLeast(time.Second)),
 		setting("daemon", "daemon.enabled", "run the node daemon (a child process, started again at once if it dies)",
-			func(c *Config) *bool { return &c.RunDaemon }, same[bool](), is(true), nil),
+			"RunDaemon", same[bool](), is(true), nil),
 		setting("daemon-binary", "daemon.binary", "the gpuslice CLI that runs the node daemon (default: gpuslice beside this executable)",
-			func(c *Config) *string { return &c.DaemonBinary }, same[string](), is(""), nil),
-		setting("run-dir", "daemon.runDir", "node daemon run directory", func(c *Config) *string { return &c.RunDir },
+			"DaemonBinary", same[string](), is(""), nil),
+		setting("run-dir", "daemon.runDir", "node daemon run directory", "RunDir",
 			same[string](), paths.RunDir, absolute),
-		setting("socket", "daemon.socket", "node daemon socket", func(c *Config) *string { return &c.Socket },
+		setting("socket", "daemon.socket", "node daemon socket", "Socket",
 			same[string](), nodestatus.SocketPath, absolute),
 		setting("device-plugin", "devicePlugin.enabled", "serve the kubelet device plugins gpuslice.io/gpu and gpuslice.io/gpu-units (false: the GPUs are offered through DRA alone)",
-			func(c *Config) *bool { return &c.DevicePlugin }, same[bool](), is(true), nil),
-		setting("plugin-dir", "devicePlugin.pluginDir", "kubelet device plugin directory", func(c *Config) *string { return &c.PluginDir },
+			"DevicePlugin", same[bool](), is(true), nil),
+		setting("plugin-dir", "devicePlugin.pluginDir", "kubelet device plugin directory", "PluginDir",
 			same[string](), is(pluginapi.DevicePluginPath), absolute),
-		setting("pod-resources", "devicePlugin.podResources", "kubelet pod-resources socket", func(c *Config) *string { return &c.PodResources },
+		setting("pod-resources", "devicePlugin.podResources", "kubelet pod-resources socket", "PodResources",
 			same[string](), is("/var/lib/kubelet/pod-resources/kubelet.sock"), absolute),
 		setting("slots-per-gpu", "devicePlugin.slotsPerGPU", "slots of gpuslice.io/gpu per GPU (at least the scheduler's 100 containers per GPU)",
-			func(c *Config) *int { return &c.SlotsPerGPU }, same[int](), is(api.MaxContainersPerGPU),
+			"SlotsPerGPU", same[int](), is(api.MaxContainersPerGPU),
 			within(api.MaxContainersPerGPU, deviceplugin.MaxSlotsPerGPU, fmt.Sprintf(" (the scheduler places up to %d containers on a GPU; fewer slots would fail their admission)", api.MaxContainersPerGPU))),
 		setting("cdi-kind", "devicePlugin.cdiKind", "CDI kind of the GPU devices named in Allocate: gpuslice.io/gpu (write the spec into --cdi-spec-dir), nvidia.com/gpu (the NVIDIA toolkit's spec) or \"\" (none)",
-			func(c *Config) *string { return &c.CDIKind }, same[string](), is(gpucdi.Kind), cdiKind),
-		setting("cdi-spec-dir", "devicePlugin.cdiSpecDir", "where the gpuslice.io/gpu CDI spec is written", func(c *Config) *string { return &c.CDISpecDir },
+			"CDIKind", same[string](), is(gpucdi.Kind), cdiKind),
+		setting("cdi-spec-dir", "devicePlugin.cdiSpecDir", "where the gpuslice.io/gpu CDI spec is written", "CDISpecDir",
 			same[string](), is("/var/run/cdi"), nil),
 		setting("runtime-endpoint", "runtime.endpoint", "the container runtime's CRI socket (containerd, CRI-O): running containers' processes and OCI specs",
-			func(c *Config) *string { return &c.RuntimeEndpoint }, same[string](), is("unix:///run/containerd/containerd.sock"), nil),
-		setting("runtime-timeout", "runtime.timeout", "give up a CRI call after this long", func(c *Config) *time.Duration { return &c.RuntimeTimeout },
+			"RuntimeEndpoint", same[string](), is("unix:///run/containerd/containerd.sock"), nil),
+		setting("runtime-timeout", "runtime.timeout", "give up a CRI call after this long", "RuntimeTimeout",
 			duration(), is(5*time.Second), func(d time.Duration) error {
 				if d <= 0 {
 					return fmt.Errorf("want more than 0")
@@ -246,41 +270,41 @@ func nodeSettings() []Setting {
 func sharingSettings() []Setting {
 	return []Setting{
 		setting("sharing", "sharing.mode", "GPU sharing mode: timeslice or mps for every GPU, or <index|uuid>=<mode>,...",
-			func(c *Config) *string { return &c.Sharing }, same[string](), is(string(api.SharingTimeslice)), nil),
+			"Sharing", same[string](), is(string(api.SharingTimeslice)), nil),
 		setting("mps-control", "sharing.mps.control", "MPS control daemon (default nvidia-cuda-mps-control; on the simulated GPU its stand-in)",
-			func(c *Config) *string { return &c.MPSControl }, same[string](), is(""), nil),
-		setting("mps-dir", "sharing.mps.dir", "directory of the MPS daemons' per-GPU pipe and log directories", func(c *Config) *string { return &c.MPSDir },
+			"MPSControl", same[string](), is(""), nil),
+		setting("mps-dir", "sharing.mps.dir", "directory of the MPS daemons' per-GPU pipe and log directories", "MPSDir",
 			same[string](), func(getenv func(string) string) string { return filepath.Join(paths.RunDir(getenv), "mps") }, absolute),
-		setting("mps-servers", "sharing.mps.servers", "MPS servers per mps GPU (K)", func(c *Config) *int { return &c.MPSServers },
+		setting("mps-servers", "sharing.mps.servers", "MPS servers per mps GPU (K)", "MPSServers",
 			same[int](), is(api.DefaultMPSServers), within(1, 8, "")),
 		setting("mps-units-per-client", "sharing.mps.unitsPerClient", "units per MPS client slot (M); an mps GPU has M x 48 x K units",
-			func(c *Config) *int { return &c.MPSUnitsPerClient }, same[int](), is(api.DefaultMPSUnitsPerClient), within(1, 100, "")),
+			"MPSUnitsPerClient", same[int](), is(api.DefaultMPSUnitsPerClient), within(1, 100, "")),
 		setting("metrics-address", "metrics.address", "serve /metrics, /healthz and /readyz on this address (\"\": off)",
-			func(c *Config) *string { return &c.MetricsAddress }, same[string](), is(":9446"), nil),
+			"MetricsAddress", same[string](), is(":9446"), nil),
 		setting("metrics-max-groups", "metrics.maxGroups", "most groups per GPU with metric series of their own (the rest: group=\"_other\")",
-			func(c *Config) *int { return &c.MetricsMaxGroups }, same[int](), is(64), positive),
+			"MetricsMaxGroups", same[int](), is(64), positive),
 		setting("health-checks", "health.enabled", "withdraw GPUs that report a critical XID (NVML events) or fail NVML queries",
-			func(c *Config) *bool { return &c.HealthChecks }, same[bool](), is(true), nil),
-		setting("health-period", "health.period", "query each GPU's health this often", func(c *Config) *time.Duration { return &c.HealthPeriod },
+			"HealthChecks", same[bool](), is(true), nil),
+		setting("health-period", "health.period", "query each GPU's health this often", "HealthPeriod",
 			duration(), is(5*time.Second), atLeast(100*time.Millisecond)),
 		setting("dra", "dra.enabled", "run the gpuslice.io DRA kubelet plugin (ResourceSlices, Prepare of ResourceClaims)",
-			func(c *Config) *bool { return &c.DRA }, same[bool](), is(false), nil),
-		setting("dra-plugin-dir", "dra.pluginDir", "the DRA plugin's directory (its socket and checkpoint)", func(c *Config) *string { return &c.DRAPluginDir },
+			"DRA", same[bool](), is(false), nil),
+		setting("dra-plugin-dir", "dra.pluginDir", "the DRA plugin's directory (its socket and checkpoint)", "DRAPluginDir",
 			same[string](), is("/var/lib/kubelet/plugins/gpuslice.io"), absolute),
-		setting("dra-registrar-dir", "dra.registrarDir", "the kubelet's plugin registration directory", func(c *Config) *string { return &c.DRARegistrarDir },
+		setting("dra-registrar-dir", "dra.registrarDir", "the kubelet's plugin registration directory", "DRARegistrarDir",
 			same[string](), is("/var/lib/kubelet/plugins_registry"), absolute),
-		setting("dra-cdi-dir", "dra.cdiDir", "where the DRA plugin writes a CDI spec per prepared claim", func(c *Config) *string { return &c.DRACDIDir },
+		setting("dra-cdi-dir", "dra.cdiDir", "where the DRA plugin writes a CDI spec per prepared claim", "DRACDIDir",
 			same[string](), is("/var/run/cdi"), absolute),
 		setting("dra-busy-above", "dra.busyAbove", "taint a GPU gpuslice.io/busy (NoSchedule) once its utilization stayed at or above this percent for --dra-busy-hold (0: off)",
-			func(c *Config) *int { return &c.DRABusyAbove }, same[int](), is(0), func(n int) error {
+			"DRABusyAbove", same[int](), is(0), func(n int) error {
 				if n < 0 || n > 100 {
 					return fmt.Errorf("want 0 (off) or 1..100")
 				}
 				return nil
 			}),
 		setting("dra-busy-below", "dra.busyBelow", "lift the busy taint once utilization stayed below this percent for --dra-busy-hold",
-			func(c *Config) *int { return &c.DRABusyBelow }, same[int](), is(0), nil),
-		setting("dra-busy-hold", "dra.busyHold", "how long utilization must stay across a busy threshold", func(c *Config) *time.Duration { return &c.DRABusyHold },
+			"DRABusyBelow", same[int](), is(0), nil),
+		setting("dra-busy-hold", "dra.busyHold", "how long utilization must stay across a busy threshold", "DRABusyHold",
 			duration(), is(time.Minute), func(d time.Duration) error {
 				if d < 0 {
 					return fmt.Errorf("want 0 or more")
@@ -288,7 +312,7 @@ func sharingSettings() []Setting {
 				return nil
 			}),
 		setting("health-skip-xids", "health.skipXIDs", "comma-separated XIDs that do not withdraw a GPU (beyond the application XIDs 13,31,43,45,68,109)",
-			func(c *Config) *[]uint64 { return &c.HealthSkipXIDs }, xids(), is[[]uint64](nil), nil),
+			"HealthSkipXIDs", xids(), is[[]uint64](nil), nil),
 	}
 }
 

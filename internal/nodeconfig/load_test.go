@@ -186,8 +186,13 @@ func TestSettings(t *testing.T) {
 			t.Errorf("Name() = %s", s.Name())
 		}
 	}
-	if len(f.settings) != 39 {
-		t.Errorf("%d settings, want 39 (every flag but --config and --version)", len(f.settings))
+	for _, s := range f.settings {
+		if fl := f.fs.Lookup(s.Flag); fl == nil || !strings.HasPrefix(fl.Usage, s.Usage) {
+			t.Errorf("--%s: not registered with its usage", s.Flag)
+		}
+	}
+	if len(f.settings) < 39 {
+		t.Errorf("%d settings, want the 39 of v1alpha1 at least (a field of the file is never taken back)", len(f.settings))
 	}
 	if EnvName("slots-per-gpu") != "GPUSLICE_NODE_SLOTS_PER_GPU" {
 		t.Errorf("env name %s", EnvName("slots-per-gpu"))
@@ -292,6 +297,49 @@ func TestExampleHasEveryDefault(t *testing.T) {
 		}
 		if v == nil {
 			t.Errorf("%s (--%s) has a default and is not in docs/examples/node-config.yaml", s.Field, s.Flag)
+		}
+	}
+}
+
+// TestGoFilesFresh: Config's fields (agent.NodeValues) and the versioned
+// file's types are what `go generate ./internal/nodeconfig` writes from the
+// rows of agent.NodeSettings, and every row's fields exist: a row added
+// without generating fails here.
+func TestGoFilesFresh(t *testing.T) {
+	for file, src := range map[string]func() ([]byte, error){ConfigFile: ConfigSource, FileTypesFile: FileTypesSource} {
+		want, err := src()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s is stale: run go generate ./internal/nodeconfig", file)
+		}
+	}
+	var c agent.Config
+	var n v1.NodeConfig
+	for _, s := range agent.NodeSettings() {
+		if got := reflect.TypeOf(s.File(&n)).Elem(); got != s.FileType {
+			t.Errorf("--%s: file field %s of type %v, want %v", s.Flag, s.Field, got, s.FileType)
+		}
+		if s.ConfigField == "" {
+			continue
+		}
+		if f, ok := reflect.TypeOf(c).FieldByName(s.ConfigField); !ok || f.Type != s.ConfigType {
+			t.Errorf("--%s: Config.%s of type %v (found %v), want %v", s.Flag, s.ConfigField, f.Type, ok, s.ConfigType)
+		}
+	}
+}
+
+// TestGoName: the file's Go names of JSON names, initialisms kept.
+func TestGoName(t *testing.T) {
+	for json, want := range map[string]string{"nodeName": "NodeName", "cdiKind": "CDIKind", "cdiSpecDir": "CDISpecDir",
+		"mps": "MPS", "dra": "DRA", "skipXIDs": "SkipXIDs", "dramatic": "Dramatic", "slotsPerGPU": "SlotsPerGPU"} {
+		if got := goName(json); got != want {
+			t.Errorf("goName(%q) = %q, want %q", json, got, want)
 		}
 	}
 }
