@@ -1,10 +1,13 @@
 package group
 
 import (
+	"errors"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestGenerationAcrossRemake: a group removed and made again numbers its
@@ -17,7 +20,7 @@ func TestGenerationAcrossRemake(t *testing.T) {
 	tr := NewTree(t.TempDir())
 	var last uint64
 	for i := range 5 {
-		first, second := createBumpTwice(t, tr, "g", time.Now)
+		first, second := createBumpTwice(t, tr, "g")
 		if first <= last {
 			t.Fatalf("made for the %d. time: first generation %d, want above the removed group's %d", i+1, first, last)
 		}
@@ -28,127 +31,98 @@ func TestGenerationAcrossRemake(t *testing.T) {
 	}
 }
 
-// TestGenerationClockSteppedBack: the wall clock stepped back (by a second,
-// by a day) between a group's removal and its remake under the same name:
-// the new directory's first generation is still above the removed one's last,
-// which the daemon may acknowledge late into the new directory. Numbered by
-// the clock alone (main before the tree's floor), the first number after the
-// step was below the removed group's.
-func TestGenerationClockSteppedBack(t *testing.T) {
-	for _, back := range []time.Duration{time.Nanosecond, time.Second, 24 * time.Hour} {
-		tr := NewTree(t.TempDir())
-		clock := time.Unix(1_800_000_000, 0)
-		now := func() time.Time { return clock }
-		_, removedLast := createBumpTwice(t, tr, "g", now)
-		if err := tr.Remove("g"); err != nil {
-			t.Fatal(err)
-		}
-		clock = clock.Add(-back)
-		first, _ := createBumpTwice(t, tr, "g", now)
-		if first <= removedLast {
-			t.Fatalf("clock stepped back %v: first generation %d after the remake, want above the removed group's %d",
-				back, first, removedLast)
-		}
-	}
-}
-
-// TestGenerationFloorAcrossGroups: the floor is the tree's: another group's
-// numbers raise it too, and a floor file that is not a number counts as none
-// (the clock numbers then).
-func TestGenerationFloorAcrossGroups(t *testing.T) {
-	tr := NewTree(t.TempDir())
-	clock := time.Unix(1_000, 0)
-	now := func() time.Time { return clock }
-	createBumpTwice(t, tr, "a", now)
-	_, bLast := createBumpTwice(t, tr, "b", now)
-	if got := tr.floor(); got != bLast {
-		t.Fatalf("floor %d, want the last number made, %d", got, bLast)
-	}
-	clock = time.Unix(1, 0)
-	if c, _ := createBumpTwice(t, tr, "c", now); c != bLast+1 {
-		t.Fatalf("first generation %d after the clock went back, want the floor plus one, %d", c, bLast+1)
-	}
-	if err := os.WriteFile(filepath.Join(tr.Dir, fileGenerationFloor), []byte("x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	clock = time.Unix(5_000, 0)
-	if d, _ := createBumpTwice(t, tr, "d", now); d != uint64(clock.UnixNano()) {
-		t.Fatalf("first generation %d with a bad floor file, want the clock's %d", d, clock.UnixNano())
-	}
-}
-
-// TestGenerationOwnersNumber: a number at or above maxGeneration written
-// into a group's file (its directory's owner can) is replaced like a bad one
-// and does not raise the tree's floor: another group's numbers stay far from
-// overflow.
-func TestGenerationOwnersNumber(t *testing.T) {
-	tr := NewTree(t.TempDir())
-	now := func() time.Time { return time.Unix(1_000, 0) }
-	createBumpTwice(t, tr, "a", now)
-	floor := tr.floor()
-	if err := tr.WriteFile("a", FileGeneration, "18446744073709551614\n"); err != nil {
-		t.Fatal(err)
-	}
-	got, err := tr.bumpAt("a", now)
-	if err != nil || got != floor+1 {
-		t.Fatalf("bump over a huge number: %d %v, want the floor plus one, %d", got, err, floor+1)
-	}
-	if f := tr.floor(); f != floor+1 {
-		t.Fatalf("floor %d, want %d", f, floor+1)
-	}
-}
-
-// TestRestoreRaisesFloor: a group the daemon restores with its generation
-// (its run directory was made again, the floor file lost with it) raises the
-// floor, so its remake numbers above it whatever the clock says.
-func TestRestoreRaisesFloor(t *testing.T) {
-	tr := NewTree(t.TempDir())
-	if err := tr.Restore("g", Settings{}, map[string]string{FileGeneration: "5000000\n"}, -1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Remove("g"); err != nil {
-		t.Fatal(err)
-	}
-	first, _ := createBumpTwice(t, tr, "g", func() time.Time { return time.Unix(0, 10) })
-	if first != 5_000_001 {
-		t.Fatalf("first generation %d after a restored group's 5000000, want 5000001", first)
-	}
-}
-
 func TestFirstGeneration(t *testing.T) {
 	for _, c := range []struct {
-		now   time.Time
-		floor uint64
-		want  uint64
+		now  time.Time
+		want uint64
 	}{
-		{time.Unix(0, 0), 0, 1},
-		{time.Unix(-5, 0), 0, 1},
-		{time.Unix(0, 7), 0, 7},
-		{time.Unix(0, 7), 7, 8},
-		{time.Unix(0, 7), 3, 7},
-		{time.Unix(-5, 0), 41, 42},
-		{time.Unix(1_800_000_000, 5), 0, 1_800_000_000_000_000_005},
-		{time.Unix(1_700_000_000, 0), 1_800_000_000_000_000_005, 1_800_000_000_000_000_006},
+		{time.Unix(0, 0), 1},
+		{time.Unix(-5, 0), 1},
+		{time.Unix(0, 7), 7},
+		{time.Unix(1_800_000_000, 5), 1_800_000_000_000_000_005},
 	} {
-		if got := firstGeneration(c.now, c.floor); got != c.want {
-			t.Errorf("firstGeneration(%v, %d) = %d, want %d", c.now, c.floor, got, c.want)
+		if got := firstGeneration(c.now); got != c.want {
+			t.Errorf("firstGeneration(%v) = %d, want %d", c.now, got, c.want)
 		}
 	}
 }
 
-// createBumpTwice makes group name and numbers its settings twice by the
-// clock now: the first and second generations (the second the first plus one).
-func createBumpTwice(t *testing.T, tr Tree, name string, now func() time.Time) (first, second uint64) {
+// createBumpTwice makes group name and numbers its settings twice: the first
+// and second generations (the second the first plus one).
+func createBumpTwice(t *testing.T, tr Tree, name string) (first, second uint64) {
 	t.Helper()
 	if err := tr.Create(name); err != nil {
 		t.Fatal(err)
 	}
-	first, err := tr.bumpAt(name, now)
+	first, err := tr.Bump(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second, err = tr.bumpAt(name, now); err != nil || second != first+1 {
+	if second, err = tr.Bump(name); err != nil || second != first+1 {
 		t.Fatalf("second generation %d %v, want %d", second, err, first+1)
 	}
 	return first, second
+}
+
+// TestBumpNotHeldByTreeLock: anyone can open the group tree's directory
+// (0755) and flock it: numbering a group's settings takes no lock but its own
+// directory's, so a lock held on the tree for ever holds up no Bump. With a
+// tree-wide floor under a lock on the tree (9a62846), Bump waited for good.
+func TestBumpNotHeldByTreeLock(t *testing.T) {
+	tr := NewTree(t.TempDir())
+	if err := tr.Create("g"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(tr.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Close() }()
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := tr.Bump("g"); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Bump still waiting after 5 s on a lock another process holds on the group tree")
+	}
+}
+
+// TestWriteFileAtRemadeDir: a file written into a group's directory opened
+// before (the time-slice daemon's acknowledgement) lands only there: after
+// the group is removed and made again under the same name, the write fails
+// and the new directory has no such file.
+func TestWriteFileAtRemadeDir(t *testing.T) {
+	tr := NewTree(t.TempDir())
+	if err := tr.Create("g"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := tr.OpenDir("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Close() }()
+	if err := tr.WriteFileAt(d, "g", FileApplied, "5\n"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tr.Applied("g"); err != nil || n != 5 {
+		t.Fatalf("applied %d %v, want 5", n, err)
+	}
+	if err := tr.Remove("g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Create("g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.WriteFileAt(d, "g", FileApplied, "6\n"); err == nil {
+		t.Fatal("a write into the removed directory succeeded")
+	}
+	if _, err := tr.Applied("g"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the remade group has %s (%v): want none", FileApplied, err)
+	}
 }

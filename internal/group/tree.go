@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuslice/gpuslice/internal/paths"
 )
 
@@ -178,8 +180,7 @@ func (t Tree) put(name string, n Settings, exists bool) error {
 // Restore makes a lost group again (its run directory was removed under the
 // time-slice daemon), appearing at once with its settings s and the other
 // files given (file name -> content: its cgroup binding, GPUs, gate-off,
-// settings generation, which raises the tree's generation floor), its
-// directory owned by uid and gid (-1: as made).
+// settings generation), its directory owned by uid and gid (-1: as made).
 // fs.ErrExist if the group exists (nothing changed then).
 func (t Tree) Restore(name string, s Settings, files map[string]string, uid, gid int) error {
 	if err := paths.ValidateGroup(name); err != nil {
@@ -193,10 +194,7 @@ func (t Tree) Restore(name string, s Settings, files map[string]string, uid, gid
 			return fmt.Errorf("%w: group %s: file %q cannot be restored", ErrInvalid, name, f)
 		}
 	}
-	if err := t.createWith(name, s, files, uid, gid); err != nil {
-		return err
-	}
-	return t.raiseFloorTo(files[FileGeneration])
+	return t.createWith(name, s, files, uid, gid)
 }
 
 // createWith makes a new group directory that appears with every setting of s
@@ -307,6 +305,54 @@ func (t Tree) WriteFile(name, file, content string) error {
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("group %s: %w", name, err), os.Remove(tmp.Name()))
+	}
+	return nil
+}
+
+// OpenDir opens a group's directory (read-only) for WriteFileAt.
+func (t Tree) OpenDir(name string) (*os.File, error) {
+	d, err := os.OpenFile(t.Path(name), os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("group %s: %w", name, err)
+	}
+	return d, nil
+}
+
+// WriteFileAt replaces one file of a group atomically, as WriteFile, in the
+// directory d (OpenDir) and no other: through its descriptor, so once that
+// directory is removed the write fails, even with another made under the
+// same name meanwhile (on the same inode, perhaps: not while d is open). The
+// time-slice daemon acknowledges a group's settings generation so, into the
+// directory it opened before reading it.
+func (t Tree) WriteFileAt(d *os.File, name, file, content string) error {
+	rc, err := d.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	var werr error
+	if err := rc.Control(func(dfd uintptr) { werr = writeAt(int(dfd), file, content) }); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	if werr != nil {
+		return fmt.Errorf("group %s: write %s: %w", name, file, werr)
+	}
+	return nil
+}
+
+// writeAt writes file in directory dfd: a new file, then renamed into place.
+func writeAt(dfd int, file, content string) error {
+	tmp := fmt.Sprintf(".%s.tmp-%d-%d", file, os.Getpid(), time.Now().UnixNano())
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.WriteString(content)
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
+		return errors.Join(err, unix.Unlinkat(dfd, tmp, 0))
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, file); err != nil {
+		return errors.Join(err, unix.Unlinkat(dfd, tmp, 0))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	if !s.noteGroupDir(ctx, name) {
 		return
 	}
+	s.openGenDir(name)
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
 	if s.recordGroup(name, st, gen, err == nil) {
@@ -96,6 +98,22 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		"memoryMax", st.MemoryMax, "generation", gen)
 }
 
+// openGenDir opens the group's directory before its generation is read: the
+// generation is acknowledged into it (acknowledge), never into another made
+// under the name meanwhile.
+func (s *Server) openGenDir(name string) {
+	d, err := s.tree.OpenDir(name)
+	if err != nil {
+		return // gone again: its removal's event forgets it
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.genDirs[name]; old != nil {
+		_ = old.Close() // read-only
+	}
+	s.genDirs[name] = d
+}
+
 // noteGroupDir notes what a changed group's directory is, and reports
 // whether it exists. A group gone is forgotten unless its run directory went
 // with it (restore.go); one removed and made again (another directory) starts
@@ -131,6 +149,10 @@ func (s *Server) groupDir(name string) (dirID, bool) {
 // removed (under s.mu): its settings, the generation read with them, a limit
 // waiting to be written. A group made again under the same name starts clean.
 func (s *Server) forgetLocked(name string) {
+	if d := s.genDirs[name]; d != nil {
+		_ = d.Close() // read-only
+	}
+	delete(s.genDirs, name)
 	delete(s.settings, name)
 	delete(s.generations, name)
 	delete(s.unapplied, name)
@@ -189,17 +211,26 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 // same name (faster than its removal is seen, its directory perhaps on the
 // same inode) numbers its settings from 1 again, and must be acknowledged
 // again.
+//
+// The acknowledgement goes into the directory the generation was read from
+// (opened by groupChanged before reading it: genDirs) and no other: written through that
+// directory's descriptor, a late acknowledgement of a removed group never lands
+// in a directory made again under its name, whatever numbers the new one's
+// settings get (the race TestRemadeGroupApplied caught once).
 func (s *Server) acknowledge(log klog.Logger, name string) {
 	s.mu.Lock()
 	gen := s.generations[name]
+	dir := s.genDirs[name]
 	s.mu.Unlock()
-	if gen == 0 || s.applied(name) == gen {
+	if gen == 0 || dir == nil || s.applied(name) == gen {
 		return
 	}
-	if err := s.tree.WriteFile(name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n"); err != nil {
-		if s.tree.Exists(name) {
-			log.Error(err, "acknowledge group settings", "generation", gen)
-		}
+	err := s.tree.WriteFileAt(dir, name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n")
+	switch {
+	case errors.Is(err, os.ErrClosed) || errors.Is(err, fs.ErrNotExist):
+		log.V(1).Info("group removed or made again: the earlier directory's settings not acknowledged", "generation", gen)
+	case err != nil && s.tree.Exists(name):
+		log.Error(err, "acknowledge group settings", "generation", gen)
 	}
 }
 

@@ -55,6 +55,7 @@ type Server struct {
 	// generations: each group's settings generation read with its last valid
 	// settings (under mu); the one acknowledged is in its FileApplied.
 	generations map[string]uint64
+	genDirs     map[string]*os.File // the directory each generation was read from (acknowledge)
 	// dirs: each group's directory as last seen (under mu): another one at
 	// the same name is a new group. gone: when a group's directory went
 	// (kept forgetGoneAfter); records: what restores a lost group (restore.go).
@@ -111,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := &Server{cfg: cfg, runDir: id, pidNS: ns, tree: group.NewTree(cfg.RunDir), log: log, gpus: map[proto.UUID]*gpuState{},
 		settings: map[string]group.Settings{}, conns: map[*conn]struct{}{}, bindings: map[string]string{}, ledgers: newElasticLedgers(),
-		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, seedGiven: map[string]uint32{}, devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1), unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
+		unapplied: map[string]struct{}{}, generations: map[string]uint64{}, genDirs: map[string]*os.File{}, dirs: map[string]dirID{}, gone: map[string]time.Time{}, records: map[string]groupRecord{}, seedGiven: map[string]uint32{}, devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1), unlock: unlock, adm: newAdmission(), known: newKnownGPUs(cfg.ListGPUs, log)}
 	if cfg.ContextProbe != nil {
 		s.known.onNew = s.wantProbe // a GPU the driver lists anew (hot-added) is probed
 	}
