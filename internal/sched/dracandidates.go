@@ -70,9 +70,9 @@ type sharedDev struct {
 	units, mem  int64
 	unavailable bool // tainted
 	// uuid: the GPU's (attribute uuid, as its GPUNode row names it); pos:
-	// the device's place in its slice.
-	uuid string
-	pos  int
+	// the device's place in its slice; node: the slice's node ("" none).
+	uuid, node string
+	pos        int
 }
 
 // devTable keeps each ResourceSlice's shared devices, read once per slice
@@ -98,7 +98,8 @@ func (t *devTable) devices(all []*resourceapi.ResourceSlice) [][]sharedDev {
 				u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
 				if u > 0 && m > 0 {
 					devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
-						unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p})
+						unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
+						node: ptr.Deref(s.Spec.NodeName, "")})
 				}
 			}
 			t.bySlice[s] = devs
@@ -148,16 +149,16 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 	if err != nil {
 		return nil, err
 	}
-	// Per node, the best device that fits: its free fraction after the pod.
+	// Per slice, the best device that fits: its free fraction after the
+	// pod (one entry per slice; topNodes keeps a node's best).
 	var fits []nodeFit
-	at := map[string]int{} // index in fits
-	used := usedPools(st)  // a device of another pool is free: no lookup
-	for i, devs := range e.table.devices(all) {
-		node := ptr.Deref(all[i].Spec.NodeName, "")
-		if node == "" || len(devs) == 0 || ok != nil && !ok[node] {
+	used := usedPools(st) // a device of another pool is free: no lookup
+	for _, devs := range e.table.devices(all) {
+		if len(devs) == 0 || devs[0].node == "" || ok != nil && !ok[devs[0].node] {
 			continue
 		}
 		inUse := used[poolOnly(devs[0].id)]
+		best, found := nodeFit{node: devs[0].node}, false
 		for _, d := range devs {
 			var u, m int64
 			if inUse {
@@ -166,13 +167,13 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 			if d.unavailable || busy[d.uuid] || d.units-u < need.units || d.mem-m < need.bytes {
 				continue
 			}
-			f := nodeFit{node: node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
-			if j, seen := at[node]; !seen {
-				at[node] = len(fits)
-				fits = append(fits, f)
-			} else if f.better(fits[j], policy) {
-				fits[j] = f
+			f := nodeFit{node: d.node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
+			if !found || f.better(best, policy) {
+				best, found = f, true
 			}
+		}
+		if found {
+			fits = append(fits, best)
 		}
 	}
 	return topNodes(fits, policy, k), nil
@@ -215,6 +216,12 @@ func (f nodeFit) better(g nodeFit, policy api.Placement) bool {
 func topNodes(fits []nodeFit, policy api.Placement, k int) []string {
 	top := make([]nodeFit, 0, k+1)
 	for _, f := range fits {
+		if j := slices.IndexFunc(top, func(g nodeFit) bool { return g.node == f.node }); j >= 0 {
+			if !f.better(top[j], policy) {
+				continue // (a node of several slices: its best)
+			}
+			top = slices.Delete(top, j, j+1)
+		}
 		i := sort.Search(len(top), func(i int) bool { return f.better(top[i], policy) })
 		if i >= k {
 			continue

@@ -127,3 +127,15 @@ func TestDRACandidates(t *testing.T) {
 		t.Error("narrowable: a share of units and memory is, a whole-device request is not")
 	}
 }
+
+// TestTopNodesOneEntryPerNode: a node of several slices (one entry each)
+// is named once, ranked by its best entry.
+func TestTopNodesOneEntryPerNode(t *testing.T) {
+	fits := []nodeFit{{"a", 1.5}, {"b", 1.0}, {"a", 0.2}, {"c", 0.8}, {"b", 1.9}}
+	if got := topNodes(fits, api.PlacementBinpack, 3); !slices.Equal(got, []string{"a", "c", "b"}) {
+		t.Errorf("binpack: %v, want [a c b]", got)
+	}
+	if got := topNodes(fits, api.PlacementSpread, 2); !slices.Equal(got, []string{"b", "a"}) {
+		t.Errorf("spread: %v, want [b a]", got)
+	}
+}
