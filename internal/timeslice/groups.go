@@ -52,6 +52,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		// A setting file it had is missing: the group is being removed
 		// (rm -r); its defaults are not its settings, nor its limit.
 		log.V(1).Info("setting files missing: the group is being removed; nothing applied")
+		s.dropGenDir(name)
 		return
 	}
 	s.mu.Lock()
@@ -74,9 +75,11 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		if werr := s.tree.Write(name, old); werr != nil {
 			log.Error(werr, "restore group settings")
 		}
+		s.dropGenDir(name)
 		return
 	}
 	if known && old == st && gen == lastGen && s.applied(name) == gen {
+		s.dropGenDir(name)
 		return
 	}
 	if !known || old != st {
@@ -112,6 +115,28 @@ func (s *Server) openGenDir(name string) {
 		_ = old.Close() // read-only
 	}
 	s.genDirs[name] = d
+}
+
+// dropGenDir closes the group's directory opened for a generation that needs
+// no acknowledgement.
+func (s *Server) dropGenDir(name string) {
+	s.mu.Lock()
+	d := s.genDirs[name]
+	s.mu.Unlock()
+	if d != nil {
+		s.closeGenDir(name, d)
+	}
+}
+
+// closeGenDir closes the group's directory d once acknowledged into, unless
+// a newer event opened another meanwhile.
+func (s *Server) closeGenDir(name string, d *os.File) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.genDirs[name] == d {
+		delete(s.genDirs, name)
+		_ = d.Close() // read-only
+	}
 }
 
 // noteGroupDir notes what a changed group's directory is, and reports
@@ -222,7 +247,11 @@ func (s *Server) acknowledge(log klog.Logger, name string) {
 	gen := s.generations[name]
 	dir := s.genDirs[name]
 	s.mu.Unlock()
-	if gen == 0 || dir == nil || s.applied(name) == gen {
+	if dir == nil {
+		return
+	}
+	defer s.closeGenDir(name, dir) // one descriptor per group only until acknowledged
+	if gen == 0 || s.applied(name) == gen {
 		return
 	}
 	err := s.tree.WriteFileAt(dir, name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n")
