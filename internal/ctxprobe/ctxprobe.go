@@ -29,14 +29,33 @@ const Binary = "gpuslice-ctxprobe"
 // Timeout bounds one run of the probe (cuInit and a context per device).
 const Timeout = 60 * time.Second
 
-// maxLines and maxContext bound what is read from the probe.
+// maxLines bounds what is read from the probe.
+const maxLines = 1024
+
+// A context's figure is plausible from MinContext to MaxContext (and at most
+// half the device's memory); one outside is taken for a failed measurement
+// (another process's memory moved meanwhile, a driver that answered 0): that
+// device is skipped (Skip.Retry) and its kind reserved as without the probe,
+// never at that figure. A figure of 0 would reserve nothing for a context (a
+// group's first contexts would all pass on the same headroom), a huge one
+// would refuse every context on that kind of card.
 const (
-	maxLines   = 1024
-	maxContext = 64 << 30 // no context takes 64 GiB: a line saying so is wrong
+	MinContext = 1 << 20
+	MaxContext = 4 << 30
 )
 
-// Skip is a device the probe did not measure, and why.
-type Skip struct{ Device, Reason string }
+// Plausible says whether a context of size bytes on a device of totalMiB is
+// a figure to reserve by.
+func Plausible(totalMiB, size uint64) bool {
+	return size >= MinContext && size <= min(uint64(MaxContext), totalMiB<<20/2)
+}
+
+// Skip is a device the probe did not measure, and why; Retry: its figure was
+// implausible (the daemon runs the probe again later).
+type Skip struct {
+	Device, Reason string
+	Retry          bool
+}
 
 // Result is what one run of the probe measured: one seed per kind of device
 // (the largest context of the devices of that memory size) and the devices
@@ -49,7 +68,8 @@ type Result struct {
 
 // Parse reads the probe's output: lines "seed <uuid> <MiB> <bytes>" and
 // "skip <device> <reason...>". Anything else is an error (nothing is taken
-// from output that does not parse whole).
+// from output that does not parse whole); a seed whose figure is not
+// Plausible is a skip.
 func Parse(out []byte) (Result, error) {
 	r := Result{Devices: map[string]uint32{}}
 	kinds := map[uint32]int{}
@@ -69,8 +89,13 @@ func Parse(out []byte) (Result, error) {
 			if err := errors.Join(err1, err2); err != nil {
 				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure: %w", n, sc.Text(), err)
 			}
-			if mib == 0 || size > maxContext || len(f[1]) >= groupstate.UUIDLen {
+			if mib == 0 || len(f[1]) >= groupstate.UUIDLen {
 				return Result{}, fmt.Errorf("context probe: line %d %q: not a device's figure", n, sc.Text())
+			}
+			if !Plausible(mib, size) {
+				r.Skipped = append(r.Skipped, Skip{Device: f[1], Retry: true,
+					Reason: fmt.Sprintf("implausible figure: a context of %d bytes on a device of %d MiB", size, mib)})
+				continue
 			}
 			kib := uint32((size+1023)>>10) + 1
 			r.Devices[f[1]] = kib

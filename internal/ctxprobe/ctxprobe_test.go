@@ -26,16 +26,23 @@ func TestParse(t *testing.T) {
 		{"two kinds and a skip", "seed GPU-a 81559 524288000\nseed GPU-b 22491 188743680\nskip MIG-c a MIG device: not probed\n",
 			Result{Seeds: []groupstate.DeviceSeed{seed(81559, 500<<10+1), seed(22491, 180<<10+1)},
 				Devices: map[string]uint32{"GPU-a": 500<<10 + 1, "GPU-b": 180<<10 + 1},
-				Skipped: []Skip{{"MIG-c", "a MIG device: not probed"}}}, ""},
-		{"one kind, the larger", "seed GPU-a 81559 1000\nseed GPU-b 81559 524288000\n",
+				Skipped: []Skip{{"MIG-c", "a MIG device: not probed", false}}}, ""},
+		{"one kind, the larger", "seed GPU-a 81559 2097152\nseed GPU-b 81559 524288000\n",
 			Result{Seeds: []groupstate.DeviceSeed{seed(81559, 500<<10+1)},
-				Devices: map[string]uint32{"GPU-a": 2, "GPU-b": 500<<10 + 1}}, ""},
-		{"rounded up", "seed GPU-a 1 1\n", Result{Seeds: []groupstate.DeviceSeed{seed(1, 2)}, Devices: map[string]uint32{"GPU-a": 2}}, ""},
-		{"zero context", "seed GPU-a 1 0\n", Result{Seeds: []groupstate.DeviceSeed{seed(1, 1)}, Devices: map[string]uint32{"GPU-a": 1}}, ""},
+				Devices: map[string]uint32{"GPU-a": 2<<10 + 1, "GPU-b": 500<<10 + 1}}, ""},
+		{"rounded up", "seed GPU-a 100 1048577\n", Result{Seeds: []groupstate.DeviceSeed{seed(100, 1<<10+2)}, Devices: map[string]uint32{"GPU-a": 1<<10 + 2}}, ""},
+		{"zero context", "seed GPU-a 81559 0\n", Result{Devices: map[string]uint32{},
+			Skipped: []Skip{{"GPU-a", "implausible figure: a context of 0 bytes on a device of 81559 MiB", true}}}, ""},
+		{"under 1 MiB", "seed GPU-a 81559 1048575\n", Result{Devices: map[string]uint32{},
+			Skipped: []Skip{{"GPU-a", "implausible figure: a context of 1048575 bytes on a device of 81559 MiB", true}}}, ""},
+		{"past 4 GiB", "seed GPU-a 81559 4294967297\n", Result{Devices: map[string]uint32{},
+			Skipped: []Skip{{"GPU-a", "implausible figure: a context of 4294967297 bytes on a device of 81559 MiB", true}}}, ""},
+		{"past half the device", "seed GPU-a 1000 524288001\nseed GPU-b 1000 524288000\n",
+			Result{Seeds: []groupstate.DeviceSeed{seed(1000, 500<<10+1)}, Devices: map[string]uint32{"GPU-b": 500<<10 + 1},
+				Skipped: []Skip{{"GPU-a", "implausible figure: a context of 524288001 bytes on a device of 1000 MiB", true}}}, ""},
 		{"garbage", "hello\n", Result{}, "does not parse"},
 		{"negative", "seed GPU-a 1 -5\n", Result{}, "not a device's figure"},
 		{"no memory", "seed GPU-a 0 5\n", Result{}, "not a device's figure"},
-		{"too large", "seed GPU-a 1 68719476737\n", Result{}, "not a device's figure"},
 		{"memory past 32 bits", "seed GPU-a 4294967296 5\n", Result{}, "not a device's figure"},
 		{"a long name", "seed GPU-" + strings.Repeat("a", 64) + " 1 5\n", Result{}, "not a device's figure"},
 		{"too many lines", strings.Repeat("skip #0 x\n", maxLines+1), Result{}, "more than"},
@@ -65,7 +72,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, s := range r.Seeds {
-			if s.TotalMiB == 0 || s.KiB == 0 || s.KiB > maxContext>>10+1 {
+			if s.TotalMiB == 0 || s.KiB == 0 || s.KiB < MinContext>>10+1 || s.KiB > MaxContext>>10+1 || uint64(s.KiB-1)<<10 > uint64(s.TotalMiB)<<19+1023 {
 				t.Fatalf("seed %+v from %q", s, b)
 			}
 		}
@@ -91,9 +98,15 @@ func TestRunSimulated(t *testing.T) {
 	for _, mem := range []struct {
 		env  string
 		want uint32
-	}{{"314572800", 300<<10 + 1}, {"0", 1}, {"629145600", 600<<10 + 1}} {
+	}{{"314572800", 300<<10 + 1}, {"0", 0}, {"629145600", 600<<10 + 1}} {
 		t.Setenv("GPUSLICE_SIM_CONTEXT_MEMORY", mem.env)
 		r, err := Run(context.Background(), probe, filepath.Join(sim, "libcuda.so.1"), filepath.Join(sim, "libnvidia-ml.so.1"))
+		if mem.want == 0 { // a context that takes nothing: not a figure to reserve by
+			if err != nil || len(r.Seeds) != 0 || len(r.Skipped) != 1 || !r.Skipped[0].Retry {
+				t.Fatalf("context memory 0: %+v, %v; want the device skipped, to be probed again", r, err)
+			}
+			continue
+		}
 		if err != nil || len(r.Seeds) != 1 || r.Seeds[0].KiB != mem.want || len(r.Skipped) != 0 {
 			t.Fatalf("context memory %s: %+v, %v; want one seed of %d (1 + KiB)", mem.env, r, err, mem.want)
 		}

@@ -61,6 +61,10 @@ type Config struct {
 	// run (logged): groups reserve first contexts as before (the seed
 	// gathered from the groups' measurements, else the guess).
 	ContextProbe func(context.Context) (ctxprobe.Result, error)
+	// ContextProbeRetry is the first wait before a probe run that failed or
+	// found an implausible figure runs again (doubled at each failure, at
+	// most 30 minutes).
+	ContextProbeRetry time.Duration
 	// Observe, when set, is told of every slice handed out and of every
 	// member's wait for one, as the daemon decides them (tests and benchmarks
 	// assert on these: the machine's load does not change them). Called with a
@@ -100,9 +104,10 @@ func DefaultConfig(getenv func(string) string) Config {
 		Elastic:      elastic.DefaultConfig(),
 		// A thread each (Go allows 10,000): far more than one node's GPU
 		// processes (each holds one, briefly two), far fewer than a flood.
-		MaxConns:         4096,
-		MaxConnsPerUID:   1024,
-		MaxConnsPerGroup: 1024,
+		MaxConns:          4096,
+		MaxConnsPerUID:    1024,
+		MaxConnsPerGroup:  1024,
+		ContextProbeRetry: 30 * time.Second,
 	}
 }
 
@@ -117,6 +122,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("status interval, hello timeout and GPU limit must be positive")
 	case c.MaxConns <= 0 || c.MaxConnsPerUID <= 0 || c.MaxConnsPerGroup <= 0:
 		return fmt.Errorf("connection bounds must be positive")
+	case c.ContextProbe != nil && c.ContextProbeRetry <= 0:
+		return fmt.Errorf("context probe retry must be positive")
 	case c.ListGPUs == nil:
 		return fmt.Errorf("no GPU lister (the daemon schedules only the node's GPUs)")
 	case c.IdleExit < 0:

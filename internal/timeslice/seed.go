@@ -88,30 +88,57 @@ func (s *Server) primeSeed(names []string) {
 // probe did not measure.
 
 // probeContexts runs the probe now and again each time the daemon's GPU
-// list grows, until ctx ends, and gives its seeds to every group.
+// list grows, until ctx ends, and gives its seeds to every group. A run that
+// failed, or skipped a device for an implausible figure, is run again after
+// cfg.ContextProbeRetry, doubling up to maxProbeRetry while it keeps failing
+// (each run puts a context on the node's devices: never a tight loop).
 func (s *Server) probeContexts(ctx context.Context) {
+	wait := s.cfg.ContextProbeRetry
 	for {
 		start := time.Now()
 		r, err := s.cfg.ContextProbe(ctx)
+		retry := err != nil
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			s.log.Error(err, "context probe failed: groups reserve first contexts as without it (the seed their measurements give, else the guess)")
+			s.log.Error(err, "context probe failed: groups reserve first contexts as without it (the seed their measurements give, else the guess); probing again", "in", wait)
 		default:
 			for _, sk := range r.Skipped {
-				s.log.Info("context probe skipped a device: its first contexts are reserved as without it", "device", sk.Device, "reason", sk.Reason)
+				s.log.Info("context probe skipped a device: its first contexts are reserved as without it", "device", sk.Device, "reason", sk.Reason, "probedAgain", sk.Retry)
+				retry = retry || sk.Retry
 			}
 			s.log.Info("context probe", "devices", r.Devices, "took", time.Since(start).Round(time.Millisecond))
 			s.setDeviceSeeds(r.Seeds)
 		}
-		select {
-		case <-ctx.Done():
+		if !s.probeWait(ctx, retry, &wait) {
 			return
-		case <-s.reprobe:
 		}
 	}
 }
+
+// probeWait waits for the next probe run: a GPU added, or with retry the
+// wait (then doubled); false once ctx ends.
+func (s *Server) probeWait(ctx context.Context, retry bool, wait *time.Duration) bool {
+	var again <-chan time.Time
+	if retry {
+		t := time.NewTimer(*wait)
+		defer t.Stop()
+		again, *wait = t.C, min(2**wait, maxProbeRetry)
+	} else {
+		*wait = s.cfg.ContextProbeRetry
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.reprobe:
+	case <-again:
+	}
+	return true
+}
+
+// maxProbeRetry bounds the wait before a failed probe runs again.
+const maxProbeRetry = 30 * time.Minute
 
 // wantProbe asks probeContexts for another run (the driver lists a new GPU).
 func (s *Server) wantProbe() {

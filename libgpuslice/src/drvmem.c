@@ -22,6 +22,11 @@
 #define DRV_NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
 #define DRV_LOAD_DEVS 64          /* devices whose last load and context this process remembers */
 #define DRV_WAIT_SLICE_MS 20      /* a wait on a member's guess looks at its liveness this often */
+/* A device seed is a figure to reserve by from 1 MiB to the least of 4 GiB and
+ * half the device (internal/ctxprobe.Plausible, which the daemon checks before
+ * writing one; a member may write the header): outside, none applies. */
+#define DRV_SEED_MIN_KIB 1024ull
+#define DRV_SEED_MAX_KIB (4ull << 20)
 
 static pthread_mutex_t measuring = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
@@ -162,7 +167,10 @@ static uint32_t device_mib(CUdevice dev)
 
 /* 1 + what a context takes on the device, as the node measured it (the
  * header's entry for its kind of device, written by the time-slice daemon
- * from its own probe, never from a tenant's figure); 0: no entry. */
+ * from its own probe, never from a tenant's figure); 0: no entry, or one that
+ * is no context's figure (under 1 MiB: a context reserved at 0 B lets a
+ * group's first contexts all pass on the same headroom; past 4 GiB or half
+ * the device). */
 static uint64_t device_seed(const struct gs_drv_probe *p)
 {
 	uint32_t mib = device_mib(p->dev);
@@ -170,8 +178,9 @@ static uint64_t device_seed(const struct gs_drv_probe *p)
 	for (int i = 0; mib != 0 && i < GS_SHM_DEVICE_SEEDS; i++) {
 		if (__atomic_load_n(&h->device_seed_mib[i], __ATOMIC_ACQUIRE) != mib)
 			continue;
-		uint32_t kib = __atomic_load_n(&h->device_seed_kib[i], __ATOMIC_ACQUIRE);
-		return kib != 0 ? ((uint64_t)(kib - 1) << 10) + 1 : 0;
+		uint64_t kib = __atomic_load_n(&h->device_seed_kib[i], __ATOMIC_ACQUIRE);
+		uint64_t most = (uint64_t)mib << 9 < DRV_SEED_MAX_KIB ? (uint64_t)mib << 9 : DRV_SEED_MAX_KIB;
+		return kib > DRV_SEED_MIN_KIB && kib - 1 <= most ? ((kib - 1) << 10) + 1 : 0;
 	}
 	return 0;
 }

@@ -17,6 +17,7 @@ struct seeds {
 	uint64_t limit;
 	uint32_t node_kib;  /* the header seed gathered from groups' measurements (1 + KiB; 0: none) */
 	uint32_t total_mib; /* the simulated device's memory */
+	uint32_t dev_kib;   /* the device seed (1 + KiB; 0: the probe's figure, CTX_MEM) */
 };
 
 static void set_seeds(struct gs_shm_header *h, const void *arg)
@@ -28,21 +29,26 @@ static void set_seeds(struct gs_shm_header *h, const void *arg)
 	h->device_seed_mib[0] = 9999; /* another kind of device: not this one's figure */
 	h->device_seed_kib[0] = 1;
 	h->device_seed_mib[1] = s->total_mib;
-	h->device_seed_kib[1] = (uint32_t)(CTX_MEM >> 10) + 1; /* as the probe measured it */
+	h->device_seed_kib[1] = s->dev_kib != 0 ? s->dev_kib : (uint32_t)(CTX_MEM >> 10) + 1; /* as the probe measured it */
 }
 
 /* A group of limit bytes whose file the node made with the probe's seed for
  * the simulated device (and node_kib as the seed the groups' measurements
  * gave), on a simulated device of its own (nothing the other tests' members
  * held is on it). */
-static void seeded_group(const char *name, uint64_t limit, uint32_t node_kib)
+static void seeded_group_kib(const char *name, uint64_t limit, uint32_t node_kib, uint32_t dev_kib)
 {
 	char state[300];
 	snprintf(state, sizeof(state), "%s/sim-state-%s", ht_dir, name);
 	setenv("GPUSLICE_SIM_STATE", state, 1);
 	const char *path = ht_group(name, NULL);
-	struct seeds s = {limit, node_kib, 24u << 10}; /* ht_setup's GPUSLICE_SIM_MEMORY, 24 GiB */
+	struct seeds s = {limit, node_kib, 24u << 10, dev_kib}; /* ht_setup's GPUSLICE_SIM_MEMORY, 24 GiB */
 	shm_write_managed(path, set_seeds, &s);
+}
+
+static void seeded_group(const char *name, uint64_t limit, uint32_t node_kib)
+{
+	seeded_group_kib(name, limit, node_kib, 0);
 }
 
 /* A fresh member's first context (cuCtxCreate_v2, GPUSLICE_SIM_LATENCY_US in
@@ -196,6 +202,32 @@ static int lie_lowers_nothing(void *arg)
 	return 0;
 }
 
+/* A device seed that is no context's figure (a member wrote it, or an older
+ * daemon took a failed measurement): 0 B (kib 1), 1 KiB and 100 GiB. None
+ * applies: three first 300 MiB contexts at once in 700 MiB are reserved as
+ * without it (the guess: two made, one refused after its wait) and the device
+ * never holds more than the limit. At 0 B all three reached the driver at once
+ * and the device held 900 MiB. */
+static int implausible_seed(void *arg)
+{
+	(void)arg;
+	static const uint32_t kibs[] = {1, 2, (100u << 20) + 1};
+	setenv("GPUSLICE_SIM_LATENCY_US", "300000", 1);
+	for (unsigned i = 0; i < sizeof(kibs) / sizeof(kibs[0]); i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "seedbad%u", i);
+		seeded_group_kib(name, 734003200ull, 0, kibs[i]);
+		int made, refused;
+		uint64_t most = race_run(3, first_create, &made, &refused);
+		if (made != 2 || most > 734003200ull) {
+			fprintf(stderr, "device seed %u (1 + KiB): %d of 3 made (want 2), the device held %.1f MiB of 700 MiB\n",
+				kibs[i], made, (double)most / MiB);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int main(void)
 {
 	ht_setup();
@@ -205,6 +237,7 @@ int main(void)
 	HT_RUN(smaller_than_context, NULL);
 	HT_RUN(primary_small, NULL);
 	HT_RUN(lie_lowers_nothing, NULL);
+	HT_RUN(implausible_seed, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_ctxseed_test: ok\n");
 	return 0;

@@ -1,0 +1,75 @@
+package timeslice
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/ctxprobe"
+	"github.com/gpuslice/gpuslice/internal/groupstate"
+)
+
+// probeServer is a daemon's state as far as probeContexts uses it: its probe
+// answers each run from runs (the last one again once they are used up).
+func probeServer(runs []func() (ctxprobe.Result, error)) (*Server, *int, *sync.Mutex) {
+	var mu sync.Mutex
+	n := 0
+	s := &Server{log: klog.Background(), devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1)}
+	s.cfg.ContextProbeRetry = 5 * time.Millisecond
+	s.cfg.ContextProbe = func(context.Context) (ctxprobe.Result, error) {
+		mu.Lock()
+		i := min(n, len(runs)-1)
+		n++
+		mu.Unlock()
+		return runs[i]()
+	}
+	return s, &n, &mu
+}
+
+// A probe run that failed, or measured a figure no context takes (0 B: a
+// context reserved at it would let a group's first contexts pass the limit
+// together), is run again after a wait (not at once, not never), until a
+// run measures; then it waits for a GPU to be added. The node's seed is the
+// good run's.
+func TestProbeAgainAfterFailure(t *testing.T) {
+	good := groupstate.DeviceSeed{TotalMiB: 81559, KiB: 500<<10 + 1}
+	s, n, mu := probeServer([]func() (ctxprobe.Result, error){
+		func() (ctxprobe.Result, error) { return ctxprobe.Result{}, errors.New("cuInit: 999") },
+		func() (ctxprobe.Result, error) { return ctxprobe.Parse([]byte("seed GPU-a 81559 0\n")) },
+		func() (ctxprobe.Result, error) { return ctxprobe.Result{Seeds: []groupstate.DeviceSeed{good}}, nil },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); s.probeContexts(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		seeds := append([]groupstate.DeviceSeed(nil), s.devSeeds...)
+		s.mu.Unlock()
+		if len(seeds) == 1 && seeds[0] == good {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			t.Fatalf("after 10 s: %d probe runs, seeds %+v; want the third run's %+v", *n, seeds, good)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The waits before the second and third run: 5 ms, then 10 ms.
+	if took := time.Since(start); took < 15*time.Millisecond {
+		t.Fatalf("three runs in %v: the failed ones were run again without waiting", took)
+	}
+	time.Sleep(100 * time.Millisecond) // a good run is not repeated
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if *n != 3 {
+		t.Fatalf("%d probe runs, want 3 (a failure, an implausible figure, a measurement)", *n)
+	}
+}
