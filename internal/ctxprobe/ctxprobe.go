@@ -29,6 +29,11 @@ const Binary = "gpuslice-ctxprobe"
 // Timeout bounds one run of the probe (cuInit and a context per device).
 const Timeout = 60 * time.Second
 
+// WaitDelay bounds how long Run waits, once the probe is killed (Timeout, or
+// the caller's ctx ended), for its output to close: a grandchild holding
+// it open does not hold Run.
+const WaitDelay = 2 * time.Second
+
 // maxLines bounds what is read from the probe.
 const maxLines = 1024
 
@@ -137,11 +142,15 @@ func Runner(path string, mode gpu.Mode, simDir string) func(context.Context) (Re
 
 // Run runs the probe at path with args (the driver's libraries; none: the
 // system's) and parses its output. Its environment is the caller's less
-// LD_PRELOAD: the probe measures the driver, not gpuslice's library.
+// LD_PRELOAD: the probe measures the driver, not gpuslice's library. Killed
+// at Timeout or when ctx ends, it returns at most WaitDelay later, unless the
+// probe itself never dies (a process in an uninterruptible driver call):
+// then Run does not return, and its caller must not wait for it.
 func Run(ctx context.Context, path string, args ...string) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.WaitDelay = WaitDelay
 	cmd.Env = withoutPreload(cmd.Environ())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -2,12 +2,15 @@ package ctxprobe
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
@@ -113,5 +116,41 @@ func TestRunSimulated(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), probe, "/nonexistent/libcuda.so.1"); err == nil || !strings.Contains(err.Error(), "no driver") {
 		t.Fatalf("no driver: %v", err)
+	}
+}
+
+// A probe killed when its caller gives up on it returns at most WaitDelay
+// later, though a process it started still holds its output open (a hung
+// driver's helper): without WaitDelay, Run waited for that process (30 s).
+func TestRunGrandchildHoldsOutput(t *testing.T) {
+	dir := t.TempDir()
+	probe, pidFile := filepath.Join(dir, "probe"), filepath.Join(dir, "grandchild")
+	script := fmt.Sprintf("#!/bin/sh\nsleep 30 &\necho $! > %s\nexec sleep 30\n", pidFile)
+	if err := os.WriteFile(probe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // the grandchild this test started
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for { // cancel once the grandchild runs
+			if _, err := os.Stat(pidFile); err == nil {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	_, err := Run(ctx, probe)
+	took := time.Since(start)
+	if err == nil || took > 20*time.Second {
+		t.Fatalf("Run: %v after %v; want an error within WaitDelay (%v) of the cancel", err, took, WaitDelay)
 	}
 }

@@ -3,6 +3,7 @@ package timeslice
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/ctxprobe"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/proto"
 )
 
 // probeServer is a daemon's state as far as probeContexts uses it: its probe
@@ -72,4 +74,41 @@ func TestProbeAgainAfterFailure(t *testing.T) {
 	if *n != 3 {
 		t.Fatalf("%d probe runs, want 3 (a failure, an implausible figure, a measurement)", *n)
 	}
+}
+
+// A daemon whose context probe never returns (a probe in an uninterruptible
+// driver call, which its kill does not end) stops when told to: Run returns
+// within a few seconds of the cancel (the probe's run abandoned), where it
+// waited for the probe forever.
+func TestRunStopsWithProbeStuck(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig(func(string) string { return "" })
+	cfg.RunDir, cfg.Socket = filepath.Join(dir, "run"), filepath.Join(dir, "node.sock")
+	cfg.ListGPUs = func() ([]proto.UUID, error) { return nil, nil }
+	stuck, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	cfg.ContextProbe = func(context.Context) (ctxprobe.Result, error) {
+		close(stuck)
+		<-release // ignores its ctx, as a process in D state ignores SIGKILL
+		return ctxprobe.Result{}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- Run(ctx, cfg) }()
+	select {
+	case <-stuck:
+	case err := <-ran:
+		t.Fatalf("Run: %v before the probe ran", err)
+	}
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Run did not return 30 s after its cancel: it waits for the stuck probe")
+	}
+	t.Logf("Run returned %v after its cancel", time.Since(start).Round(time.Millisecond))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/ctxprobe"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
@@ -96,10 +97,10 @@ func (s *Server) probeContexts(ctx context.Context) {
 	wait := s.cfg.ContextProbeRetry
 	for {
 		start := time.Now()
-		r, err := s.cfg.ContextProbe(ctx)
+		r, err, ok := s.probeOnce(ctx)
 		retry := err != nil
 		switch {
-		case ctx.Err() != nil:
+		case !ok || ctx.Err() != nil:
 			return
 		case err != nil:
 			s.log.Error(err, "context probe failed: groups reserve first contexts as without it (the seed their measurements give, else the guess); probing again", "in", wait)
@@ -116,6 +117,42 @@ func (s *Server) probeContexts(ctx context.Context) {
 		}
 	}
 }
+
+// probeOnce runs the probe; ok false if ctx ended first. A run that does not
+// return (a probe in an uninterruptible driver call outlives its kill) is
+// abandoned: at the daemon's stop (said in the log), or as a failed run
+// (probed again later) when it has not returned past its own timeout.
+func (s *Server) probeOnce(ctx context.Context) (ctxprobe.Result, error, bool) {
+	type answer struct {
+		r   ctxprobe.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := s.cfg.ContextProbe(ctx)
+		done <- answer{r, err}
+	}()
+	stuck := time.NewTimer(ctxprobe.Timeout + probeAbandonAfter) // killed at Timeout, yet not returned
+	defer stuck.Stop()
+	select {
+	case a := <-done:
+		return a.r, a.err, true
+	case <-stuck.C:
+		return ctxprobe.Result{}, errors.New("context probe: no answer after it was killed: abandoned (a process stuck in the driver)"), true
+	case <-ctx.Done():
+	}
+	select {
+	case a := <-done:
+		return a.r, a.err, true
+	case <-time.After(probeAbandonAfter):
+		s.log.Info("context probe still running at the daemon's stop: abandoned (a process stuck in the driver)")
+		return ctxprobe.Result{}, nil, false
+	}
+}
+
+// probeAbandonAfter is how long a stopping daemon waits for a probe run
+// (killed by then) before it abandons it: ctxprobe.WaitDelay and a little.
+const probeAbandonAfter = ctxprobe.WaitDelay + time.Second
 
 // probeWait waits for the next probe run: a GPU added, or with retry the
 // wait (then doubled); false once ctx ends.

@@ -148,7 +148,9 @@ func (s *Server) serveAll(ctx context.Context) error {
 	s.startWatch(ctx, &wg)
 	wg.Go(func() { s.publish(ctx) })
 	if s.cfg.ContextProbe != nil {
-		wg.Go(func() { s.probeContexts(ctx) })
+		// Not in wg: a probe stuck in the driver must not hold the
+		// daemon's stop (probeContexts abandons it when ctx ends).
+		go s.probeContexts(ctx)
 	}
 	wg.Go(func() { s.watchdog(ctx, cancel, &wg) })
 	wg.Go(func() {
