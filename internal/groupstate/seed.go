@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -108,19 +109,26 @@ func SetDeviceSeeds(path string, seeds []DeviceSeed) (changed, full int, err err
 }
 
 // ReadDeviceSeeds returns the device seeds a state file's header holds.
-func ReadDeviceSeeds(path string) (out []DeviceSeed, err error) {
+func ReadDeviceSeeds(path string) ([]DeviceSeed, error) {
+	_, out, err := ReadSeeds(path)
+	return out, err
+}
+
+// ReadSeeds returns the context seed (1 + KiB, 0: none) and the device seeds
+// a state file's header holds.
+func ReadSeeds(path string) (seed uint32, out []DeviceSeed, err error) {
 	b := make([]byte, HeaderSize+MaxGPUs*GPUSize) // CheckHeader bounds the GPU table too
 	f, err := group.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
 	n, err := f.ReadAt(b, 0)
 	if n < HeaderSize {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return 0, nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if _, _, err := CheckHeader(b[:n]); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return 0, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	le := binary.LittleEndian
 	for i := range DeviceSeeds {
@@ -128,5 +136,18 @@ func ReadDeviceSeeds(path string) (out []DeviceSeed, err error) {
 			out = append(out, DeviceSeed{TotalMiB: m, KiB: le.Uint32(b[OffDevSeedKiB+4*i:])})
 		}
 	}
-	return out, nil
+	return le.Uint32(b[OffSeed:]), out, nil
+}
+
+// SeedsHeld says whether a header's device seeds (have) hold each of want: an
+// entry of its kind with its figure, or, where the header has no entry of
+// that kind, no free entry either (full: not written).
+func SeedsHeld(have, want []DeviceSeed) bool {
+	for _, w := range want {
+		i := slices.IndexFunc(have, func(h DeviceSeed) bool { return h.TotalMiB == w.TotalMiB })
+		if (i >= 0 && have[i].KiB != w.KiB) || (i < 0 && len(have) < DeviceSeeds) {
+			return false
+		}
+	}
+	return true
 }

@@ -114,3 +114,24 @@ func TestSetDeviceSeeds(t *testing.T) {
 		t.Fatalf("a missing file: %v", err)
 	}
 }
+
+// SeedsHeld: each seed the daemon gave is in the header at its figure, or
+// its kind has no entry and there is no free one either (not written).
+func TestSeedsHeld(t *testing.T) {
+	h100, l4 := DeviceSeed{81559, 500<<10 + 1}, DeviceSeed{22491, 180<<10 + 1}
+	full := []DeviceSeed{h100, {1, 2}, {2, 2}, {3, 2}, {4, 2}, {5, 2}}
+	for _, tc := range []struct {
+		have, want []DeviceSeed
+		held       bool
+	}{
+		{[]DeviceSeed{h100, l4}, []DeviceSeed{l4, h100}, true},
+		{[]DeviceSeed{{81559, 1}, l4}, []DeviceSeed{h100, l4}, false},
+		{[]DeviceSeed{l4}, []DeviceSeed{h100, l4}, false},
+		{full, []DeviceSeed{h100, l4}, true},
+		{nil, nil, true},
+	} {
+		if got := SeedsHeld(tc.have, tc.want); got != tc.held {
+			t.Errorf("SeedsHeld(%v, %v) = %v, want %v", tc.have, tc.want, got, tc.held)
+		}
+	}
+}

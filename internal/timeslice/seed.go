@@ -44,7 +44,7 @@ func (s *Server) giveSeed(name string, again bool) {
 	if known {
 		s.giveDeviceSeeds(name, again)
 	}
-	if seed == 0 || !known || (!again && given == seed) {
+	if seed == 0 || !known || (!again && given == seed && !s.seedsOverwritten(name, seed, nil)) {
 		return
 	}
 	_, err := groupstate.SetContextSeed(groupstate.Path(s.cfg.RunDir, name), seed)
@@ -58,6 +58,24 @@ func (s *Server) giveSeed(name string, again bool) {
 	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, groupstate.ErrIncomplete):
 		s.log.V(1).Info("context seed not written", "group", name, "seedKiB", seed-1, "err", err)
 	}
+}
+
+// seedsOverwritten says whether a group's state file no longer holds the
+// context seed (nonzero) or the device seeds the daemon gave it: its members
+// map it writable, and one that zeroes a seed would have its group's first
+// contexts reserved at nothing. Checked at each refresh, as the limit is
+// (checkLimits): the daemon writes them again.
+func (s *Server) seedsOverwritten(name string, seed uint32, dev []groupstate.DeviceSeed) bool {
+	have, haveDev, err := groupstate.ReadSeeds(groupstate.Path(s.cfg.RunDir, name))
+	if err != nil {
+		return false // gone or not made whole yet: written when it is
+	}
+	if (seed != 0 && have != min(seed, groupstate.SeedMaxKiB)) || !groupstate.SeedsHeld(haveDev, dev) {
+		s.log.Info("a group's state file lost the seeds the daemon gave it: written again", "group", name,
+			"contextSeedKiB", have, "deviceSeeds", haveDev)
+		return true
+	}
+	return false
 }
 
 // primeSeed finds the node's context seed in the state files of the groups
@@ -218,7 +236,7 @@ func (s *Server) giveDeviceSeeds(name string, again bool) {
 	s.mu.Lock()
 	seeds, gen, given := slices.Clone(s.devSeeds), s.devSeedGen, s.devSeedGiven[name]
 	s.mu.Unlock()
-	if len(seeds) == 0 || (!again && given == gen) {
+	if len(seeds) == 0 || (!again && given == gen && !s.seedsOverwritten(name, 0, seeds)) {
 		return
 	}
 	_, full, err := groupstate.SetDeviceSeeds(groupstate.Path(s.cfg.RunDir, name), seeds)

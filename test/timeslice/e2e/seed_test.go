@@ -122,6 +122,37 @@ func TestContextSeedProbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDeviceSeed(t, cfg, "after", want)
+	// A member zeroes its group's figure (members map the file writable):
+	// the daemon writes it again at a refresh, as it does the limit.
+	overwriteDeviceSeed(t, groupstate.Path(cfg.RunDir, "after"), want.TotalMiB, 1)
+	waitDeviceSeed(t, cfg, "after", want)
+}
+
+// overwriteDeviceSeed writes kib into the state file's device seed entry of
+// kind mib, as a member can.
+func overwriteDeviceSeed(t *testing.T, path string, mib, kib uint32) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, groupstate.HeaderSize)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range groupstate.DeviceSeeds {
+		if binary.LittleEndian.Uint32(b[groupstate.OffDevSeedMiB+4*i:]) == mib {
+			if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, kib), int64(groupstate.OffDevSeedKiB+4*i)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := groupstate.ReadDeviceSeeds(path); err != nil || slices.ContainsFunc(got, func(d groupstate.DeviceSeed) bool { return d.TotalMiB == mib && d.KiB != kib }) {
+				t.Fatalf("after the overwrite: %v, %v", got, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s: no device seed of %d MiB", path, mib)
 }
 
 // waitDeviceSeed waits until group name's state file holds the device seed
