@@ -225,14 +225,18 @@ static void remember(const struct gs_drv_probe *p, uint64_t size)
 	__atomic_store_n(&gs_group_file(p->g)->hdr.context_kib[gs_slot_gpu(p->slot)], (uint32_t)kib, __ATOMIC_RELEASE);
 }
 
-/* Another live member with a guessed reservation in flight, or NULL. */
-static struct gs_shm_proc *other_guessing(const struct gs_drv_probe *p)
+/* Another live member with a guessed reservation in flight, or NULL; with
+ * same_slot, only one that holds memory on the call's slot (its guess may be
+ * there). */
+static struct gs_shm_proc *other_guessing(const struct gs_drv_probe *p, int same_slot)
 {
 	struct gs_shm_file *f = gs_group_file(p->g);
+	int gpu = gs_slot_gpu(p->slot);
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		struct gs_shm_proc *o = &f->proc[i];
 		if (o != p->self && __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE) != 0 &&
-		    __atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE)
+		    __atomic_load_n(&o->state, __ATOMIC_ACQUIRE) == GS_PROC_LIVE &&
+		    (!same_slot || __atomic_load_n(&o->used[gpu], __ATOMIC_ACQUIRE) != 0))
 			return o;
 	}
 	return NULL;
@@ -266,17 +270,18 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Another member's guess may be in the way: 1 once it ended (its guess is
+/* Another member's guess (with same_slot, one on the call's slot) may be in
+ * the way: 1 once it ended (its guess is
  * trued up at the end of its call, which wakes the futex on its guessing
  * count) or it is found dead (then reaped), if one is in flight and there is
  * time left; else 0. No polling: a crowd of waiters sleeps in the kernel, and
  * the member it waits for has the CPU to finish. */
-static int wait_for_guesses(const struct gs_drv_probe *p, int64_t *deadline)
+static int wait_for_guesses(const struct gs_drv_probe *p, int64_t *deadline, int same_slot)
 {
 	int64_t now = now_ms();
 	if (*deadline == 0)
 		*deadline = now + GS_DRV_GUESS_WAIT_MS;
-	struct gs_shm_proc *o = now < *deadline ? other_guessing(p) : NULL;
+	struct gs_shm_proc *o = now < *deadline ? other_guessing(p, same_slot) : NULL;
 	if (o == NULL)
 		return 0;
 	uint32_t v = __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE);
@@ -311,7 +316,10 @@ static CUresult reserve(struct gs_drv_probe *p)
 			reserved(p, est, guess);
 			return CUDA_SUCCESS;
 		}
-	} while (!seeded && wait_for_guesses(p, &deadline)); /* the node's figure: nothing to wait for */
+		/* The node's figure: nothing of its own to wait for; a member's guess
+		 * made before the figure was written (the daemon's start) may be
+		 * on the slot: it is trued up at the end of its call. */
+	} while (wait_for_guesses(p, &deadline, seeded));
 	if (guess && (rest = reserve_rest(gpu)) != 0) {      /* no measurement to go by: the driver's answer decides */
 		gs_acct_proc_add(p->self, p->slot, rest);
 		reserved(p, rest, 1);

@@ -5,6 +5,7 @@
  * here written as the daemon writes them). The simulator's contexts take
  * their default, 300 MiB, as the probe measures them.
  */
+#include <sys/mman.h>
 #include <time.h>
 
 #include "../../simgpu/src/config.h"
@@ -228,6 +229,67 @@ static int implausible_seed(void *arg)
 	return 0;
 }
 
+/* (late_seed) The first member of the pair guesses (no device seed yet:
+ * the daemon's start); the second, once that guess is reserved, finds the
+ * node's figure written (as the daemon writes it) and creates its first
+ * context: it waits for the guess on its slot to be trued up and is made. */
+static int late_member(void *arg)
+{
+	const struct race *r = arg;
+	char role[320];
+	snprintf(role, sizeof(role), "%s/late-first", ht_dir);
+	int fd = open(role, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	if (fd >= 0) {
+		close(fd);
+		return first_create(arg);
+	}
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+	CHECK(cuda != NULL);
+	CUresult (*init)(unsigned) = NULL;
+	*(void **)&init = drv_sym(cuda, "cuInit");
+	CHECK_EQ(init(0), CUDA_SUCCESS);
+	race_ready(r);
+	int gfd = open(getenv("GPUSLICE_GROUP_FILE"), O_RDWR);
+	CHECK(gfd >= 0);
+	struct gs_shm_file *f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, gfd, 0);
+	CHECK(f != MAP_FAILED);
+	for (int i = 0; __atomic_load_n(&f->gpu[0].used, __ATOMIC_ACQUIRE) < 512 * MiB; i++) {
+		CHECK(i < 5000); /* the first member's guess reserved, within 5 s */
+		usleep(1000);
+	}
+	__atomic_store_n(&f->hdr.device_seed_kib[1], (uint32_t)(CTX_MEM >> 10) + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&f->hdr.device_seed_mib[1], 24u << 10, __ATOMIC_RELEASE);
+	munmap(f, sizeof(*f));
+	close(gfd);
+	CUcontext c;
+	return race_done(r, cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS ? 'M' : 'X');
+}
+
+/* Two first contexts in 700 MiB while the node's figure arrives between
+ * them: the first reserved at the guess (512 MiB, 1 s in the driver), the
+ * second at the figure (300 MiB) does not fit beside that guess; it waits
+ * for the guess to be trued up to 300 MiB and both are made, the device
+ * never past 700 MiB. Before, a seeded creation never waited: refused. */
+static int late_seed(void *arg)
+{
+	(void)arg;
+	setenv("GPUSLICE_SIM_LATENCY_US", "1000000", 1);
+	char state[300];
+	snprintf(state, sizeof(state), "%s/sim-state-seedlate", ht_dir);
+	setenv("GPUSLICE_SIM_STATE", state, 1);
+	const char *path = ht_group("seedlate", NULL);
+	struct seeds s = {734003200ull, 0, 0, 0}; /* no entry for the device yet */
+	shm_write_managed(path, set_seeds, &s);
+	int made, refused;
+	uint64_t most = race_run(2, late_member, &made, &refused);
+	if (made != 2 || most > 734003200ull) {
+		fprintf(stderr, "a seeded first context beside a guess in flight: %d of 2 made, the device held %.1f MiB\n",
+			made, (double)most / MiB);
+		return 1;
+	}
+	return 0;
+}
+
 int main(void)
 {
 	ht_setup();
@@ -238,6 +300,7 @@ int main(void)
 	HT_RUN(primary_small, NULL);
 	HT_RUN(lie_lowers_nothing, NULL);
 	HT_RUN(implausible_seed, NULL);
+	HT_RUN(late_seed, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_ctxseed_test: ok\n");
 	return 0;
