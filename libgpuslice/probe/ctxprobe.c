@@ -15,6 +15,8 @@
  * One line per device on stdout:
  *   seed <uuid> <device memory MiB> <context bytes>
  *   skip <uuid or #ordinal> <reason...>      (not measured: the node reserves as before)
+ * NVML's process list: nvmlDeviceGetComputeRunningProcesses_v3, or _v2 on
+ * drivers older than R510.
  * Exit 0 if the driver answered (each device measured or skipped), 1 with one
  * line on stderr if not (no driver, cuInit failed).
  */
@@ -63,7 +65,9 @@ static int open_driver(struct drv *d, const char *cuda_path, const char *nvml_pa
 	    sym(cuda, "cuDeviceGetUuid", &d->uuid) || sym(cuda, "cuDevicePrimaryCtxRetain", &d->retain) ||
 	    sym(cuda, "cuDevicePrimaryCtxRelease_v2", &d->release) || sym(nvml, "nvmlInit_v2", &d->ninit) ||
 	    sym(nvml, "nvmlDeviceGetHandleByUUID", &d->by_uuid) ||
-	    sym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", &d->procs)) {
+	    /* _v3 from R510; older drivers' _v2 fills the same 24-byte entries */
+	    (sym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", &d->procs) &&
+	     sym(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", &d->procs))) {
 		fprintf(stderr, "gpuslice-ctxprobe: the driver lacks a function this probe needs\n");
 		return -1;
 	}
