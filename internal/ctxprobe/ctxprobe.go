@@ -120,11 +120,33 @@ func Parse(out []byte) (Result, error) {
 	return r, nil
 }
 
+// Want says what a run measures: Devices (UUIDs as NVML prints them; nil:
+// every device) and not the devices whose memory size (MiB, as
+// cuDeviceTotalMem reports it) is in Seeded: their kind is measured.
+type Want struct {
+	Devices []string
+	Seeded  []uint32
+}
+
+// Args are the probe's options for w.
+func (w Want) Args() []string {
+	var args []string
+	for _, d := range w.Devices {
+		args = append(args, "-d", d)
+	}
+	for _, m := range w.Seeded {
+		args = append(args, "-s", strconv.FormatUint(uint64(m), 10))
+	}
+	return args
+}
+
 // Runner returns a function that runs the probe at path against the node's
 // driver (mode; the simulated GPU's libraries in simDir where gpu.OpenDriver
-// finds no real one), each time it is called.
-func Runner(path string, mode gpu.Mode, simDir string) func(context.Context) (Result, error) {
-	return func(ctx context.Context) (Result, error) {
+// finds no real one), each time it is called. A run for some Devices
+// measures only those that are whole GPUs of the driver's list (a MIG
+// instance is never probed): none, and the probe does not run.
+func Runner(path string, mode gpu.Mode, simDir string) func(context.Context, Want) (Result, error) {
+	return func(ctx context.Context, w Want) (Result, error) {
 		drv, err := gpu.OpenDriver(mode, simDir)
 		if err != nil {
 			return Result{}, fmt.Errorf("context probe: %w", err)
@@ -133,15 +155,39 @@ func Runner(path string, mode gpu.Mode, simDir string) func(context.Context) (Re
 		if drv.Simulated {
 			args = []string{filepath.Join(drv.LibDir, "libcuda.so.1"), filepath.Join(drv.LibDir, "libnvidia-ml.so.1")}
 		}
-		if err := drv.NVML.Shutdown(); err != nil {
-			return Result{}, fmt.Errorf("context probe: close NVML: %w", err)
+		if w.Devices != nil {
+			var devs []gpu.Device
+			if devs, err = gpu.Devices(drv.NVML); err == nil {
+				w.Devices = WholeGPUs(w.Devices, devs)
+			}
 		}
-		return Run(ctx, path, args...)
+		if serr := drv.NVML.Shutdown(); err != nil || serr != nil {
+			return Result{}, fmt.Errorf("context probe: list or close NVML: %w", errors.Join(err, serr))
+		}
+		if w.Devices != nil && len(w.Devices) == 0 {
+			return Result{Devices: map[string]uint32{}}, nil
+		}
+		return Run(ctx, path, append(w.Args(), args...)...)
 	}
 }
 
-// Run runs the probe at path with args (the driver's libraries; none: the
-// system's) and parses its output. Its environment is the caller's less
+// WholeGPUs are those of uuids that are GPUs of devs (the driver's whole
+// GPUs), as NVML spells them.
+func WholeGPUs(uuids []string, devs []gpu.Device) []string {
+	out := []string{}
+	for _, d := range devs {
+		for _, u := range uuids {
+			if strings.EqualFold(u, d.UUID) {
+				out = append(out, d.UUID)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Run runs the probe at path with args (Want.Args, then the driver's
+// libraries; none: the system's) and parses its output. Its environment is the caller's less
 // LD_PRELOAD: the probe measures the driver, not gpuslice's library. Killed
 // at Timeout or when ctx ends, it returns at most WaitDelay later, unless the
 // probe itself never dies (a process in an uninterruptible driver call):

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
@@ -114,6 +115,32 @@ func TestRunSimulated(t *testing.T) {
 			t.Fatalf("context memory %s: %+v, %v; want one seed of %d (1 + KiB)", mem.env, r, err, mem.want)
 		}
 	}
+	libs := []string{filepath.Join(sim, "libcuda.so.1"), filepath.Join(sim, "libnvidia-ml.so.1")}
+	r, err := Run(context.Background(), probe, libs...)
+	if err != nil || len(r.Seeds) != 1 {
+		t.Fatalf("every device: %+v, %v", r, err)
+	}
+	var uuid string
+	for u := range r.Devices {
+		uuid = u
+	}
+	// A kind measured already (-s): skipped, no context made; a device not
+	// asked for (-d): not a line; the device asked for: measured.
+	for _, tc := range []struct {
+		want       Want
+		seeds      int
+		skip, none bool
+	}{
+		{Want{Seeded: []uint32{r.Seeds[0].TotalMiB}}, 0, true, false},
+		{Want{Devices: []string{"GPU-00000000-0000-0000-0000-000000000009"}}, 0, false, true},
+		{Want{Devices: []string{strings.ToUpper(uuid)}, Seeded: []uint32{1}}, 1, false, false},
+	} {
+		got, err := Run(context.Background(), probe, append(tc.want.Args(), libs...)...)
+		if err != nil || len(got.Seeds) != tc.seeds || (len(got.Skipped) == 1) != tc.skip ||
+			(tc.skip && !strings.Contains(got.Skipped[0].Reason, "is measured")) || (tc.none && len(got.Devices)+len(got.Skipped) != 0) {
+			t.Fatalf("%+v: %+v, %v", tc.want, got, err)
+		}
+	}
 	if _, err := Run(context.Background(), probe, "/nonexistent/libcuda.so.1"); err == nil || !strings.Contains(err.Error(), "no driver") {
 		t.Fatalf("no driver: %v", err)
 	}
@@ -152,5 +179,18 @@ func TestRunGrandchildHoldsOutput(t *testing.T) {
 	took := time.Since(start)
 	if err == nil || took > 20*time.Second {
 		t.Fatalf("Run: %v after %v; want an error within WaitDelay (%v) of the cancel", err, took, WaitDelay)
+	}
+}
+
+// WholeGPUs keeps the UUIDs of the driver's whole GPUs (any case), in the
+// driver's spelling: a MIG instance's UUID is none of them.
+func TestWholeGPUs(t *testing.T) {
+	devs := []gpu.Device{{UUID: "GPU-aa"}, {UUID: "GPU-bb"}}
+	got := WholeGPUs([]string{"GPU-BB", "MIG-cc", "GPU-dd"}, devs)
+	if !reflect.DeepEqual(got, []string{"GPU-bb"}) {
+		t.Fatalf("WholeGPUs: %v", got)
+	}
+	if got := WholeGPUs([]string{"MIG-cc"}, devs); got == nil || len(got) != 0 {
+		t.Fatalf("only a MIG instance: %#v, want an empty list (nothing to probe)", got)
 	}
 }

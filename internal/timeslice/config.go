@@ -60,7 +60,9 @@ type Config struct {
 	// know; its seeds go into every group's state file. Nil, or a failed
 	// run (logged): groups reserve first contexts as before (the seed
 	// gathered from the groups' measurements, else the guess).
-	ContextProbe func(context.Context) (ctxprobe.Result, error)
+	// A run is asked for the devices to measure (ctxprobe.Want: every
+	// device at the start; then the GPUs added, whose kind is not measured).
+	ContextProbe func(context.Context, ctxprobe.Want) (ctxprobe.Result, error)
 	// ContextProbeRetry is the first wait before a probe run that failed or
 	// found an implausible figure runs again (doubled at each failure, at
 	// most 30 minutes).

@@ -19,9 +19,9 @@ type knownGPUs struct {
 	list func() ([]proto.UUID, error)
 	log  klog.Logger
 
-	// onNew is told when a listing holds a GPU the one before did not
+	// onNew is told the GPUs a listing holds that the one before did not
 	// (not at the first listing); it must return at once.
-	onNew func()
+	onNew func(added []proto.UUID)
 
 	mu     sync.Mutex
 	set    map[proto.UUID]bool
@@ -50,15 +50,17 @@ func (k *knownGPUs) refreshLocked(now time.Time) {
 	}
 	k.err = nil
 	set := make(map[proto.UUID]bool, len(uuids))
-	grew := false
+	var added []proto.UUID
 	for _, u := range uuids {
+		if !set[u] && !k.set[u] {
+			added = append(added, u)
+		}
 		set[u] = true
-		grew = grew || !k.set[u]
 	}
 	first := k.set == nil
 	k.set = set
-	if grew && !first && k.onNew != nil {
-		k.onNew()
+	if len(added) > 0 && !first && k.onNew != nil {
+		k.onNew(added)
 	}
 }
 

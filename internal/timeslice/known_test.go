@@ -19,7 +19,8 @@ func TestKnownGPUsNew(t *testing.T) {
 	var fail error
 	k := newKnownGPUs(func() ([]proto.UUID, error) { return list, fail }, klog.Background())
 	news := 0
-	k.onNew = func() { news++ }
+	var last []proto.UUID
+	k.onNew = func(added []proto.UUID) { news, last = news+1, added }
 	for i, step := range []struct {
 		list []proto.UUID
 		fail error
@@ -28,7 +29,7 @@ func TestKnownGPUsNew(t *testing.T) {
 		{[]proto.UUID{a}, nil, 1},
 		{[]proto.UUID{a}, nil, 1},
 		{nil, errors.New("driver gone"), 1},
-		{[]proto.UUID{a, b}, nil, 2},
+		{[]proto.UUID{a, b}, nil, 2}, // told b alone
 		{[]proto.UUID{b}, nil, 2},
 		{[]proto.UUID{a, b}, nil, 3},
 	} {
@@ -36,6 +37,9 @@ func TestKnownGPUsNew(t *testing.T) {
 		k.mu.Lock()
 		k.refreshLocked(time.Now())
 		k.mu.Unlock()
+		if news == 4 && (len(last) != 1 || last[0] != b) {
+			t.Fatalf("step %d: onNew told %v, want b alone (a was listed before)", i, last)
+		}
 		if news != step.want {
 			t.Fatalf("step %d (%v, %v): onNew told %d times, want %d", i, step.list, step.fail, news, step.want)
 		}

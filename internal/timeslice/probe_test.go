@@ -22,7 +22,7 @@ func probeServer(runs []func() (ctxprobe.Result, error)) (*Server, *int, *sync.M
 	n := 0
 	s := &Server{log: klog.Background(), devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1)}
 	s.cfg.ContextProbeRetry = 5 * time.Millisecond
-	s.cfg.ContextProbe = func(context.Context) (ctxprobe.Result, error) {
+	s.cfg.ContextProbe = func(context.Context, ctxprobe.Want) (ctxprobe.Result, error) {
 		mu.Lock()
 		i := min(n, len(runs)-1)
 		n++
@@ -87,7 +87,7 @@ func TestRunStopsWithProbeStuck(t *testing.T) {
 	cfg.ListGPUs = func() ([]proto.UUID, error) { return nil, nil }
 	stuck, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
-	cfg.ContextProbe = func(context.Context) (ctxprobe.Result, error) {
+	cfg.ContextProbe = func(context.Context, ctxprobe.Want) (ctxprobe.Result, error) {
 		close(stuck)
 		<-release // ignores its ctx, as a process in D state ignores SIGKILL
 		return ctxprobe.Result{}, nil
@@ -111,4 +111,50 @@ func TestRunStopsWithProbeStuck(t *testing.T) {
 		t.Fatalf("Run did not return 30 s after its cancel: it waits for the stuck probe")
 	}
 	t.Logf("Run returned %v after its cancel", time.Since(start).Round(time.Millisecond))
+}
+
+// The first run measures every device; a GPU the driver lists anew is
+// measured alone, with the kinds measured already named (the probe makes no
+// context on a device of those kinds), not every GPU again; a run that found
+// an implausible figure is run again for that device alone.
+func TestProbeOnlyAdded(t *testing.T) {
+	h100 := groupstate.DeviceSeed{TotalMiB: 81559, KiB: 500<<10 + 1}
+	wants := make(chan ctxprobe.Want, 8)
+	s := &Server{log: klog.Background(), devSeedGiven: map[string]uint64{}, reprobe: make(chan struct{}, 1)}
+	s.cfg.ContextProbeRetry = 5 * time.Millisecond
+	runs := 0
+	s.cfg.ContextProbe = func(_ context.Context, w ctxprobe.Want) (ctxprobe.Result, error) {
+		wants <- w
+		runs++
+		switch runs {
+		case 1:
+			return ctxprobe.Result{Seeds: []groupstate.DeviceSeed{h100}}, nil
+		case 2:
+			return ctxprobe.Parse([]byte("seed " + proto.UUID{2}.String() + " 1000 0\n"))
+		}
+		return ctxprobe.Result{}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.probeContexts(ctx)
+	next := func() ctxprobe.Want {
+		select {
+		case w := <-wants:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no probe run in 10 s")
+		}
+		return ctxprobe.Want{}
+	}
+	if w := next(); w.Devices != nil || len(w.Seeded) != 0 {
+		t.Fatalf("first run: %+v; want every device", w)
+	}
+	added := proto.UUID{2} // the GPU of the second run's figure
+	s.wantProbe([]proto.UUID{added})
+	if w := next(); len(w.Devices) != 1 || w.Devices[0] != added.String() || len(w.Seeded) != 1 || w.Seeded[0] != h100.TotalMiB {
+		t.Fatalf("after a GPU was added: %+v; want that GPU alone, kind %d measured", w, h100.TotalMiB)
+	}
+	if w := next(); len(w.Devices) != 1 || w.Devices[0] != added.String() {
+		t.Fatalf("after an implausible figure: %+v; want that GPU again", w)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/ctxprobe"
 	"github.com/gpuslice/gpuslice/internal/groupstate"
+	"github.com/gpuslice/gpuslice/internal/proto"
 )
 
 // Context seeds: what a context takes on this node, as the groups measured
@@ -106,48 +107,89 @@ func (s *Server) primeSeed(names []string) {
 // seed gathered from the groups' measurements (above) stays for devices the
 // probe did not measure.
 
-// probeContexts runs the probe now and again each time the daemon's GPU
-// list grows, until ctx ends, and gives its seeds to every group. A run that
-// failed, or skipped a device for an implausible figure, is run again after
-// cfg.ContextProbeRetry, doubling up to maxProbeRetry while it keeps failing
-// (each run puts a context on the node's devices: never a tight loop).
+// probeContexts runs the probe now (every device) and again each time the
+// daemon's GPU list grows (the GPUs added alone: the probe measures only
+// whole GPUs whose kind has no seed yet, never a MIG instance, so a tenant's
+// new MIG instance puts no context of the node's own on the other GPUs),
+// until ctx ends, and gives its seeds to every group. A run that failed, or
+// skipped a device for an implausible figure, is run again (for those
+// devices) after cfg.ContextProbeRetry, doubling up to maxProbeRetry while
+// it keeps failing (each run puts a context on the devices it measures:
+// never a tight loop).
 func (s *Server) probeContexts(ctx context.Context) {
 	wait := s.cfg.ContextProbeRetry
+	want := ctxprobe.Want{} // every device
 	for {
+		want.Seeded = s.seededKinds()
 		start := time.Now()
-		r, err, ok := s.probeOnce(ctx)
-		retry := err != nil
+		r, err, ok := s.probeOnce(ctx, want)
+		again := ctxprobe.Want{Devices: []string{}}
 		switch {
 		case !ok || ctx.Err() != nil:
 			return
 		case err != nil:
+			again = want
 			s.log.Error(err, "context probe failed: groups reserve first contexts as without it (the seed their measurements give, else the guess); probing again", "in", wait)
 		default:
 			for _, sk := range r.Skipped {
-				s.log.Info("context probe skipped a device: its first contexts are reserved as without it", "device", sk.Device, "reason", sk.Reason, "probedAgain", sk.Retry)
-				retry = retry || sk.Retry
+				s.log.Info("context probe skipped a device", "device", sk.Device, "reason", sk.Reason, "probedAgain", sk.Retry)
+				if sk.Retry {
+					again.Devices = append(again.Devices, sk.Device)
+				}
 			}
-			s.log.Info("context probe", "devices", r.Devices, "took", time.Since(start).Round(time.Millisecond))
+			s.log.Info("context probe", "devices", r.Devices, "asked", want.Devices, "took", time.Since(start).Round(time.Millisecond))
 			s.setDeviceSeeds(r.Seeds)
 		}
-		if !s.probeWait(ctx, retry, &wait) {
-			return
+		for want = (ctxprobe.Want{Devices: []string{}}); want.Devices != nil && len(want.Devices) == 0; {
+			retry := again.Devices == nil || len(again.Devices) > 0
+			if !s.probeWait(ctx, retry, &wait) {
+				return
+			}
+			want = s.nextProbe(again)
 		}
 	}
+}
+
+// nextProbe is what the next run measures: the GPUs added since the last
+// one and the devices of a failed one (nil Devices: every one).
+func (s *Server) nextProbe(failed ctxprobe.Want) ctxprobe.Want {
+	s.mu.Lock()
+	added := s.probeNew
+	s.probeNew = nil
+	s.mu.Unlock()
+	if failed.Devices == nil {
+		return ctxprobe.Want{}
+	}
+	w := ctxprobe.Want{Devices: slices.Clone(failed.Devices)}
+	for _, u := range added {
+		w.Devices = append(w.Devices, u.String())
+	}
+	return w
+}
+
+// seededKinds are the memory sizes of the kinds of device the probe measured.
+func (s *Server) seededKinds() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.devSeeds))
+	for _, d := range s.devSeeds {
+		out = append(out, d.TotalMiB)
+	}
+	return out
 }
 
 // probeOnce runs the probe; ok false if ctx ended first. A run that does not
 // return (a probe in an uninterruptible driver call outlives its kill) is
 // abandoned: at the daemon's stop (said in the log), or as a failed run
 // (probed again later) when it has not returned past its own timeout.
-func (s *Server) probeOnce(ctx context.Context) (ctxprobe.Result, error, bool) {
+func (s *Server) probeOnce(ctx context.Context, w ctxprobe.Want) (ctxprobe.Result, error, bool) {
 	type answer struct {
 		r   ctxprobe.Result
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := s.cfg.ContextProbe(ctx)
+		r, err := s.cfg.ContextProbe(ctx, w)
 		done <- answer{r, err}
 	}()
 	stuck := time.NewTimer(ctxprobe.Timeout + probeAbandonAfter) // killed at Timeout, yet not returned
@@ -179,7 +221,7 @@ func (s *Server) probeWait(ctx context.Context, retry bool, wait *time.Duration)
 	if retry {
 		t := time.NewTimer(*wait)
 		defer t.Stop()
-		again, *wait = t.C, min(2**wait, maxProbeRetry)
+		again = t.C
 	} else {
 		*wait = s.cfg.ContextProbeRetry
 	}
@@ -188,15 +230,25 @@ func (s *Server) probeWait(ctx context.Context, retry bool, wait *time.Duration)
 		return false
 	case <-s.reprobe:
 	case <-again:
+		*wait = min(2**wait, maxProbeRetry)
 	}
 	return true
 }
 
-// maxProbeRetry bounds the wait before a failed probe runs again.
-const maxProbeRetry = 30 * time.Minute
+// maxProbeRetry bounds the wait before a failed probe runs again;
+// maxProbeNew the GPUs added kept for the next run (a node has far fewer).
+const (
+	maxProbeRetry = 30 * time.Minute
+	maxProbeNew   = 256
+)
 
-// wantProbe asks probeContexts for another run (the driver lists a new GPU).
-func (s *Server) wantProbe() {
+// wantProbe asks probeContexts for another run: the driver lists new GPUs.
+func (s *Server) wantProbe(added []proto.UUID) {
+	s.mu.Lock()
+	if len(s.probeNew) < maxProbeNew {
+		s.probeNew = append(s.probeNew, added[:min(len(added), maxProbeNew-len(s.probeNew))]...)
+	}
+	s.mu.Unlock()
 	select {
 	case s.reprobe <- struct{}{}:
 	default:

@@ -75,6 +75,7 @@ type Server struct {
 	devSeedGiven map[string]uint64
 	devSeedMu    sync.Mutex
 	reprobe      chan struct{}
+	probeNew     []proto.UUID // GPUs the driver listed anew, not probed yet (under mu)
 
 	// What makes the daemon reachable (reach.go), under mu: the run
 	// directory's lock, the listener (lnClosed once the daemon stops), the

@@ -10,7 +10,13 @@
  * libnvidia-ml.so.1, or the paths given), so the same program measures a real
  * NVIDIA driver and the simulated GPU.
  *
- *   gpuslice-ctxprobe [LIBCUDA [LIBNVML]]
+ *   gpuslice-ctxprobe [-d UUID]... [-s MiB]... [LIBCUDA [LIBNVML]]
+ *
+ * -d: measure only these devices (none given: every device); -s: a kind of
+ * device (its memory in MiB) the node measured already: such a device is
+ * skipped without a context. A device whose compute mode is not DEFAULT is
+ * skipped too (a context of the node's own there could take the device from,
+ * or collide with, a tenant's).
  *
  * One line per device on stdout:
  *   seed <uuid> <device memory MiB> <context bytes>
@@ -21,15 +27,18 @@
  * line on stderr if not (no driver, cuInit failed).
  */
 #include <dlfcn.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "gpuslice/cuda_abi.h"
 #include "gpuslice/nvml_abi.h"
 
 #define PROCS_MAX 4096
+#define WANT_MAX 256
 #define NOT_AVAILABLE (~0ull) /* nvml.h's NVML_VALUE_NOT_AVAILABLE */
 
 struct drv {
@@ -44,7 +53,31 @@ struct drv {
 	nvmlReturn_t (*ninit)(void);
 	nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
 	nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+	nvmlReturn_t (*mode)(nvmlDevice_t, int *); /* nvmlDeviceGetComputeMode; NULL: not exported */
 };
+
+/* What to measure (-d, -s). */
+struct want {
+	const char *dev[WANT_MAX];
+	unsigned long long mib[WANT_MAX];
+	int ndev, nmib;
+};
+
+static int wanted(const struct want *w, const char *uuid)
+{
+	for (int i = 0; i < w->ndev; i++)
+		if (strcasecmp(w->dev[i], uuid) == 0)
+			return 1;
+	return w->ndev == 0;
+}
+
+static int measured(const struct want *w, unsigned long long mib)
+{
+	for (int i = 0; i < w->nmib; i++)
+		if (w->mib[i] == mib)
+			return 1;
+	return 0;
+}
 
 static int sym(void *lib, const char *name, void *out)
 {
@@ -72,6 +105,7 @@ static int open_driver(struct drv *d, const char *cuda_path, const char *nvml_pa
 		return -1;
 	}
 	(void)sym(cuda, "cuDeviceGetUuid_v2", &d->uuid2); /* newer drivers: a MIG device's own UUID */
+	(void)sym(nvml, "nvmlDeviceGetComputeMode", &d->mode);
 	CUresult rc = d->init(0);
 	nvmlReturn_t nrc = d->ninit();
 	if (rc != CUDA_SUCCESS || nrc != NVML_SUCCESS) {
@@ -135,8 +169,8 @@ static int used(const struct drv *d, nvmlDevice_t h, unsigned pid, const unsigne
 	return found >= 0 || before == NULL ? 0 : -1;
 }
 
-/* Measures device ordinal i: prints its line. */
-static void probe(const struct drv *d, int i)
+/* Measures device ordinal i if w wants it: prints its line. */
+static void probe(const struct drv *d, const struct want *w, int i)
 {
 	CUdevice dev;
 	char uuid[96];
@@ -147,12 +181,24 @@ static void probe(const struct drv *d, int i)
 		printf("skip #%d the driver did not name the device\n", i);
 		return;
 	}
+	if (!wanted(w, uuid))
+		return;
 	if (mig) { /* a process makes contexts on one MIG device; NVML's per-process figure needs privileges */
 		printf("skip %s a MIG device: not probed\n", uuid);
 		return;
 	}
 	if (d->total(&total, dev) != CUDA_SUCCESS || d->by_uuid(uuid, &h) != NVML_SUCCESS) {
 		printf("skip %s NVML does not know the device\n", uuid);
+		return;
+	}
+	if (measured(w, (unsigned long long)(total >> 20))) {
+		printf("skip %s its kind (%llu MiB) is measured\n", uuid, (unsigned long long)(total >> 20));
+		return;
+	}
+	int mode = 0;
+	if (d->mode != NULL && d->mode(h, &mode) == NVML_SUCCESS && mode != 0) {
+		printf("skip %s compute mode %d, not DEFAULT: no context of the node's own beside its tenants\n", uuid,
+		       mode);
 		return;
 	}
 	static unsigned before[PROCS_MAX];
@@ -182,6 +228,20 @@ static void probe(const struct drv *d, int i)
 int main(int argc, char **argv)
 {
 	struct drv d = {0};
+	struct want w = {0};
+	for (int c; (c = getopt(argc, argv, "d:s:")) != -1;) {
+		char *end;
+		if (c == 'd' && w.ndev < WANT_MAX) {
+			w.dev[w.ndev++] = optarg;
+		} else if (c == 's' && w.nmib < WANT_MAX && (w.mib[w.nmib] = strtoull(optarg, &end, 10), *end == 0)) {
+			w.nmib++;
+		} else {
+			fprintf(stderr, "usage: gpuslice-ctxprobe [-d UUID]... [-s MiB]... [LIBCUDA [LIBNVML]]\n");
+			return 1;
+		}
+	}
+	argc -= optind - 1;
+	argv += optind - 1;
 	if (argc > 3 ||
 	    open_driver(&d, argc > 1 ? argv[1] : "libcuda.so.1", argc > 2 ? argv[2] : "libnvidia-ml.so.1") != 0)
 		return 1;
@@ -191,6 +251,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (int i = 0; i < n; i++)
-		probe(&d, i);
+		probe(&d, &w, i);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
