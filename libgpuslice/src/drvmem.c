@@ -320,7 +320,7 @@ static CUresult reserve(struct gs_drv_probe *p)
 		 * made before the figure was written (the daemon's start) may be
 		 * on the slot: it is trued up at the end of its call. */
 	} while (wait_for_guesses(p, &deadline, seeded));
-	if (guess && (rest = reserve_rest(gpu)) != 0) {      /* no measurement to go by: the driver's answer decides */
+	if (guess && (rest = reserve_rest(gpu)) != 0) { /* no measurement to go by: the driver's answer decides */
 		gs_acct_proc_add(p->self, p->slot, rest);
 		reserved(p, rest, 1);
 		return CUDA_SUCCESS;
