@@ -317,16 +317,18 @@ func removeRunDir(dir string) error {
 // of the settings want, applied (their generation acknowledged). The 1 s is
 // the daemon's, not the test's: it is read from the files the daemon made
 // (its socket bound again, each group's FileApplied written after its limit),
-// against the instant the removal ended, so a test goroutine starved of the
-// CPU under load does not count its own lateness; the test looks for them
+// against the instant before the removal started (never later than the
+// removal, however late a starved test goroutine runs); the test looks for them
 // for up to 10 s (a bound for a starved observer, not the contract).
 func removeRunDirAt(cfg timeslice.Config, want map[string]group.Settings, at time.Time, then func()) error {
 	time.Sleep(time.Until(at))
+	// The instant before the removal starts: taken after it, a goroutine
+	// starved between the two would start the daemon's 1 s late (lenient).
+	removed := time.Now()
 	if err := removeRunDir(cfg.RunDir); err != nil {
 		return err
 	}
 	then()
-	removed := time.Now()
 	tree := group.NewTree(cfg.RunDir)
 	for {
 		ok := client.Reachable(context.Background(), cfg.Socket)
