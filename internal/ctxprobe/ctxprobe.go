@@ -207,10 +207,13 @@ func Run(ctx context.Context, path string, args ...string) (Result, error) {
 	return Parse(out)
 }
 
+// withoutPreload drops LD_PRELOAD and CUDA_MPS_* (a probe that ran as an MPS
+// client would measure the MPS server's client, and under a pinned memory
+// limit read that limit as the device's memory).
 func withoutPreload(env []string) []string {
 	out := env[:0:0]
 	for _, e := range env {
-		if !strings.HasPrefix(e, "LD_PRELOAD=") {
+		if !strings.HasPrefix(e, "LD_PRELOAD=") && !strings.HasPrefix(e, "CUDA_MPS_") {
 			out = append(out, e)
 		}
 	}

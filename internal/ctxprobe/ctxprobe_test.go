@@ -194,3 +194,11 @@ func TestWholeGPUs(t *testing.T) {
 		t.Fatalf("only a MIG instance: %#v, want an empty list (nothing to probe)", got)
 	}
 }
+
+// The probe's environment has neither LD_PRELOAD nor CUDA_MPS_* variables.
+func TestWithoutPreload(t *testing.T) {
+	got := withoutPreload([]string{"A=1", "LD_PRELOAD=/x.so", "CUDA_MPS_PIPE_DIRECTORY=/tmp/mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G", "CUDA_VISIBLE_DEVICES=0"})
+	if !reflect.DeepEqual(got, []string{"A=1", "CUDA_VISIBLE_DEVICES=0"}) {
+		t.Fatalf("withoutPreload: %v", got)
+	}
+}
