@@ -45,13 +45,14 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	if !s.noteGroupDir(ctx, name) {
 		return
 	}
-	s.openGenDir(name)
+	d := s.openGenDir(name)           // nil: gone again, its removal's event forgets it
 	gen, _ := s.tree.Generation(name) // missing or unreadable: 0, nothing to acknowledge
 	st, err := s.tree.Read(name)
 	if s.recordGroup(name, st, gen, err == nil) {
 		// A setting file it had is missing: the group is being removed
 		// (rm -r); its defaults are not its settings, nor its limit.
 		log.V(1).Info("setting files missing: the group is being removed; nothing applied")
+		closeDir(d)
 		s.dropGenDir(name)
 		return
 	}
@@ -59,8 +60,11 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	old, known := s.settings[name]
 	lastGen := s.generations[name]
 	if err == nil {
+		// The directory with the generation read from it, under one lock: an
+		// acknowledgement (the publish goroutine's too) sees both or neither.
 		s.settings[name] = st
 		s.generations[name] = gen
+		s.setGenDirLocked(name, d)
 	}
 	gpus := make([]*gpuState, 0, len(s.gpus))
 	for _, g := range s.gpus {
@@ -68,6 +72,7 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 	}
 	s.mu.Unlock()
 	if err != nil {
+		closeDir(d)
 		log.Error(err, "invalid group settings ignored; restoring the last valid ones")
 		if !known { // none seen yet: keep the valid files, reset the others
 			old = s.tree.ReadValid(name)
@@ -79,7 +84,6 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 		return
 	}
 	if known && old == st && gen == lastGen && s.applied(name) == gen {
-		s.dropGenDir(name)
 		return
 	}
 	if !known || old != st {
@@ -103,18 +107,38 @@ func (s *Server) groupChanged(ctx context.Context, name string) {
 
 // openGenDir opens the group's directory before its generation is read: the
 // generation is acknowledged into it (acknowledge), never into another made
-// under the name meanwhile.
-func (s *Server) openGenDir(name string) {
+// under the name meanwhile. nil: the directory is gone.
+func (s *Server) openGenDir(name string) *os.File {
 	d, err := s.tree.OpenDir(name)
 	if err != nil {
-		return // gone again: its removal's event forgets it
+		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old := s.genDirs[name]; old != nil {
-		_ = old.Close() // read-only
+	if s.hooks.genDirOpened != nil {
+		s.hooks.genDirOpened(name)
+	}
+	return d
+}
+
+// setGenDirLocked keeps d as the directory the group's generation was just
+// read from (under s.mu), closing the one it replaces.
+func (s *Server) setGenDirLocked(name string, d *os.File) {
+	old := s.genDirs[name]
+	if old == d {
+		return
+	}
+	closeDir(old)
+	if d == nil {
+		delete(s.genDirs, name)
+		return
 	}
 	s.genDirs[name] = d
+}
+
+// closeDir closes a directory opened read-only (nil: none).
+func closeDir(d *os.File) {
+	if d != nil {
+		_ = d.Close() // read-only
+	}
 }
 
 // dropGenDir closes the group's directory opened for a generation that needs
@@ -129,7 +153,7 @@ func (s *Server) dropGenDir(name string) {
 }
 
 // closeGenDir closes the group's directory d once acknowledged into, unless
-// a newer event opened another meanwhile.
+// a newer generation's replaced it meanwhile (that one closed it).
 func (s *Server) closeGenDir(name string, d *os.File) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,10 +198,7 @@ func (s *Server) groupDir(name string) (dirID, bool) {
 // removed (under s.mu): its settings, the generation read with them, a limit
 // waiting to be written. A group made again under the same name starts clean.
 func (s *Server) forgetLocked(name string) {
-	if d := s.genDirs[name]; d != nil {
-		_ = d.Close() // read-only
-	}
-	delete(s.genDirs, name)
+	s.setGenDirLocked(name, nil)
 	delete(s.settings, name)
 	delete(s.generations, name)
 	delete(s.unapplied, name)
@@ -247,18 +268,20 @@ func (s *Server) acknowledge(log klog.Logger, name string) {
 	gen := s.generations[name]
 	dir := s.genDirs[name]
 	s.mu.Unlock()
-	if dir == nil {
-		return
-	}
-	defer s.closeGenDir(name, dir) // one descriptor per group only until acknowledged
-	if gen == 0 || s.applied(name) == gen {
+	if dir == nil || gen == 0 || s.applied(name) == gen {
+		// Nothing to write: the directory stays open for this generation (a
+		// newer one replaces it, the group's removal closes it), so the
+		// acknowledgement its own groupChanged makes still has it.
 		return
 	}
 	err := s.tree.WriteFileAt(dir, name, group.FileApplied, strconv.FormatUint(gen, 10)+"\n")
 	switch {
+	case err == nil:
+		s.closeGenDir(name, dir) // one descriptor per group only until acknowledged
 	case errors.Is(err, os.ErrClosed) || errors.Is(err, fs.ErrNotExist):
 		log.V(1).Info("group removed or made again: the earlier directory's settings not acknowledged", "generation", gen)
-	case err != nil && s.tree.Exists(name):
+		s.closeGenDir(name, dir)
+	case s.tree.Exists(name):
 		log.Error(err, "acknowledge group settings", "generation", gen)
 	}
 }

@@ -84,6 +84,16 @@ type Server struct {
 	ln        *socketListener
 	lnClosed  bool
 	stopWatch context.CancelFunc
+
+	hooks testHooks
+}
+
+// testHooks are called at points where tests drive an interleaving (nil in
+// the daemon).
+type testHooks struct {
+	// genDirOpened: groupChanged opened a group's directory, before it reads
+	// the generation.
+	genDirOpened func(name string)
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
