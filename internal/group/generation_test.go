@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -124,5 +125,50 @@ func TestWriteFileAtRemadeDir(t *testing.T) {
 	}
 	if _, err := tr.Applied("g"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the remade group has %s (%v): want none", FileApplied, err)
+	}
+}
+
+// TestWriteFileAtOverDir (review finding 2b): a directory the group's owner
+// made where FileApplied belongs does not make every acknowledgement fail
+// (EISDIR): it is removed, with what it holds, and the file written.
+func TestWriteFileAtOverDir(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(p string) error
+	}{
+		{"empty", func(p string) error { return os.Mkdir(p, 0o755) }},
+		{"holding files", func(p string) error {
+			return errors.Join(os.MkdirAll(filepath.Join(p, "sub"), 0o755), os.WriteFile(filepath.Join(p, "sub", "x"), []byte("x"), 0o644))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTree(t.TempDir())
+			if err := tr.Create("g"); err != nil {
+				t.Fatal(err)
+			}
+			d, err := tr.OpenDir("g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = d.Close() }()
+			if err := tc.make(filepath.Join(tr.Path("g"), FileApplied)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.WriteFileAt(d, "g", FileApplied, "7\n"); err != nil {
+				t.Fatalf("write over a directory: %v", err)
+			}
+			if n, err := tr.Applied("g"); err != nil || n != 7 {
+				t.Fatalf("applied %d %v, want 7", n, err)
+			}
+			ents, err := os.ReadDir(tr.Path("g"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() != FileApplied {
+					t.Errorf("left in the group's directory: %s", e.Name())
+				}
+			}
+		})
 	}
 }

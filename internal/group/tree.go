@@ -351,10 +351,34 @@ func writeAt(dfd int, file, content string) error {
 	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
 		return errors.Join(err, unix.Unlinkat(dfd, tmp, 0))
 	}
-	if err := unix.Renameat(dfd, tmp, dfd, file); err != nil {
+	err = unix.Renameat(dfd, tmp, dfd, file)
+	if err != nil && removeDirUnder(dfd, file) { // a directory where the file belongs: gone, try again
+		err = unix.Renameat(dfd, tmp, dfd, file)
+	}
+	if err != nil {
 		return errors.Join(err, unix.Unlinkat(dfd, tmp, 0))
 	}
 	return nil
+}
+
+// removeDirUnder is removeDirAt in the directory dfd and no other: a
+// directory its owner made at file is renamed aside, then removed with what
+// it holds (through the descriptor's own directory, /proc/self/fd: never one
+// made again under the group's name). It reports whether file was a
+// directory and is gone.
+func removeDirUnder(dfd int, file string) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, file, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false
+	}
+	aside := fmt.Sprintf(".%s.dir-%d-%d", file, os.Getpid(), time.Now().UnixNano())
+	if unix.Renameat(dfd, file, dfd, aside) != nil {
+		return false
+	}
+	if unix.Unlinkat(dfd, aside, unix.AT_REMOVEDIR) != nil { // not empty
+		_ = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dfd, aside)) //nolint:errcheck // out of the way already, as in removeDirAt
+	}
+	return true
 }
 
 // removeDirAt removes a directory found where a group's file belongs (its
