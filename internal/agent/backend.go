@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,7 +46,7 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 		return nil, fmt.Errorf("pod-resources: %w", err)
 	}
 	defer func() { _ = conn.Close() }() // the List result is what matters
-	resp, err := listPodResources(ctx, podresources.NewPodResourcesListerClient(conn), listRateWait)
+	resp, err := listPodResources(ctx, podresources.NewPodResourcesListerClient(conn), listRetry{wait: listRateWait})
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources list: %w", err)
 	}
@@ -88,20 +89,59 @@ func (b *backend) Pending(ctx context.Context, resource string) ([]deviceplugin.
 // client of the node: a busy monitoring agent must not fail admissions).
 const listRateWait = time.Second
 
-// listPodResources calls List, again every 10 ms while the kubelet answers
-// that its rate limit is reached, for at most wait.
-func listPodResources(ctx context.Context, c podresources.PodResourcesListerClient, wait time.Duration) (*podresources.ListPodResourcesResponse, error) {
-	deadline := time.Now().Add(wait)
-	for {
+// listBackoffFirst and listBackoffMax: the waits between Lists the kubelet
+// refused double from the first to the most (each jittered to its upper
+// half): retried every 10 ms, a waiter made 100 calls a second, the
+// kubelet's whole refill, and ate the budget it waited for.
+const (
+	listBackoffFirst = 10 * time.Millisecond
+	listBackoffMax   = 200 * time.Millisecond
+)
+
+// listRetry is how listPodResources waits out the rate limit: at most wait
+// slept in all; sleep waits d or until ctx ends (nil: a timer).
+type listRetry struct {
+	wait  time.Duration
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// listPodResources calls List, again while the kubelet answers that its rate
+// limit is reached: after 10, 20, 40 ms ... at most 200 ms (each jittered),
+// while the waits add up to at most r.wait.
+func listPodResources(ctx context.Context, c podresources.PodResourcesListerClient, r listRetry) (*podresources.ListPodResourcesResponse, error) {
+	sleep := r.sleep
+	if sleep == nil {
+		sleep = sleepCtx
+	}
+	var slept time.Duration
+	for step := listBackoffFirst; ; step = min(2*step, listBackoffMax) {
 		resp, err := c.List(ctx, &podresources.ListPodResourcesRequest{})
-		if status.Code(err) != codes.ResourceExhausted || !time.Now().Before(deadline) {
+		d := jitter(step)
+		if status.Code(err) != codes.ResourceExhausted || slept+d > r.wait {
 			return resp, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (after %w)", ctx.Err(), err)
-		case <-time.After(10 * time.Millisecond):
+		if serr := sleep(ctx, d); serr != nil {
+			return nil, fmt.Errorf("%w (after %w)", serr, err)
 		}
+		slept += d
+	}
+}
+
+// jitter is a wait in the upper half of d (at random), so clients refused
+// together do not come back together.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

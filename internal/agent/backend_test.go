@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -95,16 +96,24 @@ func (k *limitedPods) List(context.Context, *podresources.ListPodResourcesReques
 }
 
 // TestListPodResourcesRateLimit: the kubelet's rate limit on pod-resources
-// (shared with every other client) is waited out, for a bounded time; other
-// errors are not retried.
+// (shared with every other client) is waited out, for a bounded time, with
+// waits that double (10 ms ... 200 ms, each in its upper half): a saturated
+// limiter is asked a few times a second, not 100 (the kubelet's whole refill,
+// which retries every 10 ms took); other errors are not retried. The waits
+// are counted, not timed (a recording sleeper).
 func TestListPodResourcesRateLimit(t *testing.T) {
 	for name, tc := range map[string]struct {
-		refusals, calls int
-		code            codes.Code
+		refusals           int
+		minCalls, maxCalls int
+		code               codes.Code
+		minSlept           time.Duration
 	}{
-		"free":          {0, 1, codes.OK},
-		"limited twice": {2, 3, codes.OK},
-		"saturated":     {1 << 30, 0, codes.ResourceExhausted},
+		"free":          {0, 1, 1, codes.OK, 0},
+		"limited twice": {2, 3, 3, codes.OK, 15 * time.Millisecond},
+		// 5+10+20+40+80 ms, then 100 ms at least each: at most 13 waits
+		// (14 calls); 10+20+40+80+160, then 200 ms at most each, and it
+		// stops only past 800 ms: at least 8 waits (9 calls).
+		"saturated": {1 << 30, 9, 14, codes.ResourceExhausted, listRateWait - listBackoffMax},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := &limitedPods{refusals: tc.refusals}
@@ -113,16 +122,42 @@ func TestListPodResourcesRateLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = conn.Close() }()
-			_, err = listPodResources(context.Background(), podresources.NewPodResourcesListerClient(conn), 200*time.Millisecond)
+			var waits []time.Duration
+			sleep := func(_ context.Context, d time.Duration) error {
+				waits = append(waits, d)
+				return nil
+			}
+			_, err = listPodResources(context.Background(), podresources.NewPodResourcesListerClient(conn), listRetry{wait: listRateWait, sleep: sleep})
 			if status.Code(err) != tc.code {
 				t.Fatalf("err %v, want code %v", err, tc.code)
 			}
-			if tc.calls > 0 && k.calls != tc.calls {
-				t.Fatalf("%d calls, want %d", k.calls, tc.calls)
+			if k.calls < tc.minCalls || k.calls > tc.maxCalls || len(waits) != k.calls-1 {
+				t.Fatalf("%d calls, %d waits; want %d to %d calls, a wait between each two", k.calls, len(waits), tc.minCalls, tc.maxCalls)
 			}
-			if tc.code != codes.OK && k.calls < 2 {
-				t.Fatalf("gave up after %d call(s)", k.calls)
+			var slept time.Duration
+			step := listBackoffFirst
+			for i, d := range waits {
+				if d < step/2 || d > step {
+					t.Errorf("wait %d: %v, want %v to %v", i, d, step/2, step)
+				}
+				slept += d
+				step = min(2*step, listBackoffMax)
+			}
+			if slept < tc.minSlept || slept > listRateWait {
+				t.Errorf("slept %v in all, want %v to %v", slept, tc.minSlept, listRateWait)
 			}
 		})
+	}
+}
+
+// TestSleepCtx: the wait between Lists ends with its context.
+func TestSleepCtx(t *testing.T) {
+	if err := sleepCtx(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("a wait of 1 ms: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := sleepCtx(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a canceled wait: %v, want %v", err, context.Canceled)
 	}
 }
