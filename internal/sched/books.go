@@ -268,15 +268,20 @@ func (l *Books) SetGPUNode(n *v1alpha2.GPUNode) error {
 }
 
 // BusyGPUs are the UUIDs of the GPUs measured above the utilization
-// threshold (nil: none).
-func (l *Books) BusyGPUs() map[string]bool {
+// threshold (nil: none), those of node except left out (a preemptor's
+// nominated node: part of what was measured there is its victims' work,
+// as the plugin path's freed GPUs, alloc.Books.candidates).
+func (l *Books) BusyGPUs(except string) map[string]bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if len(l.busy) == 0 {
-		return nil
-	}
-	out := map[string]bool{}
-	for _, us := range l.busy {
+	var out map[string]bool
+	for node, us := range l.busy {
+		if node == except {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
 		for _, u := range us {
 			out[u] = true
 		}

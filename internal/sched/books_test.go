@@ -256,7 +256,7 @@ func TestBooksBusyGPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := l.BusyGPUs(); len(got) != 1 || !got["a-b"] {
+	if got := l.BusyGPUs(""); len(got) != 1 || !got["a-b"] {
 		t.Fatalf("busy %v, want [a-b]", got)
 	}
 	b = b.DeepCopy()
@@ -264,8 +264,11 @@ func TestBooksBusyGPUs(t *testing.T) {
 	if err := setGPUNode(l, b); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.BusyGPUs(); len(got) != 2 || !got["a-b"] || !got["b-a"] {
+	if got := l.BusyGPUs(""); len(got) != 2 || !got["a-b"] || !got["b-a"] {
 		t.Fatalf("busy %v, want [a-b b-a]", got)
+	}
+	if got := l.BusyGPUs("a"); len(got) != 1 || !got["b-a"] {
+		t.Fatalf("busy but node a's %v, want [b-a] (a preemptor nominated to a sees a's GPUs)", got)
 	}
 	a = a.DeepCopy()
 	a.Status.GPUs[1].UtilizationPercent = 10
@@ -273,7 +276,7 @@ func TestBooksBusyGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.RemoveGPUNode("b")
-	if got := l.BusyGPUs(); got != nil {
+	if got := l.BusyGPUs(""); got != nil {
 		t.Fatalf("busy %v after a's GPU cooled and b left, want none", got)
 	}
 }

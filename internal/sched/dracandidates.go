@@ -15,6 +15,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuslice/gpuslice/internal/dra"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
@@ -96,7 +97,7 @@ func (t *devTable) devices(all []*resourceapi.ResourceSlice) [][]sharedDev {
 		if !ok {
 			for p, d := range s.Spec.Devices {
 				u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
-				if u > 0 && m > 0 {
+				if s.Spec.Driver == dra.DriverName && u > 0 && m > 0 { // other drivers' devices are as published
 					devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
 						unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
 						node: ptr.Deref(s.Spec.NodeName, "")})
@@ -299,6 +300,31 @@ func (p *Plugin) narrowingFor(pod *corev1.Pod, nodes []fwk.NodeInfo) *narrowing 
 		return nil
 	}
 	return &narrowing{env: p.preempt.dra, pod: pod, nodes: nodes, need: needOf(claims), k: min(p.candidates, draCandidateNodes)}
+}
+
+// hidesBusy reports whether the device view may leave busy GPUs out for
+// pod: only when each of its pending claims is a plain share (narrowable:
+// no admin access, tolerations or constraints) with no selectors. A claim
+// naming its device (a CEL selector) or with admin access would be refused
+// a device it may have; for those the view only reorders. A nil plugin
+// (no GPUSlice in the profile) or no DRA: busy GPUs are left out, as the
+// books measure them.
+func (p *Plugin) hidesBusy(pod *corev1.Pod) bool {
+	if p == nil || p.preempt == nil || p.preempt.dra == nil || !hasClaims(pod) {
+		return true
+	}
+	claims, _ := p.preempt.dra.pendingClaims(pod)
+	for _, c := range claims {
+		if !narrowable([]*resourceapi.ResourceClaim{c}) {
+			return false
+		}
+		for _, r := range c.Spec.Devices.Requests {
+			if len(r.Exactly.Selectors) > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // steered is what DRAName's PreFilter left for this cycle (nil: nothing).

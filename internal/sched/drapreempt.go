@@ -46,8 +46,12 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 		return nil, 0, fwk.AsStatus(err)
 	}
 	cands, byUID := draCands(allowed)
+	gone := terminating(ni)
+	if sd := steered(state); sd != nil {
+		n.withoutBusy(sd.busy, gone, cands)
+	}
 	need := append(pr.heldClaims(pod, node), claims...)
-	uids, err := n.draVictims(ctx, need, terminating(ni), cands)
+	uids, err := n.draVictims(ctx, need, gone, cands)
 	if errors.Is(err, alloc.ErrNoVictims) {
 		msg := "evicting the lower-priority pods here would not free enough for the pod's claims"
 		if protected != "" {

@@ -35,7 +35,9 @@ import (
 // devices of gpuslice.io's shape (consumable units and memory) come in the
 // order of the pod's placement policy (alloc.DeviceBefore, as GPU pods'
 // GPUs: binpack the fullest first, spread the emptiest) and the GPUs
-// measured above the utilization threshold are left out. So the first
+// measured above the utilization threshold are left out (for a pod whose
+// claims are all plain shares, hidesBusy; on its nominated node they are
+// shown: its victims' work was part of what was measured). So the first
 // device that fits is the policy's choice, and the allocation the plugin
 // writes to the claim's status is the standard one (driver, pool, device,
 // shareID, consumedCapacity): the kubelet, Kueue and other schedulers read
@@ -193,13 +195,7 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 	if b == nil {
 		return p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	}
-	c := &steerCycle{policy: b.cfg.DefaultPlacement, busy: b.BusyGPUs()}
-	if req, err := api.ParseRequest(pod); err == nil {
-		c.policy = b.Policy(req)
-		if pl := p.s.plugin.Load(); pl != nil && req.Empty() {
-			c.narrow = pl.narrowingFor(pod, nodes)
-		}
-	}
+	c := p.s.cycle(state, b, pod, nodes)
 	p.s.cur.Store(c)
 	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	p.s.cur.CompareAndSwap(c, nil)
@@ -207,6 +203,27 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 		state.Write(steerKey, &steerData{state: as, busy: c.busy, cands: c.cands.Load()})
 	}
 	return r, st
+}
+
+// cycle is what the view needs of pod in its PreFilter: its policy, the
+// busy GPUs it is not shown (none when a claim may need one, hidesBusy;
+// none on its nominated node, whose busy GPUs its victims freed) and what
+// its candidate nodes are computed from (nothing when GPUSlice's PreFilter
+// ran first, a profile listing it before DRAName: it chose its candidates
+// already, without the view's).
+func (s *steer) cycle(state fwk.CycleState, b *Books, pod *corev1.Pod, nodes []fwk.NodeInfo) *steerCycle {
+	c := &steerCycle{policy: b.cfg.DefaultPlacement}
+	pl := s.plugin.Load()
+	if pl.hidesBusy(pod) {
+		c.busy = b.BusyGPUs(pod.Status.NominatedNodeName)
+	}
+	if req, err := api.ParseRequest(pod); err == nil {
+		c.policy = b.Policy(req)
+		if _, ran := readCycle(state); pl != nil && req.Empty() && !ran {
+			c.narrow = pl.narrowingFor(pod, nodes)
+		}
+	}
+	return c
 }
 
 type steeredHandle struct {

@@ -10,8 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/dra"
+	"github.com/gpuslice/gpuslice/internal/dra/devices"
 )
 
 // claimNeed is the largest share one device must give a preemptor's
@@ -107,6 +110,54 @@ func (n *draNode) draVictims(ctx context.Context, claims []*resourceapi.Resource
 		chosen = append(chosen, best.UIDs...)
 		targeted = append(targeted, bestDev)
 	}
+}
+
+// withoutBusy leaves out of the node's slices (a copy) the devices of
+// gpuslice.io's driver whose GPU is in busy (the GPUs the device view hides
+// from the pod) and that no claim of a pod in gone or cands holds: evicting
+// pods would free there a device the pod will not be let onto. A busy
+// device a candidate holds stays (once the pod is nominated here the view
+// shows it: part of what was measured is the victims' work).
+func (n *draNode) withoutBusy(busy map[string]bool, gone sets.Set[types.UID], cands []alloc.Victim) {
+	if len(busy) == 0 {
+		return
+	}
+	leaving := gone.Clone()
+	for _, v := range cands {
+		leaving.Insert(types.UID(v.UID))
+	}
+	freeable := sets.New[structured.DeviceID]()
+	for _, c := range n.held {
+		if !slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return leaving.Has(r.UID) }) {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			freeable.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		}
+	}
+	out := make([]*resourceapi.ResourceSlice, 0, len(n.slices))
+	for _, sl := range n.slices {
+		var keep []resourceapi.Device
+		for i, d := range sl.Spec.Devices {
+			id := structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name)
+			hide := sl.Spec.Driver == dra.DriverName && busy[ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, "")] && !freeable.Has(id)
+			if hide && keep == nil {
+				keep = append(make([]resourceapi.Device, 0, len(sl.Spec.Devices)), sl.Spec.Devices[:i]...)
+			}
+			if hide {
+				delete(n.devices, id)
+			} else if keep != nil {
+				keep = append(keep, d)
+			}
+		}
+		if keep != nil {
+			c := *sl
+			c.Spec.Devices = keep
+			sl = &c
+		}
+		out = append(out, sl)
+	}
+	n.slices = out
 }
 
 // reprieve puts back each chosen victim, most important (last) first,
