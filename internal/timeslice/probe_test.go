@@ -158,3 +158,38 @@ func TestProbeOnlyAdded(t *testing.T) {
 		t.Fatalf("after an implausible figure: %+v; want that GPU again", w)
 	}
 }
+
+// TestGPUAddedWhileServing: a client naming a GPU the driver lists anew
+// (a MIG instance made for a claim) reaches wantProbe from Server.gpu, which
+// holds mu: wantProbe must not take mu (the daemon hung there, every status
+// write and client with it, in make e2e-mig).
+func TestGPUAddedWhileServing(t *testing.T) {
+	a, b := proto.UUID{1}, proto.UUID{2}
+	list := []proto.UUID{a}
+	s := &Server{log: klog.Background(), gpus: map[proto.UUID]*gpuState{}, reprobe: make(chan struct{}, 1),
+		cfg: DefaultConfig(func(string) string { return "" })}
+	s.known = newKnownGPUs(func() ([]proto.UUID, error) { return list, nil }, klog.Background())
+	s.known.onNew = s.wantProbe
+	if _, err := s.gpu(a); err != nil {
+		t.Fatalf("gpu a: %v", err)
+	}
+	list = []proto.UUID{a, b}
+	s.known.mu.Lock()
+	s.known.listed = time.Time{} // listed long ago: the next unknown GPU lists again
+	s.known.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { _, err := s.gpu(b); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gpu b: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Server.gpu of a GPU listed anew still waiting after 5 s: wantProbe waits for the mu its caller holds")
+	}
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if len(s.probeNew) != 1 || s.probeNew[0] != b {
+		t.Fatalf("probeNew %v, want [b]", s.probeNew)
+	}
+}

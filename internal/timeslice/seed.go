@@ -153,10 +153,10 @@ func (s *Server) probeContexts(ctx context.Context) {
 // nextProbe is what the next run measures: the GPUs added since the last
 // one and the devices of a failed one (nil Devices: every one).
 func (s *Server) nextProbe(failed ctxprobe.Want) ctxprobe.Want {
-	s.mu.Lock()
+	s.probeMu.Lock()
 	added := s.probeNew
 	s.probeNew = nil
-	s.mu.Unlock()
+	s.probeMu.Unlock()
 	if failed.Devices == nil {
 		return ctxprobe.Want{}
 	}
@@ -244,11 +244,11 @@ const (
 
 // wantProbe asks probeContexts for another run: the driver lists new GPUs.
 func (s *Server) wantProbe(added []proto.UUID) {
-	s.mu.Lock()
+	s.probeMu.Lock()
 	if len(s.probeNew) < maxProbeNew {
 		s.probeNew = append(s.probeNew, added[:min(len(added), maxProbeNew-len(s.probeNew))]...)
 	}
-	s.mu.Unlock()
+	s.probeMu.Unlock()
 	select {
 	case s.reprobe <- struct{}{}:
 	default:

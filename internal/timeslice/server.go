@@ -75,7 +75,10 @@ type Server struct {
 	devSeedGiven map[string]uint64
 	devSeedMu    sync.Mutex
 	reprobe      chan struct{}
-	probeNew     []proto.UUID // GPUs the driver listed anew, not probed yet (under mu)
+	probeNew     []proto.UUID // GPUs the driver listed anew, not probed yet (under probeMu)
+	// probeMu guards probeNew only: wantProbe runs from known.check, which
+	// Server.gpu calls holding mu.
+	probeMu sync.Mutex
 
 	// What makes the daemon reachable (reach.go), under mu: the run
 	// directory's lock, the listener (lnClosed once the daemon stops), the
