@@ -136,13 +136,9 @@ func runNode(ctx context.Context, env *Env, cfg timeslice.Config, o *nodeOptions
 	if err != nil {
 		return usagef("node: --driver: %w", err)
 	}
-	// The GPU lister and the probe's runner each open NVML and close it
-	// again, from different goroutines: one lock keeps one's close out of
-	// the other's calls.
-	var nvml sync.Mutex
-	cfg.ListGPUs = timeslice.DriverGPUs(mode, o.simDir, &nvml)
+	cfg.ListGPUs = timeslice.DriverGPUs(mode, o.simDir)
 	if o.probe != "" {
-		cfg.ContextProbe = ctxprobe.Runner(o.probe, mode, o.simDir, &nvml)
+		cfg.ContextProbe = ctxprobe.Runner(o.probe, mode, o.simDir)
 	}
 	if err := cfg.Validate(); err != nil {
 		return usagef("node: %w", err)

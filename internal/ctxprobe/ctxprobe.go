@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -145,50 +144,31 @@ func (w Want) Args() []string {
 // driver (mode; the simulated GPU's libraries in simDir where gpu.OpenDriver
 // finds no real one), each time it is called. A run for some Devices
 // measures only those that are whole GPUs of the driver's list (a MIG
-// instance is never probed): none, and the probe does not run. nvml (nil:
-// none) is held while the driver's list is read, from NVML's open to its
-// close: it is shared with the process's other openers that close NVML again
-// (timeslice.DriverGPUs), so that one's nvmlShutdown never runs during
-// another's calls.
-func Runner(path string, mode gpu.Mode, simDir string, nvml *sync.Mutex) func(context.Context, Want) (Result, error) {
+// instance is never probed): none, and the probe does not run.
+func Runner(path string, mode gpu.Mode, simDir string) func(context.Context, Want) (Result, error) {
 	return func(ctx context.Context, w Want) (Result, error) {
-		args, err := driverArgs(&w, mode, simDir, nvml)
+		drv, err := gpu.OpenDriver(mode, simDir)
 		if err != nil {
-			return Result{}, err
+			return Result{}, fmt.Errorf("context probe: %w", err)
+		}
+		var args []string
+		if drv.Simulated {
+			args = []string{filepath.Join(drv.LibDir, "libcuda.so.1"), filepath.Join(drv.LibDir, "libnvidia-ml.so.1")}
+		}
+		if w.Devices != nil {
+			var devs []gpu.Device
+			if devs, err = gpu.Devices(drv.NVML); err == nil {
+				w.Devices = WholeGPUs(w.Devices, devs)
+			}
+		}
+		if serr := drv.NVML.Shutdown(); err != nil || serr != nil {
+			return Result{}, fmt.Errorf("context probe: list or close NVML: %w", errors.Join(err, serr))
 		}
 		if w.Devices != nil && len(w.Devices) == 0 {
 			return Result{Devices: map[string]uint32{}}, nil
 		}
 		return Run(ctx, path, append(w.Args(), args...)...)
 	}
-}
-
-// driverArgs opens the driver (holding nvml, if any, until NVML is closed
-// again), keeps only whole GPUs in w.Devices, and returns the simulated
-// driver's libraries for the probe (none for a real driver).
-func driverArgs(w *Want, mode gpu.Mode, simDir string, nvml *sync.Mutex) ([]string, error) {
-	if nvml != nil {
-		nvml.Lock()
-		defer nvml.Unlock()
-	}
-	drv, err := gpu.OpenDriver(mode, simDir)
-	if err != nil {
-		return nil, fmt.Errorf("context probe: %w", err)
-	}
-	var args []string
-	if drv.Simulated {
-		args = []string{filepath.Join(drv.LibDir, "libcuda.so.1"), filepath.Join(drv.LibDir, "libnvidia-ml.so.1")}
-	}
-	if w.Devices != nil {
-		var devs []gpu.Device
-		if devs, err = gpu.Devices(drv.NVML); err == nil {
-			w.Devices = WholeGPUs(w.Devices, devs)
-		}
-	}
-	if serr := drv.NVML.Shutdown(); err != nil || serr != nil {
-		return nil, fmt.Errorf("context probe: list or close NVML: %w", errors.Join(err, serr))
-	}
-	return args, nil
 }
 
 // WholeGPUs are those of uuids that are GPUs of devs (the driver's whole

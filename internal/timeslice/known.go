@@ -143,16 +143,9 @@ func migInstancesOf(n gpu.NVML, index int) ([]proto.UUID, error) {
 }
 
 // DriverGPUs returns a lister that opens the driver (mode, simulated GPU in
-// simDir when there is no real one) for each listing and closes it again,
-// holding nvml (shared with every other opener of the process that closes
-// NVML again, such as ctxprobe.Runner; nil: none) from open to close: one
-// user's nvmlShutdown must not run while another's calls are in NVML.
-func DriverGPUs(mode gpu.Mode, simDir string, nvml *sync.Mutex) func() ([]proto.UUID, error) {
+// simDir when there is no real one) for each listing and closes it again.
+func DriverGPUs(mode gpu.Mode, simDir string) func() ([]proto.UUID, error) {
 	return func() ([]proto.UUID, error) {
-		if nvml != nil {
-			nvml.Lock()
-			defer nvml.Unlock()
-		}
 		drv, err := gpu.OpenDriver(mode, simDir)
 		if err != nil {
 			return nil, err

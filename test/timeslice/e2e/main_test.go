@@ -72,7 +72,7 @@ func testLister() func() ([]proto.UUID, error) {
 		}
 		dir = filepath.Join(bin, "sim")
 	}
-	sim := timeslice.DriverGPUs(gpu.ModeSim, dir, nil)
+	sim := timeslice.DriverGPUs(gpu.ModeSim, dir)
 	_, err := os.Stat(filepath.Join(dir, "libnvidia-ml.so.1"))
 	return func() ([]proto.UUID, error) {
 		if err != nil {

@@ -109,7 +109,7 @@ func TestContextSeedProbed(t *testing.T) {
 		t.Fatal(err, serr)
 	}
 	t.Setenv("GPUSLICE_SIM_CONTEXT_MEMORY", "314572800")
-	cfg.ContextProbe = ctxprobe.Runner(filepath.Join(bin, ctxprobe.Binary), gpu.ModeSim, simDir, nil)
+	cfg.ContextProbe = ctxprobe.Runner(filepath.Join(bin, ctxprobe.Binary), gpu.ModeSim, simDir)
 	want := groupstate.DeviceSeed{TotalMiB: uint32(mem.Total >> 20), KiB: 300<<10 + 1}
 	setGroup(t, cfg, "before", group.Change{File: "memory.max", Value: "1GiB"})
 	if err := groupstate.Create("/proc", groupstate.Path(cfg.RunDir, "before"), "before"); err != nil {
