@@ -44,8 +44,9 @@ func TestClaimReleaser(t *testing.T) {
 	releasedFirst := make(chan bool, 1)
 	r := newClaimReleaser(cs, activatorFunc(func(pods map[string]*corev1.Pod) {
 		c, err := cs.ResourceV1().ResourceClaims("ns").Get(ctx, "own", metav1.GetOptions{})
-		releasedFirst <- err == nil && c.Status.Allocation == nil
+		released := err == nil && c.Status.Allocation == nil
 		act.Activate(klog.Background(), pods)
+		releasedFirst <- released // after Activate: the test reads act once this arrives
 	}), time.Minute)
 	r.expect(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hi"}}, []string{"v"})
 	r.gone(ctx, podUsing("x", "other")) // not a victim
