@@ -244,9 +244,24 @@ func TestReliabilityE2ERunDirRemovedTenantsGated(t *testing.T) {
 	_, held, share, heldShare := abShares(t, &after)
 	t.Logf("a's share of the time held (of the slices handed out): %.1f %% (%.1f %%) in the second before the removal, "+
 		"%.1f %% (%.1f %%) from the removal to the tenants' last second", held0*100, share0*100, heldShare*100, share*100)
-	if held[0]+held[1] == 0 || heldShare < 0.15 || heldShare > 0.25 {
-		t.Fatalf("after the run directory was removed, a held the GPU %v and b %v: a's share %.1f %%, want 20 ± 5",
-			held[0], held[1], heldShare*100)
+	// The time each tenant held depends on the machine's load (a tenant
+	// starved of CPU asks late and the work-conserving policy hands its turn
+	// to the other: BenchmarkE2EShareWindows); the shares the daemon applies
+	// do not: a contended slice is its group's slice of the period, share x
+	// 100 ms (a's 20 ms, b's 80 ms; settings lost: the default 10 ms each),
+	// less the debt of a late hand-over (most slices under load: the upper
+	// quartile, not the longest, which may carry banked time).
+	if held[0]+held[1] == 0 {
+		t.Fatal("after the run directory was removed, neither tenant held the GPU")
+	}
+	sa, sb := typicalContended(&after, "a"), typicalContended(&after, "b")
+	t.Logf("contended slices after the removal: a median %v upper quartile %v (%d slices), b median %v upper quartile %v (%d slices)", sa.median, sa.upper, sa.n, sb.median, sb.upper, sb.n)
+	if sa.n < 3 || sb.n < 3 {
+		t.Fatalf("after the run directory was removed, contended slices a %d, b %d: want 3 or more each", sa.n, sb.n)
+	}
+	if got := float64(sa.upper) / float64(sa.upper+sb.upper); got < 0.15 || got > 0.25 {
+		t.Fatalf("after the run directory was removed, a's slice %v against b's %v: a's share %.1f %%, want 20 ± 5",
+			sa.upper, sb.upper, got*100)
 	}
 	noSecondState(t, e, m, fileA, want["a"], simState, part)
 }
@@ -299,6 +314,29 @@ func abShares(t *testing.T, l *sliceLog) (granted, held [2]time.Duration, share,
 		held[map[string]int{"a": 0, "b": 1}[sl.group]] += sl.length
 	}
 	return granted, held, float64(granted[0]) / float64(granted[0]+granted[1]), float64(held[0]) / float64(held[0]+held[1])
+}
+
+// contendedSlices is the median length of a group's contended slices and how
+// many there were.
+type contendedSlices struct {
+	median, upper time.Duration
+	n             int
+}
+
+func typicalContended(l *sliceLog, group string) contendedSlices {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ls []time.Duration
+	for _, sl := range l.slices {
+		if sl.group == group && sl.contended {
+			ls = append(ls, sl.length)
+		}
+	}
+	if len(ls) == 0 {
+		return contendedSlices{}
+	}
+	slices.Sort(ls)
+	return contendedSlices{median: ls[len(ls)/2], upper: ls[len(ls)*3/4], n: len(ls)}
 }
 
 // removeRunDir removes a run directory as rm -r does, under a running daemon:
