@@ -270,26 +270,27 @@ func TestGPUsOnlyNotWaited(t *testing.T) {
 // TestRemadeGroupApplied: a group removed and made again under the same name,
 // 20 times under one daemon, as `gpuslice run --group`/`group rm` do and as
 // the node agent and the DRA driver do (a container's group): the daemon
-// applies each new group within 1 s (its limit in the new state file, the
-// generation acknowledged). A daemon that kept the generation it acknowledged
-// for the removed group took the new group's as already applied (issue 38);
-// a late acknowledgement of the removed group's settings landing in the new
-// directory did the same while numbers restarted at 1 (group.firstGeneration).
+// applies each new group (its limit in the new state file, the generation
+// acknowledged). A daemon that kept the generation it acknowledged for the
+// removed group took the new group's as already applied and never applied it
+// (issue 38: Create's wait ran out); a late acknowledgement of the removed
+// group's settings landing in the new directory made Create return with the
+// old limit while numbers restarted at 1 (group.firstGeneration). The daemon
+// applies on the group's inotify events and nothing else does, so a group it
+// misses is never applied: the manager's default wait (10 s) tells that from
+// a slow machine (each Create took at most 118 ms at load 11), where a 1 s
+// bound on each of 40 Creates would fail a correct daemon starved a second.
 func TestRemadeGroupApplied(t *testing.T) {
 	dir := t.TempDir()
 	startDaemon(t, dir)
-	m := New(Config{RunDir: dir, Timeout: time.Second})
+	m := New(Config{RunDir: dir})
 	ctx := context.Background()
 	for _, o := range []CreateOptions{{Adopt: true}, {Container: true}} {
 		name := map[bool]string{false: "run", true: "ctr"}[o.Container]
 		for i := range 20 {
 			limit := uint64(512+i) << 20
-			start := time.Now()
 			if err := m.Create(ctx, name, Resources{Settings: group.Settings{MemoryMax: limit, Share: 0.2}}, o); err != nil {
 				t.Fatalf("%s, made for the %d. time: %v", name, i+1, err)
-			}
-			if took := time.Since(start); took > time.Second {
-				t.Fatalf("%s, made for the %d. time: applied after %v, want within 1 s", name, i+1, took)
 			}
 			if lim := limitOf(t, dir, name); lim != limit {
 				t.Fatalf("%s, made for the %d. time: limit %d in its state file, want %d", name, i+1, lim, limit)
