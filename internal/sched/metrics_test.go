@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 )
@@ -14,6 +15,18 @@ func TestPluginMetricsBesideTheScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The registry is the process's: what this run registered goes with it,
+	// so that a run after it (go test -count, -shuffle) registers afresh.
+	t.Cleanup(func() {
+		for _, c := range []interface {
+			metrics.Registerable
+			IsCreated() bool
+		}{m.decisions, m.duration} {
+			if c.IsCreated() && !legacyregistry.Registerer().Unregister(c) {
+				t.Errorf("%s not registered", c.FQName())
+			}
+		}
+	})
 	m.done(pointFilter, resultFit, time.Now())
 	m.done(pointFilter, resultFit, time.Now())
 	m.done(pointReserve, resultConflict, time.Now())
