@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/kubernetes/pkg/features"
@@ -78,8 +79,13 @@ func TestVersionFlag(t *testing.T) {
 }
 
 // TestNominatedNodeNameForExpectationOff: gpuslice-scheduler does not
-// patch nominatedNodeName before PreBind unless --feature-gates asks.
+// patch nominatedNodeName before PreBind unless --feature-gates asks. Each
+// Main starts as a new process's would: the process's registry of feature
+// gate flags (kube-scheduler's options keep --feature-gates there) is emptied
+// before it, else a run after the "true" case (go test -count=2) read the
+// flag that case gave.
 func TestNominatedNodeNameForExpectationOff(t *testing.T) {
+	t.Cleanup(compatibility.DefaultComponentGlobalsRegistry.Reset)
 	for _, tc := range []struct {
 		args []string
 		want bool
@@ -87,6 +93,7 @@ func TestNominatedNodeNameForExpectationOff(t *testing.T) {
 		{[]string{"--version"}, false},
 		{[]string{"--feature-gates=NominatedNodeNameForExpectation=true", "--version"}, true},
 	} {
+		compatibility.DefaultComponentGlobalsRegistry.Reset()
 		if code := Main(context.Background(), tc.args); code != 0 {
 			t.Fatalf("%v: exit %d", tc.args, code)
 		}
