@@ -99,6 +99,10 @@ func TestRunSimulated(t *testing.T) {
 		}
 	}
 	t.Setenv("LD_PRELOAD", "/nonexistent/libgpuslice.so")
+	// A state of its own: the simulator's default (/dev/shm, one per user) is
+	// every other process's on the machine, and one holding it with another
+	// device configuration (or a GPU it marked lost) fails the probe.
+	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
 	for _, mem := range []struct {
 		env  string
 		want uint32
