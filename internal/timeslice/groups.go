@@ -220,7 +220,15 @@ func (s *Server) forgetLocked(name string) {
 func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots bool) {
 	s.limitMu.Lock()
 	defer s.limitMu.Unlock()
-	st := s.settingsOf(name)
+	// The settings with their generation, under one lock: the generation
+	// acknowledged is the one whose limit is written here (a group made again
+	// meanwhile has another, which its own groupChanged applies).
+	s.mu.Lock()
+	st, gen := s.settings[name], s.generations[name]
+	s.mu.Unlock()
+	if s.hooks.limitRead != nil {
+		s.hooks.limitRead(name)
+	}
 	path := groupstate.Path(s.cfg.RunDir, name)
 	s.giveSeed(name, true) // before the limit: the group's first members find it
 	var n int
@@ -248,7 +256,7 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 	case n > 0:
 		log.V(1).Info("memory limit applied to running processes", "limit", st.MemoryMax, "gpus", n)
 	}
-	s.acknowledge(log, name)
+	s.acknowledge(log, name, gen)
 }
 
 // acknowledge writes the group's last applied settings generation into
@@ -262,13 +270,15 @@ func (s *Server) applyMemoryLimit(log klog.Logger, name string, elasticSlots boo
 // (opened by groupChanged before reading it: genDirs) and no other: written through that
 // directory's descriptor, a late acknowledgement of a removed group never lands
 // in a directory made again under its name, whatever numbers the new one's
-// settings get (the race TestRemadeGroupApplied caught once).
-func (s *Server) acknowledge(log klog.Logger, name string) {
+// settings get (the race TestRemadeGroupApplied caught once). gen is the
+// generation whose settings were applied: once the group holds a newer one
+// (made again, or set again, meanwhile), nothing is written for gen.
+func (s *Server) acknowledge(log klog.Logger, name string, gen uint64) {
 	s.mu.Lock()
-	gen := s.generations[name]
+	cur := s.generations[name]
 	dir := s.genDirs[name]
 	s.mu.Unlock()
-	if dir == nil || gen == 0 || s.applied(name) == gen {
+	if dir == nil || gen == 0 || gen != cur || s.applied(name) == gen {
 		// Nothing to write: the directory stays open for this generation (a
 		// newer one replaces it, the group's removal closes it), so the
 		// acknowledgement its own groupChanged makes still has it.

@@ -97,6 +97,9 @@ type testHooks struct {
 	// genDirOpened: groupChanged opened a group's directory, before it reads
 	// the generation.
 	genDirOpened func(name string)
+	// limitRead: applyMemoryLimit read the group's settings (holding limitMu),
+	// before it writes their limit.
+	limitRead func(name string)
 }
 
 // Run serves until ctx ends. It returns ErrRunning at once if another daemon
