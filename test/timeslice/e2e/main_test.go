@@ -46,7 +46,30 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(runWithOwnSimState(m))
+}
+
+// runWithOwnSimState runs the tests with a simulated-GPU state file of their
+// own (GPUSLICE_SIM_STATE, unless set; the tenants of a run name theirs): the
+// simulator's default, /dev/shm/gpuslice-sim-v<N>-<uid>, is every process's on
+// the machine, and another holding it with another device configuration (or a
+// GPU it marked lost) failed the daemons' NVML listing here ("in use by pid N
+// with a different device configuration": every grant refused).
+func runWithOwnSimState(m *testing.M) int {
+	if os.Getenv("GPUSLICE_SIM_STATE") != "" {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "gs-e2e-sim-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simulated GPU state:", err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }() //nolint:errcheck // a temporary directory
+	if err := os.Setenv("GPUSLICE_SIM_STATE", filepath.Join(dir, "sim.state")); err != nil {
+		fmt.Fprintln(os.Stderr, "simulated GPU state:", err)
+		return 1
+	}
+	return m.Run()
 }
 
 var testGPU = proto.UUID{0x6a, 1, 2, 3}
