@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,17 +19,40 @@ import (
 func TestSMIInsideGroupShowsOnlyItsOwn(t *testing.T) {
 	bin := binDir(t)
 	environ := env(t)
-	outsider := exec.Command(filepath.Join(bin, "gpuslice"), "run", "--", filepath.Join(bin, "gs-memfill"), "--max", "2GiB", "--hold-ms", "6000")
+	// The outsider holds its 2 GiB until the test ends (SIGTERM, which gpuslice
+	// run passes on), from before the group's process table is read: a sleep
+	// there once stood for its allocation, and a 6 s hold could end first.
+	outsider := exec.Command(filepath.Join(bin, "gpuslice"), "run", "--", filepath.Join(bin, "gs-memfill"), "--max", "2GiB", "--hold-ms", "600000")
 	outsider.Env = environ
+	out, err := outsider.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := outsider.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := outsider.Wait(); err != nil {
-			t.Errorf("outsider: %v", err)
+		if err := outsider.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Errorf("stop the outsider: %v", err)
+		}
+		if err := outsider.Wait(); outsider.ProcessState.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Errorf("outsider: %v, want it stopped by SIGTERM (gpuslice run exits 143 then)", err)
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	allocated := make(chan string, 1)
+	go func() { // gs-memfill says what it holds, then holds it
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		allocated <- line
+		_, _ = io.Copy(io.Discard, out) //nolint:errcheck // nothing more is read
+	}()
+	select {
+	case line := <-allocated:
+		if !strings.Contains(line, `"allocated":2147483648`) {
+			t.Fatalf("the outsider holds no 2 GiB: %q", line)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the outsider said nothing in 60 s")
+	}
 	gs := filepath.Join(bin, "gpuslice")
 	// memory.current is the daemon's read-back, refreshed within a second: the last value read while the
 	// member holds its memory, once it has come to what the member holds.
