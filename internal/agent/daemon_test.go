@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,8 +20,28 @@ import (
 )
 
 // The test binary doubles as the gpuslice CLI the agent supervises: run as
-// "<test binary> node ..." it is a time-slice daemon.
-func TestMain(m *testing.M) { timeslicetest.Main(m) }
+// "<test binary> node ..." it is a time-slice daemon. The tests run with a
+// simulated-GPU state file of their own for the whole process (simState).
+func TestMain(m *testing.M) { timeslicetest.MainRun(func() int { return withSimState(m) }) }
+
+// withSimState runs the tests with GPUSLICE_SIM_STATE naming a state file in
+// a temporary directory removed after them. The simulated NVML attaches its
+// state once per process, at its first open: a state file per test (each
+// run of go test -count) left the driver on the first one while
+// gpuslice-sim-ctl, run with the test's, found none.
+func withSimState(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gs-agent-sim-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simulated GPU state:", err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }() //nolint:errcheck // a temporary directory
+	if err := os.Setenv("GPUSLICE_SIM_STATE", filepath.Join(dir, "sim.state")); err != nil {
+		fmt.Fprintln(os.Stderr, "simulated GPU state:", err)
+		return 1
+	}
+	return m.Run()
+}
 
 // A daemon killed under the agent is serving again at once, and the agent
 // stops the daemon it supervised when it ends.

@@ -154,12 +154,11 @@ func fakeProc(t *testing.T, bootID string) string {
 	return proc
 }
 
-// openSimGPUs opens the simulated driver of bin/sim with n GPUs of a state
-// file of the test's own, and finds them; NVML is shut down when the test
-// ends.
+// openSimGPUs opens the simulated driver of bin/sim with n GPUs of the test
+// process's state file (withSimState), and finds them; NVML is shut down when
+// the test ends.
 func openSimGPUs(t *testing.T, bin string, n int) (*gpu.Driver, []gpuset.GPU, []gpu.Device) {
 	t.Helper()
-	t.Setenv("GPUSLICE_SIM_STATE", filepath.Join(t.TempDir(), "sim.state"))
 	t.Setenv("GPUSLICE_SIM_GPUS", strconv.Itoa(n))
 	drv, err := gpu.OpenDriver(gpu.ModeSim, filepath.Join(bin, "sim"))
 	if err != nil {

@@ -21,7 +21,11 @@ import (
 // Main is a TestMain: run as "<test binary> node ..." the binary is a
 // time-slice daemon with one made-up GPU until SIGTERM; otherwise it runs the
 // tests.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainRun(m.Run) }
+
+// MainRun is Main with the tests run by run (m.Run with a TestMain's own
+// setup and cleanup around it); it exits with run's code.
+func MainRun(run func() int) {
 	if len(os.Args) > 1 && os.Args[1] == "node" {
 		if err := daemon(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "node:", err)
@@ -29,7 +33,7 @@ func Main(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(run())
 }
 
 // daemon takes the flags a client passes to `gpuslice node` (those it does
