@@ -96,9 +96,15 @@ func startManager(t *testing.T, p *peer) {
 	p.m = m
 }
 
+// waitCapacity waits until the device manager has healthy slots of the
+// plugin's. 30 s: a kubelet that starts wipes the plugin directory, and a
+// plugin whose socket went in that wipe while it was registering waits out
+// its registration's 10 s (the kubelet cannot dial it) before it serves and
+// registers again (once in 230 runs at load: 'never saw 16 healthy slots'
+// with a 10 s wait).
 func waitCapacity(t *testing.T, m *devicemanager.ManagerImpl, healthy int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		capacity, alloc, _ := m.GetCapacity(klog.Background())
 		q, ok := alloc[res]
@@ -286,11 +292,14 @@ func peerFailures(t *testing.T, p *peer, plug *Plugin) {
 		t.Fatalf("allocate after kubelet restart: %v", err)
 	}
 	expectDevices(t, p.m, e, "/dev/nvidia2")
-	if err := p.m.Stop(klog.Background()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
-	}
+	// The plugin serves on its socket again, while the kubelet runs: once the
+	// kubelet stops, the plugin's next check sees it gone and serves anew
+	// (its socket is away between tries), so a look after Stop raced it.
 	if _, err := os.Stat(filepath.Join(pluginapi.DevicePluginPath, "gpuslice.sock")); err != nil {
 		t.Fatalf("plugin socket: %v", err)
+	}
+	if err := p.m.Stop(klog.Background()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
 	}
 }
 
