@@ -49,7 +49,7 @@ func runDRAPreemption(ctx context.Context, cp *harness.ControlPlane, o options, 
 	fmt.Printf("== dra preemption: %d priority-0 claim pods hold every GPU of %d nodes (created bound, allocated and running in %.1fs)\n",
 		fillers, nodes, time.Since(start).Seconds())
 	n := o.draPreemptors
-	stockBound, err := draPreemptRun(ctx, cp, ns, stock, "stock-dra-preempt", harness.SchedulerOptions{SchedulerName: "stock-dra-preempt"}, n, o.clients, o.draStockWait)
+	stockBound, err := draPreemptRun(ctx, cp, ns, stock, "stock-dra-preempt", harness.SchedulerOptions{SchedulerName: "stock-dra-preempt"}, n, o.clients, o.draStockWait, nil)
 	if err != nil {
 		return "", fmt.Errorf("stock: %w", err)
 	}
@@ -57,9 +57,13 @@ func runDRAPreemption(ctx context.Context, cp *harness.ControlPlane, o options, 
 	if err := removePreemptors(ctx, cp, ns); err != nil {
 		return "", err
 	}
+	pprofArgs, err := o.draPreemptProfile.args()
+	if err != nil {
+		return "", err
+	}
 	so := harness.SchedulerOptions{SchedulerName: "gpuslice-dra-preempt", GPUSlice: true, StockQueueSort: o.stockQueueSort,
-		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: o.extraArgs}
-	ours, err := draPreemptRun(ctx, cp, ns, o.scheduler, "gpuslice-dra-preempt", so, n, o.clients, 0)
+		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: append(pprofArgs, o.extraArgs...)}
+	ours, err := draPreemptRun(ctx, cp, ns, o.scheduler, "gpuslice-dra-preempt", so, n, o.clients, 0, o.draPreemptProfile)
 	if err != nil {
 		return "", err
 	}
@@ -139,8 +143,12 @@ type draPreemptResult struct {
 
 // draPreemptRun starts the scheduler (warm-up pod first), creates n
 // preemptor claims and pods (p-00000...) for it and waits until all are
-// bound, or, with wait > 0, for wait and returns those bound by then.
-func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name string, so harness.SchedulerOptions, n, clients int, wait time.Duration) (draPreemptResult, error) {
+// bound, or, with wait > 0, for wait and returns those bound by then. When
+// all must bind it prints the run's steps (timeline, claimTimeline) and
+// its CPU by process, and takes prof (-dra-preempt-profile) from the
+// first preemptor on.
+func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name string, so harness.SchedulerOptions, n, clients int,
+	wait time.Duration, prof *cpuProfile) (draPreemptResult, error) {
 	var res draPreemptResult
 	sched, err := cp.StartScheduler(ctx, bin, name, so)
 	if err != nil {
@@ -152,7 +160,12 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	seen, err := watchBound(ictx, cp, ns)
+	tl := newTimeline()
+	seen, err := watchBound(ictx, cp, ns, tl.handler())
+	if err != nil {
+		return res, err
+	}
+	ctl, err := watchClaims(ictx, cp, ns)
 	if err != nil {
 		return res, err
 	}
@@ -167,6 +180,8 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 		return res, fmt.Errorf("preemptor claims: %w", err)
 	}
 	res.created = make([]time.Time, n)
+	cost := startPhaseCost(ctx, cp, append(cp.Processes(), sched), sched)
+	profiled := prof.start(ctx)
 	createdAt := make(chan struct{})
 	go func() {
 		defer close(createdAt)
@@ -193,6 +208,13 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 			return res, err
 		}
 		<-createdAt
+		cost.end(ctx, cp)
+		fmt.Println("dra " + tl.split(res.created, res.bound))
+		fmt.Println(ctl.split(tl, res.bound))
+		fmt.Println("dra " + cost.line(n))
+	}
+	if err := prof.finish(ctx, profiled); err != nil {
+		return res, err
 	}
 	res.cpu, err = sched.CPUSeconds()
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {

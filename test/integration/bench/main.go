@@ -50,6 +50,9 @@ func main() {
 	o.draProfile = &cpuProfile{}
 	flag.StringVar(&o.draProfile.path, "dra-profile", "", "write a CPU profile of gpuslice-scheduler placing the DRA claims (the dra-gpuslice run, DynamicResources inside it) to this file")
 	flag.IntVar(&o.draProfile.seconds, "dra-profile-seconds", 10, "length of the -dra-profile profile, from the first pod on (must end before the run does)")
+	o.draPreemptProfile = &cpuProfile{}
+	flag.StringVar(&o.draPreemptProfile.path, "dra-preempt-profile", "", "write a CPU profile of gpuslice-scheduler over the DRA preemption phase, from the first preemptor on, to this file (and its allocation profiles before and after to FILE.allocs0 and FILE.allocs1)")
+	flag.IntVar(&o.draPreemptProfile.seconds, "dra-preempt-profile-seconds", 10, "length of the -dra-preempt-profile profile")
 	flag.StringVar(&o.draAPIProfile, "dra-apiserver-profile", "", "write CPU profiles of kube-apiserver over the DRA runs (-dra-profile-seconds from the first pod on): FILE for dra-gpuslice, FILE.stock for the first round's dra-shares, FILE.plugin for plugin-shares")
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()

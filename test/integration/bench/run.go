@@ -49,6 +49,9 @@ type options struct {
 	profile *cpuProfile
 	// draProfile: a CPU profile of the dra-gpuslice run (-dra-profile).
 	draProfile *cpuProfile
+	// draPreemptProfile: a CPU profile of the DRA preemption phase's
+	// gpuslice-scheduler (-dra-preempt-profile).
+	draPreemptProfile *cpuProfile
 	// auditWrites: the API server logs writes; the preemption phase counts them by client.
 	auditWrites bool
 	// apiProfile: a CPU profile of kube-apiserver over the preemption phase.
