@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,27 +134,29 @@ func (s *draSnapshot) read(e *draEnv) error {
 			return
 		}
 		s.slices, s.held = map[string][]*resourceapi.ResourceSlice{}, map[string][]*resourceapi.ResourceClaim{}
-		poolNode := map[string]string{}
+		type pool struct{ driver, name string } // (no key string made per claim)
+		poolNode := map[pool]string{}
 		for _, sl := range all {
 			if sl.Spec.NodeName == nil {
 				continue
 			}
 			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
-			poolNode[poolKey(sl.Spec.Driver, sl.Spec.Pool.Name)] = *sl.Spec.NodeName
+			poolNode[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = *sl.Spec.NodeName
 		}
 		claims, err := e.dra.ResourceClaims().List()
 		if err != nil {
 			s.err = fmt.Errorf("resource claims: %w", err)
 			return
 		}
+		var nodes []string // the claim's nodes so far
 		for _, c := range claims {
 			if c.Status.Allocation == nil {
 				continue
 			}
-			nodes := sets.New[string]()
+			nodes = nodes[:0]
 			for _, r := range c.Status.Allocation.Devices.Results {
-				if n, ok := poolNode[poolKey(r.Driver, r.Pool)]; ok && !nodes.Has(n) {
-					nodes.Insert(n)
+				if n, ok := poolNode[pool{r.Driver, r.Pool}]; ok && !slices.Contains(nodes, n) {
+					nodes = append(nodes, n)
 					s.held[n] = append(s.held[n], c)
 				}
 			}

@@ -22,7 +22,11 @@ import (
 // by the numbers alone (alloc.FewestOn on each device of the node, as
 // draVictims starts; no allocator run): kube-scheduler's dry run, which runs
 // the allocator for every node it tries, then confirms those few instead of
-// up to 100 nodes. Ties start at a random node, so a burst spreads.
+// up to 100 nodes. Ties start at a random node, so a burst spreads; it
+// stops once it holds shortlistLen nodes no other can beat (one victim of
+// the lowest priority any pod with claims below the pod's has, nobody
+// nominated there), as the device-plugin path's shortlist does: in a full
+// cluster a preemptor costs a handful of nodes, not all of them.
 func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusReader) ([]string, error) {
 	nis, err := pr.fh.SnapshotSharedLister().NodeInfos().List()
 	if err != nil || len(nis) == 0 {
@@ -36,47 +40,81 @@ func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusR
 	}
 	protected := protectedBy(pdbs)
 	prio := corev1helpers.PodPriority(pod)
+	floor := draFloor(nis, prio)
+	unbeatable := nodeCost{victims: 1, maxPrio: floor, sumPrio: int64(floor)}
 	off := rand.IntN(len(nis))
 	var costs []nodeCost
-	for i := range nis {
+	for i, best := 0, 0; i < len(nis) && best < shortlistLen; i++ {
 		ni := nis[(off+i)%len(nis)]
 		if m.Get(ni.Node().Name).Code() != fwk.Unschedulable {
 			continue
 		}
-		n, err := pr.dra.readNode(c.draSnap, ni.Node())
+		cost, ok, err := pr.draCostOn(c, ni, prio, protected)
 		if err != nil {
 			return nil, err
 		}
-		if len(n.slices) == 0 {
-			continue
-		}
-		gone := sets.New[types.UID]()
-		var pods []*corev1.Pod
-		for _, pi := range ni.GetPods() {
-			p := pi.GetPod()
-			switch {
-			case p.DeletionTimestamp != nil:
-				gone.Insert(p.UID)
-			case corev1helpers.PodPriority(p) < prio && !protected(p):
-				pods = append(pods, p)
+		if ok {
+			costs = append(costs, cost)
+			if !unbeatable.less(cost) {
+				best++
 			}
-		}
-		sort.SliceStable(pods, func(i, j int) bool { return schedutil.MoreImportantPod(pods[j], pods[i]) })
-		cands := make([]alloc.Victim, len(pods))
-		for i, p := range pods {
-			cands[i] = alloc.Victim{UID: string(p.UID), Priority: corev1helpers.PodPriority(p)}
-		}
-		var best *alloc.VictimSet
-		for _, id := range n.deviceIDs() {
-			if s, ok := n.cheapestOn(id, c.draNeed, gone, cands, nil); ok && len(s.UIDs) > 0 && s.Better(best) {
-				best = &s
-			}
-		}
-		if best != nil {
-			costs = append(costs, nodeCost{node: ni.Node().Name, victims: len(best.UIDs), maxPrio: best.MaxPrio, sumPrio: best.SumPrio})
 		}
 	}
 	return cheapest(costs, shortlistLen), nil
+}
+
+// draFloor is the lowest priority below prio of the pods with claims on
+// nis (prio when there is none): no victim set costs less than one pod of
+// it.
+func draFloor(nis []fwk.NodeInfo, prio int32) int32 {
+	floor := prio
+	for _, ni := range nis {
+		for _, pi := range ni.GetPods() {
+			if p := pi.GetPod(); hasClaims(p) {
+				floor = min(floor, corev1helpers.PodPriority(p))
+			}
+		}
+	}
+	return floor
+}
+
+// draCostOn is the cheapest victim set on one node by the numbers (the
+// node's pods of lower priority no budget protects, least important first;
+// terminating pods count as gone); ok is false when no device there can be
+// freed for the pod.
+func (pr *preemptor) draCostOn(c *cycle, ni fwk.NodeInfo, prio int32, protected func(*corev1.Pod) bool) (nodeCost, bool, error) {
+	n, err := pr.dra.readNode(c.draSnap, ni.Node())
+	if err != nil || len(n.slices) == 0 {
+		return nodeCost{}, false, err
+	}
+	gone := sets.New[types.UID]()
+	var pods []*corev1.Pod
+	for _, pi := range ni.GetPods() {
+		p := pi.GetPod()
+		switch {
+		case p.DeletionTimestamp != nil:
+			gone.Insert(p.UID)
+		case corev1helpers.PodPriority(p) < prio && !protected(p):
+			pods = append(pods, p)
+		}
+	}
+	sort.SliceStable(pods, func(i, j int) bool { return schedutil.MoreImportantPod(pods[j], pods[i]) })
+	cands := make([]alloc.Victim, len(pods))
+	for i, p := range pods {
+		cands[i] = alloc.Victim{UID: string(p.UID), Priority: corev1helpers.PodPriority(p)}
+	}
+	var best *alloc.VictimSet
+	for _, id := range n.deviceIDs() {
+		if s, ok := n.cheapestOn(id, c.draNeed, gone, cands, nil); ok && len(s.UIDs) > 0 && s.Better(best) {
+			best = &s
+		}
+	}
+	if best == nil {
+		return nodeCost{}, false, nil
+	}
+	name := ni.Node().Name
+	return nodeCost{node: name, victims: len(best.UIDs), maxPrio: best.MaxPrio, sumPrio: best.SumPrio,
+		nominated: len(pr.fh.NominatedPodsForNode(name))}, true, nil
 }
 
 // preemptDRA runs kube-scheduler's preemption for a pod with ResourceClaims

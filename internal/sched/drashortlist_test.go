@@ -1,0 +1,141 @@
+package sched
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+	"k8s.io/utils/ptr"
+)
+
+// snapshotHandle is nominatedHandle with the scheduler's snapshot of nodes.
+type snapshotHandle struct {
+	nominatedHandle
+	nodes []fwk.NodeInfo
+}
+
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return nodeList{nodes: nodeInfos{nodes: h.nodes}} }
+
+type nodeList struct {
+	fwk.SharedLister
+	nodes nodeInfos
+}
+
+func (l nodeList) NodeInfos() fwk.NodeInfoLister { return l.nodes }
+
+type nodeInfos struct {
+	fwk.NodeInfoLister
+	nodes []fwk.NodeInfo
+}
+
+func (l nodeInfos) List() ([]fwk.NodeInfo, error) { return l.nodes, nil }
+func (l nodeInfos) Get(name string) (fwk.NodeInfo, error) {
+	for _, ni := range l.nodes {
+		if ni.Node().Name == name {
+			return ni, nil
+		}
+	}
+	return nil, fmt.Errorf("node %s not found", name)
+}
+
+// DeviceClasses: none (the shortlist runs no allocator).
+func (f *fakeDRA) DeviceClasses() fwk.DeviceClassLister { return nil }
+
+// countedStatuses gives every node Unschedulable and counts the nodes asked.
+type countedStatuses struct {
+	fwk.NodeToStatusReader
+	asked map[string]bool
+}
+
+func (c countedStatuses) Get(node string) *fwk.Status {
+	c.asked[node] = true
+	return fwk.NewStatus(fwk.Unschedulable)
+}
+
+// fullDRANodes makes n nodes of one GPU (100 units, 16 GiB) each held by
+// two priority-0 pods with a claim of 50 units; prio sets a pod's priority
+// by name.
+func fullDRANodes(n int, prio map[string]int32) ([]fwk.NodeInfo, *fakeDRA) {
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	f := &fakeDRA{}
+	var nis []fwk.NodeInfo
+	for i := range n {
+		node := fmt.Sprintf("n%d", i)
+		f.slices = append(f.slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node}, Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}})
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		for j := range 2 {
+			name := fmt.Sprintf("%s-p%d", node, j)
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
+				Spec: corev1.PodSpec{NodeName: node, Priority: ptr.To(prio[name]),
+					ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: ptr.To(name)}}}}
+			ni.AddPod(p)
+			c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("claim-" + name)}}
+			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Driver: testDriver, Pool: node, Device: "gpu-0", ShareID: ptr.To(types.UID("s-" + name)),
+				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(50), capMemory: q(1 << 30)}}}}}
+			c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: p.UID}}
+			f.claims = append(f.claims, c)
+		}
+		nis = append(nis, ni)
+	}
+	return nis, f
+}
+
+// TestDRAShortlistStops: 10 full nodes, each GPU held by two priority-0
+// shares of 50 units; a 50-unit preemptor needs one victim anywhere. The
+// shortlist stops once it holds three nodes nothing can beat (one victim
+// of the lowest priority, nobody nominated there) instead of costing every
+// node; with priority-5 pods on every node but n7 (whose pods are the
+// floor, 0), it must reach n7 and put it first. A node with a preemptor
+// nominated there is not one that ends the search.
+func TestDRAShortlistStops(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hi", UID: "hi"}, Spec: corev1.PodSpec{Priority: ptr.To[int32](1000)}}
+	higher := map[string]int32{}
+	for i := range 10 {
+		if i != 7 {
+			higher[fmt.Sprintf("n%d-p0", i)], higher[fmt.Sprintf("n%d-p1", i)] = 5, 5
+		}
+	}
+	waiter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "w"}, Spec: corev1.PodSpec{Priority: ptr.To[int32](1000)}}
+	everyNominated := map[string][]*corev1.Pod{}
+	for i := range 10 {
+		everyNominated[fmt.Sprintf("n%d", i)] = []*corev1.Pod{waiter}
+	}
+	for _, c := range []struct {
+		name      string
+		prio      map[string]int32
+		nominated map[string][]*corev1.Pod
+		maxAsked  int
+		first     string
+	}{
+		{"all alike", nil, nil, 3, ""},
+		{"one node of the floor", higher, nil, 10, "n7"},
+		{"every node nominated", nil, everyNominated, 10, ""},
+	} {
+		nis, f := fullDRANodes(10, c.prio)
+		pr := &preemptor{fh: snapshotHandle{nominatedHandle: nominatedHandle{nominated: c.nominated}, nodes: nis},
+			ev: &preemption.Evaluator{}, dra: &draEnv{dra: f}}
+		cyc := &cycle{dra: true, draNeed: claimNeed{units: 50, bytes: 1 << 30}, draSnap: &draSnapshot{}}
+		m := countedStatuses{asked: map[string]bool{}}
+		got, err := pr.draShortlist(cyc, pod, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != shortlistLen || len(m.asked) > c.maxAsked || len(m.asked) < shortlistLen {
+			t.Errorf("%s: shortlist %v after %d nodes, want %d nodes after %d..%d", c.name, got, len(m.asked), shortlistLen, shortlistLen, c.maxAsked)
+		}
+		if c.first != "" && (len(got) == 0 || got[0] != c.first) {
+			t.Errorf("%s: shortlist %v, want %s first", c.name, got, c.first)
+		}
+	}
+}
