@@ -258,7 +258,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
 		return nil, nil
 	}
-	var names []string
+	var names, heldBy []string // heldBy: the pods nominated where the share is free
 	var err error
 	if sd != nil && sd.cands != nil {
 		names, err, c.draState = sd.cands.names, sd.cands.err, sd.state
@@ -271,14 +271,14 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 		k := min(p.candidates, draCandidateNodes)
 		names, err = p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), k+maxHeldChecks)
 		if err == nil {
-			names, err = p.draUnheld(c, pod, nodes, names, k) // nominated.go
+			names, heldBy, err = p.draUnheld(c, pod, nodes, names, k) // nominated.go
 		}
 	}
 	switch {
 	case err != nil:
 		return nil, nil
 	case len(names) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
-		return nil, fwk.NewStatus(fwk.Unschedulable, errNoShare.Error())
+		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(heldBy))
 	case len(names) == 0:
 		return nil, nil
 	}

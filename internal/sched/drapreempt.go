@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,11 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 		!isDRAPlugin(st.Plugin()) && st.Plugin() != Name {
 		return nil, 0, st
 	}
+	chosen := sets.New[types.UID]()
+	for _, u := range uids {
+		chosen.Insert(types.UID(u))
+	}
+	pr.rec.choseGPUs(pod.UID, node, n.freedGPUs(chosen))
 	return pr.chose(pod, node, victims), 0, nil
 }
 
@@ -115,7 +121,12 @@ func terminating(ni fwk.NodeInfo) sets.Set[types.UID] {
 // than pod, of at least its priority, not bound yet): the capacity held for
 // them until they bind.
 func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.ResourceClaim {
-	var out []*resourceapi.ResourceClaim
+	claims, _ := pr.heldFor(pod, node)
+	return claims
+}
+
+// heldFor is heldClaims with the pods they belong to (namespace/name).
+func (pr *preemptor) heldFor(pod *corev1.Pod, node string) (claims []*resourceapi.ResourceClaim, who []string) {
 	prio := corev1helpers.PodPriority(pod)
 	for _, pi := range pr.fh.NominatedPodsForNode(node) {
 		np := pi.GetPod()
@@ -123,7 +134,31 @@ func (pr *preemptor) heldClaims(pod *corev1.Pod, node string) []*resourceapi.Res
 			continue
 		}
 		cs, _ := pr.dra.pendingClaims(np)
-		out = append(out, cs...)
+		if len(cs) > 0 {
+			claims = append(claims, cs...)
+			who = append(who, np.Namespace+"/"+np.Name)
+		}
+	}
+	return claims, who
+}
+
+// busyFor are the busy GPUs (UUIDs, Books.BusyGPUs) the device view hides
+// from pod: every GPU measured above the threshold but those its last
+// preemption's victims freed (recorded at the preemption, choseGPUs):
+// part of what was measured there is the victims' work, as the plugin
+// path's freed GPUs. The node's other busy GPUs stay hidden.
+func (p *Plugin) busyFor(b *Books, pod *corev1.Pod) map[string]bool {
+	busy := b.BusyGPUs("")
+	if p == nil || p.preempt == nil || len(busy) == 0 {
+		return busy
+	}
+	freed := p.preempt.rec.freedGPUs(pod.UID)
+	if len(freed) == 0 {
+		return busy
+	}
+	out := maps.Clone(busy)
+	for _, u := range freed {
+		delete(out, u)
 	}
 	return out
 }

@@ -207,7 +207,7 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 
 // cycle is what the view needs of pod in its PreFilter: its policy, the
 // busy GPUs it is not shown (none when a claim may need one, hidesBusy;
-// none on its nominated node, whose busy GPUs its victims freed) and what
+// not those its victims freed, busyFor) and what
 // its candidate nodes are computed from (nothing when GPUSlice's PreFilter
 // ran first, a profile listing it before DRAName: it chose its candidates
 // already, without the view's).
@@ -215,7 +215,7 @@ func (s *steer) cycle(state fwk.CycleState, b *Books, pod *corev1.Pod, nodes []f
 	c := &steerCycle{policy: b.cfg.DefaultPlacement}
 	pl := s.plugin.Load()
 	if pl.hidesBusy(pod) {
-		c.busy = b.BusyGPUs(pod.Status.NominatedNodeName)
+		c.busy = pl.busyFor(b, pod) // drapreempt.go
 	}
 	if req, err := api.ParseRequest(pod); err == nil {
 		c.policy = b.Policy(req)

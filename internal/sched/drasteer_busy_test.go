@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -61,10 +63,12 @@ func TestDeviceViewOtherDriver(t *testing.T) {
 }
 
 // TestDeviceViewBusyClaims: n0's gpu-1 is measured at 99 % (threshold 95).
-// A pod whose claim is a plain share is not shown it; one nominated to n0
-// (its victims' work was measured there) is, and so are pods with a claim
-// the view's hiding would refuse a device it may have: admin access, a
-// device chosen by a CEL selector.
+// A pod whose claim is a plain share is not shown it; one whose preemption
+// freed gpu-1 (its victims' claims were there: their work was measured) is,
+// but not one nominated to n0 whose victims freed gpu-2 or were not
+// recorded (the node's other busy GPUs stay hidden); so are pods with a
+// claim the view's hiding would refuse a device it may have: admin access,
+// a device chosen by a CEL selector.
 func TestDeviceViewBusyClaims(t *testing.T) {
 	b, _ := newBooks(t)
 	row := gpuNode("n0", 4, t0)
@@ -96,19 +100,29 @@ func TestDeviceViewBusyClaims(t *testing.T) {
 			r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpuslice.io"].index == 1`}}}
 		}))
 	s := &steer{}
-	s.plugin.Store(&Plugin{preempt: &preemptor{dra: &draEnv{dra: f}}})
 	m := steeredManager{SharedDRAManager: f, s: s}
 	for _, c := range []struct {
 		name, claim, nominated string
+		freed                  []string // the GPUs its preemption's victims freed
 		seesBusy               bool
 	}{
-		{"plain share", "share", "", false},
-		{"plain share nominated to n0", "share", "n0", true},
-		{"plain share nominated elsewhere", "share", "n1", false},
-		{"admin access", "admin", "", true},
-		{"CEL selector", "cel", "", true},
+		{"plain share", "share", "", nil, false},
+		{"plain share whose victims freed gpu-1", "share", "n0", []string{"GPU-n0-gpu-1"}, true},
+		{"plain share whose victims freed gpu-2", "share", "n0", []string{"GPU-n0-gpu-2"}, false},
+		{"plain share nominated to n0, no victims recorded", "share", "n0", nil, false},
+		{"plain share nominated elsewhere", "share", "n1", nil, false},
+		{"admin access", "admin", "", nil, true},
+		{"CEL selector", "cel", "", nil, true},
 	} {
-		cyc := s.cycle(framework.NewCycleState(), b, pod(c.claim, c.nominated), nil)
+		rec := newPreempted(time.Minute)
+		p := pod(c.claim, c.nominated)
+		if c.freed != nil {
+			rec.choseGPUs(p.UID, c.nominated, c.freed)
+			rec.chose(p.UID, c.nominated, []string{"victim"})
+			rec.commit(p.UID, c.nominated, time.Now())
+		}
+		s.plugin.Store(&Plugin{preempt: &preemptor{dra: &draEnv{dra: f}, rec: rec}})
+		cyc := s.cycle(framework.NewCycleState(), b, p, nil)
 		s.cur.Store(cyc)
 		if _, err := m.ResourceClaims().GatherAllocatedState(); err != nil {
 			t.Fatal(err)
@@ -183,5 +197,34 @@ func TestDeviceViewNarrowsFirst(t *testing.T) {
 	after.Write(stateKey, &cycle{dra: true})
 	if c := s.cycle(after, b, p, nil); c.narrow != nil {
 		t.Error("after GPUSlice's PreFilter: the view narrows again")
+	}
+}
+
+// TestDRAFreedGPUs: the GPUs a preemption records as freed by its victims
+// (shown to the preemptor though measured busy) are those of the claims
+// evicting them deallocates: v's own claim on gpu-1, not gpu-0, whose
+// claim v shares with x (it stays), nor w's gpu-2; with x evicted too,
+// gpu-0 as well.
+func TestDRAFreedGPUs(t *testing.T) {
+	n := testDRANode(t, 3, []heldClaim{{pods: []string{"v", "x"}, dev: 0, units: 20, gib: 1},
+		{pods: []string{"v"}, dev: 1, units: 60, gib: 1}, {pods: []string{"w"}, dev: 2, units: 50, gib: 1}})
+	for i := range n.slices[0].Spec.Devices {
+		d := &n.slices[0].Spec.Devices[i]
+		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": {StringValue: ptr.To(fmt.Sprintf("U-%d", i))}}
+		n.devices[structured.MakeDeviceID(testDriver, "n", d.Name)] = *d
+	}
+	for _, c := range []struct {
+		victims []types.UID
+		want    []string
+	}{
+		{[]types.UID{"v"}, []string{"U-1"}},
+		{[]types.UID{"v", "x"}, []string{"U-0", "U-1"}},
+		{[]types.UID{"x"}, nil},
+	} {
+		got := n.freedGPUs(sets.New(c.victims...))
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("victims %v: freed GPUs %v, want %v", c.victims, got, c.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -61,38 +62,27 @@ func needOf(claims []*resourceapi.ResourceClaim) claimNeed {
 // GPUs (alloc.FewestOn on each, the cheapest set first, until the stock
 // allocator says the claims fit); a last pass puts back every victim the
 // allocator finds unneeded. It returns nothing when the claims fit already,
-// and alloc.ErrNoVictims when evicting all of cands would not do.
+// and alloc.ErrNoVictims when evicting all of cands would not do. The
+// allocator runs once per set of victims asked about (fitsMemo): a single
+// victim costs two runs (none, then it), where every victim at once is
+// asked only when the numbers find no device to free.
 func (n *draNode) draVictims(ctx context.Context, claims []*resourceapi.ResourceClaim, gone sets.Set[types.UID], cands []alloc.Victim) ([]string, error) {
-	fitsWith := func(uids []string) (bool, error) {
-		pods := gone.Clone()
-		for _, u := range uids {
-			pods.Insert(types.UID(u))
-		}
-		return n.fits(ctx, n.freed(pods), claims)
-	}
+	fitsWith := n.fitsMemo(ctx, claims, gone)
 	if ok, err := fitsWith(nil); ok || err != nil {
-		return nil, err
-	}
-	all := make([]string, len(cands))
-	for i, v := range cands {
-		all[i] = v.UID
-	}
-	if ok, err := fitsWith(all); err != nil || !ok {
-		if err == nil {
-			err = fmt.Errorf("%w: the claims do not fit on node %s", alloc.ErrNoVictims, n.node.Name)
-		}
 		return nil, err
 	}
 	need := needOf(claims)
 	var chosen []string
 	var targeted []structured.DeviceID
 	for {
-		ok, err := fitsWith(chosen)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return n.reprieve(chosen, fitsWith)
+		if len(chosen) > 0 {
+			ok, err := fitsWith(chosen)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return n.reprieve(chosen, fitsWith)
+			}
 		}
 		var best *alloc.VictimSet
 		var bestDev structured.DeviceID
@@ -105,10 +95,52 @@ func (n *draNode) draVictims(ctx context.Context, claims []*resourceapi.Resource
 			}
 		}
 		if best == nil {
-			return n.reprieve(all, fitsWith)
+			return n.allVictims(cands, fitsWith)
 		}
 		chosen = append(chosen, best.UIDs...)
 		targeted = append(targeted, bestDev)
+	}
+}
+
+// allVictims is draVictims' last resort: every candidate, less those the
+// allocator finds unneeded; alloc.ErrNoVictims when even all of them do
+// not make room.
+func (n *draNode) allVictims(cands []alloc.Victim, fitsWith func([]string) (bool, error)) ([]string, error) {
+	all := make([]string, len(cands))
+	for i, v := range cands {
+		all[i] = v.UID
+	}
+	ok, err := fitsWith(all)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: the claims do not fit on node %s", alloc.ErrNoVictims, n.node.Name)
+	}
+	return n.reprieve(all, fitsWith)
+}
+
+// fitsMemo is whether claims fit on the node once the pods in gone and in
+// the victims asked about are gone, by the stock allocator, run once per
+// set of victims (the search and the reprieve ask about the same sets).
+func (n *draNode) fitsMemo(ctx context.Context, claims []*resourceapi.ResourceClaim, gone sets.Set[types.UID]) func([]string) (bool, error) {
+	seen := map[string]bool{}
+	return func(uids []string) (bool, error) {
+		key := slices.Clone(uids)
+		slices.Sort(key)
+		k := strings.Join(key, ",")
+		if ok, done := seen[k]; done {
+			return ok, nil
+		}
+		pods := gone.Clone()
+		for _, u := range uids {
+			pods.Insert(types.UID(u))
+		}
+		ok, err := n.fits(ctx, n.freed(pods), claims)
+		if err == nil {
+			seen[k] = ok
+		}
+		return ok, err
 	}
 }
 
@@ -158,6 +190,25 @@ func (n *draNode) withoutBusy(busy map[string]bool, gone sets.Set[types.UID], ca
 		out = append(out, sl)
 	}
 	n.slices = out
+}
+
+// freedGPUs are the GPUs (gpuslice.io devices' UUIDs) on which evicting
+// pods deallocates a claim (freed): the busy GPUs the device view may then
+// show the preemptor.
+func (n *draNode) freedGPUs(pods sets.Set[types.UID]) []string {
+	var out []string
+	for _, c := range n.held {
+		if !releasedBy(c, pods) {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			d, ok := n.devices[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)]
+			if u := ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""); ok && r.Driver == dra.DriverName && u != "" && !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
 }
 
 // reprieve puts back each chosen victim, most important (last) first,

@@ -2,6 +2,8 @@ package sched
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -91,8 +93,9 @@ const maxHeldChecks = 16
 // such held capacity: handing those nodes to Filter ended, for each fresh
 // preemptor, in every candidate refused and a retry on every node (the
 // allocator run on each) before it could preempt. With none left PreFilter
-// refuses the pod as when no device has the share free.
-func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cands []string, k int) ([]string, error) {
+// refuses the pod, naming the pods the share is held for (heldRefusal);
+// heldBy names them for the nodes left out.
+func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cands []string, k int) (out, heldBy []string, err error) {
 	byName := make(map[string]*corev1.Node, len(cands))
 	for _, n := range cands {
 		byName[n] = nil
@@ -104,33 +107,50 @@ func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cand
 	}
 	env := p.preempt.dra
 	own, _ := env.pendingClaims(pod)
-	var out []string
 	checks := 0
 	for _, n := range cands {
 		if len(out) == k {
 			break
 		}
-		held := p.preempt.heldClaims(pod, n)
+		held, who := p.preempt.heldFor(pod, n)
 		if len(held) == 0 || checks == maxHeldChecks || byName[n] == nil {
 			out = append(out, n)
 			continue
 		}
 		all := append(held, own...)
-		if c.draFilter.roomless(env, c.draState, n, all) {
-			continue
-		}
-		checks++
-		// (the allocator takes a context for its logger only; PreFilter's
-		// own does not reach here)
-		ok, err := c.draFilter.fits(context.Background(), env, c.draState, byName[n], all)
-		if err != nil {
-			return nil, err
+		ok := false
+		if !c.draFilter.roomless(env, c.draState, n, all) {
+			checks++
+			// (the allocator takes a context for its logger only; PreFilter's
+			// own does not reach here)
+			if ok, err = c.draFilter.fits(context.Background(), env, c.draState, byName[n], all); err != nil {
+				return nil, nil, err
+			}
 		}
 		if ok {
 			out = append(out, n)
+		} else {
+			heldBy = append(heldBy, who...)
 		}
 	}
-	return out, nil
+	return out, heldBy, nil
+}
+
+// heldRefusal is PreFilter's refusal of a pod whose share is free only in
+// capacity held for the pods heldBy, nominated to those nodes and waiting
+// there for their preemptions' victims (not errNoShare: the share is free,
+// but taken).
+func heldRefusal(heldBy []string) string {
+	const named = 3
+	if len(heldBy) == 0 {
+		return errNoShare.Error()
+	}
+	who := strings.Join(heldBy[:min(len(heldBy), named)], ", ")
+	if len(heldBy) > named {
+		who += fmt.Sprintf(" and %d more", len(heldBy)-named)
+	}
+	return "gpuslice: the claim's share is free only in capacity held for pods nominated there, which wait for their preemption victims (" +
+		who + "); the pod preempts for its own"
 }
 
 // roomless reports whether claims, gpuslice.io shares all (narrowable), ask
@@ -166,18 +186,18 @@ func (v *draFilterView) roomless(e *draEnv, st *structured.AllocatedState, node 
 // steeredUnheld is narrowDRA's result when the DynamicResources plugin's
 // allocator was shown the candidates' slices alone (drasteer.go): the
 // candidates less those whose free share is held for nominated pods; none
-// left of a complete list (fewer than asked) refuses the pod as when no
-// device has the share free; none left of a full list hands over the list
-// as it is (others may have room: Filter decides).
+// left of a complete list (fewer than asked) refuses the pod (heldRefusal);
+// none left of a full list hands over the list as it is (others may have
+// room: Filter decides).
 func (p *Plugin) steeredUnheld(c *cycle, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, nodes []fwk.NodeInfo, names []string) (*fwk.PreFilterResult, *fwk.Status) {
 	k := min(p.candidates, draCandidateNodes)
-	out, err := p.draUnheld(c, pod, nodes, names, k)
+	out, heldBy, err := p.draUnheld(c, pod, nodes, names, k)
 	switch {
 	case err != nil || len(out) == 0 && len(names) >= k:
 		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
 	case len(out) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
 		c.narrowed = false
-		return nil, fwk.NewStatus(fwk.Unschedulable, errNoShare.Error())
+		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(heldBy))
 	case len(out) == 0:
 		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
 	}

@@ -1,12 +1,16 @@
 package sched
 
 import (
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 )
 
@@ -46,6 +50,74 @@ func TestDRARoomless(t *testing.T) {
 		v := &draFilterView{}
 		if got := v.roomless(env, state(t, f), "n", c.claims); got != c.want {
 			t.Errorf("%s: roomless %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// nominatedHandle is a framework handle whose nominator lists pods per node.
+type nominatedHandle struct {
+	fwk.Handle
+	nominated map[string][]*corev1.Pod
+}
+
+func (h nominatedHandle) NominatedPodsForNode(node string) []fwk.PodInfo {
+	var out []fwk.PodInfo
+	for _, p := range h.nominated[node] {
+		pi, err := framework.NewPodInfo(p)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// TestDRAHeldRefusal: node n's one GPU (100 units, 16 GiB) is free; pod
+// hi (priority 1000, nominated to n, not bound) waits there for 50 units.
+// A pod of 60 units sees n as a candidate, but the share there is held for
+// hi: PreFilter refuses it saying so and naming hi, not that no device has
+// the share free. With nobody nominated, n is handed over.
+func TestDRAHeldRefusal(t *testing.T) {
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	f := &fakeDRA{slices: []*resourceapi.ResourceSlice{{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver, NodeName: ptr.To("n"),
+		Pool: resourceapi.ResourcePool{Name: "n"}, Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}}}}
+	claimPod := func(name string, units int64, nominated string) (*corev1.Pod, *resourceapi.ResourceClaim) {
+		c := shareClaim(units, 1)
+		c.ObjectMeta = metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("claim-" + name)}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: ptr.To(name)}}
+		p.Spec.Priority = ptr.To[int32](1000)
+		p.Status.NominatedNodeName = nominated
+		return p, c
+	}
+	hi, hiClaim := claimPod("hi", 50, "n")
+	pod, own := claimPod("p", 60, "")
+	f.claims = []*resourceapi.ResourceClaim{hiClaim, own}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	for _, c := range []struct {
+		name      string
+		nominated map[string][]*corev1.Pod
+		refused   bool
+	}{
+		{"held for hi", map[string][]*corev1.Pod{"n": {hi}}, true},
+		{"nobody nominated", nil, false},
+	} {
+		p := &Plugin{candidates: 8, preempt: &preemptor{fh: nominatedHandle{nominated: c.nominated}, dra: &draEnv{dra: f}}}
+		cyc := &cycle{dra: true, draFilter: &draFilterView{}, draState: state(t, f)}
+		r, st := p.steeredUnheld(cyc, pod, []*resourceapi.ResourceClaim{own}, []fwk.NodeInfo{ni}, []string{"n"})
+		if !c.refused {
+			if !st.IsSuccess() || r == nil || !r.NodeNames.Has("n") {
+				t.Errorf("%s: %v, %v; want n handed over", c.name, r, st)
+			}
+			continue
+		}
+		msg := st.Message()
+		if st.Code() != fwk.Unschedulable || !strings.Contains(msg, "held for pods nominated there") || !strings.Contains(msg, "ns/hi") ||
+			strings.Contains(msg, errNoShare.Error()) {
+			t.Errorf("%s: refusal %v %q; want Unschedulable saying the share is held for ns/hi", c.name, st.Code(), msg)
 		}
 	}
 }

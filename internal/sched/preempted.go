@@ -36,6 +36,13 @@ type preempted struct {
 	// preemptors, most of PreFilter's CPU and garbage).
 	nominated map[types.UID]nomination
 	seq       uint64 // nominations so far: their order
+	// dryGPUs: per pod and node of its current dry run, the GPUs (UUIDs)
+	// the chosen victims' ResourceClaims free there; freed: those of the
+	// node it was nominated to, from commit until it is bound or deleted
+	// (the device view shows them to it although measured busy: part of
+	// what was measured is the victims' work).
+	dryGPUs map[types.UID]map[string][]string
+	freed   map[types.UID][]string
 }
 
 // nomination is where a preemptor was nominated, with what it asks.
@@ -54,7 +61,7 @@ type evicted struct {
 
 func newPreempted(ttl time.Duration) *preempted {
 	return &preempted{dry: map[types.UID]map[string][]string{}, final: map[types.UID]evicted{}, ttl: ttl,
-		nominated: map[types.UID]nomination{}}
+		nominated: map[types.UID]nomination{}, dryGPUs: map[types.UID]map[string][]string{}, freed: map[types.UID][]string{}}
 }
 
 // chose records the victims a dry run chose for pod on node.
@@ -65,6 +72,25 @@ func (p *preempted) chose(pod types.UID, node string, victims []string) {
 		p.dry[pod] = map[string][]string{}
 	}
 	p.dry[pod][node] = victims
+}
+
+// choseGPUs records the GPUs (UUIDs) the victims a dry run chose for pod
+// on node free there (DRA: their claims' devices).
+func (p *preempted) choseGPUs(pod types.UID, node string, gpus []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dryGPUs[pod] == nil {
+		p.dryGPUs[pod] = map[string][]string{}
+	}
+	p.dryGPUs[pod][node] = gpus
+}
+
+// freedGPUs are the GPUs pod's last preemption freed on the node it was
+// nominated to (choseGPUs), until it is bound or deleted.
+func (p *preempted) freedGPUs(pod types.UID) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.freed[pod]
 }
 
 // commit ends pod's preemption: nominated to node ("" none), whose dry-run
@@ -84,7 +110,13 @@ func (p *preempted) commit(pod types.UID, node string, now time.Time) []string {
 	if len(v) > 0 {
 		p.final[pod] = evicted{node: node, victims: v, at: now}
 	}
+	if g := p.dryGPUs[pod][node]; node != "" && len(g) > 0 {
+		p.freed[pod] = g
+	} else {
+		delete(p.freed, pod)
+	}
 	delete(p.dry, pod)
+	delete(p.dryGPUs, pod)
 	return v
 }
 
@@ -177,4 +209,6 @@ func (p *preempted) forget(pod types.UID) {
 	delete(p.dry, pod)
 	delete(p.final, pod)
 	delete(p.nominated, pod)
+	delete(p.dryGPUs, pod)
+	delete(p.freed, pod)
 }
