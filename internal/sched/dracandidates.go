@@ -299,7 +299,8 @@ func (p *Plugin) narrowingFor(pod *corev1.Pod, nodes []fwk.NodeInfo) *narrowing 
 	if missing > 0 || !narrowable(claims) {
 		return nil
 	}
-	return &narrowing{env: p.preempt.dra, pod: pod, nodes: nodes, need: needOf(claims), k: min(p.candidates, draCandidateNodes)}
+	return &narrowing{env: p.preempt.dra, pod: pod, nodes: nodes, need: needOf(claims), k: min(p.candidates, draCandidateNodes),
+		refused: len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1}
 }
 
 // hidesBusy reports whether the device view may leave busy GPUs out for

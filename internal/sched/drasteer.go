@@ -109,6 +109,9 @@ type narrowing struct {
 	nodes []fwk.NodeInfo
 	need  claimNeed
 	k     int
+	// refused: with no candidate GPUSlice's PreFilter refuses the pod (one
+	// claim of one request), so no allocator runs on the view.
+	refused bool
 }
 
 // candidates: the candidate nodes computed in the view; when there are
@@ -282,6 +285,9 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 		c.cands.Store(&candidates{names: names, err: err})
 		if err == nil && len(names) > 0 {
 			only = sets.New(names...)
+		}
+		if err == nil && len(names) == 0 && n.refused {
+			return all, nil // (ordering every slice would be for nothing: a preemptor's first try in a full cluster)
 		}
 	}
 	if only == nil && c.policy == api.PlacementFirstFit && len(c.busy) == 0 {

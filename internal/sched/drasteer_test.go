@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,5 +117,41 @@ func TestDeviceViewCandidates(t *testing.T) {
 	}
 	if want := []string{"gpu-1", "other", "gpu-2", "gpu-0", "gpu-3"}; !slices.Equal(deviceNames(got[0]), want) {
 		t.Errorf("n0's devices %v, want %v", deviceNames(got[0]), want)
+	}
+}
+
+// TestDeviceViewRefused: a pod with one share that no device has free
+// (101 units) is refused by GPUSlice's PreFilter once the view found no
+// candidate: the view lists the slices as published (no copy ordered for
+// an allocator that will not run). A pod with two claims is not refused
+// there (the allocator decides): its view is still ordered.
+func TestDeviceViewRefused(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		refused   bool
+		published bool
+	}{
+		{"one share, no room", true, true},
+		{"several claims, no room", false, false},
+	} {
+		f := steerFixture()
+		s := &steer{}
+		m := steeredManager{SharedDRAManager: f, s: s}
+		nar := &narrowing{env: &draEnv{dra: f}, pod: &corev1.Pod{}, need: claimNeed{units: 101, bytes: 1}, k: 4, refused: c.refused}
+		cyc := &steerCycle{policy: api.PlacementBinpack, narrow: nar}
+		s.cur.Store(cyc)
+		if _, err := m.ResourceClaims().GatherAllocatedState(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs := cyc.cands.Load(); cs == nil || len(cs.names) != 0 {
+			t.Fatalf("%s: candidates %v, want none", c.name, cs)
+		}
+		if published := got[0] == f.slices[0]; published != c.published {
+			t.Errorf("%s: n0's slice as published %v (devices %v), want %v", c.name, published, deviceNames(got[0]), c.published)
+		}
 	}
 }
