@@ -21,7 +21,9 @@ type snapshotHandle struct {
 	nodes []fwk.NodeInfo
 }
 
-func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return nodeList{nodes: nodeInfos{nodes: h.nodes}} }
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister {
+	return nodeList{nodes: nodeInfos{nodes: h.nodes}}
+}
 
 type nodeList struct {
 	fwk.SharedLister
