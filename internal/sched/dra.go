@@ -116,13 +116,17 @@ type draNode struct {
 func poolKey(driver, pool string) string { return driver + "/" + pool }
 
 // draSnapshot is one read of the ResourceSlices and the allocated claims
-// (as the claim tracker has them: in-flight allocations included), indexed
-// by node; a preemption's dry run reads many nodes from one snapshot.
+// (as the claim tracker has them), indexed by node; a preemption's dry run
+// reads many nodes from one snapshot. With state (the allocated state the
+// cycle read, in-flight allocations included) a node's claims are read
+// from its pods when the node is (podClaims) instead of every claim at
+// once.
 type draSnapshot struct {
 	once   sync.Once
 	err    error
+	state  *structured.AllocatedState
 	slices map[string][]*resourceapi.ResourceSlice // by node
-	held   map[string][]*resourceapi.ResourceClaim // by node
+	held   map[string][]*resourceapi.ResourceClaim // by node (no state)
 }
 
 // read fills the snapshot once.
@@ -142,6 +146,9 @@ func (s *draSnapshot) read(e *draEnv) error {
 			}
 			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
 			poolNode[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = *sl.Spec.NodeName
+		}
+		if s.state != nil {
+			return
 		}
 		claims, err := e.dra.ResourceClaims().List()
 		if err != nil {
@@ -165,15 +172,16 @@ func (s *draSnapshot) read(e *draEnv) error {
 	return s.err
 }
 
-// readNode reads node's local ResourceSlices and the claims allocated on
-// their devices, from snap (nil: a fresh read).
-func (e *draEnv) readNode(snap *draSnapshot, node *corev1.Node) (*draNode, error) {
+// readNode reads the node's local ResourceSlices and the claims allocated
+// on their devices, from snap (nil: a fresh read).
+func (e *draEnv) readNode(snap *draSnapshot, ni fwk.NodeInfo) (*draNode, error) {
 	if snap == nil {
 		snap = &draSnapshot{}
 	}
 	if err := snap.read(e); err != nil {
 		return nil, err
 	}
+	node := ni.Node()
 	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](),
 		devices: map[structured.DeviceID]resourceapi.Device{}, slices: snap.slices[node.Name], held: snap.held[node.Name]}
 	for _, s := range n.slices {
@@ -181,6 +189,9 @@ func (e *draEnv) readNode(snap *draSnapshot, node *corev1.Node) (*draNode, error
 		for _, d := range s.Spec.Devices {
 			n.devices[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = d
 		}
+	}
+	if snap.state != nil && len(n.slices) > 0 {
+		n.held = e.podClaims(ni, n, snap.state)
 	}
 	return n, nil
 }

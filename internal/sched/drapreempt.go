@@ -42,7 +42,7 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	if c, ok := readCycle(state); ok {
 		snap = c.draSnap
 	}
-	n, err := pr.dra.readNode(snap, ni.Node())
+	n, err := pr.dra.readNode(snap, ni)
 	if err != nil {
 		return nil, 0, fwk.AsStatus(err)
 	}
@@ -189,7 +189,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "retrying on every node")
 	}
 	m = draStatuses{NodeToStatusReader: m, pod: pod, nodes: pr.fh.SnapshotSharedLister().NodeInfos()}
-	c.draSnap = &draSnapshot{} // one read of slices and claims for the dry run's nodes
+	c.draSnap = &draSnapshot{state: c.draState} // one read of the slices (and the claims, with no state) for the dry run's nodes
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {
 			p.reserveFor(pod, m, start)

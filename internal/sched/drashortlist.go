@@ -83,7 +83,7 @@ func draFloor(nis []fwk.NodeInfo, prio int32) int32 {
 // terminating pods count as gone); ok is false when no device there can be
 // freed for the pod.
 func (pr *preemptor) draCostOn(c *cycle, ni fwk.NodeInfo, prio int32, protected func(*corev1.Pod) bool) (nodeCost, bool, error) {
-	n, err := pr.dra.readNode(c.draSnap, ni.Node())
+	n, err := pr.dra.readNode(c.draSnap, ni)
 	if err != nil || len(n.slices) == 0 {
 		return nodeCost{}, false, err
 	}

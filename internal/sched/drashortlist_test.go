@@ -124,20 +124,26 @@ func TestDRAShortlistStops(t *testing.T) {
 		{"one node of the floor", higher, nil, 10, "n7"},
 		{"every node nominated", nil, everyNominated, 10, ""},
 	} {
-		nis, f := fullDRANodes(10, c.prio)
-		pr := &preemptor{fh: snapshotHandle{nominatedHandle: nominatedHandle{nominated: c.nominated}, nodes: nis},
-			ev: &preemption.Evaluator{}, dra: &draEnv{dra: f}}
-		cyc := &cycle{dra: true, draNeed: claimNeed{units: 50, bytes: 1 << 30}, draSnap: &draSnapshot{}}
-		m := countedStatuses{asked: map[string]bool{}}
-		got, err := pr.draShortlist(cyc, pod, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != shortlistLen || len(m.asked) > c.maxAsked || len(m.asked) < shortlistLen {
-			t.Errorf("%s: shortlist %v after %d nodes, want %d nodes after %d..%d", c.name, got, len(m.asked), shortlistLen, shortlistLen, c.maxAsked)
-		}
-		if c.first != "" && (len(got) == 0 || got[0] != c.first) {
-			t.Errorf("%s: shortlist %v, want %s first", c.name, got, c.first)
+		for _, byPods := range []bool{false, true} { // the claims read from the node's pods, or all of them
+			nis, f := fullDRANodes(10, c.prio)
+			pr := &preemptor{fh: snapshotHandle{nominatedHandle: nominatedHandle{nominated: c.nominated}, nodes: nis},
+				ev: &preemption.Evaluator{}, dra: &draEnv{dra: f}}
+			snap := &draSnapshot{}
+			if byPods {
+				snap.state = state(t, f)
+			}
+			cyc := &cycle{dra: true, draNeed: claimNeed{units: 50, bytes: 1 << 30}, draSnap: snap}
+			m := countedStatuses{asked: map[string]bool{}}
+			got, err := pr.draShortlist(cyc, pod, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != shortlistLen || len(m.asked) > c.maxAsked || len(m.asked) < shortlistLen {
+				t.Errorf("%s (by pods %v): shortlist %v after %d nodes, want %d nodes after %d..%d", c.name, byPods, got, len(m.asked), shortlistLen, shortlistLen, c.maxAsked)
+			}
+			if c.first != "" && (len(got) == 0 || got[0] != c.first) {
+				t.Errorf("%s (by pods %v): shortlist %v, want %s first", c.name, byPods, got, c.first)
+			}
 		}
 	}
 }

@@ -1,0 +1,55 @@
+package sched
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+)
+
+// TestDRAPodClaims: node n0's GPU holds the claims of n0-p0 and n0-p1
+// (50 units each); n0-p1's pod is gone, its claim not deallocated yet. Read
+// from the node's pods with the cycle's allocated state, the node holds
+// n0-p0's claim and an unattributed 50 units nothing frees: the state the
+// allocator is given, with or without n0-p0 evicted, is the one the index
+// of every claim gives, and the victims for 50 units are n0-p0 alone by
+// both readings.
+func TestDRAPodClaims(t *testing.T) {
+	nis, f := fullDRANodes(1, nil)
+	ni := framework.NewNodeInfo(nis[0].GetPods()[0].GetPod()) // n0-p1 gone
+	ni.SetNode(nis[0].Node())
+	env := &draEnv{dra: f, features: structured.Features{ConsumableCapacity: true}}
+	full, err := env.readNode(&draSnapshot{}, ni)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPods, err := env.readNode(&draSnapshot{state: state(t, f)}, ni)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.held) != 2 || len(byPods.held) != 2 || byPods.held[0].Name != "n0-p0" || byPods.held[1].Status.ReservedFor != nil {
+		t.Fatalf("held: by the index %d claims, by the pods %d (%v); want 2, n0-p0's and one reserved for nobody", len(full.held), len(byPods.held), byPods.held)
+	}
+	gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
+	for _, gone := range []sets.Set[types.UID]{sets.New[types.UID](), sets.New[types.UID]("n0-p0")} {
+		a, b := full.state(full.freed(gone)), byPods.state(byPods.freed(gone))
+		ua, ub := a.AggregatedCapacity[gpu][capUnits], b.AggregatedCapacity[gpu][capUnits]
+		if ua == nil || ub == nil || ua.Cmp(*ub) != 0 {
+			t.Errorf("evicting %v: units held %v by the index, %v by the pods", gone.UnsortedList(), ua, ub)
+		}
+	}
+	cands := []alloc.Victim{{UID: "n0-p0"}}
+	need := claimNeed{units: 50, bytes: 1 << 30}
+	sa, oka := full.cheapestOn(gpu, need, sets.New[types.UID](), cands, nil)
+	sb, okb := byPods.cheapestOn(gpu, need, sets.New[types.UID](), cands, nil)
+	if !oka || !okb || len(sa.UIDs) != 1 || len(sb.UIDs) != 1 || sb.UIDs[0] != "n0-p0" {
+		t.Errorf("victims for 50 units: %v (%v) by the index, %v (%v) by the pods; want n0-p0 by both", sa.UIDs, oka, sb.UIDs, okb)
+	}
+	if s, ok := byPods.cheapestOn(gpu, claimNeed{units: 60, bytes: 1 << 30}, sets.New[types.UID](), cands, nil); ok && len(s.UIDs) > 0 {
+		t.Errorf("victims for 60 units %v: the unattributed 50 units are freed by nobody", s.UIDs)
+	}
+}
