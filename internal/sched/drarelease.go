@@ -34,6 +34,11 @@ type claimReleaser struct {
 	// victims: pods evicted by a preemption, when, and for whom.
 	victims map[types.UID]victim
 	ttl     time.Duration
+	// cached reads a claim from the scheduler's claim tracker (nil: none):
+	// a release starts from it instead of asking the API server (a round
+	// trip between the victim's deletion and its preemptor's activation);
+	// a stale copy costs a conflict, then the claim is read from the API.
+	cached func(namespace, name string) (*resourceapi.ResourceClaim, error)
 }
 
 type victim struct {
@@ -100,15 +105,27 @@ func (r *claimReleaser) gone(ctx context.Context, pod *corev1.Pod) {
 // none is left; conflicts are retried on a fresh read.
 func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name string) error {
 	rc := r.client.ResourceV1().ResourceClaims(pod.Namespace)
+	fromCache := r.cached != nil
+	reserved := func(c *resourceapi.ResourceClaim) int {
+		return slices.IndexFunc(c.Status.ReservedFor, func(ref resourceapi.ResourceClaimConsumerReference) bool { return ref.UID == pod.UID })
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c, err := rc.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+		var c *resourceapi.ResourceClaim
+		if fromCache { // first try only; a copy that does not name the pod is asked again
+			fromCache = false
+			if cc, err := r.cached(pod.Namespace, name); err == nil && reserved(cc) >= 0 {
+				c = cc
+			}
 		}
-		if err != nil {
-			return err
+		if c == nil {
+			var err error
+			if c, err = rc.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				return nil
+			} else if err != nil {
+				return err
+			}
 		}
-		i := slices.IndexFunc(c.Status.ReservedFor, func(ref resourceapi.ResourceClaimConsumerReference) bool { return ref.UID == pod.UID })
+		i := reserved(c)
 		if i < 0 {
 			return nil
 		}
@@ -119,7 +136,7 @@ func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name strin
 			c.Status.Allocation = nil
 			c.Status.Devices = nil
 		}
-		_, err = rc.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		_, err := rc.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 		if err == nil {
 			klog.FromContext(ctx).V(2).Info("released a preempted pod's ResourceClaim", "pod", klog.KObj(pod),
 				"resourceclaim", klog.KObj(c), "deallocated", c.Status.Allocation == nil)

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -94,3 +95,55 @@ func TestClaimReleaser(t *testing.T) {
 type activatorFunc func(map[string]*corev1.Pod)
 
 func (f activatorFunc) Activate(_ klog.Logger, pods map[string]*corev1.Pod) { f(pods) }
+
+// TestClaimReleaserCached: a release starts from the claim tracker's copy
+// (no read from the API server when it names the victim); a copy that does
+// not name the victim (stale), or none, is read from the API server
+// instead; every victim's claim ends deallocated.
+func TestClaimReleaserCached(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		cache func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error)
+		gets  int
+	}{
+		{"fresh copy", func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) { return api, nil }, 0},
+		{"stale copy", func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+			s := api.DeepCopy()
+			s.Status.ReservedFor = nil
+			return s, nil
+		}, 1},
+		{"no copy", func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) { return nil, errors.New("not found") }, 1},
+	} {
+		cs := fake.NewClientset(claimReservedFor("own", "v"))
+		done := make(chan struct{})
+		r := newClaimReleaser(cs, activatorFunc(func(map[string]*corev1.Pod) { close(done) }), time.Minute)
+		r.cached = func(ns, name string) (*resourceapi.ResourceClaim, error) {
+			api, err := cs.Tracker().Get(resourceapi.SchemeGroupVersion.WithResource("resourceclaims"), ns, name)
+			if err != nil {
+				return nil, err
+			}
+			return c.cache(api.(*resourceapi.ResourceClaim))
+		}
+		r.expect(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hi"}}, []string{"v"})
+		r.gone(ctx, podUsing("v", "own"))
+		select {
+		case <-done: // activated after the release
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the preemptor was not activated", c.name)
+		}
+		got, err := cs.ResourceV1().ResourceClaims("ns").Get(ctx, "own", metav1.GetOptions{})
+		if err != nil || got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
+			t.Fatalf("%s: claim not deallocated: %v %+v", c.name, err, got.Status)
+		}
+		gets := 0
+		for _, a := range cs.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "resourceclaims" {
+				gets++
+			}
+		}
+		if gets != c.gets+1 { // (+1: the check above)
+			t.Errorf("%s: %d reads of the claim from the API server before the release, want %d", c.name, gets-1, c.gets)
+		}
+	}
+}

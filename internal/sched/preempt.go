@@ -70,6 +70,7 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 		pr.backfill = newReservations()
 		if m := fh.SharedDRAManager(); m != nil {
 			claims := m.ResourceClaims()
+			pr.release.cached = claims.Get
 			pr.flights = newDRAFlights(&waiters{activator: fh}, func(uid types.UID) bool { return claims.GetPendingAllocation(uid) != nil })
 		}
 	}
