@@ -113,7 +113,9 @@ func TestClaimReleaserCached(t *testing.T) {
 			s.Status.ReservedFor = nil
 			return s, nil
 		}, 1},
-		{"no copy", func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) { return nil, errors.New("not found") }, 1},
+		{"no copy", func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+			return nil, errors.New("not found")
+		}, 1},
 	} {
 		cs := fake.NewClientset(claimReservedFor("own", "v"))
 		done := make(chan struct{})
