@@ -324,7 +324,7 @@ func (v *draFilterView) fits(ctx context.Context, e *draEnv, st *structured.Allo
 // as Unschedulable here. Its rejections that preemption cannot help (a
 // claim allocated elsewhere, a node lacking a feature) stay as they are.
 //
-// A refusal by GPUSlice's PreFilter (no device has the share free) stands
+// A refusal by GPUSlice's PreFilter (no device has the share free, or none not held) stands
 // for every node, also those the pod's node selector or required affinity
 // excludes, which Filter (NodeAffinity) would have marked unresolvable:
 // preemption must not try them, so they count as UnschedulableAndUnresolvable.
