@@ -39,6 +39,12 @@ type claimReleaser struct {
 	// trip between the victim's deletion and its preemptor's activation);
 	// a stale copy costs a conflict, then the claim is read from the API.
 	cached func(namespace, name string) (*resourceapi.ResourceClaim, error)
+	// assume puts a claim just written into that tracker (nil: none), as
+	// DynamicResources does after its own writes: the preemptor, activated
+	// right after, must find its victim's claim deallocated there, not wait
+	// for the informer (its try then found the share still taken and sat
+	// out a backoff: seconds, the tail of a burst's p99).
+	assume func(*resourceapi.ResourceClaim) error
 }
 
 type victim struct {
@@ -136,12 +142,19 @@ func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name strin
 			c.Status.Allocation = nil
 			c.Status.Devices = nil
 		}
-		_, err := rc.UpdateStatus(ctx, c, metav1.UpdateOptions{})
-		if err == nil {
-			klog.FromContext(ctx).V(2).Info("released a preempted pod's ResourceClaim", "pod", klog.KObj(pod),
-				"resourceclaim", klog.KObj(c), "deallocated", c.Status.Allocation == nil)
+		written, err := rc.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		if err != nil {
+			return err
 		}
-		return err
+		logger := klog.FromContext(ctx)
+		if r.assume != nil {
+			if err := r.assume(written); err != nil { // (the informer's copy comes anyway)
+				logger.V(4).Info("claim tracker not updated after a release", "resourceclaim", klog.KObj(c), "err", err)
+			}
+		}
+		logger.V(2).Info("released a preempted pod's ResourceClaim", "pod", klog.KObj(pod),
+			"resourceclaim", klog.KObj(c), "deallocated", c.Status.Allocation == nil)
+		return nil
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +100,9 @@ func (f activatorFunc) Activate(_ klog.Logger, pods map[string]*corev1.Pod) { f(
 // TestClaimReleaserCached: a release starts from the claim tracker's copy
 // (no read from the API server when it names the victim); a copy that does
 // not name the victim (stale), or none, is read from the API server
-// instead; every victim's claim ends deallocated.
+// instead; every victim's claim ends deallocated, and the tracker is given
+// the claim as written before the preemptor is activated (its next try
+// must find the share free there, not wait for the informer).
 func TestClaimReleaserCached(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -119,7 +122,21 @@ func TestClaimReleaserCached(t *testing.T) {
 	} {
 		cs := fake.NewClientset(claimReservedFor("own", "v"))
 		done := make(chan struct{})
-		r := newClaimReleaser(cs, activatorFunc(func(map[string]*corev1.Pod) { close(done) }), time.Minute)
+		var mu sync.Mutex
+		var assumed *resourceapi.ResourceClaim
+		assumedFirst := false
+		r := newClaimReleaser(cs, activatorFunc(func(map[string]*corev1.Pod) {
+			mu.Lock()
+			assumedFirst = assumed != nil && assumed.Status.Allocation == nil
+			mu.Unlock()
+			close(done)
+		}), time.Minute)
+		r.assume = func(c *resourceapi.ResourceClaim) error {
+			mu.Lock()
+			defer mu.Unlock()
+			assumed = c
+			return nil
+		}
 		r.cached = func(ns, name string) (*resourceapi.ResourceClaim, error) {
 			api, err := cs.Tracker().Get(resourceapi.SchemeGroupVersion.WithResource("resourceclaims"), ns, name)
 			if err != nil {
@@ -138,6 +155,11 @@ func TestClaimReleaserCached(t *testing.T) {
 		if err != nil || got.Status.Allocation != nil || len(got.Status.ReservedFor) != 0 {
 			t.Fatalf("%s: claim not deallocated: %v %+v", c.name, err, got.Status)
 		}
+		mu.Lock()
+		if !assumedFirst {
+			t.Errorf("%s: the preemptor was activated before the tracker was given the deallocated claim", c.name)
+		}
+		mu.Unlock()
 		gets := 0
 		for _, a := range cs.Actions() {
 			if a.GetVerb() == "get" && a.GetResource().Resource == "resourceclaims" {

@@ -70,7 +70,7 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 		pr.backfill = newReservations()
 		if m := fh.SharedDRAManager(); m != nil {
 			claims := m.ResourceClaims()
-			pr.release.cached = claims.Get
+			pr.release.cached, pr.release.assume = claims.Get, claims.AssumeClaimAfterAPICall
 			pr.flights = newDRAFlights(&waiters{activator: fh}, func(uid types.UID) bool { return claims.GetPendingAllocation(uid) != nil })
 		}
 	}
