@@ -57,8 +57,7 @@ func testContextMemory(t *testing.T, ctx context.Context, n *node) {
 	small := n.createPod(ctx, sharePod("ctx-small", 25, ctxSmallLimit, "", "/bin/sh", "-c",
 		fmt.Sprintf("/gs/gs-memfill --chunk %d --max %d --hold-ms 3600000", ctxSmallFill, ctxSmallFill)))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
-	at := n.setLost("found", lost)
-	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
+	n.findAgain(ctx, lost)
 	if g := opGPU(small); g.UUID != gpu.UUID {
 		t.Fatalf("ctx-small on GPU %s, ctx-holder on %s: want one GPU (the only healthy one)", g.UUID, gpu.UUID)
 	}

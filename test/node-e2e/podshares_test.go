@@ -89,19 +89,8 @@ func bounded(ctx context.Context) context.Context {
 // one GPU.
 func (n *node) checkBooks(ctx context.Context) {
 	row := n.waitRow(ctx, "published", time.Time{}, func(g *v1alpha2.GPUNode) bool { return len(g.Status.GPUs) == numGPUs })
-	var units int64
-	err := waitFor(ctx, func() bool {
-		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		q := node.Status.Allocatable[api.ResourceUnits]
-		units = q.Value()
-		return units == row.Status.Summary.UnitsTotal
-	})
-	if err != nil {
-		n.t.Fatalf("the kubelet offers %d %s, the scheduler books %d: %v", units, api.ResourceUnits, row.Status.Summary.UnitsTotal, err)
-	}
+	n.waitUnitsOffered(ctx, row.Status.Summary.UnitsTotal)
+	units := row.Status.Summary.UnitsTotal
 	node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		n.t.Fatal(err)
@@ -127,8 +116,7 @@ func testPodShares(t *testing.T, ctx context.Context, n *node) ([]float64, time.
 	lost := n.loseOthers(ctx, n.minors(assignment(big), "main"))
 	small := n.createPod(ctx, steadyDemand(sharePod("small", 25, podMemory, "", busyTenant()...)))
 	small = n.waitPod(bounded(ctx), small.Name, "running", running)
-	at := n.setLost("found", lost)
-	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
+	n.findAgain(ctx, lost)
 	pods := []*corev1.Pod{small, big}
 	if a, b := n.minors(assignment(small), "main"), n.minors(assignment(big), "main"); len(a) != 1 || !slices.Equal(a, b) {
 		t.Fatalf("share pods on GPUs %v and %v, want one GPU (the only healthy one)", a, b)
@@ -296,15 +284,14 @@ func testNotReady(t *testing.T, ctx context.Context, n *node) {
 	}
 	full := n.minors(assignment(big), "main")
 	lost := n.loseOthers(ctx, full)
-	defer n.setLost("found", lost)
+	defer n.findAgain(ctx, lost)
 	p := n.createPod(ctx, sharePod("not-ready", drainedUnits, podMemory, "", busyTenant()...))
 	msg := n.pending(bounded(ctx), p.Name)
 	t.Logf("e2e pod with only unhealthy GPUs free: %s", msg)
 	if want := fmt.Sprintf("needs 1 GPUs with %d units and %d bytes free, 0 have (%d unhealthy", drainedUnits, podMemory, len(lost)); !strings.Contains(msg, want) {
 		t.Errorf("unschedulable message %q does not say %q", msg, want)
 	}
-	at := n.setLost("found", lost)
-	n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
+	n.findAgain(ctx, lost)
 	p = n.waitPod(bounded(ctx), p.Name, "running once the GPUs are healthy", running)
 	if got := n.minors(assignment(p), "main"); len(got) != 1 || slices.Contains(full, got[0]) {
 		t.Errorf("pod placed on GPUs %v, the full GPU is %v", got, full)
@@ -320,6 +307,36 @@ func (n *node) setLost(verb string, idx []string) time.Time {
 		n.simCtl(verb, i)
 	}
 	return at
+}
+
+// findAgain makes the GPUs of indices idx found again on the simulated GPU
+// and returns once the agent publishes every GPU Healthy and the kubelet
+// offers their units again (the device plugin's healthy slots): a later
+// step that places pods on them is not refused by the kubelet's admission
+// while they are still counted lost. It is idempotent: a GPU found twice
+// stays found.
+func (n *node) findAgain(ctx context.Context, idx []string) {
+	at := n.setLost("found", idx)
+	row := n.waitRow(bounded(ctx), "GPUs found", at, func(g *v1alpha2.GPUNode) bool { return healthy(g) == numGPUs })
+	n.waitUnitsOffered(bounded(ctx), row.Status.Summary.UnitsTotal)
+}
+
+// waitUnitsOffered waits until the kubelet's allocatable gpuslice.io/gpu-units
+// of the node is want.
+func (n *node) waitUnitsOffered(ctx context.Context, want int64) {
+	var units int64
+	err := waitFor(ctx, func() bool {
+		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		q := node.Status.Allocatable[api.ResourceUnits]
+		units = q.Value()
+		return units == want
+	})
+	if err != nil {
+		n.t.Fatalf("the kubelet offers %d %s, the GPUNode row has %d: %v", units, api.ResourceUnits, want, err)
+	}
 }
 
 // healthy counts the Healthy GPUs of a row.
@@ -367,7 +384,7 @@ func testOnline(t *testing.T, ctx context.Context, n *node) {
 	// The offline pods go beside it: the other GPUs are lost meanwhile
 	// (placement also weighs measured utilization).
 	lost := n.loseOthers(ctx, n.minors(assignment(online), "main"))
-	defer n.setLost("found", lost)
+	defer n.findAgain(ctx, lost)
 	for i := range 3 {
 		p := n.createPod(ctx, sharePod(fmt.Sprintf("offline-%d", i), 25, podMemory, api.PriorityLow, busyTenant()...))
 		pods = append(pods, n.waitPod(bounded(ctx), p.Name, "running", running))
@@ -436,7 +453,7 @@ func testSlots(t *testing.T, ctx context.Context, n *node) {
 	}
 	// Only the online pod's GPU is left to place them on.
 	lost := n.loseOthers(ctx, n.minors(assignment(online), "main"))
-	defer n.setLost("found", lost)
+	defer n.findAgain(ctx, lost)
 	var names []string
 	for i := range slotPods {
 		p := sharePod(fmt.Sprintf("slot-%d", i), 0, 256<<20, "", "/bin/sleep", "3600")
