@@ -117,13 +117,16 @@ func poolKey(driver, pool string) string { return driver + "/" + pool }
 
 // draSnapshot is one read of the ResourceSlices and the allocated claims
 // (as the claim tracker has them), indexed by node; a preemption's dry run
-// reads many nodes from one snapshot. With state (the allocated state the
-// cycle read, in-flight allocations included) a node's claims are read
-// from its pods when the node is (podClaims) instead of every claim at
-// once.
+// reads many nodes from one snapshot. With state (the claim tracker's
+// allocated state, in-flight allocations included) a node's claims are
+// read from its pods when the node is (podClaims) instead of every claim
+// at once.
 type draSnapshot struct {
-	once   sync.Once
-	err    error
+	once sync.Once
+	err  error
+	// fresh: with no state given, it is gathered at the first read (the
+	// dry run's, drySnapshot); if that fails, every claim is indexed.
+	fresh  bool
 	state  *structured.AllocatedState
 	slices map[string][]*resourceapi.ResourceSlice // by node
 	held   map[string][]*resourceapi.ResourceClaim // by node (no state)
@@ -146,6 +149,9 @@ func (s *draSnapshot) read(e *draEnv) error {
 			}
 			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
 			poolNode[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = *sl.Spec.NodeName
+		}
+		if s.state == nil && s.fresh {
+			s.state, _ = e.allocatedState() // (nil on an error: the index below)
 		}
 		if s.state != nil {
 			return
@@ -171,6 +177,20 @@ func (s *draSnapshot) read(e *draEnv) error {
 	})
 	return s.err
 }
+
+// startDryRun gives a preemption's dry run its snapshot (c.draSnap): the
+// allocated state is gathered when its first node is read, not the one
+// PreFilter read (c.draState). podClaims reads the claims of the node's
+// pods from the tracker then, and a claim released since PreFilter (a
+// victim's, the claim releaser's write) would still be in PreFilter's
+// state but in no pod's claims: held by nobody (unattributed), freed by no
+// eviction, and a pod beside it evicted for the room the release already
+// made; a claim allocated since would be missing from it, its share
+// counted free. One state for all the dry run's nodes (a gather per node
+// would cost what the index of every claim did); what changes between
+// that gather and a node's read (a dry run's time, against PreFilter's
+// and every node's Filter before) still reads as above.
+func (c *cycle) startDryRun() { c.draSnap = &draSnapshot{fresh: true} }
 
 // readNode reads the node's local ResourceSlices and the claims allocated
 // on their devices, from snap (nil: a fresh read).

@@ -13,10 +13,11 @@ import (
 
 // podClaims are the claims allocated on node n's devices that the node's
 // pods name (the claim tracker's: assumed allocations included), and one
-// claim reserved for nobody holding what st, the cycle's allocated state
-// (in-flight allocations included), has on the node's devices beyond them
-// (the claim of a pod gone and not deallocated yet, of no pod, or in
-// flight): nothing frees that one. A lookup per pod of the node, where the
+// claim reserved for nobody holding what st, the tracker's allocated state
+// (in-flight allocations included) gathered just before (startDryRun: not
+// PreFilter's, which a claim released since would outlive), has on the
+// node's devices beyond them (the claim of a pod gone and not deallocated
+// yet, of no pod, or in flight): nothing frees that one. A lookup per pod of the node, where the
 // index of every claim of the cluster (draSnapshot without a state) cost a
 // DRA preemptor's first try a tenth of its CPU in a full cluster.
 func (e *draEnv) podClaims(ni fwk.NodeInfo, n *draNode, st *structured.AllocatedState) []*resourceapi.ResourceClaim {

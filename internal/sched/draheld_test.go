@@ -1,8 +1,10 @@
 package sched
 
 import (
+	"slices"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -52,4 +54,65 @@ func TestDRAPodClaims(t *testing.T) {
 	if s, ok := byPods.cheapestOn(gpu, claimNeed{units: 60, bytes: 1 << 30}, sets.New[types.UID](), cands, nil); ok && len(s.UIDs) > 0 {
 		t.Errorf("victims for 60 units %v: the unattributed 50 units are freed by nobody", s.UIDs)
 	}
+}
+
+// TestDRADrySnapshotFresh: node n0's GPU (100 units) holds n0-p0's and
+// n0-p1's claims (50 units each) when PreFilter reads the allocated state;
+// the dry run reads the node after that. Released since (n0-p1's claim
+// deallocated, its pod gone or still in the nodes' snapshot) the 50 units
+// are free and a 50-unit preemptor needs no victim: PreFilter's state
+// would count them held by nobody and evict n0-p0 for them. Not released
+// (n0-p1's pod gone, its claim not deallocated yet), or allocated since
+// PreFilter read no allocation (in flight, its pod not on the node yet):
+// the 50 units are held by nobody and n0-p0 is the victim.
+func TestDRADrySnapshotFresh(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		pre, now     func(*resourceapi.ResourceClaim) // n0-p1's claim at PreFilter, then at the dry run
+		p1OnNode     bool
+		held         int // claims read for the node
+		victimsFor50 []types.UID
+	}{
+		{"released since PreFilter, pod gone", nil, unallocated, false, 1, nil},
+		{"released since PreFilter, pod still listed", nil, unallocated, true, 1, nil},
+		{"not released, pod gone", nil, nil, false, 2, []types.UID{"n0-p0"}},
+		{"allocated since PreFilter", unallocated, nil, false, 2, []types.UID{"n0-p0"}},
+	} {
+		nis, f := fullDRANodes(1, nil)
+		p1 := f.claims[1]
+		if c.pre != nil {
+			f.claims[1] = p1.DeepCopy()
+			c.pre(f.claims[1])
+		}
+		cyc := &cycle{draState: state(t, f)} // what PreFilter read
+		f.claims[1] = p1.DeepCopy()
+		if c.now != nil {
+			c.now(f.claims[1])
+		}
+		ni := nis[0]
+		if !c.p1OnNode {
+			ni = framework.NewNodeInfo(nis[0].GetPods()[0].GetPod())
+			ni.SetNode(nis[0].Node())
+		}
+		env := &draEnv{dra: f, features: structured.Features{ConsumableCapacity: true}}
+		cyc.startDryRun() // PostFilter's
+		n, err := env.readNode(cyc.draSnap, ni)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
+		s, _ := n.cheapestOn(gpu, claimNeed{units: 50, bytes: 1 << 30}, sets.New[types.UID](), []alloc.Victim{{UID: "n0-p0"}}, nil)
+		var got []types.UID
+		for _, u := range s.UIDs {
+			got = append(got, types.UID(u))
+		}
+		if len(n.held) != c.held || !slices.Equal(got, c.victimsFor50) {
+			t.Errorf("%s: %d claims held, victims for 50 units %v; want %d, %v", c.name, len(n.held), got, c.held, c.victimsFor50)
+		}
+	}
+}
+
+// unallocated drops a claim's allocation and consumers (deallocated).
+func unallocated(c *resourceapi.ResourceClaim) {
+	c.Status.Allocation, c.Status.ReservedFor = nil, nil
 }

@@ -189,7 +189,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "retrying on every node")
 	}
 	m = draStatuses{NodeToStatusReader: m, pod: pod, nodes: pr.fh.SnapshotSharedLister().NodeInfos()}
-	c.draSnap = &draSnapshot{state: c.draState} // one read of the slices (and the claims, with no state) for the dry run's nodes
+	c.startDryRun() // one read of the slices and the allocated state for the dry run's nodes (dra.go)
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {
 			p.reserveFor(pod, m, start)
