@@ -43,7 +43,12 @@ type claimReleaser struct {
 	// DynamicResources does after its own writes: the preemptor, activated
 	// right after, must find its victim's claim deallocated there, not wait
 	// for the informer (its try then found the share still taken and sat
-	// out a backoff: seconds, the tail of a burst's p99).
+	// out a backoff: seconds, the tail of a burst's p99). Only the victim's
+	// own claims (controlled by it: the resource claim controller's from its
+	// template, the scheduler's for its extended resources): a named claim
+	// may be shared, and another pod's cycle that assumed it and restores it
+	// in Unreserve (AssumedClaimRestore) could leave the tracker stale; its
+	// release is left to the informer.
 	assume func(*resourceapi.ResourceClaim) error
 }
 
@@ -147,7 +152,7 @@ func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name strin
 			return err
 		}
 		logger := klog.FromContext(ctx)
-		if r.assume != nil {
+		if r.assume != nil && metav1.IsControlledBy(written, pod) {
 			if err := r.assume(written); err != nil { // (the informer's copy comes anyway)
 				logger.V(4).Info("claim tracker not updated after a release", "resourceclaim", klog.KObj(c), "err", err)
 			}

@@ -100,34 +100,45 @@ func (f activatorFunc) Activate(_ klog.Logger, pods map[string]*corev1.Pod) { f(
 // TestClaimReleaserCached: a release starts from the claim tracker's copy
 // (no read from the API server when it names the victim); a copy that does
 // not name the victim (stale), or none, is read from the API server
-// instead; every victim's claim ends deallocated, and the tracker is given
-// the claim as written before the preemptor is activated (its next try
-// must find the share free there, not wait for the informer).
+// instead; every victim's claim ends deallocated. The tracker is given the
+// claim as written before the preemptor is activated (its next try must
+// find the share free there, not wait for the informer) when the claim is
+// the victim's own (controlled by it: made from its template, or for its
+// extended resources); a named claim (no owner, or another one), which
+// other pods may share and other cycles assume, is left to the informer.
 func TestClaimReleaserCached(t *testing.T) {
 	ctx := context.Background()
+	fresh := func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) { return api, nil }
 	for _, c := range []struct {
-		name  string
-		cache func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error)
-		gets  int
+		name    string
+		owner   types.UID // the claim's controller ("": none)
+		cache   func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error)
+		gets    int
+		assumed bool
 	}{
-		{"fresh copy", func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) { return api, nil }, 0},
-		{"stale copy", func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+		{"fresh copy", "v", fresh, 0, true},
+		{"stale copy", "v", func(api *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
 			s := api.DeepCopy()
 			s.Status.ReservedFor = nil
 			return s, nil
-		}, 1},
-		{"no copy", func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+		}, 1, true},
+		{"no copy", "v", func(*resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
 			return nil, errors.New("not found")
-		}, 1},
+		}, 1, true},
+		{"named claim, no owner", "", fresh, 0, false},
+		{"named claim of another pod", "x", fresh, 0, false},
 	} {
-		cs := fake.NewClientset(claimReservedFor("own", "v"))
+		claim := claimReservedFor("own", "v")
+		if c.owner != "" {
+			claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: string(c.owner), UID: c.owner, Controller: ptr.To(true)}}
+		}
+		cs := fake.NewClientset(claim)
 		done := make(chan struct{})
 		var mu sync.Mutex
-		var assumed *resourceapi.ResourceClaim
-		assumedFirst := false
+		var assumed, atActivation *resourceapi.ResourceClaim
 		r := newClaimReleaser(cs, activatorFunc(func(map[string]*corev1.Pod) {
 			mu.Lock()
-			assumedFirst = assumed != nil && assumed.Status.Allocation == nil
+			atActivation = assumed
 			mu.Unlock()
 			close(done)
 		}), time.Minute)
@@ -148,7 +159,7 @@ func TestClaimReleaserCached(t *testing.T) {
 		r.gone(ctx, podUsing("v", "own"))
 		select {
 		case <-done: // activated after the release
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: the preemptor was not activated", c.name)
 		}
 		got, err := cs.ResourceV1().ResourceClaims("ns").Get(ctx, "own", metav1.GetOptions{})
@@ -156,8 +167,11 @@ func TestClaimReleaserCached(t *testing.T) {
 			t.Fatalf("%s: claim not deallocated: %v %+v", c.name, err, got.Status)
 		}
 		mu.Lock()
-		if !assumedFirst {
+		switch {
+		case c.assumed && (atActivation == nil || atActivation.Status.Allocation != nil):
 			t.Errorf("%s: the preemptor was activated before the tracker was given the deallocated claim", c.name)
+		case !c.assumed && assumed != nil:
+			t.Errorf("%s: the tracker was given a claim the victim does not own", c.name)
 		}
 		mu.Unlock()
 		gets := 0
