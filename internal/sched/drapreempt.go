@@ -146,15 +146,22 @@ func (pr *preemptor) heldFor(pod *corev1.Pod, node string) (claims []*resourceap
 // from pod: every GPU measured above the threshold but those its last
 // preemption's victims freed (recorded at the preemption, choseGPUs):
 // part of what was measured there is the victims' work, as the plugin
-// path's freed GPUs. The node's other busy GPUs stay hidden.
+// path's freed GPUs. The node's other busy GPUs stay hidden. A pod
+// nominated with no such record (a restarted scheduler's, one whose later
+// preemption found no node, one whose victims' claims hold no GPU the
+// record names) is shown every busy GPU of its nominated node, as before
+// the record: which of them its victims freed is not known.
 func (p *Plugin) busyFor(b *Books, pod *corev1.Pod) map[string]bool {
 	busy := b.BusyGPUs("")
-	if p == nil || p.preempt == nil || len(busy) == 0 {
+	if len(busy) == 0 {
 		return busy
 	}
-	freed := p.preempt.rec.freedGPUs(pod.UID)
+	var freed []string
+	if p != nil && p.preempt != nil && p.preempt.rec != nil {
+		freed = p.preempt.rec.freedGPUs(pod.UID)
+	}
 	if len(freed) == 0 {
-		return busy
+		return b.BusyGPUs(pod.Status.NominatedNodeName)
 	}
 	out := maps.Clone(busy)
 	for _, u := range freed {

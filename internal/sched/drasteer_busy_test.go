@@ -65,10 +65,13 @@ func TestDeviceViewOtherDriver(t *testing.T) {
 // TestDeviceViewBusyClaims: n0's gpu-1 is measured at 99 % (threshold 95).
 // A pod whose claim is a plain share is not shown it; one whose preemption
 // freed gpu-1 (its victims' claims were there: their work was measured) is,
-// but not one nominated to n0 whose victims freed gpu-2 or were not
-// recorded (the node's other busy GPUs stay hidden); so are pods with a
-// claim the view's hiding would refuse a device it may have: admin access,
-// a device chosen by a CEL selector.
+// but not one nominated to n0 whose victims freed gpu-2 (the node's other
+// busy GPUs stay hidden); one nominated to n0 with no GPUs recorded (a
+// restarted scheduler, a later preemption that found no node) is shown
+// n0's busy GPUs, which of them its victims freed not known, one
+// nominated elsewhere is not; so are pods with a claim the view's hiding
+// would refuse a device it may have: admin access, a device chosen by a
+// CEL selector.
 func TestDeviceViewBusyClaims(t *testing.T) {
 	b, _ := newBooks(t)
 	row := gpuNode("n0", 4, t0)
@@ -104,15 +107,17 @@ func TestDeviceViewBusyClaims(t *testing.T) {
 	for _, c := range []struct {
 		name, claim, nominated string
 		freed                  []string // the GPUs its preemption's victims freed
+		cleared                bool     // by a later preemption that found no node (its nomination stays)
 		seesBusy               bool
 	}{
-		{"plain share", "share", "", nil, false},
-		{"plain share whose victims freed gpu-1", "share", "n0", []string{"GPU-n0-gpu-1"}, true},
-		{"plain share whose victims freed gpu-2", "share", "n0", []string{"GPU-n0-gpu-2"}, false},
-		{"plain share nominated to n0, no victims recorded", "share", "n0", nil, false},
-		{"plain share nominated elsewhere", "share", "n1", nil, false},
-		{"admin access", "admin", "", nil, true},
-		{"CEL selector", "cel", "", nil, true},
+		{"plain share", "share", "", nil, false, false},
+		{"plain share whose victims freed gpu-1", "share", "n0", []string{"GPU-n0-gpu-1"}, false, true},
+		{"plain share whose victims freed gpu-2", "share", "n0", []string{"GPU-n0-gpu-2"}, false, false},
+		{"plain share nominated to n0, no victims recorded", "share", "n0", nil, false, true},
+		{"plain share nominated to n0, its record of gpu-2 cleared", "share", "n0", []string{"GPU-n0-gpu-2"}, true, true},
+		{"plain share nominated elsewhere", "share", "n1", nil, false, false},
+		{"admin access", "admin", "", nil, false, true},
+		{"CEL selector", "cel", "", nil, false, true},
 	} {
 		rec := newPreempted(time.Minute)
 		p := pod(c.claim, c.nominated)
@@ -120,6 +125,9 @@ func TestDeviceViewBusyClaims(t *testing.T) {
 			rec.choseGPUs(p.UID, c.nominated, c.freed)
 			rec.chose(p.UID, c.nominated, []string{"victim"})
 			rec.commit(p.UID, c.nominated, time.Now())
+		}
+		if c.cleared {
+			rec.commit(p.UID, "", time.Now())
 		}
 		s.plugin.Store(&Plugin{preempt: &preemptor{dra: &draEnv{dra: f}, rec: rec}})
 		cyc := s.cycle(framework.NewCycleState(), b, p, nil)
