@@ -278,7 +278,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	case err != nil:
 		return nil, nil
 	case len(names) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
-		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(heldBy))
+		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(pod.Namespace, heldBy))
 	case len(names) == 0:
 		return nil, nil
 	}

@@ -136,18 +136,41 @@ func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cand
 	return out, heldBy, nil
 }
 
-// heldRefusal is PreFilter's refusal of a pod whose share is free only in
-// capacity held for the pods heldBy, nominated to those nodes and waiting
-// there for their preemptions' victims (not errNoShare: the share is free,
-// but taken).
-func heldRefusal(heldBy []string) string {
+// heldRefusal is PreFilter's refusal of a pod of namespace ns whose share
+// is free only in capacity held for the pods heldBy (namespace/name),
+// nominated to those nodes and waiting there for their preemptions'
+// victims (not errNoShare: the share is free, but taken). Up to three of
+// them of ns are named; those of other namespaces are only counted (the
+// pod's owner may not see them).
+func heldRefusal(ns string, heldBy []string) string {
 	const named = 3
 	if len(heldBy) == 0 {
 		return errNoShare.Error()
 	}
-	who := strings.Join(heldBy[:min(len(heldBy), named)], ", ")
-	if len(heldBy) > named {
-		who += fmt.Sprintf(" and %d more", len(heldBy)-named)
+	var parts []string
+	mine, others := 0, 0
+	for _, w := range heldBy {
+		if !strings.HasPrefix(w, ns+"/") {
+			others++
+			continue
+		}
+		if mine < named {
+			parts = append(parts, w)
+		}
+		mine++
+	}
+	if mine > named {
+		parts = append(parts, fmt.Sprintf("%d more", mine-named))
+	}
+	switch {
+	case others == 1:
+		parts = append(parts, "1 pod in another namespace")
+	case others > 1:
+		parts = append(parts, fmt.Sprintf("%d pods in other namespaces", others))
+	}
+	who := parts[len(parts)-1]
+	if len(parts) > 1 {
+		who = strings.Join(parts[:len(parts)-1], ", ") + " and " + who
 	}
 	return "gpuslice: the claim's share is free only in capacity held for pods nominated there, which wait for their preemption victims (" +
 		who + "); the pod preempts for its own"
@@ -197,7 +220,7 @@ func (p *Plugin) steeredUnheld(c *cycle, pod *corev1.Pod, claims []*resourceapi.
 		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
 	case len(out) == 0 && len(claims) == 1 && len(claims[0].Spec.Devices.Requests) == 1:
 		c.narrowed = false
-		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(heldBy))
+		return nil, fwk.NewStatus(fwk.Unschedulable, heldRefusal(pod.Namespace, heldBy))
 	case len(out) == 0:
 		return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
 	}

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,36 +77,50 @@ func (h nominatedHandle) NominatedPodsForNode(node string) []fwk.PodInfo {
 // hi (priority 1000, nominated to n, not bound) waits there for 50 units.
 // A pod of 60 units sees n as a candidate, but the share there is held for
 // hi: PreFilter refuses it saying so and naming hi, not that no device has
-// the share free. With nobody nominated, n is handed over.
+// the share free. Pods of other namespaces it is held for are counted, not
+// named. With nobody nominated, n is handed over.
 func TestDRAHeldRefusal(t *testing.T) {
 	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
 	f := &fakeDRA{slices: []*resourceapi.ResourceSlice{{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver, NodeName: ptr.To("n"),
 		Pool: resourceapi.ResourcePool{Name: "n"}, Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}}}}}}}
-	claimPod := func(name string, units int64, nominated string) (*corev1.Pod, *resourceapi.ResourceClaim) {
+	claimPod := func(ns, name string, units int64, nominated string) *corev1.Pod {
 		c := shareClaim(units, 1)
-		c.ObjectMeta = metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("claim-" + name)}
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}}
+		c.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("claim-" + ns + "-" + name)}
+		f.claims = append(f.claims, c)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)}}
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: ptr.To(name)}}
 		p.Spec.Priority = ptr.To[int32](1000)
 		p.Status.NominatedNodeName = nominated
-		return p, c
+		return p
 	}
-	hi, hiClaim := claimPod("hi", 50, "n")
-	pod, own := claimPod("p", 60, "")
-	f.claims = []*resourceapi.ResourceClaim{hiClaim, own}
+	hi := claimPod("ns", "hi", 50, "n")
+	o1, o2 := claimPod("other", "o1", 50, "n"), claimPod("other", "o2", 10, "n")
+	var five []*corev1.Pod // 10 units each
+	for i := range 5 {
+		five = append(five, claimPod("ns", fmt.Sprintf("h%d", i), 10, "n"))
+	}
+	pod := claimPod("ns", "p", 60, "")
+	own := f.claims[len(f.claims)-1]
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)
 	for _, c := range []struct {
 		name      string
-		nominated map[string][]*corev1.Pod
+		nominated []*corev1.Pod
 		refused   bool
+		says, not []string // in the refusal, and not in it
 	}{
-		{"held for hi", map[string][]*corev1.Pod{"n": {hi}}, true},
-		{"nobody nominated", nil, false},
+		{"held for hi", []*corev1.Pod{hi}, true, []string{"ns/hi"}, []string{"namespace"}},
+		{"held for hi and a pod of another namespace", []*corev1.Pod{hi, o2}, true,
+			[]string{"ns/hi and 1 pod in another namespace"}, []string{"o2"}},
+		{"held for pods of other namespaces", []*corev1.Pod{o1, o2}, true,
+			[]string{"(2 pods in other namespaces)"}, []string{"o1", "o2", "ns/"}},
+		{"held for five pods of ns and one of another", append(five, o2), true,
+			[]string{"(ns/h0, ns/h1, ns/h2, 2 more and 1 pod in another namespace)"}, []string{"h3", "o2"}},
+		{"nobody nominated", nil, false, nil, nil},
 	} {
-		p := &Plugin{candidates: 8, preempt: &preemptor{fh: nominatedHandle{nominated: c.nominated}, dra: &draEnv{dra: f}}}
+		p := &Plugin{candidates: 8, preempt: &preemptor{fh: nominatedHandle{nominated: map[string][]*corev1.Pod{"n": c.nominated}}, dra: &draEnv{dra: f}}}
 		cyc := &cycle{dra: true, draFilter: &draFilterView{}, draState: state(t, f)}
 		r, st := p.steeredUnheld(cyc, pod, []*resourceapi.ResourceClaim{own}, []fwk.NodeInfo{ni}, []string{"n"})
 		if !c.refused {
@@ -115,9 +130,18 @@ func TestDRAHeldRefusal(t *testing.T) {
 			continue
 		}
 		msg := st.Message()
-		if st.Code() != fwk.Unschedulable || !strings.Contains(msg, "held for pods nominated there") || !strings.Contains(msg, "ns/hi") ||
-			strings.Contains(msg, errNoShare.Error()) {
-			t.Errorf("%s: refusal %v %q; want Unschedulable saying the share is held for ns/hi", c.name, st.Code(), msg)
+		if st.Code() != fwk.Unschedulable || !strings.Contains(msg, "held for pods nominated there") || strings.Contains(msg, errNoShare.Error()) {
+			t.Errorf("%s: refusal %v %q; want Unschedulable saying the share is held", c.name, st.Code(), msg)
+		}
+		for _, w := range c.says {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: refusal %q does not say %q", c.name, msg, w)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(msg, w) {
+				t.Errorf("%s: refusal %q names %q", c.name, msg, w)
+			}
 		}
 	}
 }
