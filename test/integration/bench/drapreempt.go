@@ -84,8 +84,9 @@ func runDRAPreemption(ctx context.Context, cp *harness.ControlPlane, o options, 
 }
 
 // fillClaims creates, per GPU of the first nodes nodes, two priority-0 pods
-// bound there, each with a claim of 50 units and 8 GiB allocated on that GPU
-// and reserved for it, and labels those nodes; it returns the pod count.
+// bound there, each with a claim of its own (controlled by the pod, as one
+// made from a template is) of 50 units and 8 GiB allocated on that GPU and
+// reserved for it, and labels those nodes; it returns the pod count.
 func fillClaims(ctx context.Context, cp *harness.ControlPlane, ns string, nodes, gpus int) (int, error) {
 	err := parallel(32, nodes, func(i int) error {
 		patch := []byte(`{"metadata":{"labels":{"` + draPreemptLabel + `":"true"}}}`)
@@ -111,6 +112,13 @@ func fillClaims(ctx context.Context, cp *harness.ControlPlane, ns string, nodes,
 		p, err = cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
+		}
+		// The pod's own claim, as the resource claim controller makes one
+		// from a pod's template: controlled by its pod.
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		if c, err = cp.Client.ResourceV1().ResourceClaims(ns).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("claim %s owner: %w", name, err)
 		}
 		c.Status.Allocation = &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
