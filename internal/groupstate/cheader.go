@@ -30,9 +30,13 @@ func CHeader() ([]byte, error) {
  *
  * Concurrency: the fields marked "atomic" are accessed with __atomic builtins
  * (or sync/atomic in Go) at their natural 8/4-byte alignment. Claiming a GPU
- * slot or a process entry, and reaping dead processes, happen under
- * flock(LOCK_EX) on the file; the memory reservation itself is a lock-free CAS
- * on gpu[i].used that never exceeds gpu[i].limit and never goes below 0.
+ * slot and reaping dead processes happen under the file's fcntl write lock; a
+ * process entry is claimed under its read lock (shared: claimers do not wait
+ * for one another) by a CAS of its state from GS_PROC_FREE to GS_PROC_CLAIMING,
+ * then GS_PROC_LIVE stored last; an entry in GS_PROC_CLAIMING seen under the
+ * write lock lost its claimer mid-claim and is freed. The memory reservation
+ * itself is a lock-free CAS on gpu[i].used that never exceeds gpu[i].limit and
+ * never goes below 0.
  *
  * A layout change bumps GS_SHM_VERSION (groupstate.Version); readers keep
  * accepting the versions still in the field (groupstate.Versions).
@@ -78,7 +82,7 @@ func CHeader() ([]byte, error) {
 	fmt.Fprintf(&b, "/* gs_shm_gpu.state */\nenum { GS_SLOT_FREE = %d, GS_SLOT_READY = %d };\n", SlotFree, SlotReady)
 	fmt.Fprintf(&b, "/* gs_shm_gpu.elastic bits (written by the time-slice daemon; 0: a plain limit) */\n"+
 		"enum { GS_ELASTIC_ON = %d, GS_ELASTIC_SPILL = %d };\n", ElasticOn, ElasticSpill)
-	fmt.Fprintf(&b, "/* gs_shm_proc.state */\nenum { GS_PROC_FREE = %d, GS_PROC_LIVE = %d };\n\n", ProcFree, ProcLive)
+	fmt.Fprintf(&b, "/* gs_shm_proc.state */\nenum { GS_PROC_FREE = %d, GS_PROC_LIVE = %d, GS_PROC_CLAIMING = %d };\n\n", ProcFree, ProcLive, ProcClaiming)
 	for _, s := range []struct {
 		name, doc string
 		t         reflect.Type

@@ -140,16 +140,15 @@ func (s *State) Check() error {
 }
 
 // Procs calls fn for each live process entry (its offset and contents).
+// Entries being claimed (ProcClaiming) are not live.
 func (s *State) Procs(fn func(off int, p Process) bool) {
 	base := HeaderSize + MaxGPUs*GPUSize
 	for i := range MaxProcs {
 		off := base + i*ProcSize
-		if atomic.LoadUint32(s.U32(off)) != ProcLive {
+		p, live := s.procAt(off) // ProcClaiming: being filled in, not live
+		if !live {
 			continue
 		}
-		p := Process{PID: int32(atomic.LoadUint32(s.U32(off + ProcOffPID))),
-			HostPID:   int32(atomic.LoadUint32(s.U32(off + ProcOffHostPID))),
-			StartTime: atomic.LoadUint64(s.U64(off + ProcOffStart)), PIDNS: atomic.LoadUint64(s.U64(off + ProcOffPIDNS))}
 		if !fn(off, p) {
 			return
 		}

@@ -77,6 +77,17 @@ const (
 var Versions = []uint32{1}
 
 // GPU slot states, elastic bits, process entry states.
+//
+// A process entry goes ProcFree -> ProcClaiming (a CAS by the member that
+// takes it, holding the file's lock shared) -> ProcLive (stored last, release,
+// once its fields are written). Claimers hold the lock shared, so they do not
+// wait for one another; whoever holds it exclusively (a reap, an older
+// library's claim, the daemon) sees no entry being filled in: an entry in
+// ProcClaiming seen under the exclusive lock is one whose claimer died
+// mid-claim, and is freed there (it holds no memory: memory is charged to live
+// entries only). Readers without the lock treat ProcClaiming as not live.
+// Older libraries and daemons read only ProcLive as live and claim only
+// ProcFree, so the state needs no version change.
 const (
 	SlotFree     = 0
 	SlotReady    = 2
@@ -84,6 +95,7 @@ const (
 	ElasticSpill = 2
 	ProcFree     = 0
 	ProcLive     = 1
+	ProcClaiming = 2
 )
 
 // GPU is one GPU the group uses, keyed by its UUID string as NVML prints it
@@ -104,7 +116,7 @@ type GPU struct {
 
 // Proc is one process of the group (attached on its first allocation).
 type Proc struct {
-	State     uint32          `doc:"atomic; GS_PROC_LIVE while the entry is in use"`
+	State     uint32          `doc:"atomic; GS_PROC_LIVE while the entry is in use; GS_PROC_CLAIMING while a member fills it in (under the file lock shared)"`
 	PID       int32           `doc:"pid in the process's own pid namespace"`
 	HostPID   int32           `doc:"atomic; pid as the driver/NVML sees it; 0 = unknown yet (filled in by the time-slice daemon for another pid namespace)"`
 	Guessing  uint32          `doc:"atomic; context creations of this process in flight whose reservation is a guess (no context measured on that GPU yet); written by the library (zero in files of older libraries)"`

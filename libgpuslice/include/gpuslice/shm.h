@@ -14,9 +14,13 @@
  *
  * Concurrency: the fields marked "atomic" are accessed with __atomic builtins
  * (or sync/atomic in Go) at their natural 8/4-byte alignment. Claiming a GPU
- * slot or a process entry, and reaping dead processes, happen under
- * flock(LOCK_EX) on the file; the memory reservation itself is a lock-free CAS
- * on gpu[i].used that never exceeds gpu[i].limit and never goes below 0.
+ * slot and reaping dead processes happen under the file's fcntl write lock; a
+ * process entry is claimed under its read lock (shared: claimers do not wait
+ * for one another) by a CAS of its state from GS_PROC_FREE to GS_PROC_CLAIMING,
+ * then GS_PROC_LIVE stored last; an entry in GS_PROC_CLAIMING seen under the
+ * write lock lost its claimer mid-claim and is freed. The memory reservation
+ * itself is a lock-free CAS on gpu[i].used that never exceeds gpu[i].limit and
+ * never goes below 0.
  *
  * A layout change bumps GS_SHM_VERSION (groupstate.Version); readers keep
  * accepting the versions still in the field (groupstate.Versions).
@@ -62,7 +66,7 @@ enum { GS_SLOT_FREE = 0, GS_SLOT_READY = 2 };
 /* gs_shm_gpu.elastic bits (written by the time-slice daemon; 0: a plain limit) */
 enum { GS_ELASTIC_ON = 1, GS_ELASTIC_SPILL = 2 };
 /* gs_shm_proc.state */
-enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1 };
+enum { GS_PROC_FREE = 0, GS_PROC_LIVE = 1, GS_PROC_CLAIMING = 2 };
 
 /* One GPU the group uses, keyed by its UUID string as NVML prints it (lower-case hex). 128 bytes. */
 struct gs_shm_gpu {
@@ -80,7 +84,7 @@ struct gs_shm_gpu {
 
 /* One process of the group (attached on its first allocation). 160 bytes. */
 struct gs_shm_proc {
-	uint32_t state; /* atomic; GS_PROC_LIVE while the entry is in use */
+	uint32_t state; /* atomic; GS_PROC_LIVE while the entry is in use; GS_PROC_CLAIMING while a member fills it in (under the file lock shared) */
 	int32_t pid; /* pid in the process's own pid namespace */
 	int32_t host_pid; /* atomic; pid as the driver/NVML sees it; 0 = unknown yet (filled in by the time-slice daemon for another pid namespace) */
 	uint32_t guessing; /* atomic; context creations of this process in flight whose reservation is a guess (no context measured on that GPU yet); written by the library (zero in files of older libraries) */
