@@ -102,18 +102,10 @@ static int same_process(const struct gs_shm_proc *a, const struct gs_shm_proc *b
 	return a->pid == b->pid && a->pidns == b->pidns && a->start_time == b->start_time;
 }
 
-GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who)
+/* Fills an entry this process owns (GS_PROC_CLAIMING, or free under the
+ * write lock) from *who; the state is stored by the caller. */
+static void fill_proc(struct gs_shm_proc *free_entry, const struct gs_shm_proc *who)
 {
-	struct gs_shm_proc *free_entry = NULL;
-	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
-		struct gs_shm_proc *p = &f->proc[i];
-		if (gs_ld32(&p->state) == GS_PROC_LIVE && same_process(p, who))
-			gs_shm_reap_proc(f, p);
-		if (free_entry == NULL && gs_ld32(&p->state) == GS_PROC_FREE)
-			free_entry = p;
-	}
-	if (free_entry == NULL)
-		return NULL;
 	free_entry->pid = who->pid;
 	free_entry->host_pid = who->host_pid;
 	free_entry->start_time = who->start_time;
@@ -121,8 +113,68 @@ GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const str
 	__atomic_store_n(&free_entry->guessing, 0, __ATOMIC_RELAXED);
 	for (int g = 0; g < GS_SHM_MAX_GPUS; g++)
 		__atomic_store_n(&free_entry->used[g], 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&free_entry->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
-	return free_entry;
+}
+
+/* Frees the live entries of *who's identity (a former image, before exec). */
+static void reap_same(struct gs_shm_file *f, const struct gs_shm_proc *who)
+{
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &f->proc[i];
+		if (gs_ld32(&p->state) == GS_PROC_LIVE && same_process(p, who))
+			gs_shm_reap_proc(f, p);
+	}
+}
+
+GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who)
+{
+	reap_same(f, who);
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &f->proc[i];
+		if (gs_ld32(&p->state) != GS_PROC_FREE)
+			continue;
+		fill_proc(p, who);
+		__atomic_store_n(&p->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
+		return p;
+	}
+	return NULL;
+}
+
+GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc_shared(struct gs_shm_file *f, const struct gs_shm_proc *who,
+						       void (*mid)(void))
+{
+	reap_same(f, who);
+	int lost = 0;
+	unsigned start = ((unsigned)who->pid * 2654435761u) % GS_SHM_MAX_PROCS;
+	for (int n = 0; n < GS_SHM_MAX_PROCS && lost < GS_CLAIM_TRIES; n++) {
+		struct gs_shm_proc *p = &f->proc[(start + (unsigned)n) % GS_SHM_MAX_PROCS];
+		uint32_t want = GS_PROC_FREE;
+		if (gs_ld32(&p->state) != GS_PROC_FREE)
+			continue;
+		if (!__atomic_compare_exchange_n(&p->state, &want, GS_PROC_CLAIMING, 0, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE)) {
+			lost++;
+			continue;
+		}
+		fill_proc(p, who);
+		if (mid != NULL)
+			mid();
+		__atomic_store_n(&p->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
+		return p;
+	}
+	return NULL;
+}
+
+GS_HIDDEN int gs_shm_free_orphans(struct gs_shm_file *f)
+{
+	int n = 0;
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &f->proc[i];
+		if (gs_ld32(&p->state) == GS_PROC_CLAIMING) {
+			gs_shm_reap_proc(f, p);
+			n++;
+		}
+	}
+	return n;
 }
 
 GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p)

@@ -36,6 +36,19 @@ GS_HIDDEN int gs_shm_claim_gpu(struct gs_shm_file *f, const char *uuid, uint64_t
  * image of this process, before exec), then claims a free entry filled from
  * *who. NULL if the table is full. */
 GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who);
+/* Under the file's read lock (held shared by every claimer, so that no one
+ * holding the write lock sees an entry half filled in): frees entries with the
+ * same identity as *who, then takes a free entry by a CAS of its state from
+ * GS_PROC_FREE to GS_PROC_CLAIMING, starting at an index spread by pid; a lost
+ * CAS moves on to the next entry. Fills it from *who, calls mid (a test's
+ * pause; NULL) and stores GS_PROC_LIVE last. NULL after GS_CLAIM_TRIES lost
+ * CASes or without a free entry: the caller claims under the write lock. */
+#define GS_CLAIM_TRIES 8
+GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc_shared(struct gs_shm_file *f, const struct gs_shm_proc *who,
+						       void (*mid)(void));
+/* Under the write lock: frees the entries left GS_PROC_CLAIMING (their
+ * claimer died mid-claim: a live one holds the read lock); how many. */
+GS_HIDDEN int gs_shm_free_orphans(struct gs_shm_file *f);
 /* Releases everything a (dead) entry holds and frees it. */
 GS_HIDDEN void gs_shm_reap_proc(struct gs_shm_file *f, struct gs_shm_proc *p);
 

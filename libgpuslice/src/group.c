@@ -83,11 +83,12 @@ static int file_lock(int fd, short type)
 	return r;
 }
 
-static void group_lock(struct gs_group *g)
+/* 0 once the file's write lock is held (a private group: always); on failure
+ * still thread-safe, best effort across processes. */
+static int group_lock(struct gs_group *g)
 {
 	pthread_mutex_lock(&g->mu);
-	if (g->fd >= 0)
-		(void)file_lock(g->fd, F_WRLCK); /* on failure: still thread-safe, best effort across processes */
+	return g->fd >= 0 ? file_lock(g->fd, F_WRLCK) : 0;
 }
 
 static void group_unlock(struct gs_group *g)
@@ -281,8 +282,12 @@ GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
 	return g->pidns;
 }
 
-static void reap_locked(struct gs_group *g)
+/* Under the write lock (excl: held for sure, so an entry left claiming has
+ * lost its claimer: claimers hold the read lock). */
+static void reap_locked(struct gs_group *g, int excl)
 {
+	if (excl)
+		(void)gs_shm_free_orphans(g->f);
 	struct gs_shm_proc *self = atomic_load(self_ref(g));
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		struct gs_shm_proc *p = &g->f->proc[i];
@@ -301,10 +306,45 @@ GS_HIDDEN void gs_group_reap(struct gs_group *g, int force)
 	if (!force && !gs_due(atomic_load(&g->last_reap_ns), now_ns(), 100000000ull))
 		return;
 	int saved = errno;
-	group_lock(g);
-	reap_locked(g);
+	int excl = group_lock(g) == 0;
+	reap_locked(g, excl);
 	group_unlock(g);
 	errno = saved;
+}
+
+#ifdef GS_TEST_HOOKS
+/* Called mid-claim (the entry GS_PROC_CLAIMING, the read lock held): tests stop there. */
+GS_HIDDEN void (*gs_test_claim_mid)(void);
+#define CLAIM_MID gs_test_claim_mid
+#else
+#define CLAIM_MID NULL
+#endif
+
+/* Claims an entry for who: under the file's read lock, shared with other
+ * claimers (none waits for another, gs_shm_claim_proc_shared); where that
+ * finds no free entry it can take, under the write lock as before, reaping the
+ * dead when the table is full. Under g->mu. */
+static struct gs_shm_proc *claim_self(struct gs_group *g, const struct gs_shm_proc *who)
+{
+	struct gs_shm_proc *self = NULL;
+	if (g->fd >= 0 && file_lock(g->fd, F_RDLCK) == 0) {
+		self = gs_shm_claim_proc_shared(g->f, who, CLAIM_MID);
+		(void)file_lock(g->fd, F_UNLCK);
+	}
+	if (self != NULL)
+		return self;
+	int excl = g->fd < 0 || file_lock(g->fd, F_WRLCK) == 0;
+	/* Dead members are reaped only when the table is full (and before a
+	 * refusal, and on the views): a reap reads /proc for every member under
+	 * the file's lock, so N members attaching at once made N² reads. */
+	self = gs_shm_claim_proc(g->f, who);
+	if (self == NULL && g->fd >= 0) {
+		reap_locked(g, excl);
+		self = gs_shm_claim_proc(g->f, who);
+	}
+	if (g->fd >= 0)
+		(void)file_lock(g->fd, F_UNLCK);
+	return self;
 }
 
 GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
@@ -314,26 +354,18 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	if (self != NULL)
 		return self;
 	int saved = errno, need_host_pid = 0;
-	group_lock(g);
+	pthread_mutex_lock(&g->mu);
 	self = atomic_load(ref);
 	if (self == NULL) {
 		struct gs_shm_proc who = {.pid = (int32_t)getpid(), .pidns = g->pidns};
 		who.start_time = gs_proc_start(who.pid);
 		if (g->pidns != 0 && g->pidns == g->f->hdr.host_pidns)
 			who.host_pid = who.pid;
-		/* Dead members are reaped only when the table is full (and before a
-		 * refusal, and on the views): a reap reads /proc for every member
-		 * under the file's lock, so N members attaching at once made N²
-		 * reads, one scan at a time. */
-		self = gs_shm_claim_proc(g->f, &who);
-		if (self == NULL && g->fd >= 0) {
-			reap_locked(g);
-			self = gs_shm_claim_proc(g->f, &who);
-		}
+		self = claim_self(g, &who);
 		atomic_store_explicit(ref, self, memory_order_release);
 		need_host_pid = self != NULL && who.host_pid == 0 && g->fd >= 0;
 	}
-	group_unlock(g);
+	pthread_mutex_unlock(&g->mu);
 	/* Another pid namespace: the time-slice daemon fills our host pid in before
 	 * it answers (outside the lock: it takes the file's lock). */
 	if (need_host_pid)
@@ -467,7 +499,7 @@ static int claim_gpu(struct gs_group *g, const char *uuid)
 	if (i >= 0)
 		return i;
 	int saved = errno;
-	group_lock(g);
+	(void)group_lock(g);
 	uint64_t limit = gs_group_limit(&g->f->hdr, gs_config()->limit);
 	i = gs_shm_claim_gpu(g->f, uuid, limit);
 	if (i >= 0 && gs_config()->elastic != 0 && gs_ld32(&g->f->gpu[i].elastic) == 0) {

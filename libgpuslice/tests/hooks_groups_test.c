@@ -175,7 +175,7 @@ static int two_groups(void *arg)
 	CHECK_EQ(cuMemAlloc_v2(&x, 200 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(entries(a), 1);
 	CHECK_EQ(entries(b), 1);
-	CHECK_EQ(a->proc[0].used[0] + b->proc[0].used[0], 1200 * MiB);
+	CHECK_EQ(ours(a, 0) + ours(b, 0), 1200 * MiB);
 	CHECK_EQ(cuMemFree_v2(p0), CUDA_SUCCESS); /* freed from GPU 1's context: A's all the same */
 	CHECK_EQ(used_on(a, uuids[0]), 0);
 	CHECK_EQ(cuMemFree_v2(p1), CUDA_SUCCESS);

@@ -4,7 +4,7 @@
 LIB_TEST_BIN := $(BUILD)/asan/libgpuslice-tests
 LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
 LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c group_fault.c hello.c hot.c libc_sym.c log.c procfs.c ctxmap.c ptrfast.c ptrtab.c view.c)
-LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test unit_ptrs_test unit_grant_test group_test)
+LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test unit_ptrs_test unit_grant_test group_test group_claim_test)
 LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_drvmem_test hooks_ctxseed_test hooks_mig_test hooks_group_test hooks_groups_test hooks_mps_test hooks_pool_test)
 LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test reliability_graph_test reliability_container_test reliability_prop_test)
 LIB_TEST_DEPS := $(LIB_DEPS) $(wildcard $(LIB_DIR)/tests/*.h) simgpu/src/simstate.h simgpu/src/config.h
@@ -14,7 +14,7 @@ LIB_TEST_ENV := LD_LIBRARY_PATH=$(abspath $(BIN)/sim) ASAN_OPTIONS=detect_leaks=
 
 $(LIB_UNIT_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LIB_TEST_CFLAGS) -o $@ $< $(LIB_UNIT_SRCS) -ldl -lpthread
+	$(CC) $(LIB_TEST_CFLAGS) -DGS_TEST_HOOKS -o $@ $< $(LIB_UNIT_SRCS) -ldl -lpthread
 
 $(LIB_HOOK_TESTS) $(LIB_REL_TESTS): $(LIB_TEST_BIN)/%: $(LIB_DIR)/tests/%.c $(LIB_TEST_DEPS) $(LIB_ASAN)
 	@mkdir -p $(dir $@)
