@@ -213,28 +213,64 @@ static bool proc_present(int32_t pid)
 	return present;
 }
 
-/* Frees the slots of processes that are gone, checking each outside the lock
- * (so that many processes querying at once do not wait for one another's
- * checks) and taking the lock only to free one. The start time in /proc (pid
- * reuse) is read at most every SIM_REAP_FULL_NS across all processes (the
- * first caller past it does it); in between, kill() says who is gone. */
-void sim_reap(struct sim_state *st)
+#define SIM_REAP_BATCH 64 /* gone entries freed per taking of the lock */
+
+struct sim_gone {
+	int i;
+	int32_t pid;
+	uint64_t start;
+};
+
+/* Frees the n entries found gone, each only if it still names that process:
+ * one taking of the lock for the batch. -1 if the lock could not be taken. */
+static int free_gone(struct sim_state *st, const struct sim_gone *gone, int n)
 {
-	uint64_t now = sim_now_ns(), last = atomic_load(&st->reaped_ns);
-	bool full = (now - last >= SIM_REAP_FULL_NS || now < last) &&
-		    atomic_compare_exchange_strong(&st->reaped_ns, &last, now);
+	if (state_lock(st) != 0)
+		return -1;
+	for (int k = 0; k < n; k++) {
+		struct sim_proc_state *p = &st->proc[gone[k].i];
+		if (atomic_load(&p->pid) == gone[k].pid && p->start == gone[k].start)
+			free_slot_locked(st, p);
+	}
+	state_unlock(st);
+	return 0;
+}
+
+/* Frees the slots of processes that are gone, checking each outside the lock
+ * (so that many processes querying or registering at once do not wait for one
+ * another's checks) and taking the lock once per SIM_REAP_BATCH gone entries
+ * (it was once per entry: 240 jobs that exited at once made 240 takings per
+ * query while the next 240 registered). full: the start time in /proc (pid
+ * reuse) is read for each entry; else kill() says who is gone. */
+static void reap_batched(struct sim_state *st, bool full)
+{
+	struct sim_gone gone[SIM_REAP_BATCH];
+	int n = 0;
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
 		struct sim_proc_state *p = &st->proc[i];
 		int32_t pid = atomic_load(&p->pid);
 		uint64_t start = p->start;
 		if (pid == 0 || (full ? sim_proc_alive(pid, start) : proc_present(pid)))
 			continue;
-		if (state_lock(st) != 0)
-			return;
-		if (atomic_load(&p->pid) == pid && p->start == start)
-			free_slot_locked(st, p);
-		state_unlock(st);
+		gone[n++] = (struct sim_gone){.i = i, .pid = pid, .start = start};
+		if (n == SIM_REAP_BATCH) {
+			if (free_gone(st, gone, n) != 0)
+				return;
+			n = 0;
+		}
 	}
+	if (n > 0)
+		(void)free_gone(st, gone, n);
+}
+
+/* The start time in /proc is read at most every SIM_REAP_FULL_NS across all
+ * processes (the first caller past it does it); in between, kill() only. */
+void sim_reap(struct sim_state *st)
+{
+	uint64_t now = sim_now_ns(), last = atomic_load(&st->reaped_ns);
+	bool full = (now - last >= SIM_REAP_FULL_NS || now < last) &&
+		    atomic_compare_exchange_strong(&st->reaped_ns, &last, now);
+	reap_batched(st, full);
 }
 
 static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
@@ -269,8 +305,11 @@ int sim_proc_register(struct sim_state *st, int32_t pid, uint64_t start, int dev
 	if (state_lock(st) != 0)
 		return -1;
 	slot = find_slot(st, pid, start);
-	if (slot < 0) {
-		reap_locked(st);
+	if (slot < 0) { /* full: the dead are found outside the lock, then one more try */
+		state_unlock(st);
+		reap_batched(st, true);
+		if (state_lock(st) != 0)
+			return -1;
 		slot = find_slot(st, pid, start);
 	}
 	if (slot >= 0 && dev >= 0 && dev < SIM_MAX_DEVICES) {
@@ -316,8 +355,11 @@ int sim_mem_reserve(struct sim_state *st, int slot, int dev, uint64_t bytes, uin
 	if (state_lock(st) != 0)
 		return -1;
 	rc = try_reserve_locked(st, slot, dev, bytes, cap);
-	if (rc != 0) {
-		reap_locked(st);
+	if (rc != 0) { /* the dead may hold it: found outside the lock, then one more try */
+		state_unlock(st);
+		reap_batched(st, true);
+		if (state_lock(st) != 0)
+			return -1;
 		rc = try_reserve_locked(st, slot, dev, bytes, cap);
 	}
 	state_unlock(st);

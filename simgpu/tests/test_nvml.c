@@ -237,6 +237,14 @@ static void test_short_buffer(void)
 		kill(kids[i], SIGKILL);
 		CHECK_EQ(t_wait(kids[i]), 128 + SIGKILL);
 	}
+	/* All gone at once, more than one batch of the reap (64 per taking of
+	 * the lock): one query frees every one and their memory. */
+	n = 0;
+	CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_SUCCESS);
+	CHECK_EQ(n, 0);
+	nvmlMemory_t m;
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h, &m), NVML_SUCCESS);
+	CHECK_EQ(m.used, 0);
 	CHECK_EQ(nvmlShutdown(), NVML_SUCCESS);
 }
 
