@@ -158,8 +158,13 @@ GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc_shared(struct gs_shm_file *f, co
 		fill_proc(p, who);
 		if (mid != NULL)
 			mid();
-		__atomic_store_n(&p->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
-		return p;
+		/* A CAS, not a store: should the entry have been freed under us
+		 * (our read lock dropped: the process closed another descriptor of
+		 * the file, and a reap took it for an orphan), it is not ours. */
+		want = GS_PROC_CLAIMING;
+		if (__atomic_compare_exchange_n(&p->state, &want, GS_PROC_LIVE, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			return p;
+		lost++;
 	}
 	return NULL;
 }

@@ -91,6 +91,47 @@ static void test_procs_and_reap(void)
 	CHECK(gs_shm_claim_proc(&file, &who3) == NULL);
 }
 
+/* The entry being claimed is freed under the claimer (a reap took it for an
+ * orphan): frees every entry left claiming. */
+static int freed_under;
+static void free_under(void)
+{
+	freed_under += gs_shm_free_orphans(&file);
+}
+
+/* Claims under the shared lock: the same process's former entry replaced, a
+ * claiming entry neither live nor free (a write-lock claim skips it, a reap
+ * under the write lock frees it); an entry freed between the claimer's CAS and
+ * its live store is not returned, and after GS_CLAIM_TRIES such losses the
+ * claim gives up (NULL: the caller goes to the write lock). */
+static void test_claim_shared(void)
+{
+	gs_shm_init(&file, 1, "t");
+	struct gs_shm_proc who = {.pid = 20, .start_time = 5, .pidns = 1};
+	struct gs_shm_proc *p = gs_shm_claim_proc_shared(&file, &who, NULL);
+	CHECK(p != NULL && p->state == GS_PROC_LIVE && p->pid == 20);
+	struct gs_shm_proc *p2 = gs_shm_claim_proc_shared(&file, &who, NULL); /* after exec */
+	CHECK(p2 != NULL && (p2 == p || p->state == GS_PROC_FREE));
+	int live = 0;
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++)
+		live += file.proc[i].state == GS_PROC_LIVE;
+	CHECK_EQ(live, 1);
+	struct gs_shm_proc *orphan = &file.proc[0] == p2 ? &file.proc[1] : &file.proc[0];
+	orphan->state = GS_PROC_CLAIMING;
+	struct gs_shm_proc who2 = {.pid = 21, .start_time = 5, .pidns = 1};
+	struct gs_shm_proc *q = gs_shm_claim_proc(&file, &who2);
+	CHECK(q != NULL && q != orphan && orphan->state == GS_PROC_CLAIMING);
+	CHECK_EQ(gs_shm_free_orphans(&file), 1);
+	CHECK(orphan->state == GS_PROC_FREE && q->state == GS_PROC_LIVE && p2->state == GS_PROC_LIVE);
+	freed_under = 0;
+	struct gs_shm_proc who3 = {.pid = 22, .start_time = 5, .pidns = 1};
+	CHECK(gs_shm_claim_proc_shared(&file, &who3, free_under) == NULL);
+	CHECK_EQ(freed_under, GS_CLAIM_TRIES);
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++)
+		CHECK(file.proc[i].state != GS_PROC_CLAIMING &&
+		      (file.proc[i].state != GS_PROC_LIVE || file.proc[i].pid != 22));
+}
+
 #define THREADS 8
 #define ROUNDS 20000
 static _Atomic int violations;
@@ -233,6 +274,7 @@ int main(void)
 	RUN(test_reserve_limits);
 	RUN(test_slots);
 	RUN(test_procs_and_reap);
+	RUN(test_claim_shared);
 	RUN(test_threads);
 	RUN(test_ptrtab);
 	RUN(test_view);
