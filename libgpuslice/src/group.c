@@ -5,7 +5,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -378,17 +377,6 @@ GS_HIDDEN struct gs_shm_proc *gs_group_self(struct gs_group *g)
 	return self;
 }
 
-/* A UUID as a name in one directory: letters, digits and dashes. */
-static int uuid_name_ok(const char *uuid)
-{
-	if (uuid[0] == '\0')
-		return 0;
-	for (const char *c = uuid; *c != '\0'; c++)
-		if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '-'))
-			return 0;
-	return 1;
-}
-
 /* Opens the device group whose file is at path (under gs.tmu): its index,
  * or -1 (said). */
 static int open_device_group(const char *path, const char *uuid)
@@ -413,40 +401,24 @@ static int open_device_group(const char *path, const char *uuid)
 	return n;
 }
 
-/* Whether dir is a mount of the node's: read-only and the root of a mount.
- * A container cannot mount (no CAP_SYS_ADMIN): a directory it made, or one
- * its image brought on a read-only root, is no mount root. Where the kernel
- * does not say (before 5.8), on another filesystem than the root. */
-static int node_mount(const char *dir)
-{
-	struct statvfs vfs;
-	struct statx sx, root;
-	if (statvfs(dir, &vfs) != 0 || (vfs.f_flag & ST_RDONLY) == 0 ||
-	    statx(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) != 0)
-		return 0;
-	if (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)
-		return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
-	return statx(AT_FDCWD, "/", 0, STATX_BASIC_STATS, &root) == 0 &&
-	       (sx.stx_dev_major != root.stx_dev_major || sx.stx_dev_minor != root.stx_dev_minor);
-}
-
 /* The group of GPU uuid (under gs.tmu): the one whose read-only directory the
  * node mounted at GS_CONTAINER_DEVICE_GROUPS/<uuid>, else the process's own
  * (0). A directory the container could have made itself (not a read-only
- * mount, node_mount) is not the node's: ignored, said once. -1: it cannot be
+ * mount, gs_node_mount) is not the node's: ignored, said once. -1: it cannot be
  * used (said). */
 static int resolve_device_group(const char *uuid)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	const char *base = GS_STATE_FILE_NAME;
-	if (!uuid_name_ok(uuid) || strlen(GS_CONTAINER_DEVICE_GROUPS) + strlen(uuid) + strlen(base) + 3 > sizeof(dir))
+	if (!gs_uuid_name_ok(uuid) ||
+	    strlen(GS_CONTAINER_DEVICE_GROUPS) + strlen(uuid) + strlen(base) + 3 > sizeof(dir))
 		return 0;
 	gs_fmt(dir, sizeof(dir), "%s/%s", GS_CONTAINER_DEVICE_GROUPS, uuid);
 	gs_fmt(path, sizeof(path), "%s/%s", dir, base);
 	struct stat st;
 	if (stat(dir, &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
 		return 0;
-	if (!node_mount(dir)) {
+	if (!gs_node_mount(dir)) {
 		gs_log_once(&gs.said_writable,
 			    "%s is not a read-only mount (not the node's): GPU %s stays in the container's group", dir,
 			    uuid);

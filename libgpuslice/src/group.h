@@ -107,6 +107,14 @@ static inline int gs_slot_broken(int slot)
 	return slot >= 0 && gs_group_fault_broken(gs_slot_group(slot));
 }
 
+/* group_mount.c: whether uuid is usable as a name in one directory (letters,
+ * digits, dashes); whether dir is a mount of the node's: read-only and the
+ * root of a mount (a container cannot mount: a directory it made, or one its
+ * image brought on a read-only root, is no mount root; where the kernel does
+ * not say, before 5.8, on another filesystem than the root). */
+GS_HIDDEN int gs_uuid_name_ok(const char *uuid);
+GS_HIDDEN int gs_node_mount(const char *dir);
+
 /* Pure: is a rate-limited action due at now_ns (last_ns = 0: never ran)? */
 GS_HIDDEN int gs_due(uint64_t last_ns, uint64_t now_ns, uint64_t interval_ns);
 

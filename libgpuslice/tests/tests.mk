@@ -3,7 +3,7 @@
 # $(LIB_ASAN) and run against the simulated GPU in $(BIN)/sim.
 LIB_TEST_BIN := $(BUILD)/asan/libgpuslice-tests
 LIB_TEST_CFLAGS = $(CFLAGS_COMMON) $(SAN_FLAGS) -I$(LIB_DIR)/include
-LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c group_fault.c hello.c hot.c libc_sym.c log.c procfs.c ctxmap.c ptrfast.c ptrtab.c view.c)
+LIB_UNIT_SRCS := $(addprefix $(LIB_DIR)/src/,account.c config.c group.c group_fault.c group_mount.c hello.c hot.c libc_sym.c log.c procfs.c ctxmap.c ptrfast.c ptrtab.c view.c)
 LIB_UNIT_TESTS := $(addprefix $(LIB_TEST_BIN)/,unit_parse_test unit_acct_test unit_ptrs_test unit_grant_test group_test group_claim_test)
 LIB_HOOK_TESTS := $(addprefix $(LIB_TEST_BIN)/,hooks_resolve_test hooks_mem_test hooks_drvmem_test hooks_ctxseed_test hooks_mig_test hooks_group_test hooks_groups_test hooks_mps_test hooks_pool_test)
 LIB_REL_TESTS := $(addprefix $(LIB_TEST_BIN)/,reliability_mem_test reliability_graph_test reliability_container_test reliability_prop_test)
