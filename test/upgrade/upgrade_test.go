@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/groupstate"
 )
 
 // During a rolling upgrade a node runs pods whose library is of one release
@@ -105,6 +107,10 @@ func runGroup(t *testing.T, bin string) []fill {
 	// lowered once its 700 MiB shows in the group's memory.current (the
 	// daemon's read-back, in both releases), polled for as long as it holds.
 	current := filepath.Join(runDir, "groups", "up", "memory.current")
+	// The second member starts once the daemon has written the lowered
+	// limit into the group's state file (what the library enforces): an
+	// old release's `group set` returns before its daemon applies it.
+	setMark, appliedMark := filepath.Join(tmp, "set"), filepath.Join(tmp, "applied")
 	script := fillCmd + ` --chunk 100MiB --max 700MiB --hold-ms 60000 & h=$!
 n=0
 until v=$(cat "` + current + `" 2>/dev/null); [ "${v:-0}" -ge ` + fmt.Sprint(700<<20) + ` ]; do
@@ -112,7 +118,15 @@ until v=$(cat "` + current + `" 2>/dev/null); [ "${v:-0}" -ge ` + fmt.Sprint(700
 	if [ $n -ge 1200 ]; then echo "the holder's 700 MiB never showed in memory.current (last: ${v:-none})" >&2; kill $h; exit 1; fi
 	sleep 0.05
 done
-` + gs + ` group set up memory.max=768MiB >/dev/null && ` + fillCmd + ` --chunk 4MiB
+` + gs + ` group set up memory.max=768MiB >/dev/null || { kill $h; exit 1; }
+: > "` + setMark + `"
+n=0
+until [ -e "` + appliedMark + `" ]; do
+	n=$((n+1))
+	if [ $n -ge 1200 ]; then echo "the lowered limit never reached the group's state file" >&2; kill $h; exit 1; fi
+	sleep 0.05
+done
+` + fillCmd + ` --chunk 4MiB
 kill $h; wait $h; exit 0`
 	cmd := exec.Command(gs, "run", "--group", "up", "--memory", "1GiB", "--", "sh", "-c", script)
 	var out, errb bytes.Buffer
@@ -120,7 +134,11 @@ kill $h; wait $h; exit 0`
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GPUSLICE_RUN_DIR=" + runDir,
 		"GPUSLICE_SIM_STATE=" + filepath.Join(tmp, "sim.state"), "GPUSLICE_SIM_MEMORY=24GiB",
 		"GPUSLICE_SIM_CONTEXT_MEMORY=0"} // the exact figures above; the old release's library counted no context
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go markApplied(groupstate.Path(runDir, "up"), setMark, appliedMark, 768<<20)
+	if err := cmd.Wait(); err != nil {
 		t.Fatalf("%v\nstdout %s\nstderr %s", err, out.String(), errb.String())
 	}
 	var fills []fill
@@ -138,6 +156,34 @@ kill $h; wait $h; exit 0`
 		fills[0], fills[1] = fills[1], fills[0]
 	}
 	return fills
+}
+
+// markApplied creates applied once set exists and every ready GPU slot of
+// the group state file at state holds a limit of at most limit (the daemon
+// has applied it); it gives up after a minute (the script then fails).
+func markApplied(state, set, applied string, limit uint64) {
+	for range 1200 {
+		if _, err := os.Stat(set); err == nil && slotsLimited(state, limit) {
+			_ = os.WriteFile(applied, nil, 0o644)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// slotsLimited reports whether the state file has ready GPU slots and each
+// holds a limit of at most limit (0 is none).
+func slotsLimited(state string, limit uint64) bool {
+	gpus, err := groupstate.ReadMemory(state)
+	if err != nil || len(gpus) == 0 {
+		return false
+	}
+	for _, g := range gpus {
+		if g.Limit == 0 || g.Limit > limit {
+			return false
+		}
+	}
+	return true
 }
 
 // removeRunDir removes the run directory (its daemon then stops), retrying
