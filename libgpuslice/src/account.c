@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <stddef.h>
 #include <string.h>
 
 #include "account.h"
@@ -102,11 +103,10 @@ static int same_process(const struct gs_shm_proc *a, const struct gs_shm_proc *b
 	return a->pid == b->pid && a->pidns == b->pidns && a->start_time == b->start_time;
 }
 
-/* Fills an entry this process owns (GS_PROC_CLAIMING, or free under the
- * write lock) from *who; the state is stored by the caller. */
+/* Fills an entry this process claims (GS_PROC_CLAIMING, its pid already in
+ * the claim word) from *who; the state is stored by the caller. */
 static void fill_proc(struct gs_shm_proc *free_entry, const struct gs_shm_proc *who)
 {
-	free_entry->pid = who->pid;
 	free_entry->host_pid = who->host_pid;
 	free_entry->start_time = who->start_time;
 	free_entry->pidns = who->pidns;
@@ -125,16 +125,73 @@ static void reap_same(struct gs_shm_file *f, const struct gs_shm_proc *who)
 	}
 }
 
+/* An entry's claim word: its state and, beside it, the pid of whoever holds
+ * or claims it, read and swapped as one 64-bit word. A claim names its
+ * claimer (free -> {claiming, pid} -> {live, pid}), so a claimer whose entry
+ * was freed under it and taken by another (its read lock dropped: the
+ * process closed another descriptor of the file) cannot turn the other's
+ * claim live as its own. */
+_Static_assert(offsetof(struct gs_shm_proc, state) == 0 && offsetof(struct gs_shm_proc, pid) == 4,
+	       "the claim word is state then pid");
+_Static_assert(sizeof(struct gs_shm_proc) % 8 == 0 && offsetof(struct gs_shm_file, proc) % 8 == 0,
+	       "claim words are 8-byte aligned");
+
+static uint64_t *claim_word(struct gs_shm_proc *p)
+{
+	return (uint64_t *)(void *)p;
+}
+
+static uint64_t word_of(uint32_t state, int32_t pid)
+{
+	struct {
+		uint32_t state;
+		int32_t pid;
+	} w = {state, pid};
+	uint64_t v;
+	memcpy(&v, &w, sizeof v);
+	return v;
+}
+
+static uint32_t word_state(uint64_t v)
+{
+	uint32_t s;
+	memcpy(&s, &v, sizeof s);
+	return s;
+}
+
+/* Takes p for who if it is free: {free, any} -> {claiming, who's pid},
+ * filled, then {claiming, who's pid} -> {live, who's pid}. 0: not taken
+ * (lost to another claimer, or freed and taken under us). */
+static int claim_entry(struct gs_shm_proc *p, const struct gs_shm_proc *who, void (*mid)(void), int *lost)
+{
+	uint64_t *w = claim_word(p);
+	uint64_t cur = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	if (word_state(cur) != GS_PROC_FREE)
+		return 0;
+	uint64_t mine = word_of(GS_PROC_CLAIMING, who->pid);
+	if (!__atomic_compare_exchange_n(w, &cur, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		++*lost;
+		return 0;
+	}
+	fill_proc(p, who);
+	if (mid != NULL)
+		mid();
+	if (__atomic_compare_exchange_n(w, &mine, word_of(GS_PROC_LIVE, who->pid), 0, __ATOMIC_RELEASE,
+					__ATOMIC_RELAXED))
+		return 1;
+	++*lost;
+	return 0;
+}
+
 GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc(struct gs_shm_file *f, const struct gs_shm_proc *who)
 {
 	reap_same(f, who);
+	int lost = 0;
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
-		struct gs_shm_proc *p = &f->proc[i];
-		if (gs_ld32(&p->state) != GS_PROC_FREE)
-			continue;
-		fill_proc(p, who);
-		__atomic_store_n(&p->state, GS_PROC_LIVE, __ATOMIC_RELEASE);
-		return p;
+		/* A claim word even under the write lock: should taking it have
+		 * failed, claimers holding the read lock are not kept out. */
+		if (claim_entry(&f->proc[i], who, NULL, &lost))
+			return &f->proc[i];
 	}
 	return NULL;
 }
@@ -147,24 +204,8 @@ GS_HIDDEN struct gs_shm_proc *gs_shm_claim_proc_shared(struct gs_shm_file *f, co
 	unsigned start = ((unsigned)who->pid * 2654435761u) % GS_SHM_MAX_PROCS;
 	for (int n = 0; n < GS_SHM_MAX_PROCS && lost < GS_CLAIM_TRIES; n++) {
 		struct gs_shm_proc *p = &f->proc[(start + (unsigned)n) % GS_SHM_MAX_PROCS];
-		uint32_t want = GS_PROC_FREE;
-		if (gs_ld32(&p->state) != GS_PROC_FREE)
-			continue;
-		if (!__atomic_compare_exchange_n(&p->state, &want, GS_PROC_CLAIMING, 0, __ATOMIC_ACQ_REL,
-						 __ATOMIC_ACQUIRE)) {
-			lost++;
-			continue;
-		}
-		fill_proc(p, who);
-		if (mid != NULL)
-			mid();
-		/* A CAS, not a store: should the entry have been freed under us
-		 * (our read lock dropped: the process closed another descriptor of
-		 * the file, and a reap took it for an orphan), it is not ours. */
-		want = GS_PROC_CLAIMING;
-		if (__atomic_compare_exchange_n(&p->state, &want, GS_PROC_LIVE, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		if (claim_entry(p, who, mid, &lost))
 			return p;
-		lost++;
 	}
 	return NULL;
 }

@@ -281,12 +281,12 @@ GS_HIDDEN uint64_t gs_group_pidns(struct gs_group *g)
 	return g->pidns;
 }
 
-/* Under the write lock (excl: held for sure, so an entry left claiming has
- * lost its claimer: claimers hold the read lock). */
-static void reap_locked(struct gs_group *g, int excl)
+/* Under the write lock, held for sure (an entry left claiming has lost its
+ * claimer: claimers hold the read lock; and a dead member's entry cannot be
+ * freed and taken by a new member under us). */
+static void reap_locked(struct gs_group *g)
 {
-	if (excl)
-		(void)gs_shm_free_orphans(g->f);
+	(void)gs_shm_free_orphans(g->f);
 	struct gs_shm_proc *self = atomic_load(self_ref(g));
 	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
 		struct gs_shm_proc *p = &g->f->proc[i];
@@ -305,8 +305,8 @@ GS_HIDDEN void gs_group_reap(struct gs_group *g, int force)
 	if (!force && !gs_due(atomic_load(&g->last_reap_ns), now_ns(), 100000000ull))
 		return;
 	int saved = errno;
-	int excl = group_lock(g) == 0;
-	reap_locked(g, excl);
+	if (group_lock(g) == 0) /* else: no reap (another reaper could free a member that took a dead one's entry) */
+		reap_locked(g);
 	group_unlock(g);
 	errno = saved;
 }
@@ -337,8 +337,8 @@ static struct gs_shm_proc *claim_self(struct gs_group *g, const struct gs_shm_pr
 	 * refusal, and on the views): a reap reads /proc for every member under
 	 * the file's lock, so N members attaching at once made N² reads. */
 	self = gs_shm_claim_proc(g->f, who);
-	if (self == NULL && g->fd >= 0) {
-		reap_locked(g, excl);
+	if (self == NULL && g->fd >= 0 && excl) { /* no reap without the lock: another could free a new member */
+		reap_locked(g);
 		self = gs_shm_claim_proc(g->f, who);
 	}
 	if (g->fd >= 0)

@@ -132,6 +132,40 @@ static void test_claim_shared(void)
 		      (file.proc[i].state != GS_PROC_LIVE || file.proc[i].pid != 22));
 }
 
+/* Mid-claim of pid 30 (its read lock lost): a reap frees its entry as an
+ * orphan and pid 31 claims that entry (claiming, not live yet). */
+static struct gs_shm_proc *taken_under;
+static void free_and_take(void)
+{
+	if (taken_under != NULL)
+		return;
+	(void)gs_shm_free_orphans(&file);
+	for (int i = 0; i < GS_SHM_MAX_PROCS; i++) {
+		struct gs_shm_proc *p = &file.proc[i];
+		if (p->state == GS_PROC_FREE && p->pid == 30) {
+			p->state = GS_PROC_CLAIMING; /* as 31's CAS leaves it */
+			p->pid = 31;
+			taken_under = p;
+			return;
+		}
+	}
+}
+
+/* An entry freed under its claimer and claimed by another process before
+ * the first one's live store stays the other's: the first claimer's claim
+ * word names it (pid 30), the entry's names 31, so it does not turn 31's
+ * claim live as its own and takes another entry. */
+static void test_claim_taken_under(void)
+{
+	gs_shm_init(&file, 1, "t");
+	taken_under = NULL;
+	struct gs_shm_proc who = {.pid = 30, .start_time = 5, .pidns = 1};
+	struct gs_shm_proc *p = gs_shm_claim_proc_shared(&file, &who, free_and_take);
+	CHECK(taken_under != NULL);
+	CHECK(p != NULL && p != taken_under && p->state == GS_PROC_LIVE && p->pid == 30);
+	CHECK(taken_under->state == GS_PROC_CLAIMING && taken_under->pid == 31);
+}
+
 #define THREADS 8
 #define ROUNDS 20000
 static _Atomic int violations;
@@ -275,6 +309,7 @@ int main(void)
 	RUN(test_slots);
 	RUN(test_procs_and_reap);
 	RUN(test_claim_shared);
+	RUN(test_claim_taken_under);
 	RUN(test_threads);
 	RUN(test_ptrtab);
 	RUN(test_view);

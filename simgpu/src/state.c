@@ -249,7 +249,8 @@ static void reap_batched(struct sim_state *st, bool full)
 	for (int i = 0; i < SIM_MAX_PROCS; i++) {
 		struct sim_proc_state *p = &st->proc[i];
 		int32_t pid = atomic_load(&p->pid);
-		uint64_t start = p->start;
+		uint64_t start =
+			__atomic_load_n(&p->start, __ATOMIC_RELAXED); /* outside the lock: checked again under it */
 		if (pid == 0 || (full ? sim_proc_alive(pid, start) : proc_present(pid)))
 			continue;
 		gone[n++] = (struct sim_gone){.i = i, .pid = pid, .start = start};
@@ -282,7 +283,7 @@ static int find_slot(struct sim_state *st, int32_t pid, uint64_t start)
 		struct sim_proc_state *p = &st->proc[i];
 		if (atomic_load(&p->pid) != 0)
 			continue;
-		p->start = start;
+		__atomic_store_n(&p->start, start, __ATOMIC_RELAXED); /* read outside the lock by reap_batched */
 		p->dev_mask = 0;
 		memset(p->mig_ci, 0, sizeof(p->mig_ci));
 		atomic_store(&p->mps_server, 0);
