@@ -17,7 +17,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/utils/ptr"
 )
 
 // Capacity names of gpuslice's DRA devices (docs/dra.md): a share's units
@@ -291,21 +290,33 @@ type nodeUse struct {
 // usage reads, for the named nodes, what the claims allocated on their
 // devices of consumable units and memory (gpuslice.io's shape) hold, from
 // the claim tracker's allocated state (in-flight allocations included).
-// st is the state read earlier in the cycle (nil: read now).
-func (e *draEnv) usage(nodes sets.Set[string], st *structured.AllocatedState) (map[string]*nodeUse, error) {
-	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, fmt.Errorf("resource slices: %w", err)
+// st is the state read earlier in the cycle (nil: read now); all the
+// slices listed then, every slice of the named nodes among them (nil:
+// listed now).
+func (e *draEnv) usage(nodes sets.Set[string], st *structured.AllocatedState, all []*resourceapi.ResourceSlice) (map[string]*nodeUse, error) {
+	var err error
+	listed := 0 // (the cycle's list: the slices of some nodes, the table keeps the others')
+	if all == nil {
+		if all, err = e.dra.ResourceSlices().ListWithDeviceTaintRules(); err != nil {
+			return nil, fmt.Errorf("resource slices: %w", err)
+		}
+		listed = len(all)
 	}
 	if st == nil {
 		if st, err = e.allocatedState(); err != nil {
 			return nil, err
 		}
 	}
-	out := map[string]*nodeUse{}
-	for i, devs := range e.table.devices(all) {
-		node := ptr.Deref(all[i].Spec.NodeName, "")
-		if !nodes.Has(node) || len(devs) == 0 {
+	var mine []*resourceapi.ResourceSlice // (the named nodes' slices: the table is read for them alone)
+	for _, sl := range all {
+		if sl.Spec.NodeName != nil && nodes.Has(*sl.Spec.NodeName) {
+			mine = append(mine, sl)
+		}
+	}
+	out := make(map[string]*nodeUse, len(nodes))
+	for i, devs := range e.table.devicesOf(mine, listed) {
+		node := *mine[i].Spec.NodeName
+		if len(devs) == 0 {
 			continue
 		}
 		nu := out[node]
@@ -326,6 +337,22 @@ func (e *draEnv) usage(nodes sets.Set[string], st *structured.AllocatedState) (m
 		}
 	}
 	return out, nil
+}
+
+// candSlices are the slices of the candidate nodes names (and of no node)
+// as a cycle's device view listed them.
+type candSlices struct {
+	names  sets.Set[string]
+	slices []*resourceapi.ResourceSlice
+}
+
+// of is the slices when every node of nodes is a candidate (they hold
+// every slice of those nodes), else nil.
+func (c candSlices) of(nodes sets.Set[string]) []*resourceapi.ResourceSlice {
+	if c.slices == nil || !c.names.IsSuperset(nodes) {
+		return nil
+	}
+	return c.slices
 }
 
 // adds is what claims needing need add to a node of use (its average

@@ -122,7 +122,7 @@ func (p *Plugin) reserveFor(pod *corev1.Pod, m fwk.NodeToStatusReader, now time.
 			nodes.Insert(n)
 		}
 	}
-	use, err := pr.dra.usage(nodes, nil)
+	use, err := pr.dra.usage(nodes, nil, nil)
 	if err != nil || len(use) == 0 {
 		return
 	}

@@ -86,28 +86,61 @@ type devTable struct {
 
 // devices returns the shared devices of each slice of all, in order.
 func (t *devTable) devices(all []*resourceapi.ResourceSlice) [][]sharedDev {
+	return t.devicesOf(all, len(all))
+}
+
+// devicesOf is devices for some of the slices of a list of listed: the
+// table keeps the others' entries (those of replaced slices go once they
+// are as many as the listed ones; listed 0: not known, none go).
+func (t *devTable) devicesOf(some []*resourceapi.ResourceSlice, listed int) [][]sharedDev {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.bySlice == nil || listed > 0 && len(t.bySlice) > 2*listed+16 { // drop replaced slices
+		t.bySlice = make(map[*resourceapi.ResourceSlice][]sharedDev, listed)
+	}
+	return t.lookup(some)
+}
+
+// each calls fn with the shared devices of each slice of all (every slice
+// listed), in order, as devices returns them (without a copy of the list's
+// length); t.mu is held.
+func (t *devTable) each(all []*resourceapi.ResourceSlice, fn func([]sharedDev)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.bySlice == nil || len(t.bySlice) > 2*len(all)+16 { // drop replaced slices
 		t.bySlice = make(map[*resourceapi.ResourceSlice][]sharedDev, len(all))
 	}
-	out := make([][]sharedDev, len(all))
-	for i, s := range all {
-		devs, ok := t.bySlice[s]
-		if !ok {
-			for p, d := range s.Spec.Devices {
-				u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
-				if s.Spec.Driver == dra.DriverName && u > 0 && m > 0 { // other drivers' devices are as published
-					devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
-						unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
-						node: ptr.Deref(s.Spec.NodeName, "")})
-				}
-			}
-			t.bySlice[s] = devs
-		}
-		out[i] = devs
+	for _, s := range all {
+		fn(t.of(s))
+	}
+}
+
+// lookup is the shared devices of each slice of sl, read once per slice
+// object; t.mu held.
+func (t *devTable) lookup(sl []*resourceapi.ResourceSlice) [][]sharedDev {
+	out := make([][]sharedDev, len(sl))
+	for i, s := range sl {
+		out[i] = t.of(s)
 	}
 	return out
+}
+
+// of is the shared devices of slice s, read once per slice object; t.mu held.
+func (t *devTable) of(s *resourceapi.ResourceSlice) []sharedDev {
+	devs, ok := t.bySlice[s]
+	if ok {
+		return devs
+	}
+	for p, d := range s.Spec.Devices {
+		u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
+		if s.Spec.Driver == dra.DriverName && u > 0 && m > 0 { // other drivers' devices are as published
+			devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
+				unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
+				node: ptr.Deref(s.Spec.NodeName, "")})
+		}
+	}
+	t.bySlice[s] = devs
+	return devs
 }
 
 // allocatedState is the claim tracker's allocated state (what the
@@ -143,29 +176,33 @@ func consumed(st *structured.AllocatedState, d sharedDev) (units, mem int64) {
 // draCandidates names up to k nodes among nis (the pod's node selector
 // and affinity matching) with a device that has need free and whose GPU is
 // not in busy (measured above the utilization threshold), best first by
-// policy (binpack: the fullest such device; spread: the emptiest).
-func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement, k int) ([]string, error) {
+// policy (binpack: the fullest such device; spread: the emptiest). all:
+// the ResourceSlices as listed this cycle (nil: listed now).
+func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement, k int) ([]string, error) {
 	ok := matchingNodes(pod, nis)
-	all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, err
+	if all == nil {
+		var err error
+		if all, err = e.dra.ResourceSlices().ListWithDeviceTaintRules(); err != nil {
+			return nil, err
+		}
 	}
 	// Per slice, the best device that fits: its free fraction after the
-	// pod (one entry per slice; topNodes keeps a node's best).
-	var fits []nodeFit
+	// pod, kept among the k best (a node's best: topFits).
+	top := newTopFits(policy, k)
 	used := usedPools(st) // a device of another pool is free: no lookup
-	for _, devs := range e.table.devices(all) {
+	e.table.each(all, func(devs []sharedDev) {
 		if len(devs) == 0 || devs[0].node == "" || ok != nil && !ok[devs[0].node] {
-			continue
+			return
 		}
 		inUse := used[poolOnly(devs[0].id)]
 		best, found := nodeFit{node: devs[0].node}, false
-		for _, d := range devs {
+		for i := range devs {
+			d := &devs[i] // (read in place: the table's entries are large)
 			var u, m int64
 			if inUse {
-				u, m = consumed(st, d)
+				u, m = consumed(st, *d)
 			}
-			if d.unavailable || busy[d.uuid] || d.units-u < need.units || d.mem-m < need.bytes {
+			if d.unavailable || d.units-u < need.units || d.mem-m < need.bytes || len(busy) > 0 && busy[d.uuid] {
 				continue
 			}
 			f := nodeFit{node: d.node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
@@ -174,10 +211,10 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, st *structur
 			}
 		}
 		if found {
-			fits = append(fits, best)
+			top.add(best)
 		}
-	}
-	return topNodes(fits, policy, k), nil
+	})
+	return top.names(), nil
 }
 
 // matchingNodes is the set of nodes of nis the pod's node selector and
@@ -215,25 +252,52 @@ func (f nodeFit) better(g nodeFit, policy api.Placement) bool {
 // topNodes names the k best of fits by policy, best first (a partial
 // selection: k is small, the nodes many).
 func topNodes(fits []nodeFit, policy api.Placement, k int) []string {
-	top := make([]nodeFit, 0, k+1)
+	t := newTopFits(policy, k)
 	for _, f := range fits {
-		if j := slices.IndexFunc(top, func(g nodeFit) bool { return g.node == f.node }); j >= 0 {
-			if !f.better(top[j], policy) {
-				continue // (a node of several slices: its best)
-			}
-			top = slices.Delete(top, j, j+1)
-		}
-		i := sort.Search(len(top), func(i int) bool { return f.better(top[i], policy) })
-		if i >= k {
-			continue
-		}
-		top = slices.Insert(top, i, f)
-		if len(top) > k {
-			top = top[:k]
-		}
+		t.add(f)
 	}
-	names := make([]string, len(top))
-	for i, f := range top {
+	return t.names()
+}
+
+// topFits keeps the k best fits added by policy, best first, one per node
+// (its best).
+type topFits struct {
+	policy api.Placement
+	k      int
+	top    []nodeFit
+}
+
+func newTopFits(policy api.Placement, k int) *topFits {
+	return &topFits{policy: policy, k: k, top: make([]nodeFit, 0, k+1)}
+}
+
+// add puts f among the k best. A fit not better than the last of a full
+// list is not among them, nor better than its node's entry there (which is
+// not after the last): left out without a lookup, as most fits are.
+func (t *topFits) add(f nodeFit) {
+	if t.k <= 0 || len(t.top) == t.k && !f.better(t.top[t.k-1], t.policy) {
+		return
+	}
+	if j := slices.IndexFunc(t.top, func(g nodeFit) bool { return g.node == f.node }); j >= 0 {
+		if !f.better(t.top[j], t.policy) {
+			return // (a node of several slices: its best)
+		}
+		t.top = slices.Delete(t.top, j, j+1)
+	}
+	i := sort.Search(len(t.top), func(i int) bool { return f.better(t.top[i], t.policy) })
+	if i >= t.k {
+		return
+	}
+	t.top = slices.Insert(t.top, i, f)
+	if len(t.top) > t.k {
+		t.top = t.top[:t.k]
+	}
+}
+
+// names are the nodes kept, best first.
+func (t *topFits) names() []string {
+	names := make([]string, len(t.top))
+	for i, f := range t.top {
 		names[i] = f.node
 	}
 	return names
@@ -253,6 +317,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	if sd != nil && sd.cands != nil && sd.cands.err == nil && len(sd.cands.names) > 0 {
 		// The allocator was shown these nodes' slices alone.
 		c.draState, c.narrowed = sd.state, true
+		c.draSlices = candSlices{names: sets.New(sd.cands.names...), slices: sd.cands.slices}
 		return p.steeredUnheld(c, pod, claims, nodes, sd.cands.names) // nominated.go
 	}
 	if p.candidates == 0 || missing > 0 || !narrowable(claims) || p.wait.widened(pod) {
@@ -269,7 +334,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 		}
 		c.draState = st
 		k := min(p.candidates, draCandidateNodes)
-		names, err = p.preempt.dra.draCandidates(pod, nodes, st, busy, c.draNeed, p.alloc.Policy(c.req), k+maxHeldChecks)
+		names, err = p.preempt.dra.draCandidates(pod, nodes, nil, st, busy, c.draNeed, p.alloc.Policy(c.req), k+maxHeldChecks)
 		if err == nil {
 			names, heldBy, err = p.draUnheld(c, pod, nodes, names, k) // nominated.go
 		}

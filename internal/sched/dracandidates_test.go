@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,7 +104,7 @@ func TestDRACandidates(t *testing.T) {
 		policy api.Placement
 		want   []string
 	}{{api.PlacementBinpack, []string{"n1", "n2"}}, {api.PlacementSpread, []string{"n2", "n1"}}, {api.PlacementFirstFit, []string{"n1", "n2"}}} {
-		got, err := env.draCandidates(pod, nis, state(t, f), nil, need, c.policy, 5)
+		got, err := env.draCandidates(pod, nis, nil, state(t, f), nil, need, c.policy, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,15 +113,15 @@ func TestDRACandidates(t *testing.T) {
 		}
 	}
 	for policy, want := range map[api.Placement]string{api.PlacementBinpack: "n1", api.PlacementSpread: "n2"} {
-		if got, _ := env.draCandidates(pod, nis, state(t, f), nil, need, policy, 1); !slices.Equal(got, []string{want}) {
+		if got, _ := env.draCandidates(pod, nis, nil, state(t, f), nil, need, policy, 1); !slices.Equal(got, []string{want}) {
 			t.Errorf("%s, one candidate: %v, want [%s]", policy, got, want)
 		}
 	}
-	if got, _ := env.draCandidates(pod, nis, state(t, f), nil, claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+	if got, _ := env.draCandidates(pod, nis, nil, state(t, f), nil, claimNeed{units: 60, bytes: 1 << 30}, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
 		t.Errorf("60 units: candidates %v, want [n2]", got)
 	}
 	// n1's GPU measured above the utilization threshold: not a candidate.
-	if got, _ := env.draCandidates(pod, nis, state(t, f), map[string]bool{"GPU-n1": true}, need, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
+	if got, _ := env.draCandidates(pod, nis, nil, state(t, f), map[string]bool{"GPU-n1": true}, need, api.PlacementBinpack, 5); !slices.Equal(got, []string{"n2"}) {
 		t.Errorf("n1's GPU busy: candidates %v, want [n2]", got)
 	}
 	if !narrowable([]*resourceapi.ResourceClaim{shareClaim(30, 1)}) || narrowable([]*resourceapi.ResourceClaim{shareClaim(0, 0)}) {
@@ -137,5 +138,39 @@ func TestTopNodesOneEntryPerNode(t *testing.T) {
 	}
 	if got := topNodes(fits, api.PlacementSpread, 2); !slices.Equal(got, []string{"b", "a"}) {
 		t.Errorf("spread: %v, want [b a]", got)
+	}
+}
+
+// TestTopNodesIsBestPerNode: topNodes is the k best of each node's best
+// fit (by better), for fits in any order, several per node, ties included.
+func TestTopNodesIsBestPerNode(t *testing.T) {
+	seed := uint32(7)
+	next := func(n uint32) uint32 { seed = seed*1664525 + 1013904223; return (seed >> 8) % n }
+	for _, policy := range []api.Placement{api.PlacementBinpack, api.PlacementSpread, api.PlacementFirstFit} {
+		for round := range 200 {
+			var fits []nodeFit
+			for range int(next(40)) {
+				fits = append(fits, nodeFit{node: fmt.Sprintf("n%d", next(12)), left: float64(next(6)) / 4})
+			}
+			k := 1 + round%6
+			best := map[string]nodeFit{}
+			for _, f := range fits {
+				if g, ok := best[f.node]; !ok || f.better(g, policy) {
+					best[f.node] = f
+				}
+			}
+			var want []nodeFit
+			for _, f := range best {
+				want = append(want, f)
+			}
+			sort.Slice(want, func(i, j int) bool { return want[i].better(want[j], policy) })
+			var names []string
+			for _, f := range want[:min(k, len(want))] {
+				names = append(names, f.node)
+			}
+			if got := topNodes(fits, policy, k); !slices.Equal(got, names) && len(got)+len(names) > 0 {
+				t.Fatalf("%s, k %d, fits %v: %v, want %v", policy, k, fits, got, names)
+			}
+		}
 	}
 }

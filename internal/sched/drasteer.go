@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/structured"
 	configv1 "k8s.io/kube-scheduler/config/v1"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -119,6 +117,9 @@ type narrowing struct {
 type candidates struct {
 	names []string
 	err   error
+	// slices: the candidates' slices and those of no node, as listed in
+	// the cycle (informer objects, read-only); nil with no candidates.
+	slices []*resourceapi.ResourceSlice
 }
 
 // steerKey: the allocated state the wrapped plugin gathered in PreFilter,
@@ -279,45 +280,50 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	if st == nil {
 		return all, nil
 	}
-	var only sets.Set[string]
+	listed, narrowed := len(all), false
 	if n := c.narrow; n != nil {
-		names, err := n.env.draCandidates(n.pod, n.nodes, st, c.busy, n.need, c.policy, n.k)
-		c.cands.Store(&candidates{names: names, err: err})
-		if err == nil && len(names) > 0 {
-			only = sets.New(names...)
+		names, err := n.env.draCandidates(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k)
+		cs := &candidates{names: names, err: err}
+		if narrowed = err == nil && len(names) > 0; narrowed {
+			cs.slices = onlyOf(all, names)
+			all = cs.slices
 		}
+		c.cands.Store(cs)
 		if err == nil && len(names) == 0 && n.refused {
 			return all, nil // (ordering every slice would be for nothing: a preemptor's first try in a full cluster)
 		}
 	}
-	if only == nil && c.policy == api.PlacementFirstFit && len(c.busy) == 0 {
+	if !narrowed && c.policy == api.PlacementFirstFit && len(c.busy) == 0 {
 		return all, nil
 	}
-	return l.s.view(all, c, st, only), nil
+	return l.s.view(all, c, st, listed), nil
+}
+
+// onlyOf are the slices of all of the nodes named (a few: compared in
+// turn, cheaper than a hash of each slice's node) and of no node.
+func onlyOf(all []*resourceapi.ResourceSlice, names []string) []*resourceapi.ResourceSlice {
+	var out []*resourceapi.ResourceSlice
+	for _, sl := range all {
+		if sl.Spec.NodeName == nil || *sl.Spec.NodeName == "" || slices.Contains(names, *sl.Spec.NodeName) {
+			out = append(out, sl)
+		}
+	}
+	return out
 }
 
 // view is all with, in each slice whose devices the policy orders otherwise
 // than published (some in use) or that has a busy GPU, a copy of the slice
 // with its shared devices in policy order and the busy ones left out; the
-// other slices are the informer's own (read-only) objects. With only, the
-// slices of other nodes are left out (the pod's candidates: the allocator,
+// other slices are the informer's own (read-only) objects. all may be the
+// pod's candidates' slices alone, of listed slices (onlyOf: the allocator,
 // which sorts every slice by node when it is made, runs on them alone).
-func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState, only sets.Set[string]) []*resourceapi.ResourceSlice {
+func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState, listed int) []*resourceapi.ResourceSlice {
 	var used map[structured.DeviceID]bool
 	if c.policy != api.PlacementFirstFit {
 		used = usedPools(st)
 	}
-	if only != nil {
-		var out []*resourceapi.ResourceSlice
-		for _, sl := range all {
-			if n := ptr.Deref(sl.Spec.NodeName, ""); n == "" || only.Has(n) {
-				out = append(out, sl)
-			}
-		}
-		all = out
-	}
 	var out []*resourceapi.ResourceSlice
-	for i, devs := range s.table.devices(all) {
+	for i, devs := range s.table.devicesOf(all, listed) {
 		if len(devs) == 0 || !used[poolOnly(devs[0].id)] && !anyBusy(devs, c.busy) {
 			continue
 		}

@@ -56,7 +56,7 @@ func TestDeviceViewOtherDriver(t *testing.T) {
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(50), capMemory: q(50)}}}}}
 	f.claims = append(f.claims, held)
 	s := &steer{}
-	got := s.view(f.slices, &steerCycle{policy: api.PlacementBinpack, busy: map[string]bool{"X-x-0": true}}, state(t, f), nil)
+	got := s.view(f.slices, &steerCycle{policy: api.PlacementBinpack, busy: map[string]bool{"X-x-0": true}}, state(t, f), len(f.slices))
 	if got[2] != other {
 		t.Errorf("another driver's slice changed: devices %v, want it as published %v", deviceNames(got[2]), deviceNames(other))
 	}

@@ -111,7 +111,7 @@ func TestDeviceViewCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &steer{}
-	got := s.view(f.slices, &steerCycle{policy: api.PlacementBinpack}, st, sets.New("n0"))
+	got := s.view(onlyOf(f.slices, []string{"n0"}), &steerCycle{policy: api.PlacementBinpack}, st, len(f.slices))
 	if len(got) != 2 || *got[0].Spec.NodeName != "n0" || got[1] != f.slices[2] {
 		t.Fatalf("view of candidate n0: %d slices, want n0's and the one of all nodes", len(got))
 	}
@@ -153,5 +153,38 @@ func TestDeviceViewRefused(t *testing.T) {
 		if published := got[0] == f.slices[0]; published != c.published {
 			t.Errorf("%s: n0's slice as published %v (devices %v), want %v", c.name, published, deviceNames(got[0]), c.published)
 		}
+	}
+}
+
+// TestUsageFromCandidateSlices: PreScore's device use read from the
+// slices the view kept for the candidates is the one read from every
+// slice; with a node scored that is not a candidate, the slices are not used.
+func TestUsageFromCandidateSlices(t *testing.T) {
+	f := steerFixture()
+	st := state(t, f)
+	env := &draEnv{dra: f}
+	full, err := env.usage(sets.New("n0"), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := candSlices{names: sets.New("n0"), slices: onlyOf(f.slices, []string{"n0"})}
+	if len(cs.slices) != 1 {
+		t.Fatalf("candidate slices %d, want n0's", len(cs.slices))
+	}
+	got, err := env.usage(sets.New("n0"), st, cs.of(sets.New("n0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["n0"] == nil || *got["n0"] != *full["n0"] {
+		t.Fatalf("use from the candidates' slices %+v, want %+v", got["n0"], full["n0"])
+	}
+	if cs.of(sets.New("n0", "n1")) != nil || (candSlices{}).of(sets.New("n0")) != nil {
+		t.Error("slices used for a node that is not a candidate")
+	}
+	// The table keeps the other slices' entries for a partial read.
+	env.table.devices(f.slices)
+	env.table.devicesOf(cs.slices, 0)
+	if len(env.table.bySlice) != len(f.slices) {
+		t.Errorf("table %d entries after a partial read, want %d", len(env.table.bySlice), len(f.slices))
 	}
 }

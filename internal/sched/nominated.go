@@ -96,23 +96,19 @@ const maxHeldChecks = 16
 // refuses the pod, naming the pods the share is held for (heldRefusal);
 // heldBy names them for the nodes left out.
 func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cands []string, k int) (out, heldBy []string, err error) {
-	byName := make(map[string]*corev1.Node, len(cands))
-	for _, n := range cands {
-		byName[n] = nil
-	}
-	for _, ni := range nodes {
-		if _, ok := byName[ni.Node().Name]; ok {
-			byName[ni.Node().Name] = ni.Node()
-		}
-	}
+	var byName map[string]*corev1.Node // (made only for a candidate with held capacity: most have none)
 	env := p.preempt.dra
-	own, _ := env.pendingClaims(pod)
+	var own []*resourceapi.ResourceClaim
 	checks := 0
 	for _, n := range cands {
 		if len(out) == k {
 			break
 		}
 		held, who := p.preempt.heldFor(pod, n)
+		if len(held) > 0 && byName == nil {
+			byName = nodesNamed(nodes, cands)
+			own, _ = env.pendingClaims(pod)
+		}
 		if len(held) == 0 || checks == maxHeldChecks || byName[n] == nil {
 			out = append(out, n)
 			continue
@@ -134,6 +130,20 @@ func (p *Plugin) draUnheld(c *cycle, pod *corev1.Pod, nodes []fwk.NodeInfo, cand
 		}
 	}
 	return out, heldBy, nil
+}
+
+// nodesNamed are the nodes of nis named in names.
+func nodesNamed(nis []fwk.NodeInfo, names []string) map[string]*corev1.Node {
+	byName := make(map[string]*corev1.Node, len(names))
+	for _, n := range names {
+		byName[n] = nil
+	}
+	for _, ni := range nis {
+		if _, ok := byName[ni.Node().Name]; ok {
+			byName[ni.Node().Name] = ni.Node()
+		}
+	}
+	return byName
 }
 
 // heldRefusal is PreFilter's refusal of a pod of namespace ns whose share

@@ -85,6 +85,9 @@ type cycle struct {
 	// what the pod's pending claims need.
 	draUse  map[string]*nodeUse
 	draNeed claimNeed
+	// draSlices: the slices of the candidate nodes as PreFilter's device
+	// view listed them (empty: not known).
+	draSlices candSlices
 	// draState: the claim tracker's allocated state as PreFilter read it
 	// for the candidates (nil: not read), read-only.
 	draState *structured.AllocatedState
@@ -356,7 +359,7 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod
 	for _, ni := range nodes {
 		names.Insert(ni.Node().Name)
 	}
-	use, err := p.preempt.dra.usage(names, c.draState)
+	use, err := p.preempt.dra.usage(names, c.draState, c.draSlices.of(names))
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
