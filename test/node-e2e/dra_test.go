@@ -171,6 +171,12 @@ func testDRATainted(t *testing.T, ctx context.Context, n *node) {
 	if d := allocatedDevice(c); d != "gpu-1" {
 		t.Errorf("a claim for gpu-1 tolerating its taints got %q, want gpu-1", d)
 	}
+	// Deleted once the kubelet is done with its Prepare: deleted before, the
+	// claim could be prepared after waitUnprepared saw nothing on the node,
+	// and left there for the next subtest to find.
+	n.waitPod(bounded(ctx), p.Name, "running, or told its Prepare failed", func(cur *corev1.Pod) bool {
+		return running(cur) || n.podEvent(ctx, cur.Name, "FailedPrepareDynamicResources") != ""
+	})
 	n.deletePods(ctx, p.Name)
 	n.waitUnprepared(bounded(ctx), c)
 }
@@ -287,7 +293,10 @@ func (n *node) podEvent(ctx context.Context, pod, what string) string {
 }
 
 // checkOnce: the node holds exactly one group and one CDI spec per claim of
-// the named running pods, and no other.
+// the named running pods, and no other, once the kubelet has unprepared the
+// claims of pods deleted before (it retries an Unprepare that found the
+// agent down: waited for up to a minute, so a claim left behind for good
+// still fails).
 func (n *node) checkOnce(ctx context.Context, pods []string) {
 	want := map[string]bool{}
 	for _, name := range pods {
@@ -297,6 +306,21 @@ func (n *node) checkOnce(ctx context.Context, pods []string) {
 		}
 		want[string(n.claimOf(ctx, p).UID)] = true
 	}
+	var problems []string
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_ = harness.WaitFor(wctx, 200*time.Millisecond, func() (bool, error) {
+		problems = n.onceProblems(want)
+		return len(problems) == 0, nil
+	})
+	for _, p := range problems {
+		n.t.Error(p)
+	}
+}
+
+// onceProblems lists how the node's groups, CDI specs and checkpoint
+// entries differ from one per claim of want.
+func (n *node) onceProblems(want map[string]bool) []string {
 	var groups, specs []string
 	ents, _ := os.ReadDir(filepath.Join(n.runDir(), "groups"))
 	for _, e := range ents {
@@ -309,12 +333,13 @@ func (n *node) checkOnce(ctx context.Context, pods []string) {
 	}
 	cp, err := checkpoint.Load(draCheckpoint)
 	if err != nil {
-		n.t.Fatalf("the driver's checkpoint: %v", err)
+		return []string{fmt.Sprintf("the driver's checkpoint: %v", err)}
 	}
 	var saved []string
 	for uid := range cp.Claims {
 		saved = append(saved, uid)
 	}
+	var out []string
 	for what, got := range map[string][]string{"groups": groups, "CDI specs": specs, "checkpoint entries": saved} {
 		seen := map[string]int{}
 		for _, uid := range got {
@@ -322,15 +347,16 @@ func (n *node) checkOnce(ctx context.Context, pods []string) {
 		}
 		for uid := range want {
 			if seen[uid] != 1 {
-				n.t.Errorf("claim %s has %d %s on the node, want 1 (all: %v)", uid, seen[uid], what, got)
+				out = append(out, fmt.Sprintf("claim %s has %d %s on the node, want 1 (all: %v)", uid, seen[uid], what, got))
 			}
 		}
 		for uid := range seen {
 			if !want[uid] {
-				n.t.Errorf("%s for claim %s, which no running pod holds (all: %v)", what, uid, got)
+				out = append(out, fmt.Sprintf("%s for claim %s, which no running pod holds (all: %v)", what, uid, got))
 			}
 		}
 	}
+	return out
 }
 
 // testDRAExtendedResource: a plain pod asking for gpuslice.io/gpu (no claim,
