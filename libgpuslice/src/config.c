@@ -66,6 +66,11 @@ static void config_init(void)
 		c->elastic = GS_ELASTIC_ON;
 	else if (el != NULL && strcmp(el, "spill") == 0)
 		c->elastic = GS_ELASTIC_ON | GS_ELASTIC_SPILL;
+	const char *wait = getenv("GPUSLICE_CONTEXT_WAIT_MS");
+	uint64_t ms;
+	c->context_wait_ms = wait != NULL && gs_parse_u64(wait, &ms) == 0 && ms <= GS_CONTEXT_WAIT_MAX_MS
+				     ? (uint32_t)ms
+				     : GS_CONTEXT_WAIT_MS;
 	const char *limit = getenv("GPUSLICE_MEMORY_LIMIT");
 	if (limit != NULL && *limit != '\0' && gs_parse_u64(limit, &c->limit) != 0) {
 		c->limit_bad = 1;

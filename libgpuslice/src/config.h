@@ -20,7 +20,13 @@ struct gs_config {
 	int group_managed;           /* GPUSLICE_GROUP_MANAGED=1: a manager made the file; never create it */
 	char node_socket[108];       /* GPUSLICE_NODE_SOCKET; "" = unset or too long */
 	uint32_t elastic;            /* GPUSLICE_MEMORY_ELASTIC: "on", "spill" -> GS_ELASTIC_* bits */
+	uint32_t context_wait_ms;    /* GPUSLICE_CONTEXT_WAIT_MS (0..GS_CONTEXT_WAIT_MAX_MS), else GS_CONTEXT_WAIT_MS */
 };
+
+/* How long a context's creation waits at most for other members' guesses in
+ * flight, while they live (drvmem.h), unless GPUSLICE_CONTEXT_WAIT_MS says. */
+#define GS_CONTEXT_WAIT_MS 30000u
+#define GS_CONTEXT_WAIT_MAX_MS 600000u
 
 GS_HIDDEN const struct gs_config *gs_config(void);
 

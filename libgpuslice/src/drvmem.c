@@ -9,8 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "device.h"
 #include "drvmem.h"
+#include "log.h"
 #include "memcore.h"
 #include "pool.h"
 #include "procfs.h"
@@ -38,6 +40,7 @@ static _Atomic uint64_t last_ctx[DRV_LOAD_DEVS];
 /* 1 + each CUDA device's memory in MiB, as the driver reports it (0: not read
  * yet): the key of the node's seed for that kind of device. */
 static _Atomic uint32_t dev_mib[DRV_LOAD_DEVS];
+static _Atomic int said_wait; /* a wait for another member's guess ran out */
 
 static void fork_prepare(void)
 {
@@ -203,8 +206,10 @@ static uint64_t estimate(const struct gs_drv_probe *p, int *guess, int *seeded)
 	uint64_t node = device_seed(p);
 	*seeded = node != 0;
 	*guess = kib == 0 && own == 0 && node == 0;
-	if (*guess)
-		return first_guess(p->g);
+	if (*guess) { /* at most the slot's limit: more never fits, and the rest of it is what a guess takes */
+		uint64_t limit = gs_ld64(&gs_group_slot(p->slot)->limit), first = first_guess(p->g);
+		return limit != 0 && first > limit ? limit : first;
+	}
 	uint64_t est = own > group + 1 ? own - 1 : group;
 	return node > est + 1 ? node - 1 : est;
 }
@@ -242,15 +247,6 @@ static struct gs_shm_proc *other_guessing(const struct gs_drv_probe *p, int same
 	return NULL;
 }
 
-/* Records a reservation of size already on the slot and the process. */
-static void reserved(struct gs_drv_probe *p, uint64_t size, int guess)
-{
-	p->reserved = size;
-	p->guessed = guess;
-	if (guess)
-		__atomic_fetch_add(&p->self->guessing, 1, __ATOMIC_ACQ_REL);
-}
-
 /* Reserves what is left under the slot's limit: that much (0: nothing). */
 static uint64_t reserve_rest(struct gs_shm_gpu *gpu)
 {
@@ -270,22 +266,38 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct guess_wait {
+	int64_t deadline; /* the wait's end (0: not begun) */
+	int calm;         /* passes in a row that found no guess in flight */
+};
+
 /* Another member's guess (with same_slot, one on the call's slot) may be in
- * the way: 1 once it ended (its guess is
- * trued up at the end of its call, which wakes the futex on its guessing
- * count) or it is found dead (then reaped), if one is in flight and there is
- * time left; else 0. No polling: a crowd of waiters sleeps in the kernel, and
- * the member it waits for has the CPU to finish. */
-static int wait_for_guesses(const struct gs_drv_probe *p, int64_t *deadline, int same_slot)
+ * the way: 1 once it ended (trued up at the end of its call, however slow,
+ * which wakes the futex on its guessing count) or it is found dead (reaped),
+ * if one is in flight within the wait's bound; else 0 (the bound reached:
+ * said once). No polling: a crowd of waiters sleeps in the kernel, and the
+ * member it waits for has the CPU to finish. */
+static int wait_for_guesses(const struct gs_drv_probe *p, struct guess_wait *w, int same_slot)
 {
 	int64_t now = now_ms();
-	if (*deadline == 0)
-		*deadline = now + GS_DRV_GUESS_WAIT_MS;
-	struct gs_shm_proc *o = now < *deadline ? other_guessing(p, same_slot) : NULL;
+	if (w->deadline == 0)
+		w->deadline = now + gs_config()->context_wait_ms;
+	atomic_thread_fence(memory_order_acquire); /* a guess seen on the slot: its mark, made before, too */
+	struct gs_shm_proc *o = other_guessing(p, same_slot);
 	if (o == NULL)
 		return 0;
+	if (now >= w->deadline) {
+		gs_log_once(
+			&said_wait,
+			"a context on %s waited %u ms for pid %d's context, whose guess holds group \"%s\"'s memory, "
+			"to be measured; going on without it (GPUSLICE_CONTEXT_WAIT_MS)",
+			gs_group_slot(p->slot)->uuid, gs_config()->context_wait_ms,
+			__atomic_load_n(&o->pid, __ATOMIC_RELAXED), gs_group_name(p->g));
+		return 0;
+	}
+	w->calm = 0;
 	uint32_t v = __atomic_load_n(&o->guessing, __ATOMIC_ACQUIRE);
-	int64_t left = *deadline - now;
+	int64_t left = w->deadline - now;
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (left < DRV_WAIT_SLICE_MS ? left : DRV_WAIT_SLICE_MS) * 1000000};
 	if (v != 0 && syscall(SYS_futex, &o->guessing, FUTEX_WAIT, v, &ts, NULL, 0) != 0 && errno == ETIMEDOUT &&
 	    __atomic_load_n(&o->pidns, __ATOMIC_RELAXED) == gs_group_pidns(p->g) &&
@@ -301,35 +313,72 @@ static void guess_ended(struct gs_shm_proc *self)
 		(void)syscall(SYS_futex, &self->guessing, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Reserves the call's estimate on the slot (drvmem.h): CUDA_SUCCESS, or
- * CUDA_ERROR_OUT_OF_MEMORY (one line said). */
-static CUresult reserve(struct gs_drv_probe *p)
+enum take_how { TAKE_EST, TAKE_REST, TAKE_RETRY };
+
+/* Reserves est on the slot (TAKE_REST: what is left under the limit;
+ * TAKE_RETRY: est through gs_resv_take: reaps, checks the pools, borrows):
+ * CUDA_SUCCESS and the reservation recorded, else nothing held. A guess is
+ * marked (guessing) before its memory is taken: a member then finding the
+ * headroom gone finds the guess to wait for. Where the slot has no room
+ * nothing is marked (waiters wake no one with marks of their own). */
+static CUresult take(struct gs_drv_probe *p, uint64_t est, int guess, enum take_how how)
 {
 	struct gs_shm_gpu *gpu = gs_group_slot(p->slot);
+	struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
+	uint64_t limit = gs_ld64(&gpu->limit), used = gs_ld64(&gpu->used);
+	if (how != TAKE_RETRY && limit != 0 && (how == TAKE_REST ? used >= limit : est > limit || used > limit - est))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (guess)
+		__atomic_fetch_add(&p->self->guessing, 1, __ATOMIC_SEQ_CST);
+	uint64_t size = est;
+	CUresult rc = CUDA_SUCCESS;
+	if (how == TAKE_RETRY)
+		rc = gs_resv_take(&r, est); /* counts it on the process too */
+	else if (how == TAKE_REST)
+		rc = (size = reserve_rest(gpu)) != 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	else if (gs_acct_reserve(gpu, est) != 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc != CUDA_SUCCESS) {
+		if (guess)
+			guess_ended(p->self);
+		return rc;
+	}
+	if (how != TAKE_RETRY)
+		gs_acct_proc_add(p->self, p->slot, size);
+	p->reserved = size;
+	p->guessed = guess;
+	return CUDA_SUCCESS;
+}
+
+/* Reserves the call's estimate on the slot (drvmem.h): CUDA_SUCCESS, or
+ * CUDA_ERROR_OUT_OF_MEMORY (one line said). Refused only where the figures
+ * say it does not fit: not while another member's guess, which holds memory
+ * its measurement may give back, is in flight and alive (within the bound). */
+static CUresult reserve(struct gs_drv_probe *p)
+{
+	struct guess_wait w = {0, 0};
 	int guess, seeded;
-	int64_t deadline = 0;
-	uint64_t est, rest;
-	do {
+	uint64_t est;
+	for (;;) {
 		est = estimate(p, &guess, &seeded);
-		if (gs_acct_reserve(gpu, est) == 0) {
-			gs_acct_proc_add(p->self, p->slot, est);
-			reserved(p, est, guess);
+		if (take(p, est, guess, TAKE_EST) == CUDA_SUCCESS)
 			return CUDA_SUCCESS;
-		}
 		/* The node's figure: nothing of its own to wait for; a member's guess
 		 * made before the figure was written (the daemon's start) may be
 		 * on the slot: it is trued up at the end of its call. */
-	} while (wait_for_guesses(p, &deadline, seeded));
-	if (guess && (rest = reserve_rest(gpu)) != 0) { /* no measurement to go by: the driver's answer decides */
-		gs_acct_proc_add(p->self, p->slot, rest);
-		reserved(p, rest, 1);
-		return CUDA_SUCCESS;
+		if (wait_for_guesses(p, &w, seeded))
+			continue;
+		/* No measurement to go by: the driver's answer decides. */
+		if (guess && take(p, est, 1, TAKE_REST) == CUDA_SUCCESS)
+			return CUDA_SUCCESS;
+		if (guess && wait_for_guesses(p, &w, 0))
+			continue; /* another's guess took the rest meanwhile */
+		/* Twice in a row none in flight (a guess that ended between a
+		 * reservation and the look at the guesses: the next pass sees it). */
+		if (++w.calm == 2)
+			break;
 	}
-	struct gs_resv r = {.g = p->g, .self = p->self, .slot = p->slot, .ci = -1};
-	CUresult rc = gs_resv_take(&r, est); /* reaps the dead, checks the pools, borrows; else refuses */
-	if (rc == CUDA_SUCCESS)
-		reserved(p, est, guess);
-	return rc;
+	return take(p, est, guess, TAKE_RETRY); /* else refuses (one line) */
 }
 
 static void unreserve(struct gs_drv_probe *p, uint64_t size)

@@ -15,22 +15,30 @@
  *    to wait for); none of the three yet, a guess:
  *    the node's seed (the header's context_seed_kib: the largest context
  *    any group measured on the node, as the time-slice daemon gathers them;
- *    at most GS_DRV_CONTEXT_GUESS), else GS_DRV_CONTEXT_GUESS, so only the
- *    node's first contexts are reserved blind; for a module or library,
+ *    at most GS_DRV_CONTEXT_GUESS), else GS_DRV_CONTEXT_GUESS, at most the
+ *    slot's limit, so only the node's first contexts are reserved blind; for
+ *    a module or library,
  *    what this process's last load on that device took (none yet: 0). A
  *    creation whose estimate does not fit is refused with
  *    CUDA_ERROR_OUT_OF_MEMORY and never reaches the driver; the reservation
  *    is a CAS on the group's count, so creations in several processes never
- *    pass on the same headroom. An estimate that does
+ *    pass on the same headroom. A guess is marked in the member's entry
+ *    (guessing) before its memory is taken, so a member that finds the
+ *    headroom gone finds the guess. An estimate that does
  *    not fit while other members' guesses are in flight (a group's first
  *    contexts on a GPU, more of them at once than guesses fit its limit)
  *    waits for them, asleep on a futex on their guessing count (they are
- *    trued up within their own driver call; at most GS_DRV_GUESS_WAIT_MS),
- *    and tries again at what they measured: until one context is measured
- *    nothing says whether the group holds another, and neither refusing it
- *    nor letting it reach the driver on the headroom left would be right;
- *    with none in flight, the headroom left is reserved and the measurement
- *    decides;
+ *    trued up within their own driver call, however long it takes under
+ *    load; a dead one is reaped), and tries again at what they measured:
+ *    until one context is measured nothing says whether the group holds
+ *    another, and neither refusing it nor letting it reach the driver on the
+ *    headroom left would be right; with none in flight, the headroom left is
+ *    reserved and the measurement decides; refused only where none is in
+ *    flight and the figures say it does not fit (looked at twice: a guess
+ *    that ended in between gave its memory back). The wait is bounded for a
+ *    guesser that lives but never ends its call (stopped, hung):
+ *    GPUSLICE_CONTEXT_WAIT_MS (default GS_CONTEXT_WAIT_MS, 30 s; one line
+ *    when reached), after which the creation goes on as with none in flight;
  *  - trued up after the call to what the driver holds for it: NVML's used
  *    memory for this process on the device (its host pid; the whole process
  *    list however many processes the device has), before and after, less
@@ -54,7 +62,6 @@
 #include "ptrtab.h"
 
 #define GS_DRV_CONTEXT_GUESS GS_SHM_CONTEXT_GUESS /* a context's reservation before any was measured on the node */
-#define GS_DRV_GUESS_WAIT_MS 2000                 /* a guess waits at most this long for the others' */
 
 enum gs_drv_what { GS_DRV_CONTEXT, GS_DRV_LOAD };
 

@@ -75,8 +75,8 @@ static int first_create(void *arg)
  * on a node where no group measured one (no header seed), three first
  * contexts at once in 1000 MiB, 3 s each in the driver. Reserved at the guess
  * (512 MiB) the second and third do not fit beside the first: they wait for
- * its measurement (at most 2 s, shorter than its call) and then share the
- * 488 MiB left, so one is refused. Reserved at the probe's 300 MiB, all three
+ * its measurement, a whole call (with the former 2 s wait, shorter than the
+ * call, they then shared the 488 MiB left: one refused). Reserved at the probe's 300 MiB, all three
  * fit at once: none waits, all three are made, the device never holds more
  * than the limit. */
 static int cold_node(void *arg)

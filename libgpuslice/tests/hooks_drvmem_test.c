@@ -301,11 +301,11 @@ static int cold_guesses(void *arg)
  * time-slice daemon writes the node's seed (what another group measured: 300
  * MiB) into the group's header; three fresh members of a 1000 MiB group then
  * make their first contexts at once, each taking 3 s in the driver (longer
- * than a guess waits for another's). Reserved at the guess (512 MiB), the
- * second and third would not fit beside the first and would wait for its
- * measurement until their wait ran out, then share the 488 MiB left: one of
- * them refused. Reserved at the seed, all three fit at once: none waits, all
- * three are made, and the device never holds more than the limit. */
+ * than a guess used to wait for another's, 2 s). Reserved at the guess (512
+ * MiB), the second and third would not fit beside the first and wait for its
+ * measurement, a whole call (with the 2 s wait they then shared the 488 MiB
+ * left: one refused). Reserved at the seed, all three fit at once: none
+ * waits, all three are made, and the device never holds more than the limit. */
 static int seeded_first(void *arg)
 {
 	(void)arg;
