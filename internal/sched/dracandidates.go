@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,10 +12,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/utils/ptr"
 
-	"github.com/gpuslice/gpuslice/internal/dra"
-	"github.com/gpuslice/gpuslice/internal/dra/devices"
 	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
@@ -64,85 +60,6 @@ func narrowable(claims []*resourceapi.ResourceClaim) bool {
 // so the first of them fits unless a selector or taint says otherwise.
 const draCandidateNodes = 4
 
-// sharedDev is one device of gpuslice.io's shape (consumable units and
-// memory) as its ResourceSlice publishes it.
-type sharedDev struct {
-	id          structured.DeviceID
-	units, mem  int64
-	unavailable bool // tainted
-	// uuid: the GPU's (attribute uuid, as its GPUNode row names it); pos:
-	// the device's place in its slice; node: the slice's node ("" none).
-	uuid, node string
-	pos        int
-}
-
-// devTable keeps each ResourceSlice's shared devices, read once per slice
-// object (the informer replaces the object when the slice changes), so a
-// cycle does not re-read every device's capacities.
-type devTable struct {
-	mu      sync.Mutex
-	bySlice map[*resourceapi.ResourceSlice][]sharedDev
-}
-
-// devices returns the shared devices of each slice of all, in order.
-func (t *devTable) devices(all []*resourceapi.ResourceSlice) [][]sharedDev {
-	return t.devicesOf(all, len(all))
-}
-
-// devicesOf is devices for some of the slices of a list of listed: the
-// table keeps the others' entries (those of replaced slices go once they
-// are as many as the listed ones; listed 0: not known, none go).
-func (t *devTable) devicesOf(some []*resourceapi.ResourceSlice, listed int) [][]sharedDev {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.bySlice == nil || listed > 0 && len(t.bySlice) > 2*listed+16 { // drop replaced slices
-		t.bySlice = make(map[*resourceapi.ResourceSlice][]sharedDev, listed)
-	}
-	return t.lookup(some)
-}
-
-// each calls fn with the shared devices of each slice of all (every slice
-// listed), in order, as devices returns them (without a copy of the list's
-// length); t.mu is held.
-func (t *devTable) each(all []*resourceapi.ResourceSlice, fn func([]sharedDev)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.bySlice == nil || len(t.bySlice) > 2*len(all)+16 { // drop replaced slices
-		t.bySlice = make(map[*resourceapi.ResourceSlice][]sharedDev, len(all))
-	}
-	for _, s := range all {
-		fn(t.of(s))
-	}
-}
-
-// lookup is the shared devices of each slice of sl, read once per slice
-// object; t.mu held.
-func (t *devTable) lookup(sl []*resourceapi.ResourceSlice) [][]sharedDev {
-	out := make([][]sharedDev, len(sl))
-	for i, s := range sl {
-		out[i] = t.of(s)
-	}
-	return out
-}
-
-// of is the shared devices of slice s, read once per slice object; t.mu held.
-func (t *devTable) of(s *resourceapi.ResourceSlice) []sharedDev {
-	devs, ok := t.bySlice[s]
-	if ok {
-		return devs
-	}
-	for p, d := range s.Spec.Devices {
-		u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
-		if s.Spec.Driver == dra.DriverName && u > 0 && m > 0 { // other drivers' devices are as published
-			devs = append(devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
-				unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
-				node: ptr.Deref(s.Spec.NodeName, "")})
-		}
-	}
-	t.bySlice[s] = devs
-	return devs
-}
-
 // allocatedState is the claim tracker's allocated state (what the
 // DynamicResources plugin's allocator starts from), read again when a
 // concurrent change made the read inconsistent.
@@ -179,42 +96,70 @@ func consumed(st *structured.AllocatedState, d sharedDev) (units, mem int64) {
 // policy (binpack: the fullest such device; spread: the emptiest). all:
 // the ResourceSlices as listed this cycle (nil: listed now).
 func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement, k int) ([]string, error) {
-	ok := matchingNodes(pod, nis)
 	if all == nil {
 		var err error
 		if all, err = e.dra.ResourceSlices().ListWithDeviceTaintRules(); err != nil {
 			return nil, err
 		}
 	}
+	names, _ := e.candidatesIn(pod, nis, all, st, busy, need, policy, k, false)
+	return names, nil
+}
+
+// candidatesIn is draCandidates on the slices listed, and with slices the
+// candidates' slices and those of no node, in all's order (what onlyOf
+// returns for the names; none when no node is named).
+func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, st *structured.AllocatedState,
+	busy map[string]bool, need claimNeed, policy api.Placement, k int, withSlices bool) (names []string, sl []*resourceapi.ResourceSlice) {
+	ok := matchingNodes(pod, nis)
 	// Per slice, the best device that fits: its free fraction after the
-	// pod, kept among the k best (a node's best: topFits).
+	// pod, kept among the k best (a node's best: topFits). A slice of a
+	// pool the state holds no device of has every device free: its best
+	// is the one read when the burst's first pod was (freeBest).
 	top := newTopFits(policy, k)
-	used := usedPools(st) // a device of another pool is free: no lookup
-	e.table.each(all, func(devs []sharedDev) {
-		if len(devs) == 0 || devs[0].node == "" || ok != nil && !ok[devs[0].node] {
+	var noNode []int
+	t := &e.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	stamp := t.walk(all, st, func(i int, en *sliceEntry) {
+		if en.node == "" {
+			noNode = append(noNode, i)
+		}
+		if len(en.devs) == 0 || en.node == "" || ok != nil && !ok[en.node] {
 			return
 		}
-		inUse := used[poolOnly(devs[0].id)]
-		best, found := nodeFit{node: devs[0].node}, false
-		for i := range devs {
-			d := &devs[i] // (read in place: the table's entries are large)
-			var u, m int64
-			if inUse {
-				u, m = consumed(st, *d)
+		if en.used != t.stamp && (len(busy) == 0 || !anyBusy(en.devs, busy)) {
+			if left, found := en.freeBest(need, policy); found {
+				top.add(nodeFit{node: en.node, left: left})
 			}
-			if d.unavailable || d.units-u < need.units || d.mem-m < need.bytes || len(busy) > 0 && busy[d.uuid] {
-				continue
-			}
-			f := nodeFit{node: d.node, left: float64(d.units-u-need.units)/float64(d.units) + float64(d.mem-m-need.bytes)/float64(d.mem)}
-			if !found || f.better(best, policy) {
-				best, found = f, true
-			}
+			return
 		}
-		if found {
+		if best, found := bestFit(en.devs, st, busy, need, policy); found {
 			top.add(best)
 		}
 	})
-	return top.names(), nil
+	names = top.names()
+	if withSlices && len(names) > 0 {
+		sl = t.slicesOf(all, stamp, names, noNode)
+	}
+	return names, sl
+}
+
+// bestFit is the best device of devs (one slice's, in order) by policy
+// that has need free in st and whose GPU is not busy.
+func bestFit(devs []sharedDev, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement) (nodeFit, bool) {
+	best, found := nodeFit{node: devs[0].node}, false
+	for i := range devs {
+		d := &devs[i] // (read in place: the table's entries are large)
+		if len(busy) > 0 && busy[d.uuid] {
+			continue
+		}
+		u, m := consumed(st, *d)
+		if f, ok := fitOf(d, u, m, need); ok && (!found || f.better(best, policy)) {
+			best, found = f, true
+		}
+	}
+	return best, found
 }
 
 // matchingNodes is the set of nodes of nis the pod's node selector and

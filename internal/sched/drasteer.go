@@ -282,14 +282,14 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	}
 	listed, narrowed := len(all), false
 	if n := c.narrow; n != nil {
-		names, err := n.env.draCandidates(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k)
-		cs := &candidates{names: names, err: err}
-		if narrowed = err == nil && len(names) > 0; narrowed {
-			cs.slices = onlyOf(all, names)
+		names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
+		cs := &candidates{names: names}
+		if narrowed = len(names) > 0; narrowed {
+			cs.slices = sl // (onlyOf(all, names), from the table's index)
 			all = cs.slices
 		}
 		c.cands.Store(cs)
-		if err == nil && len(names) == 0 && n.refused {
+		if len(names) == 0 && n.refused {
 			return all, nil // (ordering every slice would be for nothing: a preemptor's first try in a full cluster)
 		}
 	}
@@ -299,23 +299,11 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	return l.s.view(all, c, st, listed), nil
 }
 
-// onlyOf are the slices of all of the nodes named (a few: compared in
-// turn, cheaper than a hash of each slice's node) and of no node.
-func onlyOf(all []*resourceapi.ResourceSlice, names []string) []*resourceapi.ResourceSlice {
-	var out []*resourceapi.ResourceSlice
-	for _, sl := range all {
-		if sl.Spec.NodeName == nil || *sl.Spec.NodeName == "" || slices.Contains(names, *sl.Spec.NodeName) {
-			out = append(out, sl)
-		}
-	}
-	return out
-}
-
 // view is all with, in each slice whose devices the policy orders otherwise
 // than published (some in use) or that has a busy GPU, a copy of the slice
 // with its shared devices in policy order and the busy ones left out; the
 // other slices are the informer's own (read-only) objects. all may be the
-// pod's candidates' slices alone, of listed slices (onlyOf: the allocator,
+// pod's candidates' slices alone, of listed slices (candidatesIn: the allocator,
 // which sorts every slice by node when it is made, runs on them alone).
 func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState, listed int) []*resourceapi.ResourceSlice {
 	var used map[structured.DeviceID]bool
