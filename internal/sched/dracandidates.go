@@ -113,36 +113,59 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 	busy map[string]bool, need claimNeed, policy api.Placement, k int, withSlices bool) (names []string, sl []*resourceapi.ResourceSlice) {
 	ok := matchingNodes(pod, nis)
 	// Per slice, the best device that fits: its free fraction after the
-	// pod, kept among the k best (a node's best: topFits). A slice of a
-	// pool the state holds no device of has every device free: its best
-	// is the one read when the burst's first pod was (freeBest).
+	// pod, kept among the k best (a node's best: topFits). A slice the
+	// state holds nothing of (its pool's devices all free) and without a
+	// busy GPU fits as the first of its shape does; such slices of one
+	// shape rank by node name, so only the first few of each are added.
 	top := newTopFits(policy, k)
-	var noNode []int
 	t := &e.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	stamp := t.walk(all, st, func(i int, en *sliceEntry) {
-		if en.node == "" {
-			noNode = append(noNode, i)
-		}
-		if len(en.devs) == 0 || en.node == "" || ok != nil && !ok[en.node] {
-			return
-		}
-		if en.used != t.stamp && (len(busy) == 0 || !anyBusy(en.devs, busy)) {
-			if left, found := en.freeBest(need, policy); found {
-				top.add(nodeFit{node: en.node, left: left})
-			}
-			return
+	stamp, noNode := t.list(all, st, busy)
+	for _, id := range t.touched {
+		en := t.entries[id]
+		if en.node == "" || ok != nil && !ok[en.node] {
+			continue
 		}
 		if best, found := bestFit(en.devs, st, busy, need, policy); found {
 			top.add(best)
 		}
-	})
+	}
+	for _, g := range t.shapes {
+		left, found := freeFitOf(g.first.devs, need, policy)
+		if !found {
+			continue
+		}
+		t.untouched(g, stamp, func(en *sliceEntry) bool {
+			if en.node == "" || ok != nil && !ok[en.node] {
+				return true
+			}
+			f := nodeFit{node: en.node, left: left}
+			if len(top.top) == top.k && !f.better(top.top[top.k-1], policy) {
+				return false // (nor any after it: the same fit, later names)
+			}
+			top.add(f)
+			return true
+		})
+	}
 	names = top.names()
 	if withSlices && len(names) > 0 {
 		sl = t.slicesOf(all, stamp, names, noNode)
 	}
 	return names, sl
+}
+
+// freeFitOf is the best fit's free fraction of devs (one slice's, in
+// order) for need by policy with nothing allocated on them.
+func freeFitOf(devs []sharedDev, need claimNeed, policy api.Placement) (left float64, found bool) {
+	best, found := nodeFit{}, false
+	for i := range devs {
+		f, ok := fitOf(&devs[i], 0, 0, need)
+		if f.node = ""; ok && (!found || f.better(best, policy)) {
+			best, found = f, true
+		}
+	}
+	return best.left, found
 }
 
 // bestFit is the best device of devs (one slice's, in order) by policy

@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -10,7 +12,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/dra"
 	"github.com/gpuslice/gpuslice/internal/dra/devices"
-	"github.com/gpuslice/gpuslice/pkg/api"
 )
 
 // sharedDev is one device of gpuslice.io's shape (consumable units and
@@ -26,47 +27,48 @@ type sharedDev struct {
 }
 
 // sliceEntry is the table's entry of one ResourceSlice object: its shared
-// devices and, for a cycle's candidates, where the slice is in the cycle's
-// list and whether the allocated state holds any of its pool's devices.
+// devices, its node ("" none), its number (the index of the table's
+// per-cycle arrays) and the group of slices of its devices' capacities.
 type sliceEntry struct {
-	devs []sharedDev
-	node string // the slice's node ("" none)
-	// seen: the stamp of the last list walked with the slice in it, at
-	// index idx; used: the stamp of the last state holding a device of
-	// its pool (else every device of it is free in that state).
-	seen, used uint64
-	idx        int
-	// free: the best fit of the slice with every device free, for need
-	// and policy (one burst of pods asks for the same share).
-	free freeFit
+	id    int32
+	devs  []sharedDev
+	node  string
+	shape *shapeGroup // nil: no shared device
 }
 
-// freeFit is a slice's best device for need by policy with nothing
-// allocated: its free fraction after the share (found: some device fits).
-type freeFit struct {
-	valid  bool
-	need   claimNeed
-	policy api.Placement
-	found  bool
-	left   float64
+// shapeGroup is the slices whose shared devices have, in order, the same
+// units, memory and taint: with nothing allocated on them, the same best
+// fit for a share (the first slice's), so the nodes among them rank by
+// name alone.
+type shapeGroup struct {
+	first  *sliceEntry
+	ids    []int32 // the slices, by node name when sorted
+	sorted bool
 }
 
 // devTable keeps each ResourceSlice's shared devices, read once per slice
 // object (the informer replaces the object when the slice changes), so a
 // cycle does not re-read every device's capacities; and an index of the
-// entries by pool and by node, so that a cycle finds the slices whose
-// pools the state uses, and the candidates' slices, without a hash of
-// every slice's devices or nodes.
+// entries by pool, node, GPU and shape, so that a cycle's candidates read
+// device by device only the slices the allocated state holds something of
+// (or with a busy GPU), and rank the others by their shape's fit without
+// reading them. Entries of replaced slices stay until the table is
+// dropped: a cycle's stamps (seen) tell the slices it listed.
 type devTable struct {
 	mu      sync.Mutex
 	bySlice map[*resourceapi.ResourceSlice]*sliceEntry
-	// byPool: the entries of each pool (poolOnly); byNode: of each node.
-	// Entries of replaced slices stay until the table is dropped (their
-	// stamps are not the cycle's).
-	byPool map[structured.DeviceID][]*sliceEntry
-	byNode map[string][]*sliceEntry
-	stamp  uint64
-	buf    []*sliceEntry // a walk's entries (kept: no list per cycle)
+	entries []*sliceEntry // by id
+	// seen: the stamp of the last list walked with the slice in it, at
+	// index idx; used: the stamp of the last cycle that reads the slice
+	// device by device.
+	seen, used []uint64
+	idx        []int32
+	byPool     map[structured.DeviceID][]int32 // (poolOnly)
+	byNode     map[string][]int32
+	byUUID     map[string][]int32
+	shapes     map[string]*shapeGroup
+	stamp      uint64
+	touched    []int32 // the cycle's slices read device by device (kept: no list per cycle)
 }
 
 // devices returns the shared devices of each slice of all, in order.
@@ -93,8 +95,9 @@ func (t *devTable) devicesOf(some []*resourceapi.ResourceSlice, listed int) [][]
 func (t *devTable) reset(listed int) {
 	if t.bySlice == nil || listed > 0 && len(t.bySlice) > 2*listed+16 {
 		t.bySlice = make(map[*resourceapi.ResourceSlice]*sliceEntry, listed)
-		t.byPool = make(map[structured.DeviceID][]*sliceEntry, listed)
-		t.byNode = make(map[string][]*sliceEntry, listed)
+		t.entries, t.seen, t.used, t.idx = nil, nil, nil, nil
+		t.byPool, t.byNode, t.byUUID = map[structured.DeviceID][]int32{}, map[string][]int32{}, map[string][]int32{}
+		t.shapes = map[string]*shapeGroup{}
 	}
 }
 
@@ -103,91 +106,112 @@ func (t *devTable) of(s *resourceapi.ResourceSlice) *sliceEntry {
 	if e, ok := t.bySlice[s]; ok {
 		return e
 	}
-	e := &sliceEntry{node: ptr.Deref(s.Spec.NodeName, "")}
+	e := &sliceEntry{id: int32(len(t.entries)), node: ptr.Deref(s.Spec.NodeName, "")}
+	var key []byte
 	for p, d := range s.Spec.Devices {
 		u, m := deviceCap(d, capUnits), deviceCap(d, capMemory)
 		if s.Spec.Driver == dra.DriverName && u > 0 && m > 0 { // other drivers' devices are as published
 			e.devs = append(e.devs, sharedDev{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), units: u, mem: m,
 				unavailable: len(d.Taints) > 0, uuid: ptr.Deref(d.Attributes[devices.AttrUUID].StringValue, ""), pos: p,
 				node: e.node})
+			key = fmt.Appendf(key, "%d/%d/%t;", u, m, len(d.Taints) > 0)
 		}
 	}
 	t.bySlice[s] = e
-	if len(e.devs) > 0 {
-		pool := poolOnly(e.devs[0].id)
-		t.byPool[pool] = append(t.byPool[pool], e)
-	}
+	t.entries = append(t.entries, e)
+	t.seen, t.used, t.idx = append(t.seen, 0), append(t.used, 0), append(t.idx, 0)
 	if e.node != "" {
-		t.byNode[e.node] = append(t.byNode[e.node], e)
+		t.byNode[e.node] = append(t.byNode[e.node], e.id)
 	}
+	if len(e.devs) == 0 {
+		return e
+	}
+	pool := poolOnly(e.devs[0].id)
+	t.byPool[pool] = append(t.byPool[pool], e.id)
+	for _, d := range e.devs {
+		if d.uuid != "" {
+			t.byUUID[d.uuid] = append(t.byUUID[d.uuid], e.id)
+		}
+	}
+	g := t.shapes[string(key)]
+	if g == nil {
+		g = &shapeGroup{first: e}
+		t.shapes[string(key)] = g
+	}
+	g.ids, g.sorted, e.shape = append(g.ids, e.id), false, g
 	return e
 }
 
-// walk is a cycle's walk of all (every slice listed) with t.mu held: it
-// marks the entries of the pools st holds a device of (used == the stamp
-// returned; a slice of any other pool has every device free), then calls
-// fn with each slice's entry and index, in order, marking it seen.
-func (t *devTable) walk(all []*resourceapi.ResourceSlice, st *structured.AllocatedState, fn func(i int, e *sliceEntry)) (stamp uint64) {
+// list starts a cycle on all (every slice listed; t.mu held): it stamps
+// each slice's entry seen at its index, marks for a walk device by device
+// (touched) the slices of the pools st holds a device of and those with a
+// GPU in busy (every device of any other slice is free and counted), and
+// returns the cycle's stamp and the indexes of the slices of no node.
+func (t *devTable) list(all []*resourceapi.ResourceSlice, st *structured.AllocatedState, busy map[string]bool) (stamp uint64, noNode []int) {
 	t.reset(len(all))
 	t.stamp++
 	stamp = t.stamp
-	t.buf = t.buf[:0]
-	for _, s := range all { // (entries first: the marks reach slices new in this list too)
-		t.buf = append(t.buf, t.of(s))
+	for i, s := range all {
+		e := t.of(s)
+		t.seen[e.id], t.idx[e.id] = stamp, int32(i)
+		if e.node == "" {
+			noNode = append(noNode, i)
+		}
 	}
-	mark := func(id structured.DeviceID) {
-		for _, e := range t.byPool[poolOnly(id)] {
-			e.used = stamp
+	t.touched = t.touched[:0]
+	mark := func(ids []int32) {
+		for _, id := range ids {
+			if t.used[id] != stamp && t.seen[id] == stamp {
+				t.used[id] = stamp
+				t.touched = append(t.touched, id)
+			}
 		}
 	}
 	for id := range st.AggregatedCapacity {
-		mark(id)
+		mark(t.byPool[poolOnly(id)])
 	}
 	for id := range st.AllocatedDevices {
-		mark(id)
+		mark(t.byPool[poolOnly(id)])
 	}
-	for i, e := range t.buf {
-		e.seen, e.idx = stamp, i
-		fn(i, e)
+	for uuid := range busy {
+		mark(t.byUUID[uuid])
 	}
-	clear(t.buf) // (no entry kept alive past its slice)
-	return stamp
+	return stamp, noNode
 }
 
-// slicesOf are the slices of all (walked with stamp, t.mu held) of the
-// nodes named and those of no node (noNode: their indexes), in all's
-// order: what onlyOf returns, from the index.
+// untouched calls fn with each slice of group g listed in the cycle of
+// stamp and not read device by device, by node name, until fn returns
+// false; t.mu held.
+func (t *devTable) untouched(g *shapeGroup, stamp uint64, fn func(e *sliceEntry) bool) {
+	if !g.sorted {
+		slices.SortFunc(g.ids, func(a, b int32) int { return strings.Compare(t.entries[a].node, t.entries[b].node) })
+		g.sorted = true
+	}
+	for _, id := range g.ids {
+		if t.seen[id] == stamp && t.used[id] != stamp && !fn(t.entries[id]) {
+			return
+		}
+	}
+}
+
+// slicesOf are the slices of all (listed in the cycle of stamp, t.mu
+// held) of the nodes named and those of no node (noNode: their indexes),
+// in all's order: what onlyOf returns, from the index.
 func (t *devTable) slicesOf(all []*resourceapi.ResourceSlice, stamp uint64, names []string, noNode []int) []*resourceapi.ResourceSlice {
 	idx := slices.Clone(noNode)
 	for _, n := range names {
-		for _, e := range t.byNode[n] {
-			if e.seen == stamp {
-				idx = append(idx, e.idx)
+		for _, id := range t.byNode[n] {
+			if t.seen[id] == stamp {
+				idx = append(idx, int(t.idx[id]))
 			}
 		}
 	}
 	slices.Sort(idx)
-	var out []*resourceapi.ResourceSlice
-	for _, i := range idx {
-		out = append(out, all[i])
+	out := make([]*resourceapi.ResourceSlice, len(idx))
+	for j, i := range idx {
+		out[j] = all[i]
 	}
 	return out
-}
-
-// freeBest is the entry's best device for need by policy with every
-// device free (cached per need and policy).
-func (e *sliceEntry) freeBest(need claimNeed, policy api.Placement) (left float64, found bool) {
-	if f := e.free; f.valid && f.need == need && f.policy == policy {
-		return f.left, f.found
-	}
-	best, found := nodeFit{node: e.node}, false
-	for i := range e.devs {
-		if f, ok := fitOf(&e.devs[i], 0, 0, need); ok && (!found || f.better(best, policy)) {
-			best, found = f, true
-		}
-	}
-	e.free = freeFit{valid: true, need: need, policy: policy, found: found, left: best.left}
-	return best.left, found
 }
 
 // fitOf is device d's fit for need with u units and m bytes of it

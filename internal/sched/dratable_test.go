@@ -178,3 +178,35 @@ func TestCandidatesIndexIsFullWalk(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceViewFewIsMany: the view of many slices (the state's pools
+// listed once) shows each slice as the view of that slice alone does (its
+// devices looked up in the state), for each policy, busy GPUs or none.
+func TestDeviceViewFewIsMany(t *testing.T) {
+	r := rand.New(rand.NewPCG(32, 8))
+	for range 20 {
+		c := newRandomCluster(r, 12+r.IntN(8))
+		st, _ := fakeClaims{c: c.claims()}.GatherAllocatedState()
+		busy := map[string]bool{}
+		for _, sl := range c.slices {
+			for _, d := range sl.Spec.Devices {
+				if u := d.Attributes["uuid"].StringValue; u != nil && r.IntN(8) == 0 {
+					busy[*u] = true
+				}
+			}
+		}
+		for _, policy := range []api.Placement{api.PlacementBinpack, api.PlacementSpread, api.PlacementFirstFit} {
+			for _, b := range []map[string]bool{nil, busy} {
+				s := &steer{}
+				cyc := &steerCycle{policy: policy, busy: b}
+				many := s.view(c.slices, cyc, st, len(c.slices))
+				for i, sl := range c.slices {
+					one := s.view([]*resourceapi.ResourceSlice{sl}, cyc, st, len(c.slices))
+					if !slices.Equal(deviceNames(many[i]), deviceNames(one[0])) || (many[i] == sl) != (one[0] == sl) {
+						t.Fatalf("%s, busy %d: slice %d %v in the view of all, %v alone", policy, len(b), i, deviceNames(many[i]), deviceNames(one[0]))
+					}
+				}
+			}
+		}
+	}
+}
