@@ -306,13 +306,22 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 // pod's candidates' slices alone, of listed slices (candidatesIn: the allocator,
 // which sorts every slice by node when it is made, runs on them alone).
 func (s *steer) view(all []*resourceapi.ResourceSlice, c *steerCycle, st *structured.AllocatedState, listed int) []*resourceapi.ResourceSlice {
+	// A slice none of whose devices the state holds (every device free) is
+	// in policy order as published. For a few slices (the candidates')
+	// their devices are looked up; for many the state's pools are listed
+	// once (a slice of no pool listed holds nothing).
 	var used map[structured.DeviceID]bool
-	if c.policy != api.PlacementFirstFit {
+	few := len(all) <= draCandidateNodes+4
+	if c.policy != api.PlacementFirstFit && !few {
 		used = usedPools(st)
 	}
 	var out []*resourceapi.ResourceSlice
 	for i, devs := range s.table.devicesOf(all, listed) {
-		if len(devs) == 0 || !used[poolOnly(devs[0].id)] && !anyBusy(devs, c.busy) {
+		if len(devs) == 0 {
+			continue
+		}
+		inUse := c.policy != api.PlacementFirstFit && (few && anyHeld(st, devs) || used[poolOnly(devs[0].id)])
+		if !inUse && !anyBusy(devs, c.busy) {
 			continue
 		}
 		if sl := steerSlice(all[i], devs, c, st); sl != all[i] {
@@ -346,6 +355,19 @@ func poolOnly(id structured.DeviceID) structured.DeviceID {
 	var none structured.DeviceID
 	id.Device = none.Device
 	return id
+}
+
+// anyHeld reports whether st holds part or all of a device of devs.
+func anyHeld(st *structured.AllocatedState, devs []sharedDev) bool {
+	for _, d := range devs {
+		if st.AllocatedDevices.Has(d.id) {
+			return true
+		}
+		if _, ok := st.AggregatedCapacity[d.id]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func anyBusy(devs []sharedDev, busy map[string]bool) bool {
