@@ -36,7 +36,7 @@ func (e *draEnv) mappedClaim(pod *corev1.Pod) *resourceapi.ResourceClaim {
 		return nil
 	}
 	classes := e.dra.DeviceClassResolver()
-	if classes == nil {
+	if classes == nil || !asksExtended(pod) {
 		return nil
 	}
 	var reqs []resourceapi.DeviceRequest
@@ -58,6 +58,32 @@ func (e *draEnv) mappedClaim(pod *corev1.Pod) *resourceapi.ResourceClaim {
 	})
 	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name + "-extended-resources",
 		UID: mappedClaimUID(pod)}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}}
+}
+
+// asksExtended reports whether pod's spec requests a resource the mapping
+// may serve (an extended resource name, as PodRequests would sum it: the
+// containers', init containers', pod-level and overhead requests): most
+// claim pods do not, and the sum is not made for them (a map per call).
+func asksExtended(pod *corev1.Pod) bool {
+	ext := func(l corev1.ResourceList) bool {
+		for name := range l {
+			if schedutil.IsDRAExtendedResourceName(name) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range pod.Spec.Containers {
+		if ext(pod.Spec.Containers[i].Resources.Requests) {
+			return true
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if ext(pod.Spec.InitContainers[i].Resources.Requests) {
+			return true
+		}
+	}
+	return ext(pod.Spec.Overhead) || pod.Spec.Resources != nil && ext(pod.Spec.Resources.Requests)
 }
 
 // usesClaims reports whether pod's devices come from ResourceClaims: its
