@@ -48,7 +48,7 @@ func main() {
 	flag.StringVar(&o.profile.path, "preempt-profile", "", "write a CPU profile of gpuslice-scheduler from the preemption burst on to this file (and its allocation profiles before and after the phase to FILE.allocs0 and FILE.allocs1)")
 	flag.IntVar(&o.profile.seconds, "preempt-profile-seconds", 20, "length of the -preempt-profile profile")
 	o.draProfile = &cpuProfile{}
-	flag.StringVar(&o.draProfile.path, "dra-profile", "", "write a CPU profile of gpuslice-scheduler placing the DRA claims (the dra-gpuslice run, DynamicResources inside it) to this file")
+	flag.StringVar(&o.draProfile.path, "dra-profile", "", "write a CPU profile of gpuslice-scheduler placing the DRA claims (the dra-gpuslice run, DynamicResources inside it) to this file (and its allocation profiles before the pods and once all are bound to FILE.allocs0 and FILE.allocs1)")
 	flag.IntVar(&o.draProfile.seconds, "dra-profile-seconds", 10, "length of the -dra-profile profile, from the first pod on (must end before the run does)")
 	o.draPreemptProfile = &cpuProfile{}
 	flag.StringVar(&o.draPreemptProfile.path, "dra-preempt-profile", "", "write a CPU profile of gpuslice-scheduler over the DRA preemption phase, from the first preemptor on, to this file (and its allocation profiles before and after to FILE.allocs0 and FILE.allocs1)")

@@ -120,7 +120,9 @@ func apiserverProfile(ctx context.Context, cp *harness.ControlPlane, path string
 // p.seconds (to p.path) starts once the scheduler runs and the setup is
 // done, as the pods start to arrive, and the books (read once every pod is
 // bound, the scheduler still running) wait for it to be written
-// (-dra-profile); the channel gives the profile's outcome after the run
+// (-dra-profile; the allocation profiles before the pods and once all are
+// bound to path.allocs0 and path.allocs1, as start and finish take them);
+// the channel gives the profile's outcome after the run
 // (nil when none is asked).
 func (p *cpuProfile) during(setup func(context.Context, string) error, books func(context.Context, string) (string, error)) (
 	s func(context.Context, string) error, b func(context.Context, string) (string, error), outcome <-chan error) {
@@ -137,11 +139,19 @@ func (p *cpuProfile) during(setup func(context.Context, string) error, books fun
 				return err
 			}
 		}
+		if err := p.fetch(ctx, "allocs", p.path+".allocs0"); err != nil {
+			fetched <- err
+			return nil
+		}
 		go func() { fetched <- p.fetch(ctx, fmt.Sprintf("profile?seconds=%d", p.seconds), p.path) }()
 		return nil
 	}
 	b = func(ctx context.Context, ns string) (string, error) {
-		done <- <-fetched
+		err := <-fetched
+		if err == nil {
+			err = p.fetch(ctx, "allocs", p.path+".allocs1")
+		}
+		done <- err
 		if books == nil {
 			return "", nil
 		}
