@@ -151,6 +151,8 @@ func (p *cpuProfile) during(setup func(context.Context, string) error, books fun
 		if err == nil {
 			err = p.fetch(ctx, "allocs", p.path+".allocs1")
 		}
+		// (the run's attempts and their wall time, all pods bound)
+		fmt.Println(schedulerMetrics(ctx, []string{"--secure-port=" + strconv.Itoa(p.port)}))
 		done <- err
 		if books == nil {
 			return "", nil
