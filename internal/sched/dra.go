@@ -37,15 +37,25 @@ type draEnv struct {
 	cel      *cel.Cache
 	// table: the shared devices of each ResourceSlice (dracandidates.go).
 	table devTable
+	// changes: the claim allocations changed, by pool (nil: not known).
+	changes *claimChanges
 }
 
 func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
 	if fh.SharedDRAManager() == nil {
 		return nil
 	}
-	return &draEnv{dra: fh.SharedDRAManager(), features: dynamicresources.AllocatorFeatures(fts),
+	e := &draEnv{dra: fh.SharedDRAManager(), features: dynamicresources.AllocatorFeatures(fts),
 		cel: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
 			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})}
+	// The claim informer the tracker is built on (the scheduler's shared one).
+	if f := fh.SharedInformerFactory(); f != nil {
+		ch := newClaimChanges()
+		if _, err := f.Resource().V1().ResourceClaims().Informer().AddEventHandler(ch.handler()); err == nil {
+			e.changes = ch // (else nil: every dry run gathers its state)
+		}
+	}
+	return e
 }
 
 // hasClaims reports whether a pod asks for devices through ResourceClaims
@@ -123,15 +133,27 @@ func poolKey(driver, pool string) string { return driver + "/" + pool }
 type draSnapshot struct {
 	once sync.Once
 	err  error
-	// fresh: with no state given, it is gathered at the first read (the
-	// dry run's, drySnapshot); if that fails, every claim is indexed.
+	// fresh: the dry run's (startDryRun): with no state given, a node is
+	// read with pre (the state PreFilter gathered, changes numbered up to
+	// preSeq before it; nil: none) when no claim allocation on its pools
+	// changed since and its pods' claims agree with it, else with a state
+	// gathered when the first such node is read; if that fails, every claim
+	// is indexed.
 	fresh  bool
+	pre    *structured.AllocatedState
+	preSeq uint64
 	state  *structured.AllocatedState
 	slices map[string][]*resourceapi.ResourceSlice // by node
-	held   map[string][]*resourceapi.ResourceClaim // by node (no state)
+	// gathered: the state gathered for the dry run (nil: not yet, or failed).
+	gatherOnce sync.Once
+	gathered   *structured.AllocatedState
+	// held: every allocated claim by node, when no state is known.
+	indexOnce sync.Once
+	indexErr  error
+	held      map[string][]*resourceapi.ResourceClaim
 }
 
-// read fills the snapshot once.
+// read lists the slices once.
 func (s *draSnapshot) read(e *draEnv) error {
 	s.once.Do(func() {
 		all, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
@@ -139,27 +161,56 @@ func (s *draSnapshot) read(e *draEnv) error {
 			s.err = fmt.Errorf("resource slices: %w", err)
 			return
 		}
-		s.slices, s.held = map[string][]*resourceapi.ResourceSlice{}, map[string][]*resourceapi.ResourceClaim{}
-		type pool struct{ driver, name string } // (no key string made per claim)
-		poolNode := map[pool]string{}
+		s.slices = map[string][]*resourceapi.ResourceSlice{}
 		for _, sl := range all {
-			if sl.Spec.NodeName == nil {
-				continue
+			if sl.Spec.NodeName != nil {
+				s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
 			}
-			s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
-			poolNode[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = *sl.Spec.NodeName
 		}
-		if s.state == nil && s.fresh {
-			s.state, _ = e.allocatedState() // (nil on an error: the index below)
+	})
+	return s.err
+}
+
+// heldOn is what is allocated on the node's devices: its pods' claims and
+// what the state holds there beyond them (podClaims), or, with no state,
+// the claims the index of every claim puts there.
+func (s *draSnapshot) heldOn(e *draEnv, ni fwk.NodeInfo, n *draNode) ([]*resourceapi.ResourceClaim, error) {
+	if s.state != nil {
+		return e.podClaims(ni, n, s.state), nil
+	}
+	if s.fresh {
+		if s.pre != nil && !e.changes.since(n.pools, s.preSeq) {
+			if held, ok := e.podClaimsAgree(ni, n, s.pre); ok {
+				return held, nil
+			}
 		}
-		if s.state != nil {
-			return
+		s.gatherOnce.Do(func() { s.gathered, _ = e.allocatedState() }) // (nil on an error: the index below)
+		if s.gathered != nil {
+			return e.podClaims(ni, n, s.gathered), nil
 		}
+	}
+	if err := s.index(e); err != nil {
+		return nil, err
+	}
+	return s.held[n.node.Name], nil
+}
+
+// index puts every allocated claim on the nodes of its devices' pools, once.
+func (s *draSnapshot) index(e *draEnv) error {
+	s.indexOnce.Do(func() {
 		claims, err := e.dra.ResourceClaims().List()
 		if err != nil {
-			s.err = fmt.Errorf("resource claims: %w", err)
+			s.indexErr = fmt.Errorf("resource claims: %w", err)
 			return
 		}
+		type pool struct{ driver, name string } // (no key string made per claim)
+		poolNode := map[pool]string{}
+		for node, sls := range s.slices {
+			for _, sl := range sls {
+				poolNode[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = node
+			}
+		}
+		s.held = map[string][]*resourceapi.ResourceClaim{}
 		var nodes []string // the claim's nodes so far
 		for _, c := range claims {
 			if c.Status.Allocation == nil {
@@ -174,22 +225,26 @@ func (s *draSnapshot) read(e *draEnv) error {
 			}
 		}
 	})
-	return s.err
+	return s.indexErr
 }
 
-// startDryRun gives a preemption's dry run its snapshot (c.draSnap): the
-// allocated state is gathered when its first node is read, not the one
-// PreFilter read (c.draState). podClaims reads the claims of the node's
-// pods from the tracker then, and a claim released since PreFilter (a
-// victim's, the claim releaser's write) would still be in PreFilter's
-// state but in no pod's claims: held by nobody (unattributed), freed by no
-// eviction, and a pod beside it evicted for the room the release already
-// made; a claim allocated since would be missing from it, its share
-// counted free. One state for all the dry run's nodes (a gather per node
-// would cost what the index of every claim did); what changes between
-// that gather and a node's read (a dry run's time, against PreFilter's
-// and every node's Filter before) still reads as above.
-func (c *cycle) startDryRun() { c.draSnap = &draSnapshot{fresh: true} }
+// startDryRun gives a preemption's dry run its snapshot (c.draSnap). Its
+// nodes are read with the allocated state PreFilter gathered (c.draState)
+// only where no claim allocation on the node's pools changed since
+// (claimChanges, from the claim informer) and the node's pods' claims
+// agree with it (each one allocated there is in it, and it holds nothing
+// there beyond them); otherwise with one state gathered then, for all the
+// dry run's nodes. podClaims reads the claims of the node's pods from the
+// tracker when the node is read, and a claim released since PreFilter (a
+// victim's, by the claim releaser) would still be in PreFilter's state but
+// in no pod's claims: held by nobody (unattributed), freed by no eviction,
+// and a pod beside it evicted for the room the release already made; a
+// claim allocated since would be missing from it, its share counted free.
+// What changes between the gather and a node's read (a dry run's time)
+// still reads as above.
+func (c *cycle) startDryRun() {
+	c.draSnap = &draSnapshot{fresh: true, pre: c.draState, preSeq: c.draSeq}
+}
 
 // readNode reads the node's local ResourceSlices and the claims allocated
 // on their devices, from snap (nil: a fresh read).
@@ -202,16 +257,21 @@ func (e *draEnv) readNode(snap *draSnapshot, ni fwk.NodeInfo) (*draNode, error) 
 	}
 	node := ni.Node()
 	n := &draNode{features: e.features, classes: e.dra.DeviceClasses(), cel: e.cel, node: node, pools: sets.New[string](),
-		devices: map[structured.DeviceID]resourceapi.Device{}, slices: snap.slices[node.Name], held: snap.held[node.Name]}
+		devices: map[structured.DeviceID]resourceapi.Device{}, slices: snap.slices[node.Name]}
 	for _, s := range n.slices {
 		n.pools.Insert(poolKey(s.Spec.Driver, s.Spec.Pool.Name))
 		for _, d := range s.Spec.Devices {
 			n.devices[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = d
 		}
 	}
-	if snap.state != nil && len(n.slices) > 0 {
-		n.held = e.podClaims(ni, n, snap.state)
+	if len(n.slices) == 0 {
+		return n, nil // (no device of the node's: nothing held there)
 	}
+	held, err := snap.heldOn(e, ni, n)
+	if err != nil {
+		return nil, err
+	}
+	n.held = held
 	return n, nil
 }
 

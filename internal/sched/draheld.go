@@ -14,13 +14,40 @@ import (
 // podClaims are the claims allocated on node n's devices that the node's
 // pods name (the claim tracker's: assumed allocations included), and one
 // claim reserved for nobody holding what st, the tracker's allocated state
-// (in-flight allocations included) gathered just before (startDryRun: not
-// PreFilter's, which a claim released since would outlive), has on the
-// node's devices beyond them (the claim of a pod gone and not deallocated
-// yet, of no pod, or in flight): nothing frees that one. A lookup per pod of the node, where the
-// index of every claim of the cluster (draSnapshot without a state) cost a
-// DRA preemptor's first try a tenth of its CPU in a full cluster.
+// (in-flight allocations included), has on the node's devices beyond them
+// (the claim of a pod gone and not deallocated yet, of no pod, or in
+// flight): nothing frees that one. st must be as recent as the claims'
+// reading (startDryRun: a claim released since st was gathered would
+// outlive in it). A lookup per pod of the node, where the index of every
+// claim of the cluster (draSnapshot without a state) cost a DRA
+// preemptor's first try a tenth of its CPU in a full cluster.
 func (e *draEnv) podClaims(ni fwk.NodeInfo, n *draNode, st *structured.AllocatedState) []*resourceapi.ResourceClaim {
+	held := e.nodePodClaims(ni, n)
+	if rest := n.unattributed(held, st); rest != nil {
+		held = append(held, rest)
+	}
+	return held
+}
+
+// podClaimsAgree is the node's pods' claims allocated there when st, a
+// state gathered earlier, agrees with them: every one of them is in it,
+// and it holds nothing on the node's devices beyond them. Otherwise (ok
+// false) st is not the node's state now, or the node holds what the pods'
+// claims do not say (a gone pod's claim, one in flight): the caller reads
+// it with a state gathered now.
+func (e *draEnv) podClaimsAgree(ni fwk.NodeInfo, n *draNode, st *structured.AllocatedState) (held []*resourceapi.ResourceClaim, ok bool) {
+	held = e.nodePodClaims(ni, n)
+	for _, c := range held {
+		if !n.inState(c, st) {
+			return nil, false
+		}
+	}
+	return held, n.unattributed(held, st) == nil
+}
+
+// nodePodClaims are the claims allocated on node n's devices that the
+// node's pods name, each once.
+func (e *draEnv) nodePodClaims(ni fwk.NodeInfo, n *draNode) []*resourceapi.ResourceClaim {
 	var held []*resourceapi.ResourceClaim
 	seen := sets.New[types.UID]()
 	for _, pi := range ni.GetPods() {
@@ -34,10 +61,26 @@ func (e *draEnv) podClaims(ni fwk.NodeInfo, n *draNode, st *structured.Allocated
 			held = append(held, c)
 		}
 	}
-	if rest := n.unattributed(held, st); rest != nil {
-		held = append(held, rest)
-	}
 	return held
+}
+
+// inState tells whether st has c's allocation on the node's devices (as
+// the claim tracker counts it: a share by its ID, a device whole).
+func (n *draNode) inState(c *resourceapi.ResourceClaim, st *structured.AllocatedState) bool {
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if !n.pools.Has(poolKey(r.Driver, r.Pool)) || r.AdminAccess != nil && *r.AdminAccess {
+			continue // (admin access is in no state)
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID != nil && n.features.ConsumableCapacity {
+			if !st.AllocatedSharedDeviceIDs.Has(structured.MakeSharedDeviceID(id, r.ShareID)) {
+				return false
+			}
+		} else if !st.AllocatedDevices.Has(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // holds reports whether c is allocated a device of the node's pools.

@@ -86,6 +86,15 @@ type steer struct {
 	cur atomic.Pointer[steerCycle]
 }
 
+// changes is the GPUSlice plugin's record of claim allocation changes (nil:
+// none, or no GPUSlice plugin).
+func (s *steer) changes() *claimChanges {
+	if p := s.plugin.Load(); p != nil && p.preempt != nil && p.preempt.dra != nil {
+		return p.preempt.dra.changes
+	}
+	return nil
+}
+
 // steerCycle is what the view needs of one pod: its policy, the busy GPUs'
 // UUIDs, and the allocated state the allocator starts from (as the plugin
 // gathered it).
@@ -93,6 +102,8 @@ type steerCycle struct {
 	policy api.Placement
 	busy   map[string]bool
 	state  atomic.Pointer[structured.AllocatedState]
+	// seq: the claim changes numbered before state was gathered.
+	seq atomic.Uint64
 	// narrow: the pod's candidate nodes are computed from the gathered
 	// state (nil: none); cands their outcome, set by the view.
 	narrow *narrowing
@@ -128,6 +139,7 @@ const steerKey fwk.StateKey = Name + "/allocated"
 
 type steerData struct {
 	state *structured.AllocatedState
+	seq   uint64 // claimChanges.now() before state was gathered
 	busy  map[string]bool
 	cands *candidates // nil: not computed
 }
@@ -204,7 +216,7 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	p.s.cur.CompareAndSwap(c, nil)
 	if as := c.state.Load(); as != nil {
-		state.Write(steerKey, &steerData{state: as, busy: c.busy, cands: c.cands.Load()})
+		state.Write(steerKey, &steerData{state: as, seq: c.seq.Load(), busy: c.busy, cands: c.cands.Load()})
 	}
 	return r, st
 }
@@ -257,8 +269,10 @@ type steeredClaims struct {
 }
 
 func (t steeredClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	seq := t.s.changes().now()
 	st, err := t.ResourceClaimTracker.GatherAllocatedState()
 	if c := t.s.cur.Load(); err == nil && c != nil {
+		c.seq.Store(seq)
 		c.state.Store(st)
 	}
 	return st, err

@@ -1,0 +1,111 @@
+package sched
+
+import (
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+)
+
+// claimChanges numbers the changes of claim allocations the scheduler's
+// claim informer delivers, and remembers per pool (driver/pool) the last
+// one on a device of it: a preemption's dry run reads a node with the
+// allocated state PreFilter gathered when nothing on the node's pools
+// changed since (draSnapshot.heldOn) instead of gathering it again (a copy
+// of every allocated device's consumed capacity, per preemptor). A nil
+// claimChanges knows nothing: every pool counts as changed.
+type claimChanges struct {
+	mu   sync.Mutex
+	seq  uint64
+	last map[string]uint64 // poolKey -> seq of its last change
+	// any: the last change whose pools are not known (every pool's).
+	any uint64
+}
+
+func newClaimChanges() *claimChanges { return &claimChanges{last: map[string]uint64{}} }
+
+// now is the number of the last change so far: read before a state is
+// gathered, it dates that state.
+func (c *claimChanges) now() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// touch records a change of the claims' allocations (a claim allocated,
+// deallocated, or deleted allocated) on the pools they were allocated on;
+// a nil claim (an object that is not one) changed every pool.
+func (c *claimChanges) touch(claims ...*resourceapi.ResourceClaim) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	for _, cl := range claims {
+		if cl == nil {
+			c.any = c.seq
+			continue
+		}
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			c.last[poolKey(r.Driver, r.Pool)] = c.seq
+		}
+	}
+}
+
+// since tells whether a claim allocation on one of pools changed after
+// change seq (a nil claimChanges: always).
+func (c *claimChanges) since(pools sets.Set[string], seq uint64) bool {
+	if c == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.any > seq {
+		return true
+	}
+	for p := range pools {
+		if c.last[p] > seq {
+			return true
+		}
+	}
+	return false
+}
+
+// handler is the claim informer's handler feeding c: as the claim
+// tracker's own (its allocated devices), a claim counts when its
+// allocation appears or goes, or it is added or deleted allocated.
+func (c *claimChanges) handler() cache.ResourceEventHandler {
+	claim := func(obj any) *resourceapi.ResourceClaim {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		rc, _ := obj.(*resourceapi.ResourceClaim)
+		return rc
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if rc := claim(obj); rc != nil && rc.Status.Allocation != nil {
+				c.touch(rc)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, cur := claim(oldObj), claim(newObj)
+			if old == nil || cur == nil || (old.Status.Allocation == nil) != (cur.Status.Allocation == nil) {
+				c.touch(old, cur) // (allocations are immutable once made: appeared or gone)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if rc := claim(obj); rc == nil || rc.Status.Allocation != nil {
+				c.touch(rc)
+			}
+		},
+	}
+}

@@ -1,0 +1,155 @@
+package sched
+
+import (
+	"slices"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+)
+
+// TestClaimChanges: the informer's events number the changes of claim
+// allocations per pool; a pool changed after the number read counts, one
+// changed before or another pool's does not, an object that is not a
+// claim changes every pool, an update that neither allocates nor
+// deallocates changes nothing, and a nil claimChanges knows nothing.
+func TestClaimChanges(t *testing.T) {
+	_, f := fullDRANodes(2, nil)
+	on0, on1 := f.claims[0], f.claims[2] // allocated on n0's pool, n1's
+	pool0 := sets.New(poolKey(testDriver, "n0"))
+	free := on0.DeepCopy()
+	unallocated(free)
+	relabelled := on0.DeepCopy()
+	relabelled.Labels = map[string]string{"a": "b"}
+	for _, c := range []struct {
+		name   string
+		events func(h cache.ResourceEventHandler)
+		want   bool // n0's pool changed after the number read
+	}{
+		{"nothing", func(cache.ResourceEventHandler) {}, false},
+		{"allocated on n0", func(h cache.ResourceEventHandler) { h.OnUpdate(free, on0) }, true},
+		{"deallocated on n0", func(h cache.ResourceEventHandler) { h.OnUpdate(on0, free) }, true},
+		{"deleted allocated on n0", func(h cache.ResourceEventHandler) { h.OnDelete(on0) }, true},
+		{"tombstone of n0's", func(h cache.ResourceEventHandler) { h.OnDelete(cache.DeletedFinalStateUnknown{Obj: on0}) }, true},
+		{"added allocated on n0", func(h cache.ResourceEventHandler) { h.OnAdd(on0, false) }, true},
+		{"added unallocated", func(h cache.ResourceEventHandler) { h.OnAdd(free, false) }, false},
+		{"deleted unallocated", func(h cache.ResourceEventHandler) { h.OnDelete(free) }, false},
+		{"labels of n0's", func(h cache.ResourceEventHandler) { h.OnUpdate(on0, relabelled) }, false},
+		{"allocated on n1", func(h cache.ResourceEventHandler) { h.OnAdd(on1, false) }, false},
+		{"not a claim", func(h cache.ResourceEventHandler) { h.OnDelete("x") }, true},
+	} {
+		ch := newClaimChanges()
+		h := ch.handler()
+		h.OnAdd(on0, true) // before the number read: in the state
+		seq := ch.now()
+		c.events(h)
+		if got := ch.since(pool0, seq); got != c.want {
+			t.Errorf("%s: n0 changed since %v, want %v", c.name, got, c.want)
+		}
+	}
+	var none *claimChanges
+	none.touch(on0)
+	if none.now() != 0 || !none.since(pool0, 0) {
+		t.Errorf("nil claimChanges: now %d, since %v; want 0, true", none.now(), none.since(pool0, 0))
+	}
+}
+
+// countedClaims counts the allocated states gathered.
+type countedClaims struct {
+	fakeClaims
+	n *int
+}
+
+func (c countedClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	*c.n++
+	return c.fakeClaims.GatherAllocatedState()
+}
+
+type countedDRA struct {
+	*fakeDRA
+	n int
+}
+
+func (d *countedDRA) ResourceClaims() fwk.ResourceClaimTracker {
+	return countedClaims{fakeClaims: fakeClaims{c: d.claims}, n: &d.n}
+}
+
+// TestDRADryStateReused: as TestDRADrySnapshotFresh (node n0's GPU, 100
+// units, holds n0-p0's and n0-p1's claims of 50 when PreFilter gathers
+// the allocated state), with the claim informer's changes known. Nothing
+// changed on n0's pool since (or only on n1's): the dry run reads n0 with
+// PreFilter's state, gathers none, and evicts n0-p0 for 50 units. n0-p1's
+// claim released since (the informer's event seen or not yet: n0's pods'
+// claims then hold less than that state), or allocated since (seen; or
+// not seen but n0-p1 is on the node and its claim not in that state): one
+// state gathered, and the victims as TestDRADrySnapshotFresh's.
+func TestDRADryStateReused(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		pre, now     func(*resourceapi.ResourceClaim) // n0-p1's claim at PreFilter, then at the dry run
+		seen         bool                             // the informer delivered the change before the dry run
+		p1OnNode     bool
+		gathered     int
+		held         int
+		victimsFor50 []types.UID
+	}{
+		{"nothing changed", nil, nil, false, true, 0, 2, []types.UID{"n0-p0"}},
+		{"nothing changed, n0-p1 gone", nil, nil, false, false, 1, 2, []types.UID{"n0-p0"}}, // (held by nobody: asked again)
+		{"released since PreFilter, seen", nil, unallocated, true, true, 1, 1, nil},
+		{"released since PreFilter, not seen yet", nil, unallocated, false, true, 1, 1, nil},
+		{"released since PreFilter, not seen, pod gone", nil, unallocated, false, false, 1, 1, nil},
+		{"allocated since PreFilter, seen", unallocated, nil, true, false, 1, 2, []types.UID{"n0-p0"}},
+		{"allocated since PreFilter, not seen, pod on the node", unallocated, nil, false, true, 1, 2, []types.UID{"n0-p0"}},
+	} {
+		nis, f := fullDRANodes(2, nil)
+		p1 := f.claims[1]
+		if c.pre != nil {
+			f.claims[1] = p1.DeepCopy()
+			c.pre(f.claims[1])
+		}
+		env := &draEnv{features: structured.Features{ConsumableCapacity: true}, changes: newClaimChanges()}
+		h := env.changes.handler()
+		for _, cl := range f.claims {
+			h.OnAdd(cl, true)
+		}
+		cyc := &cycle{draSeq: env.changes.now(), draState: state(t, f)} // what PreFilter read
+		was := f.claims[1]
+		f.claims[1] = p1.DeepCopy()
+		if c.now != nil {
+			c.now(f.claims[1])
+		}
+		if c.seen {
+			h.OnUpdate(was, f.claims[1])
+		}
+		h.OnAdd(f.claims[2], false) // n1's pool changes in any case
+		d := &countedDRA{fakeDRA: f}
+		env.dra = d
+		ni := nis[0]
+		if !c.p1OnNode {
+			ni = framework.NewNodeInfo(nis[0].GetPods()[0].GetPod())
+			ni.SetNode(nis[0].Node())
+		}
+		cyc.startDryRun()
+		n, err := env.readNode(cyc.draSnap, ni)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
+		s, _ := n.cheapestOn(gpu, claimNeed{units: 50, bytes: 1 << 30}, sets.New[types.UID](), []alloc.Victim{{UID: "n0-p0"}}, nil)
+		var got []types.UID
+		for _, u := range s.UIDs {
+			got = append(got, types.UID(u))
+		}
+		if d.n != c.gathered || len(n.held) != c.held || !slices.Equal(got, c.victimsFor50) {
+			t.Errorf("%s: %d states gathered, %d claims held, victims for 50 units %v; want %d, %d, %v",
+				c.name, d.n, len(n.held), got, c.gathered, c.held, c.victimsFor50)
+		}
+	}
+}
