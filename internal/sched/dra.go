@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -151,6 +152,10 @@ type draSnapshot struct {
 	indexOnce sync.Once
 	indexErr  error
 	held      map[string][]*resourceapi.ResourceClaim
+	// nodes: each node as read (readNode), for the next read of it (the
+	// shortlist reads the nodes the dry run then reads again).
+	nodesMu sync.Mutex
+	nodes   map[string]*draNode
 }
 
 // read lists the slices once.
@@ -247,11 +252,36 @@ func (c *cycle) startDryRun() {
 }
 
 // readNode reads the node's local ResourceSlices and the claims allocated
-// on their devices, from snap (nil: a fresh read).
+// on their devices, from snap (nil: a fresh read). A node is read once per
+// snapshot (its nodes come from one scheduling cycle's); each read gets a
+// copy its caller may narrow (withoutBusy).
 func (e *draEnv) readNode(snap *draSnapshot, ni fwk.NodeInfo) (*draNode, error) {
 	if snap == nil {
 		snap = &draSnapshot{}
 	}
+	name := ni.Node().Name
+	snap.nodesMu.Lock()
+	n, ok := snap.nodes[name]
+	snap.nodesMu.Unlock()
+	if !ok {
+		var err error
+		if n, err = e.readNodeOnce(snap, ni); err != nil {
+			return nil, err
+		}
+		snap.nodesMu.Lock()
+		if snap.nodes == nil {
+			snap.nodes = map[string]*draNode{}
+		}
+		snap.nodes[name] = n
+		snap.nodesMu.Unlock()
+	}
+	c := *n
+	c.devices = maps.Clone(n.devices)
+	return &c, nil
+}
+
+// readNodeOnce is readNode's read.
+func (e *draEnv) readNodeOnce(snap *draSnapshot, ni fwk.NodeInfo) (*draNode, error) {
 	if err := snap.read(e); err != nil {
 		return nil, err
 	}

@@ -153,3 +153,48 @@ func TestDRADryStateReused(t *testing.T) {
 		}
 	}
 }
+
+// readsCounted counts the claims read from the tracker.
+type readsCounted struct {
+	countedClaims
+	gets *int
+}
+
+func (c readsCounted) Get(ns, name string) (*resourceapi.ResourceClaim, error) {
+	*c.gets++
+	return c.countedClaims.Get(ns, name)
+}
+
+type readsDRA struct {
+	*countedDRA
+	gets int
+}
+
+func (d *readsDRA) ResourceClaims() fwk.ResourceClaimTracker {
+	return readsCounted{countedClaims: d.countedDRA.ResourceClaims().(countedClaims), gets: &d.gets}
+}
+
+// TestDRAReadNodeOnce: the shortlist and the dry run read a node from one
+// snapshot: its pods' claims are read from the tracker once (two pods, two
+// claims), and each read is a copy: a device one caller leaves out
+// (withoutBusy) is still in the next read.
+func TestDRAReadNodeOnce(t *testing.T) {
+	nis, f := fullDRANodes(1, nil)
+	d := &readsDRA{countedDRA: &countedDRA{fakeDRA: f}}
+	env := &draEnv{dra: d, features: structured.Features{ConsumableCapacity: true}}
+	cyc := &cycle{}
+	cyc.startDryRun()
+	first, err := env.readNode(cyc.draSnap, nis[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
+	delete(first.devices, gpu)
+	second, err := env.readNode(cyc.draSnap, nis[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := second.devices[gpu]; d.gets != 2 || !ok || len(second.held) != 2 {
+		t.Errorf("claims read %d times, gpu-0 in the second read %v, %d claims held; want 2, true, 2", d.gets, ok, len(second.held))
+	}
+}
