@@ -14,7 +14,12 @@ import (
 // allocated state PreFilter gathered when nothing on the node's pools
 // changed since (draSnapshot.heldOn) instead of gathering it again (a copy
 // of every allocated device's consumed capacity, per preemptor). A nil
-// claimChanges knows nothing: every pool counts as changed.
+// claimChanges knows nothing: every pool counts as changed. The tracker's
+// own handler and this one may see an event in either order: a claim
+// allocated, within that gap, for a pod not on the node is missed (as a
+// gather misses one allocated just after it); a release, or an allocation
+// of the node's pods' claims, shows in the dry run's agreement check
+// (podClaimsAgree) however the handlers ran.
 type claimChanges struct {
 	mu   sync.Mutex
 	seq  uint64
