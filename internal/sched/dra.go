@@ -233,9 +233,9 @@ func (s *draSnapshot) index(e *draEnv) error {
 	return s.indexErr
 }
 
-// startDryRun gives a preemption's dry run its snapshot (c.draSnap). Its
-// nodes are read with the allocated state PreFilter gathered (c.draState)
-// only where no claim allocation on the node's pools changed since
+// startDryRun gives a preemption's dry run its snapshot (c.draSnap); with
+// fromPreFilter its nodes are read with the allocated state PreFilter
+// gathered where no claim allocation on the node's pools changed since
 // (claimChanges, from the claim informer) and the node's pods' claims
 // agree with it (each one allocated there is in it, and it holds nothing
 // there beyond them); otherwise with one state gathered then, for all the
@@ -247,8 +247,15 @@ func (s *draSnapshot) index(e *draEnv) error {
 // claim allocated since would be missing from it, its share counted free.
 // What changes between the gather and a node's read (a dry run's time)
 // still reads as above.
-func (c *cycle) startDryRun() {
-	c.draSnap = &draSnapshot{fresh: true, pre: c.draState, preSeq: c.draSeq}
+func (c *cycle) startDryRun() { c.draSnap = &draSnapshot{fresh: true} }
+
+// fromPreFilter gives the dry run the state this cycle's PreFilter
+// gathered (sd: DRAName's, nil: none), dated by the claim changes
+// numbered before it.
+func (s *draSnapshot) fromPreFilter(sd *steerData) {
+	if sd != nil && sd.state != nil {
+		s.pre, s.preSeq = sd.state, sd.seq
+	}
 }
 
 // readNode reads the node's local ResourceSlices and the claims allocated

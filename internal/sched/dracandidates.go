@@ -284,7 +284,7 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	sd := steered(state)
 	if sd != nil && sd.cands != nil && sd.cands.err == nil && len(sd.cands.names) > 0 {
 		// The allocator was shown these nodes' slices alone.
-		c.draState, c.draSeq, c.narrowed = sd.state, sd.seq, true
+		c.draState, c.narrowed = sd.state, true
 		c.draSlices = candSlices{names: sets.New(sd.cands.names...), slices: sd.cands.slices}
 		return p.steeredUnheld(c, pod, claims, nodes, sd.cands.names) // nominated.go
 	}
@@ -294,13 +294,13 @@ func (p *Plugin) narrowDRA(state fwk.CycleState, c *cycle, pod *corev1.Pod, clai
 	var names, heldBy []string // heldBy: the pods nominated where the share is free
 	var err error
 	if sd != nil && sd.cands != nil {
-		names, err, c.draState, c.draSeq = sd.cands.names, sd.cands.err, sd.state, sd.seq
+		names, err, c.draState = sd.cands.names, sd.cands.err, sd.state
 	} else {
-		st, seq, busy, serr := p.draStateOf(sd)
+		st, busy, serr := p.draStateOf(sd)
 		if serr != nil {
 			return nil, nil
 		}
-		c.draState, c.draSeq = st, seq
+		c.draState = st
 		k := min(p.candidates, draCandidateNodes)
 		names, err = p.preempt.dra.draCandidates(pod, nodes, nil, st, busy, c.draNeed, p.alloc.Policy(c.req), k+maxHeldChecks)
 		if err == nil {
@@ -373,11 +373,10 @@ func steered(state fwk.CycleState) *steerData {
 
 // draStateOf is the allocated state DRAName's PreFilter gathered for this
 // pod (and the busy GPUs it hid), or else the claim tracker's now.
-func (p *Plugin) draStateOf(sd *steerData) (*structured.AllocatedState, uint64, map[string]bool, error) {
+func (p *Plugin) draStateOf(sd *steerData) (*structured.AllocatedState, map[string]bool, error) {
 	if sd != nil {
-		return sd.state, sd.seq, sd.busy, nil
+		return sd.state, sd.busy, nil
 	}
-	seq := p.preempt.dra.changes.now()
 	st, err := p.preempt.dra.allocatedState()
-	return st, seq, nil, err
+	return st, nil, err
 }

@@ -119,7 +119,7 @@ func TestDRADryStateReused(t *testing.T) {
 		for _, cl := range f.claims {
 			h.OnAdd(cl, true)
 		}
-		cyc := &cycle{draSeq: env.changes.now(), draState: state(t, f)} // what PreFilter read
+		pre := &steerData{seq: env.changes.now(), state: state(t, f)} // what PreFilter read
 		was := f.claims[1]
 		f.claims[1] = p1.DeepCopy()
 		if c.now != nil {
@@ -136,7 +136,9 @@ func TestDRADryStateReused(t *testing.T) {
 			ni = framework.NewNodeInfo(nis[0].GetPods()[0].GetPod())
 			ni.SetNode(nis[0].Node())
 		}
+		cyc := &cycle{}
 		cyc.startDryRun()
+		cyc.draSnap.fromPreFilter(pre)
 		n, err := env.readNode(cyc.draSnap, ni)
 		if err != nil {
 			t.Fatal(err)

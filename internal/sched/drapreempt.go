@@ -197,6 +197,7 @@ func (p *Plugin) postFilterDRA(ctx context.Context, c *cycle, state fwk.CycleSta
 	}
 	m = draStatuses{NodeToStatusReader: m, pod: pod, nodes: pr.fh.SnapshotSharedLister().NodeInfos()}
 	c.startDryRun() // one read of the slices and the allocated state for the dry run's nodes (dra.go)
+	c.draSnap.fromPreFilter(steered(state))
 	if ok, msg := pr.PodEligibleToPreemptOthers(ctx, pod, m.Get(pod.Status.NominatedNodeName)); !ok {
 		if c.draNeed.whole {
 			p.reserveFor(pod, m, start)

@@ -89,10 +89,8 @@ type cycle struct {
 	// view listed them (empty: not known).
 	draSlices candSlices
 	// draState: the claim tracker's allocated state as PreFilter read it
-	// for the candidates (nil: not read), read-only; draSeq: the claim
-	// changes numbered before it was gathered (claimChanges.now).
+	// for the candidates (nil: not read), read-only.
 	draState *structured.AllocatedState
-	draSeq   uint64
 	// draSnap: the slices and claims a preemption's dry run reads (shared
 	// by the clones of one PostFilter).
 	draSnap *draSnapshot
