@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -50,6 +51,17 @@ type claimReleaser struct {
 	// in Unreserve (AssumedClaimRestore) could leave the tracker stale; its
 	// release is left to the informer.
 	assume func(*resourceapi.ResourceClaim) error
+	// freed: per victim, what the claims this releaser deallocated for it
+	// were allocated, and when: until the tracker's allocated state (fed
+	// after its claims by the same informer event, emitEvents) no longer
+	// has it, the victim still holds it (lags).
+	freed map[types.UID]freedDevices
+}
+
+// freedDevices is what a victim's released claims were allocated.
+type freedDevices struct {
+	at      time.Time
+	results []resourceapi.DeviceRequestAllocationResult
 }
 
 type victim struct {
@@ -58,7 +70,7 @@ type victim struct {
 }
 
 func newClaimReleaser(c kubernetes.Interface, a fwk.PodActivator, ttl time.Duration) *claimReleaser {
-	return &claimReleaser{client: c, activator: a, victims: map[types.UID]victim{}, ttl: ttl}
+	return &claimReleaser{client: c, activator: a, victims: map[types.UID]victim{}, ttl: ttl, freed: map[types.UID]freedDevices{}}
 }
 
 // expect records pods being evicted by a preemption for by.
@@ -72,6 +84,11 @@ func (r *claimReleaser) expect(by *corev1.Pod, uids []string) {
 	for uid, v := range r.victims {
 		if now.Sub(v.at) > r.ttl {
 			delete(r.victims, uid)
+		}
+	}
+	for uid, f := range r.freed {
+		if now.Sub(f.at) > r.ttl {
+			delete(r.freed, uid)
 		}
 	}
 	for _, u := range uids {
@@ -143,6 +160,7 @@ func (r *claimReleaser) release(ctx context.Context, pod *corev1.Pod, name strin
 		c = c.DeepCopy()
 		c.Status.ReservedFor = slices.Delete(c.Status.ReservedFor, i, i+1)
 		if len(c.Status.ReservedFor) == 0 {
+			r.deallocating(pod.UID, c.Status.Allocation)
 			c.Status.ReservedFor = nil
 			c.Status.Allocation = nil
 			c.Status.Devices = nil
@@ -185,5 +203,87 @@ func (pr *preemptor) holds(uid, node string) bool {
 			return true
 		}
 	}
+	tr := pr.dra.dra.ResourceClaims()
+	return pr.release.lags(types.UID(uid), claims, tr.GetPendingAllocation, pr.dra.allocatedState)
+}
+
+// deallocating records that the claim of victim uid allocated a is being
+// deallocated (before the write: the tracker cannot see it released
+// first).
+func (r *claimReleaser) deallocating(uid types.UID, a *resourceapi.AllocationResult) {
+	if a == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.freed[uid]
+	f.at = time.Now()
+	f.results = append(f.results, a.Devices.Results...)
+	r.freed[uid] = f
+}
+
+// lags reports whether the tracker's allocated state (state) still has
+// what the claims released for victim uid were allocated, held by none of
+// claims (the tracker's, with their pending allocations). The informer's
+// event reaches the tracker's claims first and its allocated state after
+// (the assume cache's emitEvents); a preemptor retried in between found
+// the victim's claim released, and its dry run found the victim's device
+// taken by nobody (unattributed) and evicted a pod beside it for the room
+// the release had made. Once the state has caught up the record goes. A
+// state that cannot be read: held (the wait is bounded by victimWait).
+func (r *claimReleaser) lags(uid types.UID, claims []*resourceapi.ResourceClaim, pending func(types.UID) *resourceapi.AllocationResult,
+	state func() (*structured.AllocatedState, error)) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	f, ok := r.freed[uid]
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	st, err := state()
+	if err != nil {
+		return true
+	}
+	if stillAllocated(f.results, claims, pending, st) {
+		return true
+	}
+	r.mu.Lock()
+	delete(r.freed, uid)
+	r.mu.Unlock()
 	return false
+}
+
+// stillAllocated tells whether st has one of results: its share, or its
+// device allocated whole and held by none of claims, allocated or pending
+// (in flight: in st, not yet in the claim).
+func stillAllocated(results []resourceapi.DeviceRequestAllocationResult, claims []*resourceapi.ResourceClaim,
+	pending func(types.UID) *resourceapi.AllocationResult, st *structured.AllocatedState) bool {
+	for _, r := range results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			continue // (not in the allocated state)
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID != nil {
+			if st.AllocatedSharedDeviceIDs.Has(structured.MakeSharedDeviceID(id, r.ShareID)) {
+				return true
+			}
+			continue
+		}
+		if st.AllocatedDevices.Has(id) && !slices.ContainsFunc(claims, func(c *resourceapi.ResourceClaim) bool {
+			return allocates(c.Status.Allocation, id) || (c.Status.Allocation == nil && allocates(pending(c.UID), id))
+		}) {
+			return true
+		}
+	}
+	return false
+}
+
+// allocates tells whether a allocates device id.
+func allocates(a *resourceapi.AllocationResult, id structured.DeviceID) bool {
+	return a != nil && slices.ContainsFunc(a.Devices.Results,
+		func(r resourceapi.DeviceRequestAllocationResult) bool {
+			return structured.MakeDeviceID(r.Driver, r.Pool, r.Device) == id
+		})
 }
