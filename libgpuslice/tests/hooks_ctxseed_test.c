@@ -52,25 +52,6 @@ static void seeded_group(const char *name, uint64_t limit, uint32_t node_kib)
 	seeded_group_kib(name, limit, node_kib, 0);
 }
 
-/* A fresh member's first context (cuCtxCreate_v2, GPUSLICE_SIM_LATENCY_US in
- * the driver): 'M' made, 'N' refused (CUDA_ERROR_OUT_OF_MEMORY), 'X' anything
- * else. Whether the driver was asked is not read from the time the call took
- * (load changes it): the callers check that the device never held the
- * context past the limit (race_run's watch) or at all (sv_device_used). */
-static int first_create(void *arg)
-{
-	const struct race *r = arg;
-	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
-	CHECK(cuda != NULL);
-	CUresult (*init)(unsigned) = NULL;
-	*(void **)&init = drv_sym(cuda, "cuInit");
-	CHECK_EQ(init(0), CUDA_SUCCESS);
-	race_ready(r);
-	CUcontext c;
-	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
-	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY ? 'N' : 'X');
-}
-
 /* (a) The node's very first contexts: a group no context was measured in,
  * on a node where no group measured one (no header seed), three first
  * contexts at once in 1000 MiB, 3 s each in the driver. Reserved at the guess

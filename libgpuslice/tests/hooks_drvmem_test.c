@@ -288,7 +288,7 @@ static int cold_guesses(void *arg)
 	setenv("GPUSLICE_SIM_LATENCY_US", "100000", 1);
 	ht_group("drvcold", "1048576000");
 	int made, refused;
-	uint64_t most = race_run(3, cold_create, &made, &refused);
+	uint64_t most = race_run(3, first_create, &made, &refused);
 	CHECK_EQ(made, 3);
 	if (most > 1048576000ull) {
 		fprintf(stderr, "the device held %llu bytes, past the group's 1000 MiB\n", (unsigned long long)most);
@@ -318,7 +318,7 @@ static int seeded_first(void *arg)
 	      (ssize_t)sizeof(seed));
 	close(fd);
 	int made, refused;
-	uint64_t most = race_run(3, cold_create, &made, &refused);
+	uint64_t most = race_run(3, first_create, &made, &refused);
 	if (made != 3 || most > 1048576000ull) {
 		fprintf(stderr, "seeded first contexts: %d of 3 made (want 3), the device held %.1f MiB of 1000 MiB\n",
 			made, (double)most / MiB);

@@ -24,22 +24,6 @@ static void fresh_device(const char *name, const char *context_bytes, const char
 	setenv("GPUSLICE_SIM_LATENCY_US", latency_us, 1);
 }
 
-/* A fresh member's first context (cuCtxCreate_v2): 'M' made, 'N' refused
- * (CUDA_ERROR_OUT_OF_MEMORY), 'X' anything else. */
-static int first_create(void *arg)
-{
-	const struct race *r = arg;
-	void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
-	CHECK(cuda != NULL);
-	CUresult (*init)(unsigned) = NULL;
-	*(void **)&init = drv_sym(cuda, "cuInit");
-	CHECK_EQ(init(0), CUDA_SUCCESS);
-	race_ready(r);
-	CUcontext c;
-	CUresult rc = cuCtxCreate_v2(&c, 0, 0);
-	return race_done(r, rc == CUDA_SUCCESS ? 'M' : rc == CUDA_ERROR_OUT_OF_MEMORY ? 'N' : 'X');
-}
-
 #define GROUP_LIMIT 268435456ull /* 256 MiB */
 
 /* Three first contexts of 64 MiB at one instant in 256 MiB, each 3 s in the
