@@ -26,66 +26,45 @@ static void fresh_device(const char *name, const char *context_bytes, const char
 
 #define GROUP_LIMIT 268435456ull /* 256 MiB */
 
-/* Three first contexts of 64 MiB at one instant in 256 MiB, each 3 s in the
- * driver (longer than the 2 s a waiter used to wait): the first reserves the
- * group's 256 MiB as its guess, the others wait for its measurement and then
- * reserve 64 MiB each. All three are made (before: the waiters gave up after
- * 2 s and were refused at the 512 MiB guess, "uses 256.0 MiB of its 256.0 MiB
- * limit"), the device never past the limit. */
-static int slow_first(void *arg)
-{
-	(void)arg;
-	fresh_device("slow", "67108864", "3000000");
-	ht_group("slowfirst", "268435456");
-	int made, refused;
-	uint64_t most = race_run(3, first_create, &made, &refused);
-	if (made != 3 || most > GROUP_LIMIT) {
-		fprintf(stderr,
-			"three slow first contexts of 64 MiB in 256 MiB: %d made, %d refused (want 3, 0), "
-			"the device held %.1f MiB\n",
-			made, refused, (double)most / MiB);
-		return 1;
-	}
-	return 0;
-}
+/* First contexts started at one instant in a 256 MiB group, on a simulated
+ * device of their own: how many are made and refused; the device never holds
+ * more than the limit. */
+struct first_case {
+	const char *name;    /* the device's and the group's */
+	const char *context; /* the simulator's context memory, bytes */
+	const char *latency; /* the driver's time per call, us */
+	int n, made, refused;
+	const char *what; /* for the failure's line */
+};
 
-/* Eight first contexts of 16 MiB at one instant in 256 MiB (100 ms in the
- * driver): whichever reserves the headroom first guesses, every other waits
- * for it, wherever the others are in their reservation when it does (none
- * finds the headroom gone and no guess to wait for). All eight are made. */
-static int eight_at_once(void *arg)
-{
-	(void)arg;
-	fresh_device("eight", "16777216", "100000");
-	ht_group("eight", "268435456");
-	int made, refused;
-	uint64_t most = race_run(8, first_create, &made, &refused);
-	if (made != 8 || most > GROUP_LIMIT) {
-		fprintf(stderr,
-			"eight first contexts of 16 MiB in 256 MiB: %d made, %d refused (want 8, 0), "
-			"the device held %.1f MiB\n",
-			made, refused, (double)most / MiB);
-		return 1;
-	}
-	return 0;
-}
+static const struct first_case first_cases[] = {
+	/* The first reserves the group's 256 MiB as its guess, each 3 s in the
+	 * driver (longer than the 2 s a waiter used to wait); the others wait
+	 * for its measurement and then reserve 64 MiB each. All three are made
+	 * (before: the waiters gave up after 2 s and were refused at the
+	 * 512 MiB guess, "uses 256.0 MiB of its 256.0 MiB limit"). */
+	{"slowfirst", "67108864", "3000000", 3, 3, 0, "three slow first contexts of 64 MiB"},
+	/* Whichever reserves the headroom first guesses, every other waits for
+	 * it, wherever the others are in their reservation when it does (none
+	 * finds the headroom gone and no guess to wait for). */
+	{"eight", "16777216", "100000", 8, 8, 0, "eight first contexts of 16 MiB"},
+	/* A real shortage still refuses: the second waits for the first's
+	 * measurement, which says 200 MiB do not fit beside it: refused before
+	 * the driver is asked. */
+	{"shortage", "209715200", "100000", 2, 1, 1, "two first contexts of 200 MiB"},
+};
 
-/* A real shortage still refuses: two first contexts of 200 MiB at one
- * instant in 256 MiB. The second waits for the first's measurement, which
- * says 200 MiB do not fit beside it: refused before the driver is asked, the
- * device never past the limit. */
-static int real_shortage(void *arg)
+static int first_contexts(void *arg)
 {
-	(void)arg;
-	fresh_device("short", "209715200", "100000");
-	ht_group("shortage", "268435456");
+	const struct first_case *c = arg;
+	fprintf(stderr, "    %s\n", c->name);
+	fresh_device(c->name, c->context, c->latency);
+	ht_group(c->name, "268435456");
 	int made, refused;
-	uint64_t most = race_run(2, first_create, &made, &refused);
-	if (made != 1 || refused != 1 || most > GROUP_LIMIT) {
-		fprintf(stderr,
-			"two first contexts of 200 MiB in 256 MiB: %d made, %d refused (want 1, 1), "
-			"the device held %.1f MiB\n",
-			made, refused, (double)most / MiB);
+	uint64_t most = race_run(c->n, first_create, &made, &refused);
+	if (made != c->made || refused != c->refused || most > GROUP_LIMIT) {
+		fprintf(stderr, "%s in 256 MiB: %d made, %d refused (want %d, %d), the device held %.1f MiB\n", c->what,
+			made, refused, c->made, c->refused, (double)most / MiB);
 		return 1;
 	}
 	return 0;
@@ -191,9 +170,8 @@ static int stopped_guesser(void *arg)
 int main(void)
 {
 	ht_setup();
-	HT_RUN(slow_first, NULL);
-	HT_RUN(eight_at_once, NULL);
-	HT_RUN(real_shortage, NULL);
+	for (size_t i = 0; i < sizeof(first_cases) / sizeof(first_cases[0]); i++)
+		HT_RUN(first_contexts, (void *)&first_cases[i]);
 	HT_RUN(stopped_guesser, NULL);
 	ht_teardown();
 	fprintf(stderr, "hooks_guess_test: ok\n");
