@@ -10,9 +10,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
-
-	"github.com/gpuslice/gpuslice/internal/alloc"
 )
 
 // TestClaimChanges: the informer's events number the changes of claim
@@ -131,11 +128,7 @@ func TestDRADryStateReused(t *testing.T) {
 		h.OnAdd(f.claims[2], false) // n1's pool changes in any case
 		d := &countedDRA{fakeDRA: f}
 		env.dra = d
-		ni := nis[0]
-		if !c.p1OnNode {
-			ni = framework.NewNodeInfo(nis[0].GetPods()[0].GetPod())
-			ni.SetNode(nis[0].Node())
-		}
+		ni := nodeWithP1(nis[0], c.p1OnNode)
 		cyc := &cycle{}
 		cyc.startDryRun()
 		cyc.draSnap.fromPreFilter(pre)
@@ -143,12 +136,7 @@ func TestDRADryStateReused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
-		s, _ := n.cheapestOn(gpu, claimNeed{units: 50, bytes: 1 << 30}, sets.New[types.UID](), []alloc.Victim{{UID: "n0-p0"}}, nil)
-		var got []types.UID
-		for _, u := range s.UIDs {
-			got = append(got, types.UID(u))
-		}
+		got := victimsFor50(n)
 		if d.n != c.gathered || len(n.held) != c.held || !slices.Equal(got, c.victimsFor50) {
 			t.Errorf("%s: %d states gathered, %d claims held, victims for 50 units %v; want %d, %d, %v",
 				c.name, d.n, len(n.held), got, c.gathered, c.held, c.victimsFor50)

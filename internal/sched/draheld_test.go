@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -89,23 +90,14 @@ func TestDRADrySnapshotFresh(t *testing.T) {
 		if c.now != nil {
 			c.now(f.claims[1])
 		}
-		ni := nis[0]
-		if !c.p1OnNode {
-			ni = framework.NewNodeInfo(nis[0].GetPods()[0].GetPod())
-			ni.SetNode(nis[0].Node())
-		}
+		ni := nodeWithP1(nis[0], c.p1OnNode)
 		env := &draEnv{dra: f, features: structured.Features{ConsumableCapacity: true}}
 		cyc.startDryRun() // PostFilter's
 		n, err := env.readNode(cyc.draSnap, ni)
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
-		s, _ := n.cheapestOn(gpu, claimNeed{units: 50, bytes: 1 << 30}, sets.New[types.UID](), []alloc.Victim{{UID: "n0-p0"}}, nil)
-		var got []types.UID
-		for _, u := range s.UIDs {
-			got = append(got, types.UID(u))
-		}
+		got := victimsFor50(n)
 		if len(n.held) != c.held || !slices.Equal(got, c.victimsFor50) {
 			t.Errorf("%s: %d claims held, victims for 50 units %v; want %d, %v", c.name, len(n.held), got, c.held, c.victimsFor50)
 		}
@@ -115,4 +107,26 @@ func TestDRADrySnapshotFresh(t *testing.T) {
 // unallocated drops a claim's allocation and consumers (deallocated).
 func unallocated(c *resourceapi.ResourceClaim) {
 	c.Status.Allocation, c.Status.ReservedFor = nil, nil
+}
+
+// nodeWithP1 is ni, or (p1OnNode false) ni without its pods after the first.
+func nodeWithP1(ni fwk.NodeInfo, p1OnNode bool) fwk.NodeInfo {
+	if p1OnNode {
+		return ni
+	}
+	out := framework.NewNodeInfo(ni.GetPods()[0].GetPod())
+	out.SetNode(ni.Node())
+	return out
+}
+
+// victimsFor50 are the cheapest victims for 50 units and 1 GiB on n0's
+// gpu-0 among n0-p0.
+func victimsFor50(n *draNode) []types.UID {
+	gpu := structured.MakeDeviceID(testDriver, "n0", "gpu-0")
+	s, _ := n.cheapestOn(gpu, claimNeed{units: 50, bytes: 1 << 30}, sets.New[types.UID](), []alloc.Victim{{UID: "n0-p0"}}, nil)
+	var got []types.UID
+	for _, u := range s.UIDs {
+		got = append(got, types.UID(u))
+	}
+	return got
 }
