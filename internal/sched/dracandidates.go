@@ -111,12 +111,14 @@ func (e *draEnv) draCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resou
 // returns for the names; none when no node is named).
 func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, st *structured.AllocatedState,
 	busy map[string]bool, need claimNeed, policy api.Placement, k int, withSlices bool) (names []string, sl []*resourceapi.ResourceSlice) {
-	ok := matchingNodes(pod, nis)
+	ok := newNodeMatch(pod, nis)
 	// Per slice, the best device that fits: its free fraction after the
 	// pod, kept among the k best (a node's best: topFits). A slice the
 	// state holds nothing of (its pool's devices all free) and without a
 	// busy GPU fits as the first of its shape does; such slices of one
 	// shape rank by node name, so only the first few of each are added.
+	// A node's selector match is asked only of a slice with a fit (a full
+	// cluster asks none).
 	top := newTopFits(policy, k)
 	t := &e.table
 	t.mu.Lock()
@@ -124,10 +126,10 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 	stamp, noNode := t.list(all, st, busy)
 	for _, id := range t.touched {
 		en := t.entries[id]
-		if en.node == "" || ok != nil && !ok[en.node] {
+		if en.node == "" {
 			continue
 		}
-		if best, found := bestFit(en.devs, st, busy, need, policy); found {
+		if best, found := bestFit(en.devs, st, busy, need, policy); found && ok.admits(en.node) {
 			top.add(best)
 		}
 	}
@@ -137,7 +139,7 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 			continue
 		}
 		t.untouched(g, stamp, func(en *sliceEntry) bool {
-			if en.node == "" || ok != nil && !ok[en.node] {
+			if en.node == "" || !ok.admits(en.node) {
 				return true
 			}
 			f := nodeFit{node: en.node, left: left}
@@ -185,21 +187,51 @@ func bestFit(devs []sharedDev, st *structured.AllocatedState, busy map[string]bo
 	return best, found
 }
 
-// matchingNodes is the set of nodes of nis the pod's node selector and
-// required affinity admit; nil when the pod has neither (every node).
-func matchingNodes(pod *corev1.Pod, nis []fwk.NodeInfo) map[string]bool {
+// nodeMatch tells whether the pod's node selector and required affinity
+// admit a node of nis, by name, matching each node on its first ask: a
+// cycle's candidates ask about the nodes with a fit, not every node. nil:
+// the pod has neither (every node admitted).
+type nodeMatch struct {
+	aff    nodeaffinity.RequiredNodeAffinity
+	nis    []fwk.NodeInfo
+	byName map[string]*corev1.Node
+	memo   map[string]bool
+}
+
+// newNodeMatch is pod's nodeMatch among nis (nil: no selector, no
+// required affinity).
+func newNodeMatch(pod *corev1.Pod, nis []fwk.NodeInfo) *nodeMatch {
 	a := pod.Spec.Affinity
 	if len(pod.Spec.NodeSelector) == 0 && (a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
 		return nil
 	}
-	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
-	ok := make(map[string]bool, len(nis))
-	for _, ni := range nis {
-		if m, err := aff.Match(ni.Node()); err == nil && m {
-			ok[ni.Node().Name] = true
+	return &nodeMatch{aff: nodeaffinity.GetRequiredNodeAffinity(pod), nis: nis, memo: map[string]bool{}}
+}
+
+// admits reports whether the node named is one of nis that the pod's
+// selector and affinity match.
+func (m *nodeMatch) admits(name string) bool {
+	if m == nil {
+		return true
+	}
+	if v, ok := m.memo[name]; ok {
+		return v
+	}
+	if m.byName == nil {
+		m.byName = make(map[string]*corev1.Node, len(m.nis))
+		for _, ni := range m.nis {
+			if n := ni.Node(); n != nil {
+				m.byName[n.Name] = n
+			}
 		}
 	}
-	return ok
+	v := false
+	if n := m.byName[name]; n != nil {
+		match, err := m.aff.Match(n)
+		v = err == nil && match
+	}
+	m.memo[name] = v
+	return v
 }
 
 // nodeFit is a node's best device for a pod: its free fraction after it.

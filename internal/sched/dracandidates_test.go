@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuslice/gpuslice/pkg/api"
@@ -172,5 +173,46 @@ func TestTopNodesIsBestPerNode(t *testing.T) {
 				t.Fatalf("%s, k %d, fits %v: %v, want %v", policy, k, fits, got, names)
 			}
 		}
+	}
+}
+
+// TestNodeMatchAdmits: nodeMatch answers by name what the pod's selector
+// and required affinity admit among the nodes listed, asked in any order
+// and twice; a node not listed is not admitted; a pod with neither admits
+// every name.
+func TestNodeMatchAdmits(t *testing.T) {
+	var nis []fwk.NodeInfo
+	for name, group := range map[string]string{"a": "g", "b": "h", "c": "g"} {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"group": group}}})
+		nis = append(nis, ni)
+	}
+	byField := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}}}}}}
+	cases := []struct {
+		name string
+		spec corev1.PodSpec
+		want map[string]bool
+	}{
+		{"selector", corev1.PodSpec{NodeSelector: map[string]string{"group": "g"}}, map[string]bool{"a": true, "b": false, "c": true, "z": false}},
+		{"affinity by name", corev1.PodSpec{Affinity: byField}, map[string]bool{"a": false, "b": true, "c": false, "z": false}},
+		{"both", corev1.PodSpec{NodeSelector: map[string]string{"group": "g"}, Affinity: byField}, map[string]bool{"a": false, "b": false, "c": false}},
+		{"neither", corev1.PodSpec{}, map[string]bool{"a": true, "b": true, "z": true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newNodeMatch(&corev1.Pod{Spec: tc.spec}, nis)
+			if (m == nil) != (tc.name == "neither") {
+				t.Fatalf("nodeMatch nil %v", m == nil)
+			}
+			for range 2 {
+				for _, name := range []string{"z", "c", "b", "a"} {
+					if want, asked := tc.want[name]; asked && m.admits(name) != want {
+						t.Errorf("admits(%s) = %v, want %v", name, !want, want)
+					}
+				}
+			}
+		})
 	}
 }

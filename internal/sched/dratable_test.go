@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,24 @@ func onlyOf(all []*resourceapi.ResourceSlice, names []string) []*resourceapi.Res
 		}
 	}
 	return out
+}
+
+// matchingNodes is the set of nodes of nis the pod's node selector and
+// required affinity admit; nil when the pod has neither (every node): the
+// definition nodeMatch answers by name, node by node.
+func matchingNodes(pod *corev1.Pod, nis []fwk.NodeInfo) map[string]bool {
+	a := pod.Spec.Affinity
+	if len(pod.Spec.NodeSelector) == 0 && (a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
+		return nil
+	}
+	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+	ok := make(map[string]bool, len(nis))
+	for _, ni := range nis {
+		if m, err := aff.Match(ni.Node()); err == nil && m {
+			ok[ni.Node().Name] = true
+		}
+	}
+	return ok
 }
 
 // fullWalk is the definition of the candidates: every device of every
