@@ -124,6 +124,13 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	stamp, noNode := t.list(all, st, busy)
+	if nn := t.nominatedFit(pod, ok, stamp, st, busy, need, policy); nn != "" {
+		names = []string{nn}
+		if withSlices {
+			sl = t.slicesOf(all, stamp, names, noNode)
+		}
+		return names, sl
+	}
 	for _, id := range t.touched {
 		en := t.entries[id]
 		if en.node == "" {
@@ -155,6 +162,28 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 		sl = t.slicesOf(all, stamp, names, noNode)
 	}
 	return names, sl
+}
+
+// nominatedFit is the pod's nominated node when one of its slices listed
+// in the cycle of stamp (t.mu held) has a device with need free whose GPU
+// is not busy, and the pod's selector admits it; else "". A pod nominated
+// by a preemption goes back to the node its victims freed, as
+// kube-scheduler tries that node first (and the plugin path's PreFilter
+// hands it back), without ranking every node again.
+func (t *devTable) nominatedFit(pod *corev1.Pod, ok *nodeMatch, stamp uint64, st *structured.AllocatedState,
+	busy map[string]bool, need claimNeed, policy api.Placement) string {
+	nn := pod.Status.NominatedNodeName
+	if nn == "" || !ok.admits(nn) {
+		return ""
+	}
+	for _, id := range t.byNode[nn] {
+		if en := t.entries[id]; t.seen[id] == stamp && len(en.devs) > 0 {
+			if _, found := bestFit(en.devs, st, busy, need, policy); found {
+				return nn
+			}
+		}
+	}
+	return ""
 }
 
 // freeFitOf is the best fit's free fraction of devs (one slice's, in

@@ -49,13 +49,26 @@ func matchingNodes(pod *corev1.Pod, nis []fwk.NodeInfo) map[string]bool {
 	return ok
 }
 
-// fullWalk is the definition of the candidates: every device of every
-// slice read with what st holds of it (no pool skipped, nothing cached),
-// each node's best fit, the k best by policy.
+// fullWalk is the definition of the candidates: the pod's nominated node
+// alone if the pod's selector admits it and a device of it fits; else
+// every device of every slice read with what st holds of it (no pool
+// skipped, nothing cached), each node's best fit, the k best by policy.
 func fullWalk(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, st *structured.AllocatedState, busy map[string]bool, need claimNeed, policy api.Placement, k int) []string {
 	ok := matchingNodes(pod, nis)
+	devices := (&devTable{}).devices(all)
+	if nn := pod.Status.NominatedNodeName; nn != "" && (ok == nil || ok[nn]) {
+		for _, devs := range devices {
+			for _, d := range devs {
+				if u, m := consumed(st, d); d.node == nn && !busy[d.uuid] {
+					if _, fits := fitOf(&d, u, m, need); fits {
+						return []string{nn}
+					}
+				}
+			}
+		}
+	}
 	top := newTopFits(policy, k)
-	for _, devs := range (&devTable{}).devices(all) {
+	for _, devs := range devices {
 		for _, d := range devs {
 			if d.node == "" || ok != nil && !ok[d.node] || busy[d.uuid] {
 				continue
@@ -182,7 +195,10 @@ func TestCandidatesIndexIsFullWalk(t *testing.T) {
 			}
 			pod := &corev1.Pod{}
 			if r.IntN(3) == 0 {
-				pod = selected
+				pod = selected.DeepCopy()
+			}
+			if r.IntN(3) == 0 { // (one nominated by a preemption; "nx" is no node)
+				pod.Status.NominatedNodeName = []string{"n00", "n01", "n02", "nx"}[r.IntN(4)]
 			}
 			need := claimNeed{units: []int64{10, 25, 50, 60}[r.IntN(4)], bytes: []int64{1, 4, 8}[r.IntN(3)]}
 			policy, k := policies[r.IntN(3)], 1+r.IntN(5)
