@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -76,6 +77,7 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 			return nil, 0, fwk.AsStatus(err)
 		}
 	}
+	skipOwnFilters(state)
 	if st := pr.fh.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni); !st.IsSuccess() &&
 		!isDRAPlugin(st.Plugin()) && st.Plugin() != Name {
 		return nil, 0, st
@@ -86,6 +88,21 @@ func (pr *preemptor) selectDRAVictims(ctx context.Context, state fwk.CycleState,
 	}
 	pr.rec.choseGPUs(pod.UID, node, n.freedGPUs(chosen))
 	return pr.chose(pod, node, victims), 0, nil
+}
+
+// skipOwnFilters leaves the DynamicResources plugins (stock or wrapped)
+// and GPUSlice out of the Filter plugins a dry run's node state (its own
+// clone) runs: draVictims' allocator runs decided the claims already, and
+// their refusals (DynamicResources still counts the victims' claims,
+// GPUSlice the nominated capacity draVictims allocated first) would not
+// stand in the way; run, they cost the allocator once or twice more, and
+// a refusal of theirs would keep the plugins after them from being asked.
+func skipOwnFilters(state fwk.CycleState) {
+	skip := sets.New(names.DynamicResources, DRAName, Name)
+	if cur := state.GetSkipFilterPlugins(); cur != nil {
+		skip = skip.Union(cur)
+	}
+	state.SetSkipFilterPlugins(skip)
 }
 
 // draCands are the pods of allowed (least important first) not terminating

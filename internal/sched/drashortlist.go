@@ -26,16 +26,17 @@ import (
 // stops once it holds shortlistLen nodes no other can beat (one victim of
 // the lowest priority any pod with claims below the pod's has, nobody
 // nominated there), as the device-plugin path's shortlist does: in a full
-// cluster a preemptor costs a handful of nodes, not all of them.
-func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusReader) ([]string, error) {
+// cluster a preemptor costs a handful of nodes, not all of them. sure:
+// no node can beat the first.
+func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusReader) (nodes []string, sure bool, err error) {
 	nis, err := pr.fh.SnapshotSharedLister().NodeInfos().List()
 	if err != nil || len(nis) == 0 {
-		return nil, err
+		return nil, false, err
 	}
 	var pdbs []*policy.PodDisruptionBudget
 	if pr.ev.PdbLister != nil {
 		if pdbs, err = pr.ev.PdbLister.List(labels.Everything()); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	protected := protectedBy(pdbs)
@@ -44,14 +45,15 @@ func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusR
 	unbeatable := nodeCost{victims: 1, maxPrio: floor, sumPrio: int64(floor)}
 	off := rand.IntN(len(nis))
 	var costs []nodeCost
-	for i, best := 0, 0; i < len(nis) && best < shortlistLen; i++ {
+	best := 0 // (nodes no other can beat)
+	for i := 0; i < len(nis) && best < shortlistLen; i++ {
 		ni := nis[(off+i)%len(nis)]
 		if m.Get(ni.Node().Name).Code() != fwk.Unschedulable {
 			continue
 		}
 		cost, ok, err := pr.draCostOn(c, ni, prio, protected)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if ok {
 			costs = append(costs, cost)
@@ -60,7 +62,7 @@ func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusR
 			}
 		}
 	}
-	return cheapest(costs, shortlistLen), nil
+	return cheapest(costs, shortlistLen), best > 0, nil
 }
 
 // draFloor is the lowest priority below prio of the pods with claims on
@@ -117,16 +119,31 @@ func (pr *preemptor) draCostOn(c *cycle, ni fwk.NodeInfo, prio int32, protected 
 		nominated: len(pr.fh.NominatedPodsForNode(name))}, true, nil
 }
 
+// shortlistTries are the dry runs' node sets for a shortlist, cheapest
+// first: when no node can beat the cheapest (sure), it alone first (a DRA
+// dry run runs the allocator two or three times per node; the others could
+// only tie with it), then the rest; else all of them at once.
+func shortlistTries(nodes []string, sure bool) [][]string {
+	switch {
+	case len(nodes) == 0:
+		return nil
+	case sure && len(nodes) > 1:
+		return [][]string{nodes[:1], nodes[1:]}
+	default:
+		return [][]string{nodes}
+	}
+}
+
 // preemptDRA runs kube-scheduler's preemption for a pod with ResourceClaims
 // on the shortlisted nodes; when none of them works out, over the nodes
 // DefaultPreemption would try.
 func (pr *preemptor) preemptDRA(ctx context.Context, c *cycle, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	nodes, err := pr.draShortlist(c, pod, m)
+	nodes, sure, err := pr.draShortlist(c, pod, m)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	if len(nodes) > 0 {
-		r, st := pr.ev.Preempt(ctx, state, pod, shortlisted{NodeToStatusReader: m, nodes: nodes})
+	for _, try := range shortlistTries(nodes, sure) {
+		r, st := pr.ev.Preempt(ctx, state, pod, shortlisted{NodeToStatusReader: m, nodes: try})
 		if st.IsSuccess() || st.Code() == fwk.Error {
 			return r, st
 		}

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -99,7 +101,8 @@ func fullDRANodes(n int, prio map[string]int32) ([]fwk.NodeInfo, *fakeDRA) {
 // of the lowest priority, nobody nominated there) instead of costing every
 // node; with priority-5 pods on every node but n7 (whose pods are the
 // floor, 0), it must reach n7 and put it first. A node with a preemptor
-// nominated there is not one that ends the search.
+// nominated there is not one that ends the search, nor one the dry run
+// may try alone (sure).
 func TestDRAShortlistStops(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hi", UID: "hi"}, Spec: corev1.PodSpec{Priority: ptr.To[int32](1000)}}
 	higher := map[string]int32{}
@@ -119,10 +122,11 @@ func TestDRAShortlistStops(t *testing.T) {
 		nominated map[string][]*corev1.Pod
 		maxAsked  int
 		first     string
+		sure      bool
 	}{
-		{"all alike", nil, nil, 3, ""},
-		{"one node of the floor", higher, nil, 10, "n7"},
-		{"every node nominated", nil, everyNominated, 10, ""},
+		{"all alike", nil, nil, 3, "", true},
+		{"one node of the floor", higher, nil, 10, "n7", true},
+		{"every node nominated", nil, everyNominated, 10, "", false},
 	} {
 		for _, byPods := range []bool{false, true} { // the claims read from the node's pods, or all of them
 			nis, f := fullDRANodes(10, c.prio)
@@ -134,9 +138,12 @@ func TestDRAShortlistStops(t *testing.T) {
 			}
 			cyc := &cycle{dra: true, draNeed: claimNeed{units: 50, bytes: 1 << 30}, draSnap: snap}
 			m := countedStatuses{asked: map[string]bool{}}
-			got, err := pr.draShortlist(cyc, pod, m)
+			got, sure, err := pr.draShortlist(cyc, pod, m)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if sure != c.sure {
+				t.Errorf("%s (by pods %v): sure %v, want %v", c.name, byPods, sure, c.sure)
 			}
 			if len(got) != shortlistLen || len(m.asked) > c.maxAsked || len(m.asked) < shortlistLen {
 				t.Errorf("%s (by pods %v): shortlist %v after %d nodes, want %d nodes after %d..%d", c.name, byPods, got, len(m.asked), shortlistLen, shortlistLen, c.maxAsked)
@@ -145,5 +152,46 @@ func TestDRAShortlistStops(t *testing.T) {
 				t.Errorf("%s (by pods %v): shortlist %v, want %s first", c.name, byPods, got, c.first)
 			}
 		}
+	}
+}
+
+// TestShortlistTries: a shortlist whose first node nothing can beat is
+// dry-run on that node alone first, then on the rest; otherwise on all
+// its nodes at once.
+func TestShortlistTries(t *testing.T) {
+	for _, c := range []struct {
+		nodes []string
+		sure  bool
+		want  [][]string
+	}{
+		{nil, true, nil},
+		{[]string{"a"}, true, [][]string{{"a"}}},
+		{[]string{"a", "b", "c"}, true, [][]string{{"a"}, {"b", "c"}}},
+		{[]string{"a", "b", "c"}, false, [][]string{{"a", "b", "c"}}},
+	} {
+		if got := shortlistTries(c.nodes, c.sure); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("shortlistTries(%v, %v) = %v, want %v", c.nodes, c.sure, got, c.want)
+		}
+	}
+}
+
+// TestSkipOwnFilters: a dry run's node state skips the DynamicResources
+// plugins (stock and wrapped) and GPUSlice besides what it skipped, and the
+// state it was cloned from (which shares the skip set) still runs them.
+func TestSkipOwnFilters(t *testing.T) {
+	orig := framework.NewCycleState()
+	orig.SetSkipFilterPlugins(sets.New("VolumeBinding"))
+	node := orig.Clone()
+	skipOwnFilters(node)
+	if got, want := sets.List(node.GetSkipFilterPlugins()), []string{"DynamicResources", Name, DRAName, "VolumeBinding"}; !slices.Equal(got, want) {
+		t.Errorf("node state skips %v, want %v", got, want)
+	}
+	if got := sets.List(orig.GetSkipFilterPlugins()); !slices.Equal(got, []string{"VolumeBinding"}) {
+		t.Errorf("the original state skips %v, want [VolumeBinding]", got)
+	}
+	empty := framework.NewCycleState()
+	skipOwnFilters(empty)
+	if got := empty.GetSkipFilterPlugins().Len(); got != 3 {
+		t.Errorf("a state with no skip set skips %d plugins, want 3", got)
 	}
 }
