@@ -173,12 +173,12 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 func (t *devTable) nominatedFit(pod *corev1.Pod, ok *nodeMatch, stamp uint64, st *structured.AllocatedState,
 	busy map[string]bool, need claimNeed, policy api.Placement) string {
 	nn := pod.Status.NominatedNodeName
-	if nn == "" || !ok.admits(nn) {
+	if nn == "" {
 		return ""
 	}
 	for _, id := range t.byNode[nn] {
 		if en := t.entries[id]; t.seen[id] == stamp && len(en.devs) > 0 {
-			if _, found := bestFit(en.devs, st, busy, need, policy); found {
+			if _, found := bestFit(en.devs, st, busy, need, policy); found && ok.admits(nn) {
 				return nn
 			}
 		}
@@ -234,7 +234,7 @@ func newNodeMatch(pod *corev1.Pod, nis []fwk.NodeInfo) *nodeMatch {
 	if len(pod.Spec.NodeSelector) == 0 && (a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
 		return nil
 	}
-	return &nodeMatch{aff: nodeaffinity.GetRequiredNodeAffinity(pod), nis: nis, memo: map[string]bool{}}
+	return &nodeMatch{aff: nodeaffinity.GetRequiredNodeAffinity(pod), nis: nis}
 }
 
 // admits reports whether the node named is one of nis that the pod's
@@ -246,8 +246,8 @@ func (m *nodeMatch) admits(name string) bool {
 	if v, ok := m.memo[name]; ok {
 		return v
 	}
-	if m.byName == nil {
-		m.byName = make(map[string]*corev1.Node, len(m.nis))
+	if m.byName == nil { // (first ask: a cycle that asks none makes nothing)
+		m.byName, m.memo = make(map[string]*corev1.Node, len(m.nis)), map[string]bool{}
 		for _, ni := range m.nis {
 			if n := ni.Node(); n != nil {
 				m.byName[n.Name] = n
