@@ -49,7 +49,7 @@ func runDRAPreemption(ctx context.Context, cp *harness.ControlPlane, o options, 
 	fmt.Printf("== dra preemption: %d priority-0 claim pods hold every GPU of %d nodes (created bound, allocated and running in %.1fs)\n",
 		fillers, nodes, time.Since(start).Seconds())
 	n := o.draPreemptors
-	stockBound, err := draPreemptRun(ctx, cp, ns, stock, "stock-dra-preempt", harness.SchedulerOptions{SchedulerName: "stock-dra-preempt"}, n, o.clients, o.draStockWait, nil)
+	stockBound, err := draPreemptRun(ctx, cp, ns, stock, "stock-dra-preempt", harness.SchedulerOptions{SchedulerName: "stock-dra-preempt"}, n, o.clients, o.draStockWait, nil, "")
 	if err != nil {
 		return "", fmt.Errorf("stock: %w", err)
 	}
@@ -63,7 +63,7 @@ func runDRAPreemption(ctx context.Context, cp *harness.ControlPlane, o options, 
 	}
 	so := harness.SchedulerOptions{SchedulerName: "gpuslice-dra-preempt", GPUSlice: true, StockQueueSort: o.stockQueueSort,
 		Args: "{placement: binpack, heartbeatTimeout: 1h}", ExtraArgs: append(pprofArgs, o.extraArgs...)}
-	ours, err := draPreemptRun(ctx, cp, ns, o.scheduler, "gpuslice-dra-preempt", so, n, o.clients, 0, o.draPreemptProfile)
+	ours, err := draPreemptRun(ctx, cp, ns, o.scheduler, "gpuslice-dra-preempt", so, n, o.clients, 0, o.draPreemptProfile, o.draPreemptAPIProfile)
 	if err != nil {
 		return "", err
 	}
@@ -154,9 +154,10 @@ type draPreemptResult struct {
 // bound, or, with wait > 0, for wait and returns those bound by then. When
 // all must bind it prints the run's steps (timeline, claimTimeline) and
 // its CPU by process, and takes prof (-dra-preempt-profile) from the
-// first preemptor on.
+// first preemptor on, and a kube-apiserver profile to apiProf for as long
+// (-dra-preempt-apiserver-profile).
 func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name string, so harness.SchedulerOptions, n, clients int,
-	wait time.Duration, prof *cpuProfile) (draPreemptResult, error) {
+	wait time.Duration, prof *cpuProfile, apiProf string) (draPreemptResult, error) {
 	var res draPreemptResult
 	sched, err := cp.StartScheduler(ctx, bin, name, so)
 	if err != nil {
@@ -177,32 +178,14 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 	if err != nil {
 		return res, err
 	}
-	claims := cp.Client.ResourceV1().ResourceClaims(ns)
-	err = parallel(16, n, func(i int) error {
-		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p-%05d", i)},
-			Spec: harness.DRAClaimSpec(harness.GPURequest{Units: 50, Memory: 8 * harness.GiB})}
-		_, err := claims.Create(ctx, c, metav1.CreateOptions{})
-		return err
-	})
-	if err != nil {
-		return res, fmt.Errorf("preemptor claims: %w", err)
+	if err := preemptorClaims(ctx, cp, ns, n); err != nil {
+		return res, err
 	}
 	res.created = make([]time.Time, n)
 	cost := startPhaseCost(ctx, cp, append(cp.Processes(), sched), sched)
 	profiled := prof.start(ctx)
-	createdAt := make(chan struct{})
-	go func() {
-		defer close(createdAt)
-		_ = parallel(clients, n, func(i int) error {
-			p := harness.DRAPod(ns, fmt.Sprintf("p-%05d", i), so.SchedulerName, fmt.Sprintf("p-%05d", i), false)
-			p.Labels = map[string]string{preemptorLabel: "true"}
-			p.Spec.NodeSelector = map[string]string{draPreemptLabel: "true"}
-			p.Spec.PriorityClassName, p.Spec.Priority = "bench-dra-high", ptr.To[int32](preemptorPrio)
-			res.created[i] = time.Now()
-			_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-			return err
-		})
-	}()
+	apiProfiled := apiserverProfile(ctx, cp, apiProf, prof.secondsOr(10))
+	createdAt := createDRAPreemptors(ctx, cp, ns, so.SchedulerName, clients, res.created)
 	if wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -224,11 +207,51 @@ func draPreemptRun(ctx context.Context, cp *harness.ControlPlane, ns, bin, name 
 	if err := prof.finish(ctx, profiled); err != nil {
 		return res, err
 	}
+	if err := <-apiProfiled; err != nil {
+		return res, err
+	}
 	res.cpu, err = sched.CPUSeconds()
 	if m := schedulerMetrics(ctx, so.ExtraArgs); m != "" {
 		fmt.Println(m)
 	}
 	return res, err
+}
+
+// createDRAPreemptors creates the preemptor pods (one per claim, p-00000...,
+// on the full nodes, priority bench-dra-high) from clients creators in the
+// background, recording each one's creation time in created; the channel
+// closes once all are created.
+func createDRAPreemptors(ctx context.Context, cp *harness.ControlPlane, ns, schedulerName string, clients int, created []time.Time) <-chan struct{} {
+	createdAt := make(chan struct{})
+	go func() {
+		defer close(createdAt)
+		_ = parallel(clients, len(created), func(i int) error {
+			p := harness.DRAPod(ns, fmt.Sprintf("p-%05d", i), schedulerName, fmt.Sprintf("p-%05d", i), false)
+			p.Labels = map[string]string{preemptorLabel: "true"}
+			p.Spec.NodeSelector = map[string]string{draPreemptLabel: "true"}
+			p.Spec.PriorityClassName, p.Spec.Priority = "bench-dra-high", ptr.To[int32](preemptorPrio)
+			created[i] = time.Now()
+			_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		})
+	}()
+	return createdAt
+}
+
+// preemptorClaims creates the n preemptors' claims (p-00000...): a share
+// of 50 units and 8 GiB each.
+func preemptorClaims(ctx context.Context, cp *harness.ControlPlane, ns string, n int) error {
+	claims := cp.Client.ResourceV1().ResourceClaims(ns)
+	err := parallel(16, n, func(i int) error {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p-%05d", i)},
+			Spec: harness.DRAClaimSpec(harness.GPURequest{Units: 50, Memory: 8 * harness.GiB})}
+		_, err := claims.Create(ctx, c, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("preemptor claims: %w", err)
+	}
+	return nil
 }
 
 // removePreemptors deletes the preemptor pods (and warm-up pods) and the

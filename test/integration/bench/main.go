@@ -54,6 +54,7 @@ func main() {
 	flag.StringVar(&o.draPreemptProfile.path, "dra-preempt-profile", "", "write a CPU profile of gpuslice-scheduler over the DRA preemption phase, from the first preemptor on, to this file (and its allocation profiles before and after to FILE.allocs0 and FILE.allocs1)")
 	flag.IntVar(&o.draPreemptProfile.seconds, "dra-preempt-profile-seconds", 10, "length of the -dra-preempt-profile profile")
 	flag.StringVar(&o.draAPIProfile, "dra-apiserver-profile", "", "write CPU profiles of kube-apiserver over the DRA runs (-dra-profile-seconds from the first pod on): FILE for dra-gpuslice, FILE.stock for the first round's dra-shares, FILE.plugin for plugin-shares")
+	flag.StringVar(&o.draPreemptAPIProfile, "dra-preempt-apiserver-profile", "", "write a CPU profile of kube-apiserver over the DRA preemption phase's gpuslice-scheduler run, from the first preemptor on (-dra-preempt-profile-seconds long), to this file")
 	flag.StringVar(&extra, "gpuslice-args", "", "extra gpuslice-scheduler flags, space separated (e.g. to serve pprof)")
 	flag.Parse()
 	o.extraArgs = strings.Fields(extra)

@@ -23,6 +23,14 @@ type cpuProfile struct {
 	port    int
 }
 
+// secondsOr is the profile's length, or def when none is asked.
+func (p *cpuProfile) secondsOr(def int) int {
+	if p == nil || p.seconds <= 0 {
+		return def
+	}
+	return p.seconds
+}
+
 // args are the scheduler flags that serve pprof; none when no profile is asked.
 func (p *cpuProfile) args() ([]string, error) {
 	if p == nil || p.path == "" {

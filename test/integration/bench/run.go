@@ -58,6 +58,9 @@ type options struct {
 	apiProfile string
 	// draAPIProfile: CPU profiles of kube-apiserver over the DRA runs (dra.go).
 	draAPIProfile string
+	// draPreemptAPIProfile: a CPU profile of kube-apiserver over the DRA
+	// preemption phase's gpuslice-scheduler run (drapreempt.go).
+	draPreemptAPIProfile string
 }
 
 // result is one scheduler's run.

@@ -46,7 +46,7 @@ func schedulerMetrics(ctx context.Context, extraArgs []string) string {
 			"scheduler_queue_incoming_pods_total", "scheduler_pod_scheduling_attempts_sum", "scheduler_pod_scheduling_attempts_count",
 			"scheduler_preemption_victims_sum", "scheduler_plugin_execution_duration_seconds_sum{extension_point=\"PostFilter\"",
 			"scheduler_scheduling_attempt_duration_seconds_sum", "scheduler_scheduling_attempt_duration_seconds_count",
-			"gpuslice_scheduler_plugin_decisions_total{extension_point=\"P",
+			"gpuslice_scheduler_plugin_decisions_total{extension_point=\"P", "gpuslice_scheduler_dra_state_reads_total",
 			"scheduler_framework_extension_point_duration_seconds_sum", "scheduler_framework_extension_point_duration_seconds_count"} {
 			if strings.HasPrefix(l, m) {
 				out = append(out, l)
