@@ -4,7 +4,7 @@
 K8S_BIN_DIR := $(K8S_DIR)
 TEST_TARGETS += test-cluster
 
-.PHONY: k8s-bins test-cluster test-cluster-unit bench-scheduler
+.PHONY: k8s-bins test-cluster test-cluster-unit bench-scheduler bench-dra-state
 # kube-apiserver, etcd, kube-scheduler, kubectl, kwok built from source, cached by version.
 k8s-bins:
 	hack/k8s/build.sh
@@ -33,3 +33,8 @@ bench-scheduler: k8s-bins $(BIN)/gpuslice-scheduler
 	GPUSLICE_K8S_BIN=$(K8S_BIN_DIR) $(GO) run ./test/integration/bench \
 	  -scheduler $(abspath $(BIN)/gpuslice-scheduler) -nodes "$(BENCH_SCALES)" -pods $(BENCH_PODS) \
 	  $(if $(BENCH_PREEMPT_RATES),-preempt-rates "$(BENCH_PREEMPT_RATES)")
+
+# A nominated DRA pod's allocated state read for its node alone against the claim tracker's whole state,
+# side by side on full clusters of 100 and 1,000 nodes (kube-scheduler's claim tracker; docs/benchmarks.md).
+bench-dra-state:
+	$(GO) test -run XXX -bench NomineeState -benchtime 200x -count 3 ./internal/sched/

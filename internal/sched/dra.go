@@ -253,7 +253,7 @@ func (c *cycle) startDryRun() { c.draSnap = &draSnapshot{fresh: true} }
 // gathered (sd: DRAName's, nil: none), dated by the claim changes
 // numbered before it.
 func (s *draSnapshot) fromPreFilter(sd *steerData) {
-	if sd != nil && sd.state != nil {
+	if sd != nil && sd.state != nil && !sd.partial {
 		s.pre, s.preSeq = sd.state, sd.seq
 	}
 }

@@ -435,9 +435,12 @@ func steered(state fwk.CycleState) *steerData {
 // draStateOf is the allocated state DRAName's PreFilter gathered for this
 // pod (and the busy GPUs it hid), or else the claim tracker's now.
 func (p *Plugin) draStateOf(sd *steerData) (*structured.AllocatedState, map[string]bool, error) {
-	if sd != nil {
+	if sd != nil && !sd.partial {
 		return sd.state, sd.busy, nil
 	}
 	st, err := p.preempt.dra.allocatedState()
+	if sd != nil {
+		return st, sd.busy, err
+	}
 	return st, nil, err
 }

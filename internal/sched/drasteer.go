@@ -95,6 +95,14 @@ func (s *steer) changes() *claimChanges {
 	return nil
 }
 
+// metrics are the GPUSlice plugin's (nil: none).
+func (s *steer) metrics() *pluginMetrics {
+	if p := s.plugin.Load(); p != nil {
+		return p.metrics
+	}
+	return nil
+}
+
 // steerCycle is what the view needs of one pod: its policy, the busy GPUs'
 // UUIDs, and the allocated state the allocator starts from (as the plugin
 // gathered it).
@@ -108,6 +116,9 @@ type steerCycle struct {
 	// state (nil: none); cands their outcome, set by the view.
 	narrow *narrowing
 	cands  atomic.Pointer[candidates]
+	// nominee: state is read for the pod's nominated node alone when it
+	// is the one candidate (dranominee.go; nil: gathered whole).
+	nominee *nomineeRead
 }
 
 // narrowing is what the candidates of a pod whose claims are shares need
@@ -139,9 +150,12 @@ const steerKey fwk.StateKey = Name + "/allocated"
 
 type steerData struct {
 	state *structured.AllocatedState
-	seq   uint64 // claimChanges.now() before state was gathered
-	busy  map[string]bool
-	cands *candidates // nil: not computed
+	// partial: state holds the pools of the one candidate node alone
+	// (dranominee.go): not a state for other nodes.
+	partial bool
+	seq     uint64 // claimChanges.now() before state was gathered
+	busy    map[string]bool
+	cands   *candidates // nil: not computed
 }
 
 // Clone implements fwk.StateData: read-only.
@@ -215,8 +229,9 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 	p.s.cur.Store(c)
 	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	p.s.cur.CompareAndSwap(c, nil)
-	if as := c.state.Load(); as != nil {
-		state.Write(steerKey, &steerData{state: as, seq: c.seq.Load(), busy: c.busy, cands: c.cands.Load()})
+	if as, nm := c.state.Load(), c.nominee; as != nil && (nm == nil || nm.st != as || nm.partial) {
+		// (a nominee's empty state the view never filled is no state)
+		state.Write(steerKey, &steerData{state: as, partial: nm != nil && nm.partial, seq: c.seq.Load(), busy: c.busy, cands: c.cands.Load()})
 	}
 	return r, st
 }
@@ -236,7 +251,9 @@ func (s *steer) cycle(state fwk.CycleState, b *Books, pod *corev1.Pod, nodes []f
 	if req, err := api.ParseRequest(pod); err == nil {
 		c.policy = b.Policy(req)
 		if _, ran := readCycle(state); pl != nil && req.Empty() && !ran {
-			c.narrow = pl.narrowingFor(pod, nodes)
+			if c.narrow = pl.narrowingFor(pod, nodes); c.narrow != nil {
+				c.nominee = nomineeOf(pod)
+			}
 		}
 	}
 	return c
@@ -269,8 +286,17 @@ type steeredClaims struct {
 }
 
 func (t steeredClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	if c := t.s.cur.Load(); c != nil && c.nominee != nil && c.nominee.st == nil && c.state.Load() == nil {
+		st := emptyState() // (filled by the view: steer.candidates)
+		c.nominee.st = st
+		c.state.Store(st)
+		return st, nil
+	}
 	seq := t.s.changes().now()
 	st, err := t.ResourceClaimTracker.GatherAllocatedState()
+	if err == nil {
+		t.s.metrics().stateRead(stateGathered)
+	}
 	if c := t.s.cur.Load(); err == nil && c != nil {
 		c.seq.Store(seq)
 		c.state.Store(st)
@@ -296,7 +322,10 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	}
 	listed, narrowed := len(all), false
 	if n := c.narrow; n != nil {
-		names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
+		names, sl, err := l.s.candidates(c, n, all, st)
+		if err != nil {
+			return nil, err
+		}
 		cs := &candidates{names: names}
 		if narrowed = len(names) > 0; narrowed {
 			cs.slices = sl // (onlyOf(all, names), from the table's index)

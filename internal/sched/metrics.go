@@ -40,7 +40,18 @@ const (
 type pluginMetrics struct {
 	decisions *metrics.CounterVec
 	duration  *metrics.HistogramVec
+	// stateReads: how the allocated state handed to the DynamicResources
+	// plugin was read (stateGathered, stateNode, stateNodeThenGathered).
+	stateReads *metrics.CounterVec
 }
+
+// How the allocated state a pod's DynamicResources PreFilter starts from
+// was read (dranominee.go).
+const (
+	stateGathered         = "gathered"           // the claim tracker's, whole
+	stateNode             = "nominated_node"     // the nominated node's pools alone
+	stateNodeThenGathered = "node_then_gathered" // read for the node, then whole: it was not the one candidate
+)
 
 // newPluginMetrics registers the plugin's metrics. A second plugin instance
 // (a second profile) in the same process gets unregistered instruments: the
@@ -56,13 +67,24 @@ func newPluginMetrics() (*pluginMetrics, error) {
 			Help:    "Time the GPUSlice plugin spent at each extension point, per call.",
 			Buckets: metrics.ExponentialBuckets(1e-6, 4, 12)},
 			[]string{"extension_point"}),
+		stateReads: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: "gpuslice", Subsystem: "scheduler",
+			Name: "dra_state_reads_total", StabilityLevel: metrics.ALPHA,
+			Help: "Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), or both (node_then_gathered)."},
+			[]string{"read"}),
 	}
-	for _, c := range []metrics.Registerable{m.decisions, m.duration} {
+	for _, c := range []metrics.Registerable{m.decisions, m.duration, m.stateReads} {
 		if err := legacyregistry.Register(c); err != nil {
 			return m, err
 		}
 	}
 	return m, nil
+}
+
+// stateRead counts one allocated state read as read says.
+func (m *pluginMetrics) stateRead(read string) {
+	if m != nil && m.stateReads != nil {
+		m.stateReads.WithLabelValues(read).Inc()
+	}
 }
 
 // done records one call of point that started at start, with its result

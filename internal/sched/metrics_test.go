@@ -21,7 +21,7 @@ func TestPluginMetricsBesideTheScheduler(t *testing.T) {
 		for _, c := range []interface {
 			metrics.Registerable
 			IsCreated() bool
-		}{m.decisions, m.duration} {
+		}{m.decisions, m.duration, m.stateReads} {
 			if c.IsCreated() && !legacyregistry.Registerer().Unregister(c) {
 				t.Errorf("%s not registered", c.FQName())
 			}
@@ -40,9 +40,22 @@ gpuslice_scheduler_plugin_decisions_total{extension_point="Reserve",result="conf
 	if err := testutil.GatherAndCompare(legacyregistry.DefaultGatherer, strings.NewReader(want), "gpuslice_scheduler_plugin_decisions_total"); err != nil {
 		t.Fatal(err)
 	}
+	m.stateRead(stateNode)
+	m.stateRead(stateGathered)
+	m.stateRead(stateNode)
+	want = `
+# HELP gpuslice_scheduler_dra_state_reads_total [ALPHA] Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), or both (node_then_gathered).
+# TYPE gpuslice_scheduler_dra_state_reads_total counter
+gpuslice_scheduler_dra_state_reads_total{read="gathered"} 1
+gpuslice_scheduler_dra_state_reads_total{read="nominated_node"} 2
+`
+	if err := testutil.GatherAndCompare(legacyregistry.DefaultGatherer, strings.NewReader(want), "gpuslice_scheduler_dra_state_reads_total"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := newPluginMetrics(); err == nil {
 		t.Fatal("a second registration succeeded")
 	}
 	var nilMetrics *pluginMetrics
 	nilMetrics.done(pointBind, resultBound, time.Now()) // no metrics: no panic
+	nilMetrics.stateRead(stateGathered)
 }

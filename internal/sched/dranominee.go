@@ -1,0 +1,179 @@
+package sched
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+)
+
+// A pod nominated by a preemption comes back to its nominated node, and
+// when a device there has its share free (nominatedFit) the allocator is
+// shown that node's slices alone. The claim tracker's GatherAllocatedState
+// copies the consumed capacity of every allocated device in the cluster
+// (most of a DRA preemptor's second try: its cost grows with the cluster,
+// not with the node). For such a pod the DynamicResources plugin is handed
+// instead the same state read for the node's pools alone (nomineeState):
+// what the tracker's cache holds allocated there and the allocations in
+// flight for the node's pods, as GatherAllocatedState counts them. The
+// view (drasteer.go) keeps it only when the candidates it computes from it
+// are that node alone; otherwise the state is gathered whole, in place.
+
+// candidates are the pod's candidate nodes and their slices among all,
+// computed from st. A nominee's st, still empty (dranominee.go), is read
+// for its nominated node's pools alone and kept when that makes the node
+// the one candidate; else the state is gathered whole into st (the
+// DynamicResources plugin holds st, and builds its allocator from it once
+// the slices are listed).
+func (s *steer) candidates(c *steerCycle, n *narrowing, all []*resourceapi.ResourceSlice, st *structured.AllocatedState) (
+	[]string, []*resourceapi.ResourceSlice, error) {
+	if nm := c.nominee; nm != nil && nm.st == st {
+		if ni := nodeNamed(n.nodes, nm.node); ni != nil && n.env.nomineeState(ni, all, st) {
+			names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
+			if len(names) == 1 && names[0] == nm.node {
+				nm.partial = true
+				s.metrics().stateRead(stateNode)
+				return names, sl, nil
+			}
+		}
+		seq := s.changes().now()
+		full, err := n.env.allocatedState()
+		if err != nil {
+			return nil, nil, err
+		}
+		*st = *full
+		c.seq.Store(seq)
+		nm.st = nil
+		s.metrics().stateRead(stateNodeThenGathered)
+	}
+	names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
+	return names, sl, nil
+}
+
+// emptyState is an allocated state holding nothing.
+func emptyState() *structured.AllocatedState {
+	return &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+}
+
+// poolID is a device pool.
+type poolID struct{ driver, pool string }
+
+// poolSet is a node's few pools, compared in place (no hash of every
+// claim result's names: nomineeState reads every claim).
+type poolSet []poolID
+
+func (s poolSet) has(driver, pool string) bool {
+	for _, p := range s {
+		if p.pool == pool && p.driver == driver {
+			return true
+		}
+	}
+	return false
+}
+
+// nomineeState fills into (an emptyState) with what the claim tracker's
+// allocated state holds on the pools of ni's node's slices among all: the
+// devices and shares allocated there (claims in the tracker's cache) and
+// those in flight for claims of the node's pods (a claim allocated on a
+// node's devices is one of a pod placed there: in flight, its pod is
+// assumed there). The in-flight allocations are read before the cache: one
+// whose write ends in between is in the cache by then (the plugin assumes
+// the written claim before it drops the in-flight one). It reports false,
+// into left partly filled, where this cannot be the state the allocator
+// reads: consumable capacity off (GatherAllocatedState is not asked then),
+// a slice of no node among all (devices any node's pods may have in
+// flight), the node without slices, or a pod there whose extended-resource
+// claim (in flight under a UID not known here) is not made yet.
+func (e *draEnv) nomineeState(ni fwk.NodeInfo, all []*resourceapi.ResourceSlice, into *structured.AllocatedState) bool {
+	if !e.features.ConsumableCapacity {
+		return false
+	}
+	node := ni.Node().Name
+	var pools poolSet
+	for _, sl := range all {
+		switch {
+		case sl.Spec.NodeName == nil:
+			return false
+		case *sl.Spec.NodeName == node && !pools.has(sl.Spec.Driver, sl.Spec.Pool.Name):
+			pools = append(pools, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
+		}
+	}
+	if len(pools) == 0 {
+		return false
+	}
+	tracker := e.dra.ResourceClaims()
+	for _, pi := range ni.GetPods() {
+		pod := pi.GetPod()
+		if e.mappedClaim(pod) != nil {
+			return false
+		}
+		for _, name := range claimNames(pod) {
+			if c, err := tracker.Get(pod.Namespace, name); err == nil {
+				addAllocation(into, tracker.GetPendingAllocation(c.UID), pools)
+			}
+		}
+	}
+	claims, err := tracker.List()
+	if err != nil {
+		return false
+	}
+	for _, c := range claims {
+		addAllocation(into, c.Status.Allocation, pools)
+	}
+	return true
+}
+
+// addAllocation adds to st the devices of a's results on pools, as the
+// tracker counts them with consumable capacity on: a result with a share
+// ID is that share and its consumed capacity, one without it the device;
+// admin access holds nothing. A nil a adds nothing.
+func addAllocation(st *structured.AllocatedState, a *resourceapi.AllocationResult, pools poolSet) {
+	if a == nil {
+		return
+	}
+	for _, r := range a.Devices.Results {
+		if ptr.Deref(r.AdminAccess, false) || !pools.has(r.Driver, r.Pool) {
+			continue
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			st.AllocatedDevices.Insert(id)
+			continue
+		}
+		st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+		if r.ConsumedCapacity != nil {
+			st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		}
+	}
+}
+
+// nodeNamed is the NodeInfo of the named node among nodes (nil: none).
+func nodeNamed(nodes []fwk.NodeInfo, name string) fwk.NodeInfo {
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil && n.Name == name {
+			return ni
+		}
+	}
+	return nil
+}
+
+// nomineeOf is the node a pod's state may be read for alone: its
+// nominated node (nil: none).
+func nomineeOf(pod *corev1.Pod) *nomineeRead {
+	if pod.Status.NominatedNodeName == "" {
+		return nil
+	}
+	return &nomineeRead{node: pod.Status.NominatedNodeName}
+}
+
+// nomineeRead is a cycle's state read for the nominated node: st, the
+// state handed to the DynamicResources plugin (empty until the view fills
+// it); partial, it holds the node's pools alone.
+type nomineeRead struct {
+	node    string
+	st      *structured.AllocatedState
+	partial bool
+}

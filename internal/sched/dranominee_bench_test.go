@@ -1,0 +1,99 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+	"k8s.io/utils/ptr"
+)
+
+// fullCluster is nodes nodes of 8 GPUs, each GPU holding two shares (a
+// claim each, of a pod on the node), in kube-scheduler's claim tracker:
+// the cluster a burst of preemptors meets (make bench-scheduler's DRA
+// preemption phase, at its scale).
+func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, []*resourceapi.ResourceSlice, fwk.NodeInfo) {
+	b.Helper()
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	var objs []runtime.Object
+	var slices []*resourceapi.ResourceSlice
+	var pods0 []*corev1.Pod
+	for n := range nodes {
+		node := fmt.Sprintf("n%05d", n)
+		var devs []resourceapi.Device
+		for g := range 8 {
+			devs = append(devs, resourceapi.Device{Name: fmt.Sprintf("gpu-%d", g), AllowMultipleAllocations: ptr.To(true),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{capUnits: {Value: q(100)}, capMemory: {Value: q(16 << 30)}}})
+			for s := range 2 {
+				name := fmt.Sprintf("%s-%d-%d", node, g, s)
+				c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), ResourceVersion: "1"}}
+				c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+					Driver: testDriver, Pool: node, Device: fmt.Sprintf("gpu-%d", g), ShareID: ptr.To(types.UID("s-" + name)),
+					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(50), capMemory: q(8 << 30)}}}}}
+				objs = append(objs, c)
+				if n == 0 {
+					pods0 = append(pods0, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("p-" + name)},
+						Spec: corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "r", ResourceClaimName: ptr.To(name)}}}})
+				}
+			}
+		}
+		slices = append(slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver,
+			NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}, Devices: devs}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	inf := informers.NewSharedInformerFactory(fake.NewClientset(objs...), 0)
+	ac := assumecache.NewAssumeCache(klog.Background(), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	m := dynamicresources.NewDRAManager(ctx, ac, nil, inf)
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	for {
+		if l, _ := m.ResourceClaims().List(); len(l) == len(objs) {
+			break
+		}
+	}
+	ni := framework.NewNodeInfo(pods0...)
+	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n00000"}})
+	return m, slices, ni
+}
+
+// BenchmarkNomineeState: a nominated pod's state read for its node's pools
+// alone (nomineeState) against the claim tracker's whole state
+// (GatherAllocatedState), side by side on the same full cluster of 100 and
+// 1,000 nodes (make bench-dra-state; docs/benchmarks.md).
+func BenchmarkNomineeState(b *testing.B) {
+	for _, nodes := range []int{100, 1000} {
+		m, slices, ni := fullCluster(b, nodes)
+		env := &draEnv{dra: m, features: structured.Features{ConsumableCapacity: true}}
+		b.Run(fmt.Sprintf("nodes=%d/node", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !env.nomineeState(ni, slices, emptyState()) {
+					b.Fatal("not read")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/gathered", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := env.allocatedState(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
