@@ -12,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -40,6 +41,9 @@ type draEnv struct {
 	table devTable
 	// changes: the claim allocations changed, by pool (nil: not known).
 	changes *claimChanges
+	// byPool: the claim informer's store, indexed by the pools claims
+	// are allocated on (claimPoolIndex; nil: not indexed).
+	byPool cache.Indexer
 }
 
 func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
@@ -52,9 +56,11 @@ func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
 	// The claim informer the tracker is built on (the scheduler's shared one).
 	if f := fh.SharedInformerFactory(); f != nil {
 		ch := newClaimChanges()
-		if _, err := f.Resource().V1().ResourceClaims().Informer().AddEventHandler(ch.handler()); err == nil {
+		inf := f.Resource().V1().ResourceClaims().Informer()
+		if _, err := inf.AddEventHandler(ch.handler()); err == nil {
 			e.changes = ch // (else nil: every dry run gathers its state)
 		}
+		e.byPool = indexClaimPools(inf) // (nil on an error: nomineeState lists every claim)
 	}
 	return e
 }

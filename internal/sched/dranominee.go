@@ -1,9 +1,13 @@
 package sched
 
 import (
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -116,14 +120,89 @@ func (e *draEnv) nomineeState(ni fwk.NodeInfo, all []*resourceapi.ResourceSlice,
 			}
 		}
 	}
-	claims, err := tracker.List()
-	if err != nil {
+	claims, ok := e.claimsOn(ni, pools)
+	if !ok {
 		return false
 	}
 	for _, c := range claims {
 		addAllocation(into, c.Status.Allocation, pools)
 	}
 	return true
+}
+
+// claimsOn are the claims, as the claim tracker has them, that may be
+// allocated on pools: with the pool index, the claims the claim informer
+// has allocated there and the claims of the node's pods (those of the
+// pods' bindings, written and assumed before the informer has them),
+// each once; without it, every claim. The informer's store is never older
+// than the tracker's cache (which the informer's events fill), so a claim
+// the tracker holds on pools is indexed there, unless the informer has
+// it deallocated or deleted already (newer than the tracker, and as the
+// API server has it).
+func (e *draEnv) claimsOn(ni fwk.NodeInfo, pools poolSet) ([]*resourceapi.ResourceClaim, bool) {
+	tracker := e.dra.ResourceClaims()
+	if e.byPool == nil {
+		claims, err := tracker.List()
+		return claims, err == nil
+	}
+	keys := sets.New[string]()
+	for _, p := range pools {
+		objs, err := e.byPool.ByIndex(claimPoolIndex, poolKey(p.driver, p.pool))
+		if err != nil {
+			return nil, false
+		}
+		for _, o := range objs {
+			if c, ok := o.(*resourceapi.ResourceClaim); ok {
+				keys.Insert(c.Namespace + "/" + c.Name)
+			}
+		}
+	}
+	for _, pi := range ni.GetPods() {
+		pod := pi.GetPod()
+		for _, name := range claimNames(pod) {
+			keys.Insert(pod.Namespace + "/" + name)
+		}
+	}
+	out := make([]*resourceapi.ResourceClaim, 0, len(keys))
+	for k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		if c, err := tracker.Get(ns, name); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out, true
+}
+
+// claimPoolIndex indexes the claim informer's claims by the pools
+// (driver/pool) they are allocated on.
+const claimPoolIndex = "gpuslice.io/allocated-pool"
+
+// indexClaimPools adds claimPoolIndex to the claim informer (once per
+// informer: a second profile's plugin finds it there) and returns its
+// store; nil when it cannot be added.
+func indexClaimPools(inf cache.SharedIndexInformer) cache.Indexer {
+	if _, ok := inf.GetIndexer().GetIndexers()[claimPoolIndex]; !ok {
+		if err := inf.AddIndexers(cache.Indexers{claimPoolIndex: claimPools}); err != nil {
+			return nil
+		}
+	}
+	return inf.GetIndexer()
+}
+
+// claimPools is claimPoolIndex's function: the pools of a claim's
+// allocation results.
+func claimPools(obj any) ([]string, error) {
+	c, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok || c.Status.Allocation == nil {
+		return nil, nil
+	}
+	var out []string
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if k := poolKey(r.Driver, r.Pool); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // addAllocation adds to st the devices of a's results on pools, as the

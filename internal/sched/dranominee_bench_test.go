@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -26,7 +27,7 @@ import (
 // claim each, of a pod on the node), in kube-scheduler's claim tracker:
 // the cluster a burst of preemptors meets (make bench-scheduler's DRA
 // preemption phase, at its scale).
-func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, []*resourceapi.ResourceSlice, fwk.NodeInfo) {
+func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, cache.Indexer, []*resourceapi.ResourceSlice, fwk.NodeInfo) {
 	b.Helper()
 	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
 	var objs []runtime.Object
@@ -59,6 +60,7 @@ func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, []*resourceapi.
 	inf := informers.NewSharedInformerFactory(fake.NewClientset(objs...), 0)
 	ac := assumecache.NewAssumeCache(klog.Background(), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
 	m := dynamicresources.NewDRAManager(ctx, ac, nil, inf)
+	byPool := indexClaimPools(inf.Resource().V1().ResourceClaims().Informer())
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
 	for {
@@ -68,7 +70,7 @@ func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, []*resourceapi.
 	}
 	ni := framework.NewNodeInfo(pods0...)
 	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n00000"}})
-	return m, slices, ni
+	return m, byPool, slices, ni
 }
 
 // BenchmarkNomineeState: a nominated pod's state read for its node's pools
@@ -77,16 +79,22 @@ func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, []*resourceapi.
 // 1,000 nodes (make bench-dra-state; docs/benchmarks.md).
 func BenchmarkNomineeState(b *testing.B) {
 	for _, nodes := range []int{100, 1000} {
-		m, slices, ni := fullCluster(b, nodes)
+		m, byPool, slices, ni := fullCluster(b, nodes)
 		env := &draEnv{dra: m, features: structured.Features{ConsumableCapacity: true}}
-		b.Run(fmt.Sprintf("nodes=%d/node", nodes), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if !env.nomineeState(ni, slices, emptyState()) {
-					b.Fatal("not read")
+		for _, read := range []struct {
+			name  string
+			index cache.Indexer
+		}{{"node-listed", nil}, {"node-indexed", byPool}} {
+			b.Run(fmt.Sprintf("nodes=%d/%s", nodes, read.name), func(b *testing.B) {
+				b.ReportAllocs()
+				env := &draEnv{dra: m, features: env.features, byPool: read.index}
+				for b.Loop() {
+					if !env.nomineeState(ni, slices, emptyState()) {
+						b.Fatal("not read")
+					}
 				}
-			}
-		})
+			})
+		}
 		b.Run(fmt.Sprintf("nodes=%d/gathered", nodes), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -38,6 +39,7 @@ type nomineeWorld struct {
 	pods    map[string][]*corev1.Pod // by node
 	tracker fwk.ResourceClaimTracker
 	m       fwk.SharedDRAManager
+	byPool  cache.Indexer // the claim informer's, by allocated pool
 }
 
 func newNomineeWorld(t *testing.T, rng *rand.Rand) *nomineeWorld {
@@ -100,6 +102,9 @@ func (w *nomineeWorld) start(t *testing.T) {
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	ac := assumecache.NewAssumeCache(klog.Background(), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
 	w.m = dynamicresources.NewDRAManager(ctx, ac, nil, inf)
+	if w.byPool = indexClaimPools(inf.Resource().V1().ResourceClaims().Informer()); w.byPool == nil {
+		t.Fatal("claims not indexed by pool")
+	}
 	w.tracker = w.m.ResourceClaims()
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
@@ -224,13 +229,15 @@ func TestNomineeStateIsGathered(t *testing.T) {
 		}
 		for i := range 4 {
 			node := fmt.Sprintf("n%d", i)
-			got := emptyState()
-			env := &draEnv{dra: w.m, features: structured.Features{ConsumableCapacity: true}}
-			if !env.nomineeState(w.nodeInfo(node), w.slices, got) {
-				t.Fatalf("seed %d, %s: not read", seed, node)
-			}
-			if err := sameState(got, w.gatheredOn(t, node)); err != nil {
-				t.Errorf("seed %d, %s: %v", seed, node, err)
+			for _, byPool := range []cache.Indexer{nil, w.byPool} { // every claim listed; the pool index
+				got := emptyState()
+				env := &draEnv{dra: w.m, features: structured.Features{ConsumableCapacity: true}, byPool: byPool}
+				if !env.nomineeState(w.nodeInfo(node), w.slices, got) {
+					t.Fatalf("seed %d, %s: not read", seed, node)
+				}
+				if err := sameState(got, w.gatheredOn(t, node)); err != nil {
+					t.Errorf("seed %d, %s, indexed %v: %v", seed, node, byPool != nil, err)
+				}
 			}
 		}
 	}
