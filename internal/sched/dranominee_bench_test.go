@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -11,15 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
-	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 	"k8s.io/utils/ptr"
 )
 
@@ -55,19 +49,7 @@ func fullCluster(b *testing.B, nodes int) (fwk.SharedDRAManager, cache.Indexer, 
 		slices = append(slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver,
 			NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}, Devices: devs}})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	inf := informers.NewSharedInformerFactory(fake.NewClientset(objs...), 0)
-	ac := assumecache.NewAssumeCache(klog.Background(), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
-	m := dynamicresources.NewDRAManager(ctx, ac, nil, inf)
-	byPool := indexClaimPools(inf.Resource().V1().ResourceClaims().Informer())
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
-	for {
-		if l, _ := m.ResourceClaims().List(); len(l) == len(objs) {
-			break
-		}
-	}
+	m, byPool := startTracker(b, objs)
 	ni := framework.NewNodeInfo(pods0...)
 	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n00000"}})
 	return m, byPool, slices, ni

@@ -92,32 +92,38 @@ func newNomineeWorld(t *testing.T, rng *rand.Rand) *nomineeWorld {
 // start runs the stock claim tracker on w's claims and waits until it holds them all.
 func (w *nomineeWorld) start(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	var objs []runtime.Object
+	objs := make([]runtime.Object, 0, len(w.claims))
 	for _, c := range w.claims {
 		objs = append(objs, c)
 	}
-	cs := fake.NewClientset(objs...)
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	ac := assumecache.NewAssumeCache(klog.Background(), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
-	w.m = dynamicresources.NewDRAManager(ctx, ac, nil, inf)
-	if w.byPool = indexClaimPools(inf.Resource().V1().ResourceClaims().Informer()); w.byPool == nil {
-		t.Fatal("claims not indexed by pool")
-	}
+	w.m, w.byPool = startTracker(t, objs)
 	w.tracker = w.m.ResourceClaims()
+}
+
+// startTracker runs kube-scheduler's claim tracker (its assume cache and
+// allocated devices, on a claim informer with claimPoolIndex) on claims,
+// until the test ends, and waits until it holds them all.
+func startTracker(tb testing.TB, claims []runtime.Object) (fwk.SharedDRAManager, cache.Indexer) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	inf := informers.NewSharedInformerFactory(fake.NewClientset(claims...), 0)
+	claimInf := inf.Resource().V1().ResourceClaims().Informer()
+	m := dynamicresources.NewDRAManager(ctx, assumecache.NewAssumeCache(klog.Background(), claimInf, "ResourceClaim", "", nil), nil, inf)
+	byPool := indexClaimPools(claimInf)
+	if byPool == nil {
+		tb.Fatal("claims not indexed by pool")
+	}
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, _ := w.tracker.List()
-		if len(l) == len(w.claims) {
-			return
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		l, _ := m.ResourceClaims().List()
+		if len(l) == len(claims) {
+			return m, byPool
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the tracker holds %d of %d claims", len(l), len(w.claims))
+			tb.Fatalf("the tracker holds %d of %d claims", len(l), len(claims))
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
