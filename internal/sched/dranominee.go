@@ -20,13 +20,14 @@ import (
 // (most of a DRA preemptor's second try: its cost grows with the cluster,
 // not with the node). For such a pod the DynamicResources plugin is handed
 // instead the same state read for the node's pools alone (nomineeState):
-// what the tracker's cache holds allocated there and the allocations in
+// what the tracker's cache holds allocated there (the claims the claim
+// informer's pool index and the node's pods name) and the allocations in
 // flight for the node's pods, as GatherAllocatedState counts them. The
 // view (drasteer.go) keeps it only when the candidates it computes from it
 // are that node alone; otherwise the state is gathered whole, in place.
 
 // candidates are the pod's candidate nodes and their slices among all,
-// computed from st. A nominee's st, still empty (dranominee.go), is read
+// computed from st. A nominee's st, still empty (nomineeState), is read
 // for its nominated node's pools alone and kept when that makes the node
 // the one candidate; else the state is gathered whole into st (the
 // DynamicResources plugin holds st, and builds its allocator from it once
@@ -66,7 +67,7 @@ func emptyState() *structured.AllocatedState {
 type poolID struct{ driver, pool string }
 
 // poolSet is a node's few pools, compared in place (no hash of every
-// claim result's names: nomineeState reads every claim).
+// claim result's names: without the pool index every claim is read).
 type poolSet []poolID
 
 func (s poolSet) has(driver, pool string) bool {
