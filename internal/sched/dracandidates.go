@@ -435,12 +435,13 @@ func steered(state fwk.CycleState) *steerData {
 // draStateOf is the allocated state DRAName's PreFilter gathered for this
 // pod (and the busy GPUs it hid), or else the claim tracker's now.
 func (p *Plugin) draStateOf(sd *steerData) (*structured.AllocatedState, map[string]bool, error) {
-	if sd != nil && !sd.partial {
-		return sd.state, sd.busy, nil
+	var busy map[string]bool
+	if sd != nil {
+		if !sd.partial {
+			return sd.state, sd.busy, nil
+		}
+		busy = sd.busy // (a state of one node's pools: gathered whole)
 	}
 	st, err := p.preempt.dra.allocatedState()
-	if sd != nil {
-		return st, sd.busy, err
-	}
-	return st, nil, err
+	return st, busy, err
 }

@@ -2,10 +2,10 @@ package sched
 
 import (
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -146,7 +146,7 @@ func (e *draEnv) claimsOn(ni fwk.NodeInfo, pools poolSet) ([]*resourceapi.Resour
 		claims, err := tracker.List()
 		return claims, err == nil
 	}
-	keys := sets.New[string]()
+	keys := sets.New[types.NamespacedName]()
 	for _, p := range pools {
 		objs, err := e.byPool.ByIndex(claimPoolIndex, poolKey(p.driver, p.pool))
 		if err != nil {
@@ -154,20 +154,19 @@ func (e *draEnv) claimsOn(ni fwk.NodeInfo, pools poolSet) ([]*resourceapi.Resour
 		}
 		for _, o := range objs {
 			if c, ok := o.(*resourceapi.ResourceClaim); ok {
-				keys.Insert(c.Namespace + "/" + c.Name)
+				keys.Insert(types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
 			}
 		}
 	}
 	for _, pi := range ni.GetPods() {
 		pod := pi.GetPod()
 		for _, name := range claimNames(pod) {
-			keys.Insert(pod.Namespace + "/" + name)
+			keys.Insert(types.NamespacedName{Namespace: pod.Namespace, Name: name})
 		}
 	}
 	out := make([]*resourceapi.ResourceClaim, 0, len(keys))
 	for k := range keys {
-		ns, name, _ := strings.Cut(k, "/")
-		if c, err := tracker.Get(ns, name); err == nil {
+		if c, err := tracker.Get(k.Namespace, k.Name); err == nil {
 			out = append(out, c)
 		}
 	}

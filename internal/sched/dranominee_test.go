@@ -102,7 +102,9 @@ func (w *nomineeWorld) start(t *testing.T) {
 
 // startTracker runs kube-scheduler's claim tracker (its assume cache and
 // allocated devices, on a claim informer with claimPoolIndex) on claims,
-// until the test ends, and waits until it holds them all.
+// until the test ends, and waits until it holds them all and its
+// allocated devices (filled by the assume cache's events, after its
+// store) hold every allocation it lists.
 func startTracker(tb testing.TB, claims []runtime.Object) (fwk.SharedDRAManager, cache.Indexer) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -118,13 +120,30 @@ func startTracker(tb testing.TB, claims []runtime.Object) (fwk.SharedDRAManager,
 	inf.WaitForCacheSync(ctx.Done())
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		l, _ := m.ResourceClaims().List()
-		if len(l) == len(claims) {
+		st, err := m.ResourceClaims().GatherAllocatedState()
+		if len(l) == len(claims) && err == nil && sameState(st, listedState(l)) == nil {
 			return m, byPool
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("the tracker holds %d of %d claims", len(l), len(claims))
+			tb.Fatalf("the tracker holds %d of %d claims, its allocated devices all of them: %v", len(l), len(claims), err == nil && sameState(st, listedState(l)) == nil)
 		}
 	}
+}
+
+// listedState is the allocated state of claims on any pool.
+func listedState(claims []*resourceapi.ResourceClaim) *structured.AllocatedState {
+	st := emptyState()
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var pools poolSet
+		for _, r := range c.Status.Allocation.Devices.Results {
+			pools = append(pools, poolID{r.Driver, r.Pool})
+		}
+		addAllocation(st, c.Status.Allocation, pools)
+	}
+	return st
 }
 
 // gatheredOn is the tracker's whole gathered state on the pools of node's slices.
