@@ -131,17 +131,31 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 		}
 		return names, sl
 	}
+	t.rank(top, ok, stamp, func(*sliceEntry) *structured.AllocatedState { return st }, busy, need)
+	names = top.names()
+	if withSlices && len(names) > 0 {
+		sl = t.slicesOf(all, stamp, names, noNode)
+	}
+	return names, sl
+}
+
+// rank adds to top (t.mu held) the best fit of each node with a slice
+// listed in the cycle of stamp that ok admits: device by device for the
+// touched slices, each read with stateOf its entry; the untouched ones
+// (every device free) by their shape's first slice.
+func (t *devTable) rank(top *topFits, ok *nodeMatch, stamp uint64, stateOf func(*sliceEntry) *structured.AllocatedState,
+	busy map[string]bool, need claimNeed) {
 	for _, id := range t.touched {
 		en := t.entries[id]
 		if en.node == "" {
 			continue
 		}
-		if best, found := bestFit(en.devs, st, busy, need, policy); found && ok.admits(en.node) {
+		if best, found := bestFit(en.devs, stateOf(en), busy, need, top.policy); found && ok.admits(en.node) {
 			top.add(best)
 		}
 	}
 	for _, g := range t.shapes {
-		left, found := freeFitOf(g.first.devs, need, policy)
+		left, found := freeFitOf(g.first.devs, need, top.policy)
 		if !found {
 			continue
 		}
@@ -150,18 +164,13 @@ func (e *draEnv) candidatesIn(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resour
 				return true
 			}
 			f := nodeFit{node: en.node, left: left}
-			if len(top.top) == top.k && !f.better(top.top[top.k-1], policy) {
+			if len(top.top) == top.k && !f.better(top.top[top.k-1], top.policy) {
 				return false // (nor any after it: the same fit, later names)
 			}
 			top.add(f)
 			return true
 		})
 	}
-	names = top.names()
-	if withSlices && len(names) > 0 {
-		sl = t.slicesOf(all, stamp, names, noNode)
-	}
-	return names, sl
 }
 
 // nominatedFit is the pod's nominated node when one of its slices listed

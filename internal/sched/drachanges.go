@@ -114,3 +114,29 @@ func (c *claimChanges) handler() cache.ResourceEventHandler {
 		},
 	}
 }
+
+// lastOf sets out[i] to the number of the last change on pool keys[i] (0:
+// none) and returns that of the last change of every pool (any), read at
+// once (a nil claimChanges: every pool changed at the highest number).
+func (c *claimChanges) lastOf(keys []string, out []uint64) (any uint64) {
+	if c == nil {
+		for i := range out {
+			out[i] = ^uint64(0)
+		}
+		return ^uint64(0)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range keys {
+		out[i] = c.last[k]
+	}
+	return c.any
+}
+
+// touchAllocated records a change on the pools claim c was allocated on (a
+// nil c, or one not allocated: none).
+func (c *claimChanges) touchAllocated(cl *resourceapi.ResourceClaim) {
+	if cl != nil && cl.Status.Allocation != nil {
+		c.touch(cl)
+	}
+}

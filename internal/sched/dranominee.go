@@ -27,34 +27,44 @@ import (
 // are that node alone; otherwise the state is gathered whole, in place.
 
 // candidates are the pod's candidate nodes and their slices among all,
-// computed from st. A nominee's st, still empty (nomineeState), is read
+// computed from st. A narrowed pod's st, still empty (lazyRead), is read
 // for its nominated node's pools alone and kept when that makes the node
-// the one candidate; else the state is gathered whole into st (the
-// DynamicResources plugin holds st, and builds its allocator from it once
-// the slices are listed).
+// the one candidate; else, by the ledger (draledger.go), for the nodes it
+// ranks first, kept when one of them has the share free, or when none has
+// and GPUSlice's PreFilter refuses the pod; else the state is gathered
+// whole into st (the DynamicResources plugin holds st, and builds its
+// allocator from it once the slices are listed). refused: the pod is
+// refused with no candidate and no state read beyond the ledger's.
 func (s *steer) candidates(c *steerCycle, n *narrowing, all []*resourceapi.ResourceSlice, st *structured.AllocatedState) (
-	[]string, []*resourceapi.ResourceSlice, error) {
-	if nm := c.nominee; nm != nil && nm.st == st {
-		if ni := nodeNamed(n.nodes, nm.node); ni != nil && n.env.nomineeState(ni, all, st) {
+	names []string, sl []*resourceapi.ResourceSlice, refused bool, err error) {
+	if lz := c.lazy; lz != nil && lz.st == st {
+		if ni := nodeNamed(n.nodes, lz.node); ni != nil && n.env.nomineeState(ni, all, st) {
 			names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
-			if len(names) == 1 && names[0] == nm.node {
-				nm.partial = true
+			if len(names) == 1 && names[0] == lz.node {
+				lz.partial = true
 				s.metrics().stateRead(stateNode)
-				return names, sl, nil
+				return names, sl, false, nil
 			}
+			*st = *emptyState() // (the node's read: the ledger's nodes are read again)
+		}
+		names, sl, ok := n.env.ledgerCandidates(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k)
+		if ok && (len(names) > 0 || n.refused) {
+			lz.partial = true
+			s.metrics().stateRead(stateLedger)
+			return names, sl, len(names) == 0, nil
 		}
 		seq := s.changes().now()
 		full, err := n.env.allocatedState()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		*st = *full
 		c.seq.Store(seq)
-		nm.st = nil
-		s.metrics().stateRead(stateNodeThenGathered)
+		lz.st = nil
+		s.metrics().stateRead(stateLedgerThenGathered)
 	}
-	names, sl := n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
-	return names, sl, nil
+	names, sl = n.env.candidatesIn(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k, true)
+	return names, sl, false, nil
 }
 
 // emptyState is an allocated state holding nothing.
@@ -106,6 +116,13 @@ func (e *draEnv) nomineeState(ni fwk.NodeInfo, all []*resourceapi.ResourceSlice,
 			pools = append(pools, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
 		}
 	}
+	return e.nodeState(ni, pools, into)
+}
+
+// nodeState is nomineeState's read for pools, those of ni's node's slices
+// (all of them, of every driver): false when there are none, or where a pod
+// on the node has an extended-resource claim not made yet.
+func (e *draEnv) nodeState(ni fwk.NodeInfo, pools poolSet, into *structured.AllocatedState) bool {
 	if len(pools) == 0 {
 		return false
 	}
@@ -239,20 +256,16 @@ func nodeNamed(nodes []fwk.NodeInfo, name string) fwk.NodeInfo {
 	return nil
 }
 
-// nomineeOf is the node a pod's state may be read for alone: its
-// nominated node (nil: none).
-func nomineeOf(pod *corev1.Pod) *nomineeRead {
-	if pod.Status.NominatedNodeName == "" {
-		return nil
-	}
-	return &nomineeRead{node: pod.Status.NominatedNodeName}
+// lazyOf is a narrowed pod's lazy read: its nominated node's ("": none).
+func lazyOf(pod *corev1.Pod) *lazyRead {
+	return &lazyRead{node: pod.Status.NominatedNodeName}
 }
 
-// nomineeRead is a cycle's state read for the nominated node: st, the
-// state handed to the DynamicResources plugin (empty until the view fills
-// it); partial, it holds the node's pools alone.
-type nomineeRead struct {
-	node    string
+// lazyRead is a cycle's state read for some nodes alone (candidates): st,
+// the state handed to the DynamicResources plugin (empty until the view
+// fills it); partial, it holds those nodes' pools alone.
+type lazyRead struct {
+	node    string // the nominated node ("": none)
 	st      *structured.AllocatedState
 	partial bool
 }

@@ -153,6 +153,11 @@ func (w *nomineeWorld) gatheredOn(t *testing.T, node string) *structured.Allocat
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w.restrict(full, node)
+}
+
+// restrict is st on the pools of node's slices alone.
+func (w *nomineeWorld) restrict(full *structured.AllocatedState, node string) *structured.AllocatedState {
 	pools := map[poolID]bool{}
 	for _, sl := range w.slices {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName == node {
@@ -327,7 +332,7 @@ func TestNomineeView(t *testing.T) {
 			seen[partial]++
 			s := &steer{}
 			m := steeredManager{SharedDRAManager: d, s: s}
-			cyc := &steerCycle{policy: "binpack", narrow: &narrowing{env: env, pod: pod, nodes: nis, need: need, k: 4}, nominee: nomineeOf(pod)}
+			cyc := &steerCycle{policy: "binpack", narrow: &narrowing{env: env, pod: pod, nodes: nis, need: need, k: 4}, lazy: lazyOf(pod)}
 			s.cur.Store(cyc)
 			st, err := m.ResourceClaims().GatherAllocatedState()
 			if err != nil || len(st.AggregatedCapacity)+len(st.AllocatedDevices) != 0 {
@@ -341,8 +346,8 @@ func TestNomineeView(t *testing.T) {
 			if partial {
 				want = w.gatheredOn(t, node)
 			}
-			if cyc.nominee.partial != partial {
-				t.Errorf("%v, %s: partial %v, want %v", need, node, cyc.nominee.partial, partial)
+			if cyc.lazy.partial != partial {
+				t.Errorf("%v, %s: partial %v, want %v", need, node, cyc.lazy.partial, partial)
 			}
 			if err := sameState(st, want); err != nil {
 				t.Errorf("%v, %s: state handed to the plugin: %v", need, node, err)

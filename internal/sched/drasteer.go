@@ -116,9 +116,10 @@ type steerCycle struct {
 	// state (nil: none); cands their outcome, set by the view.
 	narrow *narrowing
 	cands  atomic.Pointer[candidates]
-	// nominee: state is read for the pod's nominated node alone when it
-	// is the one candidate (dranominee.go; nil: gathered whole).
-	nominee *nomineeRead
+	// lazy: state is read for the pod's candidate nodes alone, where they
+	// can be told without the whole state (dranominee.go; nil: gathered
+	// whole).
+	lazy *lazyRead
 }
 
 // narrowing is what the candidates of a pod whose claims are shares need
@@ -229,9 +230,9 @@ func (p *steeredDRA) PreFilter(ctx context.Context, state fwk.CycleState, pod *c
 	p.s.cur.Store(c)
 	r, st := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	p.s.cur.CompareAndSwap(c, nil)
-	if as, nm := c.state.Load(), c.nominee; as != nil && (nm == nil || nm.st != as || nm.partial) {
-		// (a nominee's empty state the view never filled is no state)
-		state.Write(steerKey, &steerData{state: as, partial: nm != nil && nm.partial, seq: c.seq.Load(), busy: c.busy, cands: c.cands.Load()})
+	if as, lz := c.state.Load(), c.lazy; as != nil && (lz == nil || lz.st != as || lz.partial) {
+		// (an empty state the view never filled is no state)
+		state.Write(steerKey, &steerData{state: as, partial: lz != nil && lz.partial, seq: c.seq.Load(), busy: c.busy, cands: c.cands.Load()})
 	}
 	return r, st
 }
@@ -252,7 +253,7 @@ func (s *steer) cycle(state fwk.CycleState, b *Books, pod *corev1.Pod, nodes []f
 		c.policy = b.Policy(req)
 		if _, ran := readCycle(state); pl != nil && req.Empty() && !ran {
 			if c.narrow = pl.narrowingFor(pod, nodes); c.narrow != nil {
-				c.nominee = nomineeOf(pod)
+				c.lazy = lazyOf(pod)
 			}
 		}
 	}
@@ -286,9 +287,9 @@ type steeredClaims struct {
 }
 
 func (t steeredClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
-	if c := t.s.cur.Load(); c != nil && c.nominee != nil && c.nominee.st == nil && c.state.Load() == nil {
+	if c := t.s.cur.Load(); c != nil && c.lazy != nil && c.lazy.st == nil && c.state.Load() == nil {
 		st := emptyState() // (filled by the view: steer.candidates)
-		c.nominee.st = st
+		c.lazy.st = st
 		c.state.Store(st)
 		return st, nil
 	}
@@ -322,9 +323,13 @@ func (l steeredSlices) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	}
 	listed, narrowed := len(all), false
 	if n := c.narrow; n != nil {
-		names, sl, err := l.s.candidates(c, n, all, st)
+		names, sl, none, err := l.s.candidates(c, n, all, st)
 		if err != nil {
 			return nil, err
+		}
+		if none {
+			c.cands.Store(&candidates{})
+			return nil, nil // (refused, with no state beyond the ledger's: the allocator is shown no slice)
 		}
 		cs := &candidates{names: names}
 		if narrowed = len(names) > 0; narrowed {

@@ -69,6 +69,13 @@ type devTable struct {
 	shapes     map[string]*shapeGroup
 	stamp      uint64
 	touched    []int32 // the cycle's slices read device by device (kept: no list per cycle)
+	// ledger: per pool, what its claims hold (draledger.go); none: its
+	// empty state; pools, keys, lasts: markLedger's (kept).
+	ledger map[structured.DeviceID]*ledgerPool
+	none   *structured.AllocatedState
+	pools  []*ledgerPool
+	keys   []string
+	lasts  []uint64
 }
 
 // devices returns the shared devices of each slice of all, in order.
@@ -98,6 +105,7 @@ func (t *devTable) reset(listed int) {
 		t.entries, t.seen, t.used, t.idx = nil, nil, nil, nil
 		t.byPool, t.byNode, t.byUUID = map[structured.DeviceID][]int32{}, map[string][]int32{}, map[string][]int32{}
 		t.shapes = map[string]*shapeGroup{}
+		t.ledger = nil
 	}
 }
 

@@ -41,16 +41,20 @@ type pluginMetrics struct {
 	decisions *metrics.CounterVec
 	duration  *metrics.HistogramVec
 	// stateReads: how the allocated state handed to the DynamicResources
-	// plugin was read (stateGathered, stateNode, stateNodeThenGathered).
+	// plugin was read (stateGathered, stateNode, stateLedger, stateLedgerThenGathered).
 	stateReads *metrics.CounterVec
 }
 
 // How the allocated state a pod's DynamicResources PreFilter starts from
 // was read (dranominee.go).
 const (
-	stateGathered         = "gathered"           // the claim tracker's, whole
-	stateNode             = "nominated_node"     // the nominated node's pools alone
-	stateNodeThenGathered = "node_then_gathered" // read for the node, then whole: it was not the one candidate
+	stateGathered = "gathered"       // the claim tracker's, whole
+	stateNode     = "nominated_node" // the nominated node's pools alone
+	// stateLedger: the ledger's candidate nodes' pools alone, or none (no
+	// node has the share free, draledger.go); stateLedgerThenGathered:
+	// then whole (the ledger could not tell).
+	stateLedger             = "ledger"
+	stateLedgerThenGathered = "ledger_then_gathered"
 )
 
 // newPluginMetrics registers the plugin's metrics. A second plugin instance
@@ -69,7 +73,7 @@ func newPluginMetrics() (*pluginMetrics, error) {
 			[]string{"extension_point"}),
 		stateReads: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: "gpuslice", Subsystem: "scheduler",
 			Name: "dra_state_reads_total", StabilityLevel: metrics.ALPHA,
-			Help: "Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), or both (node_then_gathered)."},
+			Help: "Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), the ledger's candidate nodes' pools alone or none at all (ledger), or whole after the ledger could not tell (ledger_then_gathered)."},
 			[]string{"read"}),
 	}
 	for _, c := range []metrics.Registerable{m.decisions, m.duration, m.stateReads} {

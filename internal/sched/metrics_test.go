@@ -44,7 +44,7 @@ gpuslice_scheduler_plugin_decisions_total{extension_point="Reserve",result="conf
 	m.stateRead(stateGathered)
 	m.stateRead(stateNode)
 	want = `
-# HELP gpuslice_scheduler_dra_state_reads_total [ALPHA] Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), or both (node_then_gathered).
+# HELP gpuslice_scheduler_dra_state_reads_total [ALPHA] Allocated states handed to the DynamicResources plugin for a pod, by how they were read: the claim tracker's whole (gathered), the nominated node's pools alone (nominated_node), the ledger's candidate nodes' pools alone or none at all (ledger), or whole after the ledger could not tell (ledger_then_gathered).
 # TYPE gpuslice_scheduler_dra_state_reads_total counter
 gpuslice_scheduler_dra_state_reads_total{read="gathered"} 1
 gpuslice_scheduler_dra_state_reads_total{read="nominated_node"} 2

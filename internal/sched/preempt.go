@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -70,13 +71,28 @@ func newPreemptor(fh fwk.Handle, a Allocator) *preemptor {
 		pr.backfill = newReservations()
 		if m := fh.SharedDRAManager(); m != nil {
 			claims := m.ResourceClaims()
-			pr.release.cached, pr.release.assume = claims.Get, claims.AssumeClaimAfterAPICall
+			pr.release.cached, pr.release.assume = claims.Get, assumeReleased(claims, pr.dra)
 			pr.flights = newDRAFlights(&waiters{activator: fh}, func(uid types.UID) bool { return claims.GetPendingAllocation(uid) != nil })
 		}
 	}
 	pr.exec = preemption.NewExecutor(fh, fts)
 	pr.ev = preemption.NewEvaluator(Name, fh, pr, pr.exec)
 	return pr
+}
+
+// assumeReleased puts a claim the releaser deallocated into the tracker
+// and records the change on the pools it was allocated on (claimChanges):
+// the ledger (draledger.go) reads them again, as the tracker now has them,
+// before the informer's event comes.
+func assumeReleased(claims fwk.ResourceClaimTracker, e *draEnv) func(*resourceapi.ResourceClaim) error {
+	return func(c *resourceapi.ResourceClaim) error {
+		old, _ := claims.Get(c.Namespace, c.Name)
+		err := claims.AssumeClaimAfterAPICall(c)
+		if e != nil {
+			e.changes.touchAllocated(old)
+		}
+		return err
+	}
 }
 
 // GetOffsetAndNumCandidates implements preemption.Interface.
