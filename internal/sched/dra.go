@@ -144,9 +144,10 @@ type draSnapshot struct {
 	// fresh: the dry run's (startDryRun): with no state given, a node is
 	// read with pre (the state PreFilter gathered, changes numbered up to
 	// preSeq before it; nil: none) when no claim allocation on its pools
-	// changed since and its pods' claims agree with it, else with a state
-	// gathered when the first such node is read; if that fails, every claim
-	// is indexed.
+	// changed since and its pods' claims agree with it, else alone (its
+	// pools' state read then, for the first dryNodeReads nodes), else with
+	// a state gathered when the first such node is read; if that fails,
+	// every claim is indexed.
 	fresh  bool
 	pre    *structured.AllocatedState
 	preSeq uint64
@@ -279,8 +280,9 @@ func (s *draSnapshot) index(e *draEnv) error {
 // gathered where no claim allocation on the node's pools changed since
 // (claimChanges, from the claim informer) and the node's pods' claims
 // agree with it (each one allocated there is in it, and it holds nothing
-// there beyond them); otherwise with one state gathered then, for all the
-// dry run's nodes. podClaims reads the claims of the node's pods from the
+// there beyond them); otherwise its first nodes each alone (readAlone: a
+// state of the node's pools read then), and the rest with one state
+// gathered then. podClaims reads the claims of the node's pods from the
 // tracker when the node is read, and a claim released since PreFilter (a
 // victim's, by the claim releaser) would still be in PreFilter's state but
 // in no pod's claims: held by nobody (unattributed), freed by no eviction,

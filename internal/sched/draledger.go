@@ -30,18 +30,27 @@ import (
 // (nodeState: the tracker's claims on the node's pools and the
 // allocations in flight for the node's pods), and those reads are the
 // state the DynamicResources plugin is handed, for those nodes' slices
-// alone. Where it names no node a pod that GPUSlice's PreFilter then
-// refuses is refused without any read of the whole state (the allocator is
-// shown no slice: on no node can it allocate); where it names nodes none of
-// which the exact read confirms, the state is gathered whole, in place.
+// alone. Where none of the nodes it counts with the share free has it, a
+// pod that GPUSlice's PreFilter then refuses is refused without any read
+// of the whole state (the allocator is shown no slice: on no node can it
+// allocate); where too many nodes it counts so have not, the state is
+// gathered whole, in place.
 // A change the informer delivers to the tracker just before this handler
 // numbers it is read at the next change of the pool: as a gather taken
 // just before it would have missed it.
 
-// ledgerSpare: the ledger's nodes read exactly beyond a pod's k
-// candidates (those whose share a binding in flight, or written and not
-// yet delivered, holds).
-const ledgerSpare = 4
+// ledgerHint bounds the nodes the ledger ranks for a pod, read exactly in
+// that order until the pod's k candidates are found and ledgerSpare more
+// were read: a node whose share a binding in flight holds (or one written
+// and not yet delivered, or a release the informer delivered before the
+// tracker has it) is read and passed over, and one a binding in flight
+// made fuller than the ledger counts it is ranked by what it holds. When
+// none of ledgerHint nodes has the share, the state is gathered whole:
+// nodes past them may have it.
+const (
+	ledgerHint  = 64
+	ledgerSpare = 4
+)
 
 // ledgerPool is the ledger's entry for one pool.
 type ledgerPool struct {
@@ -62,12 +71,15 @@ type ledgerPool struct {
 
 // ledgerCandidates is the pod's candidates (up to k, best first by policy)
 // and their slices among all, by the ledger: the nodes it ranks first
-// (k+ledgerSpare) read exactly into into (an empty state the
+// (up to ledgerHint) read exactly, in order, until k have the share and
+// ledgerSpare more were read, into into (an empty state the
 // DynamicResources plugin holds) and ranked by that read. ok is false where
 // the ledger cannot stand for the tracker's state (consumable capacity
 // off, no pool index or change numbers, a slice of no node, a node that
-// cannot be read alone, or every node it named taken): the caller gathers
-// the whole state. With ok and no names no node has the share free.
+// cannot be read alone, or none of ledgerHint nodes with the share): the
+// caller gathers the whole state. With ok and no names no node has the
+// share free (every node the ledger counts with it free was read, and has
+// not).
 func (e *draEnv) ledgerCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*resourceapi.ResourceSlice, into *structured.AllocatedState,
 	busy map[string]bool, need claimNeed, policy api.Placement, k int) (names []string, sl []*resourceapi.ResourceSlice, ok bool) {
 	if !e.features.ConsumableCapacity || e.byPool == nil || e.changes == nil {
@@ -81,11 +93,14 @@ func (e *draEnv) ledgerCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*re
 		return nil, nil, false
 	}
 	match := newNodeMatch(pod, nis)
-	hint := newTopFits(policy, k+ledgerSpare)
+	hint := newTopFits(policy, ledgerHint)
 	t.rank(hint, match, stamp, t.ledgerState, busy, need)
-	top := newTopFits(policy, k)
-	for _, name := range hint.names() {
-		ni := nodeNamed(nis, name)
+	top, find := newTopFits(policy, k), nodeFinder(nis, len(hint.top))
+	for i, name := range hint.names() {
+		if len(top.top) == k && i >= k+ledgerSpare {
+			break
+		}
+		ni := find(name)
 		if ni == nil || !e.nodeState(ni, t.poolsOf(all, stamp, name), into) {
 			return nil, nil, false
 		}
@@ -97,8 +112,8 @@ func (e *draEnv) ledgerCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*re
 			}
 		}
 	}
-	if names = top.names(); len(names) == 0 && len(hint.top) > 0 {
-		return nil, nil, false
+	if names = top.names(); len(names) == 0 && len(hint.top) == ledgerHint {
+		return nil, nil, false // (nodes past the hint's may have it free)
 	}
 	if len(names) > 0 {
 		sl = t.slicesOf(all, stamp, names, noNode)
@@ -209,4 +224,19 @@ func (t *devTable) readPool(e *draEnv, lp *ledgerPool, ids []int32, stamp uint64
 		}
 	}
 	return true
+}
+
+// nodeFinder finds nodes of nis by name for n lookups: a scan each for a
+// few, else an index made once.
+func nodeFinder(nis []fwk.NodeInfo, n int) func(string) fwk.NodeInfo {
+	if n <= 8 {
+		return func(name string) fwk.NodeInfo { return nodeNamed(nis, name) }
+	}
+	byName := make(map[string]fwk.NodeInfo, len(nis))
+	for _, ni := range nis {
+		if nd := ni.Node(); nd != nil {
+			byName[nd.Name] = ni
+		}
+	}
+	return func(name string) fwk.NodeInfo { return byName[name] }
 }

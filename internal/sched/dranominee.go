@@ -24,7 +24,9 @@ import (
 // informer's pool index and the node's pods name) and the allocations in
 // flight for the node's pods, as GatherAllocatedState counts them. The
 // view (drasteer.go) keeps it only when the candidates it computes from it
-// are that node alone; otherwise the state is gathered whole, in place.
+// are that node alone; otherwise the ledger's nodes are read the same way
+// (draledger.go), and where the ledger cannot tell, the state is gathered
+// whole, in place.
 
 // candidates are the pod's candidate nodes and their slices among all,
 // computed from st. A narrowed pod's st, still empty (lazyRead), is read
