@@ -3,11 +3,13 @@ package sched
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -169,6 +171,163 @@ func TestLedgerRefuses(t *testing.T) {
 	} {
 		if _, _, ok := c.env.ledgerCandidates(&corev1.Pod{}, w.nodeInfos(), c.slices, emptyState(), nil, ledgerNeeds[0], "binpack", 2); ok {
 			t.Errorf("%s: the ledger told", c.name)
+		}
+	}
+}
+
+// newFullWorld is nodes nodes of one device (100 units, 100 bytes), each
+// held by two shares of 50 of claims of pods on the node: for the first
+// flights nodes the second share is in flight (signalled, not in the
+// claim: the ledger counts it free), and the free nodes have no second
+// claim at all.
+func newFullWorld(t *testing.T, nodes, flights int, free ...int) *nomineeWorld {
+	t.Helper()
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
+	share := func(node, id string) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Driver: testDriver, Pool: node, Device: "gpu-0", ShareID: ptr.To(types.UID(id)),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(50), capMemory: q(50)}}}}}
+	}
+	w := &nomineeWorld{pods: map[string][]*corev1.Pod{}}
+	pending := map[types.UID]*resourceapi.ResourceClaim{}
+	for i := range nodes {
+		node := fmt.Sprintf("n%03d", i)
+		w.slices = append(w.slices, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: testDriver,
+			NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}, Devices: []resourceapi.Device{{Name: "gpu-0",
+				AllowMultipleAllocations: ptr.To(true), Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					capUnits: {Value: q(100)}, capMemory: {Value: q(100)}}}}}})
+		for h := range 2 {
+			if h == 1 && slices.Contains(free, i) {
+				continue
+			}
+			name := fmt.Sprintf("c-%s-%d", node, h)
+			c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"}}
+			if a := share(node, "s-"+name); h == 0 || i >= flights {
+				c.Status.Allocation = a
+			} else {
+				p := c.DeepCopy()
+				p.Status.Allocation = a
+				pending[c.UID] = p
+			}
+			w.claims = append(w.claims, c)
+			w.pods[node] = append(w.pods[node], &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-" + name, UID: types.UID("pod-" + name)},
+				Spec: corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "r", ResourceClaimName: ptr.To(name)}}}})
+		}
+	}
+	w.start(t)
+	for uid, a := range pending {
+		if err := w.tracker.SignalClaimPendingAllocation(uid, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// TestLedgerFullCluster: every node the ledger counts with the share free
+// is taken by an allocation in flight: the ledger tells no node (a
+// preemptor refused without the whole state), unless more nodes than it
+// reads are so (then the state is gathered); a node really free is the
+// candidate.
+func TestLedgerFullCluster(t *testing.T) {
+	need := claimNeed{units: 50, bytes: 50}
+	for _, c := range []struct {
+		name           string
+		nodes, flights int
+		free           []int
+		ok             bool
+		want           string
+	}{
+		{"three in flight", 10, 3, nil, true, "[]"},
+		{"three in flight, one free", 10, 3, []int{7}, true, "[n007]"},
+		{"more in flight than the ledger reads", ledgerHint + 6, ledgerHint + 6, nil, false, "[]"},
+		{"more in flight than the ledger reads, one free", ledgerHint + 6, ledgerHint + 5, []int{ledgerHint + 5}, false, "[]"},
+	} {
+		w := newFullWorld(t, c.nodes, c.flights, c.free...)
+		var nis []fwk.NodeInfo
+		for i := range c.nodes {
+			nis = append(nis, w.nodeInfo(fmt.Sprintf("n%03d", i)))
+		}
+		env := &draEnv{dra: worldDRA{SharedDRAManager: w.m, slices: w.slices}, features: structured.Features{ConsumableCapacity: true},
+			byPool: w.byPool, changes: newClaimChanges()}
+		full, err := env.allocatedState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := env.candidatesIn(&corev1.Pod{}, nis, w.slices, full, nil, need, api.PlacementBinpack, 2, false)
+		names, _, ok := env.ledgerCandidates(&corev1.Pod{}, nis, w.slices, emptyState(), nil, need, api.PlacementBinpack, 2)
+		if ok != c.ok || fmt.Sprint(names) != c.want {
+			t.Errorf("%s: candidates %v, told %v; want %s, %v", c.name, names, ok, c.want, c.ok)
+		}
+		if ok && fmt.Sprint(names) != fmt.Sprint(ref) {
+			t.Errorf("%s: candidates %v, the whole state's %v", c.name, names, ref)
+		}
+	}
+}
+
+// TestLedgerView: a first try's PreFilter hands the DynamicResources
+// plugin no whole state: in a full cluster (every free share taken in
+// flight) an empty one and no slice, for a pod GPUSlice's PreFilter
+// refuses; the state of the ledger's candidates, and their slices alone,
+// where one is free; and the whole state, in place, for a pod that is not
+// refused when no node has the share.
+func TestLedgerView(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		free    []int
+		refused bool
+		// want: the candidates; listed: the slices the plugin is shown
+		// (-1: all); whole: the state handed over is the whole state.
+		want   string
+		listed int
+		whole  bool
+	}{
+		{"full, refused", nil, true, "[]", 0, false},
+		{"one free", []int{7}, true, "[n007]", 1, false},
+		{"full, not refused", nil, false, "[]", -1, true},
+	} {
+		w := newFullWorld(t, 10, 3, c.free...)
+		d := worldDRA{SharedDRAManager: w.m, slices: w.slices}
+		var nis []fwk.NodeInfo
+		for i := range 10 {
+			nis = append(nis, w.nodeInfo(fmt.Sprintf("n%03d", i)))
+		}
+		env := &draEnv{dra: d, features: structured.Features{ConsumableCapacity: true}, byPool: w.byPool, changes: newClaimChanges()}
+		full, err := env.allocatedState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{}
+		s := &steer{}
+		m := steeredManager{SharedDRAManager: d, s: s}
+		cyc := &steerCycle{policy: api.PlacementBinpack, lazy: lazyOf(pod),
+			narrow: &narrowing{env: env, pod: pod, nodes: nis, need: claimNeed{units: 50, bytes: 50}, k: 2, refused: c.refused}}
+		s.cur.Store(cyc)
+		st, err := m.ResourceClaims().GatherAllocatedState()
+		if err != nil || len(st.AggregatedCapacity)+len(st.AllocatedDevices) != 0 {
+			t.Fatalf("%s: the state before the slices are listed: not empty (%v)", c.name, err)
+		}
+		listed, err := m.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(cyc.cands.Load().names); got != c.want {
+			t.Errorf("%s: candidates %s, want %s", c.name, got, c.want)
+		}
+		if n := c.listed; n < 0 && len(listed) != len(w.slices) || n >= 0 && len(listed) != n {
+			t.Errorf("%s: %d slices listed, want %d", c.name, len(listed), c.listed)
+		}
+		want := emptyState()
+		switch {
+		case c.whole:
+			want = full
+		case len(c.free) > 0:
+			want = w.restrict(full, c.want[1:len(c.want)-1])
+		}
+		if err := sameState(w.restrict(st, "n007"), w.restrict(want, "n007")); err != nil || c.whole && sameState(st, full) != nil {
+			t.Errorf("%s: the state handed over: %v", c.name, err)
+		}
+		if cyc.lazy.partial == c.whole {
+			t.Errorf("%s: partial %v", c.name, cyc.lazy.partial)
 		}
 	}
 }
