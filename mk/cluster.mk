@@ -37,4 +37,4 @@ bench-scheduler: k8s-bins $(BIN)/gpuslice-scheduler
 # A nominated DRA pod's allocated state read for its node alone against the claim tracker's whole state,
 # side by side on full clusters of 100 and 1,000 nodes (kube-scheduler's claim tracker; docs/benchmarks.md).
 bench-dra-state:
-	$(GO) test -run XXX -bench NomineeState -benchtime 200x -count 3 ./internal/sched/
+	$(GO) test -run XXX -bench 'NomineeState|FirstTry' -benchtime 200x -count 3 ./internal/sched/

@@ -87,3 +87,47 @@ func BenchmarkNomineeState(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFirstTry: a pod's first try in a full cluster (no device with
+// its share free), its candidates told by the ledger (draledger.go; its
+// pools read once, before the loop, as between the cycles of a burst)
+// against the claim tracker's whole state gathered and ranked
+// (candidatesIn), side by side on the same cluster of 100 and 1,000 nodes
+// (make bench-dra-state; docs/benchmarks.md).
+func BenchmarkFirstTry(b *testing.B) {
+	need := claimNeed{units: 50, bytes: 8 << 30}
+	for _, nodes := range []int{100, 1000} {
+		m, byPool, slices, ni0 := fullCluster(b, nodes)
+		nis := []fwk.NodeInfo{ni0}
+		for n := 1; n < nodes; n++ {
+			ni := framework.NewNodeInfo()
+			ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%05d", n)}})
+			nis = append(nis, ni)
+		}
+		env := &draEnv{dra: m, features: structured.Features{ConsumableCapacity: true}, byPool: byPool, changes: newClaimChanges()}
+		pod := &corev1.Pod{}
+		if names, _, ok := env.ledgerCandidates(pod, nis, slices, emptyState(), nil, need, "binpack", 4); !ok || len(names) > 0 {
+			b.Fatalf("ledger: %v, told %v; want none, told", names, ok)
+		}
+		b.Run(fmt.Sprintf("nodes=%d/ledger", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if names, _, ok := env.ledgerCandidates(pod, nis, slices, emptyState(), nil, need, "binpack", 4); !ok || len(names) > 0 {
+					b.Fatalf("ledger: %v, told %v", names, ok)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/gathered", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := env.allocatedState()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if names, _ := env.candidatesIn(pod, nis, slices, st, nil, need, "binpack", 4, true); len(names) > 0 {
+					b.Fatalf("gathered: %v", names)
+				}
+			}
+		})
+	}
+}
