@@ -226,37 +226,7 @@ func TestNomineeStateIsGathered(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 32))
 		w := newNomineeWorld(t, rng)
-		q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.DecimalSI) }
-		for _, c := range w.claims {
-			if c.Status.Allocation != nil {
-				continue
-			}
-			// An unallocated claim of a pod: allocation in flight on its node.
-			var node string
-			for n, pods := range w.pods {
-				for _, p := range pods {
-					if *p.Spec.ResourceClaims[0].ResourceClaimName == c.Name {
-						node = n
-					}
-				}
-			}
-			if node == "" {
-				continue
-			}
-			a := c.DeepCopy()
-			a.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Driver: testDriver, Pool: node, Device: "gpu-3", ShareID: ptr.To(types.UID("flight-" + c.Name)),
-				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{capUnits: q(7), capMemory: q(7)}}}}}
-			if err := w.tracker.SignalClaimPendingAllocation(c.UID, a); err != nil {
-				t.Fatal(err)
-			}
-			if rng.IntN(2) == 0 { // written and assumed, still in flight: counted twice
-				a.ResourceVersion = "999"
-				if err := w.tracker.AssumeClaimAfterAPICall(a); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		w.inFlight(t, 7) // (draledger_test.go)
 		for i := range 4 {
 			node := fmt.Sprintf("n%d", i)
 			for _, byPool := range []cache.Indexer{nil, w.byPool} { // every claim listed; the pool index
