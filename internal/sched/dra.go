@@ -45,6 +45,8 @@ type draEnv struct {
 	// byPool: the claim informer's store, indexed by the pools claims
 	// are allocated on (claimPoolIndex; nil: not indexed).
 	byPool cache.Indexer
+	// byNode: the slices of the last list by node (draSnapshot.read).
+	byNode slicesByNode
 }
 
 func newDRAEnv(fh fwk.Handle, fts feature.Features) *draEnv {
@@ -176,14 +178,35 @@ func (s *draSnapshot) read(e *draEnv) error {
 			s.err = fmt.Errorf("resource slices: %w", err)
 			return
 		}
-		s.slices = map[string][]*resourceapi.ResourceSlice{}
-		for _, sl := range all {
-			if sl.Spec.NodeName != nil {
-				s.slices[*sl.Spec.NodeName] = append(s.slices[*sl.Spec.NodeName], sl)
-			}
-		}
+		s.slices = e.byNode.of(all)
 	})
 	return s.err
+}
+
+// slicesByNode is the last list of slices seen by node: a list of the
+// same objects (the informer's, unchanged between the snapshots of a
+// burst of preemptors) is not sorted again.
+type slicesByNode struct {
+	mu     sync.Mutex
+	all    []*resourceapi.ResourceSlice
+	byNode map[string][]*resourceapi.ResourceSlice // (read-only once made)
+}
+
+// of is all's slices of a node, by node name (read-only).
+func (b *slicesByNode) of(all []*resourceapi.ResourceSlice) map[string][]*resourceapi.ResourceSlice {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byNode != nil && slices.Equal(b.all, all) {
+		return b.byNode
+	}
+	byNode := map[string][]*resourceapi.ResourceSlice{}
+	for _, sl := range all {
+		if sl.Spec.NodeName != nil {
+			byNode[*sl.Spec.NodeName] = append(byNode[*sl.Spec.NodeName], sl)
+		}
+	}
+	b.all, b.byNode = slices.Clone(all), byNode
+	return byNode
 }
 
 // heldOn is what is allocated on the node's devices: its pods' claims and

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"sort"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -26,7 +27,22 @@ type claimChanges struct {
 	last map[string]uint64 // poolKey -> seq of its last change
 	// any: the last change whose pools are not known (every pool's).
 	any uint64
+	// log: the pools changed, in order of their changes (changedSince);
+	// at most logCap, the older half dropped past it (dropped: the last
+	// change dropped).
+	log     []poolChange
+	dropped uint64
 }
+
+// poolChange is a change on one pool.
+type poolChange struct {
+	seq uint64
+	key string // poolKey
+}
+
+// logCap bounds claimChanges' log (a reader behind it counts every pool
+// changed).
+const logCap = 8192
 
 func newClaimChanges() *claimChanges { return &claimChanges{last: map[string]uint64{}} }
 
@@ -50,6 +66,7 @@ func (c *claimChanges) touch(claims ...*resourceapi.ResourceClaim) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.trim()
 	c.seq++
 	for _, cl := range claims {
 		if cl == nil {
@@ -60,9 +77,42 @@ func (c *claimChanges) touch(claims ...*resourceapi.ResourceClaim) {
 			continue
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {
-			c.last[poolKey(r.Driver, r.Pool)] = c.seq
+			k := poolKey(r.Driver, r.Pool)
+			c.last[k] = c.seq
+			c.log = append(c.log, poolChange{seq: c.seq, key: k})
 		}
 	}
+}
+
+// trim drops the older half of the log past logCap (c.mu held).
+func (c *claimChanges) trim() {
+	if len(c.log) <= logCap {
+		return
+	}
+	half := len(c.log) / 2
+	c.dropped = c.log[half-1].seq
+	c.log = append(c.log[:0:0], c.log[half:]...)
+}
+
+// changedSince calls changed with the key of each pool changed after
+// change seq (c.mu held meanwhile: changed must not call c) and returns
+// the number of the last change; all: every pool counts as changed (a
+// change of unknown pools, or the log dropped changes after seq; a nil
+// claimChanges).
+func (c *claimChanges) changedSince(seq uint64, changed func(key string)) (now uint64, all bool) {
+	if c == nil {
+		return 0, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.any > seq || c.dropped > seq {
+		return c.seq, true
+	}
+	i := sort.Search(len(c.log), func(i int) bool { return c.log[i].seq > seq })
+	for _, ch := range c.log[i:] {
+		changed(ch.key)
+	}
+	return c.seq, false
 }
 
 // since tells whether a claim allocation on one of pools changed after
@@ -113,24 +163,6 @@ func (c *claimChanges) handler() cache.ResourceEventHandler {
 			}
 		},
 	}
-}
-
-// lastOf sets out[i] to the number of the last change on pool keys[i] (0:
-// none) and returns that of the last change of every pool (any), read at
-// once (a nil claimChanges: every pool changed at the highest number).
-func (c *claimChanges) lastOf(keys []string, out []uint64) (any uint64) {
-	if c == nil {
-		for i := range out {
-			out[i] = ^uint64(0)
-		}
-		return ^uint64(0)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, k := range keys {
-		out[i] = c.last[k]
-	}
-	return c.any
 }
 
 // touchAllocated records a change on the pools claim c was allocated on (a

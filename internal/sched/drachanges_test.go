@@ -50,11 +50,54 @@ func TestClaimChanges(t *testing.T) {
 		if got := ch.since(pool0, seq); got != c.want {
 			t.Errorf("%s: n0 changed since %v, want %v", c.name, got, c.want)
 		}
+		var keys []string
+		now, all := ch.changedSince(seq, func(k string) { keys = append(keys, k) })
+		if got := all || slices.Contains(keys, poolKey(testDriver, "n0")); got != c.want || now != ch.now() {
+			t.Errorf("%s: n0 listed changed since (%v, every pool %v), now %d; want %v, %d", c.name, keys, all, now, c.want, ch.now())
+		}
 	}
 	var none *claimChanges
 	none.touch(on0)
 	if none.now() != 0 || !none.since(pool0, 0) {
 		t.Errorf("nil claimChanges: now %d, since %v; want 0, true", none.now(), none.since(pool0, 0))
+	}
+}
+
+// TestClaimChangesLog: a reader following the changes (changedSince) is
+// given each pool changed after its number, in order, until the log
+// drops changes it has not read: then every pool counts as changed.
+func TestClaimChangesLog(t *testing.T) {
+	_, f := fullDRANodes(2, nil)
+	on0, on1 := f.claims[0], f.claims[2]
+	ch := newClaimChanges()
+	ch.touch(on0)
+	seq := ch.now()
+	ch.touch(on1)
+	ch.touch(on0)
+	var keys []string
+	if now, all := ch.changedSince(seq, func(k string) { keys = append(keys, k) }); all || now != seq+2 ||
+		!slices.Equal(keys, []string{poolKey(testDriver, "n1"), poolKey(testDriver, "n0")}) {
+		t.Errorf("changed since %d: %v, every pool %v, now %d; want n1, n0 and %d", seq, keys, all, now, seq+2)
+	}
+	old := ch.now()
+	for range logCap + 1 {
+		ch.touch(on1)
+	}
+	if _, all := ch.changedSince(old, func(string) {}); !all {
+		t.Errorf("a reader behind the log's dropped changes: not every pool changed")
+	}
+	if len(ch.log) > logCap {
+		t.Errorf("log of %d changes, want at most %d", len(ch.log), logCap)
+	}
+	recent := ch.now()
+	ch.touch(on0)
+	keys = keys[:0]
+	if _, all := ch.changedSince(recent, func(k string) { keys = append(keys, k) }); all || !slices.Equal(keys, []string{poolKey(testDriver, "n0")}) {
+		t.Errorf("changed since the last number: %v, every pool %v; want n0 alone", keys, all)
+	}
+	var none *claimChanges
+	if _, all := none.changedSince(0, func(string) {}); !all {
+		t.Errorf("nil claimChanges: not every pool changed")
 	}
 }
 

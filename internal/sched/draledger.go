@@ -57,10 +57,9 @@ type ledgerPool struct {
 	id   structured.DeviceID // (poolOnly)
 	pool poolID
 	key  string // poolKey
-	// read: the pool was read, at change seq (claimChanges.now() before
-	// the read), with nslices entries in the table's index.
+	// read: the pool was read, with nslices entries in the table's index,
+	// and no change on it was numbered since (changedSince).
 	read    bool
-	seq     uint64
 	nslices int
 	// st: what its claims hold (nil: nothing); units, mem: the most free
 	// on one of its shared devices (a share needing more of either fits
@@ -123,7 +122,7 @@ func (e *draEnv) ledgerCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*re
 
 // ledgerState is the ledger's state of en's pool (t.mu held).
 func (t *devTable) ledgerState(en *sliceEntry) *structured.AllocatedState {
-	if lp := t.ledger[poolOnly(en.devs[0].id)]; lp != nil && lp.st != nil {
+	if lp := en.ledger; lp != nil && lp.st != nil {
 		return lp.st
 	}
 	return t.none
@@ -151,27 +150,21 @@ func (t *devTable) poolsOf(all []*resourceapi.ResourceSlice, stamp uint64, node 
 // its devices may have need free, else read as full (used, not touched:
 // ranked neither by device nor by shape). false: a pool could not be read.
 func (t *devTable) markLedger(e *draEnv, stamp uint64, need claimNeed) bool {
-	if t.ledger == nil {
-		t.ledger, t.none = map[structured.DeviceID]*ledgerPool{}, emptyState()
+	if t.ledger == nil || len(t.ledgerOf) != len(t.byPool) {
+		t.indexLedger()
 	}
-	t.pools, t.keys = t.pools[:0], t.keys[:0]
-	for pool, ids := range t.byPool {
+	now, all := e.changes.changedSince(t.ledgerSeq, func(key string) {
+		if lp := t.ledger[key]; lp != nil {
+			lp.read = false
+		}
+	})
+	t.ledgerSeq = now
+	for _, lp := range t.ledgerOf {
+		ids := t.byPool[lp.id]
 		if !slices.ContainsFunc(ids, func(id int32) bool { return t.seen[id] == stamp }) {
 			continue
 		}
-		lp := t.ledger[pool]
-		if lp == nil {
-			lp = &ledgerPool{id: pool, pool: poolID{pool.Driver.String(), pool.Pool.String()}}
-			lp.key = poolKey(lp.pool.driver, lp.pool.pool)
-			t.ledger[pool] = lp
-		}
-		t.pools, t.keys = append(t.pools, lp), append(t.keys, lp.key)
-	}
-	t.lasts = slices.Grow(t.lasts[:0], len(t.keys))[:len(t.keys)]
-	anyChange := e.changes.lastOf(t.keys, t.lasts)
-	for i, lp := range t.pools {
-		ids := t.byPool[lp.id]
-		if !lp.read || lp.seq < t.lasts[i] || lp.seq < anyChange || lp.nslices != len(ids) {
+		if all || !lp.read || lp.nslices != len(ids) {
 			if !t.readPool(e, lp, ids, stamp) {
 				return false
 			}
@@ -192,11 +185,28 @@ func (t *devTable) markLedger(e *draEnv, stamp uint64, need claimNeed) bool {
 	return true
 }
 
+// indexLedger gives each pool of the table its ledger entry, kept (t.mu
+// held): by key, and listed in ledgerOf.
+func (t *devTable) indexLedger() {
+	if t.ledger == nil {
+		t.ledger, t.none = map[string]*ledgerPool{}, emptyState()
+	}
+	t.ledgerOf = t.ledgerOf[:0]
+	for pool := range t.byPool {
+		key := poolKey(pool.Driver.String(), pool.Pool.String())
+		lp := t.ledger[key]
+		if lp == nil {
+			lp = &ledgerPool{id: pool, pool: poolID{pool.Driver.String(), pool.Pool.String()}, key: key}
+			t.ledger[key] = lp
+		}
+		t.ledgerOf = append(t.ledgerOf, lp)
+	}
+}
+
 // readPool reads lp's pool (its slices' entries ids, those listed in the
 // cycle of stamp): what the claims the pool index puts there hold, each as
 // the tracker has it, and the most free on one of its devices.
 func (t *devTable) readPool(e *draEnv, lp *ledgerPool, ids []int32, stamp uint64) bool {
-	seq := e.changes.now()
 	objs, err := e.byPool.ByIndex(claimPoolIndex, lp.key)
 	if err != nil {
 		return false
@@ -209,7 +219,10 @@ func (t *devTable) readPool(e *draEnv, lp *ledgerPool, ids []int32, stamp uint64
 			}
 		}
 	}
-	lp.read, lp.seq, lp.nslices, lp.st, lp.units, lp.mem = true, seq, len(ids), nil, 0, 0
+	lp.read, lp.nslices, lp.st, lp.units, lp.mem = true, len(ids), nil, 0, 0
+	for _, id := range ids {
+		t.entries[id].ledger = lp
+	}
 	if len(st.AllocatedDevices) == 0 && len(st.AggregatedCapacity) == 0 && len(st.AllocatedSharedDeviceIDs) == 0 {
 		return true
 	}

@@ -136,7 +136,7 @@ func TestLedgerCandidates(t *testing.T) {
 			t.Fatal(err)
 		}
 		pool := rel.Status.Allocation.Devices.Results[0].Pool
-		lp := env.table.ledger[poolOnly(structured.MakeDeviceID(testDriver, pool, "x"))]
+		lp := env.table.ledger[poolKey(testDriver, pool)]
 		if lp == nil || lp.st == nil || !lp.st.AllocatedSharedDeviceIDs.Has(structured.MakeSharedDeviceID(
 			structured.MakeDeviceID(testDriver, pool, rel.Status.Allocation.Devices.Results[0].Device), rel.Status.Allocation.Devices.Results[0].ShareID)) {
 			t.Fatalf("seed %d: the ledger's pool %s does not hold the share before its release", seed, pool)

@@ -305,12 +305,7 @@ func (v *draFilterView) read(e *draEnv, st *structured.AllocatedState) error {
 			v.err = fmt.Errorf("resource slices: %w", err)
 			return
 		}
-		v.slices = map[string][]*resourceapi.ResourceSlice{}
-		for _, s := range all {
-			if s.Spec.NodeName != nil {
-				v.slices[*s.Spec.NodeName] = append(v.slices[*s.Spec.NodeName], s)
-			}
-		}
+		v.slices = e.byNode.of(all)
 	})
 	return v.err
 }

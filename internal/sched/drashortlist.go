@@ -2,8 +2,10 @@ package sched
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
@@ -41,7 +43,7 @@ func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusR
 	}
 	protected := protectedBy(pdbs)
 	prio := corev1helpers.PodPriority(pod)
-	floor := draFloor(nis, prio)
+	floor := pr.draFloor(nis, prio)
 	unbeatable := nodeCost{victims: 1, maxPrio: floor, sumPrio: int64(floor)}
 	off := rand.IntN(len(nis))
 	var costs []nodeCost
@@ -67,17 +69,53 @@ func (pr *preemptor) draShortlist(c *cycle, pod *corev1.Pod, m fwk.NodeToStatusR
 
 // draFloor is the lowest priority below prio of the pods with claims on
 // nis (prio when there is none): no victim set costs less than one pod of
-// it.
-func draFloor(nis []fwk.NodeInfo, prio int32) int32 {
+// it. Each node's lowest is kept while its NodeInfo's generation stands
+// (claimFloors), so a burst of preemptors reads the pods of the nodes that
+// changed, not every pod of the cluster per preemptor.
+func (pr *preemptor) draFloor(nis []fwk.NodeInfo, prio int32) int32 {
 	floor := prio
+	pr.floors.mu.Lock()
+	defer pr.floors.mu.Unlock()
+	if pr.floors.byNode == nil || len(pr.floors.byNode) > 2*len(nis)+16 {
+		pr.floors.byNode = make(map[string]nodeFloor, len(nis))
+	}
 	for _, ni := range nis {
-		for _, pi := range ni.GetPods() {
-			if p := pi.GetPod(); hasClaims(p) {
-				floor = min(floor, corev1helpers.PodPriority(p))
-			}
+		n := ni.Node()
+		if n == nil {
+			continue
 		}
+		f, ok := pr.floors.byNode[n.Name]
+		if !ok || f.gen != ni.GetGeneration() {
+			f = nodeFloor{gen: ni.GetGeneration(), lowest: lowestClaimPod(ni)}
+			pr.floors.byNode[n.Name] = f
+		}
+		floor = min(floor, f.lowest)
 	}
 	return floor
+}
+
+// claimFloors: per node, the lowest priority of its pods with claims, at
+// a generation of its NodeInfo.
+type claimFloors struct {
+	mu     sync.Mutex
+	byNode map[string]nodeFloor
+}
+
+type nodeFloor struct {
+	gen    int64
+	lowest int32 // (math.MaxInt32: no pod with claims)
+}
+
+// lowestClaimPod is the lowest priority of ni's pods with claims
+// (math.MaxInt32: none).
+func lowestClaimPod(ni fwk.NodeInfo) int32 {
+	lowest := int32(math.MaxInt32)
+	for _, pi := range ni.GetPods() {
+		if p := pi.GetPod(); hasClaims(p) {
+			lowest = min(lowest, corev1helpers.PodPriority(p))
+		}
+	}
+	return lowest
 }
 
 // draCostOn is the cheapest victim set on one node by the numbers (the

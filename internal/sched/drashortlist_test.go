@@ -195,3 +195,57 @@ func TestSkipOwnFilters(t *testing.T) {
 		t.Errorf("a state with no skip set skips %d plugins, want 3", got)
 	}
 }
+
+// TestDRAFloor: the lowest priority of the pods with claims, below the
+// preemptor's, as the nodes change between preemptors (each node's kept
+// while its NodeInfo's generation stands, read again once it moves).
+func TestDRAFloor(t *testing.T) {
+	pr := &preemptor{}
+	nis, _ := fullDRANodes(4, map[string]int32{"n0-p0": 7, "n0-p1": 7, "n1-p0": 3, "n1-p1": 9, "n2-p0": 5, "n2-p1": 5, "n3-p0": 4, "n3-p1": 4})
+	if got := pr.draFloor(nis, 1000); got != 3 {
+		t.Errorf("floor %d, want 3", got)
+	}
+	if got := pr.draFloor(nis, 2); got != 2 {
+		t.Errorf("floor below a preemptor of priority 2: %d, want 2", got)
+	}
+	// n1's pods go; a pod without claims of priority -9 and one with claims of 1 come to n3.
+	n1 := framework.NewNodeInfo()
+	n1.SetNode(nis[1].Node())
+	n3 := nis[3].Snapshot().(*framework.NodeInfo)
+	n3.AddPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "plain", UID: "plain"}, Spec: corev1.PodSpec{Priority: ptr.To[int32](-9)}})
+	n3.AddPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "low", UID: "low"}, Spec: corev1.PodSpec{Priority: ptr.To[int32](1),
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: ptr.To("low")}}}})
+	nis[1], nis[3] = n1, n3
+	if got := pr.draFloor(nis, 1000); got != 1 {
+		t.Errorf("floor after the nodes changed: %d, want 1", got)
+	}
+	nis[3] = framework.NewNodeInfo()
+	nis[3].SetNode(n3.Node())
+	if got := pr.draFloor(nis, 1000); got != 5 {
+		t.Errorf("floor after n3 emptied: %d, want 5 (n2's; n0's 7, n1 and n3 empty)", got)
+	}
+}
+
+// TestSlicesByNode: the slices by node of a list, made again for a list
+// of other objects, not for one of the same objects.
+func TestSlicesByNode(t *testing.T) {
+	_, f := fullDRANodes(3, nil)
+	var b slicesByNode
+	first := b.of(f.slices)
+	if len(first) != 3 || first["n1"][0] != f.slices[1] {
+		t.Fatalf("by node: %v", first)
+	}
+	if again := b.of(slices.Clone(f.slices)); fmt.Sprintf("%p", again) != fmt.Sprintf("%p", first) {
+		t.Errorf("the same objects listed again: made again")
+	}
+	changed := slices.Clone(f.slices)
+	n1 := *changed[1]
+	n1.Spec.Devices = nil
+	changed[1] = &n1
+	if got := b.of(changed); got["n1"][0] != &n1 || got["n0"][0] != f.slices[0] {
+		t.Errorf("a slice replaced: by node %v", got)
+	}
+	if got := b.of(f.slices[:2]); len(got) != 2 {
+		t.Errorf("a slice gone: by node %v", got)
+	}
+}

@@ -34,6 +34,8 @@ type sliceEntry struct {
 	devs  []sharedDev
 	node  string
 	shape *shapeGroup // nil: no shared device
+	// ledger: its pool's entry in the ledger (draledger.go; nil: not read).
+	ledger *ledgerPool
 }
 
 // shapeGroup is the slices whose shared devices have, in order, the same
@@ -69,13 +71,13 @@ type devTable struct {
 	shapes     map[string]*shapeGroup
 	stamp      uint64
 	touched    []int32 // the cycle's slices read device by device (kept: no list per cycle)
-	// ledger: per pool, what its claims hold (draledger.go); none: its
-	// empty state; pools, keys, lasts: markLedger's (kept).
-	ledger map[structured.DeviceID]*ledgerPool
-	none   *structured.AllocatedState
-	pools  []*ledgerPool
-	keys   []string
-	lasts  []uint64
+	// ledger: per pool (poolKey), what its claims hold (draledger.go),
+	// listed in ledgerOf, brought up to the change numbered ledgerSeq;
+	// none: an empty state.
+	ledger    map[string]*ledgerPool
+	ledgerOf  []*ledgerPool
+	ledgerSeq uint64
+	none      *structured.AllocatedState
 }
 
 // devices returns the shared devices of each slice of all, in order.
@@ -105,7 +107,7 @@ func (t *devTable) reset(listed int) {
 		t.entries, t.seen, t.used, t.idx = nil, nil, nil, nil
 		t.byPool, t.byNode, t.byUUID = map[structured.DeviceID][]int32{}, map[string][]int32{}, map[string][]int32{}
 		t.shapes = map[string]*shapeGroup{}
-		t.ledger = nil
+		t.ledger, t.ledgerOf, t.ledgerSeq = nil, nil, 0
 	}
 }
 

@@ -47,6 +47,8 @@ type preemptor struct {
 	backfill *reservations
 	// flights: claim bindings in flight, and the pods refused meanwhile.
 	flights *draFlights
+	// floors: the DRA shortlist's lowest claim pod priority per node.
+	floors claimFloors
 }
 
 // victimWait bounds how long a preemptor waits for its victims to leave
