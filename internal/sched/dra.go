@@ -184,11 +184,11 @@ func (s *draSnapshot) read(e *draEnv) error {
 }
 
 // slicesByNode is the last list of slices seen by node: a list of the
-// same objects (the informer's, unchanged between the snapshots of a
-// burst of preemptors) is not sorted again.
+// same objects in any order (the informer's, unchanged between the
+// snapshots of a burst of preemptors) is not sorted again.
 type slicesByNode struct {
 	mu     sync.Mutex
-	all    []*resourceapi.ResourceSlice
+	listed sets.Set[*resourceapi.ResourceSlice]
 	byNode map[string][]*resourceapi.ResourceSlice // (read-only once made)
 }
 
@@ -196,7 +196,7 @@ type slicesByNode struct {
 func (b *slicesByNode) of(all []*resourceapi.ResourceSlice) map[string][]*resourceapi.ResourceSlice {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.byNode != nil && slices.Equal(b.all, all) {
+	if b.byNode != nil && len(b.listed) == len(all) && !slices.ContainsFunc(all, func(sl *resourceapi.ResourceSlice) bool { return !b.listed.Has(sl) }) {
 		return b.byNode
 	}
 	byNode := map[string][]*resourceapi.ResourceSlice{}
@@ -205,7 +205,7 @@ func (b *slicesByNode) of(all []*resourceapi.ResourceSlice) map[string][]*resour
 			byNode[*sl.Spec.NodeName] = append(byNode[*sl.Spec.NodeName], sl)
 		}
 	}
-	b.all, b.byNode = slices.Clone(all), byNode
+	b.listed, b.byNode = sets.New(all...), byNode
 	return byNode
 }
 

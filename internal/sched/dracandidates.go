@@ -236,6 +236,10 @@ type nodeMatch struct {
 	memo   map[string]bool
 }
 
+// nodeScans: the nodes looked up by a scan of the list before an index
+// of them by name is made (nodeMatch, nodeFinder).
+const nodeScans = 8
+
 // newNodeMatch is pod's nodeMatch among nis (nil: no selector, no
 // required affinity).
 func newNodeMatch(pod *corev1.Pod, nis []fwk.NodeInfo) *nodeMatch {
@@ -255,16 +259,27 @@ func (m *nodeMatch) admits(name string) bool {
 	if v, ok := m.memo[name]; ok {
 		return v
 	}
-	if m.byName == nil { // (first ask: a cycle that asks none makes nothing)
-		m.byName, m.memo = make(map[string]*corev1.Node, len(m.nis)), map[string]bool{}
-		for _, ni := range m.nis {
-			if n := ni.Node(); n != nil {
-				m.byName[n.Name] = n
+	if m.memo == nil {
+		m.memo = map[string]bool{}
+	}
+	var n *corev1.Node
+	if len(m.memo) < nodeScans { // (a cycle that asks a few makes no index)
+		if ni := nodeNamed(m.nis, name); ni != nil {
+			n = ni.Node()
+		}
+	} else {
+		if m.byName == nil {
+			m.byName = make(map[string]*corev1.Node, len(m.nis))
+			for _, ni := range m.nis {
+				if nd := ni.Node(); nd != nil {
+					m.byName[nd.Name] = nd
+				}
 			}
 		}
+		n = m.byName[name]
 	}
 	v := false
-	if n := m.byName[name]; n != nil {
+	if n != nil {
 		match, err := m.aff.Match(n)
 		v = err == nil && match
 	}

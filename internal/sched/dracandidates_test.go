@@ -176,6 +176,28 @@ func TestTopNodesIsBestPerNode(t *testing.T) {
 	}
 }
 
+// TestNodeMatchIndexed: past the nodes it looks up by a scan, nodeMatch
+// answers the same from its index.
+func TestNodeMatchIndexed(t *testing.T) {
+	var nis []fwk.NodeInfo
+	for i := range 3 * nodeScans {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%02d", i), Labels: map[string]string{"even": fmt.Sprint(i%2 == 0)}}})
+		nis = append(nis, ni)
+	}
+	m := newNodeMatch(&corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"even": "true"}}}, nis)
+	for round := range 2 {
+		for i := 3*nodeScans + 1; i >= 0; i-- {
+			if got, want := m.admits(fmt.Sprintf("n%02d", i)), i%2 == 0 && i < 3*nodeScans; got != want {
+				t.Errorf("round %d: admits(n%02d) = %v, want %v", round, i, got, want)
+			}
+		}
+	}
+	if m.byName == nil {
+		t.Errorf("no index after %d nodes asked", 3*nodeScans)
+	}
+}
+
 // TestNodeMatchAdmits: nodeMatch answers by name what the pod's selector
 // and required affinity admit among the nodes listed, asked in any order
 // and twice; a node not listed is not admitted; a pod with neither admits

@@ -242,7 +242,7 @@ func (t *devTable) readPool(e *draEnv, lp *ledgerPool, ids []int32, stamp uint64
 // nodeFinder finds nodes of nis by name for n lookups: a scan each for a
 // few, else an index made once.
 func nodeFinder(nis []fwk.NodeInfo, n int) func(string) fwk.NodeInfo {
-	if n <= 8 {
+	if n <= nodeScans {
 		return func(name string) fwk.NodeInfo { return nodeNamed(nis, name) }
 	}
 	byName := make(map[string]fwk.NodeInfo, len(nis))
