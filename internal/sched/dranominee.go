@@ -47,7 +47,9 @@ func (s *steer) candidates(c *steerCycle, n *narrowing, all []*resourceapi.Resou
 				s.metrics().stateRead(stateNode)
 				return names, sl, false, nil
 			}
-			*st = *emptyState() // (the node's read: the ledger's nodes are read again)
+		}
+		if lz.node != "" {
+			*st = *emptyState() // (the node's read, whole or cut short: the ledger's nodes are read afresh)
 		}
 		names, sl, ok := n.env.ledgerCandidates(n.pod, n.nodes, all, st, c.busy, n.need, c.policy, n.k)
 		if ok && (len(names) > 0 || n.refused) {
