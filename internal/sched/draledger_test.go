@@ -331,3 +331,64 @@ func TestLedgerView(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRunReadsAlone: a preemption's dry run (a fresh snapshot, no state
+// from PreFilter) reads each node's held claims from its pools alone, and
+// what they hold is what the whole gathered state's reading gives, with
+// allocations in flight and written; past dryNodeReads nodes it gathers
+// the whole state once.
+func TestDryRunReadsAlone(t *testing.T) {
+	for seed := range uint64(4) {
+		w := newNomineeWorld(t, rand.New(rand.NewPCG(seed, 34)))
+		w.inFlight(t, 11)
+		gathered := 0
+		env := &draEnv{dra: gatherCounted{worldDRA: worldDRA{SharedDRAManager: w.m, slices: w.slices}, n: &gathered},
+			features: structured.Features{ConsumableCapacity: true}, byPool: w.byPool, changes: newClaimChanges()}
+		full, err := (&draEnv{dra: w.m}).allocatedState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := &draSnapshot{fresh: true}
+		for i := range 4 {
+			ni := w.nodeInfo(fmt.Sprintf("n%d", i))
+			n, err := env.readNode(snap, ni)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := *n
+			ref.held = env.podClaims(ni, n, full)
+			got, want := n.state(nil), ref.state(nil)
+			if err := sameState(&got, &want); err != nil {
+				t.Errorf("seed %d, n%d: held alone: %v", seed, i, err)
+			}
+		}
+		if gathered != 0 {
+			t.Errorf("seed %d: %d states gathered for 4 nodes read alone", seed, gathered)
+		}
+		past := &draSnapshot{fresh: true}
+		past.alone.Store(dryNodeReads)
+		if _, err := env.readNode(past, w.nodeInfo("n0")); err != nil || gathered != 1 {
+			t.Errorf("seed %d: past %d nodes read alone: %d states gathered (%v), want 1", seed, dryNodeReads, gathered, err)
+		}
+	}
+}
+
+// gatherCounted counts the whole states gathered through it.
+type gatherCounted struct {
+	worldDRA
+	n *int
+}
+
+func (g gatherCounted) ResourceClaims() fwk.ResourceClaimTracker {
+	return countingTracker{ResourceClaimTracker: g.worldDRA.ResourceClaims(), n: g.n}
+}
+
+type countingTracker struct {
+	fwk.ResourceClaimTracker
+	n *int
+}
+
+func (c countingTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
+	*c.n++
+	return c.ResourceClaimTracker.GatherAllocatedState()
+}
