@@ -254,9 +254,7 @@ func (s *draSnapshot) readAlone(e *draEnv, ni fwk.NodeInfo, n *draNode) ([]*reso
 	}
 	var pools poolSet
 	for _, sl := range n.slices {
-		if !pools.has(sl.Spec.Driver, sl.Spec.Pool.Name) {
-			pools = append(pools, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
-		}
+		pools = pools.with(sl)
 	}
 	st := emptyState()
 	if !e.nodeState(ni, pools, st) {

@@ -230,15 +230,40 @@ func bestFit(devs []sharedDev, st *structured.AllocatedState, busy map[string]bo
 // cycle's candidates ask about the nodes with a fit, not every node. nil:
 // the pod has neither (every node admitted).
 type nodeMatch struct {
-	aff    nodeaffinity.RequiredNodeAffinity
-	nis    []fwk.NodeInfo
-	byName map[string]*corev1.Node
-	memo   map[string]bool
+	aff   nodeaffinity.RequiredNodeAffinity
+	nodes nodeLookup
+	memo  map[string]bool
 }
 
 // nodeScans: the nodes looked up by a scan of the list before an index
-// of them by name is made (nodeMatch, nodeFinder).
+// of them by name is made (nodeLookup).
 const nodeScans = 8
+
+// nodeLookup finds nodes of nis by name: by a scan for the first
+// nodeScans lookups (a cycle that asks about a few nodes makes no index),
+// by an index made then for the rest.
+type nodeLookup struct {
+	nis    []fwk.NodeInfo
+	asked  int
+	byName map[string]fwk.NodeInfo
+}
+
+// get is the named node of nis (nil: none).
+func (l *nodeLookup) get(name string) fwk.NodeInfo {
+	if l.byName == nil {
+		if l.asked < nodeScans {
+			l.asked++
+			return nodeNamed(l.nis, name)
+		}
+		l.byName = make(map[string]fwk.NodeInfo, len(l.nis))
+		for _, ni := range l.nis {
+			if n := ni.Node(); n != nil {
+				l.byName[n.Name] = ni
+			}
+		}
+	}
+	return l.byName[name]
+}
 
 // newNodeMatch is pod's nodeMatch among nis (nil: no selector, no
 // required affinity).
@@ -247,7 +272,7 @@ func newNodeMatch(pod *corev1.Pod, nis []fwk.NodeInfo) *nodeMatch {
 	if len(pod.Spec.NodeSelector) == 0 && (a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
 		return nil
 	}
-	return &nodeMatch{aff: nodeaffinity.GetRequiredNodeAffinity(pod), nis: nis}
+	return &nodeMatch{aff: nodeaffinity.GetRequiredNodeAffinity(pod), nodes: nodeLookup{nis: nis}}
 }
 
 // admits reports whether the node named is one of nis that the pod's
@@ -263,20 +288,8 @@ func (m *nodeMatch) admits(name string) bool {
 		m.memo = map[string]bool{}
 	}
 	var n *corev1.Node
-	if len(m.memo) < nodeScans { // (a cycle that asks a few makes no index)
-		if ni := nodeNamed(m.nis, name); ni != nil {
-			n = ni.Node()
-		}
-	} else {
-		if m.byName == nil {
-			m.byName = make(map[string]*corev1.Node, len(m.nis))
-			for _, ni := range m.nis {
-				if nd := ni.Node(); nd != nil {
-					m.byName[nd.Name] = nd
-				}
-			}
-		}
-		n = m.byName[name]
+	if ni := m.nodes.get(name); ni != nil {
+		n = ni.Node()
 	}
 	v := false
 	if n != nil {

@@ -193,7 +193,7 @@ func TestNodeMatchIndexed(t *testing.T) {
 			}
 		}
 	}
-	if m.byName == nil {
+	if m.nodes.byName == nil {
 		t.Errorf("no index after %d nodes asked", 3*nodeScans)
 	}
 }

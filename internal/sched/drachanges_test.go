@@ -101,15 +101,15 @@ func TestClaimChangesLog(t *testing.T) {
 	}
 }
 
-// countedClaims counts the allocated states gathered.
+// countedClaims counts the allocated states gathered from a tracker.
 type countedClaims struct {
-	fakeClaims
+	fwk.ResourceClaimTracker
 	n *int
 }
 
 func (c countedClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
 	*c.n++
-	return c.fakeClaims.GatherAllocatedState()
+	return c.ResourceClaimTracker.GatherAllocatedState()
 }
 
 type countedDRA struct {
@@ -118,7 +118,7 @@ type countedDRA struct {
 }
 
 func (d *countedDRA) ResourceClaims() fwk.ResourceClaimTracker {
-	return countedClaims{fakeClaims: fakeClaims{c: d.claims}, n: &d.n}
+	return countedClaims{ResourceClaimTracker: fakeClaims{c: d.claims}, n: &d.n}
 }
 
 // TestDRADryStateReused: as TestDRADrySnapshotFresh (node n0's GPU, 100

@@ -94,12 +94,12 @@ func (e *draEnv) ledgerCandidates(pod *corev1.Pod, nis []fwk.NodeInfo, all []*re
 	match := newNodeMatch(pod, nis)
 	hint := newTopFits(policy, ledgerHint)
 	t.rank(hint, match, stamp, t.ledgerState, busy, need)
-	top, find := newTopFits(policy, k), nodeFinder(nis, len(hint.top))
+	top, nodes := newTopFits(policy, k), nodeLookup{nis: nis}
 	for i, name := range hint.names() {
 		if len(top.top) == k && i >= k+ledgerSpare {
 			break
 		}
-		ni := find(name)
+		ni := nodes.get(name)
 		if ni == nil || !e.nodeState(ni, t.poolsOf(all, stamp, name), into) {
 			return nil, nil, false
 		}
@@ -136,10 +136,7 @@ func (t *devTable) poolsOf(all []*resourceapi.ResourceSlice, stamp uint64, node 
 		if t.seen[id] != stamp {
 			continue
 		}
-		sl := all[t.idx[id]]
-		if !pools.has(sl.Spec.Driver, sl.Spec.Pool.Name) {
-			pools = append(pools, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
-		}
+		pools = pools.with(all[t.idx[id]])
 	}
 	return pools
 }
@@ -237,19 +234,4 @@ func (t *devTable) readPool(e *draEnv, lp *ledgerPool, ids []int32, stamp uint64
 		}
 	}
 	return true
-}
-
-// nodeFinder finds nodes of nis by name for n lookups: a scan each for a
-// few, else an index made once.
-func nodeFinder(nis []fwk.NodeInfo, n int) func(string) fwk.NodeInfo {
-	if n <= nodeScans {
-		return func(name string) fwk.NodeInfo { return nodeNamed(nis, name) }
-	}
-	byName := make(map[string]fwk.NodeInfo, len(nis))
-	for _, ni := range nis {
-		if nd := ni.Node(); nd != nil {
-			byName[nd.Name] = ni
-		}
-	}
-	return func(name string) fwk.NodeInfo { return byName[name] }
 }

@@ -156,8 +156,7 @@ func TestLedgerCandidates(t *testing.T) {
 func TestLedgerRefuses(t *testing.T) {
 	w := newNomineeWorld(t, rand.New(rand.NewPCG(5, 6)))
 	on := structured.Features{ConsumableCapacity: true}
-	netSlice := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: otherDriver, AllNodes: ptr.To(true),
-		Pool: resourceapi.ResourcePool{Name: "net"}, Devices: []resourceapi.Device{{Name: "nic"}}}}
+	netSlice := noNodeSlice() // (dranominee_test.go)
 	for _, c := range []struct {
 		name   string
 		env    *draEnv
@@ -380,15 +379,5 @@ type gatherCounted struct {
 }
 
 func (g gatherCounted) ResourceClaims() fwk.ResourceClaimTracker {
-	return countingTracker{ResourceClaimTracker: g.worldDRA.ResourceClaims(), n: g.n}
-}
-
-type countingTracker struct {
-	fwk.ResourceClaimTracker
-	n *int
-}
-
-func (c countingTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
-	*c.n++
-	return c.ResourceClaimTracker.GatherAllocatedState()
+	return countedClaims{ResourceClaimTracker: g.worldDRA.ResourceClaims(), n: g.n} // (drachanges_test.go)
 }

@@ -84,6 +84,14 @@ type poolID struct{ driver, pool string }
 // claim result's names: without the pool index every claim is read).
 type poolSet []poolID
 
+// with is s with sl's pool (s itself when it has it).
+func (s poolSet) with(sl *resourceapi.ResourceSlice) poolSet {
+	if s.has(sl.Spec.Driver, sl.Spec.Pool.Name) {
+		return s
+	}
+	return append(s, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
+}
+
 func (s poolSet) has(driver, pool string) bool {
 	for _, p := range s {
 		if p.pool == pool && p.driver == driver {
@@ -116,8 +124,8 @@ func (e *draEnv) nomineeState(ni fwk.NodeInfo, all []*resourceapi.ResourceSlice,
 		switch {
 		case sl.Spec.NodeName == nil:
 			return false
-		case *sl.Spec.NodeName == node && !pools.has(sl.Spec.Driver, sl.Spec.Pool.Name):
-			pools = append(pools, poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
+		case *sl.Spec.NodeName == node:
+			pools = pools.with(sl)
 		}
 	}
 	return e.nodeState(ni, pools, into)

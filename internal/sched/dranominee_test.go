@@ -243,13 +243,19 @@ func TestNomineeStateIsGathered(t *testing.T) {
 	}
 }
 
+// noNodeSlice is a slice of no node (another driver's network device, all
+// nodes').
+func noNodeSlice() *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: otherDriver, AllNodes: ptr.To(true),
+		Pool: resourceapi.ResourcePool{Name: "net"}, Devices: []resourceapi.Device{{Name: "nic"}}}}
+}
+
 // TestNomineeStateRefuses: where the node's state alone is not what the
 // allocator would read, nomineeState says so.
 func TestNomineeStateRefuses(t *testing.T) {
 	w := newNomineeWorld(t, rand.New(rand.NewPCG(1, 2)))
 	on := structured.Features{ConsumableCapacity: true}
-	netSlice := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: otherDriver, AllNodes: ptr.To(true),
-		Pool: resourceapi.ResourcePool{Name: "net"}, Devices: []resourceapi.Device{{Name: "nic"}}}}
+	netSlice := noNodeSlice()
 	for _, c := range []struct {
 		name   string
 		fts    structured.Features
